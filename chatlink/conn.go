@@ -1,0 +1,273 @@
+package chatlink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/bus"
+	"roomcast/internal/ids"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// transport is what a conn needs of its WebSocket or TCP connection.
+type transport interface {
+	// write queues one encoded Frame and returns at once. b must not change afterwards: it may
+	// be shared by many connections.
+	write(b []byte)
+	// kick queues a Kick frame, then closes the connection with code.
+	kick(code pb.CloseCode, kick []byte)
+	// forceClose closes the connection without a goodbye.
+	forceClose()
+}
+
+type connState int32
+
+const (
+	stateNew connState = iota
+	stateLoggingIn
+	stateLive
+	stateClosed
+)
+
+// conn is one client connection, from accept to close.
+type conn struct {
+	node      *Node
+	t         transport
+	connected time.Time
+	lastSeen  atomic.Int64 // unix nanoseconds of the last frame received
+	inflight  atomic.Int32 // sends waiting for the room service
+	closing   atomic.Bool  // a Kick is on its way; frames from the client are ignored
+
+	// Set once by login before the conn joins its room, read-only afterwards.
+	session, app, room, uid, device string
+
+	mu    sync.Mutex // guards state
+	state connState
+}
+
+func (n *Node) newConn(t transport) *conn {
+	now := time.Now()
+	c := &conn{node: n, t: t, connected: now}
+	c.lastSeen.Store(now.UnixNano())
+	n.conns.add(c)
+	n.m.connections.Inc()
+	return c
+}
+
+func (c *conn) getState() connState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// handle processes one frame from the client. data is not kept after handle returns.
+func (c *conn) handle(data []byte) {
+	if c.closing.Load() {
+		return
+	}
+	c.lastSeen.Store(time.Now().UnixNano())
+	var f pb.Frame
+	if err := proto.Unmarshal(data, &f); err != nil || f.Kind == nil {
+		c.node.m.framesIn.WithLabelValues("bad").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame does not parse")
+		return
+	}
+	switch k := f.Kind.(type) {
+	case *pb.Frame_Login:
+		c.node.m.framesIn.WithLabelValues("login").Inc()
+		c.login(k.Login)
+	case *pb.Frame_Send:
+		c.node.m.framesIn.WithLabelValues("send").Inc()
+		if c.requireLive() {
+			c.send(k.Send)
+		}
+	case *pb.Frame_Heartbeat:
+		c.node.m.framesIn.WithLabelValues("heartbeat").Inc()
+		if c.requireLive() {
+			c.writeFrame(&pb.Frame{Kind: &pb.Frame_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{
+				ClientTimeMs:        k.Heartbeat.ClientTimeMs,
+				ServerTimeMs:        time.Now().UnixMilli(),
+				HeartbeatIntervalMs: uint32(c.node.cfg.HeartbeatInterval.Milliseconds()),
+			}}})
+		}
+	default:
+		c.node.m.framesIn.WithLabelValues("bad").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
+	}
+}
+
+// requireLive closes the connection unless it has logged in.
+func (c *conn) requireLive() bool {
+	if c.getState() == stateLive {
+		return true
+	}
+	c.close(pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, "log in first")
+	return false
+}
+
+func (c *conn) login(l *pb.Login) {
+	n := c.node
+	c.mu.Lock()
+	if c.state != stateNew {
+		c.mu.Unlock()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "already logged in")
+		return
+	}
+	c.state = stateLoggingIn
+	c.mu.Unlock()
+
+	claims, err := n.cfg.Keys.Verify(l.Token)
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		n.m.logins.WithLabelValues("expired").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
+		return
+	case err != nil:
+		n.m.logins.WithLabelValues("bad_token").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
+		return
+	case len(l.Device) > 32:
+		n.m.logins.WithLabelValues("bad_frame").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device is longer than 32 bytes")
+		return
+	}
+	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
+	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
+
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	var rep pb.Reply
+	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
+		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
+	}, &rep)
+	cancel()
+	switch {
+	case err != nil:
+		n.log.Warn("join failed", "session", c.session, "err", err)
+		n.m.logins.WithLabelValues("unavailable").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
+		return
+	case rep.Code != 0:
+		n.m.logins.WithLabelValues("refused").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_KICKED, rep.Message)
+		return
+	}
+
+	n.rooms.join(c)
+	c.mu.Lock()
+	if c.state == stateClosed {
+		// The client went away while the room service answered: undo the join.
+		c.mu.Unlock()
+		n.rooms.leave(c)
+		c.leaveRoom()
+		return
+	}
+	c.state = stateLive
+	c.mu.Unlock()
+
+	n.m.logins.WithLabelValues("ok").Inc()
+	now := time.Now()
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{
+		SessionId:           c.session,
+		ServerTimeMs:        now.UnixMilli(),
+		HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
+		App:                 c.app,
+		Room:                c.room,
+		Uid:                 c.uid,
+		Node:                n.cfg.Node,
+	}}})
+	n.presence.add(&pb.SessionEvent{
+		Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
+		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: now.UnixMilli(),
+	})
+}
+
+func (c *conn) send(s *pb.Send) {
+	n := c.node
+	if int(c.inflight.Add(1)) > n.cfg.MaxInflightSends {
+		c.inflight.Add(-1)
+		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
+		return
+	}
+	req := &pb.SendRequest{
+		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
+		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr,
+	}
+	n.goAsync(func() {
+		defer c.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+		defer cancel()
+		var rep pb.Reply
+		if err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, req, &rep); err != nil {
+			c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
+			return
+		}
+		if rep.Code != 0 {
+			c.sendError(s.Seq, pb.ErrorCode(rep.Code), rep.Message)
+			return
+		}
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_SendAck{SendAck: &pb.SendAck{
+			Seq: s.Seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
+		}}})
+	})
+}
+
+func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
+	c.node.m.sendErrors.WithLabelValues(code.String()).Inc()
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{Code: uint32(code), Message: msg, Seq: seq}}})
+}
+
+func (c *conn) writeFrame(f *pb.Frame) {
+	b, err := proto.Marshal(f)
+	if err != nil {
+		c.node.log.Error("encode frame", "err", err)
+		return
+	}
+	c.t.write(b)
+}
+
+// close sends a Kick with code and closes the connection; later frames from the client are
+// ignored. Only the first call has an effect.
+func (c *conn) close(code pb.CloseCode, reason string) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.node.m.closes.WithLabelValues(code.String()).Inc()
+	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: &pb.Kick{Code: uint32(code), Reason: reason}}})
+	c.t.kick(code, b)
+}
+
+// closed is called exactly once by the transport when the connection is gone.
+func (c *conn) closed() {
+	c.mu.Lock()
+	prev := c.state
+	c.state = stateClosed
+	c.mu.Unlock()
+	n := c.node
+	n.conns.remove(c)
+	n.m.connections.Dec()
+	if prev != stateLive {
+		return // a login in progress undoes its own join
+	}
+	n.rooms.leave(c)
+	c.leaveRoom()
+}
+
+// leaveRoom tells the room and presence services the session is gone.
+func (c *conn) leaveRoom() {
+	n := c.node
+	if err := bus.Publish(n.cfg.Bus, bus.SubjectRoomLeave, &pb.LeaveRequest{
+		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session,
+	}); err != nil {
+		n.log.Warn("leave not published", "session", c.session, "err", err)
+	}
+	n.presence.add(&pb.SessionEvent{
+		Kind: pb.SessionEvent_KIND_LOGOUT, App: c.app, Uid: c.uid, Room: c.room,
+		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: time.Now().UnixMilli(),
+	})
+}

@@ -1,0 +1,339 @@
+// Package chatlink is the edge node: it holds client connections (WebSocket through gws, and
+// length-prefixed TCP for native clients), logs clients in with tokens it verifies locally,
+// joins them to their room, fans each room's broadcasts out to its local members, and reports
+// its load to the dispatcher.
+//
+// It talks to the room and presence services only over NATS and keeps no state that must
+// survive it: what it holds (which connection is where) is soft state it owns.
+package chatlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lxzan/gws"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Node is one ChatLink.
+type Node struct {
+	cfg        Config
+	log        *slog.Logger
+	m          *metrics
+	rooms      *roomTable
+	conns      *connTable
+	presence   *eventBatcher
+	sessionSeq atomic.Uint64
+	draining   atomic.Bool
+
+	upgrader *gws.Upgrader
+	httpSrv  *http.Server
+	wsLn     net.Listener
+	tcpLn    net.Listener
+
+	ctx    context.Context // ends at the end of Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the node starts
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New checks cfg and returns a node; Start opens its listeners.
+func New(cfg Config) (*Node, error) {
+	switch {
+	case !auth.ValidName(cfg.Node):
+		return nil, fmt.Errorf("chatlink: node name %q must be 1-128 characters of A-Z a-z 0-9 _ -", cfg.Node)
+	case cfg.Bus == nil:
+		return nil, errors.New("chatlink: Config.Bus is required")
+	case len(cfg.Keys) == 0:
+		return nil, errors.New("chatlink: Config.Keys needs at least one app")
+	}
+	cfg.setDefaults()
+	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), m: newMetrics(cfg.Registry, cfg.Node)}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.rooms = newRoomTable(n)
+	n.conns = newConnTable()
+	n.presence = &eventBatcher{n: n}
+	n.upgrader = gws.NewUpgrader(wsHandler{n}, &gws.ServerOption{
+		ReadBufferSize:     1024,
+		ReadMaxPayloadSize: cfg.MaxFrameBytes,
+		NewSession:         func() gws.SessionStorage { return &wsSlot{} },
+	})
+	return n, nil
+}
+
+// Start opens the listeners and starts serving, reporting load and sweeping dead connections.
+func (n *Node) Start() error {
+	var err error
+	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
+		return fmt.Errorf("chatlink: websocket listener: %w", err)
+	}
+	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
+		_ = n.wsLn.Close()
+		return fmt.Errorf("chatlink: tcp listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ws", n.serveWS)
+	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.goAsync(func() { _ = n.httpSrv.Serve(n.wsLn) })
+	n.goAsync(n.acceptTCP)
+	n.goAsync(n.reportLoop)
+	n.goAsync(n.sweepLoop)
+	n.goAsync(n.presence.loop)
+	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
+	return nil
+}
+
+// goAsync runs f in a goroutine the node waits for in Shutdown.
+func (n *Node) goAsync(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.cfg.Node }
+
+// WSURL returns the WebSocket URL clients connect to.
+func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + "/v1/ws" }
+
+// TCPAddr returns the host:port of the TCP transport.
+func (n *Node) TCPAddr() string { return n.publicAddr(n.tcpLn) }
+
+func (n *Node) publicAddr(ln net.Listener) string {
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if n.cfg.PublicHost != "" {
+		host = n.cfg.PublicHost
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (n *Node) acceptTCP() {
+	for {
+		nc, err := n.tcpLn.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			n.log.Warn("tcp accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if n.draining.Load() {
+			_ = nc.Close()
+			continue
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		n.goAsync(func() { n.serveTCP(nc) })
+	}
+}
+
+// Connections returns the number of open client connections.
+func (n *Node) Connections() int { return n.conns.len() }
+
+func (n *Node) report() *pb.LoadReport {
+	return &pb.LoadReport{
+		Node:        n.cfg.Node,
+		WsUrl:       n.WSURL(),
+		TcpAddr:     n.TCPAddr(),
+		Region:      n.cfg.Region,
+		Isp:         n.cfg.ISP,
+		Connections: int64(n.conns.len()),
+		Rooms:       int64(n.rooms.count()),
+		Draining:    n.draining.Load(),
+		TimeMs:      time.Now().UnixMilli(),
+	}
+}
+
+func (n *Node) reportLoop() {
+	t := time.NewTicker(n.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+			n.log.Warn("load report not published", "err", err)
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweepLoop closes connections that did not log in in time or went silent.
+func (n *Node) sweepLoop() {
+	period := min(time.Second, n.cfg.LoginTimeout/2, n.cfg.HeartbeatInterval/2)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case now := <-t.C:
+			silentSince := now.Add(-3 * n.cfg.HeartbeatInterval).UnixNano()
+			loginBy := now.Add(-n.cfg.LoginTimeout)
+			n.conns.each(func(c *conn) {
+				switch st := c.getState(); {
+				case st == stateNew && c.connected.Before(loginBy):
+					c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
+				case st == stateLive && c.lastSeen.Load() < silentSince:
+					c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
+				}
+			})
+		}
+	}
+}
+
+// Shutdown stops taking connections, tells every client to reconnect elsewhere, waits for
+// them to go (or for ctx to end, then closes them), and stops the node. It may be called more
+// than once; later calls return the first call's result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.draining.Store(true)
+	if n.httpSrv != nil {
+		_ = n.httpSrv.Close()
+		_ = n.tcpLn.Close()
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+			n.log.Warn("final load report not published", "err", err)
+		}
+	}
+	n.conns.each(func(c *conn) { c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node shutting down") })
+	var err error
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for n.conns.len() > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("chatlink: %d connections still open at the deadline: %w", n.conns.len(), ctx.Err())
+			n.conns.each(func(c *conn) { c.t.forceClose() })
+		case <-poll.C:
+		}
+	}
+	n.cancel()
+	n.wg.Wait()
+	n.presence.flush()
+	n.log.Info("chatlink stopped")
+	return err
+}
+
+// connTable holds every open connection of a node, sharded to keep accept and close from
+// contending.
+type connTable struct {
+	seed   maphash.Seed
+	count  atomic.Int64
+	shards [64]struct {
+		mu    sync.Mutex // guards conns
+		conns map[*conn]struct{}
+	}
+}
+
+func newConnTable() *connTable {
+	t := &connTable{seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].conns = make(map[*conn]struct{})
+	}
+	return t
+}
+
+func (t *connTable) shardOf(c *conn) int { return int(maphash.Comparable(t.seed, c) % 64) }
+
+func (t *connTable) add(c *conn) {
+	sh := &t.shards[t.shardOf(c)]
+	sh.mu.Lock()
+	sh.conns[c] = struct{}{}
+	sh.mu.Unlock()
+	t.count.Add(1)
+}
+
+func (t *connTable) remove(c *conn) {
+	sh := &t.shards[t.shardOf(c)]
+	sh.mu.Lock()
+	if _, ok := sh.conns[c]; ok {
+		delete(sh.conns, c)
+		t.count.Add(-1)
+	}
+	sh.mu.Unlock()
+}
+
+func (t *connTable) len() int { return int(t.count.Load()) }
+
+// each calls f for every connection; f runs without the table's locks held.
+func (t *connTable) each(f func(*conn)) {
+	var batch []*conn
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		batch = batch[:0]
+		for c := range sh.conns {
+			batch = append(batch, c)
+		}
+		sh.mu.Unlock()
+		for _, c := range batch {
+			f(c)
+		}
+	}
+}
+
+// eventBatcher collects presence events and publishes them in batches.
+type eventBatcher struct {
+	n *Node
+
+	mu      sync.Mutex // guards pending
+	pending []*pb.SessionEvent
+}
+
+const presenceFlushEvery = 100 * time.Millisecond
+
+func (b *eventBatcher) add(ev *pb.SessionEvent) {
+	b.mu.Lock()
+	b.pending = append(b.pending, ev)
+	b.mu.Unlock()
+}
+
+func (b *eventBatcher) loop() {
+	t := time.NewTicker(presenceFlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.n.ctx.Done():
+			return
+		case <-t.C:
+			b.flush()
+		}
+	}
+}
+
+func (b *eventBatcher) flush() {
+	b.mu.Lock()
+	evs := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	if len(evs) == 0 {
+		return
+	}
+	if err := bus.Publish(b.n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{Events: evs}); err != nil {
+		b.n.log.Warn("presence events not published", "events", len(evs), "err", err)
+	}
+}
+
+func nowNano() int64 { return time.Now().UnixNano() }

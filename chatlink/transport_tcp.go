@@ -1,0 +1,167 @@
+package chatlink
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// writeTimeout bounds one flush to a TCP client; a client that takes longer is closed.
+const writeTimeout = 10 * time.Second
+
+// serveTCP runs one length-prefixed TCP connection: it reads frames until the connection ends.
+func (n *Node) serveTCP(nc net.Conn) {
+	t := &tcpTransport{n: n, nc: nc}
+	c := n.newConn(t)
+	defer c.closed()
+	defer t.forceClose()
+	br := bufio.NewReaderSize(nc, 1024)
+	var hdr [4]byte
+	for !c.closing.Load() {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(hdr[:])
+		switch {
+		case size == 0:
+			n.m.framesIn.WithLabelValues("bad").Inc()
+			c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame")
+			t.waitFlushed()
+			return
+		case size > uint32(n.cfg.MaxFrameBytes):
+			n.m.framesIn.WithLabelValues("bad").Inc()
+			c.close(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
+			t.waitFlushed()
+			return
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return
+		}
+		c.handle(buf)
+	}
+	t.waitFlushed()
+}
+
+// tcpTransport queues frames for one TCP connection and writes them, length-prefixed, from a
+// goroutine that runs only while there is something to write.
+type tcpTransport struct {
+	n  *Node
+	nc net.Conn
+
+	mu      sync.Mutex // guards the fields below
+	queue   [][]byte
+	queued  int  // bytes in queue
+	writing bool // a flush goroutine is running
+	closing bool // close after the queue is written
+	closed  bool
+	flushed chan struct{} // closed when the closing flush is done
+}
+
+func (t *tcpTransport) write(b []byte) {
+	t.mu.Lock()
+	if t.closing || t.closed {
+		t.mu.Unlock()
+		return
+	}
+	if t.queued+len(b) > t.n.cfg.MaxPendingBytes {
+		t.mu.Unlock()
+		t.n.log.Debug("tcp client too slow, closing")
+		t.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_SLOW_READER.String()).Inc()
+		t.forceClose()
+		return
+	}
+	t.enqueueLocked(b)
+	t.mu.Unlock()
+}
+
+// enqueueLocked adds b to the queue and starts a flush if none runs. Caller holds t.mu.
+func (t *tcpTransport) enqueueLocked(b []byte) {
+	t.queue = append(t.queue, b)
+	t.queued += len(b)
+	if !t.writing {
+		t.writing = true
+		t.n.goAsync(t.flush)
+	}
+}
+
+func (t *tcpTransport) kick(_ pb.CloseCode, kick []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing || t.closed {
+		return
+	}
+	t.closing = true
+	t.flushed = make(chan struct{})
+	t.enqueueLocked(kick)
+}
+
+// waitFlushed waits (bounded by the write timeout) for a Kick to be written, so the read loop
+// does not close the socket under it.
+func (t *tcpTransport) waitFlushed() {
+	t.mu.Lock()
+	ch := t.flushed
+	t.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(writeTimeout):
+	}
+}
+
+func (t *tcpTransport) flush() {
+	var hdrs []byte
+	var bufs net.Buffers
+	for {
+		t.mu.Lock()
+		q := t.queue
+		t.queue, t.queued = nil, 0
+		if len(q) == 0 || t.closed {
+			t.writing = false
+			if t.closing && t.flushed != nil {
+				close(t.flushed)
+				t.flushed = nil
+				t.closed = true
+				_ = t.nc.Close()
+			}
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+
+		hdrs = hdrs[:0]
+		for _, b := range q {
+			hdrs = binary.BigEndian.AppendUint32(hdrs, uint32(len(b)))
+		}
+		bufs = bufs[:0]
+		for i, b := range q {
+			bufs = append(bufs, hdrs[i*4:i*4+4], b)
+		}
+		_ = t.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := bufs.WriteTo(t.nc); err != nil {
+			t.forceClose()
+		}
+	}
+}
+
+func (t *tcpTransport) forceClose() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	t.queue, t.queued = nil, 0
+	if t.flushed != nil {
+		close(t.flushed)
+		t.flushed = nil
+	}
+	_ = t.nc.Close()
+}

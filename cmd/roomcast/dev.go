@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"roomcast/internal/devcluster"
+)
+
+//go:embed web
+var webFiles embed.FS
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("dev", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	listen := flags.String("listen", "127.0.0.1:8080", "address of the HTTP endpoint: dispatch, server API, /healthz, /metrics, demo page")
+	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
+	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
+	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
+	verbose := flags.Bool("v", false, "log at debug level")
+	flags.Usage = func() {
+		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
+
+Runs everything in one process: an embedded NATS server with JetStream, the room and presence
+services, the dispatcher, the server API and --chatlinks ChatLink nodes (each with a WebSocket
+and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
+secret and API key are fixed and printed.
+
+`)
+		flags.PrintDefaults()
+	}
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *chatlinks < 1 || *chatlinks > 64 {
+		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
+		return 2
+	}
+	if err := os.MkdirAll(*data, 0o755); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 1
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	page, err := fs.Sub(webFiles, "web")
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 1
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	c, err := devcluster.Start(startCtx, devcluster.Config{
+		DataDir:   *data,
+		Listen:    *listen,
+		ChatLinks: *chatlinks,
+		NATSPort:  *natsPort,
+		Home:      http.FileServerFS(page),
+		Log:       log,
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 1
+	}
+	printBanner(stdout, c, *data)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "roomcast dev: shutting down")
+	c.Close()
+	return 0
+}
+
+func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
+	abs, err := filepath.Abs(data)
+	if err != nil {
+		abs = data
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Roomcast dev is running.\n\n")
+	fmt.Fprintf(&b, "  demo page     %s/\n", c.URL())
+	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch\n", c.URL())
+	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
+	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
+	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&b, "  chatlink %-5s %s   tcp %s\n", n.Name(), n.WSURL(), n.TCPAddr())
+	}
+	fmt.Fprintf(&b, "\n  app %q, token secret %q\n\n", devcluster.App, devcluster.Secret)
+	fmt.Fprintf(&b, "Mint a token:\n  go run ./cmd/roomcast token --secret %s --app %s --uid alice --room lobby\n", devcluster.Secret, devcluster.App)
+	fmt.Fprintf(&b, "Send to a room:\n  curl -H 'Authorization: Bearer %s' -d '{\"body\":\"hello\"}' %s/v1/rooms/lobby/messages\n", devcluster.APIKey, c.URL())
+	fmt.Fprintf(&b, "Check it end to end:\n  go run ./cmd/roomcast probe --dispatcher %s --room r1 --clients 4 --messages 25\n\nCtrl-C stops.\n", c.URL())
+	fmt.Fprint(w, b.String())
+}

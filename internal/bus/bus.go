@@ -1,0 +1,153 @@
+// Package bus is the plumbing every Roomcast role shares to talk over NATS: subject names,
+// connecting, request/reply with protobuf payloads, and an embedded NATS server (with
+// JetStream) for `roomcast dev` and tests. It holds no business logic.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+)
+
+// Subjects. Services subscribe to the rc.svc.* subjects in queue groups named after the service,
+// so any number of instances share the work and none needs discovery.
+const (
+	SubjectRoomJoin       = "rc.svc.room.join"
+	SubjectRoomLeave      = "rc.svc.room.leave"
+	SubjectRoomSend       = "rc.svc.room.send"
+	SubjectRoomInfo       = "rc.svc.room.info"
+	SubjectPresenceEvents = "rc.svc.presence.events"
+	SubjectPresenceCount  = "rc.svc.presence.count"
+	SubjectLoad           = "rc.load"
+)
+
+// RoomSubject is the broadcast subject of a room. app and room must be valid names
+// (auth.ValidName), which keeps dots and wildcards out.
+func RoomSubject(app, room string) string { return "rc.room." + app + "." + room }
+
+// NodeSubject is the subject a ChatLink listens on for messages addressed to it.
+func NodeSubject(node string) string { return "rc.node." + node }
+
+// Connect dials NATS at url with the options every role wants: a name, endless reconnects and
+// logging of disconnects.
+func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Request sends req on subject and decodes the answer into resp.
+func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("bus: encode %s: %w", subject, err)
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return fmt.Errorf("bus: request %s: %w", subject, err)
+	}
+	if err := proto.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("bus: decode reply of %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Respond encodes resp as the reply to msg. A failure is logged: the requester times out.
+func Respond(log *slog.Logger, msg *nats.Msg, resp proto.Message) {
+	data, err := proto.Marshal(resp)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+		log.Warn("bus: respond", "subject", msg.Subject, "err", err)
+	}
+}
+
+// EmbeddedConfig configures an in-process NATS server.
+type EmbeddedConfig struct {
+	// Host to listen on. Zero value means 127.0.0.1.
+	Host string
+	// Port to listen on. Zero value means a free port chosen by the system.
+	Port int
+	// StoreDir holds JetStream's data. Required.
+	StoreDir string
+	// Log receives the server's notices and errors; nil means none.
+	Log *slog.Logger
+}
+
+// StartEmbedded starts a NATS server with JetStream in this process and waits until it takes
+// connections. Stop it with Shutdown and WaitForShutdown.
+func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("bus: embedded NATS needs a store directory")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "roomcast-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      cfg.Log == nil,
+		// Room batches can be large; keep NATS's default 1 MiB limit explicit.
+		MaxPayload: 1 << 20,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("bus: embedded NATS: %w", err)
+	}
+	if cfg.Log != nil {
+		s.SetLoggerV2(&natsLogger{cfg.Log}, false, false, false)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("bus: embedded NATS did not become ready in 10s")
+	}
+	return s, nil
+}
+
+// natsLogger adapts slog to the NATS server's logger.
+type natsLogger struct{ log *slog.Logger }
+
+func (l *natsLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Tracef(format string, v ...any)  {}
+
+// Publish encodes m and publishes it on subject.
+func Publish(nc *nats.Conn, subject string, m proto.Message) error {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("bus: encode %s: %w", subject, err)
+	}
+	return nc.Publish(subject, data)
+}
