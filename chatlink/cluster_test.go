@@ -326,3 +326,20 @@ func TestServerAPISendReachesBothNodes(t *testing.T) {
 		}
 	}
 }
+
+// dialWSText opens a WebSocket and sends one text message.
+func dialWSText(t *testing.T, url string) *rawClient {
+	t.Helper()
+	c := &rawClient{t: t, frames: make(chan *pb.Frame, 16), closed: make(chan uint16, 1)}
+	socket, _, err := gws.NewClient(wsEvents{c: c}, &gws.ClientOption{Addr: url})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); socket.ReadLoop() }()
+	t.Cleanup(func() { _ = socket.NetConn().Close(); <-done })
+	if err := socket.WriteString("hello?"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -70,6 +70,7 @@ type Cluster struct {
 	conns   []*nats.Conn
 	ln      net.Listener
 	http    *http.Server
+	served  chan struct{} // closed when the HTTP server has stopped
 	closers []func()
 	closed  bool
 }
@@ -182,7 +183,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.Listen, err)
 	}
 	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = c.http.Serve(c.ln) }()
+	c.served = make(chan struct{})
+	go func() {
+		defer close(c.served)
+		_ = c.http.Serve(c.ln)
+	}()
 
 	for len(c.Dispatcher.Nodes()) < len(c.Nodes) {
 		select {
@@ -213,7 +218,13 @@ func (c *Cluster) Close() {
 	}
 	c.closed = true
 	if c.http != nil {
-		_ = c.http.Close()
+		// Shutdown, unlike Close, waits for the connections' goroutines to finish.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := c.http.Shutdown(ctx); err != nil {
+			_ = c.http.Close()
+		}
+		cancel()
+		<-c.served
 	}
 	for _, n := range c.Nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,227 @@
+package chatlink_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/devcluster"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// closeCount reads how many connections node closed with code from /metrics.
+func closeCount(t *testing.T, c *devcluster.Cluster, node string, code string) int {
+	t.Helper()
+	resp, err := http.Get(c.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`roomcast_chatlink_closes_total\{code="` + code + `",node="` + node + `"\} (\d+)`)
+	m := re.FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func expiredToken(t *testing.T) string {
+	t.Helper()
+	past := time.Now().Add(-time.Hour)
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, auth.Claims{
+		App: devcluster.App, UID: "late", Room: "r1",
+		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(past), IssuedAt: jwt.NewNumericDate(past.Add(-time.Hour))},
+	}).SignedString([]byte(devcluster.Secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func loginFrame(tok string) *pb.Frame {
+	return &pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok}}}
+}
+
+// TestBadInput sends each kind of bad input over each transport and checks the documented close
+// code, that it is counted in the metrics, and that the node serves others normally afterwards.
+func TestBadInput(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.LoginTimeout = 300 * time.Millisecond })
+	node := c.Nodes[0]
+	wrongSecret, err := auth.Mint([]byte("not-the-secret"), devcluster.App, "mallory", "r1", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A healthy member of the room watches throughout: bad clients must not disturb it.
+	watcher := dialWS(t, node.WSURL())
+	watcher.login(token(t, c, "watcher", "r1"))
+
+	cases := []struct {
+		name string
+		code pb.CloseCode
+		act  func(c *rawClient)
+	}{
+		{"bad signature", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *rawClient) { cl.sendFrame(loginFrame(wrongSecret)) }},
+		{"token not a JWT", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *rawClient) { cl.sendFrame(loginFrame("not.a.token")) }},
+		{"expired token", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, func(cl *rawClient) { cl.sendFrame(loginFrame(expiredToken(t))) }},
+		{"garbage frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) { _ = cl.send([]byte{0xff, 0xff, 0xff, 0x01, 0x02}) }},
+		{"empty frame kind", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) { cl.sendFrame(&pb.Frame{}) }},
+		{"send before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *rawClient) { cl.sendFrame(sendFrame(1, "hi")) }},
+		{"heartbeat before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *rawClient) {
+			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		}},
+		{"server-only frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) {
+			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{}}})
+		}},
+		{"second login", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) {
+			cl.login(token(t, c, "twice", "r1"))
+			cl.sendFrame(loginFrame(token(t, c, "twice", "r1")))
+		}},
+		{"no login in time", pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, func(*rawClient) {}},
+	}
+	for _, tc := range cases {
+		for _, transport := range []string{"ws", "tcp"} {
+			t.Run(tc.name+"/"+transport, func(t *testing.T) {
+				before := closeCount(t, c, node.Name(), tc.code.String())
+				var cl *rawClient
+				if transport == "ws" {
+					cl = dialWS(t, node.WSURL())
+				} else {
+					cl, _ = dialTCP(t, node.TCPAddr())
+				}
+				cl.t = t
+				tc.act(cl)
+				cl.expectKick(tc.code, transport == "ws")
+				if after := closeCount(t, c, node.Name(), tc.code.String()); after != before+1 {
+					t.Fatalf("closes_total{code=%s} went from %d to %d, want +1", tc.code, before, after)
+				}
+			})
+		}
+	}
+
+	t.Run("websocket text message", func(t *testing.T) {
+		tc := dialWSText(t, node.WSURL())
+		tc.expectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME, true)
+	})
+
+	t.Run("oversize frame/ws", func(t *testing.T) {
+		before := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE")
+		defer func() {
+			checkFor(t, time.Second, 10*time.Millisecond, func() error {
+				if after := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE"); after != before+1 {
+					return fmt.Errorf("FRAME_TOO_LARGE closes went from %d to %d", before, after)
+				}
+				return nil
+			})
+		}()
+		cl := dialWS(t, node.WSURL())
+		cl.t = t
+		cl.login(token(t, c, "big", "r1"))
+		_ = cl.send(bytes.Repeat([]byte{1}, 65537))
+		cl.expectClose(1009) // RFC 6455 "message too big", sent by the WebSocket layer
+	})
+
+	t.Run("oversize frame/tcp", func(t *testing.T) {
+		before := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE")
+		cl, nc := dialTCP(t, node.TCPAddr())
+		cl.t = t
+		// Only the length prefix: the node must refuse it without waiting for (or buffering)
+		// the 1 GiB it announces.
+		if _, err := nc.Write([]byte{0x40, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		cl.expectKick(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, false)
+		if after := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE"); after != before+1 {
+			t.Fatalf("FRAME_TOO_LARGE closes went from %d to %d", before, after)
+		}
+	})
+
+	t.Run("partial frame then silence", func(t *testing.T) {
+		cl, nc := dialTCP(t, node.TCPAddr())
+		cl.t = t
+		if _, err := nc.Write([]byte{0, 0, 0, 10, 1, 2}); err != nil { // 2 of 10 announced bytes
+			t.Fatal(err)
+		}
+		cl.expectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, false)
+	})
+
+	t.Run("bad sends get errors, connection stays", func(t *testing.T) {
+		cl := dialWS(t, node.WSURL())
+		cl.t = t
+		cl.login(token(t, c, "sender", "r1"))
+		for i, s := range []*pb.Send{
+			{Seq: 1, Body: nil},
+			{Seq: 2, Body: bytes.Repeat([]byte("x"), 16<<10+1)},
+			{Seq: 3, Body: []byte("x"), Lane: 9},
+			{Seq: 4, Body: []byte("x"), TagExpr: `"a" in tags`},
+		} {
+			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: s}})
+			e := cl.next().GetError()
+			want := []pb.ErrorCode{pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE,
+				pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR}[i]
+			if e == nil || e.Seq != s.Seq || e.Code != uint32(want) {
+				t.Fatalf("send %d: want Error %v, got %v", s.Seq, want, e)
+			}
+		}
+		cl.expectSilence(0)
+		watcher.expectSilence(100 * time.Millisecond) // nothing bad reached the room
+	})
+
+	// After all that the node still serves: a fresh member's message reaches the watcher.
+	ok := dialTCP2(t, node.TCPAddr())
+	ok.login(token(t, c, "fine", "r1"))
+	ok.sendFrame(sendFrame(1, "still here"))
+	if ok.next().GetSendAck() == nil {
+		t.Fatal("no SendAck after the bad input")
+	}
+	if msgs := watcher.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "still here" {
+		t.Fatalf("watcher got %v", msgs)
+	}
+	if got := node.Connections(); got != 2 {
+		t.Fatalf("node holds %d connections, want 2 (watcher and the last client)", got)
+	}
+}
+
+func dialTCP2(t *testing.T, addr string) *rawClient {
+	c, _ := dialTCP(t, addr)
+	return c
+}
+
+func TestHeartbeat(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond })
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	ack := cl.login(token(t, c, "beat", "r1"))
+	if ack.HeartbeatIntervalMs != 100 {
+		t.Fatalf("announced interval %dms, want 100", ack.HeartbeatIntervalMs)
+	}
+	// Beating keeps the connection alive well past three intervals.
+	for i := 0; i < 6; i++ {
+		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
+		if a := cl.next().GetHeartbeatAck(); a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs == 0 {
+			t.Fatalf("heartbeat %d answered with %v", i, a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Silence is not.
+	start := time.Now()
+	cl.expectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, true)
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("closed after %v of silence, before three intervals", waited)
+	}
+	checkFor(t, time.Second, 10*time.Millisecond, func() error {
+		if n := c.Nodes[0].Connections(); n != 0 {
+			return fmt.Errorf("%d connections left", n)
+		}
+		return nil
+	})
+}

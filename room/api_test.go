@@ -1,0 +1,100 @@
+package room_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"roomcast/internal/devcluster"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startCluster(t *testing.T) *devcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s: HTTP %d, body is not JSON: %q", method, url, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+func TestAPIBadInput(t *testing.T) {
+	c := startCluster(t)
+	msgs := c.URL() + "/v1/rooms/lobby/messages"
+	key := devcluster.APIKey
+	cases := []struct {
+		name, url, key, body string
+		status               int
+		code                 float64
+	}{
+		{"no key", msgs, "", `{"body":"x"}`, 401, 106},
+		{"wrong key", msgs, "nope", `{"body":"x"}`, 401, 106},
+		{"bad room name", c.URL() + "/v1/rooms/a.b/messages", key, `{"body":"x"}`, 400, 100},
+		{"not JSON", msgs, key, `hello`, 400, 100},
+		{"unknown field", msgs, key, `{"body":"x","colour":"red"}`, 400, 100},
+		{"two objects", msgs, key, `{"body":"x"}{"body":"y"}`, 400, 100},
+		{"empty body", msgs, key, `{"type":"chat"}`, 400, 100},
+		{"bad lane", msgs, key, `{"body":"x","lane":"fast"}`, 400, 100},
+		{"bad sender", msgs, key, `{"body":"x","sender":"a b"}`, 400, 100},
+		{"both bodies", msgs, key, `{"body":"x","body_base64":"eA=="}`, 400, 100},
+		{"message too large", msgs, key, `{"body":"` + strings.Repeat("x", 16<<10+1) + `"}`, 413, 101},
+		{"request too large", msgs, key, `{"body":"` + strings.Repeat("x", 65<<10) + `"}`, 413, 101},
+		{"tag expression", msgs, key, `{"body":"x","tag_expr":"\"a\" in tags"}`, 400, 104},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, out := call(t, "POST", tc.url, tc.key, tc.body)
+			if status != tc.status || out["code"] != tc.code || out["error"] == "" {
+				t.Fatalf("HTTP %d %v, want %d with code %v", status, out, tc.status, tc.code)
+			}
+		})
+	}
+
+	status, out := call(t, "POST", msgs, key, `{"body":"hello","lane":"bulk","sender":"host"}`)
+	if status != 200 || len(out["id"].(string)) != 26 || out["server_time_ms"].(float64) == 0 {
+		t.Fatalf("good send: HTTP %d %v", status, out)
+	}
+	status, out = call(t, "GET", c.URL()+"/v1/rooms/lobby", key, "")
+	if status != 200 || out["online"].(float64) != 0 {
+		t.Fatalf("room info: HTTP %d %v", status, out)
+	}
+
+	// With the room service gone, the API says so instead of hanging.
+	c.Room.Close()
+	status, out = call(t, "POST", msgs, key, `{"body":"anyone?"}`)
+	if status != 503 || out["code"].(float64) != 503 {
+		t.Fatalf("room service down: HTTP %d %v, want 503", status, out)
+	}
+}
