@@ -63,6 +63,9 @@ func New(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), m: newMetrics(cfg.Registry, cfg.Node)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// Session numbers start from the boot time in milliseconds, shifted so a node can hand out
+	// 65536 sessions a millisecond: a restarted node never repeats an id it gave before.
+	n.sessionSeq.Store(uint64(time.Now().UnixMilli()) << 16)
 	n.rooms = newRoomTable(n)
 	n.conns = newConnTable()
 	n.presence = &eventBatcher{n: n}
