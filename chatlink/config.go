@@ -34,17 +34,36 @@ type Config struct {
 	MaxFrameBytes int
 	// LoginTimeout is how long a new connection may take to log in. Zero value means 10s.
 	LoginTimeout time.Duration
-	// HeartbeatInterval is the interval announced to clients; a connection silent for three
-	// intervals is closed. Zero value means 25s.
+	// HeartbeatInterval is the interval first announced to clients; a connection silent for
+	// three of its intervals is closed. Zero value means 25s.
 	HeartbeatInterval time.Duration
+	// HeartbeatMax caps the interval: while a client beats on time, every third beat raises its
+	// interval by HeartbeatStep up to HeartbeatMax; a late beat drops it back to
+	// HeartbeatInterval. Zero values mean 2.4x and 0.2x HeartbeatInterval (60s and 5s).
+	HeartbeatMax, HeartbeatStep time.Duration
+	// FlushTick is how long a room's messages gather before they go out as one frame, for rooms
+	// whose settings name none. Zero value means 100ms.
+	FlushTick time.Duration
+	// EgressCapacity is the node's egress bandwidth in bytes per second, the base of node flow
+	// control. Zero value means unlimited: no flow control.
+	EgressCapacity float64
+	// FlowT1 and FlowT2 are the two thresholds of node flow control, as shares of
+	// EgressCapacity. Zero values mean 0.70 and 0.85.
+	FlowT1, FlowT2 float64
+	// ThinAtPendingBytes, CriticalOnlyAtPendingBytes and MaxPendingBytes set how a connection's
+	// write backlog (bytes queued, not yet taken by its socket) changes what it gets: from the
+	// first it gets no bulk, from the second only critical, and past the third it is closed as
+	// a slow reader. Zero values mean 64 KiB, 256 KiB and 1 MiB.
+	ThinAtPendingBytes, CriticalOnlyAtPendingBytes int
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
 	// MaxInflightSends bounds the sends one connection may have waiting for the room service;
 	// more are refused with RATE_LIMITED. Zero value means 32.
 	MaxInflightSends int
-	// MaxPendingBytes bounds the bytes queued for one TCP connection before it is closed as a
-	// slow reader. Zero value means 4 MiB.
-	MaxPendingBytes int
+	MaxPendingBytes  int
+	// DrainSpread is how widely the reconnect delays told to clients are spread when the node
+	// drains, so they do not all come back at once. Zero value means 10s.
+	DrainSpread time.Duration
 	// ReportInterval is how often a load report is published. Zero value means 1s.
 	ReportInterval time.Duration
 	// Registry receives the node's metrics, labelled node=<Node>. Zero value means none are
@@ -76,8 +95,32 @@ func (c *Config) setDefaults() {
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32
 	}
+	if c.HeartbeatMax <= 0 {
+		c.HeartbeatMax = c.HeartbeatInterval * 12 / 5
+	}
+	if c.HeartbeatStep <= 0 {
+		c.HeartbeatStep = c.HeartbeatInterval / 5
+	}
+	if c.FlushTick <= 0 {
+		c.FlushTick = defaultFlushTick
+	}
+	if c.FlowT1 <= 0 {
+		c.FlowT1 = 0.70
+	}
+	if c.FlowT2 <= 0 {
+		c.FlowT2 = 0.85
+	}
+	if c.ThinAtPendingBytes <= 0 {
+		c.ThinAtPendingBytes = 64 << 10
+	}
+	if c.CriticalOnlyAtPendingBytes <= 0 {
+		c.CriticalOnlyAtPendingBytes = 256 << 10
+	}
 	if c.MaxPendingBytes <= 0 {
-		c.MaxPendingBytes = 4 << 20
+		c.MaxPendingBytes = 1 << 20
+	}
+	if c.DrainSpread <= 0 {
+		c.DrainSpread = 10 * time.Second
 	}
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = time.Second

@@ -20,6 +20,8 @@ type transport interface {
 	// write queues one encoded Frame and returns at once. b must not change afterwards: it may
 	// be shared by many connections.
 	write(b []byte)
+	// pending returns the bytes queued and not yet taken by the socket.
+	pending() int64
 	// kick queues a Kick frame, then closes the connection with code.
 	kick(code pb.CloseCode, kick []byte)
 	// forceClose closes the connection without a goodbye.
@@ -37,12 +39,16 @@ const (
 
 // conn is one client connection, from accept to close.
 type conn struct {
-	node      *Node
-	t         transport
-	connected time.Time
-	lastSeen  atomic.Int64 // unix nanoseconds of the last frame received
-	inflight  atomic.Int32 // sends waiting for the room service
-	closing   atomic.Bool  // a Kick is on its way; frames from the client are ignored
+	node       *Node
+	t          transport
+	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
+	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
+	inflight   atomic.Int32  // sends waiting for the room service
+	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
+
+	// Touched only by the connection's reader.
+	lastBeat    int64 // unix nanoseconds of the last heartbeat
+	beatsOnTime uint8
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -52,9 +58,9 @@ type conn struct {
 }
 
 func (n *Node) newConn(t transport) *conn {
-	now := time.Now()
-	c := &conn{node: n, t: t, connected: now}
-	c.lastSeen.Store(now.UnixNano())
+	c := &conn{node: n, t: t}
+	c.lastSeen.Store(time.Now().UnixNano())
+	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
 	n.m.connections.Inc()
 	return c
@@ -90,11 +96,7 @@ func (c *conn) handle(data []byte) {
 	case *pb.Frame_Heartbeat:
 		c.node.m.framesIn.WithLabelValues("heartbeat").Inc()
 		if c.requireLive() {
-			c.writeFrame(&pb.Frame{Kind: &pb.Frame_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{
-				ClientTimeMs:        k.Heartbeat.ClientTimeMs,
-				ServerTimeMs:        time.Now().UnixMilli(),
-				HeartbeatIntervalMs: uint32(c.node.cfg.HeartbeatInterval.Milliseconds()),
-			}}})
+			c.heartbeat(k.Heartbeat)
 		}
 	default:
 		c.node.m.framesIn.WithLabelValues("bad").Inc()
@@ -122,6 +124,11 @@ func (c *conn) login(l *pb.Login) {
 	c.state = stateLoggingIn
 	c.mu.Unlock()
 
+	if n.draining.Load() {
+		n.m.logins.WithLabelValues("draining").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
+		return
+	}
 	claims, err := n.cfg.Keys.Verify(l.Token)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
@@ -158,7 +165,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 
-	n.rooms.join(c)
+	n.rooms.join(c, rep.Settings)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
@@ -185,6 +192,27 @@ func (c *conn) login(l *pb.Login) {
 		Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
 		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: now.UnixMilli(),
 	})
+}
+
+// heartbeat answers a Heartbeat with the interval the client should use from now: it grows
+// while the client beats on time and falls back to the base after a late beat. A longer
+// interval means fewer wake-ups for a mobile client and fewer frames for the node.
+func (c *conn) heartbeat(h *pb.Heartbeat) {
+	cfg := &c.node.cfg
+	now := time.Now()
+	interval := time.Duration(c.hbInterval.Load()) * time.Millisecond
+	if c.lastBeat != 0 && now.UnixNano()-c.lastBeat > int64(interval*3/2) {
+		interval, c.beatsOnTime = cfg.HeartbeatInterval, 0
+	} else if c.beatsOnTime++; c.beatsOnTime >= 3 {
+		interval, c.beatsOnTime = min(cfg.HeartbeatMax, interval+cfg.HeartbeatStep), 0
+	}
+	c.lastBeat = now.UnixNano()
+	c.hbInterval.Store(uint32(interval.Milliseconds()))
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{
+		ClientTimeMs:        h.ClientTimeMs,
+		ServerTimeMs:        now.UnixMilli(),
+		HeartbeatIntervalMs: uint32(interval.Milliseconds()),
+	}}})
 }
 
 func (c *conn) send(s *pb.Send) {
@@ -220,6 +248,16 @@ func (c *conn) send(s *pb.Send) {
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
 	c.node.m.sendErrors.WithLabelValues(code.String()).Inc()
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{Code: uint32(code), Message: msg, Seq: seq}}})
+}
+
+// write queues an encoded frame.
+func (c *conn) write(b []byte) { c.t.write(b) }
+
+// closeSlow closes a connection whose backlog grew past the limit even for critical messages.
+// It is not reading, so the Kick is unlikely to arrive: the socket is closed at once.
+func (c *conn) closeSlow() {
+	c.close(pb.CloseCode_CLOSE_CODE_SLOW_READER, "not reading fast enough")
+	c.t.forceClose()
 }
 
 func (c *conn) writeFrame(f *pb.Frame) {

@@ -2,20 +2,56 @@ package chatlink
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	pb "roomcast/proto/roomcastpb"
 )
 
-// metrics are a node's Prometheus instruments.
+// Reasons a message is not delivered to a member.
+const (
+	dropBudget      = iota // over the room's per-member budget
+	dropFlowControl        // node flow control sampled it away
+	dropSlowReader         // the member's write backlog is too long for its lane
+	dropReasons
+)
+
+var dropReasonNames = [dropReasons]string{"budget", "flow_control", "slow_reader"}
+
+// metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
+// fan-out adds to them without label lookups.
 type metrics struct {
-	connections prometheus.Gauge
-	rooms       prometheus.Gauge
-	framesIn    *prometheus.CounterVec // by frame kind
-	deliveries  prometheus.Counter
-	logins      *prometheus.CounterVec // by result
-	closes      *prometheus.CounterVec // by close code name
-	sendErrors  *prometheus.CounterVec // by error code name
+	connections        prometheus.Gauge
+	rooms              prometheus.Gauge
+	framesIn           *prometheus.CounterVec // by frame kind
+	pushFrames         prometheus.Counter
+	deliveries         [4]prometheus.Counter // by lane
+	drops              [4][dropReasons]prometheus.Counter
+	criticalOverBudget prometheus.Counter
+	logins             *prometheus.CounterVec // by result
+	closes             *prometheus.CounterVec // by close code name
+	sendErrors         *prometheus.CounterVec // by error code name
+	flowStrength       prometheus.Gauge
+	egressUsage        prometheus.Gauge
+	egressBytes        prometheus.CounterFunc
+	backlogBytes       prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, node string) *metrics {
+func laneName(l int) string {
+	switch pb.Lane(l) {
+	case pb.Lane_LANE_CRITICAL:
+		return "critical"
+	case pb.Lane_LANE_BULK:
+		return "bulk"
+	}
+	return "normal"
+}
+
+func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
+	deliveries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_chatlink_deliveries_total", Help: "Messages written to client connections, by lane.",
+	}, []string{"lane"})
+	drops := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_chatlink_drops_total", Help: "Messages not delivered to a member, by lane and reason (budget, flow_control, slow_reader).",
+	}, []string{"lane", "reason"})
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "roomcast_chatlink_connections", Help: "Open client connections, logged in or not.",
@@ -26,8 +62,11 @@ func newMetrics(reg prometheus.Registerer, node string) *metrics {
 		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_frames_in_total", Help: "Client frames received, by kind (bad: did not parse).",
 		}, []string{"kind"}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "roomcast_chatlink_deliveries_total", Help: "Messages handed to client connections.",
+		pushFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_push_frames_total", Help: "Push frames written to client connections.",
+		}),
+		criticalOverBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_critical_over_budget_total", Help: "Critical messages over a room's critical budget (delivered all the same).",
 		}),
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_logins_total", Help: "Login attempts, by result.",
@@ -38,10 +77,29 @@ func newMetrics(reg prometheus.Registerer, node string) *metrics {
 		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_send_errors_total", Help: "Sends refused, by error code.",
 		}, []string{"code"}),
+		flowStrength: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "roomcast_chatlink_flow_strength", Help: "Node flow-control strength, 0 (nothing held back) to 1 (critical only).",
+		}),
+		egressUsage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "roomcast_chatlink_egress_usage", Help: "Egress over the last second as a share of the configured capacity.",
+		}),
+		egressBytes: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_egress_bytes_total", Help: "Bytes of push frames handed to client connections.",
+		}, func() float64 { return float64(n.egress.Load()) }),
+		backlogBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "roomcast_chatlink_write_backlog_bytes", Help: "Bytes queued for client connections and not yet taken by their sockets.",
+		}),
+	}
+	for l := range m.deliveries {
+		m.deliveries[l] = deliveries.WithLabelValues(laneName(l))
+		for r := range m.drops[l] {
+			m.drops[l][r] = drops.WithLabelValues(laneName(l), dropReasonNames[r])
+		}
 	}
 	if reg != nil {
-		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": node}, reg)
-		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.deliveries, m.logins, m.closes, m.sendErrors)
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
+		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, deliveries, drops, m.criticalOverBudget,
+			m.logins, m.closes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m
 }

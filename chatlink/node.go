@@ -36,6 +36,9 @@ type Node struct {
 	presence   *eventBatcher
 	sessionSeq atomic.Uint64
 	draining   atomic.Bool
+	egress     atomic.Uint64 // bytes of push frames handed to connections
+	flow       *flowController
+	cpu        cpuMeter
 
 	upgrader *gws.Upgrader
 	httpSrv  *http.Server
@@ -61,7 +64,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("chatlink: Config.Keys needs at least one app")
 	}
 	cfg.setDefaults()
-	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), m: newMetrics(cfg.Registry, cfg.Node)}
+	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
+	n.m = newMetrics(cfg.Registry, n)
+	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Session numbers start from the boot time in milliseconds, shifted so a node can hand out
 	// 65536 sessions a millisecond: a restarted node never repeats an id it gave before.
@@ -95,6 +100,7 @@ func (n *Node) Start() error {
 	n.goAsync(n.reportLoop)
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
+	n.goAsync(n.flowLoop)
 	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
 	return nil
 }
@@ -152,15 +158,19 @@ func (n *Node) Connections() int { return n.conns.len() }
 
 func (n *Node) report() *pb.LoadReport {
 	return &pb.LoadReport{
-		Node:        n.cfg.Node,
-		WsUrl:       n.WSURL(),
-		TcpAddr:     n.TCPAddr(),
-		Region:      n.cfg.Region,
-		Isp:         n.cfg.ISP,
-		Connections: int64(n.conns.len()),
-		Rooms:       int64(n.rooms.count()),
-		Draining:    n.draining.Load(),
-		TimeMs:      time.Now().UnixMilli(),
+		Node:                      n.cfg.Node,
+		WsUrl:                     n.WSURL(),
+		TcpAddr:                   n.TCPAddr(),
+		Region:                    n.cfg.Region,
+		Isp:                       n.cfg.ISP,
+		Connections:               int64(n.conns.len()),
+		Rooms:                     int64(n.rooms.count()),
+		EgressBytesPerSec:         int64(n.flow.egressRate()),
+		EgressCapacityBytesPerSec: int64(n.cfg.EgressCapacity),
+		FlowControlStrength:       n.flow.strength(),
+		Cpu:                       n.cpu.usage(),
+		Draining:                  n.draining.Load(),
+		TimeMs:                    time.Now().UnixMilli(),
 	}
 }
 
@@ -168,6 +178,9 @@ func (n *Node) reportLoop() {
 	t := time.NewTicker(n.cfg.ReportInterval)
 	defer t.Stop()
 	for {
+		var backlog int64
+		n.conns.each(func(c *conn) { backlog += c.t.pending() })
+		n.m.backlogBytes.Set(float64(backlog))
 		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
 			n.log.Warn("load report not published", "err", err)
 		}
@@ -189,13 +202,13 @@ func (n *Node) sweepLoop() {
 		case <-n.ctx.Done():
 			return
 		case now := <-t.C:
-			silentSince := now.Add(-3 * n.cfg.HeartbeatInterval).UnixNano()
-			loginBy := now.Add(-n.cfg.LoginTimeout)
+			nowNS := now.UnixNano()
+			loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
 			n.conns.each(func(c *conn) {
 				switch st := c.getState(); {
-				case st == stateNew && c.connected.Before(loginBy):
+				case st == stateNew && c.lastSeen.Load() < loginBy:
 					c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
-				case st == stateLive && c.lastSeen.Load() < silentSince:
+				case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
 					c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
 				}
 			})

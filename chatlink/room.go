@@ -2,11 +2,10 @@ package chatlink
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
@@ -23,18 +22,22 @@ type roomTable struct {
 }
 
 type roomShard struct {
-	mu    sync.Mutex // guards rooms and every member set's membership changes in this shard
+	mu    sync.Mutex // guards rooms and the membership changes of every room in this shard
 	rooms map[string]*localRoom
 }
 
-// localRoom is one room's members on this node and its broadcast subscription.
+// localRoom is one room's members on this node, its broadcast subscription and its fan-out
+// state (fanout.go).
 type localRoom struct {
+	t       *roomTable
 	subject string
 	ready   chan struct{} // closed once the subscription is known to the NATS server
 
 	mu      sync.RWMutex // guards members
 	members map[*conn]struct{}
 	sub     *nats.Subscription
+
+	fanout roomFanout
 }
 
 func newRoomTable(n *Node) *roomTable {
@@ -50,16 +53,18 @@ func (t *roomTable) shard(key string) *roomShard {
 }
 
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member. It returns once the subscription is in place, so c misses nothing sent after.
-func (t *roomTable) join(c *conn) {
+// member; settings are the room's, as the room service gave them at c's join. It returns once
+// the subscription is in place, so c misses nothing sent after.
+func (t *roomTable) join(c *conn, settings *pb.RoomSettings) {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
 	r := sh.rooms[key]
 	first := r == nil
 	if first {
-		r = &localRoom{subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{}), members: make(map[*conn]struct{})}
-		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { t.deliver(r, m.Data) })
+		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{}), members: make(map[*conn]struct{})}
+		r.fanout.init(r, settings, time.Now())
+		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
 		if err != nil {
 			// Only a closed NATS connection fails here; the node is going down.
 			t.n.log.Error("subscribe room", "subject", r.subject, "err", err)
@@ -101,6 +106,7 @@ func (t *roomTable) leave(c *conn) {
 		if r.sub != nil {
 			_ = r.sub.Unsubscribe()
 		}
+		r.fanout.stop()
 		t.n.m.rooms.Dec()
 	}
 }
@@ -115,70 +121,4 @@ func (t *roomTable) count() int {
 		sh.mu.Unlock()
 	}
 	return total
-}
-
-// deliver fans a room batch out to the room's local members. The Push frame is encoded once
-// and the same bytes go to every member; a member that sent some of the batch's messages gets
-// a variant without them, so senders see a SendAck and no echo.
-func (t *roomTable) deliver(r *localRoom, data []byte) {
-	var batch pb.RoomBatch
-	if err := proto.Unmarshal(data, &batch); err != nil || len(batch.Messages) == 0 {
-		t.n.log.Warn("dropping room batch that does not parse", "subject", r.subject)
-		return
-	}
-	prefix := t.n.cfg.Node + "-"
-	var localSenders []string
-	for _, s := range batch.SenderSessions {
-		if strings.HasPrefix(s, prefix) {
-			localSenders = append(localSenders, s)
-		}
-	}
-	full, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: batch.Messages}}})
-	if err != nil {
-		t.n.log.Error("encode push", "err", err)
-		return
-	}
-	delivered := 0
-	r.mu.RLock()
-	for c := range r.members {
-		if len(localSenders) > 0 && contains(localSenders, c.session) {
-			if b, n := withoutSender(&batch, c.session); n > 0 {
-				c.t.write(b)
-				delivered += n
-			}
-			continue
-		}
-		c.t.write(full)
-		delivered += len(batch.Messages)
-	}
-	r.mu.RUnlock()
-	t.n.m.deliveries.Add(float64(delivered))
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// withoutSender encodes a Push of the batch's messages not sent by session, and their count.
-func withoutSender(batch *pb.RoomBatch, session string) ([]byte, int) {
-	msgs := make([]*pb.Message, 0, len(batch.Messages))
-	for i, m := range batch.Messages {
-		if i < len(batch.SenderSessions) && batch.SenderSessions[i] == session {
-			continue
-		}
-		msgs = append(msgs, m)
-	}
-	if len(msgs) == 0 {
-		return nil, 0
-	}
-	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: msgs}}})
-	if err != nil {
-		return nil, 0
-	}
-	return b, len(msgs)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "roomcast/proto/roomcastpb"
@@ -61,19 +62,16 @@ type tcpTransport struct {
 	closing bool // close after the queue is written
 	closed  bool
 	flushed chan struct{} // closed when the closing flush is done
+
+	backlog atomic.Int64 // bytes queued or being written
 }
+
+func (t *tcpTransport) pending() int64 { return t.backlog.Load() }
 
 func (t *tcpTransport) write(b []byte) {
 	t.mu.Lock()
 	if t.closing || t.closed {
 		t.mu.Unlock()
-		return
-	}
-	if t.queued+len(b) > t.n.cfg.MaxPendingBytes {
-		t.mu.Unlock()
-		t.n.log.Debug("tcp client too slow, closing")
-		t.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_SLOW_READER.String()).Inc()
-		t.forceClose()
 		return
 	}
 	t.enqueueLocked(b)
@@ -84,6 +82,7 @@ func (t *tcpTransport) write(b []byte) {
 func (t *tcpTransport) enqueueLocked(b []byte) {
 	t.queue = append(t.queue, b)
 	t.queued += len(b)
+	t.backlog.Add(int64(len(b)))
 	if !t.writing {
 		t.writing = true
 		t.n.goAsync(t.flush)
@@ -144,8 +143,14 @@ func (t *tcpTransport) flush() {
 		for i, b := range q {
 			bufs = append(bufs, hdrs[i*4:i*4+4], b)
 		}
+		var size int64
+		for _, b := range q {
+			size += int64(len(b))
+		}
 		_ = t.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := bufs.WriteTo(t.nc); err != nil {
+		_, err := bufs.WriteTo(t.nc)
+		t.backlog.Add(-size)
+		if err != nil {
 			t.forceClose()
 		}
 	}

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"net/http"
+	"sync/atomic"
 
 	"github.com/lxzan/gws"
 
@@ -31,7 +32,7 @@ func (s *wsSlot) Range(f func(key string, v any) bool) { f("conn", s.c) }
 func connOf(socket *gws.Conn) *conn { return socket.Session().(*wsSlot).c }
 
 func (h wsHandler) OnOpen(socket *gws.Conn) {
-	socket.Session().(*wsSlot).c = h.n.newConn(wsTransport{socket})
+	socket.Session().(*wsSlot).c = h.n.newConn(&wsTransport{s: socket})
 }
 
 func (h wsHandler) OnClose(socket *gws.Conn, err error) {
@@ -80,16 +81,26 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // wsTransport writes frames to a gws connection. gws queues asynchronous writes per
-// connection, so a write never blocks the fan-out.
-type wsTransport struct{ s *gws.Conn }
+// connection without a limit, so a write never blocks the fan-out, and the backlog is counted
+// here.
+type wsTransport struct {
+	s       *gws.Conn
+	backlog atomic.Int64
+}
 
-func (t wsTransport) write(b []byte) { t.s.WriteAsync(gws.OpcodeBinary, b, nil) }
+func (t *wsTransport) write(b []byte) {
+	n := int64(len(b))
+	t.backlog.Add(n)
+	t.s.WriteAsync(gws.OpcodeBinary, b, func(error) { t.backlog.Add(-n) })
+}
 
-func (t wsTransport) kick(code pb.CloseCode, kick []byte) {
+func (t *wsTransport) pending() int64 { return t.backlog.Load() }
+
+func (t *wsTransport) kick(code pb.CloseCode, kick []byte) {
 	t.s.Async(func() {
 		_ = t.s.WriteMessage(gws.OpcodeBinary, kick)
 		_ = t.s.WriteClose(uint16(code), []byte(code.String()))
 	})
 }
 
-func (t wsTransport) forceClose() { _ = t.s.NetConn().Close() }
+func (t *wsTransport) forceClose() { _ = t.s.NetConn().Close() }

@@ -60,6 +60,8 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	a := &API{cfg: cfg, log: log.With("svc", "api"), mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /v1/rooms/{room}/messages", a.withApp(a.sendToRoom))
 	a.mux.HandleFunc("GET /v1/rooms/{room}", a.withApp(a.roomInfo))
+	a.mux.HandleFunc("GET /v1/rooms/{room}/settings", a.withApp(a.getSettings))
+	a.mux.HandleFunc("PUT /v1/rooms/{room}/settings", a.withApp(a.putSettings))
 	return a, nil
 }
 
@@ -165,19 +167,7 @@ func ParseLane(s string) (pb.Lane, bool) {
 
 func (a *API) sendToRoom(w http.ResponseWriter, r *http.Request, app, room string) {
 	var body SendBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody)
-			return
-		}
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err)
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body has data after the JSON object")
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	lane, ok := ParseLane(body.Lane)
@@ -203,7 +193,7 @@ func (a *API) sendToRoom(w http.ResponseWriter, r *http.Request, app, room strin
 		return
 	}
 	var rep pb.Reply
-	if !a.request(w, r.Context(), bus.SubjectRoomSend, req, &rep) {
+	if !a.request(r.Context(), w, bus.SubjectRoomSend, req, &rep) {
 		return
 	}
 	writeJSON(w, http.StatusOK, SendResult{ID: rep.MessageId, ServerTimeMS: rep.ServerTimeMs})
@@ -218,7 +208,7 @@ type RoomInfoResult struct {
 
 func (a *API) roomInfo(w http.ResponseWriter, r *http.Request, app, room string) {
 	var rep pb.Reply
-	if !a.request(w, r.Context(), bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep) {
+	if !a.request(r.Context(), w, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep) {
 		return
 	}
 	writeJSON(w, http.StatusOK, RoomInfoResult{Room: room, Online: rep.GetRoom().GetOnline(), Nodes: rep.GetRoom().GetNodes()})
@@ -226,7 +216,7 @@ func (a *API) roomInfo(w http.ResponseWriter, r *http.Request, app, room string)
 
 // request asks a service and writes the error answer when it fails or refuses; it reports
 // whether the caller should go on.
-func (a *API) request(w http.ResponseWriter, ctx context.Context, subject string, req proto.Message, rep *pb.Reply) bool {
+func (a *API) request(ctx context.Context, w http.ResponseWriter, subject string, req proto.Message, rep *pb.Reply) bool {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	if err := bus.Request(ctx, a.cfg.Bus, subject, req, rep); err != nil {
@@ -236,6 +226,70 @@ func (a *API) request(w http.ResponseWriter, ctx context.Context, subject string
 	}
 	if rep.Code != 0 {
 		writeError(w, pb.ErrorCode(rep.Code), "%s", rep.Message)
+		return false
+	}
+	return true
+}
+
+// SettingsBody is the JSON of a room's delivery settings (GET and PUT
+// /v1/rooms/{room}/settings). Zero values mean the defaults.
+type SettingsBody struct {
+	// FlushTickMS is how long ChatLinks gather the room's messages into one frame (default 100).
+	FlushTickMS uint32 `json:"flush_tick_ms"`
+	// NoMerge writes every message as its own frame (for measuring what merging gains).
+	NoMerge bool `json:"no_merge"`
+	// NormalBudget is normal+bulk messages per member per second (default 20; negative: no limit).
+	NormalBudget int32 `json:"normal_budget"`
+	// CriticalBudget is critical messages per member per second before it is counted as over
+	// budget; critical messages are never dropped (default 10; negative: no limit).
+	CriticalBudget int32 `json:"critical_budget"`
+}
+
+func settingsBody(st *pb.RoomSettings) SettingsBody {
+	return SettingsBody{FlushTickMS: st.GetFlushTickMs(), NoMerge: st.GetNoMerge(), NormalBudget: st.GetNormalBudget(), CriticalBudget: st.GetCriticalBudget()}
+}
+
+func (a *API) getSettings(w http.ResponseWriter, r *http.Request, app, room string) {
+	var rep pb.Reply
+	if !a.request(r.Context(), w, bus.SubjectRoomSettings, &pb.SettingsRequest{App: app, Room: room}, &rep) {
+		return
+	}
+	writeJSON(w, http.StatusOK, settingsBody(rep.Settings))
+}
+
+func (a *API) putSettings(w http.ResponseWriter, r *http.Request, app, room string) {
+	var body SettingsBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	st := &pb.RoomSettings{FlushTickMs: body.FlushTickMS, NoMerge: body.NoMerge, NormalBudget: body.NormalBudget, CriticalBudget: body.CriticalBudget}
+	if err := ValidateSettings(st); err != nil {
+		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+		return
+	}
+	var rep pb.Reply
+	if !a.request(r.Context(), w, bus.SubjectRoomSettings, &pb.SettingsRequest{App: app, Room: room, Update: true, Settings: st}, &rep) {
+		return
+	}
+	writeJSON(w, http.StatusOK, settingsBody(rep.Settings))
+}
+
+// decodeBody reads a request's JSON body into v: one object, no unknown fields, at most
+// maxAPIBody bytes. On failure it writes the error answer and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody)
+			return false
+		}
+		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err)
+		return false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body has data after the JSON object")
 		return false
 	}
 	return true

@@ -9,6 +9,7 @@
 package room
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,10 +45,11 @@ type Config struct {
 
 // Service is one instance of the room service.
 type Service struct {
-	cfg  Config
-	log  *slog.Logger
-	ids  ids.Generator
-	subs []*nats.Subscription
+	cfg      Config
+	log      *slog.Logger
+	ids      ids.Generator
+	subs     []*nats.Subscription
+	settings *settingsStore
 
 	mu    sync.Mutex // guards rooms
 	rooms map[roomKey]map[string]int64
@@ -73,13 +75,21 @@ func New(cfg Config) (*Service, error) {
 	return &Service{cfg: cfg, log: log.With("svc", "room"), rooms: make(map[roomKey]map[string]int64)}, nil
 }
 
-// Start subscribes the service to its subjects.
+// Start loads the rooms' settings and subscribes the service to its subjects.
 func (s *Service) Start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := openSettings(ctx, s.cfg.Bus, s.log)
+	if err != nil {
+		return err
+	}
+	s.settings = st
 	handlers := map[string]nats.MsgHandler{
-		bus.SubjectRoomJoin:  s.onJoin,
-		bus.SubjectRoomLeave: s.onLeave,
-		bus.SubjectRoomSend:  s.onSend,
-		bus.SubjectRoomInfo:  s.onInfo,
+		bus.SubjectRoomJoin:     s.onJoin,
+		bus.SubjectRoomLeave:    s.onLeave,
+		bus.SubjectRoomSend:     s.onSend,
+		bus.SubjectRoomInfo:     s.onInfo,
+		bus.SubjectRoomSettings: s.onSettings,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -98,6 +108,10 @@ func (s *Service) Close() {
 		_ = sub.Unsubscribe()
 	}
 	s.subs = nil
+	if s.settings != nil {
+		s.settings.close()
+		s.settings = nil
+	}
 }
 
 func (s *Service) onJoin(msg *nats.Msg) {
@@ -116,7 +130,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 	nodes[req.Node]++
 	info := s.infoLocked(k)
 	s.mu.Unlock()
-	bus.Respond(s.log, msg, &pb.Reply{Room: info})
+	bus.Respond(s.log, msg, &pb.Reply{Room: info, Settings: s.settings.get(req.App, req.Room)})
 }
 
 func (s *Service) onLeave(msg *nats.Msg) {
@@ -159,6 +173,39 @@ func (s *Service) infoLocked(k roomKey) *pb.RoomInfo {
 		info.Online += n
 	}
 	return info
+}
+
+func (s *Service) onSettings(msg *nats.Msg) {
+	var req pb.SettingsRequest
+	if rep := decode(msg, &req); rep != nil {
+		bus.Respond(s.log, msg, rep)
+		return
+	}
+	if !req.Update {
+		bus.Respond(s.log, msg, &pb.Reply{Settings: s.settings.get(req.App, req.Room)})
+		return
+	}
+	st := req.Settings
+	if st == nil {
+		st = &pb.RoomSettings{}
+	}
+	if err := ValidateSettings(st); err != nil {
+		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.settings.put(ctx, req.App, req.Room, st); err != nil {
+		s.log.Warn("settings not stored", "app", req.App, "room", req.Room, "err", err)
+		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "settings not stored"})
+		return
+	}
+	// ChatLinks holding the room learn the change on its broadcast subject, in order with its
+	// messages.
+	if err := bus.Publish(s.cfg.Bus, bus.RoomSubject(req.App, req.Room), &pb.RoomBatch{Settings: st}); err != nil {
+		s.log.Warn("settings change not broadcast", "app", req.App, "room", req.Room, "err", err)
+	}
+	bus.Respond(s.log, msg, &pb.Reply{Settings: st})
 }
 
 func (s *Service) onSend(msg *nats.Msg) {

@@ -22,6 +22,7 @@ const (
 	SubjectRoomLeave      = "rc.svc.room.leave"
 	SubjectRoomSend       = "rc.svc.room.send"
 	SubjectRoomInfo       = "rc.svc.room.info"
+	SubjectRoomSettings   = "rc.svc.room.settings"
 	SubjectPresenceEvents = "rc.svc.presence.events"
 	SubjectPresenceCount  = "rc.svc.presence.count"
 	SubjectLoad           = "rc.load"

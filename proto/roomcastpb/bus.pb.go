@@ -69,7 +69,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6, 0}
+	return file_bus_proto_rawDescGZIP(), []int{7, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -348,7 +348,9 @@ type Reply struct {
 	MessageId    string `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	ServerTimeMs int64  `protobuf:"varint,4,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
 	// Set by a successful join.
-	Room          *RoomInfo `protobuf:"bytes,5,opt,name=room,proto3" json:"room,omitempty"`
+	Room *RoomInfo `protobuf:"bytes,5,opt,name=room,proto3" json:"room,omitempty"`
+	// Set by a successful join: how the room's messages are delivered.
+	Settings      *RoomSettings `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +420,92 @@ func (x *Reply) GetRoom() *RoomInfo {
 	return nil
 }
 
+func (x *Reply) GetSettings() *RoomSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// RoomSettings say how a room's messages are delivered at the edge. Zero values mean the
+// ChatLink's defaults.
+type RoomSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long a ChatLink gathers the room's messages before writing them out as one frame.
+	// 0: the node's default (100 ms). At most 1000.
+	FlushTickMs uint32 `protobuf:"varint,1,opt,name=flush_tick_ms,json=flushTickMs,proto3" json:"flush_tick_ms,omitempty"`
+	// Write each message at once, as its own frame, instead of merging per tick. Costs far more
+	// CPU per delivery; kept to measure what merging gains.
+	NoMerge bool `protobuf:"varint,2,opt,name=no_merge,json=noMerge,proto3" json:"no_merge,omitempty"`
+	// Messages of the normal and bulk lanes each member receives per second at most; over it
+	// they are sampled, spread over the second. 0: the default (20). Negative: unlimited.
+	NormalBudget int32 `protobuf:"varint,3,opt,name=normal_budget,json=normalBudget,proto3" json:"normal_budget,omitempty"`
+	// Critical messages each member should receive per second at most. Critical messages are
+	// never dropped: going over this budget is only counted. 0: the default (10). Negative:
+	// unlimited.
+	CriticalBudget int32 `protobuf:"varint,4,opt,name=critical_budget,json=criticalBudget,proto3" json:"critical_budget,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RoomSettings) Reset() {
+	*x = RoomSettings{}
+	mi := &file_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomSettings) ProtoMessage() {}
+
+func (x *RoomSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomSettings.ProtoReflect.Descriptor instead.
+func (*RoomSettings) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RoomSettings) GetFlushTickMs() uint32 {
+	if x != nil {
+		return x.FlushTickMs
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetNoMerge() bool {
+	if x != nil {
+		return x.NoMerge
+	}
+	return false
+}
+
+func (x *RoomSettings) GetNormalBudget() int32 {
+	if x != nil {
+		return x.NormalBudget
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetCriticalBudget() int32 {
+	if x != nil {
+		return x.CriticalBudget
+	}
+	return 0
+}
+
 type RoomInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -432,7 +520,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +532,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +545,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -495,13 +583,15 @@ type RoomBatch struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Messages       []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	SenderSessions []string               `protobuf:"bytes,2,rep,name=sender_sessions,json=senderSessions,proto3" json:"sender_sessions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When set, the room's settings changed: ChatLinks apply them from this batch on.
+	Settings      *RoomSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +603,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +616,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoomBatch) GetMessages() []*Message {
@@ -539,6 +629,13 @@ func (x *RoomBatch) GetMessages() []*Message {
 func (x *RoomBatch) GetSenderSessions() []string {
 	if x != nil {
 		return x.SenderSessions
+	}
+	return nil
+}
+
+func (x *RoomBatch) GetSettings() *RoomSettings {
+	if x != nil {
+		return x.Settings
 	}
 	return nil
 }
@@ -561,7 +658,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +670,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +683,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -654,7 +751,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +763,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +776,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -715,7 +812,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +824,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +837,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -841,6 +938,76 @@ func (x *LoadReport) GetMaxConnections() int64 {
 	return 0
 }
 
+// SettingsRequest reads or (with update) replaces a room's settings (subject rc.svc.room.settings).
+// The reply carries the settings in force.
+type SettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Update        bool                   `protobuf:"varint,3,opt,name=update,proto3" json:"update,omitempty"`
+	Settings      *RoomSettings          `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettingsRequest) Reset() {
+	*x = SettingsRequest{}
+	mi := &file_bus_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettingsRequest) ProtoMessage() {}
+
+func (x *SettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettingsRequest.ProtoReflect.Descriptor instead.
+func (*SettingsRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SettingsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *SettingsRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *SettingsRequest) GetUpdate() bool {
+	if x != nil {
+		return x.Update
+	}
+	return false
+}
+
+func (x *SettingsRequest) GetSettings() *RoomSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
@@ -870,14 +1037,20 @@ const file_bus_proto_rawDesc = "" +
 	"\x04type\x18\x05 \x01(\tR\x04type\x12%\n" +
 	"\x04lane\x18\x06 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
-	"\btag_expr\x18\b \x01(\tR\atagExpr\"\xa5\x01\n" +
+	"\btag_expr\x18\b \x01(\tR\atagExpr\"\xdc\x01\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x03 \x01(\tR\tmessageId\x12$\n" +
 	"\x0eserver_time_ms\x18\x04 \x01(\x03R\fserverTimeMs\x12)\n" +
-	"\x04room\x18\x05 \x01(\v2\x15.roomcast.v1.RoomInfoR\x04room\"\xba\x01\n" +
+	"\x04room\x18\x05 \x01(\v2\x15.roomcast.v1.RoomInfoR\x04room\x125\n" +
+	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x9b\x01\n" +
+	"\fRoomSettings\x12\"\n" +
+	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12\x19\n" +
+	"\bno_merge\x18\x02 \x01(\bR\anoMerge\x12#\n" +
+	"\rnormal_budget\x18\x03 \x01(\x05R\fnormalBudget\x12'\n" +
+	"\x0fcritical_budget\x18\x04 \x01(\x05R\x0ecriticalBudget\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -886,10 +1059,11 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"f\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9d\x01\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
-	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\"\x9d\x02\n" +
+	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
+	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x9d\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
@@ -923,7 +1097,12 @@ const file_bus_proto_rawDesc = "" +
 	"\x03cpu\x18\v \x01(\x01R\x03cpu\x12\x1a\n" +
 	"\bdraining\x18\f \x01(\bR\bdraining\x12\x17\n" +
 	"\atime_ms\x18\r \x01(\x03R\x06timeMs\x12'\n" +
-	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnectionsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\"\x86\x01\n" +
+	"\x0fSettingsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
+	"\x06update\x18\x03 \x01(\bR\x06update\x125\n" +
+	"\bsettings\x18\x04 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettingsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -938,34 +1117,39 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0), // 0: roomcast.v1.SessionEvent.Kind
-	(*JoinRequest)(nil),    // 1: roomcast.v1.JoinRequest
-	(*LeaveRequest)(nil),   // 2: roomcast.v1.LeaveRequest
-	(*SendRequest)(nil),    // 3: roomcast.v1.SendRequest
-	(*Reply)(nil),          // 4: roomcast.v1.Reply
-	(*RoomInfo)(nil),       // 5: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),      // 6: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),   // 7: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),  // 8: roomcast.v1.SessionEvents
-	(*LoadReport)(nil),     // 9: roomcast.v1.LoadReport
-	nil,                    // 10: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),              // 11: roomcast.v1.Lane
-	(*Message)(nil),        // 12: roomcast.v1.Message
+	(SessionEvent_Kind)(0),  // 0: roomcast.v1.SessionEvent.Kind
+	(*JoinRequest)(nil),     // 1: roomcast.v1.JoinRequest
+	(*LeaveRequest)(nil),    // 2: roomcast.v1.LeaveRequest
+	(*SendRequest)(nil),     // 3: roomcast.v1.SendRequest
+	(*Reply)(nil),           // 4: roomcast.v1.Reply
+	(*RoomSettings)(nil),    // 5: roomcast.v1.RoomSettings
+	(*RoomInfo)(nil),        // 6: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),       // 7: roomcast.v1.RoomBatch
+	(*SessionEvent)(nil),    // 8: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),   // 9: roomcast.v1.SessionEvents
+	(*LoadReport)(nil),      // 10: roomcast.v1.LoadReport
+	(*SettingsRequest)(nil), // 11: roomcast.v1.SettingsRequest
+	nil,                     // 12: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),               // 13: roomcast.v1.Lane
+	(*Message)(nil),         // 14: roomcast.v1.Message
 }
 var file_bus_proto_depIdxs = []int32{
-	11, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
-	5,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	10, // 2: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	12, // 3: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	0,  // 4: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	7,  // 5: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	13, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	6,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	5,  // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	12, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	14, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	5,  // 5: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	0,  // 6: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 7: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	5,  // 8: roomcast.v1.SettingsRequest.settings:type_name -> roomcast.v1.RoomSettings
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -980,7 +1164,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

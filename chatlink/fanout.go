@@ -1,0 +1,351 @@
+package chatlink
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Default delivery settings of a room, when the room service gives none.
+const (
+	defaultFlushTick      = 100 * time.Millisecond
+	defaultNormalBudget   = 20
+	defaultCriticalBudget = 10
+)
+
+// roomSettings are a room's delivery settings with defaults applied.
+type roomSettings struct {
+	tick           time.Duration
+	merge          bool
+	normalBudget   float64 // messages per member per second; negative: unlimited
+	criticalBudget float64 // counted only; negative: unlimited
+}
+
+func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
+	s := roomSettings{tick: defTick, merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
+	if st == nil {
+		return s
+	}
+	if st.FlushTickMs > 0 {
+		s.tick = time.Duration(st.FlushTickMs) * time.Millisecond
+	}
+	s.merge = !st.NoMerge
+	if st.NormalBudget != 0 {
+		s.normalBudget = float64(st.NormalBudget)
+	}
+	if st.CriticalBudget != 0 {
+		s.criticalBudget = float64(st.CriticalBudget)
+	}
+	return s
+}
+
+// queued is a message waiting for its room's next flush, with the session that sent it.
+type queued struct {
+	m      *pb.Message
+	sender string
+}
+
+// roomFanout merges a room's messages per flush tick and writes each tick's messages to the
+// room's members as one frame, encoded once per variant. An idle room has no timer running.
+type roomFanout struct {
+	r *localRoom
+
+	mu             sync.Mutex // guards the fields below
+	settings       roomSettings
+	pending        []queued
+	armed          bool // timer will flush pending
+	stopped        bool
+	timer          *time.Timer
+	normalTokens   float64
+	criticalTokens float64
+	refilledAt     time.Time
+	fcCarry        [4]float64 // flow-control sampling carry, by lane
+
+	wmu sync.Mutex // held while writing, so a room's frames leave in order
+}
+
+func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
+	f.r = r
+	f.settings = resolveSettings(st, r.t.n.cfg.FlushTick)
+	f.refilledAt = now
+	f.normalTokens, f.criticalTokens = tokenCap(f.settings.normalBudget, f.settings.tick), tokenCap(f.settings.criticalBudget, f.settings.tick)
+}
+
+// stop is called when the room has no local members left.
+func (f *roomFanout) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	f.pending = nil
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+}
+
+// receive takes a room batch off the bus.
+func (r *localRoom) receive(data []byte) {
+	n := r.t.n
+	var batch pb.RoomBatch
+	if err := proto.Unmarshal(data, &batch); err != nil {
+		n.log.Warn("dropping room batch that does not parse", "subject", r.subject)
+		return
+	}
+	f := &r.fanout
+	f.mu.Lock()
+	if f.stopped {
+		f.mu.Unlock()
+		return
+	}
+	if batch.Settings != nil {
+		f.settings = resolveSettings(batch.Settings, n.cfg.FlushTick)
+	}
+	for i, m := range batch.Messages {
+		q := queued{m: m}
+		if i < len(batch.SenderSessions) {
+			q.sender = batch.SenderSessions[i]
+		}
+		f.pending = append(f.pending, q)
+	}
+	switch {
+	case len(f.pending) == 0:
+		f.mu.Unlock()
+	case !f.settings.merge:
+		// Unmerged: every message at once, as its own frame.
+		msgs := f.selectLocked(f.pending, time.Now(), n.flow.strength())
+		f.pending = nil
+		f.mu.Unlock()
+		f.wmu.Lock()
+		for i := range msgs {
+			r.write(msgs[i : i+1])
+		}
+		f.wmu.Unlock()
+	case !f.armed:
+		f.armed = true
+		if f.timer == nil {
+			f.timer = time.AfterFunc(f.settings.tick, r.flush)
+		} else {
+			f.timer.Reset(f.settings.tick)
+		}
+		f.mu.Unlock()
+	default:
+		f.mu.Unlock()
+	}
+}
+
+// flush writes what gathered during a tick.
+func (r *localRoom) flush() {
+	f := &r.fanout
+	f.mu.Lock()
+	f.armed = false
+	if f.stopped || len(f.pending) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	msgs := f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())
+	f.pending = nil
+	f.mu.Unlock()
+	f.wmu.Lock()
+	r.write(msgs)
+	f.wmu.Unlock()
+}
+
+// tokenCap is how many messages of a budget may go out at once: one tick's worth (at least
+// 100 ms worth, and at least one), so a burst is spread over the second instead of taking the
+// whole second's budget at its start.
+func tokenCap(budget float64, tick time.Duration) float64 {
+	if budget < 0 {
+		return 0
+	}
+	return max(1, budget*max(tick, 100*time.Millisecond).Seconds())
+}
+
+// selectLocked applies the room's budgets and the node's flow control to a tick's messages and
+// returns those to deliver, in order. Critical messages are never dropped. Over budget, normal
+// messages are kept before bulk ones, and the kept ones are spread evenly over the tick rather
+// than being its first few. Caller holds f.mu.
+func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64) []queued {
+	n := f.r.t.n
+	s := f.settings
+	elapsed := now.Sub(f.refilledAt).Seconds()
+	f.refilledAt = now
+	var count [4]int
+	for _, q := range msgs {
+		count[lane(q.m)]++
+	}
+
+	// Budgets: how many of each lane may go.
+	allowed := count
+	if s.normalBudget >= 0 {
+		f.normalTokens = min(tokenCap(s.normalBudget, s.tick), f.normalTokens+s.normalBudget*elapsed)
+		k := int(f.normalTokens)
+		allowed[pb.Lane_LANE_NORMAL] = min(count[pb.Lane_LANE_NORMAL], k)
+		allowed[pb.Lane_LANE_BULK] = min(count[pb.Lane_LANE_BULK], k-allowed[pb.Lane_LANE_NORMAL])
+		f.normalTokens -= float64(allowed[pb.Lane_LANE_NORMAL] + allowed[pb.Lane_LANE_BULK])
+	}
+	if s.criticalBudget >= 0 {
+		f.criticalTokens = min(tokenCap(s.criticalBudget, s.tick), f.criticalTokens+s.criticalBudget*elapsed)
+		if over := float64(count[pb.Lane_LANE_CRITICAL]) - f.criticalTokens; over > 0 {
+			n.m.criticalOverBudget.Add(over)
+		}
+		f.criticalTokens = max(0, f.criticalTokens-float64(count[pb.Lane_LANE_CRITICAL]))
+	}
+
+	keepNormal, keepBulk := keepFractions(strength)
+	keepFrac := [4]float64{1, 1, keepNormal, keepBulk}
+	kept := msgs[:0] // filtering in place: msgs is not used after
+	var seen [4]int
+	var dropped [4][2]int // by lane: budget, flow control
+	for _, q := range msgs {
+		l := lane(q.m)
+		i := seen[l]
+		seen[l]++
+		// Budget: keep message i of the lane's count[l] when it crosses the next multiple of
+		// count/allowed: an even spread.
+		if allowed[l] < count[l] && (i+1)*allowed[l]/count[l] == i*allowed[l]/count[l] {
+			dropped[l][0]++
+			continue
+		}
+		if l != pb.Lane_LANE_CRITICAL {
+			f.fcCarry[l] += keepFrac[l]
+			if f.fcCarry[l] < 1 {
+				dropped[l][1]++
+				continue
+			}
+			f.fcCarry[l]--
+		}
+		kept = append(kept, q)
+	}
+	for l := range dropped {
+		if d := dropped[l][0]; d > 0 {
+			n.m.drops[l][dropBudget].Add(float64(d))
+		}
+		if d := dropped[l][1]; d > 0 {
+			n.m.drops[l][dropFlowControl].Add(float64(d))
+		}
+	}
+	return kept
+}
+
+func lane(m *pb.Message) pb.Lane {
+	if m.Lane <= pb.Lane_LANE_UNSPECIFIED || m.Lane > pb.Lane_LANE_BULK {
+		return pb.Lane_LANE_NORMAL
+	}
+	return m.Lane
+}
+
+// variant is one set of messages as some members receive it, encoded once.
+type variant struct {
+	msgs    []queued
+	byLane  [4]int
+	encoded []byte
+}
+
+func newVariant(msgs []queued, keep func(queued) bool) *variant {
+	v := &variant{}
+	for _, q := range msgs {
+		if keep == nil || keep(q) {
+			v.msgs = append(v.msgs, q)
+			v.byLane[lane(q.m)]++
+		}
+	}
+	return v
+}
+
+func (v *variant) frame() []byte {
+	if v.encoded == nil && len(v.msgs) > 0 {
+		push := &pb.Push{Messages: make([]*pb.Message, len(v.msgs))}
+		for i, q := range v.msgs {
+			push.Messages[i] = q.m
+		}
+		v.encoded, _ = proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: push}})
+	}
+	return v.encoded
+}
+
+// write sends msgs to every member: the frame for each variant is encoded once and the same
+// bytes go to every member that gets that variant. Members whose write backlog grows get
+// thinner variants (no bulk, then critical only); a member that sent some of the messages gets
+// them left out, so a sender sees a SendAck and no echo. Caller holds r.fanout.wmu.
+func (r *localRoom) write(msgs []queued) {
+	if len(msgs) == 0 {
+		return
+	}
+	n := r.t.n
+	var levels [3]*variant
+	levels[0] = newVariant(msgs, nil)
+	prefix := n.cfg.Node + "-"
+	var localSenders []string
+	for _, q := range msgs {
+		if q.sender != "" && strings.HasPrefix(q.sender, prefix) {
+			localSenders = append(localSenders, q.sender)
+		}
+	}
+
+	var delivered, slowDropped [4]int
+	var frames, bytes int
+	r.mu.RLock()
+	for c := range r.members {
+		lvl := n.backlogLevel(c)
+		if lvl == levelClose {
+			c.closeSlow()
+			continue
+		}
+		v := levels[lvl]
+		if v == nil {
+			v = newVariant(msgs, levelFilter(lvl))
+			levels[lvl] = v
+		}
+		if len(localSenders) > 0 && contains(localSenders, c.session) {
+			v = newVariant(v.msgs, func(q queued) bool { return q.sender != c.session })
+		}
+		if b := v.frame(); b != nil {
+			c.write(b)
+			frames++
+			bytes += len(b)
+			for l, k := range v.byLane {
+				delivered[l] += k
+			}
+		}
+		if lvl > 0 {
+			for l := range slowDropped {
+				slowDropped[l] += levels[0].byLane[l] - levels[lvl].byLane[l]
+			}
+		}
+	}
+	r.mu.RUnlock()
+
+	n.egress.Add(uint64(bytes))
+	n.m.pushFrames.Add(float64(frames))
+	for l := range delivered {
+		if delivered[l] > 0 {
+			n.m.deliveries[l].Add(float64(delivered[l]))
+		}
+		if slowDropped[l] > 0 {
+			n.m.drops[l][dropSlowReader].Add(float64(slowDropped[l]))
+		}
+	}
+}
+
+// levelFilter returns what a member at backlog level lvl still gets.
+func levelFilter(lvl int) func(queued) bool {
+	switch lvl {
+	case levelThin:
+		return func(q queued) bool { return lane(q.m) != pb.Lane_LANE_BULK }
+	case levelCriticalOnly:
+		return func(q queued) bool { return lane(q.m) == pb.Lane_LANE_CRITICAL }
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
