@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lxzan/gws"
+	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
@@ -49,6 +50,9 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the node starts
 
+	adminSub *nats.Subscription
+	drained  chan struct{}
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -71,6 +75,7 @@ func New(cfg Config) (*Node, error) {
 	// Session numbers start from the boot time in milliseconds, shifted so a node can hand out
 	// 65536 sessions a millisecond: a restarted node never repeats an id it gave before.
 	n.sessionSeq.Store(uint64(time.Now().UnixMilli()) << 16)
+	n.drained = make(chan struct{})
 	n.rooms = newRoomTable(n)
 	n.conns = newConnTable()
 	n.presence = &eventBatcher{n: n}
@@ -91,6 +96,11 @@ func (n *Node) Start() error {
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
 		_ = n.wsLn.Close()
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
+	}
+	if n.adminSub, err = n.cfg.Bus.Subscribe(bus.DrainSubject(n.cfg.Node), n.serveDrain); err != nil {
+		_ = n.wsLn.Close()
+		_ = n.tcpLn.Close()
+		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ws", n.serveWS)
@@ -226,6 +236,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 func (n *Node) shutdown(ctx context.Context) error {
 	n.draining.Store(true)
+	if n.adminSub != nil {
+		_ = n.adminSub.Unsubscribe()
+	}
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Close()
 		_ = n.tcpLn.Close()

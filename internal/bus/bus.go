@@ -32,6 +32,9 @@ const (
 // (auth.ValidName), which keeps dots and wildcards out.
 func RoomSubject(app, room string) string { return "rc.room." + app + "." + room }
 
+// DrainSubject is where an operator asks a ChatLink to drain.
+func DrainSubject(node string) string { return "rc.admin." + node + ".drain" }
+
 // NodeSubject is the subject a ChatLink listens on for messages addressed to it.
 func NodeSubject(node string) string { return "rc.node." + node }
 

@@ -54,6 +54,8 @@ type Config struct {
 	// LoginTimeout and HeartbeatInterval are passed to every ChatLink. Zero values mean the
 	// ChatLink defaults.
 	LoginTimeout, HeartbeatInterval time.Duration
+	// ChatLink, when set, adjusts each ChatLink's configuration before it starts.
+	ChatLink func(*chatlink.Config)
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -157,10 +159,14 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if nc, err = connect("chatlink " + name); err != nil {
 			return nil, err
 		}
-		node, err := chatlink.New(chatlink.Config{
+		ccfg := chatlink.Config{
 			Node: name, Bus: nc, Keys: keys, Registry: reg, Log: log,
 			LoginTimeout: cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
-		})
+		}
+		if cfg.ChatLink != nil {
+			cfg.ChatLink(&ccfg)
+		}
+		node, err := chatlink.New(ccfg)
 		if err != nil {
 			return nil, err
 		}

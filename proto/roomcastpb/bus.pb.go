@@ -1008,6 +1008,62 @@ func (x *SettingsRequest) GetSettings() *RoomSettings {
 	return nil
 }
 
+// DrainRequest asks a ChatLink to drain (subject rc.admin.<node>.drain): stop taking logins, tell
+// its clients to reconnect elsewhere, and shut down once they are gone or at the deadline.
+type DrainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reconnect delays are spread uniformly over [0, spread_ms). 0: the node's default.
+	SpreadMs uint32 `protobuf:"varint,1,opt,name=spread_ms,json=spreadMs,proto3" json:"spread_ms,omitempty"`
+	// How long to wait for clients to leave before closing the rest. 0: spread plus 30 s.
+	DeadlineMs    uint32 `protobuf:"varint,2,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_bus_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DrainRequest) GetSpreadMs() uint32 {
+	if x != nil {
+		return x.SpreadMs
+	}
+	return 0
+}
+
+func (x *DrainRequest) GetDeadlineMs() uint32 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
@@ -1102,7 +1158,11 @@ const file_bus_proto_rawDesc = "" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
 	"\x06update\x18\x03 \x01(\bR\x06update\x125\n" +
-	"\bsettings\x18\x04 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettingsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\bsettings\x18\x04 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"L\n" +
+	"\fDrainRequest\x12\x1b\n" +
+	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
+	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
+	"deadlineMsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -1117,7 +1177,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),  // 0: roomcast.v1.SessionEvent.Kind
 	(*JoinRequest)(nil),     // 1: roomcast.v1.JoinRequest
@@ -1131,16 +1191,17 @@ var file_bus_proto_goTypes = []any{
 	(*SessionEvents)(nil),   // 9: roomcast.v1.SessionEvents
 	(*LoadReport)(nil),      // 10: roomcast.v1.LoadReport
 	(*SettingsRequest)(nil), // 11: roomcast.v1.SettingsRequest
-	nil,                     // 12: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),               // 13: roomcast.v1.Lane
-	(*Message)(nil),         // 14: roomcast.v1.Message
+	(*DrainRequest)(nil),    // 12: roomcast.v1.DrainRequest
+	nil,                     // 13: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),               // 14: roomcast.v1.Lane
+	(*Message)(nil),         // 15: roomcast.v1.Message
 }
 var file_bus_proto_depIdxs = []int32{
-	13, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	14, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	6,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
 	5,  // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	12, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	14, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	13, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	15, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
 	5,  // 5: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
 	0,  // 6: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
 	8,  // 7: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
@@ -1164,7 +1225,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
