@@ -39,8 +39,9 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
-	// MaxInflightSends bounds the sends one connection may have waiting for the room service;
-	// more are refused with RATE_LIMITED. Zero value means 32.
+	// MaxInflightSends bounds the sends one connection may have waiting for the room service
+	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
+	// value means 32.
 	MaxInflightSends int
 	// MaxPendingBytes bounds the bytes queued for one TCP connection before it is closed as a
 	// slow reader. Zero value means 4 MiB.
