@@ -343,3 +343,34 @@ func dialWSText(t *testing.T, url string) *rawClient {
 	}
 	return c
 }
+
+func TestPipelinedSendsKeepOrder(t *testing.T) {
+	c := startCluster(t, 2)
+	sender := dialWS(t, c.Nodes[0].WSURL())
+	sender.login(token(t, c, "fast", "order"))
+	receiver := dialTCP2(t, c.Nodes[1].TCPAddr())
+	receiver.login(token(t, c, "reader", "order"))
+
+	const n = 30
+	for i := 1; i <= n; i++ { // no waiting for acks; critical, so no budget thins them
+		f := sendFrame(uint64(i), fmt.Sprint(i))
+		f.GetSend().Lane = pb.Lane_LANE_CRITICAL
+		sender.sendFrame(f)
+	}
+	var lastID string
+	for i := 1; i <= n; i++ {
+		ack := sender.next().GetSendAck()
+		if ack == nil || ack.Seq != uint64(i) || ack.MessageId <= lastID {
+			t.Fatalf("ack %d: %v (previous id %s)", i, ack, lastID)
+		}
+		lastID = ack.MessageId
+	}
+	for got := 0; got < n; {
+		for _, m := range receiver.next().GetPush().GetMessages() {
+			got++
+			if string(m.Body) != fmt.Sprint(got) {
+				t.Fatalf("message %d has body %q: out of order", got, m.Body)
+			}
+		}
+	}
+}

@@ -57,8 +57,9 @@ type Config struct {
 	ThinAtPendingBytes, CriticalOnlyAtPendingBytes int
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
-	// MaxInflightSends bounds the sends one connection may have waiting for the room service;
-	// more are refused with RATE_LIMITED. Zero value means 32.
+	// MaxInflightSends bounds the sends one connection may have waiting for the room service
+	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
+	// value means 32.
 	MaxInflightSends int
 	MaxPendingBytes  int
 	// DrainSpread is how widely the reconnect delays told to clients are spread when the node

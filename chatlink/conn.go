@@ -43,7 +43,6 @@ type conn struct {
 	t          transport
 	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
-	inflight   atomic.Int32  // sends waiting for the room service
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
 
 	// Touched only by the connection's reader.
@@ -53,8 +52,10 @@ type conn struct {
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
 
-	mu    sync.Mutex // guards state
-	state connState
+	mu      sync.Mutex // guards the fields below
+	state   connState
+	sendq   []*pb.Send // sends waiting for the room service, oldest first
+	sending bool       // sendLoop is running
 }
 
 func (n *Node) newConn(t transport) *conn {
@@ -215,34 +216,61 @@ func (c *conn) heartbeat(h *pb.Heartbeat) {
 	}}})
 }
 
+// send queues a client's Send. One goroutine per connection, started when sends wait, forwards
+// them to the room service one at a time, so a client's messages keep the order it sent them in.
 func (c *conn) send(s *pb.Send) {
 	n := c.node
-	if int(c.inflight.Add(1)) > n.cfg.MaxInflightSends {
-		c.inflight.Add(-1)
+	c.mu.Lock()
+	if len(c.sendq) >= n.cfg.MaxInflightSends {
+		c.mu.Unlock()
 		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
 	}
-	req := &pb.SendRequest{
+	c.sendq = append(c.sendq, s)
+	start := !c.sending
+	c.sending = true
+	c.mu.Unlock()
+	if start {
+		n.goAsync(c.sendLoop)
+	}
+}
+
+func (c *conn) sendLoop() {
+	for {
+		c.mu.Lock()
+		if len(c.sendq) == 0 || c.state == stateClosed {
+			c.sendq, c.sending = nil, false
+			c.mu.Unlock()
+			return
+		}
+		s := c.sendq[0]
+		c.sendq[0] = nil
+		c.sendq = c.sendq[1:]
+		c.mu.Unlock()
+		c.forward(s)
+	}
+}
+
+// forward asks the room service to take s and answers the client.
+func (c *conn) forward(s *pb.Send) {
+	n := c.node
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	var rep pb.Reply
+	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
 		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr,
-	}
-	n.goAsync(func() {
-		defer c.inflight.Add(-1)
-		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
-		defer cancel()
-		var rep pb.Reply
-		if err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, req, &rep); err != nil {
-			c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
-			return
-		}
-		if rep.Code != 0 {
-			c.sendError(s.Seq, pb.ErrorCode(rep.Code), rep.Message)
-			return
-		}
+	}, &rep)
+	switch {
+	case err != nil:
+		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
+	case rep.Code != 0:
+		c.sendError(s.Seq, pb.ErrorCode(rep.Code), rep.Message)
+	default:
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_SendAck{SendAck: &pb.SendAck{
 			Seq: s.Seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
 		}}})
-	})
+	}
 }
 
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {

@@ -39,8 +39,11 @@ func DrainSubject(node string) string { return "rc.admin." + node + ".drain" }
 func NodeSubject(node string) string { return "rc.node." + node }
 
 // Connect dials NATS at url with the options every role wants: a name, endless reconnects and
-// logging of disconnects.
+// logging of disconnects (log may be nil).
 func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	nc, err := nats.Connect(url,
 		nats.Name(name),
 		nats.MaxReconnects(-1),

@@ -216,8 +216,8 @@ func (c *Cluster) Mint(uid, room string, tags []string, ttl time.Duration) (stri
 	return auth.Mint([]byte(Secret), App, uid, room, tags, ttl)
 }
 
-// Close stops everything, ChatLinks first (their clients are told to reconnect). It may be
-// called more than once.
+// Close stops everything, ChatLinks first (their clients are closed with SHUTDOWN, a
+// transient code: reconnect elsewhere). It may be called more than once.
 func (c *Cluster) Close() {
 	if c.closed {
 		return

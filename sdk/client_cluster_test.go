@@ -1,0 +1,307 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"roomcast/internal/devcluster"
+	"roomcast/proto/roomcastpb"
+	"roomcast/sdk"
+)
+
+// startCluster runs a dev cluster with chatLinks nodes for the test.
+func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ChatLinks: chatLinks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// checkFor polls f until it returns nil or the timeout passes.
+func checkFor(t *testing.T, timeout, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(every)
+	}
+}
+
+func dialCluster(t *testing.T, c *devcluster.Cluster, transport, uid, room string, cfg sdk.Config) *sdk.Client {
+	t.Helper()
+	tok, err := c.Mint(uid, room, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Token = tok
+	cfg.Dispatcher = c.URL()
+	cfg.Transport = transport
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := sdk.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", uid, err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func TestClusterLogin(t *testing.T) {
+	c := startCluster(t, 2)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		cl := dialCluster(t, c, transport, "alice-"+transport, "lobby", sdk.Config{})
+		ack := cl.LoginAck()
+		if ack.GetUid() != "alice-"+transport || ack.GetRoom() != "lobby" || ack.GetApp() != devcluster.App {
+			t.Errorf("LoginAck names %s/%s/%s", ack.GetApp(), ack.GetRoom(), ack.GetUid())
+		}
+		if ack.GetNode() == "" || !strings.HasPrefix(ack.GetSessionId(), ack.GetNode()) {
+			t.Errorf("LoginAck session %q, node %q: the session id should start with the node", ack.GetSessionId(), ack.GetNode())
+		}
+		if ack.GetHeartbeatIntervalMs() == 0 {
+			t.Error("LoginAck has no heartbeat interval")
+		}
+		if cl.Endpoint().Node != ack.GetNode() {
+			t.Errorf("dialed %q but LoginAck says %q", cl.Endpoint().Node, ack.GetNode())
+		}
+	})
+}
+
+func TestClusterSendReceive(t *testing.T) {
+	c := startCluster(t, 2)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		room := "chat-" + transport
+		bobGot := make(chan *roomcastpb.Message, 100)
+		aliceGot := make(chan *roomcastpb.Message, 100)
+		alice := dialCluster(t, c, transport, "alice", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { aliceGot <- m }})
+		dialCluster(t, c, transport, "bob", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { bobGot <- m }})
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ack, err := alice.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: []byte("hello bob")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ack.GetMessageId()) != 26 || ack.GetServerTimeMs() == 0 {
+			t.Errorf("SendAck = %v", ack)
+		}
+		select {
+		case m := <-bobGot:
+			if string(m.GetBody()) != "hello bob" || m.GetSender() != "alice" || m.GetId() != ack.GetMessageId() ||
+				m.GetType() != "chat" || m.GetRoom() != room {
+				t.Errorf("bob got %v, want alice's message %s", m, ack.GetMessageId())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("bob got nothing")
+		}
+		select {
+		case m := <-aliceGot:
+			t.Errorf("alice got an echo of %v", m)
+		case <-time.After(100 * time.Millisecond):
+		}
+
+		_, err = alice.Send(ctx, sdk.Outgoing{Type: "chat"}) // empty body
+		var se *sdk.SendError
+		if !errors.As(err, &se) || se.Code != uint32(roomcastpb.ErrorCode_ERROR_CODE_BAD_REQUEST) {
+			t.Errorf("empty Send: err = %v, want *SendError %d", err, roomcastpb.ErrorCode_ERROR_CODE_BAD_REQUEST)
+		}
+		if alice.Err() != nil {
+			t.Errorf("alice ended after a refused Send: %v", alice.Err())
+		}
+	})
+}
+
+func TestClusterBadToken(t *testing.T) {
+	c := startCluster(t, 1)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tok, err := c.Mint("mallory", "lobby", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := tok[:len(tok)-4] + "AAAA"
+		_, err = sdk.Dial(ctx, sdk.Config{Token: forged, Dispatcher: c.URL(), Transport: transport})
+		var ce *sdk.CloseError
+		if !errors.As(err, &ce) || ce.Code != uint32(roomcastpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+			t.Errorf("Dial with a forged token: err = %v, want *CloseError 4001", err)
+		}
+	})
+}
+
+func TestClusterDeadEndpointFallsThrough(t *testing.T) {
+	c := startCluster(t, 1)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		tok, err := c.Mint("carol", "lobby", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		live := liveEndpoint(t, c, tok)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := ln.Addr().String()
+		ln.Close()
+		cl, err := sdk.Dial(ctx, sdk.Config{
+			Token:     tok,
+			Transport: transport,
+			Endpoints: []sdk.Endpoint{{Node: "dead", WSURL: "ws://" + dead + "/v1/ws", TCPAddr: dead}, live},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if cl.LoginAck().GetNode() != live.Node {
+			t.Errorf("connected to %q, want %q", cl.LoginAck().GetNode(), live.Node)
+		}
+	})
+}
+
+// liveEndpoint asks the cluster's dispatcher for an endpoint, by dialing once.
+func liveEndpoint(t *testing.T, c *devcluster.Cluster, tok string) sdk.Endpoint {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := sdk.Dial(ctx, sdk.Config{Token: tok, Dispatcher: c.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	return cl.Endpoint()
+}
+
+func TestClusterDialContextCanceled(t *testing.T) {
+	c := startCluster(t, 1)
+	tok, err := c.Mint("dave", "lobby", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := sdk.Dial(ctx, sdk.Config{Token: tok, Dispatcher: c.URL()}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Dial with a canceled context: err = %v, want context.Canceled", err)
+	}
+}
+
+func TestClusterManyMessagesInOrder(t *testing.T) {
+	c := startCluster(t, 2)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		room := "order-" + transport
+		got := make(chan *roomcastpb.Message, 1000)
+		sender := dialCluster(t, c, transport, "sender", room, sdk.Config{})
+		dialCluster(t, c, transport, "reader", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { got <- m }})
+		const n = 200
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range n {
+			if _, err := sender.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: fmt.Appendf(nil, "%d", i)}); err != nil {
+				t.Fatalf("Send %d: %v", i, err)
+			}
+		}
+		var last string
+		for i := range n {
+			select {
+			case m := <-got:
+				if m.GetId() <= last {
+					t.Errorf("message %d id %s not after %s", i, m.GetId(), last)
+				}
+				last = m.GetId()
+			case <-time.After(5 * time.Second):
+				t.Fatalf("got %d of %d messages", i, n)
+			}
+		}
+	})
+}
+
+func TestClusterCloseNoLeaks(t *testing.T) {
+	c := startCluster(t, 1)
+	session := func(t *testing.T, transport string) *sdk.Client {
+		tok, err := c.Mint("erin", "lobby", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := sdk.Dial(context.Background(), sdk.Config{Token: tok, Dispatcher: c.URL(), Transport: transport})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Send(context.Background(), sdk.Outgoing{Body: []byte("bye")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	// The first session makes the servers start what they keep for good (NATS reply
+	// subscriptions): not a leak.
+	session(t, sdk.TransportTCP)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		before := goleak.IgnoreCurrent()
+		cl := session(t, transport)
+		select {
+		case <-cl.Done():
+		default:
+			t.Error("Done not closed after Close")
+		}
+		if !errors.Is(cl.Err(), sdk.ErrClosed) {
+			t.Errorf("Err = %v, want ErrClosed", cl.Err())
+		}
+		// Both the client's goroutines and the ChatLink's for this connection must be gone.
+		goleak.VerifyNone(t, before)
+	})
+}
+
+func TestClusterShutdownSurfaces(t *testing.T) {
+	c := startCluster(t, 1)
+	closed := make(chan error, 1)
+	reconnect := make(chan *roomcastpb.Reconnect, 1)
+	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", sdk.Config{
+		OnClose:     func(err error) { closed <- err },
+		OnReconnect: func(r *roomcastpb.Reconnect) { reconnect <- r },
+	})
+	c.Close()
+	select {
+	case err := <-closed:
+		var ce *sdk.CloseError
+		if !errors.As(err, &ce) || ce.Terminal() {
+			t.Errorf("after cluster shutdown: err = %v, want a transient *CloseError", err)
+		}
+		t.Logf("close after shutdown: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("client not closed when the cluster shut down")
+	}
+	select {
+	case r := <-reconnect:
+		t.Logf("reconnect before shutdown: %v", r)
+	default:
+		t.Log("no Reconnect before shutdown")
+	}
+	checkFor(t, time.Second, 10*time.Millisecond, func() error {
+		select {
+		case <-cl.Done():
+			return nil
+		default:
+			return errors.New("Done not closed")
+		}
+	})
+}

@@ -1,0 +1,121 @@
+package sdk
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"roomcast/proto/roomcastpb"
+)
+
+// Transports for Config.Transport.
+const (
+	TransportWebSocket = "ws"
+	TransportTCP       = "tcp"
+)
+
+// ClientName is what the SDK reports in Login.client.
+const ClientName = "roomcast-go/0.1"
+
+// MaxFrameSize is the largest frame either side may send: the protobuf bytes of one Frame,
+// without the TCP length prefix.
+const MaxFrameSize = 65536
+
+const (
+	defaultAttemptTimeout    = 10 * time.Second
+	defaultWriteTimeout      = 10 * time.Second
+	defaultHeartbeatInterval = 25 * time.Second
+	minHeartbeatInterval     = 10 * time.Millisecond // a floor against a server's typo
+	defaultMessageBuffer     = 4096
+	defaultDevice            = "go"
+)
+
+// Config says where and how a Client connects and where its events go. Only Token and one of
+// Dispatcher or Endpoints are required.
+type Config struct {
+	// Token is the login JWT minted by the app server. Dial reads (without verifying) its app,
+	// uid and room claims for the dispatch query.
+	Token string
+
+	// Dispatcher is the base URL of the dispatcher, e.g. "http://127.0.0.1:8080". Dial asks
+	// GET {Dispatcher}/v1/dispatch for endpoints. Ignored when Endpoints is set.
+	Dispatcher string
+
+	// Endpoints, if not empty, are dialed in order instead of asking the dispatcher.
+	Endpoints []Endpoint
+
+	// Transport is TransportWebSocket or TransportTCP. Zero value means TransportWebSocket.
+	Transport string
+
+	// Device is sent in Login.device, e.g. "web", "ios", "pc". Zero value means "go".
+	Device string
+
+	// HTTPClient is used for the dispatch request. Nil means http.DefaultClient.
+	HTTPClient *http.Client
+
+	// AttemptTimeout bounds connecting to and logging in at one endpoint, so that a hanging
+	// endpoint gives way to the next. Zero value means 10s.
+	AttemptTimeout time.Duration
+
+	// WriteTimeout bounds each write to the connection; a write that takes longer ends the
+	// connection. Zero value means 10s.
+	WriteTimeout time.Duration
+
+	// MessageBuffer is how many pushed messages may wait for OnMessage. When it is full the
+	// Client closes with ErrSlowConsumer rather than stall its reader (which would delay acks
+	// and heartbeats) or drop messages silently. Zero value means 4096.
+	MessageBuffer int
+
+	// OnMessage receives every pushed message, in the order the server sent them, on one
+	// goroutine owned by the Client. It must not call Close (Close waits for it); a slow
+	// OnMessage fills MessageBuffer. Nil means pushed messages are discarded.
+	OnMessage func(*roomcastpb.Message)
+
+	// OnReconnect is called (on the OnMessage goroutine) when the ChatLink asks the client to
+	// move: dispatch again and Dial after the delay. The connection stays open until the server
+	// closes it. Nil means the request is only logged.
+	OnReconnect func(*roomcastpb.Reconnect)
+
+	// OnClose is called once, on the OnMessage goroutine after the last message, when a Client
+	// that Dial returned ends, with the same error as Err. It must not call Close.
+	OnClose func(error)
+
+	// Logger receives the Client's few log lines. Nil means no logging.
+	Logger *slog.Logger
+}
+
+// Endpoint is one ChatLink as the dispatcher describes it.
+type Endpoint struct {
+	// Node is the ChatLink's name, e.g. "cl-1".
+	Node string `json:"node"`
+	// WSURL is its WebSocket URL, e.g. "ws://127.0.0.1:9101/v1/ws".
+	WSURL string `json:"ws_url"`
+	// TCPAddr is its TCP address, e.g. "127.0.0.1:9201".
+	TCPAddr string `json:"tcp_addr"`
+}
+
+// withDefaults returns c with the zero values replaced by the documented defaults.
+func (c Config) withDefaults() Config {
+	if c.Transport == "" {
+		c.Transport = TransportWebSocket
+	}
+	if c.Device == "" {
+		c.Device = defaultDevice
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = http.DefaultClient
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = defaultAttemptTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = defaultWriteTimeout
+	}
+	if c.MessageBuffer <= 0 {
+		c.MessageBuffer = defaultMessageBuffer
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,87 @@
+package sdk
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// tokenClaims are the claims of a login token the client needs to ask the dispatcher.
+type tokenClaims struct {
+	App  string `json:"app"`
+	UID  string `json:"uid"`
+	Room string `json:"room"`
+}
+
+// readClaims decodes the payload of a JWT without verifying its signature: the client only
+// needs to know where to connect, and the ChatLink verifies the token anyway.
+func readClaims(token string) (tokenClaims, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return tokenClaims{}, fmt.Errorf("%w: want 3 dot-separated parts, got %d", ErrBadToken, len(parts))
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return tokenClaims{}, fmt.Errorf("%w: payload: %w", ErrBadToken, err)
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return tokenClaims{}, fmt.Errorf("%w: claims: %w", ErrBadToken, err)
+	}
+	if c.App == "" || c.UID == "" || c.Room == "" {
+		return tokenClaims{}, fmt.Errorf("%w: app, uid and room claims are required", ErrBadToken)
+	}
+	return c, nil
+}
+
+// dispatchAnswer is the dispatcher's JSON answer (docs/protocol.md §1).
+type dispatchAnswer struct {
+	Nodes []Endpoint `json:"nodes"`
+	TTLMS int64      `json:"ttl_ms"`
+	Error string     `json:"error"`
+}
+
+// maxDispatchBody bounds how much of a dispatcher answer is read.
+const maxDispatchBody = 1 << 20
+
+// dispatch asks the dispatcher at base which ChatLinks to try for claims, best first, and for
+// how long the list may be reused.
+func dispatch(ctx context.Context, hc *http.Client, base string, c tokenClaims) ([]Endpoint, time.Duration, error) {
+	q := url.Values{"app": {c.App}, "room": {c.Room}, "uid": {c.UID}}
+	u := strings.TrimRight(base, "/") + "/v1/dispatch?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("roomcast: dispatch: %w", err)
+	}
+	// One request per connection attempt: keeping the HTTP connection alive would only leave
+	// an idle connection (and its goroutines) behind for the life of the client.
+	req.Close = true
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("roomcast: dispatch: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDispatchBody))
+	if err != nil {
+		return nil, 0, fmt.Errorf("roomcast: dispatch: reading answer: %w", err)
+	}
+	var a dispatchAnswer
+	jsonErr := json.Unmarshal(body, &a)
+	if resp.StatusCode != http.StatusOK {
+		msg := a.Error
+		if jsonErr != nil || msg == "" {
+			msg = strings.TrimSpace(string(body))
+		}
+		return nil, 0, fmt.Errorf("roomcast: dispatch: %s: %s", resp.Status, msg)
+	}
+	if jsonErr != nil {
+		return nil, 0, fmt.Errorf("roomcast: dispatch: decoding answer: %w", jsonErr)
+	}
+	return a.Nodes, time.Duration(a.TTLMS) * time.Millisecond, nil
+}

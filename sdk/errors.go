@@ -1,0 +1,108 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+
+	"roomcast/proto/roomcastpb"
+)
+
+// CodeAbnormalClosure is the CloseError code for a connection that ended without a Roomcast or
+// WebSocket close code: a reset, an EOF, a TCP close without a Kick. It is WebSocket's 1006 and
+// counts as transient, like every code outside 4000–4499.
+const CodeAbnormalClosure = 1006
+
+var (
+	// ErrClosed is the error of a Client that was closed by its user.
+	ErrClosed = errors.New("roomcast: client closed")
+
+	// ErrServerTimeout means nothing arrived from the server for three heartbeat intervals;
+	// the Client gave up on the connection.
+	ErrServerTimeout = errors.New("roomcast: no frame from the server for three heartbeat intervals")
+
+	// ErrSlowConsumer means pushed messages arrived faster than Config.OnMessage handled them
+	// and the buffer (Config.MessageBuffer) filled up; the Client closed rather than drop
+	// messages silently.
+	ErrSlowConsumer = errors.New("roomcast: message buffer full: OnMessage is too slow")
+
+	// ErrProtocol wraps every violation of the wire protocol by the server: an unparsable
+	// frame, a client-only frame, a frame out of order.
+	ErrProtocol = errors.New("roomcast: protocol error")
+
+	// ErrFrameTooLarge is returned by Send for a message whose frame would exceed the
+	// protocol's 65,536 bytes; nothing is sent.
+	ErrFrameTooLarge = errors.New("roomcast: frame too large")
+
+	// ErrBadToken is returned by Dial for a token whose claims cannot be read. The token is
+	// not verified by the client; the server does that.
+	ErrBadToken = errors.New("roomcast: malformed token")
+
+	// ErrNoEndpoints means the dispatcher (or Config.Endpoints) offered nothing to dial with the
+	// configured transport.
+	ErrNoEndpoints = errors.New("roomcast: no endpoints")
+)
+
+// CloseError is why the server ended a connection: the code of its Kick frame or WebSocket close
+// frame (see docs/protocol.md §5), or CodeAbnormalClosure when the connection just dropped.
+type CloseError struct {
+	// Code is a roomcastpb.CloseCode (4000–4999), a WebSocket close code (1000–1015) or
+	// CodeAbnormalClosure.
+	Code uint32
+	// Reason is the server's free-text explanation, if it gave one.
+	Reason string
+	// Err is the transport error behind an abnormal closure, if any.
+	Err error
+}
+
+// Error implements error.
+func (e *CloseError) Error() string {
+	msg := fmt.Sprintf("roomcast: connection closed: code %d", e.Code)
+	if e.Code >= 4000 && e.Code < 5000 {
+		msg += " (" + roomcastpb.CloseCode(e.Code).String() + ")"
+	}
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the transport error behind the close, if any.
+func (e *CloseError) Unwrap() error { return e.Err }
+
+// Terminal reports whether reconnecting without changing something (a new token, a fixed
+// client) will fail again: codes 4000–4499. Every other code is transient.
+func (e *CloseError) Terminal() bool { return e.Code >= 4000 && e.Code < 4500 }
+
+// SendError is a Send the server refused with an Error frame (docs/protocol.md §4). The
+// connection stays open.
+type SendError struct {
+	// Code is a roomcastpb.ErrorCode.
+	Code uint32
+	// Message is the server's explanation.
+	Message string
+}
+
+// Error implements error.
+func (e *SendError) Error() string {
+	return fmt.Sprintf("roomcast: send refused: code %d (%s): %s",
+		e.Code, roomcastpb.ErrorCode(e.Code).String(), e.Message)
+}
+
+// Temporary reports whether the same Send may succeed later (5xx codes and RATE_LIMITED);
+// 1xx codes other than RATE_LIMITED fail again unchanged.
+func (e *SendError) Temporary() bool {
+	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_RATE_LIMITED)
+}
+
+// terminal reports whether err ends Dial's search for a working endpoint: a terminal close code
+// means every ChatLink would refuse the same login.
+func terminal(err error) bool {
+	var ce *CloseError
+	if errors.As(err, &ce) {
+		return ce.Terminal()
+	}
+	return false
+}

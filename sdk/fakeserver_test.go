@@ -1,0 +1,291 @@
+package sdk_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lxzan/gws"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/proto/roomcastpb"
+	"roomcast/sdk"
+)
+
+// fakeLink is a scripted stand-in for a ChatLink: it accepts both transports and runs handler
+// for each connection, so tests can provoke what a real server rarely does (kicks at login,
+// silence, floods).
+type fakeLink struct {
+	t        *testing.T
+	handler  func(fakeConn)
+	ln       net.Listener
+	http     *httptest.Server
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards conns
+	conns    map[io.Closer]struct{}
+	accepted chan struct{} // one value per connection
+}
+
+// fakeConn is one server-side connection, with blocking reads whatever the transport.
+type fakeConn interface {
+	recv() (*roomcastpb.Frame, error)
+	send(*roomcastpb.Frame) error
+	// kick sends a Kick and closes the connection with its code.
+	kick(code uint32, reason string)
+	close()
+}
+
+func startFakeLink(t *testing.T, handler func(fakeConn)) *fakeLink {
+	t.Helper()
+	f := &fakeLink{t: t, handler: handler, conns: map[io.Closer]struct{}{}, accepted: make(chan struct{}, 100)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ln = ln
+	f.wg.Add(1)
+	go f.acceptTCP()
+	f.http = httptest.NewServer(http.HandlerFunc(f.serveWS))
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fakeLink) endpoint(node string) sdk.Endpoint {
+	return sdk.Endpoint{
+		Node:    node,
+		WSURL:   "ws" + strings.TrimPrefix(f.http.URL, "http") + "/v1/ws",
+		TCPAddr: f.ln.Addr().String(),
+	}
+}
+
+func (f *fakeLink) track(c io.Closer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conns == nil {
+		return false
+	}
+	f.conns[c] = struct{}{}
+	f.accepted <- struct{}{}
+	return true
+}
+
+func (f *fakeLink) untrack(c io.Closer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.conns, c)
+}
+
+func (f *fakeLink) stop() {
+	_ = f.ln.Close()
+	f.mu.Lock()
+	conns := f.conns
+	f.conns = nil
+	f.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	f.http.Close()
+	f.wg.Wait()
+}
+
+func (f *fakeLink) acceptTCP() {
+	defer f.wg.Done()
+	for {
+		nc, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !f.track(nc) {
+			_ = nc.Close()
+			return
+		}
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			defer f.untrack(nc)
+			c := &tcpFake{nc: nc, br: bufio.NewReader(nc)}
+			f.handler(c)
+			c.close()
+		}()
+	}
+}
+
+func (f *fakeLink) serveWS(w http.ResponseWriter, r *http.Request) {
+	c := &wsFake{frames: make(chan *roomcastpb.Frame, 1024), gone: make(chan struct{})}
+	up := gws.NewUpgrader(c, &gws.ServerOption{ReadMaxPayloadSize: sdk.MaxFrameSize})
+	socket, err := up.Upgrade(w, r)
+	if err != nil {
+		return
+	}
+	c.socket = socket
+	nc := socket.NetConn()
+	if !f.track(nc) {
+		_ = nc.Close()
+		return
+	}
+	defer f.untrack(nc)
+	read := make(chan struct{})
+	go func() { defer close(read); socket.ReadLoop() }()
+	f.handler(c)
+	c.close()
+	<-read
+}
+
+type tcpFake struct {
+	nc  net.Conn
+	br  *bufio.Reader
+	wmu sync.Mutex
+}
+
+func (c *tcpFake) recv() (*roomcastpb.Frame, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(c.br, b); err != nil {
+		return nil, err
+	}
+	f := new(roomcastpb.Frame)
+	return f, proto.Unmarshal(b, f)
+}
+
+func (c *tcpFake) send(f *roomcastpb.Frame) error {
+	b, err := proto.Marshal(f)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err = c.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
+	if err == nil {
+		_, err = c.nc.Write(b)
+	}
+	return err
+}
+
+func (c *tcpFake) kick(code uint32, reason string) {
+	_ = c.send(kickFrame(code, reason))
+	c.close()
+}
+
+func (c *tcpFake) close() { _ = c.nc.Close() }
+
+type wsFake struct {
+	gws.BuiltinEventHandler
+	socket *gws.Conn
+	frames chan *roomcastpb.Frame
+	gone   chan struct{}
+	once   sync.Once
+}
+
+func (c *wsFake) OnMessage(_ *gws.Conn, m *gws.Message) {
+	defer m.Close()
+	f := new(roomcastpb.Frame)
+	if err := proto.Unmarshal(m.Bytes(), f); err != nil {
+		c.kick(4003, "bad frame")
+		return
+	}
+	select {
+	case c.frames <- f:
+	case <-c.gone:
+	}
+}
+
+func (c *wsFake) OnClose(*gws.Conn, error) { c.once.Do(func() { close(c.gone) }) }
+
+func (c *wsFake) recv() (*roomcastpb.Frame, error) {
+	select {
+	case f := <-c.frames:
+		return f, nil
+	case <-c.gone:
+		return nil, errors.New("closed")
+	}
+}
+
+func (c *wsFake) send(f *roomcastpb.Frame) error {
+	b, err := proto.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return c.socket.WriteMessage(gws.OpcodeBinary, b)
+}
+
+func (c *wsFake) kick(code uint32, reason string) {
+	_ = c.send(kickFrame(code, reason))
+	_ = c.socket.WriteClose(uint16(code), []byte(reason))
+}
+
+func (c *wsFake) close() { _ = c.socket.WriteClose(1000, nil) }
+
+func kickFrame(code uint32, reason string) *roomcastpb.Frame {
+	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Kick{Kick: &roomcastpb.Kick{Code: code, Reason: reason}}}
+}
+
+// acceptLogin reads the Login and answers with a LoginAck for node with the heartbeat interval.
+func acceptLogin(c fakeConn, node string, interval time.Duration) (*roomcastpb.Login, error) {
+	f, err := c.recv()
+	if err != nil {
+		return nil, err
+	}
+	login := f.GetLogin()
+	if login == nil {
+		c.kick(4005, "login first")
+		return nil, errors.New("no login")
+	}
+	err = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+		SessionId:           node + "-s1",
+		ServerTimeMs:        time.Now().UnixMilli(),
+		HeartbeatIntervalMs: uint32(interval / time.Millisecond),
+		App:                 "demo", Room: "r1", Uid: "u1", Node: node,
+	}}})
+	return login, err
+}
+
+// serveBasic logs the client in and then answers Heartbeats, and Sends with a SendAck, or with
+// an Error when the body is "refuse".
+func serveBasic(node string, interval time.Duration) func(fakeConn) {
+	return func(c fakeConn) {
+		if _, err := acceptLogin(c, node, interval); err != nil {
+			return
+		}
+		answerLoop(c)
+	}
+}
+
+func answerLoop(c fakeConn) {
+	for {
+		f, err := c.recv()
+		if err != nil {
+			return
+		}
+		switch k := f.Kind.(type) {
+		case *roomcastpb.Frame_Heartbeat:
+			_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{
+				ClientTimeMs: k.Heartbeat.GetClientTimeMs(), ServerTimeMs: time.Now().UnixMilli(),
+			}}})
+		case *roomcastpb.Frame_Send:
+			if string(k.Send.GetBody()) == "refuse" {
+				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Error{Error: &roomcastpb.Error{
+					Code: 102, Message: "slow down", Seq: k.Send.GetSeq(),
+				}}})
+				continue
+			}
+			_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+				Seq: k.Send.GetSeq(), MessageId: "01HZZZZZZZZZZZZZZZZZZZZZZZ", ServerTimeMs: time.Now().UnixMilli(),
+			}}})
+		}
+	}
+}
+
+func pushFrame(msgs ...*roomcastpb.Message) *roomcastpb.Frame {
+	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{Messages: msgs}}}
+}

@@ -1,0 +1,127 @@
+package sdk
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/auth"
+	"roomcast/proto/roomcastpb"
+)
+
+func TestReadClaims(t *testing.T) {
+	tok, err := auth.Mint([]byte("secret"), "demo", "u-1", "room_1", []string{"vip"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := readClaims(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != (tokenClaims{App: "demo", UID: "u-1", Room: "room_1"}) {
+		t.Errorf("claims = %+v", c)
+	}
+
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, bad := range []string{
+		"",
+		"one.two",
+		"a.!!!.c",
+		"a." + enc("not json") + ".c",
+		"a." + enc(`{"app":"demo","uid":"u"}`) + ".c", // no room
+	} {
+		if _, err := readClaims(bad); !errors.Is(err, ErrBadToken) {
+			t.Errorf("readClaims(%q) err = %v, want ErrBadToken", bad, err)
+		}
+	}
+}
+
+func FuzzReadClaims(f *testing.F) {
+	f.Add("a.eyJhcHAiOiJkZW1vIiwidWlkIjoidSIsInJvb20iOiJyIn0.c")
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := readClaims(tok)
+		if err == nil && (c.App == "" || c.UID == "" || c.Room == "") {
+			t.Errorf("readClaims(%q) = %+v with empty claims and no error", tok, c)
+		}
+	})
+}
+
+func TestTCPFrameRoundTrip(t *testing.T) {
+	frames := []*roomcastpb.Frame{
+		{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{Token: "t", Device: "d", Client: ClientName}}},
+		{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{Seq: 7, Body: bytes.Repeat([]byte("x"), 10000)}}},
+		{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{ClientTimeMs: 1}}},
+	}
+	var stream []byte
+	for _, f := range frames {
+		var err error
+		if stream, err = appendTCPFrame(stream, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := bytes.NewReader(stream)
+	var buf []byte
+	for i, want := range frames {
+		got, err := readTCPFrame(r, &buf)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("frame %d = %v, want %v", i, got, want)
+		}
+	}
+	if _, err := readTCPFrame(r, &buf); !errors.Is(err, io.EOF) {
+		t.Errorf("after the last frame: err = %v, want EOF", err)
+	}
+}
+
+func TestTCPFrameLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		input []byte
+		want  error
+	}{
+		{"zero length", []byte{0, 0, 0, 0}, ErrProtocol},
+		{"too long", []byte{0, 1, 0, 1}, ErrProtocol},
+		{"truncated", []byte{0, 0, 0, 5, 1, 2}, io.ErrUnexpectedEOF},
+		{"garbage", []byte{0, 0, 0, 2, 0xff, 0xff}, ErrProtocol},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf []byte
+			if _, err := readTCPFrame(bytes.NewReader(tc.input), &buf); !errors.Is(err, tc.want) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzReadTCPFrame(f *testing.F) {
+	good, _ := appendTCPFrame(nil, &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
+		Messages: []*roomcastpb.Message{{Id: "x", Body: []byte("hi")}},
+	}}})
+	f.Add(good)
+	f.Add([]byte{0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, input []byte) {
+		var buf []byte
+		r := bytes.NewReader(input)
+		for {
+			if _, err := readTCPFrame(r, &buf); err != nil {
+				return
+			}
+		}
+	})
+}
+
+func TestCloseErrorTerminal(t *testing.T) {
+	for code, want := range map[uint32]bool{4001: true, 4007: true, 4499: true, 4500: false, 4504: false, 1000: false, 1006: false, 1009: false} {
+		if got := (&CloseError{Code: code}).Terminal(); got != want {
+			t.Errorf("CloseError{%d}.Terminal() = %v, want %v", code, got, want)
+		}
+	}
+}
