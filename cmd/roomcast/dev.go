@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"roomcast/chatlink"
 	"roomcast/internal/devcluster"
 )
 
@@ -28,6 +29,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
 	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
+	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
+	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
@@ -73,6 +76,10 @@ secret and API key are fixed and printed.
 		NATSPort:  *natsPort,
 		Home:      http.FileServerFS(page),
 		Log:       log,
+		ChatLink: func(c *chatlink.Config) {
+			c.EgressCapacity = *egress
+			c.FlushTick = *flushTick
+		},
 	})
 	cancel()
 	if err != nil {
