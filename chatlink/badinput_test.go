@@ -20,19 +20,24 @@ import (
 // closeCount reads how many connections node closed with code from /metrics.
 func closeCount(t *testing.T, c *devcluster.Cluster, node string, code string) int {
 	t.Helper()
+	return metricValue(t, c, `roomcast_chatlink_closes_total{code="`+code+`",node="`+node+`"}`)
+}
+
+// metricValue reads one series from /metrics; a series not there yet reads 0.
+func metricValue(t *testing.T, c *devcluster.Cluster, series string) int {
+	t.Helper()
 	resp, err := http.Get(c.URL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	re := regexp.MustCompile(`roomcast_chatlink_closes_total\{code="` + code + `",node="` + node + `"\} (\d+)`)
-	m := re.FindSubmatch(body)
+	m := regexp.MustCompile(regexp.QuoteMeta(series) + ` (\S+)`).FindSubmatch(body)
 	if m == nil {
 		return 0
 	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	n, _ := strconv.ParseFloat(string(m[1]), 64)
+	return int(n)
 }
 
 func expiredToken(t *testing.T) string {

@@ -152,10 +152,6 @@ func (n *Node) acceptTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if n.draining.Load() {
-			_ = nc.Close()
-			continue
-		}
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}

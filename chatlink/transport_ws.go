@@ -69,10 +69,6 @@ func (h wsHandler) OnMessage(socket *gws.Conn, msg *gws.Message) {
 
 // serveWS upgrades an HTTP request on /v1/ws and runs the connection's read loop.
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	if n.draining.Load() {
-		http.Error(w, "node is shutting down", http.StatusServiceUnavailable)
-		return
-	}
 	socket, err := n.upgrader.Upgrade(w, r)
 	if err != nil {
 		return // gws has answered the request

@@ -1,0 +1,315 @@
+package chatlink_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/chatlink"
+	"roomcast/internal/bus"
+	"roomcast/internal/devcluster"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// putSettings sets a room's delivery settings through the server API.
+func putSettings(t *testing.T, c *devcluster.Cluster, room, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", c.URL()+"/v1/rooms/"+room+"/settings", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT settings %s: HTTP %d", body, resp.StatusCode)
+	}
+}
+
+// publisher sends room batches straight onto a room's broadcast subject, as the room service
+// does, so a test controls exactly what reaches the ChatLinks and when.
+type publisher struct {
+	t   *testing.T
+	nc  *nats.Conn
+	seq int
+}
+
+func newPublisher(t *testing.T, c *devcluster.Cluster) *publisher {
+	nc, err := bus.Connect(c.NATSURL(), "test publisher", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &publisher{t: t, nc: nc}
+}
+
+func (p *publisher) publish(room string, lane pb.Lane, body []byte) {
+	p.t.Helper()
+	p.seq++
+	m := &pb.Message{Id: fmt.Sprintf("%026d", p.seq), Room: room, Lane: lane, Body: body, ServerTimeMs: time.Now().UnixMilli()}
+	if err := bus.Publish(p.nc, bus.RoomSubject(devcluster.App, room), &pb.RoomBatch{Messages: []*pb.Message{m}, SenderSessions: []string{""}}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// collect reads pushes until want messages have arrived, and returns them and the number of
+// Push frames they came in.
+func (c *rawClient) collect(want int) (msgs []*pb.Message, frames int) {
+	c.t.Helper()
+	for len(msgs) < want {
+		f := c.next()
+		if f.GetPush() == nil {
+			c.t.Fatalf("want a Push, got %v", f)
+		}
+		frames++
+		msgs = append(msgs, f.GetPush().Messages...)
+	}
+	return msgs, frames
+}
+
+func TestMergedAndUnmergedFanout(t *testing.T) {
+	c := startCluster(t, 1)
+	putSettings(t, c, "m", `{"flush_tick_ms":200,"normal_budget":-1,"critical_budget":-1}`)
+	a := dialWS(t, c.Nodes[0].WSURL())
+	a.login(token(t, c, "a", "m"))
+	b, _ := dialTCP(t, c.Nodes[0].TCPAddr())
+	b.login(token(t, c, "b", "m"))
+	p := newPublisher(t, c)
+
+	// 20 messages within a tick arrive merged: far fewer frames than messages, in order.
+	for i := 0; i < 20; i++ {
+		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
+	}
+	for _, cl := range []*rawClient{a, b} {
+		msgs, frames := cl.collect(20)
+		if frames > 2 {
+			t.Fatalf("20 messages in one tick came in %d frames", frames)
+		}
+		for i, m := range msgs {
+			if string(m.Body) != fmt.Sprint(i) {
+				t.Fatalf("message %d is %q", i, m.Body)
+			}
+		}
+	}
+
+	// The room switched to unmerged: every message is its own frame, at once.
+	putSettings(t, c, "m", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`)
+	time.Sleep(50 * time.Millisecond) // the change travels on the room subject; let it land first
+	for i := 0; i < 5; i++ {
+		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
+	}
+	for _, cl := range []*rawClient{a, b} {
+		if msgs, frames := cl.collect(5); frames != 5 || len(msgs) != 5 {
+			t.Fatalf("unmerged: %d messages in %d frames, want 5 in 5", len(msgs), frames)
+		}
+	}
+}
+
+func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
+	c := startCluster(t, 1)
+	putSettings(t, c, "busy", `{"flush_tick_ms":100,"normal_budget":10}`)
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	cl.login(token(t, c, "viewer", "busy"))
+	p := newPublisher(t, c)
+	for i := 0; i < 50; i++ {
+		p.publish("busy", pb.Lane_LANE_NORMAL, []byte("chat"))
+		p.publish("busy", pb.Lane_LANE_CRITICAL, []byte("gift"))
+	}
+	var critical, normal int
+	deadline := time.After(1500 * time.Millisecond)
+	for critical < 50 {
+		select {
+		case f := <-cl.frames:
+			for _, m := range f.GetPush().GetMessages() {
+				if m.Lane == pb.Lane_LANE_CRITICAL {
+					critical++
+				} else {
+					normal++
+				}
+			}
+		case <-deadline:
+			t.Fatalf("got %d of 50 critical messages", critical)
+		}
+	}
+	if normal == 0 || normal > 5 {
+		t.Fatalf("a budget of 10/s let %d of 50 normal messages through in one burst", normal)
+	}
+}
+
+// TestSlowReader: one member stops reading while others receive. The slow one is thinned, then
+// gets critical only, then is closed; the others get everything, in order.
+func TestSlowReader(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.ThinAtPendingBytes, cc.CriticalOnlyAtPendingBytes, cc.MaxPendingBytes = 32<<10, 128<<10, 512<<10
+		}
+	})
+	putSettings(t, c, "s", `{"flush_tick_ms":20,"normal_budget":-1,"critical_budget":-1}`)
+	node := c.Nodes[0]
+
+	// The slow member: logs in over TCP with a tiny receive buffer, then never reads again.
+	slowConn, err := net.Dial("tcp", node.TCPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slowConn.Close()
+	_ = slowConn.(*net.TCPConn).SetReadBuffer(4096)
+	slow := &rawClient{t: t}
+	slow.send = func(b []byte) error {
+		_, err := slowConn.Write(append(lengthPrefix(len(b)), b...))
+		return err
+	}
+	slow.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token(t, c, "slow", "s")}}})
+
+	var fast []*rawClient
+	for i := 0; i < 10; i++ {
+		cl := dialWS(t, node.WSURL())
+		cl.login(token(t, c, fmt.Sprint("fast", i), "s"))
+		fast = append(fast, cl)
+	}
+	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		if n := node.Connections(); n != 11 {
+			return fmt.Errorf("%d connections", n)
+		}
+		return nil
+	})
+
+	p := newPublisher(t, c)
+	body := bytes.Repeat([]byte("x"), 16<<10)
+	sent := 0
+	received := make([]int, len(fast))
+	// Rounds of three critical and seven bulk messages: the fast readers keep up with each round
+	// while the slow one's backlog grows (past what the sockets buffer) until it is closed.
+	for round := 0; closeCount(t, c, node.Name(), "CLOSE_CODE_SLOW_READER") == 0; round++ {
+		if round == 200 {
+			t.Fatalf("the slow reader was not closed after %d messages", sent)
+		}
+		for i := 0; i < 10; i++ {
+			lane := pb.Lane_LANE_BULK
+			if i < 3 {
+				lane = pb.Lane_LANE_CRITICAL
+			}
+			p.publish("s", lane, body)
+			sent++
+		}
+		for i, cl := range fast {
+			for received[i] < sent {
+				msgs, _ := cl.collect(1)
+				received[i] += len(msgs)
+			}
+		}
+	}
+	for i, n := range received {
+		if n != sent {
+			t.Fatalf("fast reader %d got %d of %d", i, n, sent)
+		}
+	}
+	if drops := dropCount(t, c, "bulk", "slow_reader"); drops == 0 {
+		t.Fatal("no bulk messages counted as dropped for the slow reader before it was closed")
+	}
+	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		if n := node.Connections(); n != 10 {
+			return fmt.Errorf("%d connections, want the 10 fast ones", n)
+		}
+		return nil
+	})
+}
+
+func lengthPrefix(n int) []byte { return []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} }
+
+func dropCount(t *testing.T, c *devcluster.Cluster, lane, reason string) int {
+	t.Helper()
+	return metricValue(t, c, `roomcast_chatlink_drops_total{lane="`+lane+`",node="cl-1",reason="`+reason+`"}`)
+}
+
+func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.HeartbeatInterval, cc.HeartbeatStep, cc.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
+		}
+	})
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	cl.login(token(t, c, "beat", "r"))
+	beat := func() uint32 {
+		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		for {
+			if a := cl.next().GetHeartbeatAck(); a != nil {
+				return a.HeartbeatIntervalMs
+			}
+		}
+	}
+	var got []uint32
+	for i := 0; i < 9; i++ {
+		got = append(got, beat())
+		time.Sleep(30 * time.Millisecond)
+	}
+	want := []uint32{100, 100, 120, 120, 120, 140, 140, 140, 140}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("intervals %v, want %v", got, want)
+	}
+	time.Sleep(250 * time.Millisecond) // a late beat: more than 1.5 intervals
+	if iv := beat(); iv != 100 {
+		t.Fatalf("after a late beat the interval is %d, want 100", iv)
+	}
+}
+
+func TestDrain(t *testing.T) {
+	c := startCluster(t, 2)
+	n1 := c.Nodes[0]
+	var clients []*rawClient
+	for i := 0; i < 5; i++ {
+		cl := dialWS(t, n1.WSURL())
+		cl.login(token(t, c, fmt.Sprint("d", i), "r"))
+		clients = append(clients, cl)
+	}
+	// Ask over the bus, as `roomcast drain` does.
+	nc, err := bus.Connect(c.NATSURL(), "operator", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var rep pb.Reply
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := bus.Request(ctx, nc, bus.DrainSubject(n1.Name()), &pb.DrainRequest{SpreadMs: 1000, DeadlineMs: 5000}, &rep); err != nil || rep.Code != 0 {
+		t.Fatalf("drain request: %v %v", err, rep.String())
+	}
+	delays := map[uint32]bool{}
+	for _, cl := range clients {
+		r := cl.next().GetReconnect()
+		if r == nil || r.DelayMs >= 1000 {
+			t.Fatalf("want Reconnect with a delay under 1s, got %v", r)
+		}
+		delays[r.DelayMs] = true
+	}
+	if len(delays) < 2 {
+		t.Fatalf("all clients were told the same delay %v: no spread", delays)
+	}
+	// The dispatcher stops sending clients to the draining node, and it takes no logins.
+	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		ans, err := c.Dispatcher.Dispatch()
+		if err != nil || len(ans.Nodes) != 1 || ans.Nodes[0].Node != "cl-2" {
+			return fmt.Errorf("dispatch answers %+v, %v", ans, err)
+		}
+		return nil
+	})
+	late := dialTCP2(t, n1.TCPAddr())
+	late.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token(t, c, "late", "r")}}})
+	late.expectKick(pb.CloseCode_CLOSE_CODE_SHUTDOWN, false)
+
+	for _, cl := range clients { // the clients leave as told
+		cl.stop()
+	}
+	select {
+	case <-n1.Drained():
+	case <-time.After(3 * time.Second):
+		t.Fatal("node not drained 3s after its clients left")
+	}
+}
