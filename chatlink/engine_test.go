@@ -313,3 +313,35 @@ func TestDrain(t *testing.T) {
 		t.Fatal("node not drained 3s after its clients left")
 	}
 }
+
+func TestNodeNameLease(t *testing.T) {
+	c := startCluster(t, 1)
+	nc, err := bus.Connect(c.NATSURL(), "second cl-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	twin, err := chatlink.New(chatlink.Config{Node: "cl-1", Bus: nc, Keys: map[string][]byte{"demo": []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = twin.Start()
+	if err == nil || !strings.Contains(err.Error(), "leased by another live node") {
+		t.Fatalf("a second node named cl-1 started: %v", err)
+	}
+	_ = twin.Shutdown(context.Background())
+	// Once cl-1 stops, its name is free.
+	if err := c.Nodes[0].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := chatlink.New(chatlink.Config{Node: "cl-1", Bus: nc, Keys: map[string][]byte{"demo": []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Start(); err != nil {
+		t.Fatalf("cl-1's name not free after it stopped: %v", err)
+	}
+	if err := again.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

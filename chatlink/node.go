@@ -97,6 +97,15 @@ func (n *Node) Start() error {
 		_ = n.wsLn.Close()
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	lease, err := acquireLease(ctx, n)
+	cancel()
+	if err != nil {
+		_ = n.wsLn.Close()
+		_ = n.tcpLn.Close()
+		return err
+	}
+	n.goAsync(func() { lease.keep(n.ctx, n) })
 	if n.adminSub, err = n.cfg.Bus.Subscribe(bus.DrainSubject(n.cfg.Node), n.serveDrain); err != nil {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()

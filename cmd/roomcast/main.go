@@ -13,9 +13,12 @@ import (
 const usage = `roomcast: large-room chat and danmaku distribution.
 
 Usage:
-  roomcast dev     [flags]   everything in one process, with a demo page
-  roomcast token   [flags]   mint a login token for a client
-  roomcast probe   [flags]   end-to-end check: clients join a room and exchange messages
+  roomcast dev       [flags]   everything in one process, with a demo page
+  roomcast chatlink  [flags]   one ChatLink edge node
+  roomcast services  [flags]   room and presence services, dispatcher and server API
+  roomcast drain     [flags]   ask a ChatLink to hand its clients to other nodes and stop
+  roomcast token     [flags]   mint a login token for a client
+  roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
 
 Run 'roomcast <command> --help' for a command's flags.
 `
@@ -37,6 +40,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "dev":
 		return runDev(ctx, rest, stdout, stderr)
+	case "chatlink":
+		return runChatLink(ctx, rest, stdout, stderr)
+	case "services":
+		return runServices(ctx, rest, stdout, stderr)
+	case "drain":
+		return runDrain(ctx, rest, stdout, stderr)
 	case "token":
 		return runToken(rest, stdout, stderr)
 	case "probe":

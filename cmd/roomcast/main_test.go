@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 )
 
@@ -145,5 +149,93 @@ func TestPackagesHaveDocs(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("walked from %s, which is not the module root: %v", root, err)
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestRolesAsSeparateProcesses runs the roles as production does, each with its own flags and
+// NATS connection (here in one test process, against a NATS server of their own), checks them
+// end to end with the probe, then drains one ChatLink with `roomcast drain`.
+func TestRolesAsSeparateProcesses(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	type role struct {
+		name string
+		done chan int
+		out  *syncBuffer
+	}
+	start := func(args ...string) role {
+		r := role{name: args[0], done: make(chan int, 1), out: &syncBuffer{}}
+		go func() { r.done <- run(ctx, args, r.out, r.out) }()
+		return r
+	}
+	api := freeAddr(t)
+	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--api-key", "k1=demo")
+	var links []role
+	for _, name := range []string{"edge-a", "edge-b"} {
+		links = append(links, start("chatlink", "--nats", ns.ClientURL(), "--node", name, "--secret", "demo="+devcluster.Secret,
+			"--ws", freeAddr(t), "--tcp", freeAddr(t), "--ops", freeAddr(t), "--drain-spread", "200ms"))
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + api + "/v1/dispatch")
+		if err == nil {
+			var ans struct{ Nodes []struct{ Node string } }
+			_ = json.NewDecoder(resp.Body).Decode(&ans)
+			resp.Body.Close()
+			if len(ans.Nodes) == 2 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ChatLinks did not show up in dispatch; services:\n%s", services.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"probe", "--dispatcher", "http://" + api, "--clients", "4", "--messages", "10"}, &out, &errOut); code != 0 {
+		t.Fatalf("probe exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	if code := run(ctx, []string{"drain", "--nats", ns.ClientURL(), "--node", "edge-a", "--spread", "100ms"}, &out, &errOut); code != 0 {
+		t.Fatalf("drain exit %d: %s", code, errOut.String())
+	}
+	select {
+	case code := <-links[0].done:
+		if code != 0 {
+			t.Fatalf("drained chatlink exited %d:\n%s", code, links[0].out.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the drained ChatLink did not exit")
+	}
+	if code := run(ctx, []string{"drain", "--nats", ns.ClientURL(), "--node", "no-such-node"}, &out, &errOut); code != 1 {
+		t.Fatalf("draining an unknown node: exit %d, want 1", code)
+	}
+	cancel()
+	for _, r := range []role{services, links[1]} {
+		select {
+		case code := <-r.done:
+			if code != 0 {
+				t.Fatalf("%s exited %d:\n%s", r.name, code, r.out.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not stop", r.name)
+		}
 	}
 }

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"roomcast/chatlink"
+	"roomcast/dispatcher"
+	"roomcast/internal/auth"
+	"roomcast/internal/bus"
+	"roomcast/presence"
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/room"
+)
+
+// pairs is a repeatable flag of KEY=VALUE pairs.
+type pairs map[string]string
+
+func (p pairs) String() string { return fmt.Sprint(map[string]string(p)) }
+
+func (p pairs) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" || v == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	p[k] = v
+	return nil
+}
+
+// parseFlags parses args, printing usage on --help; it returns the exit code to use when the
+// caller should stop (0 after --help, 2 after a bad flag) and -1 to go on.
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "roomcast %s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		return 2
+	}
+	return -1
+}
+
+// serveOps serves /metrics and /healthz on addr until ctx ends.
+func serveOps(addr string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) (func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return serveHTTP(addr, mux, log)
+}
+
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chatlink", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	var cfg chatlink.Config
+	fs.StringVar(&cfg.Node, "node", "", "this node's name, unique in the deployment (required; leased in JetStream KV)")
+	fs.StringVar(&cfg.WSListen, "ws", "127.0.0.1:9101", "WebSocket listen address (path /v1/ws)")
+	fs.StringVar(&cfg.TCPListen, "tcp", "127.0.0.1:9201", "TCP transport listen address")
+	fs.StringVar(&cfg.PublicHost, "public-host", "", "host clients reach this node at (default: the listen host)")
+	fs.StringVar(&cfg.Region, "region", "", "region label for the dispatcher, e.g. CN-22")
+	fs.StringVar(&cfg.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
+	fs.Float64Var(&cfg.EgressCapacity, "egress-capacity", 0, "egress capacity in bytes per second, the base of flow control (0: unlimited)")
+	fs.DurationVar(&cfg.FlushTick, "flush-tick", 0, "default flush tick of rooms (0: 100ms)")
+	fs.DurationVar(&cfg.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
+	opsAddr := fs.String("ops", "127.0.0.1:9301", "address of /metrics and /healthz")
+	secrets := pairs{}
+	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: roomcast chatlink --nats URL --node NAME --secret APP=SECRET [flags]\n\nRuns one ChatLink edge node. SIGTERM or Ctrl-C drains it: clients are told to reconnect elsewhere.\n\n")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if cfg.Node == "" || len(secrets) == 0 {
+		fmt.Fprintln(stderr, "roomcast chatlink: --node and at least one --secret are required")
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg.Keys = auth.Keyring{}
+	for app, s := range secrets {
+		cfg.Keys[app] = []byte(s)
+	}
+	nc, err := bus.Connect(*natsURL, "chatlink "+cfg.Node, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast chatlink:", err)
+		return 1
+	}
+	defer nc.Close()
+	reg := newRegistry()
+	cfg.Bus, cfg.Registry, cfg.Log = nc, reg, log
+	node, err := chatlink.New(cfg)
+	if err == nil {
+		err = node.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast chatlink:", err)
+		return 1
+	}
+	stopOps, err := serveOps(*opsAddr, reg, func() error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	}, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast chatlink:", err)
+		_ = node.Shutdown(context.Background())
+		return 1
+	}
+	defer stopOps()
+	select {
+	case <-ctx.Done():
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainSpread+30*time.Second)
+		defer cancel()
+		if err := node.Drain(dctx, cfg.DrainSpread); err != nil {
+			log.Warn("drain", "err", err)
+		}
+	case <-node.Drained():
+	}
+	return 0
+}
+
+func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("services", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address: /v1/dispatch, the server API, /metrics, /healthz")
+	keys := pairs{}
+	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR]\n\nRuns the room and presence services, the dispatcher and the server API. Run as many as you like: they share the work through NATS queue groups.\n\n")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(stderr, "roomcast services: at least one --api-key is required")
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	connect := func(name string) (*nats.Conn, error) {
+		nc, err := bus.Connect(*natsURL, name, log)
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "roomcast services:", err)
+		return 1
+	}
+	nc, err := connect("room")
+	if err != nil {
+		return fail(err)
+	}
+	rs, err := room.New(room.Config{Bus: nc, Log: log})
+	if err == nil {
+		err = rs.Start()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer rs.Close()
+	if nc, err = connect("presence"); err != nil {
+		return fail(err)
+	}
+	ps, err := presence.New(presence.Config{Bus: nc, Log: log})
+	if err == nil {
+		err = ps.Start()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer ps.Close()
+	if nc, err = connect("dispatcher"); err != nil {
+		return fail(err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{Bus: nc, Log: log})
+	if err == nil {
+		err = d.Start()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer d.Close()
+	if nc, err = connect("api"); err != nil {
+		return fail(err)
+	}
+	apiKeys := auth.APIKeys{}
+	for k, app := range keys {
+		apiKeys[k] = app
+	}
+	api, err := room.NewAPI(room.APIConfig{Bus: nc, Keys: apiKeys, Log: log})
+	if err != nil {
+		return fail(err)
+	}
+	reg := newRegistry()
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/dispatch", d)
+	mux.Handle("/v1/rooms/", api)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if len(d.Nodes()) == 0 {
+			http.Error(w, "no ChatLink reports", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	stop, err := serveHTTP(*listen, mux, log)
+	if err != nil {
+		return fail(err)
+	}
+	defer stop()
+	<-ctx.Done()
+	return 0
+}
+
+func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
+	node := fs.String("node", "", "name of the ChatLink to drain (required)")
+	spread := fs.Duration("spread", 0, "spread of the clients' reconnect delays (0: the node's default, 10s)")
+	deadline := fs.Duration("deadline", 0, "how long to wait for clients to leave before closing the rest (0: spread + 30s)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: roomcast drain --nats URL --node NAME [--spread 10s] [--deadline 40s]\n\nAsks a ChatLink to drain: it stops taking logins, tells its clients to reconnect elsewhere after\nspread-out delays, and shuts down once they are gone or at the deadline.\n\n")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if *node == "" {
+		fmt.Fprintln(stderr, "roomcast drain: --node is required")
+		return 2
+	}
+	nc, err := bus.Connect(*natsURL, "roomcast drain", nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast drain:", err)
+		return 1
+	}
+	defer nc.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var rep pb.Reply
+	if err := bus.Request(rctx, nc, bus.DrainSubject(*node), &pb.DrainRequest{
+		SpreadMs: uint32(spread.Milliseconds()), DeadlineMs: uint32(deadline.Milliseconds()),
+	}, &rep); err != nil {
+		fmt.Fprintf(stderr, "roomcast drain: node %q did not answer: %v\n", *node, err)
+		return 1
+	}
+	if rep.Code != 0 {
+		fmt.Fprintln(stderr, "roomcast drain:", rep.Message)
+		return 1
+	}
+	fmt.Fprintf(stdout, "node %s is draining\n", *node)
+	return 0
+}
