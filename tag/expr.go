@@ -1,0 +1,197 @@
+package tag
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/parser"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Limits on an expression.
+const (
+	MaxExprBytes = 512
+	MaxExprNodes = 64
+)
+
+// ErrInvalid wraps every reason an expression is refused.
+var ErrInvalid = errors.New("tag: invalid expression")
+
+// Env is what an expression sees of the receiving member.
+type Env struct {
+	Tags []string `expr:"tags"`
+	// Role is the value of the member's "role:" tag, or "".
+	Role string `expr:"role"`
+	UID  string `expr:"uid"`
+}
+
+// Expr is a compiled, validated tag expression.
+type Expr struct {
+	src     string
+	prog    *vm.Program
+	usesUID bool
+
+	mu      sync.Mutex      // guards results
+	results map[uint64]bool // by Set.ID: the expression's value for that set
+}
+
+// String returns the expression's source.
+func (e *Expr) String() string { return e.src }
+
+// UsesUID reports whether the expression reads uid: then it must be evaluated per member, not
+// once per tag set.
+func (e *Expr) UsesUID() bool { return e.usesUID }
+
+var allowedBinary = map[string]bool{
+	"&&": true, "||": true, "and": true, "or": true, "==": true, "!=": true, "in": true,
+	"startsWith": true, "endsWith": true, "contains": true,
+}
+
+var allowedIdent = map[string]bool{"tags": true, "role": true, "uid": true}
+
+// checker walks a parsed expression and records the first construct outside the language.
+type checker struct {
+	err     error
+	nodes   int
+	usesUID bool
+}
+
+func (c *checker) Visit(node *ast.Node) {
+	c.nodes++
+	if c.err != nil {
+		return
+	}
+	switch n := (*node).(type) {
+	case *ast.StringNode, *ast.BoolNode, *ast.ArrayNode, *ast.ConstantNode:
+	case *ast.IdentifierNode:
+		if !allowedIdent[n.Value] {
+			c.err = fmt.Errorf("unknown name %q (use tags, role or uid)", n.Value)
+		}
+		c.usesUID = c.usesUID || n.Value == "uid"
+	case *ast.UnaryNode:
+		if n.Operator != "!" && n.Operator != "not" {
+			c.err = fmt.Errorf("operator %q is not allowed", n.Operator)
+		}
+	case *ast.BinaryNode:
+		if !allowedBinary[n.Operator] {
+			c.err = fmt.Errorf("operator %q is not allowed", n.Operator)
+		}
+	default:
+		c.err = fmt.Errorf("%T is not allowed: only names, strings, lists and boolean operators", n)
+	}
+}
+
+// Compile validates src and compiles it. The error wraps ErrInvalid and says what is wrong.
+func Compile(src string) (*Expr, error) {
+	switch {
+	case src == "":
+		return nil, fmt.Errorf("%w: empty", ErrInvalid)
+	case len(src) > MaxExprBytes:
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalid, len(src), MaxExprBytes)
+	case !utf8.ValidString(src):
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalid)
+	}
+	tree, err := parser.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var c checker
+	ast.Walk(&tree.Node, &c)
+	switch {
+	case c.err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, c.err)
+	case c.nodes > MaxExprNodes:
+		return nil, fmt.Errorf("%w: %d nodes, the limit is %d", ErrInvalid, c.nodes, MaxExprNodes)
+	}
+	prog, err := expr.Compile(src, expr.Env(Env{}), expr.AsBool(), expr.DisableAllBuiltins(), expr.MaxNodes(MaxExprNodes))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return &Expr{src: src, prog: prog, usesUID: c.usesUID, results: make(map[uint64]bool)}, nil
+}
+
+// Eval evaluates the expression for a member with tag set s and uid. Unless the expression
+// uses uid, the result is cached per set.
+func (e *Expr) Eval(s *Set, uid string) bool {
+	if !e.usesUID {
+		e.mu.Lock()
+		v, ok := e.results[s.ID]
+		e.mu.Unlock()
+		if ok {
+			return v
+		}
+	}
+	out, err := expr.Run(e.prog, Env{Tags: s.Tags, Role: s.Role, UID: uid})
+	v, _ := out.(bool)
+	if err != nil {
+		v = false // a compiled boolean expression over strings cannot fail; if it does, deliver nothing
+	}
+	if !e.usesUID {
+		e.mu.Lock()
+		if len(e.results) >= maxCachedResults {
+			clear(e.results)
+		}
+		e.results[s.ID] = v
+		e.mu.Unlock()
+	}
+	return v
+}
+
+// maxCachedResults bounds one expression's result cache; it starts over when full.
+const maxCachedResults = 4096
+
+// Cache compiles expressions once and keeps the most recently used ones. Refusals are cached
+// too, so a client repeating a bad expression costs a map lookup.
+type Cache struct {
+	size int
+
+	mu    sync.Mutex // guards the fields below
+	lru   *list.List // of *cacheEntry, most recent first
+	byKey map[string]*list.Element
+}
+
+type cacheEntry struct {
+	src string
+	e   *Expr
+	err error
+}
+
+// NewCache returns a cache of at most size expressions (at least 1).
+func NewCache(size int) *Cache {
+	return &Cache{size: max(1, size), lru: list.New(), byKey: make(map[string]*list.Element)}
+}
+
+// Get returns the compiled expression for src, compiling it on a miss.
+func (c *Cache) Get(src string) (*Expr, error) {
+	c.mu.Lock()
+	if el, ok := c.byKey[src]; ok {
+		c.lru.MoveToFront(el)
+		ent := el.Value.(*cacheEntry)
+		c.mu.Unlock()
+		return ent.e, ent.err
+	}
+	c.mu.Unlock()
+	e, err := Compile(src)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byKey[src]; !ok {
+		c.byKey[src] = c.lru.PushFront(&cacheEntry{src: src, e: e, err: err})
+		for c.lru.Len() > c.size {
+			old := c.lru.Remove(c.lru.Back()).(*cacheEntry)
+			delete(c.byKey, old.src)
+		}
+	}
+	return e, err
+}
+
+// Len returns the number of cached expressions.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
