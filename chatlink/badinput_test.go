@@ -168,7 +168,7 @@ func TestBadInput(t *testing.T) {
 			{Seq: 1, Body: nil},
 			{Seq: 2, Body: bytes.Repeat([]byte("x"), 16<<10+1)},
 			{Seq: 3, Body: []byte("x"), Lane: 9},
-			{Seq: 4, Body: []byte("x"), TagExpr: `"a" in tags`},
+			{Seq: 4, Body: []byte("x"), TagExpr: `"a" in`},
 		} {
 			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: s}})
 			e := cl.next().GetError()

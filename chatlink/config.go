@@ -62,6 +62,8 @@ type Config struct {
 	// value means 32.
 	MaxInflightSends int
 	MaxPendingBytes  int
+	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
+	ExprCacheSize int
 	// DrainSpread is how widely the reconnect delays told to clients are spread when the node
 	// drains, so they do not all come back at once. Zero value means 10s.
 	DrainSpread time.Duration
@@ -119,6 +121,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxPendingBytes <= 0 {
 		c.MaxPendingBytes = 1 << 20
+	}
+	if c.ExprCacheSize <= 0 {
+		c.ExprCacheSize = 1024
 	}
 	if c.DrainSpread <= 0 {
 		c.DrainSpread = 10 * time.Second

@@ -13,6 +13,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 // transport is what a conn needs of its WebSocket or TCP connection.
@@ -51,6 +52,7 @@ type conn struct {
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
+	tags                            *tag.Set
 
 	mu      sync.Mutex // guards the fields below
 	state   connState
@@ -145,6 +147,11 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device is longer than 32 bytes")
 		return
 	}
+	if err := tag.Validate(claims.Tags); err != nil {
+		n.m.logins.WithLabelValues("bad_token").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
+		return
+	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
 	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
 
@@ -166,12 +173,14 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 
+	c.tags = n.tags.Intern(claims.Tags)
 	n.rooms.join(c, rep.Settings)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
 		c.mu.Unlock()
 		n.rooms.leave(c)
+		n.tags.Release(c.tags)
 		c.leaveRoom()
 		return
 	}
@@ -259,7 +268,7 @@ func (c *conn) forward(s *pb.Send) {
 	var rep pb.Reply
 	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
-		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr,
+		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tags.Tags,
 	}, &rep)
 	switch {
 	case err != nil:
@@ -321,6 +330,7 @@ func (c *conn) closed() {
 		return // a login in progress undoes its own join
 	}
 	n.rooms.leave(c)
+	n.tags.Release(c.tags)
 	c.leaveRoom()
 }
 

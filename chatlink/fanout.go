@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 // Default delivery settings of a room, when the room service gives none.
@@ -244,10 +245,10 @@ type variant struct {
 	encoded []byte
 }
 
-func newVariant(msgs []queued, keep func(queued) bool) *variant {
+func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
 	v := &variant{}
-	for _, q := range msgs {
-		if keep == nil || keep(q) {
+	for i, q := range msgs {
+		if keep == nil || keep(i, q) {
 			v.msgs = append(v.msgs, q)
 			v.byLane[lane(q.m)]++
 		}
@@ -266,24 +267,54 @@ func (v *variant) frame() []byte {
 	return v.encoded
 }
 
+// variantKey names a variant: which of the tick's messages the member may see (a bitset, ""
+// when no message is targeted) and its backlog level.
+type variantKey struct {
+	audience string
+	level    int
+}
+
 // write sends msgs to every member: the frame for each variant is encoded once and the same
-// bytes go to every member that gets that variant. Members whose write backlog grows get
-// thinner variants (no bulk, then critical only); a member that sent some of the messages gets
-// them left out, so a sender sees a SendAck and no echo. Caller holds r.fanout.wmu.
+// bytes go to every member that gets that variant. A message with a tag expression goes only to
+// members whose tags satisfy it; the expression is evaluated once per distinct tag set in the
+// room (once per member only if it reads uid). Members whose write backlog grows get thinner
+// variants (no bulk, then critical only); a member that sent some of the messages gets them
+// left out, so a sender sees a SendAck and no echo. Caller holds r.fanout.wmu.
 func (r *localRoom) write(msgs []queued) {
 	if len(msgs) == 0 {
 		return
 	}
 	n := r.t.n
-	var levels [3]*variant
-	levels[0] = newVariant(msgs, nil)
 	prefix := n.cfg.Node + "-"
 	var localSenders []string
-	for _, q := range msgs {
+	var exprs []*tag.Expr // by message; nil when no message is targeted
+	perMember := false
+	for i, q := range msgs {
 		if q.sender != "" && strings.HasPrefix(q.sender, prefix) {
 			localSenders = append(localSenders, q.sender)
 		}
+		if q.m.TagExpr != "" {
+			if exprs == nil {
+				exprs = make([]*tag.Expr, len(msgs))
+			}
+			exprs[i] = n.expr(q.m.TagExpr)
+			perMember = perMember || exprs[i].UsesUID()
+		}
 	}
+
+	variants := make(map[variantKey]*variant, 4)
+	get := func(k variantKey) *variant {
+		v := variants[k]
+		if v == nil {
+			keepLevel := levelFilter(k.level)
+			v = newVariant(msgs, func(i int, q queued) bool {
+				return (k.audience == "" || k.audience[i/8]&(1<<(i%8)) != 0) && (keepLevel == nil || keepLevel(q))
+			})
+			variants[k] = v
+		}
+		return v
+	}
+	audiences := make(map[*tag.Set]string) // this tick's audience bitset per tag set
 
 	var delivered, slowDropped [4]int
 	var frames, bytes int
@@ -294,13 +325,24 @@ func (r *localRoom) write(msgs []queued) {
 			c.closeSlow()
 			continue
 		}
-		v := levels[lvl]
-		if v == nil {
-			v = newVariant(msgs, levelFilter(lvl))
-			levels[lvl] = v
+		k := variantKey{level: lvl}
+		if exprs != nil {
+			aud, ok := audiences[c.tags]
+			if !ok || perMember {
+				aud = audience(exprs, c)
+				audiences[c.tags] = aud
+			}
+			k.audience = aud
+		}
+		v := get(k)
+		if lvl > 0 {
+			full := get(variantKey{audience: k.audience})
+			for l := range slowDropped {
+				slowDropped[l] += full.byLane[l] - v.byLane[l]
+			}
 		}
 		if len(localSenders) > 0 && contains(localSenders, c.session) {
-			v = newVariant(v.msgs, func(q queued) bool { return q.sender != c.session })
+			v = newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
 		}
 		if b := v.frame(); b != nil {
 			c.write(b)
@@ -308,11 +350,6 @@ func (r *localRoom) write(msgs []queued) {
 			bytes += len(b)
 			for l, k := range v.byLane {
 				delivered[l] += k
-			}
-		}
-		if lvl > 0 {
-			for l := range slowDropped {
-				slowDropped[l] += levels[0].byLane[l] - levels[lvl].byLane[l]
 			}
 		}
 	}
@@ -328,6 +365,18 @@ func (r *localRoom) write(msgs []queued) {
 			n.m.drops[l][dropSlowReader].Add(float64(slowDropped[l]))
 		}
 	}
+}
+
+// audience returns the bitset of the messages member c may see: bit i is set when message i
+// has no tag expression or c's tags satisfy it.
+func audience(exprs []*tag.Expr, c *conn) string {
+	bits := make([]byte, (len(exprs)+7)/8)
+	for i, e := range exprs {
+		if e == nil || e.Eval(c.tags, c.uid) {
+			bits[i/8] |= 1 << (i % 8)
+		}
+	}
+	return string(bits)
 }
 
 // levelFilter returns what a member at backlog level lvl still gets.

@@ -25,7 +25,22 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
+
+// never is the expression a message gets when its tag expression does not compile: it reaches
+// no one. The room service refuses such messages, so this only guards against a bad publisher.
+var never, _ = tag.Compile("false")
+
+// expr returns the compiled tag expression src.
+func (n *Node) expr(src string) *tag.Expr {
+	e, err := n.exprs.Get(src)
+	if err != nil {
+		n.log.Warn("room message with a bad tag expression reaches no one", "expr", src, "err", err)
+		return never
+	}
+	return e
+}
 
 // Node is one ChatLink.
 type Node struct {
@@ -40,6 +55,8 @@ type Node struct {
 	egress     atomic.Uint64 // bytes of push frames handed to connections
 	flow       *flowController
 	cpu        cpuMeter
+	tags       *tag.Interner // members' tag sets, shared by identical sets
+	exprs      *tag.Cache    // compiled tag expressions
 
 	upgrader *gws.Upgrader
 	httpSrv  *http.Server
@@ -76,6 +93,8 @@ func New(cfg Config) (*Node, error) {
 	// 65536 sessions a millisecond: a restarted node never repeats an id it gave before.
 	n.sessionSeq.Store(uint64(time.Now().UnixMilli()) << 16)
 	n.drained = make(chan struct{})
+	n.tags = tag.NewInterner()
+	n.exprs = tag.NewCache(cfg.ExprCacheSize)
 	n.rooms = newRoomTable(n)
 	n.conns = newConnTable()
 	n.presence = &eventBatcher{n: n}

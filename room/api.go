@@ -187,7 +187,7 @@ func (a *API) sendToRoom(w http.ResponseWriter, r *http.Request, app, room strin
 	if body.Body != "" {
 		payload = []byte(body.Body)
 	}
-	req := &pb.SendRequest{App: app, Room: room, Uid: body.Sender, Type: body.Type, Lane: lane, Body: payload, TagExpr: body.TagExpr}
+	req := &pb.SendRequest{App: app, Room: room, Uid: body.Sender, Type: body.Type, Lane: lane, Body: payload, TagExpr: body.TagExpr, FromApp: true}
 	if rep := ValidateSend(req); rep != nil {
 		writeError(w, pb.ErrorCode(rep.Code), "%s", rep.Message)
 		return
@@ -243,10 +243,19 @@ type SettingsBody struct {
 	// CriticalBudget is critical messages per member per second before it is counted as over
 	// budget; critical messages are never dropped (default 10; negative: no limit).
 	CriticalBudget int32 `json:"critical_budget"`
+	// SendExpr: who may send at all, a tag expression over the sender (empty: everyone).
+	SendExpr string `json:"send_expr,omitempty"`
+	// BroadcastExpr: who may send to the whole room or give a tag expression (empty: everyone
+	// who may send).
+	BroadcastExpr string `json:"broadcast_expr,omitempty"`
+	// ScopePrefix: other senders' messages reach only members sharing their tags with this
+	// prefix, e.g. "class:" (empty: other senders are refused).
+	ScopePrefix string `json:"scope_prefix,omitempty"`
 }
 
 func settingsBody(st *pb.RoomSettings) SettingsBody {
-	return SettingsBody{FlushTickMS: st.GetFlushTickMs(), NoMerge: st.GetNoMerge(), NormalBudget: st.GetNormalBudget(), CriticalBudget: st.GetCriticalBudget()}
+	return SettingsBody{FlushTickMS: st.GetFlushTickMs(), NoMerge: st.GetNoMerge(), NormalBudget: st.GetNormalBudget(), CriticalBudget: st.GetCriticalBudget(),
+		SendExpr: st.GetSendExpr(), BroadcastExpr: st.GetBroadcastExpr(), ScopePrefix: st.GetScopePrefix()}
 }
 
 func (a *API) getSettings(w http.ResponseWriter, r *http.Request, app, room string) {
@@ -262,7 +271,8 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request, app, room stri
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	st := &pb.RoomSettings{FlushTickMs: body.FlushTickMS, NoMerge: body.NoMerge, NormalBudget: body.NormalBudget, CriticalBudget: body.CriticalBudget}
+	st := &pb.RoomSettings{FlushTickMs: body.FlushTickMS, NoMerge: body.NoMerge, NormalBudget: body.NormalBudget, CriticalBudget: body.CriticalBudget,
+		SendExpr: body.SendExpr, BroadcastExpr: body.BroadcastExpr, ScopePrefix: body.ScopePrefix}
 	if err := ValidateSettings(st); err != nil {
 		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
 		return

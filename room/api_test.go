@@ -71,7 +71,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"both bodies", msgs, key, `{"body":"x","body_base64":"eA=="}`, 400, 100},
 		{"message too large", msgs, key, `{"body":"` + strings.Repeat("x", 16<<10+1) + `"}`, 413, 101},
 		{"request too large", msgs, key, `{"body":"` + strings.Repeat("x", 65<<10) + `"}`, 413, 101},
-		{"tag expression", msgs, key, `{"body":"x","tag_expr":"\"a\" in tags"}`, 400, 104},
+		{"bad tag expression", msgs, key, `{"body":"x","tag_expr":"len(tags) > 1"}`, 400, 104},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

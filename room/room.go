@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -23,6 +25,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 // Limits on what a room accepts from a sender.
@@ -218,6 +221,10 @@ func (s *Service) onSend(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
+	if rep := s.authorizeSend(&req); rep != nil {
+		bus.Respond(s.log, msg, rep)
+		return
+	}
 	now := s.cfg.Now()
 	m := &pb.Message{
 		Id:           s.ids.New(now),
@@ -258,11 +265,55 @@ func ValidateSend(req *pb.SendRequest) *pb.Reply {
 		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "type must be valid UTF-8 of at most %d bytes", MaxTypeBytes)
 	case req.Lane < pb.Lane_LANE_UNSPECIFIED || req.Lane > pb.Lane_LANE_BULK:
 		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown lane %d", req.Lane)
-	case req.TagExpr != "":
-		// Until the edge evaluates tag expressions, delivering such a message to everyone would
-		// leak it; refuse it instead.
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "tag expressions are not supported yet")
 	}
+	if req.TagExpr != "" {
+		if _, err := exprs.Get(req.TagExpr); err != nil {
+			return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%v", err)
+		}
+	}
+	return nil
+}
+
+// exprs caches the tag expressions the room service and the API have checked.
+var exprs = tag.NewCache(4096)
+
+// authorizeSend applies the room's send permissions to a member's message. It may narrow the
+// message's audience (scope_prefix); it returns the refusal, or nil.
+func (s *Service) authorizeSend(req *pb.SendRequest) *pb.Reply {
+	if req.FromApp {
+		return nil
+	}
+	st := s.settings.get(req.App, req.Room)
+	if st == nil {
+		return nil
+	}
+	allowed := func(src string) bool {
+		e, err := exprs.Get(src)
+		return err == nil && e.EvalTags(req.SenderTags, req.Uid)
+	}
+	forbid := func(msg string) *pb.Reply {
+		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN), Message: msg}
+	}
+	switch {
+	case st.SendExpr != "" && !allowed(st.SendExpr):
+		return forbid("you may not send in this room")
+	case st.BroadcastExpr == "" || allowed(st.BroadcastExpr):
+		return nil
+	case req.TagExpr != "":
+		return forbid("you may not choose who receives your messages in this room")
+	case st.ScopePrefix == "":
+		return forbid("only some members may send in this room")
+	}
+	var scope []string
+	for _, t := range req.SenderTags {
+		if strings.HasPrefix(t, st.ScopePrefix) {
+			scope = append(scope, strconv.Quote(t)+" in tags")
+		}
+	}
+	if len(scope) == 0 {
+		return forbid("you have no " + st.ScopePrefix + " tag to send to")
+	}
+	req.TagExpr = strings.Join(scope, " || ")
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 // SettingsBucket is the JetStream KV bucket that holds rooms' delivery settings, keyed
@@ -113,6 +114,17 @@ func (s *settingsStore) put(ctx context.Context, app, room string, st *pb.RoomSe
 func ValidateSettings(st *pb.RoomSettings) error {
 	if st.FlushTickMs > MaxFlushTickMS {
 		return fmt.Errorf("flush_tick_ms %d is over the limit of %d", st.FlushTickMs, MaxFlushTickMS)
+	}
+	for name, src := range map[string]string{"send_expr": st.SendExpr, "broadcast_expr": st.BroadcastExpr} {
+		if src == "" {
+			continue
+		}
+		if _, err := exprs.Get(src); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if st.ScopePrefix != "" && (len(st.ScopePrefix) > tag.MaxTagBytes || tag.Validate([]string{st.ScopePrefix}) != nil) {
+		return fmt.Errorf("scope_prefix %q is not the start of a valid tag", st.ScopePrefix)
 	}
 	return nil
 }

@@ -126,11 +126,8 @@ func (e *Expr) Eval(s *Set, uid string) bool {
 			return v
 		}
 	}
-	out, err := expr.Run(e.prog, Env{Tags: s.Tags, Role: s.Role, UID: uid})
-	v, _ := out.(bool)
-	if err != nil {
-		v = false // a compiled boolean expression over strings cannot fail; if it does, deliver nothing
-	}
+	// A compiled boolean expression over strings cannot fail; if it did, it delivers nothing.
+	v := e.run(Env{Tags: s.Tags, Role: s.Role, UID: uid})
 	if !e.usesUID {
 		e.mu.Lock()
 		if len(e.results) >= maxCachedResults {
@@ -140,6 +137,18 @@ func (e *Expr) Eval(s *Set, uid string) bool {
 		e.mu.Unlock()
 	}
 	return v
+}
+
+// EvalTags evaluates the expression for a member with the given tags and uid, without caching:
+// for one-off checks such as a sender's permission.
+func (e *Expr) EvalTags(tags []string, uid string) bool {
+	return e.run(Env{Tags: tags, Role: roleOf(tags), UID: uid})
+}
+
+func (e *Expr) run(env Env) bool {
+	out, err := expr.Run(e.prog, env)
+	v, _ := out.(bool)
+	return err == nil && v
 }
 
 // maxCachedResults bounds one expression's result cache; it starts over when full.

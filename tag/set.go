@@ -72,13 +72,7 @@ func (in *Interner) Intern(tags []string) *Set {
 	defer in.mu.Unlock()
 	s := in.sets[key]
 	if s == nil {
-		s = &Set{ID: in.nextID.Add(1), Key: key, Tags: canon}
-		for _, t := range canon {
-			if r, ok := strings.CutPrefix(t, "role:"); ok {
-				s.Role = r
-				break
-			}
-		}
+		s = &Set{ID: in.nextID.Add(1), Key: key, Tags: canon, Role: roleOf(canon)}
 		in.sets[key] = s
 	}
 	s.refs++
@@ -99,4 +93,14 @@ func (in *Interner) Len() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return len(in.sets)
+}
+
+// roleOf returns the value of the first "role:" tag, or "".
+func roleOf(tags []string) string {
+	for _, t := range tags {
+		if r, ok := strings.CutPrefix(t, "role:"); ok {
+			return r
+		}
+	}
+	return ""
 }

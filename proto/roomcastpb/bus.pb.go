@@ -243,11 +243,16 @@ type SendRequest struct {
 	// The sender's uid; empty when the app server sends without one.
 	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
 	// The sender's session, so the sender's own ChatLink does not echo the message back to it.
-	SessionId     string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Type          string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
-	Lane          Lane   `protobuf:"varint,6,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
-	Body          []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
-	TagExpr       string `protobuf:"bytes,8,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	SessionId string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Type      string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	Lane      Lane   `protobuf:"varint,6,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
+	Body      []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	TagExpr   string `protobuf:"bytes,8,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// The sender's tags, for the room's send permissions. Unset for the app server, which may
+	// send anything.
+	SenderTags []string `protobuf:"bytes,9,rep,name=sender_tags,json=senderTags,proto3" json:"sender_tags,omitempty"`
+	// True when the app server sends (through the server API): room permissions do not apply.
+	FromApp       bool `protobuf:"varint,10,opt,name=from_app,json=fromApp,proto3" json:"from_app,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +341,20 @@ func (x *SendRequest) GetTagExpr() string {
 		return x.TagExpr
 	}
 	return ""
+}
+
+func (x *SendRequest) GetSenderTags() []string {
+	if x != nil {
+		return x.SenderTags
+	}
+	return nil
+}
+
+func (x *SendRequest) GetFromApp() bool {
+	if x != nil {
+		return x.FromApp
+	}
+	return false
 }
 
 // Reply answers every bus request. code 0 is success; other codes are the client error codes of
@@ -444,8 +463,18 @@ type RoomSettings struct {
 	// never dropped: going over this budget is only counted. 0: the default (10). Negative:
 	// unlimited.
 	CriticalBudget int32 `protobuf:"varint,4,opt,name=critical_budget,json=criticalBudget,proto3" json:"critical_budget,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Who may send at all: a tag expression over the sender (tags, role, uid). Empty: every
+	// member. The app server may always send. Example: !("muted" in tags).
+	SendExpr string `protobuf:"bytes,5,opt,name=send_expr,json=sendExpr,proto3" json:"send_expr,omitempty"`
+	// Who may send to the whole room or give a tag expression of their own. Empty: every member
+	// who may send. Example: role in ["lecturer", "assistant"].
+	BroadcastExpr string `protobuf:"bytes,6,opt,name=broadcast_expr,json=broadcastExpr,proto3" json:"broadcast_expr,omitempty"`
+	// For senders that broadcast_expr does not allow: their messages reach only the members that
+	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
+	// tag expression. Empty: such senders are refused.
+	ScopePrefix   string `protobuf:"bytes,7,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -504,6 +533,27 @@ func (x *RoomSettings) GetCriticalBudget() int32 {
 		return x.CriticalBudget
 	}
 	return 0
+}
+
+func (x *RoomSettings) GetSendExpr() string {
+	if x != nil {
+		return x.SendExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetBroadcastExpr() string {
+	if x != nil {
+		return x.BroadcastExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetScopePrefix() string {
+	if x != nil {
+		return x.ScopePrefix
+	}
+	return ""
 }
 
 type RoomInfo struct {
@@ -1083,7 +1133,7 @@ const file_bus_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\xce\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\"\x8a\x02\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -1093,7 +1143,11 @@ const file_bus_proto_rawDesc = "" +
 	"\x04type\x18\x05 \x01(\tR\x04type\x12%\n" +
 	"\x04lane\x18\x06 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
-	"\btag_expr\x18\b \x01(\tR\atagExpr\"\xdc\x01\n" +
+	"\btag_expr\x18\b \x01(\tR\atagExpr\x12\x1f\n" +
+	"\vsender_tags\x18\t \x03(\tR\n" +
+	"senderTags\x12\x19\n" +
+	"\bfrom_app\x18\n" +
+	" \x01(\bR\afromApp\"\xdc\x01\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -1101,12 +1155,15 @@ const file_bus_proto_rawDesc = "" +
 	"message_id\x18\x03 \x01(\tR\tmessageId\x12$\n" +
 	"\x0eserver_time_ms\x18\x04 \x01(\x03R\fserverTimeMs\x12)\n" +
 	"\x04room\x18\x05 \x01(\v2\x15.roomcast.v1.RoomInfoR\x04room\x125\n" +
-	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x9b\x01\n" +
+	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x82\x02\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12\x19\n" +
 	"\bno_merge\x18\x02 \x01(\bR\anoMerge\x12#\n" +
 	"\rnormal_budget\x18\x03 \x01(\x05R\fnormalBudget\x12'\n" +
-	"\x0fcritical_budget\x18\x04 \x01(\x05R\x0ecriticalBudget\"\xba\x01\n" +
+	"\x0fcritical_budget\x18\x04 \x01(\x05R\x0ecriticalBudget\x12\x1b\n" +
+	"\tsend_expr\x18\x05 \x01(\tR\bsendExpr\x12%\n" +
+	"\x0ebroadcast_expr\x18\x06 \x01(\tR\rbroadcastExpr\x12!\n" +
+	"\fscope_prefix\x18\a \x01(\tR\vscopePrefix\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
