@@ -46,6 +46,7 @@ type conn struct {
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
+	tags                            []string // from the token; member lists filter on them (control.go)
 
 	mu    sync.Mutex // guards state
 	state connState
@@ -138,7 +139,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
-	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
+	c.app, c.room, c.uid, c.device, c.tags = claims.App, claims.Room, claims.UID, l.Device, claims.Tags
 
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	var rep pb.Reply
@@ -154,7 +155,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	case rep.Code != 0:
 		n.m.logins.WithLabelValues("refused").Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_KICKED, rep.Message)
+		c.close(refusalCode(&rep), rep.Message) // banned, room closed or full (control.go)
 		return
 	}
 
@@ -169,6 +170,9 @@ func (c *conn) login(l *pb.Login) {
 	}
 	c.state = stateLive
 	c.mu.Unlock()
+	if n.refusedLate(c) { // a ban or close that raced this login (control.go)
+		return
+	}
 
 	n.m.logins.WithLabelValues("ok").Inc()
 	now := time.Now()
