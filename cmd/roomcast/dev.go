@@ -28,6 +28,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
 	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
+	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the server API's gRPC listener")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
@@ -67,12 +68,13 @@ secret and API key are fixed and printed.
 
 	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	c, err := devcluster.Start(startCtx, devcluster.Config{
-		DataDir:   *data,
-		Listen:    *listen,
-		ChatLinks: *chatlinks,
-		NATSPort:  *natsPort,
-		Home:      http.FileServerFS(page),
-		Log:       log,
+		DataDir:    *data,
+		Listen:     *listen,
+		ChatLinks:  *chatlinks,
+		NATSPort:   *natsPort,
+		GRPCListen: *grpcListen,
+		Home:       http.FileServerFS(page),
+		Log:        log,
 	})
 	cancel()
 	if err != nil {
@@ -96,6 +98,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  demo page     %s/\n", c.URL())
 	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch\n", c.URL())
 	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
+	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
 	for _, n := range c.Nodes {
