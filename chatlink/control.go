@@ -86,10 +86,18 @@ func (n *Node) onControl(msg *nats.Msg) {
 	case pb.NodeControl_OP_MEMBERS:
 		rep.Members, rep.More = n.listMembers(&req)
 	case pb.NodeControl_OP_BAN:
+		if req.Lift {
+			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
+			break
+		}
 		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason)
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_BANNED)
 		rep.Affected = n.kick(&req)
 	case pb.NodeControl_OP_CLOSE_ROOM:
+		if req.Lift {
+			n.control.forget(n.control.closed, req.App+"/"+req.Room)
+			break
+		}
 		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason)
 		req.Uid, req.Sessions = "", nil
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
@@ -213,6 +221,12 @@ func (s *controlState) remember(m *map[string]tombstone, key, reason string) {
 		*m = make(map[string]tombstone)
 	}
 	(*m)[key] = tombstone{until: time.Now().Add(tombstoneTTL), reason: reason}
+}
+
+func (s *controlState) forget(m map[string]tombstone, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(m, key)
 }
 
 func (s *controlState) expireTombstones(now time.Time) {

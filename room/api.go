@@ -321,6 +321,12 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 	if err != nil {
 		return nil, a.internal("create room", err)
 	}
+	if reopened {
+		// The nodes forget the close, or they would refuse logins for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Lift: true}); err != nil {
+			return nil, err
+		}
+	}
 	return &pb.CreateRoomResponse{Room: r, Created: reopened}, nil
 }
 
@@ -718,8 +724,15 @@ func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanM
 			r.BannedUntilMs, r.Reason = 0, ""
 		}
 	})
-	if err != nil || req.Lift {
-		return &pb.BanMemberResponse{Restriction: r}, err
+	if err != nil {
+		return nil, err
+	}
+	if req.Lift {
+		// The nodes forget the ban too, or they would refuse the user's next login for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Lift: true}); err != nil {
+			return nil, err
+		}
+		return &pb.BanMemberResponse{Restriction: r}, nil
 	}
 	sessions, err := a.sessionsOf(ctx, appOf(ctx), req.Uid)
 	if err != nil {

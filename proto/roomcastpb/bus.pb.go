@@ -1031,18 +1031,20 @@ func (x *RoomCount) GetMembers() int64 {
 // NodeControl asks one ChatLink (subject rc.node.<node>, request/reply) or every ChatLink
 // (subject rc.nodes.control, no reply) to act on its connections.
 type NodeControl struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            NodeControl_Op         `protobuf:"varint,1,opt,name=op,proto3,enum=roomcast.v1.NodeControl_Op" json:"op,omitempty"`
-	App           string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	Room          string                 `protobuf:"bytes,3,opt,name=room,proto3" json:"room,omitempty"`
-	Uid           string                 `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Sessions      []string               `protobuf:"bytes,5,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	CloseCode     uint32                 `protobuf:"varint,6,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       *Message               `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	Tag           string                 `protobuf:"bytes,9,opt,name=tag,proto3" json:"tag,omitempty"`
-	After         string                 `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
-	Limit         int32                  `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Op        NodeControl_Op         `protobuf:"varint,1,opt,name=op,proto3,enum=roomcast.v1.NodeControl_Op" json:"op,omitempty"`
+	App       string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,3,opt,name=room,proto3" json:"room,omitempty"`
+	Uid       string                 `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sessions  []string               `protobuf:"bytes,5,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	CloseCode uint32                 `protobuf:"varint,6,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
+	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message   *Message               `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Tag       string                 `protobuf:"bytes,9,opt,name=tag,proto3" json:"tag,omitempty"`
+	After     string                 `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	Limit     int32                  `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
+	// OP_BAN, OP_CLOSE_ROOM: the ban was lifted, the room opened again: forget it.
+	Lift          bool `protobuf:"varint,12,opt,name=lift,proto3" json:"lift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1152,6 +1154,13 @@ func (x *NodeControl) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *NodeControl) GetLift() bool {
+	if x != nil {
+		return x.Lift
+	}
+	return false
 }
 
 type NodeControlReply struct {
@@ -1689,7 +1698,7 @@ const file_bus_proto_rawDesc = "" +
 	"\tRoomCount\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\x03R\amembers\"\xa8\x03\n" +
+	"\amembers\x18\x03 \x01(\x03R\amembers\"\xbc\x03\n" +
 	"\vNodeControl\x12+\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
@@ -1703,7 +1712,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x03tag\x18\t \x01(\tR\x03tag\x12\x14\n" +
 	"\x05after\x18\n" +
 	" \x01(\tR\x05after\x12\x14\n" +
-	"\x05limit\x18\v \x01(\x05R\x05limit\"s\n" +
+	"\x05limit\x18\v \x01(\x05R\x05limit\x12\x12\n" +
+	"\x04lift\x18\f \x01(\bR\x04lift\"s\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_KICK\x10\x01\x12\x0e\n" +
