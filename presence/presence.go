@@ -376,6 +376,8 @@ func (s *Service) waitApplied(node, boot string, seq uint64) {
 		case <-ch:
 		case <-deadline.C:
 			return
+		case <-s.stop:
+			return
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,27 +217,56 @@ func TestAPICalls(t *testing.T) {
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"h1"}`)
 }
 
+var sendSeq atomic.Uint64
+
+// answerTo returns the frame that answers the Send with seq, skipping pushes.
+func answerTo(m *client, seq uint64) *pb.Frame {
+	for {
+		f := m.next()
+		if f.GetPush() == nil {
+			if f.GetSendAck().GetSeq() == seq || f.GetError().GetSeq() == seq || f.GetKick() != nil || f == nil {
+				return f
+			}
+		}
+	}
+}
+
+// expectSendRefused checks that a send from m is refused with code. A mute reaches every room
+// instance a moment after the API answered, so it tries for a while.
 func expectSendRefused(t *testing.T, m *client, code pb.ErrorCode) {
 	t.Helper()
-	m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 9, Body: []byte("may I?")}}})
-	if e := m.next().GetError(); e == nil || e.Code != uint32(code) || e.Seq != 9 {
-		t.Fatalf("want Error %v, got %v", code, e)
-	}
+	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		seq := sendSeq.Add(1)
+		m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte("may I?")}}})
+		if f := answerTo(m, seq); f.GetError().GetCode() != uint32(code) {
+			return fmt.Errorf("want Error %v, got %v", code, f)
+		}
+		return nil
+	})
 }
 
 // expectSendAccepted checks that a send from m is acknowledged and reaches other. A mute lifted
 // reaches every room instance a moment later, so it tries for a while.
 func expectSendAccepted(t *testing.T, m, other *client) {
 	t.Helper()
+	var body string
 	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 10, Body: []byte("hello")}}})
-		if f := m.next(); f.GetSendAck() == nil {
+		seq := sendSeq.Add(1)
+		body = fmt.Sprintf("hello %d", seq)
+		m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte(body)}}})
+		if f := answerTo(m, seq); f.GetSendAck() == nil {
 			return fmt.Errorf("send answered with %v", f)
 		}
 		return nil
 	})
-	if msgs := other.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "hello" {
-		t.Fatalf("want the message, got %v", msgs)
+	for {
+		f := other.next()
+		if f == nil || f.GetKick() != nil {
+			t.Fatalf("want %q, got %v", body, f)
+		}
+		if msgs := f.GetPush().GetMessages(); len(msgs) == 1 && string(msgs[0].Body) == body {
+			return
+		}
 	}
 }
 
