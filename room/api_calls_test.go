@@ -300,7 +300,10 @@ func TestAPIBadInputGRPC(t *testing.T) {
 		{"no key", func() error { _, err := g.GetRoom(context.Background(), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.Unauthenticated, "UNAUTHORIZED"},
 		{"wrong key", func() error { _, err := g.GetRoom(withKey("nope"), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.Unauthenticated, "UNAUTHORIZED"},
 		{"another app's room", func() error { _, err := g.GetRoom(withKey("other-key"), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
-		{"close another app's room", func() error { _, err := g.CloseRoom(withKey("other-key"), &pb.CloseRoomRequest{Room: "mine"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"close another app's room", func() error {
+			_, err := g.CloseRoom(withKey("other-key"), &pb.CloseRoomRequest{Room: "mine"})
+			return err
+		}, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"unknown room", func() error { _, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"update unknown room", func() error { _, err := g.UpdateRoom(ctx, &pb.UpdateRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"mute unknown room", func() error { _, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "nosuch", Muted: true}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
