@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,7 +214,3 @@ func withKey(key string) context.Context {
 }
 
 func devCtx() context.Context { return withKey(devcluster.APIKey) }
-
-func nodesOf(out map[string]any) string {
-	return fmt.Sprint(out["nodes"])
-}
