@@ -53,6 +53,7 @@ type conn struct {
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
 	tags                            *tag.Set
+	loginMS                         int64 // unix milliseconds of the login
 
 	mu      sync.Mutex // guards the fields below
 	state   connState
@@ -154,6 +155,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
 	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
+	c.loginMS = time.Now().UnixMilli()
 
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	var rep pb.Reply
@@ -169,7 +171,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	case rep.Code != 0:
 		n.m.logins.WithLabelValues("refused").Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_KICKED, rep.Message)
+		c.close(refusalCode(&rep), rep.Message) // banned, room closed or full (control.go)
 		return
 	}
 
@@ -186,6 +188,9 @@ func (c *conn) login(l *pb.Login) {
 	}
 	c.state = stateLive
 	c.mu.Unlock()
+	if n.refusedLate(c) { // a ban or close that raced this login (control.go)
+		return
+	}
 
 	n.m.logins.WithLabelValues("ok").Inc()
 	now := time.Now()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -18,18 +19,25 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// putSettings sets a room's delivery settings through the server API.
-func putSettings(t *testing.T, c *devcluster.Cluster, room, body string) {
+// putSettings creates the room (if need be) and sets its delivery settings through the server
+// API.
+func putSettings(t *testing.T, c *devcluster.Cluster, room, settings string) {
 	t.Helper()
-	req, _ := http.NewRequest("PUT", c.URL()+"/v1/rooms/"+room+"/settings", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT settings %s: HTTP %d", body, resp.StatusCode)
+	for _, call := range []struct{ method, path, body string }{
+		{"POST", "/v1/rooms", `{"room":"` + room + `"}`},
+		{"PATCH", "/v1/rooms/" + room, `{"settings":` + settings + `}`},
+	} {
+		req, _ := http.NewRequest(call.method, c.URL()+call.path, strings.NewReader(call.body))
+		req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s %s: HTTP %d %s", call.method, call.path, call.body, resp.StatusCode, body)
+		}
 	}
 }
 

@@ -50,6 +50,8 @@ type Node struct {
 	rooms      *roomTable
 	conns      *connTable
 	presence   *eventBatcher
+	stream     sessionStream // session stream and lease (stream.go)
+	control    controlState  // node-targeted control: kicks, bans, member lists (control.go)
 	sessionSeq atomic.Uint64
 	draining   atomic.Bool
 	egress     atomic.Uint64 // bytes of push frames handed to connections
@@ -108,6 +110,9 @@ func New(cfg Config) (*Node, error) {
 
 // Start opens the listeners and starts serving, reporting load and sweeping dead connections.
 func (n *Node) Start() error {
+	if err := n.startControl(); err != nil { // control subjects and the lease loop (control.go)
+		return err
+	}
 	var err error
 	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
@@ -377,16 +382,10 @@ func (b *eventBatcher) loop() {
 }
 
 func (b *eventBatcher) flush() {
-	b.mu.Lock()
-	evs := b.pending
-	b.pending = nil
-	b.mu.Unlock()
-	if len(evs) == 0 {
-		return
-	}
-	if err := bus.Publish(b.n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{Events: evs}); err != nil {
-		b.n.log.Warn("presence events not published", "events", len(evs), "err", err)
-	}
+	// Session stream hook (stream.go): events, snapshots and reports share one ordered sequence.
+	b.n.stream.mu.Lock()
+	defer b.n.stream.mu.Unlock()
+	b.flushLocked()
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }

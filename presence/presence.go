@@ -1,17 +1,22 @@
-// Package presence is the presence service: who is online, in which room, on which node.
-// ChatLinks publish login and logout events in batches; the service answers queries.
+// Package presence is the presence service: who is online, in which room, on which node and
+// device. It answers "is this user online", "where are its sessions" and "how many are online
+// in this app", applies each app's multi-device policy, and publishes online/offline events
+// for app backends (on a NATS subject, and batched to an optional webhook).
 //
-// What exists now is the walking skeleton: sessions are kept in this instance's memory and the
-// only query is the online count of an app. Sessions per user, node leases, multi-device policy
-// and events for app backends come with the presence work; the service must not grow state that
-// only one instance holds.
+// The sessions are owned by the ChatLinks. Every instance keeps a full view of them, built from
+// the ChatLinks' session streams (bus.SubjectSessions: event batches, snapshots, reports) and
+// repaired by a resync when it starts or drifts; queries are shared by the instances in a queue
+// group. A node's sessions vanish when its reports (its lease) stop: there is no timer per
+// session. The service must not hold state that only one instance has.
 package presence
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -19,6 +24,15 @@ import (
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
+
+// DevicePolicy is an app's rule for users with several sessions. A login that breaks it closes
+// the user's older sessions with close code 4010 REPLACED.
+type DevicePolicy struct {
+	// MaxSessions is how many sessions a user may have at once. Zero value means no limit.
+	MaxSessions int
+	// OnePerDevice closes a user's older sessions on the same device type ("web", "ios", ...).
+	OnePerDevice bool
+}
 
 // Config configures a presence service instance.
 type Config struct {
@@ -28,6 +42,17 @@ type Config struct {
 	Log *slog.Logger
 	// Queue is the NATS queue group instances share. Zero value means "presence".
 	Queue string
+	// LeaseTTL is how long a node's sessions outlive its last report. Zero value means 5s.
+	LeaseTTL time.Duration
+	// Policies holds each app's multi-device policy. Zero value means no limits for any app.
+	Policies map[string]DevicePolicy
+	// Webhooks maps an app to a URL that receives its online/offline events, batched, as a JSON
+	// POST. Zero value means none.
+	Webhooks map[string]string
+	// WebhookEvery is how often batched events are posted. Zero value means 1s.
+	WebhookEvery time.Duration
+	// HTTPClient posts to webhooks. Zero value means a client with a 5s timeout.
+	HTTPClient *http.Client
 }
 
 // Service is one instance of the presence service.
@@ -35,9 +60,33 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	subs []*nats.Subscription
+	hook *webhooks
 
-	mu       sync.Mutex                  // guards sessions
-	sessions map[string]*pb.SessionEvent // by session id: the login event
+	stop chan struct{}
+	wg   sync.WaitGroup // the expiry loop and the webhook loop
+	once sync.Once
+
+	mu      sync.Mutex // guards the fields below
+	nodes   map[string]*nodeView
+	users   map[userKey]map[string]*pb.SessionEvent // app/uid -> session id -> login
+	perApp  map[string]*appCount
+	applied chan struct{} // closed and replaced whenever a node's sequence advances
+}
+
+type userKey struct{ app, uid string }
+
+type appCount struct{ sessions, users int64 }
+
+// nodeView is what this instance knows of one ChatLink.
+type nodeView struct {
+	boot       string
+	seq        uint64 // the last stream message applied
+	seen       time.Time
+	sessions   map[string]*pb.SessionEvent
+	snap       []*pb.SessionEvent // chunks of the snapshot being received
+	snapSeq    uint64
+	mismatches int // consecutive reports whose session count differs from ours
+	resyncAt   time.Time
 }
 
 // New returns a presence service; Start subscribes it.
@@ -48,69 +97,422 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Queue == "" {
 		cfg.Queue = "presence"
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.WebhookEvery <= 0 {
+		cfg.WebhookEvery = time.Second
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log.With("svc", "presence"), sessions: make(map[string]*pb.SessionEvent)}, nil
+	s := &Service{
+		cfg: cfg, log: log.With("svc", "presence"), stop: make(chan struct{}),
+		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*pb.SessionEvent),
+		perApp: make(map[string]*appCount), applied: make(chan struct{}),
+	}
+	s.hook = &webhooks{s: s, pending: make(map[string][]*pb.SessionEvent)}
+	return s, nil
 }
 
-// Start subscribes the service to its subjects.
+// Start subscribes the service and asks every ChatLink for a snapshot of its sessions.
 func (s *Service) Start() error {
-	for subject, h := range map[string]nats.MsgHandler{
-		bus.SubjectPresenceEvents: s.onEvents,
-		bus.SubjectPresenceCount:  s.onCount,
-	} {
-		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
+	subscribe := func(subject, queue string, h nats.MsgHandler) error {
+		var sub *nats.Subscription
+		var err error
+		if queue == "" {
+			sub, err = s.cfg.Bus.Subscribe(subject, h)
+		} else {
+			sub, err = s.cfg.Bus.QueueSubscribe(subject, queue, h)
+		}
 		if err != nil {
-			s.Close()
 			return fmt.Errorf("presence: subscribe %s: %w", subject, err)
 		}
+		// A snapshot of a big node is many messages at once; do not drop them.
+		_ = sub.SetPendingLimits(-1, -1)
 		s.subs = append(s.subs, sub)
+		return nil
 	}
-	return s.cfg.Bus.Flush()
+	for _, err := range []error{
+		subscribe(bus.SubjectSessions, "", s.onStream),
+		subscribe(bus.SubjectPresenceEvents, s.cfg.Queue+"-effects", s.onEffects),
+		subscribe(bus.SubjectPresenceCount, s.cfg.Queue, s.onCount),
+		subscribe(bus.SubjectPresenceSessions, s.cfg.Queue, s.onSessions),
+	} {
+		if err != nil {
+			s.Close()
+			return err
+		}
+	}
+	if err := s.cfg.Bus.Flush(); err != nil {
+		s.Close()
+		return fmt.Errorf("presence: subscribe: %w", err)
+	}
+	if err := bus.Publish(s.cfg.Bus, bus.SubjectNodesControl, &pb.NodeControl{Op: pb.NodeControl_OP_RESYNC}); err != nil {
+		s.log.Warn("resync request not published", "err", err)
+	}
+	s.wg.Add(2)
+	go s.expireLoop()
+	go s.hook.loop()
+	return nil
 }
 
-// Close unsubscribes the service. It may be called more than once.
+// Close unsubscribes the service and stops its loops. It may be called more than once.
 func (s *Service) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
 	s.subs = nil
+	s.once.Do(func() { close(s.stop) })
+	s.wg.Wait()
 }
 
-func (s *Service) onEvents(msg *nats.Msg) {
-	var evs pb.SessionEvents
-	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
-		s.log.Warn("dropping session events that do not parse", "err", err)
+// nodeLocked returns the view of node, starting a new one when the node restarted. Caller holds
+// s.mu.
+func (s *Service) nodeLocked(node, boot string) *nodeView {
+	v := s.nodes[node]
+	if v != nil && v.boot != boot {
+		s.dropNodeLocked(node)
+		v = nil
+	}
+	if v == nil {
+		v = &nodeView{boot: boot, seen: time.Now(), sessions: make(map[string]*pb.SessionEvent)}
+		s.nodes[node] = v
+	}
+	return v
+}
+
+// dropNodeLocked forgets a node and its sessions. Caller holds s.mu.
+func (s *Service) dropNodeLocked(node string) {
+	v := s.nodes[node]
+	if v == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ev := range evs.Events {
-		switch ev.Kind {
-		case pb.SessionEvent_KIND_LOGIN:
-			s.sessions[ev.SessionId] = ev
-		case pb.SessionEvent_KIND_LOGOUT:
-			delete(s.sessions, ev.SessionId)
+	for id := range v.sessions {
+		s.removeLocked(v, id)
+	}
+	delete(s.nodes, node)
+}
+
+func (s *Service) addLocked(v *nodeView, ev *pb.SessionEvent) {
+	if _, ok := v.sessions[ev.SessionId]; ok {
+		return
+	}
+	v.sessions[ev.SessionId] = ev
+	k := userKey{ev.App, ev.Uid}
+	byID := s.users[k]
+	c := s.perApp[ev.App]
+	if c == nil {
+		c = &appCount{}
+		s.perApp[ev.App] = c
+	}
+	if byID == nil {
+		byID = make(map[string]*pb.SessionEvent)
+		s.users[k] = byID
+		c.users++
+	}
+	byID[ev.SessionId] = ev
+	c.sessions++
+}
+
+func (s *Service) removeLocked(v *nodeView, id string) {
+	ev, ok := v.sessions[id]
+	if !ok {
+		return
+	}
+	delete(v.sessions, id)
+	k := userKey{ev.App, ev.Uid}
+	c := s.perApp[ev.App]
+	c.sessions--
+	if byID := s.users[k]; byID != nil {
+		delete(byID, id)
+		if len(byID) == 0 {
+			delete(s.users, k)
+			c.users--
+		}
+	}
+	if c.sessions == 0 {
+		delete(s.perApp, ev.App)
+	}
+}
+
+// advanceLocked records that a node's stream reached seq and wakes the waiters. Caller holds s.mu.
+func (s *Service) advanceLocked(v *nodeView, seq uint64) {
+	v.seq = seq
+	close(s.applied)
+	s.applied = make(chan struct{})
+}
+
+// onStream applies one message of a node's session stream. Messages of one node arrive in order
+// on this one subscription.
+func (s *Service) onStream(msg *nats.Msg) {
+	switch msg.Subject {
+	case bus.SubjectPresenceEvents:
+		var evs pb.SessionEvents
+		if err := proto.Unmarshal(msg.Data, &evs); err != nil || evs.Node == "" {
+			s.log.Warn("dropping session events that do not parse", "err", err)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		v := s.nodeLocked(evs.Node, evs.Boot)
+		if evs.Seq <= v.seq {
+			return
+		}
+		for _, ev := range evs.Events {
+			switch ev.Kind {
+			case pb.SessionEvent_KIND_LOGIN:
+				s.addLocked(v, ev)
+			case pb.SessionEvent_KIND_LOGOUT:
+				s.removeLocked(v, ev.SessionId)
+			}
+		}
+		s.advanceLocked(v, evs.Seq)
+	case bus.SubjectSessionsSnapshot:
+		var snap pb.NodeSnapshot
+		if err := proto.Unmarshal(msg.Data, &snap); err != nil || snap.Node == "" {
+			s.log.Warn("dropping session snapshot that does not parse", "err", err)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		v := s.nodeLocked(snap.Node, snap.Boot)
+		if snap.Seq <= v.seq {
+			return
+		}
+		if v.snapSeq != snap.Seq {
+			v.snapSeq, v.snap = snap.Seq, nil
+		}
+		v.snap = append(v.snap, snap.Sessions...)
+		if !snap.Last {
+			return
+		}
+		for id := range v.sessions {
+			s.removeLocked(v, id)
+		}
+		for _, ev := range v.snap {
+			s.addLocked(v, ev)
+		}
+		v.snap, v.snapSeq, v.mismatches = nil, 0, 0
+		s.advanceLocked(v, snap.Seq)
+	case bus.SubjectSessionsReport:
+		var rep pb.NodeReport
+		if err := proto.Unmarshal(msg.Data, &rep); err != nil || rep.Node == "" {
+			s.log.Warn("dropping node report that does not parse", "err", err)
+			return
+		}
+		if !rep.Last {
+			return // only the lease and the session count matter here
+		}
+		s.mu.Lock()
+		v := s.nodeLocked(rep.Node, rep.Boot)
+		v.seen = time.Now()
+		resync := false
+		if rep.Seq > v.seq {
+			// A count that differs twice running is drift (a lost message, a partition), not
+			// a login caught between its state change and its event: ask for a snapshot.
+			if int64(len(v.sessions)) != rep.Sessions {
+				v.mismatches++
+			} else {
+				v.mismatches = 0
+			}
+			if v.mismatches >= 2 && time.Since(v.resyncAt) > time.Second {
+				v.resyncAt, resync = time.Now(), true
+			}
+			s.advanceLocked(v, rep.Seq)
+		}
+		s.mu.Unlock()
+		if resync {
+			s.log.Info("session count drifted, asking for a snapshot", "node", rep.Node)
+			if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(rep.Node), &pb.NodeControl{Op: pb.NodeControl_OP_RESYNC}); err != nil {
+				s.log.Warn("resync request not published", "err", err)
+			}
 		}
 	}
 }
 
-// onCount answers the online count of the app named in the request's app field.
-func (s *Service) onCount(msg *nats.Msg) {
-	var req pb.JoinRequest // only app is read
-	if err := proto.Unmarshal(msg.Data, &req); err != nil {
-		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
+// expireLoop drops the sessions of nodes whose lease ran out.
+func (s *Service) expireLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(max(s.cfg.LeaseTTL/5, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			for name, v := range s.nodes {
+				if now.Sub(v.seen) > s.cfg.LeaseTTL {
+					s.log.Info("node lease expired, dropping its sessions", "node", name, "sessions", len(v.sessions))
+					s.dropNodeLocked(name)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// waitApplied waits until this instance's view of node has taken in seq, or for a moment at
+// most: the effects handler runs beside the stream handler and must decide on a view that
+// includes the batch it acts on.
+func (s *Service) waitApplied(node, boot string, seq uint64) {
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		v := s.nodes[node]
+		done := v != nil && (v.boot != boot || v.seq >= seq)
+		ch := s.applied
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// onEffects acts on a batch of session events once across all instances (a queue group): it
+// publishes the app's online/offline events, queues them for the webhook, and applies the
+// multi-device policy.
+func (s *Service) onEffects(msg *nats.Msg) {
+	var evs pb.SessionEvents
+	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
+		return
+	}
+	byApp := make(map[string][]*pb.SessionEvent)
+	for _, ev := range evs.Events {
+		byApp[ev.App] = append(byApp[ev.App], ev)
+	}
+	for app, list := range byApp {
+		if err := bus.Publish(s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
+			s.log.Warn("app events not published", "app", app, "err", err)
+		}
+		s.hook.add(app, list)
+	}
+	s.waitApplied(evs.Node, evs.Boot, evs.Seq)
+	for _, ev := range evs.Events {
+		if ev.Kind == pb.SessionEvent_KIND_LOGIN {
+			s.enforcePolicy(ev)
+		}
+	}
+}
+
+// enforcePolicy closes the sessions a login replaces under its app's policy.
+func (s *Service) enforcePolicy(login *pb.SessionEvent) {
+	p, ok := s.cfg.Policies[login.App]
+	if !ok || (p.MaxSessions <= 0 && !p.OnePerDevice) {
 		return
 	}
 	s.mu.Lock()
-	var n int64
-	for _, ev := range s.sessions {
-		if ev.App == req.App {
-			n++
+	var older []*pb.SessionEvent
+	for id, ev := range s.users[userKey{login.App, login.Uid}] {
+		if id != login.SessionId && ev.TimeMs <= login.TimeMs {
+			older = append(older, ev)
+		}
+	}
+	_, live := s.users[userKey{login.App, login.Uid}][login.SessionId]
+	s.mu.Unlock()
+	if !live {
+		return // gone already
+	}
+	var replaced []*pb.SessionEvent
+	if p.OnePerDevice {
+		for _, ev := range older {
+			if ev.Device == login.Device {
+				replaced = append(replaced, ev)
+			}
+		}
+	}
+	if p.MaxSessions > 0 && len(older)+1 > p.MaxSessions {
+		// Oldest first, those not already replaced.
+		sortByTime(older)
+		for _, ev := range older[:len(older)+1-p.MaxSessions] {
+			if !containsSession(replaced, ev.SessionId) {
+				replaced = append(replaced, ev)
+			}
+		}
+	}
+	for _, ev := range replaced {
+		req := &pb.NodeControl{
+			Op: pb.NodeControl_OP_KICK, App: ev.App, Sessions: []string{ev.SessionId},
+			CloseCode: uint32(pb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + login.Device,
+		}
+		if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
+			s.log.Warn("replace kick not published", "session", ev.SessionId, "err", err)
+		}
+	}
+}
+
+func sortByTime(evs []*pb.SessionEvent) {
+	for i := 1; i < len(evs); i++ {
+		for j := i; j > 0 && (evs[j].TimeMs < evs[j-1].TimeMs || evs[j].TimeMs == evs[j-1].TimeMs && evs[j].SessionId < evs[j-1].SessionId); j-- {
+			evs[j], evs[j-1] = evs[j-1], evs[j]
+		}
+	}
+}
+
+func containsSession(evs []*pb.SessionEvent, id string) bool {
+	for _, ev := range evs {
+		if ev.SessionId == id {
+			return true
+		}
+	}
+	return false
+}
+
+// onCount answers the sessions and distinct users online in an app.
+func (s *Service) onCount(msg *nats.Msg) {
+	var q pb.PresenceQuery
+	if err := proto.Unmarshal(msg.Data, &q); err != nil || q.App == "" {
+		bus.Respond(s.log, msg, &pb.PresenceReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
+		return
+	}
+	rep := &pb.PresenceReply{}
+	s.mu.Lock()
+	if c := s.perApp[q.App]; c != nil {
+		rep.SessionsOnline, rep.UsersOnline = c.sessions, c.users
+	}
+	s.mu.Unlock()
+	bus.Respond(s.log, msg, rep)
+}
+
+// onSessions answers the sessions of the uids asked for.
+func (s *Service) onSessions(msg *nats.Msg) {
+	var q pb.PresenceQuery
+	if err := proto.Unmarshal(msg.Data, &q); err != nil || q.App == "" {
+		bus.Respond(s.log, msg, &pb.PresenceReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
+		return
+	}
+	rep := &pb.PresenceReply{}
+	s.mu.Lock()
+	for _, uid := range q.Uids {
+		for _, ev := range s.users[userKey{q.App, uid}] {
+			rep.Sessions = append(rep.Sessions, ev)
 		}
 	}
 	s.mu.Unlock()
-	bus.Respond(s.log, msg, &pb.Reply{Room: &pb.RoomInfo{App: req.App, Online: n}})
+	sortByTime(rep.Sessions)
+	bus.Respond(s.log, msg, rep)
+}
+
+// Sessions returns how many sessions this instance knows of, for tests and metrics.
+func (s *Service) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.nodes {
+		n += len(v.sessions)
+	}
+	return n
 }

@@ -2,47 +2,79 @@ package room
 
 import (
 	"context"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
+	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
-// maxAPIBody limits a server API request body.
-const maxAPIBody = 64 << 10
+// Limits of the server API.
+const (
+	// maxAPIBody limits a request: an HTTP body, or a gRPC message.
+	maxAPIBody = 64 << 10
+	// maxUIDsPerSend limits the users one SendToUsers names.
+	maxUIDsPerSend = 100
+	// maxNameBytes limits a room's display name.
+	maxNameBytes = 256
+	// defaultPageSize and maxPageSize bound a member list page.
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
 
 // APIConfig configures the server API.
 type APIConfig struct {
-	// Bus is the NATS connection to the services. Required.
+	// Bus is the NATS connection to the services. Required; its server must have JetStream.
 	Bus *nats.Conn
 	// Keys maps API keys to apps. Required.
 	Keys auth.APIKeys
-	// Timeout bounds each request to a service. Zero value means 3s.
+	// Timeout bounds each request to a service or a node. Zero value means 3s.
 	Timeout time.Duration
 	// Log receives the API's logs. Zero value means none.
 	Log *slog.Logger
+	// KVReplicas is the replication of the KV buckets, when the API creates them. Zero value
+	// means 1.
+	KVReplicas int
 }
 
-// API is the HTTP/JSON server API for app backends. Every request carries an API key
-// (`Authorization: Bearer KEY`), which names the app it acts for.
+// API is the server API for app backends: a gRPC service (RoomcastAPI in proto/api.proto) and
+// the same calls over HTTP/JSON (api_http.go). Every call carries an API key, which names the
+// app it acts for; rooms and users of other apps are invisible to it. The API keeps no state:
+// it writes rooms and restrictions to JetStream KV and asks the services and the ChatLinks over
+// NATS, so any number of instances can serve.
 type API struct {
-	cfg APIConfig
-	log *slog.Logger
-	mux *http.ServeMux
+	pb.UnimplementedRoomcastAPIServer
+
+	cfg   APIConfig
+	log   *slog.Logger
+	store *store
+	ids   ids.Generator
+	mux   *http.ServeMux
 }
 
-// NewAPI returns the server API handler.
+var _ pb.RoomcastAPIServer = (*API)(nil)
+
+// NewAPI opens the KV buckets and returns the server API.
 func NewAPI(cfg APIConfig) (*API, error) {
 	if cfg.Bus == nil {
 		return nil, errors.New("room: APIConfig.Bus is required")
@@ -57,99 +89,482 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &API{cfg: cfg, log: log.With("svc", "api"), mux: http.NewServeMux()}
-	a.mux.HandleFunc("POST /v1/rooms/{room}/messages", a.withApp(a.sendToRoom))
-	a.mux.HandleFunc("GET /v1/rooms/{room}", a.withApp(a.roomInfo))
-	a.mux.HandleFunc("GET /v1/rooms/{room}/settings", a.withApp(a.getSettings))
-	a.mux.HandleFunc("PUT /v1/rooms/{room}/settings", a.withApp(a.putSettings))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := openStore(ctx, cfg.Bus, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{cfg: cfg, log: log.With("svc", "api"), store: st}
+	a.routes()
 	return a, nil
 }
 
-// ServeHTTP serves the API's routes.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
-
-// apiError is the body of every error answer.
-type apiError struct {
-	Code  uint32 `json:"code"`
-	Name  string `json:"name"`
-	Error string `json:"error"`
+// NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
+// grpcurl). The caller serves it on a listener and stops it.
+func (a *API) NewGRPCServer() *grpc.Server {
+	s := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody))
+	pb.RegisterRoomcastAPIServer(s, a)
+	reflection.Register(s)
+	return s
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+type appKey struct{}
+
+// appOf returns the app the call acts for, put there by the API key check.
+func appOf(ctx context.Context) string { s, _ := ctx.Value(appKey{}).(string); return s }
+
+// appFor returns the app an "Authorization: Bearer KEY" value names.
+func (a *API) appFor(authorization string) (string, error) {
+	key, ok := strings.CutPrefix(authorization, "Bearer ")
+	if !ok {
+		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
+	}
+	app, ok := a.cfg.Keys.App(key)
+	if !ok {
+		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
+	}
+	return app, nil
 }
 
-func writeError(w http.ResponseWriter, code pb.ErrorCode, format string, args ...any) {
-	writeJSON(w, httpStatus(code), apiError{Code: uint32(code), Name: strings.TrimPrefix(code.String(), "ERROR_CODE_"), Error: fmt.Sprintf(format, args...)})
+// authenticate is the gRPC interceptor that checks the API key in the call's metadata.
+func (a *API) authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var authz string
+	if v := md.Get("authorization"); len(v) > 0 {
+		authz = v[0]
+	}
+	app, err := a.appFor(authz)
+	if err != nil {
+		return nil, err
+	}
+	return h(context.WithValue(ctx, appKey{}, app), req)
 }
 
-// httpStatus maps an error code to the HTTP status that answers it.
-func httpStatus(code pb.ErrorCode) int {
+// apiError is an error of the API: a gRPC status whose ErrorInfo detail carries the ErrorCode.
+func apiError(code pb.ErrorCode, format string, args ...any) error {
+	st := status.New(grpcCode(code), fmt.Sprintf(format, args...))
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason:   codeName(code),
+		Domain:   "roomcast",
+		Metadata: map[string]string{"code": strconv.Itoa(int(code))},
+	}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+func codeName(code pb.ErrorCode) string { return strings.TrimPrefix(code.String(), "ERROR_CODE_") }
+
+// grpcCode maps an error code to the gRPC status code that carries it.
+func grpcCode(code pb.ErrorCode) codes.Code {
 	switch code {
 	case pb.ErrorCode_ERROR_CODE_OK:
-		return http.StatusOK
+		return codes.OK
 	case pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR:
-		return http.StatusBadRequest
-	case pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE:
-		return http.StatusRequestEntityTooLarge
-	case pb.ErrorCode_ERROR_CODE_RATE_LIMITED:
-		return http.StatusTooManyRequests
+		return codes.InvalidArgument
+	case pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, pb.ErrorCode_ERROR_CODE_RATE_LIMITED:
+		return codes.ResourceExhausted
 	case pb.ErrorCode_ERROR_CODE_FORBIDDEN:
-		return http.StatusForbidden
-	case pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND:
-		return http.StatusNotFound
+		return codes.PermissionDenied
+	case pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND:
+		return codes.NotFound
+	case pb.ErrorCode_ERROR_CODE_CONFLICT:
+		return codes.FailedPrecondition
 	case pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:
-		return http.StatusUnauthorized
+		return codes.Unauthenticated
 	case pb.ErrorCode_ERROR_CODE_UNAVAILABLE:
-		return http.StatusServiceUnavailable
+		return codes.Unavailable
 	}
-	return http.StatusInternalServerError
+	return codes.Internal
 }
 
-// withApp checks the request's API key and the room in its path, and passes the app on.
-func (a *API) withApp(h func(w http.ResponseWriter, r *http.Request, app, room string)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			writeError(w, pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing header Authorization: Bearer <API key>")
-			return
+// errorCodeOf recovers the ErrorCode of an error returned by an API method.
+func errorCodeOf(err error) (pb.ErrorCode, string) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return pb.ErrorCode_ERROR_CODE_INTERNAL, err.Error()
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			if n, err := strconv.Atoi(info.Metadata["code"]); err == nil {
+				return pb.ErrorCode(n), st.Message()
+			}
 		}
-		app, ok := a.cfg.Keys.App(key)
-		if !ok {
-			writeError(w, pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
-			return
+	}
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		return pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, st.Message()
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return pb.ErrorCode_ERROR_CODE_UNAVAILABLE, st.Message()
+	}
+	return pb.ErrorCode_ERROR_CODE_INTERNAL, st.Message()
+}
+
+// internal logs err and returns the error a caller sees: UNAVAILABLE when a service or JetStream
+// did not answer in time, INTERNAL otherwise.
+func (a *API) internal(what string, err error) error {
+	a.log.Warn(what, "err", err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return apiError(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "%s: a service did not answer in time", what)
+	}
+	return apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "%s failed", what)
+}
+
+func badName(what, v string) error {
+	return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%s %q must be 1-128 characters of A-Z a-z 0-9 _ -", what, v)
+}
+
+func (a *API) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.cfg.Timeout)
+}
+
+// ask sends a request to a service and decodes the answer.
+func (a *API) ask(ctx context.Context, subject string, req, rep proto.Message) error {
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	if err := bus.Request(ctx, a.cfg.Bus, subject, req, rep); err != nil {
+		return a.internal("request "+subject, err)
+	}
+	return nil
+}
+
+func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, error) {
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Code != 0 {
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return rep.Room, nil
+}
+
+// existing returns a room's record (nil for an implicit room) and its members online; a room
+// that was never created and has nobody online does not exist.
+func (a *API) existing(ctx context.Context, app, room string) (*pb.Room, *pb.RoomInfo, error) {
+	if !auth.ValidName(room) {
+		return nil, nil, badName("room", room)
+	}
+	meta, _, err := a.store.getRoom(ctx, app, room)
+	if err != nil {
+		return nil, nil, a.internal("read room", err)
+	}
+	info, err := a.roomInfo(ctx, app, room)
+	if err != nil {
+		return nil, nil, err
+	}
+	if meta == nil && info.Online == 0 {
+		return nil, nil, apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q does not exist", room)
+	}
+	return meta, info, nil
+}
+
+func checkSettings(s *pb.RoomSettings) error {
+	switch {
+	case s == nil:
+		return nil
+	case s.FlushTickMs > MaxFlushTickMS:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "flush_tick_ms must be at most %d", MaxFlushTickMS)
+	case s.ScopePrefix != "" && tag.Validate([]string{s.ScopePrefix}) != nil:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
+	case s.MaxMembers < 0:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
+	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
+	}
+	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr} {
+		if src == "" {
+			continue
 		}
-		room := r.PathValue("room")
-		if !auth.ValidName(room) {
-			writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "room %q must be 1-128 characters of A-Z a-z 0-9 _ -", room)
-			return
+		if _, err := exprs.Get(src); err != nil {
+			return apiError(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%s: %v", name, err)
 		}
-		h(w, r, app, room)
+	}
+	return nil
+}
+
+// MaxFlushTickMS bounds a room's flush tick.
+const MaxFlushTickMS = 1000
+
+// announceSettings tells the ChatLinks holding a room that its settings changed; they apply
+// them in order with the room's messages.
+func (a *API) announceSettings(app string, r *pb.Room) {
+	if r == nil {
+		return
+	}
+	settings := r.Settings
+	if settings == nil {
+		settings = &pb.RoomSettings{}
+	}
+	if err := bus.Publish(a.cfg.Bus, bus.RoomSubject(app, r.Room), &pb.RoomBatch{Settings: settings}); err != nil {
+		a.log.Warn("settings change not announced", "app", app, "room", r.Room, "err", err)
 	}
 }
 
-// SendBody is the JSON body of POST /v1/rooms/{room}/messages.
-type SendBody struct {
-	// Type is app-defined, e.g. "notice".
-	Type string `json:"type"`
-	// Lane is "critical", "normal" (default) or "bulk".
-	Lane string `json:"lane"`
-	// Body is the message text. Exactly one of Body and BodyBase64 is set.
-	Body string `json:"body"`
-	// BodyBase64 is a binary body, base64-encoded.
-	BodyBase64 []byte `json:"body_base64"`
-	// Sender is the uid shown as the sender; empty means the app itself.
-	Sender string `json:"sender"`
-	// TagExpr restricts delivery to members whose tags satisfy it.
-	TagExpr string `json:"tag_expr"`
+func checkRoomFields(name, owner string) error {
+	switch {
+	case len(name) > maxNameBytes || !utf8.ValidString(name):
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "name must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	case owner != "" && !auth.ValidName(owner):
+		return badName("owner", owner)
+	}
+	return nil
 }
 
-// SendResult answers a successful send.
-type SendResult struct {
-	ID           string `json:"id"`
-	ServerTimeMS int64  `json:"server_time_ms"`
+// CreateRoom implements RoomcastAPI.
+func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.CreateRoomResponse, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if err := checkRoomFields(req.Name, req.Owner); err != nil {
+		return nil, err
+	}
+	if err := checkSettings(req.Settings); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	now := time.Now().UnixMilli()
+	settings := req.Settings
+	if settings == nil {
+		settings = &pb.RoomSettings{}
+	}
+	r := &pb.Room{Room: req.Room, Name: req.Name, Owner: req.Owner, CreatedMs: now, UpdatedMs: now, Status: pb.RoomStatus_ROOM_STATUS_OPEN, Settings: settings}
+	created, err := a.store.createRoom(ctx, app, r)
+	if err != nil {
+		return nil, a.internal("create room", err)
+	}
+	if created {
+		// Members may be in the room already: rooms open implicitly at their first login.
+		a.announceSettings(app, r)
+		return &pb.CreateRoomResponse{Room: r, Created: true}, nil
+	}
+	reopened := false
+	r, err = a.store.updateRoom(ctx, app, req.Room, func(old *pb.Room) error {
+		reopened = old.Status == pb.RoomStatus_ROOM_STATUS_CLOSED
+		if reopened {
+			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, pb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, a.internal("create room", err)
+	}
+	if reopened {
+		a.announceSettings(app, r)
+		// The nodes forget the close, or they would refuse logins for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Lift: true}); err != nil {
+			return nil, err
+		}
+	}
+	return &pb.CreateRoomResponse{Room: r, Created: reopened}, nil
+}
+
+// UpdateRoom implements RoomcastAPI.
+func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Room, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if err := checkRoomFields(req.GetName(), req.GetOwner()); err != nil {
+		return nil, err
+	}
+	if err := checkSettings(req.Settings); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.updateRoom(ctx, app, req.Room, func(r *pb.Room) error {
+		if r.Status == pb.RoomStatus_ROOM_STATUS_CLOSED {
+			return apiError(pb.ErrorCode_ERROR_CODE_CONFLICT, "room %q is closed; create it again to reopen it", req.Room)
+		}
+		if req.Name != nil {
+			r.Name = *req.Name
+		}
+		if req.Owner != nil {
+			r.Owner = *req.Owner
+		}
+		if req.Settings != nil {
+			r.Settings = req.Settings
+		}
+		r.UpdatedMs = time.Now().UnixMilli()
+		return nil
+	})
+	if err == nil && req.Settings != nil {
+		a.announceSettings(app, r)
+	}
+	return r, a.storeError("update room", req.Room, err)
+}
+
+// storeError turns an error of a KV update into the API's answer.
+func (a *API) storeError(what, room string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errRoomNotFound):
+		return apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q was not created", room)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return a.internal(what, err)
+}
+
+// CloseRoom implements RoomcastAPI.
+func (a *API) CloseRoom(ctx context.Context, req *pb.CloseRoomRequest) (*pb.CloseRoomResponse, error) {
+	app := appOf(ctx)
+	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	meta, info, err := a.existing(ctx, app, req.Room)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	now := time.Now().UnixMilli()
+	closeIt := func(r *pb.Room) error {
+		r.Status, r.CloseReason, r.UpdatedMs = pb.RoomStatus_ROOM_STATUS_CLOSED, req.Reason, now
+		return nil
+	}
+	if meta == nil {
+		// An implicit room with members: record it, closed.
+		r := &pb.Room{Room: req.Room, CreatedMs: now, Settings: &pb.RoomSettings{}}
+		_ = closeIt(r)
+		if _, err := a.store.createRoom(ctx, app, r); err != nil {
+			return nil, a.internal("close room", err)
+		}
+	}
+	r, err := a.store.updateRoom(ctx, app, req.Room, closeIt)
+	if err != nil {
+		return nil, a.storeError("close room", req.Room, err)
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "room closed"
+	}
+	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Reason: reason}); err != nil {
+		return nil, err
+	}
+	return &pb.CloseRoomResponse{Room: r, Kicked: info.Online}, nil
+}
+
+// broadcast tells every ChatLink, and makes sure the NATS server has it before returning.
+func (a *API) broadcast(req *pb.NodeControl) error {
+	if err := bus.Publish(a.cfg.Bus, bus.SubjectNodesControl, req); err != nil {
+		return a.internal("tell the nodes", err)
+	}
+	if err := a.cfg.Bus.Flush(); err != nil {
+		return a.internal("tell the nodes", err)
+	}
+	return nil
+}
+
+// GetRoom implements RoomcastAPI.
+func (a *API) GetRoom(ctx context.Context, req *pb.GetRoomRequest) (*pb.GetRoomResponse, error) {
+	meta, info, err := a.existing(ctx, appOf(ctx), req.Room)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.GetRoomResponse{Room: req.Room, Online: info.Online, Nodes: info.Nodes, Meta: meta}, nil
+}
+
+// pageToken is where a member list goes on: a node, and the last session listed there.
+func pageToken(node, after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(node + "\n" + after))
+}
+
+func parsePageToken(tok string) (node, after string, err error) {
+	if tok == "" {
+		return "", "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err == nil {
+		var ok bool
+		if node, after, ok = strings.Cut(string(b), "\n"); ok && auth.ValidName(node) {
+			return node, after, nil
+		}
+	}
+	return "", "", apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "page_token is not one this API handed out")
+}
+
+// ListMembers implements RoomcastAPI. It walks the nodes that hold the room in name order and
+// asks each for a page of its members in session id order; the page token says where to go on.
+func (a *API) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.ListMembersResponse, error) {
+	app := appOf(ctx)
+	size := int(req.PageSize)
+	switch {
+	case size == 0:
+		size = defaultPageSize
+	case size < 0 || size > maxPageSize:
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "page_size must be 0 to %d", maxPageSize)
+	case len(req.Tag) > 128:
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag is longer than 128 bytes")
+	}
+	fromNode, after, err := parsePageToken(req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	_, info, err := a.existing(ctx, app, req.Room)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]string, 0, len(info.Nodes))
+	for n := range info.Nodes {
+		if n >= fromNode {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.Sort(nodes)
+	out := &pb.ListMembersResponse{Members: []*pb.RoomMember{}}
+	for i, node := range nodes {
+		from := ""
+		if node == fromNode {
+			from = after
+		}
+		var rep pb.NodeControlReply
+		if err := a.ask(ctx, bus.NodeSubject(node), &pb.NodeControl{
+			Op: pb.NodeControl_OP_MEMBERS, App: app, Room: req.Room, Tag: req.Tag, After: from, Limit: int32(size - len(out.Members)),
+		}, &rep); err != nil {
+			return nil, err
+		}
+		for _, m := range rep.Members {
+			out.Members = append(out.Members, &pb.RoomMember{Uid: m.Uid, SessionId: m.SessionId, Node: m.Node, Device: m.Device, Tags: m.Tags, LoginTimeMs: m.LoginTimeMs})
+		}
+		if len(out.Members) >= size {
+			switch {
+			case rep.More && len(rep.Members) > 0:
+				out.NextPageToken = pageToken(node, rep.Members[len(rep.Members)-1].SessionId)
+			case i+1 < len(nodes):
+				out.NextPageToken = pageToken(nodes[i+1], "")
+			}
+			break
+		}
+	}
+	return out, nil
+}
+
+// message checks the parts of a message common to sends to a room and to users.
+func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane, []byte, error) {
+	lane, ok := ParseLane(laneName)
+	switch {
+	case !ok:
+		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "lane %q is not critical, normal or bulk", laneName)
+	case text != "" && len(binary) > 0:
+		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "set body or body_base64, not both")
+	case sender != "" && !auth.ValidName(sender):
+		return 0, nil, badName("sender", sender)
+	}
+	body := binary
+	if text != "" {
+		body = []byte(text)
+	}
+	if rep := ValidateSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}); rep != nil {
+		return 0, nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return lane, body, nil
 }
 
 // ParseLane maps a lane name to its Lane; "" is normal.
@@ -165,142 +580,239 @@ func ParseLane(s string) (pb.Lane, bool) {
 	return 0, false
 }
 
-func (a *API) sendToRoom(w http.ResponseWriter, r *http.Request, app, room string) {
-	var body SendBody
-	if !decodeBody(w, r, &body) {
-		return
+// SendToRoom implements RoomcastAPI.
+func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.SendResponse, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
 	}
-	lane, ok := ParseLane(body.Lane)
-	if !ok {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "lane %q is not critical, normal or bulk", body.Lane)
-		return
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
 	}
-	if body.Body != "" && len(body.BodyBase64) > 0 {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "set body or body_base64, not both")
-		return
-	}
-	if body.Sender != "" && !auth.ValidName(body.Sender) {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "sender %q must be 1-128 characters of A-Z a-z 0-9 _ -", body.Sender)
-		return
-	}
-	payload := body.BodyBase64
-	if body.Body != "" {
-		payload = []byte(body.Body)
-	}
-	req := &pb.SendRequest{App: app, Room: room, Uid: body.Sender, Type: body.Type, Lane: lane, Body: payload, TagExpr: body.TagExpr, FromApp: true}
-	if rep := ValidateSend(req); rep != nil {
-		writeError(w, pb.ErrorCode(rep.Code), "%s", rep.Message)
-		return
+	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
+	if rep := ValidateSend(send); rep != nil {
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	var rep pb.Reply
-	if !a.request(r.Context(), w, bus.SubjectRoomSend, req, &rep) {
-		return
-	}
-	writeJSON(w, http.StatusOK, SendResult{ID: rep.MessageId, ServerTimeMS: rep.ServerTimeMs})
-}
-
-// RoomInfoResult answers GET /v1/rooms/{room}.
-type RoomInfoResult struct {
-	Room   string           `json:"room"`
-	Online int64            `json:"online"`
-	Nodes  map[string]int64 `json:"nodes"`
-}
-
-func (a *API) roomInfo(w http.ResponseWriter, r *http.Request, app, room string) {
-	var rep pb.Reply
-	if !a.request(r.Context(), w, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep) {
-		return
-	}
-	writeJSON(w, http.StatusOK, RoomInfoResult{Room: room, Online: rep.GetRoom().GetOnline(), Nodes: rep.GetRoom().GetNodes()})
-}
-
-// request asks a service and writes the error answer when it fails or refuses; it reports
-// whether the caller should go on.
-func (a *API) request(ctx context.Context, w http.ResponseWriter, subject string, req proto.Message, rep *pb.Reply) bool {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	if err := bus.Request(ctx, a.cfg.Bus, subject, req, rep); err != nil {
-		a.log.Warn("service request failed", "subject", subject, "err", err)
-		writeError(w, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "service did not answer")
-		return false
+	if err := a.ask(ctx, bus.SubjectRoomSend, send, &rep); err != nil {
+		return nil, err
 	}
 	if rep.Code != 0 {
-		writeError(w, pb.ErrorCode(rep.Code), "%s", rep.Message)
-		return false
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
-	return true
+	return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
 }
 
-// SettingsBody is the JSON of a room's delivery settings (GET and PUT
-// /v1/rooms/{room}/settings). Zero values mean the defaults.
-type SettingsBody struct {
-	// FlushTickMS is how long ChatLinks gather the room's messages into one frame (default 100).
-	FlushTickMS uint32 `json:"flush_tick_ms"`
-	// NoMerge writes every message as its own frame (for measuring what merging gains).
-	NoMerge bool `json:"no_merge"`
-	// NormalBudget is normal+bulk messages per member per second (default 20; negative: no limit).
-	NormalBudget int32 `json:"normal_budget"`
-	// CriticalBudget is critical messages per member per second before it is counted as over
-	// budget; critical messages are never dropped (default 10; negative: no limit).
-	CriticalBudget int32 `json:"critical_budget"`
-	// SendExpr: who may send at all, a tag expression over the sender (empty: everyone).
-	SendExpr string `json:"send_expr,omitempty"`
-	// BroadcastExpr: who may send to the whole room or give a tag expression (empty: everyone
-	// who may send).
-	BroadcastExpr string `json:"broadcast_expr,omitempty"`
-	// ScopePrefix: other senders' messages reach only members sharing their tags with this
-	// prefix, e.g. "class:" (empty: other senders are refused).
-	ScopePrefix string `json:"scope_prefix,omitempty"`
+// sessionsOf asks presence for the sessions of uids.
+func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*pb.SessionEvent, error) {
+	var rep pb.PresenceReply
+	if err := a.ask(ctx, bus.SubjectPresenceSessions, &pb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Code != 0 {
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return rep.Sessions, nil
 }
 
-func settingsBody(st *pb.RoomSettings) SettingsBody {
-	return SettingsBody{FlushTickMS: st.GetFlushTickMs(), NoMerge: st.GetNoMerge(), NormalBudget: st.GetNormalBudget(), CriticalBudget: st.GetCriticalBudget(),
-		SendExpr: st.GetSendExpr(), BroadcastExpr: st.GetBroadcastExpr(), ScopePrefix: st.GetScopePrefix()}
-}
-
-func (a *API) getSettings(w http.ResponseWriter, r *http.Request, app, room string) {
-	var rep pb.Reply
-	if !a.request(r.Context(), w, bus.SubjectRoomSettings, &pb.SettingsRequest{App: app, Room: room}, &rep) {
-		return
+// toNodes sends a control request to the node of each group of sessions and adds up what they
+// did.
+func (a *API) toNodes(ctx context.Context, sessions []*pb.SessionEvent, req *pb.NodeControl) (int64, error) {
+	byNode := make(map[string][]string)
+	for _, s := range sessions {
+		byNode[s.Node] = append(byNode[s.Node], s.SessionId)
 	}
-	writeJSON(w, http.StatusOK, settingsBody(rep.Settings))
-}
-
-func (a *API) putSettings(w http.ResponseWriter, r *http.Request, app, room string) {
-	var body SettingsBody
-	if !decodeBody(w, r, &body) {
-		return
-	}
-	st := &pb.RoomSettings{FlushTickMs: body.FlushTickMS, NoMerge: body.NoMerge, NormalBudget: body.NormalBudget, CriticalBudget: body.CriticalBudget,
-		SendExpr: body.SendExpr, BroadcastExpr: body.BroadcastExpr, ScopePrefix: body.ScopePrefix}
-	if err := ValidateSettings(st); err != nil {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
-		return
-	}
-	var rep pb.Reply
-	if !a.request(r.Context(), w, bus.SubjectRoomSettings, &pb.SettingsRequest{App: app, Room: room, Update: true, Settings: st}, &rep) {
-		return
-	}
-	writeJSON(w, http.StatusOK, settingsBody(rep.Settings))
-}
-
-// decodeBody reads a request's JSON body into v: one object, no unknown fields, at most
-// maxAPIBody bytes. On failure it writes the error answer and returns false.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody)
-			return false
+	var total int64
+	for node, ids := range byNode {
+		r := proto.CloneOf(req)
+		r.Sessions = ids
+		var rep pb.NodeControlReply
+		if err := a.ask(ctx, bus.NodeSubject(node), r, &rep); err != nil {
+			return total, err
 		}
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err)
-		return false
+		total += rep.Affected
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body has data after the JSON object")
-		return false
+	return total, nil
+}
+
+// SendToUsers implements RoomcastAPI.
+func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.SendToUsersResponse, error) {
+	app := appOf(ctx)
+	if len(req.Uids) == 0 || len(req.Uids) > maxUIDsPerSend {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uids must list 1 to %d users", maxUIDsPerSend)
 	}
-	return true
+	for _, uid := range req.Uids {
+		if !auth.ValidName(uid) {
+			return nil, badName("uid", uid)
+		}
+	}
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := a.sessionsOf(ctx, app, req.Uids...)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	m := &pb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
+	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_DELIVER, App: app, Message: m})
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Sessions: n, Offline: []string{}}
+	for _, uid := range req.Uids {
+		if !slices.ContainsFunc(sessions, func(s *pb.SessionEvent) bool { return s.Uid == uid }) && !slices.Contains(out.Offline, uid) {
+			out.Offline = append(out.Offline, uid)
+		}
+	}
+	return out, nil
+}
+
+// Kick implements RoomcastAPI.
+func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
+	app := appOf(ctx)
+	switch {
+	case !auth.ValidName(req.Uid):
+		return nil, badName("uid", req.Uid)
+	case req.Room != "" && !auth.ValidName(req.Room):
+		return nil, badName("room", req.Room)
+	case len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason):
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	sessions, err := a.sessionsOf(ctx, app, req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	sessions = slices.DeleteFunc(sessions, func(s *pb.SessionEvent) bool {
+		return (req.Room != "" && s.Room != req.Room) || (req.SessionId != "" && s.SessionId != req.SessionId)
+	})
+	if len(sessions) == 0 {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "user %q has no such session online", req.Uid)
+	}
+	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_KICK, App: app, Reason: req.Reason})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.KickResponse{Kicked: n}, nil
+}
+
+// MuteRoom implements RoomcastAPI.
+func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.updateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
+		r.Muted, r.UpdatedMs = req.Muted, time.Now().UnixMilli()
+		return nil
+	})
+	return r, a.storeError("mute room", req.Room, err)
+}
+
+// restrict checks a mute or ban request and writes it.
+func (a *API) restrict(ctx context.Context, room, uid string, duration int64, change func(r *pb.MemberRestriction, until int64)) (*pb.MemberRestriction, error) {
+	app := appOf(ctx)
+	switch {
+	case !auth.ValidName(uid):
+		return nil, badName("uid", uid)
+	case duration < 0:
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	}
+	if _, _, err := a.existing(ctx, app, room); err != nil {
+		return nil, err
+	}
+	var until int64
+	if duration > 0 {
+		until = time.Now().UnixMilli() + duration
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.updateRestriction(ctx, app, room, uid, func(r *pb.MemberRestriction) { change(r, until) })
+	if err != nil {
+		return nil, a.internal("write restriction", err)
+	}
+	return r, nil
+}
+
+// MuteMember implements RoomcastAPI.
+func (a *API) MuteMember(ctx context.Context, req *pb.MuteMemberRequest) (*pb.MemberRestriction, error) {
+	return a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+		r.Muted, r.MutedUntilMs = !req.Lift, until
+		if req.Lift {
+			r.MutedUntilMs = 0
+		}
+	})
+}
+
+// BanMember implements RoomcastAPI. The ban is written first, so the room service refuses the
+// user's next logins; then every node is told, so it kicks the user's sessions in the room and
+// refuses the logins that passed the room service's check just before.
+func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanMemberResponse, error) {
+	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	r, err := a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+		r.Banned, r.BannedUntilMs, r.Reason = !req.Lift, until, req.Reason
+		if req.Lift {
+			r.BannedUntilMs, r.Reason = 0, ""
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if req.Lift {
+		// The nodes forget the ban too, or they would refuse the user's next login for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Lift: true}); err != nil {
+			return nil, err
+		}
+		return &pb.BanMemberResponse{Restriction: r}, nil
+	}
+	sessions, err := a.sessionsOf(ctx, appOf(ctx), req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	var kicked int64
+	for _, s := range sessions {
+		if s.Room == req.Room {
+			kicked++
+		}
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "banned from this room"
+	}
+	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Reason: reason}); err != nil {
+		return nil, err
+	}
+	return &pb.BanMemberResponse{Restriction: r, Kicked: kicked}, nil
+}
+
+// GetUserSessions implements RoomcastAPI.
+func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsRequest) (*pb.GetUserSessionsResponse, error) {
+	if !auth.ValidName(req.Uid) {
+		return nil, badName("uid", req.Uid)
+	}
+	sessions, err := a.sessionsOf(ctx, appOf(ctx), req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.GetUserSessionsResponse{Uid: req.Uid, Online: len(sessions) > 0, Sessions: []*pb.Session{}}
+	for _, s := range sessions {
+		out.Sessions = append(out.Sessions, &pb.Session{SessionId: s.SessionId, Uid: s.Uid, Room: s.Room, Node: s.Node, Device: s.Device, LoginTimeMs: s.TimeMs})
+	}
+	return out, nil
+}
+
+// CountOnline implements RoomcastAPI.
+func (a *API) CountOnline(ctx context.Context, _ *pb.CountOnlineRequest) (*pb.CountOnlineResponse, error) {
+	var rep pb.PresenceReply
+	if err := a.ask(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: appOf(ctx)}, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Code != 0 {
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}, nil
 }

@@ -86,13 +86,16 @@ func TestAPIBadInput(t *testing.T) {
 	if status != 200 || len(out["id"].(string)) != 26 || out["server_time_ms"].(float64) == 0 {
 		t.Fatalf("good send: HTTP %d %v", status, out)
 	}
+	// A room never created and with nobody in it does not exist.
 	status, out = call(t, "GET", c.URL()+"/v1/rooms/lobby", key, "")
-	if status != 200 || out["online"].(float64) != 0 {
+	if status != 404 || out["code"].(float64) != 105 {
 		t.Fatalf("room info: HTTP %d %v", status, out)
 	}
 
 	// With the room service gone, the API says so instead of hanging.
-	c.Room.Close()
+	for _, r := range c.Rooms {
+		r.Close()
+	}
 	status, out = call(t, "POST", msgs, key, `{"body":"anyone?"}`)
 	if status != 503 || out["code"].(float64) != 503 {
 		t.Fatalf("room service down: HTTP %d %v, want 503", status, out)

@@ -1,11 +1,14 @@
-// Package room is the room service: it accepts members into rooms, gives every message its id
-// and server time, and broadcasts it on the room's subject to the ChatLinks that hold members.
-// It also serves the HTTP server API for app backends (api.go).
+// Package room is the room service: it admits members into rooms (or refuses them: closed room,
+// banned user, full room), checks and stamps every message (id, server time) and broadcasts it on
+// the room's subject to the ChatLinks that hold members, and knows how many members each room has
+// on each node. It also serves the server API for app backends (api.go: gRPC, api_http.go: the
+// same calls over HTTP/JSON).
 //
-// What exists now is the walking skeleton: membership counts are kept in this instance's
-// memory from the ChatLinks' join and leave requests, and any member may send. Room metadata
-// in JetStream KV, mute and ban, history and resync come with the room management work; the
-// service must not grow state that only one instance holds.
+// Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
+// watches the buckets, so checks on the hot path read memory. Membership is owned by the
+// ChatLinks: their reports tell every instance the members per room and node
+// (distribution.go), and member lists are asked of the nodes (members.go). Any number of
+// instances share the work in a queue group; none holds state that only it has.
 package room
 
 import (
@@ -36,7 +39,7 @@ const (
 
 // Config configures a room service instance.
 type Config struct {
-	// Bus is the NATS connection. Required.
+	// Bus is the NATS connection. Required; its server must have JetStream.
 	Bus *nats.Conn
 	// Log receives the service's logs. Zero value means none.
 	Log *slog.Logger
@@ -44,21 +47,29 @@ type Config struct {
 	Queue string
 	// Now is the clock. Zero value means time.Now.
 	Now func() time.Time
+	// LeaseTTL is how long a node's members outlive its last report. Zero value means 5s.
+	LeaseTTL time.Duration
+	// RequireCreated refuses logins and sends to rooms that were never created. Zero value
+	// means such a room opens implicitly, with default settings, at its first login.
+	RequireCreated bool
+	// KVReplicas is the replication of the KV buckets. Zero value means 1 (3 in a cluster).
+	KVReplicas int
 }
 
 // Service is one instance of the room service.
 type Service struct {
-	cfg      Config
-	log      *slog.Logger
-	ids      ids.Generator
-	subs     []*nats.Subscription
-	settings *settingsStore
+	cfg   Config
+	log   *slog.Logger
+	ids   ids.Generator
+	subs  []*nats.Subscription
+	store *store
+	cache *cache
+	dist  *distribution
 
-	mu    sync.Mutex // guards rooms
-	rooms map[roomKey]map[string]int64
+	stop chan struct{}
+	wg   sync.WaitGroup // the expiry loop
+	once sync.Once
 }
-
-type roomKey struct{ app, room string }
 
 // New returns a room service; Start subscribes it.
 func New(cfg Config) (*Service, error) {
@@ -71,28 +82,38 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log.With("svc", "room"), rooms: make(map[roomKey]map[string]int64)}, nil
+	return &Service{cfg: cfg, log: log.With("svc", "room"), dist: newDistribution(), stop: make(chan struct{})}, nil
 }
 
-// Start loads the rooms' settings and subscribes the service to its subjects.
+// Start opens the KV buckets, loads them, and subscribes the service to its subjects.
 func (s *Service) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := openSettings(ctx, s.cfg.Bus, s.log)
-	if err != nil {
+	var err error
+	if s.store, err = openStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
-	s.settings = st
+	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
+		return err
+	}
+	sub, err := s.cfg.Bus.Subscribe(bus.SubjectSessionsReport, s.dist.onReport)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("room: subscribe %s: %w", bus.SubjectSessionsReport, err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	s.subs = append(s.subs, sub)
 	handlers := map[string]nats.MsgHandler{
-		bus.SubjectRoomJoin:     s.onJoin,
-		bus.SubjectRoomLeave:    s.onLeave,
-		bus.SubjectRoomSend:     s.onSend,
-		bus.SubjectRoomInfo:     s.onInfo,
-		bus.SubjectRoomSettings: s.onSettings,
+		bus.SubjectRoomJoin: s.onJoin,
+		bus.SubjectRoomSend: s.onSend,
+		bus.SubjectRoomInfo: s.onInfo,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -102,19 +123,61 @@ func (s *Service) Start() error {
 		}
 		s.subs = append(s.subs, sub)
 	}
+	s.wg.Add(1)
+	go s.expireLoop()
 	return s.cfg.Bus.Flush()
 }
 
-// Close unsubscribes the service. It may be called more than once.
+// Close unsubscribes the service and stops watching the KV buckets. It may be called more than
+// once.
 func (s *Service) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
 	s.subs = nil
-	if s.settings != nil {
-		s.settings.close()
-		s.settings = nil
+	s.once.Do(func() {
+		close(s.stop)
+		if s.cache != nil {
+			s.cache.stop()
+		}
+	})
+	s.wg.Wait()
+}
+
+func (s *Service) expireLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(max(s.cfg.LeaseTTL/5, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.dist.expire(now, s.cfg.LeaseTTL)
+		}
 	}
+}
+
+func refuse(code pb.ErrorCode, close pb.CloseCode, msg string) *pb.Reply {
+	return &pb.Reply{Code: uint32(code), CloseCode: uint32(close), Message: msg}
+}
+
+// admit decides a login: nil lets it in, otherwise the refusal.
+func (s *Service) admit(req *pb.JoinRequest, now time.Time) *pb.Reply {
+	meta := s.cache.room(req.App, req.Room)
+	switch {
+	case meta == nil && s.cfg.RequireCreated:
+		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room does not exist")
+	case meta != nil && meta.Status == pb.RoomStatus_ROOM_STATUS_CLOSED:
+		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room is closed")
+	}
+	if r := s.cache.restriction(req.App, req.Room, req.Uid); bannedAt(r, now) {
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_BANNED, "banned from this room")
+	}
+	if limit := meta.GetSettings().GetMaxMembers(); limit > 0 && s.dist.info(req.App, req.Room).Online >= limit {
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_ROOM_FULL, "room is full")
+	}
+	return nil
 }
 
 func (s *Service) onJoin(msg *nats.Msg) {
@@ -123,37 +186,11 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	k := roomKey{req.App, req.Room}
-	s.mu.Lock()
-	nodes := s.rooms[k]
-	if nodes == nil {
-		nodes = make(map[string]int64)
-		s.rooms[k] = nodes
-	}
-	nodes[req.Node]++
-	info := s.infoLocked(k)
-	s.mu.Unlock()
-	bus.Respond(s.log, msg, &pb.Reply{Room: info, Settings: s.settings.get(req.App, req.Room)})
-}
-
-func (s *Service) onLeave(msg *nats.Msg) {
-	var req pb.LeaveRequest
-	if rep := decode(msg, &req); rep != nil {
+	if rep := s.admit(&req, s.cfg.Now()); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	k := roomKey{req.App, req.Room}
-	s.mu.Lock()
-	if nodes := s.rooms[k]; nodes != nil {
-		if nodes[req.Node]--; nodes[req.Node] <= 0 {
-			delete(nodes, req.Node)
-		}
-		if len(nodes) == 0 {
-			delete(s.rooms, k)
-		}
-	}
-	s.mu.Unlock()
-	bus.Respond(s.log, msg, &pb.Reply{})
+	bus.Respond(s.log, msg, &pb.Reply{Room: s.dist.info(req.App, req.Room), Settings: s.cache.room(req.App, req.Room).GetSettings()})
 }
 
 func (s *Service) onInfo(msg *nats.Msg) {
@@ -162,54 +199,72 @@ func (s *Service) onInfo(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	s.mu.Lock()
-	info := s.infoLocked(roomKey{req.App, req.Room})
-	s.mu.Unlock()
-	bus.Respond(s.log, msg, &pb.Reply{Room: info})
+	bus.Respond(s.log, msg, &pb.Reply{Room: s.dist.info(req.App, req.Room)})
 }
 
-// infoLocked reports a room's members. Caller holds s.mu.
-func (s *Service) infoLocked(k roomKey) *pb.RoomInfo {
-	info := &pb.RoomInfo{App: k.app, Room: k.room, Nodes: make(map[string]int64)}
-	for node, n := range s.rooms[k] {
-		info.Nodes[node] = n
-		info.Online += n
+// maysend decides whether a send may go to the room: nil lets it, otherwise the refusal. A send
+// without a session comes from the app server, which mutes do not stop.
+func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
+	meta := s.cache.room(req.App, req.Room)
+	switch {
+	case meta == nil && s.cfg.RequireCreated:
+		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room does not exist")
+	case meta != nil && meta.Status == pb.RoomStatus_ROOM_STATUS_CLOSED:
+		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room is closed")
+	case req.SessionId == "":
+		return nil
+	case meta.GetMuted():
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "room is muted")
+	case meta.GetSettings().GetWhoMaySend() == pb.SendPolicy_SEND_POLICY_APP:
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the app may send to this room")
+	case meta.GetSettings().GetWhoMaySend() == pb.SendPolicy_SEND_POLICY_OWNER && req.Uid != meta.GetOwner():
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the room's owner may send")
 	}
-	return info
+	r := s.cache.restriction(req.App, req.Room, req.Uid)
+	switch {
+	case bannedAt(r, now):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
+	case mutedAt(r, now):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
+	}
+	return scopeByTags(req, meta.GetSettings())
 }
 
-func (s *Service) onSettings(msg *nats.Msg) {
-	var req pb.SettingsRequest
-	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
-		return
+// scopeByTags applies a room's tag permissions to a member's message: send_expr says who may
+// send, broadcast_expr who may send to everyone or choose an audience; any other sender's
+// message is narrowed to the members sharing its scope_prefix tags. It returns the refusal, or
+// nil (possibly with req.TagExpr set).
+func scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
+	allowed := func(src string) bool {
+		e, err := exprs.Get(src)
+		return err == nil && e.EvalTags(req.SenderTags, req.Uid)
 	}
-	if !req.Update {
-		bus.Respond(s.log, msg, &pb.Reply{Settings: s.settings.get(req.App, req.Room)})
-		return
+	forbid := func(msg string) *pb.Reply { return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, msg) }
+	switch {
+	case st.GetSendExpr() != "" && !allowed(st.GetSendExpr()):
+		return forbid("you may not send in this room")
+	case st.GetBroadcastExpr() == "" || allowed(st.GetBroadcastExpr()):
+		return nil
+	case req.TagExpr != "":
+		return forbid("you may not choose who receives your messages in this room")
+	case st.GetScopePrefix() == "":
+		return forbid("only some members may send in this room")
 	}
-	st := req.Settings
-	if st == nil {
-		st = &pb.RoomSettings{}
+	var scope []string
+	for _, t := range req.SenderTags {
+		if strings.HasPrefix(t, st.GetScopePrefix()) {
+			scope = append(scope, strconv.Quote(t)+" in tags")
+		}
 	}
-	if err := ValidateSettings(st); err != nil {
-		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: err.Error()})
-		return
+	if len(scope) == 0 {
+		return forbid("you have no " + st.GetScopePrefix() + " tag to send to")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.settings.put(ctx, req.App, req.Room, st); err != nil {
-		s.log.Warn("settings not stored", "app", req.App, "room", req.Room, "err", err)
-		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "settings not stored"})
-		return
-	}
-	// ChatLinks holding the room learn the change on its broadcast subject, in order with its
-	// messages.
-	if err := bus.Publish(s.cfg.Bus, bus.RoomSubject(req.App, req.Room), &pb.RoomBatch{Settings: st}); err != nil {
-		s.log.Warn("settings change not broadcast", "app", req.App, "room", req.Room, "err", err)
-	}
-	bus.Respond(s.log, msg, &pb.Reply{Settings: st})
+	req.TagExpr = strings.Join(scope, " || ")
+	return nil
 }
+
+// exprs caches the tag expressions the room service and the API have checked.
+var exprs = tag.NewCache(4096)
 
 func (s *Service) onSend(msg *nats.Msg) {
 	var req pb.SendRequest
@@ -221,11 +276,11 @@ func (s *Service) onSend(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	if rep := s.authorizeSend(&req); rep != nil {
+	now := s.cfg.Now()
+	if rep := s.maySend(&req, now); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	now := s.cfg.Now()
 	m := &pb.Message{
 		Id:           s.ids.New(now),
 		Room:         req.Room,
@@ -271,49 +326,6 @@ func ValidateSend(req *pb.SendRequest) *pb.Reply {
 			return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%v", err)
 		}
 	}
-	return nil
-}
-
-// exprs caches the tag expressions the room service and the API have checked.
-var exprs = tag.NewCache(4096)
-
-// authorizeSend applies the room's send permissions to a member's message. It may narrow the
-// message's audience (scope_prefix); it returns the refusal, or nil.
-func (s *Service) authorizeSend(req *pb.SendRequest) *pb.Reply {
-	if req.FromApp {
-		return nil
-	}
-	st := s.settings.get(req.App, req.Room)
-	if st == nil {
-		return nil
-	}
-	allowed := func(src string) bool {
-		e, err := exprs.Get(src)
-		return err == nil && e.EvalTags(req.SenderTags, req.Uid)
-	}
-	forbid := func(msg string) *pb.Reply {
-		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN), Message: msg}
-	}
-	switch {
-	case st.SendExpr != "" && !allowed(st.SendExpr):
-		return forbid("you may not send in this room")
-	case st.BroadcastExpr == "" || allowed(st.BroadcastExpr):
-		return nil
-	case req.TagExpr != "":
-		return forbid("you may not choose who receives your messages in this room")
-	case st.ScopePrefix == "":
-		return forbid("only some members may send in this room")
-	}
-	var scope []string
-	for _, t := range req.SenderTags {
-		if strings.HasPrefix(t, st.ScopePrefix) {
-			scope = append(scope, strconv.Quote(t)+" in tags")
-		}
-	}
-	if len(scope) == 0 {
-		return forbid("you have no " + st.ScopePrefix + " tag to send to")
-	}
-	req.TagExpr = strings.Join(scope, " || ")
 	return nil
 }
 

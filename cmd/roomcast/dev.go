@@ -31,6 +31,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
 	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
+	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the server API's gRPC listener")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
@@ -70,12 +71,13 @@ secret and API key are fixed and printed.
 
 	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	c, err := devcluster.Start(startCtx, devcluster.Config{
-		DataDir:   *data,
-		Listen:    *listen,
-		ChatLinks: *chatlinks,
-		NATSPort:  *natsPort,
-		Home:      http.FileServerFS(page),
-		Log:       log,
+		DataDir:    *data,
+		Listen:     *listen,
+		ChatLinks:  *chatlinks,
+		NATSPort:   *natsPort,
+		GRPCListen: *grpcListen,
+		Home:       http.FileServerFS(page),
+		Log:        log,
 		ChatLink: func(c *chatlink.Config) {
 			c.EgressCapacity = *egress
 			c.FlushTick = *flushTick
@@ -103,6 +105,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  demo page     %s/\n", c.URL())
 	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch\n", c.URL())
 	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
+	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
 	for _, n := range c.Nodes {

@@ -47,7 +47,7 @@ func TestDevThenProbe(t *testing.T) {
 	var devOut, devErr syncBuffer
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir()}, &devOut, &devErr)
+		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--data", t.TempDir()}, &devOut, &devErr)
 	}()
 	var url string
 	re := regexp.MustCompile(`dispatch\s+(http://\S+)/v1/dispatch`)

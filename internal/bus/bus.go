@@ -17,16 +17,34 @@ import (
 
 // Subjects. Services subscribe to the rc.svc.* subjects in queue groups named after the service,
 // so any number of instances share the work and none needs discovery.
+//
+// The rc.sessions.* subjects are each ChatLink's session stream: event batches, snapshots and
+// reports, numbered in one sequence per node. Every instance of a service that keeps a view of
+// the sessions subscribes to all of it (not in a queue group), with one subscription so that a
+// node's messages are handled in order.
 const (
-	SubjectRoomJoin       = "rc.svc.room.join"
-	SubjectRoomLeave      = "rc.svc.room.leave"
-	SubjectRoomSend       = "rc.svc.room.send"
-	SubjectRoomInfo       = "rc.svc.room.info"
-	SubjectRoomSettings   = "rc.svc.room.settings"
-	SubjectPresenceEvents = "rc.svc.presence.events"
-	SubjectPresenceCount  = "rc.svc.presence.count"
-	SubjectLoad           = "rc.load"
+	SubjectRoomJoin     = "rc.svc.room.join"
+	SubjectRoomLeave    = "rc.svc.room.leave"
+	SubjectRoomSend     = "rc.svc.room.send"
+	SubjectRoomInfo     = "rc.svc.room.info"
+	SubjectRoomSettings = "rc.svc.room.settings"
+
+	SubjectPresenceCount    = "rc.svc.presence.count"
+	SubjectPresenceSessions = "rc.svc.presence.sessions"
+
+	SubjectSessions         = "rc.sessions.*"
+	SubjectPresenceEvents   = "rc.sessions.events"
+	SubjectSessionsSnapshot = "rc.sessions.snapshot"
+	SubjectSessionsReport   = "rc.sessions.report"
+
+	// SubjectNodesControl reaches every ChatLink (bans, room closes, resync requests).
+	SubjectNodesControl = "rc.nodes.control"
+
+	SubjectLoad = "rc.load"
 )
+
+// AppEventsSubject carries an app's online/offline events (SessionEvents) for app backends.
+func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" }
 
 // RoomSubject is the broadcast subject of a room. app and room must be valid names
 // (auth.ValidName), which keeps dots and wildcards out.

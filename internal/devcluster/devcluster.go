@@ -1,6 +1,6 @@
 // Package devcluster starts a whole Roomcast deployment in one process: an embedded NATS
-// server with JetStream, the room and presence services, the dispatcher, the server API and a
-// number of ChatLinks, all the real components wired as in production. `roomcast dev` runs it,
+// server with JetStream, the room and presence services (any number of instances of each), the
+// dispatcher, the server API (HTTP/JSON and gRPC) and a number of ChatLinks, all the real components wired as in production. `roomcast dev` runs it,
 // and tests use it as their cluster. It only wires; the components hold the logic.
 package devcluster
 
@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
@@ -56,6 +57,22 @@ type Config struct {
 	LoginTimeout, HeartbeatInterval time.Duration
 	// ChatLink, when set, adjusts each ChatLink's configuration before it starts.
 	ChatLink func(*chatlink.Config)
+	// ServiceInstances is how many instances of the room and presence services to run. Zero
+	// value means 1.
+	ServiceInstances int
+	// LeaseInterval is how often a ChatLink reports (its lease); the services drop a node silent
+	// for three intervals. Zero value means 1s.
+	LeaseInterval time.Duration
+	// GRPCListen is the address of the server API's gRPC listener. Zero value means
+	// 127.0.0.1:0.
+	GRPCListen string
+	// APIKeys maps server API keys to apps. Zero value means {APIKey: App}.
+	APIKeys auth.APIKeys
+	// Presence configures the presence instances; its Bus, Log and LeaseTTL are set here.
+	Presence presence.Config
+	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
+	// means rooms open implicitly, as the demo page needs.
+	RequireCreated bool
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -63,12 +80,18 @@ type Config struct {
 // Cluster is a running dev deployment.
 type Cluster struct {
 	NATS       *server.Server
-	Room       *room.Service
-	Presence   *presence.Service
+	Rooms      []*room.Service
+	Presences  []*presence.Service
 	Dispatcher *dispatcher.Dispatcher
 	Nodes      []*chatlink.Node
+	API        *room.API
 
+	cfg     Config
 	log     *slog.Logger
+	connect func(name string) (*nats.Conn, error)
+	grpcLn  net.Listener
+	grpc    *grpc.Server
+	grpcEnd chan struct{} // closed when the gRPC server has stopped
 	conns   []*nats.Conn
 	ln      net.Listener
 	http    *http.Server
@@ -89,11 +112,23 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.ChatLinks <= 0 {
 		cfg.ChatLinks = 2
 	}
+	if cfg.ServiceInstances <= 0 {
+		cfg.ServiceInstances = 1
+	}
+	if cfg.LeaseInterval <= 0 {
+		cfg.LeaseInterval = time.Second
+	}
+	if cfg.GRPCListen == "" {
+		cfg.GRPCListen = "127.0.0.1:0"
+	}
+	if cfg.APIKeys == nil {
+		cfg.APIKeys = auth.APIKeys{APIKey: App}
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c = &Cluster{log: log}
+	c = &Cluster{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -117,26 +152,25 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	nc, err := connect("room")
+	c.connect = connect
+	for i := range cfg.ServiceInstances {
+		r, err := c.startRoom(i)
+		if r != nil {
+			c.Rooms = append(c.Rooms, r)
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := c.startPresence(i)
+		if p != nil {
+			c.Presences = append(c.Presences, p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	nc, err := connect("dispatcher")
 	if err != nil {
-		return nil, err
-	}
-	if c.Room, err = room.New(room.Config{Bus: nc, Log: log}); err != nil {
-		return nil, err
-	}
-	if err = c.Room.Start(); err != nil {
-		return nil, err
-	}
-	if nc, err = connect("presence"); err != nil {
-		return nil, err
-	}
-	if c.Presence, err = presence.New(presence.Config{Bus: nc, Log: log}); err != nil {
-		return nil, err
-	}
-	if err = c.Presence.Start(); err != nil {
-		return nil, err
-	}
-	if nc, err = connect("dispatcher"); err != nil {
 		return nil, err
 	}
 	if c.Dispatcher, err = dispatcher.New(dispatcher.Config{Bus: nc, Log: log}); err != nil {
@@ -148,10 +182,20 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if nc, err = connect("api"); err != nil {
 		return nil, err
 	}
-	api, err := room.NewAPI(room.APIConfig{Bus: nc, Keys: auth.APIKeys{APIKey: App}, Log: log})
+	api, err := room.NewAPI(room.APIConfig{Bus: nc, Keys: cfg.APIKeys, Log: log})
 	if err != nil {
 		return nil, err
 	}
+	c.API = api
+	if c.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.GRPCListen, err)
+	}
+	c.grpc = api.NewGRPCServer()
+	c.grpcEnd = make(chan struct{})
+	go func() {
+		defer close(c.grpcEnd)
+		_ = c.grpc.Serve(c.grpcLn)
+	}()
 
 	keys := auth.Keyring{App: []byte(Secret)}
 	for i := 1; i <= cfg.ChatLinks; i++ {
@@ -162,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		ccfg := chatlink.Config{
 			Node: name, Bus: nc, Keys: keys, Registry: reg, Log: log,
 			LoginTimeout: cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+			ReportInterval: cfg.LeaseInterval,
 		}
 		if cfg.ChatLink != nil {
 			cfg.ChatLink(&ccfg)
@@ -178,7 +223,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", c.Dispatcher)
+	mux.Handle("/v1/rooms", api)
 	mux.Handle("/v1/rooms/", api)
+	mux.Handle("/v1/users/", api)
+	mux.Handle("/v1/online", api)
 	mux.HandleFunc("GET /v1/dev/token", devToken)
 	mux.HandleFunc("GET /healthz", c.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -207,6 +255,64 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 // URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
 func (c *Cluster) URL() string { return "http://" + c.ln.Addr().String() }
+
+// GRPCAddr returns the host:port of the server API's gRPC listener.
+func (c *Cluster) GRPCAddr() string { return c.grpcLn.Addr().String() }
+
+func (c *Cluster) leaseTTL() time.Duration { return 3 * c.cfg.LeaseInterval }
+
+// startRoom starts room service instance i. It returns the service even when Start fails, so
+// that Close can stop what started.
+func (c *Cluster) startRoom(i int) (*room.Service, error) {
+	nc, err := c.connect("room " + strconv.Itoa(i+1))
+	if err != nil {
+		return nil, err
+	}
+	r, err := room.New(room.Config{Bus: nc, Log: c.log, LeaseTTL: c.leaseTTL(), RequireCreated: c.cfg.RequireCreated})
+	if err != nil {
+		return nil, err
+	}
+	return r, r.Start()
+}
+
+func (c *Cluster) startPresence(i int) (*presence.Service, error) {
+	nc, err := c.connect("presence " + strconv.Itoa(i+1))
+	if err != nil {
+		return nil, err
+	}
+	pcfg := c.cfg.Presence
+	pcfg.Bus, pcfg.Log, pcfg.LeaseTTL = nc, c.log, c.leaseTTL()
+	p, err := presence.New(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, p.Start()
+}
+
+// RestartRooms stops every room service instance and starts new ones, as a deploy would; the new
+// ones know only what JetStream and the ChatLinks tell them.
+func (c *Cluster) RestartRooms() error {
+	for i, r := range c.Rooms {
+		r.Close()
+		var err error
+		if c.Rooms[i], err = c.startRoom(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RestartPresence does for the presence instances what RestartRooms does for the room ones.
+func (c *Cluster) RestartPresence() error {
+	for i, p := range c.Presences {
+		p.Close()
+		var err error
+		if c.Presences[i], err = c.startPresence(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // NATSURL returns the embedded NATS server's client URL.
 func (c *Cluster) NATSURL() string { return c.NATS.ClientURL() }
@@ -239,14 +345,22 @@ func (c *Cluster) Close() {
 		}
 		cancel()
 	}
+	if c.grpc != nil {
+		c.grpc.Stop()
+		<-c.grpcEnd
+	}
 	if c.Dispatcher != nil {
 		c.Dispatcher.Close()
 	}
-	if c.Presence != nil {
-		c.Presence.Close()
+	for _, p := range c.Presences {
+		if p != nil {
+			p.Close()
+		}
 	}
-	if c.Room != nil {
-		c.Room.Close()
+	for _, r := range c.Rooms {
+		if r != nil {
+			r.Close()
+		}
 	}
 	for _, nc := range c.conns {
 		nc.Close()

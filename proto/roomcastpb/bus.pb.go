@@ -69,7 +69,75 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7, 0}
+	return file_bus_proto_rawDescGZIP(), []int{6, 0}
+}
+
+type NodeControl_Op int32
+
+const (
+	NodeControl_OP_UNSPECIFIED NodeControl_Op = 0
+	// Close the sessions listed, or every session of uid (in room, when set).
+	NodeControl_OP_KICK NodeControl_Op = 1
+	// Push message to the sessions listed.
+	NodeControl_OP_DELIVER NodeControl_Op = 2
+	// List the members of room (with tag, when set) after the session id after, at most limit.
+	NodeControl_OP_MEMBERS NodeControl_Op = 3
+	// Close uid's sessions in room and refuse its logins there that are already past the room
+	// service's check (a ban racing a login).
+	NodeControl_OP_BAN NodeControl_Op = 4
+	// Close every session in room with close_code, and refuse logins in flight.
+	NodeControl_OP_CLOSE_ROOM NodeControl_Op = 5
+	// Publish a snapshot of every session (a service restarted, or its view drifted).
+	NodeControl_OP_RESYNC NodeControl_Op = 6
+)
+
+// Enum value maps for NodeControl_Op.
+var (
+	NodeControl_Op_name = map[int32]string{
+		0: "OP_UNSPECIFIED",
+		1: "OP_KICK",
+		2: "OP_DELIVER",
+		3: "OP_MEMBERS",
+		4: "OP_BAN",
+		5: "OP_CLOSE_ROOM",
+		6: "OP_RESYNC",
+	}
+	NodeControl_Op_value = map[string]int32{
+		"OP_UNSPECIFIED": 0,
+		"OP_KICK":        1,
+		"OP_DELIVER":     2,
+		"OP_MEMBERS":     3,
+		"OP_BAN":         4,
+		"OP_CLOSE_ROOM":  5,
+		"OP_RESYNC":      6,
+	}
+)
+
+func (x NodeControl_Op) Enum() *NodeControl_Op {
+	p := new(NodeControl_Op)
+	*p = x
+	return p
+}
+
+func (x NodeControl_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeControl_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_bus_proto_enumTypes[1].Descriptor()
+}
+
+func (NodeControl_Op) Type() protoreflect.EnumType {
+	return &file_bus_proto_enumTypes[1]
+}
+
+func (x NodeControl_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeControl_Op.Descriptor instead.
+func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -248,11 +316,8 @@ type SendRequest struct {
 	Lane      Lane   `protobuf:"varint,6,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
 	Body      []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
 	TagExpr   string `protobuf:"bytes,8,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
-	// The sender's tags, for the room's send permissions. Unset for the app server, which may
-	// send anything.
-	SenderTags []string `protobuf:"bytes,9,rep,name=sender_tags,json=senderTags,proto3" json:"sender_tags,omitempty"`
-	// True when the app server sends (through the server API): room permissions do not apply.
-	FromApp       bool `protobuf:"varint,10,opt,name=from_app,json=fromApp,proto3" json:"from_app,omitempty"`
+	// The sender's tags, for the room's send permissions (RoomSettings.send_expr and friends).
+	SenderTags    []string `protobuf:"bytes,9,rep,name=sender_tags,json=senderTags,proto3" json:"sender_tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,13 +415,6 @@ func (x *SendRequest) GetSenderTags() []string {
 	return nil
 }
 
-func (x *SendRequest) GetFromApp() bool {
-	if x != nil {
-		return x.FromApp
-	}
-	return false
-}
-
 // Reply answers every bus request. code 0 is success; other codes are the client error codes of
 // docs/protocol.md.
 type Reply struct {
@@ -369,7 +427,9 @@ type Reply struct {
 	// Set by a successful join.
 	Room *RoomInfo `protobuf:"bytes,5,opt,name=room,proto3" json:"room,omitempty"`
 	// Set by a successful join: how the room's messages are delivered.
-	Settings      *RoomSettings `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
+	Settings *RoomSettings `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
+	// Set by a refused join: the close code (CloseCode) the ChatLink closes the connection with.
+	CloseCode     uint32 `protobuf:"varint,7,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,114 +506,11 @@ func (x *Reply) GetSettings() *RoomSettings {
 	return nil
 }
 
-// RoomSettings say how a room's messages are delivered at the edge. Zero values mean the
-// ChatLink's defaults.
-type RoomSettings struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// How long a ChatLink gathers the room's messages before writing them out as one frame.
-	// 0: the node's default (100 ms). At most 1000.
-	FlushTickMs uint32 `protobuf:"varint,1,opt,name=flush_tick_ms,json=flushTickMs,proto3" json:"flush_tick_ms,omitempty"`
-	// Write each message at once, as its own frame, instead of merging per tick. Costs far more
-	// CPU per delivery; kept to measure what merging gains.
-	NoMerge bool `protobuf:"varint,2,opt,name=no_merge,json=noMerge,proto3" json:"no_merge,omitempty"`
-	// Messages of the normal and bulk lanes each member receives per second at most; over it
-	// they are sampled, spread over the second. 0: the default (20). Negative: unlimited.
-	NormalBudget int32 `protobuf:"varint,3,opt,name=normal_budget,json=normalBudget,proto3" json:"normal_budget,omitempty"`
-	// Critical messages each member should receive per second at most. Critical messages are
-	// never dropped: going over this budget is only counted. 0: the default (10). Negative:
-	// unlimited.
-	CriticalBudget int32 `protobuf:"varint,4,opt,name=critical_budget,json=criticalBudget,proto3" json:"critical_budget,omitempty"`
-	// Who may send at all: a tag expression over the sender (tags, role, uid). Empty: every
-	// member. The app server may always send. Example: !("muted" in tags).
-	SendExpr string `protobuf:"bytes,5,opt,name=send_expr,json=sendExpr,proto3" json:"send_expr,omitempty"`
-	// Who may send to the whole room or give a tag expression of their own. Empty: every member
-	// who may send. Example: role in ["lecturer", "assistant"].
-	BroadcastExpr string `protobuf:"bytes,6,opt,name=broadcast_expr,json=broadcastExpr,proto3" json:"broadcast_expr,omitempty"`
-	// For senders that broadcast_expr does not allow: their messages reach only the members that
-	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
-	// tag expression. Empty: such senders are refused.
-	ScopePrefix   string `protobuf:"bytes,7,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RoomSettings) Reset() {
-	*x = RoomSettings{}
-	mi := &file_bus_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RoomSettings) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RoomSettings) ProtoMessage() {}
-
-func (x *RoomSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+func (x *Reply) GetCloseCode() uint32 {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RoomSettings.ProtoReflect.Descriptor instead.
-func (*RoomSettings) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *RoomSettings) GetFlushTickMs() uint32 {
-	if x != nil {
-		return x.FlushTickMs
+		return x.CloseCode
 	}
 	return 0
-}
-
-func (x *RoomSettings) GetNoMerge() bool {
-	if x != nil {
-		return x.NoMerge
-	}
-	return false
-}
-
-func (x *RoomSettings) GetNormalBudget() int32 {
-	if x != nil {
-		return x.NormalBudget
-	}
-	return 0
-}
-
-func (x *RoomSettings) GetCriticalBudget() int32 {
-	if x != nil {
-		return x.CriticalBudget
-	}
-	return 0
-}
-
-func (x *RoomSettings) GetSendExpr() string {
-	if x != nil {
-		return x.SendExpr
-	}
-	return ""
-}
-
-func (x *RoomSettings) GetBroadcastExpr() string {
-	if x != nil {
-		return x.BroadcastExpr
-	}
-	return ""
-}
-
-func (x *RoomSettings) GetScopePrefix() string {
-	if x != nil {
-		return x.ScopePrefix
-	}
-	return ""
 }
 
 type RoomInfo struct {
@@ -570,7 +527,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +539,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +552,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -641,7 +598,7 @@ type RoomBatch struct {
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +610,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +623,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoomBatch) GetMessages() []*Message {
@@ -708,7 +665,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +677,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +690,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -792,16 +749,22 @@ func (x *SessionEvent) GetTimeMs() int64 {
 	return 0
 }
 
+// SessionEvents is a batch of session events from one node (subject rc.sessions.events).
 type SessionEvents struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*SessionEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*SessionEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// The node, its boot id and the position of this batch in the node's session stream: events
+	// batches, snapshots and reports share one sequence, so a reader can order them.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Boot          string `protobuf:"bytes,3,opt,name=boot,proto3" json:"boot,omitempty"`
+	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +776,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +789,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -834,6 +797,691 @@ func (x *SessionEvents) GetEvents() []*SessionEvent {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *SessionEvents) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SessionEvents) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
+func (x *SessionEvents) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// NodeSnapshot lists every live session of a node, in chunks that share seq; the chunk with last
+// set ends it (subject rc.sessions.snapshot). A reader replaces what it knew of the node.
+type NodeSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Boot          string                 `protobuf:"bytes,2,opt,name=boot,proto3" json:"boot,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Sessions      []*SessionEvent        `protobuf:"bytes,4,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Last          bool                   `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSnapshot) Reset() {
+	*x = NodeSnapshot{}
+	mi := &file_bus_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSnapshot) ProtoMessage() {}
+
+func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
+func (*NodeSnapshot) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NodeSnapshot) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeSnapshot) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
+func (x *NodeSnapshot) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *NodeSnapshot) GetSessions() []*SessionEvent {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *NodeSnapshot) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+// NodeReport is a ChatLink's heartbeat: it renews the node's lease and carries its member count
+// per room, in chunks that share seq; the chunk with last set ends it (subject
+// rc.sessions.report). A node whose reports stop for the lease time is dead: its sessions and
+// members are dropped.
+type NodeReport struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Boot   string                 `protobuf:"bytes,2,opt,name=boot,proto3" json:"boot,omitempty"`
+	Seq    uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	TimeMs int64                  `protobuf:"varint,4,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// Live sessions on the node when the report was made.
+	Sessions      int64        `protobuf:"varint,5,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Rooms         []*RoomCount `protobuf:"bytes,6,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	Last          bool         `protobuf:"varint,7,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeReport) Reset() {
+	*x = NodeReport{}
+	mi := &file_bus_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeReport) ProtoMessage() {}
+
+func (x *NodeReport) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
+func (*NodeReport) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NodeReport) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeReport) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
+func (x *NodeReport) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *NodeReport) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *NodeReport) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *NodeReport) GetRooms() []*RoomCount {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
+func (x *NodeReport) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+type RoomCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Members       int64                  `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomCount) Reset() {
+	*x = RoomCount{}
+	mi := &file_bus_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomCount) ProtoMessage() {}
+
+func (x *RoomCount) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
+func (*RoomCount) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RoomCount) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *RoomCount) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomCount) GetMembers() int64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+// NodeControl asks one ChatLink (subject rc.node.<node>, request/reply) or every ChatLink
+// (subject rc.nodes.control, no reply) to act on its connections.
+type NodeControl struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Op        NodeControl_Op         `protobuf:"varint,1,opt,name=op,proto3,enum=roomcast.v1.NodeControl_Op" json:"op,omitempty"`
+	App       string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,3,opt,name=room,proto3" json:"room,omitempty"`
+	Uid       string                 `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sessions  []string               `protobuf:"bytes,5,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	CloseCode uint32                 `protobuf:"varint,6,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
+	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message   *Message               `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Tag       string                 `protobuf:"bytes,9,opt,name=tag,proto3" json:"tag,omitempty"`
+	After     string                 `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	Limit     int32                  `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
+	// OP_BAN, OP_CLOSE_ROOM: the ban was lifted, the room opened again: forget it.
+	Lift          bool `protobuf:"varint,12,opt,name=lift,proto3" json:"lift,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeControl) Reset() {
+	*x = NodeControl{}
+	mi := &file_bus_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeControl) ProtoMessage() {}
+
+func (x *NodeControl) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
+func (*NodeControl) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NodeControl) GetOp() NodeControl_Op {
+	if x != nil {
+		return x.Op
+	}
+	return NodeControl_OP_UNSPECIFIED
+}
+
+func (x *NodeControl) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *NodeControl) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *NodeControl) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *NodeControl) GetSessions() []string {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *NodeControl) GetCloseCode() uint32 {
+	if x != nil {
+		return x.CloseCode
+	}
+	return 0
+}
+
+func (x *NodeControl) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodeControl) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *NodeControl) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *NodeControl) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *NodeControl) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *NodeControl) GetLift() bool {
+	if x != nil {
+		return x.Lift
+	}
+	return false
+}
+
+type NodeControlReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Sessions kicked or delivered to.
+	Affected int64     `protobuf:"varint,3,opt,name=affected,proto3" json:"affected,omitempty"`
+	Members  []*Member `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	// More members follow the last one listed.
+	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeControlReply) Reset() {
+	*x = NodeControlReply{}
+	mi := &file_bus_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeControlReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeControlReply) ProtoMessage() {}
+
+func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
+func (*NodeControlReply) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NodeControlReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *NodeControlReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NodeControlReply) GetAffected() int64 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
+func (x *NodeControlReply) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *NodeControlReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// Member is one session in a room, as its ChatLink knows it.
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Device        string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	Tags          []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	LoginTimeMs   int64                  `protobuf:"varint,6,opt,name=login_time_ms,json=loginTimeMs,proto3" json:"login_time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_bus_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Member) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Member) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Member) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Member) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *Member) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Member) GetLoginTimeMs() int64 {
+	if x != nil {
+		return x.LoginTimeMs
+	}
+	return 0
+}
+
+// PresenceQuery asks the presence service (rc.svc.presence.count, rc.svc.presence.sessions).
+type PresenceQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Uids          []string               `protobuf:"bytes,2,rep,name=uids,proto3" json:"uids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PresenceQuery) Reset() {
+	*x = PresenceQuery{}
+	mi := &file_bus_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresenceQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresenceQuery) ProtoMessage() {}
+
+func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
+func (*PresenceQuery) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PresenceQuery) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *PresenceQuery) GetUids() []string {
+	if x != nil {
+		return x.Uids
+	}
+	return nil
+}
+
+type PresenceReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Sessions of the uids asked for.
+	Sessions []*SessionEvent `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// For count: sessions and distinct users online in the app.
+	SessionsOnline int64 `protobuf:"varint,4,opt,name=sessions_online,json=sessionsOnline,proto3" json:"sessions_online,omitempty"`
+	UsersOnline    int64 `protobuf:"varint,5,opt,name=users_online,json=usersOnline,proto3" json:"users_online,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PresenceReply) Reset() {
+	*x = PresenceReply{}
+	mi := &file_bus_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresenceReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresenceReply) ProtoMessage() {}
+
+func (x *PresenceReply) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
+func (*PresenceReply) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PresenceReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *PresenceReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PresenceReply) GetSessions() []*SessionEvent {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *PresenceReply) GetSessionsOnline() int64 {
+	if x != nil {
+		return x.SessionsOnline
+	}
+	return 0
+}
+
+func (x *PresenceReply) GetUsersOnline() int64 {
+	if x != nil {
+		return x.UsersOnline
+	}
+	return 0
 }
 
 // LoadReport: a ChatLink's state, published every second (subject rc.load); the dispatcher's
@@ -862,7 +1510,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1522,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1535,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -988,76 +1636,6 @@ func (x *LoadReport) GetMaxConnections() int64 {
 	return 0
 }
 
-// SettingsRequest reads or (with update) replaces a room's settings (subject rc.svc.room.settings).
-// The reply carries the settings in force.
-type SettingsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
-	Update        bool                   `protobuf:"varint,3,opt,name=update,proto3" json:"update,omitempty"`
-	Settings      *RoomSettings          `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SettingsRequest) Reset() {
-	*x = SettingsRequest{}
-	mi := &file_bus_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SettingsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SettingsRequest) ProtoMessage() {}
-
-func (x *SettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SettingsRequest.ProtoReflect.Descriptor instead.
-func (*SettingsRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *SettingsRequest) GetApp() string {
-	if x != nil {
-		return x.App
-	}
-	return ""
-}
-
-func (x *SettingsRequest) GetRoom() string {
-	if x != nil {
-		return x.Room
-	}
-	return ""
-}
-
-func (x *SettingsRequest) GetUpdate() bool {
-	if x != nil {
-		return x.Update
-	}
-	return false
-}
-
-func (x *SettingsRequest) GetSettings() *RoomSettings {
-	if x != nil {
-		return x.Settings
-	}
-	return nil
-}
-
 // DrainRequest asks a ChatLink to drain (subject rc.admin.<node>.drain): stop taking logins, tell
 // its clients to reconnect elsewhere, and shut down once they are gone or at the deadline.
 type DrainRequest struct {
@@ -1072,7 +1650,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1662,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1675,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -1118,7 +1696,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\x8c\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\rmessage.proto\"\x8c\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -1133,7 +1711,7 @@ const file_bus_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\x8a\x02\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\"\xef\x01\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -1145,9 +1723,7 @@ const file_bus_proto_rawDesc = "" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
 	"\btag_expr\x18\b \x01(\tR\atagExpr\x12\x1f\n" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
-	"senderTags\x12\x19\n" +
-	"\bfrom_app\x18\n" +
-	" \x01(\bR\afromApp\"\xdc\x01\n" +
+	"senderTags\"\xfb\x01\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -1155,15 +1731,9 @@ const file_bus_proto_rawDesc = "" +
 	"message_id\x18\x03 \x01(\tR\tmessageId\x12$\n" +
 	"\x0eserver_time_ms\x18\x04 \x01(\x03R\fserverTimeMs\x12)\n" +
 	"\x04room\x18\x05 \x01(\v2\x15.roomcast.v1.RoomInfoR\x04room\x125\n" +
-	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x82\x02\n" +
-	"\fRoomSettings\x12\"\n" +
-	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12\x19\n" +
-	"\bno_merge\x18\x02 \x01(\bR\anoMerge\x12#\n" +
-	"\rnormal_budget\x18\x03 \x01(\x05R\fnormalBudget\x12'\n" +
-	"\x0fcritical_budget\x18\x04 \x01(\x05R\x0ecriticalBudget\x12\x1b\n" +
-	"\tsend_expr\x18\x05 \x01(\tR\bsendExpr\x12%\n" +
-	"\x0ebroadcast_expr\x18\x06 \x01(\tR\rbroadcastExpr\x12!\n" +
-	"\fscope_prefix\x18\a \x01(\tR\vscopePrefix\"\xba\x01\n" +
+	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12\x1d\n" +
+	"\n" +
+	"close_code\x18\a \x01(\rR\tcloseCode\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -1191,9 +1761,80 @@ const file_bus_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"KIND_LOGIN\x10\x01\x12\x0f\n" +
-	"\vKIND_LOGOUT\x10\x02\"B\n" +
+	"\vKIND_LOGOUT\x10\x02\"|\n" +
 	"\rSessionEvents\x121\n" +
-	"\x06events\x18\x01 \x03(\v2\x19.roomcast.v1.SessionEventR\x06events\"\xcb\x03\n" +
+	"\x06events\x18\x01 \x03(\v2\x19.roomcast.v1.SessionEventR\x06events\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04boot\x18\x03 \x01(\tR\x04boot\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\x93\x01\n" +
+	"\fNodeSnapshot\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04boot\x18\x02 \x01(\tR\x04boot\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x125\n" +
+	"\bsessions\x18\x04 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12\x12\n" +
+	"\x04last\x18\x05 \x01(\bR\x04last\"\xbd\x01\n" +
+	"\n" +
+	"NodeReport\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04boot\x18\x02 \x01(\tR\x04boot\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x17\n" +
+	"\atime_ms\x18\x04 \x01(\x03R\x06timeMs\x12\x1a\n" +
+	"\bsessions\x18\x05 \x01(\x03R\bsessions\x12,\n" +
+	"\x05rooms\x18\x06 \x03(\v2\x16.roomcast.v1.RoomCountR\x05rooms\x12\x12\n" +
+	"\x04last\x18\a \x01(\bR\x04last\"K\n" +
+	"\tRoomCount\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x18\n" +
+	"\amembers\x18\x03 \x01(\x03R\amembers\"\xbc\x03\n" +
+	"\vNodeControl\x12+\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x03 \x01(\tR\x04room\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1a\n" +
+	"\bsessions\x18\x05 \x03(\tR\bsessions\x12\x1d\n" +
+	"\n" +
+	"close_code\x18\x06 \x01(\rR\tcloseCode\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12.\n" +
+	"\amessage\x18\b \x01(\v2\x14.roomcast.v1.MessageR\amessage\x12\x10\n" +
+	"\x03tag\x18\t \x01(\tR\x03tag\x12\x14\n" +
+	"\x05after\x18\n" +
+	" \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\v \x01(\x05R\x05limit\x12\x12\n" +
+	"\x04lift\x18\f \x01(\bR\x04lift\"s\n" +
+	"\x02Op\x12\x12\n" +
+	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aOP_KICK\x10\x01\x12\x0e\n" +
+	"\n" +
+	"OP_DELIVER\x10\x02\x12\x0e\n" +
+	"\n" +
+	"OP_MEMBERS\x10\x03\x12\n" +
+	"\n" +
+	"\x06OP_BAN\x10\x04\x12\x11\n" +
+	"\rOP_CLOSE_ROOM\x10\x05\x12\r\n" +
+	"\tOP_RESYNC\x10\x06\"\x9f\x01\n" +
+	"\x10NodeControlReply\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1a\n" +
+	"\baffected\x18\x03 \x01(\x03R\baffected\x12-\n" +
+	"\amembers\x18\x04 \x03(\v2\x13.roomcast.v1.MemberR\amembers\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"\x9d\x01\n" +
+	"\x06Member\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\"\n" +
+	"\rlogin_time_ms\x18\x06 \x01(\x03R\vloginTimeMs\"5\n" +
+	"\rPresenceQuery\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04uids\x18\x02 \x03(\tR\x04uids\"\xc0\x01\n" +
+	"\rPresenceReply\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
+	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
+	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xcb\x03\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -1210,12 +1851,7 @@ const file_bus_proto_rawDesc = "" +
 	"\x03cpu\x18\v \x01(\x01R\x03cpu\x12\x1a\n" +
 	"\bdraining\x18\f \x01(\bR\bdraining\x12\x17\n" +
 	"\atime_ms\x18\r \x01(\x03R\x06timeMs\x12'\n" +
-	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\"\x86\x01\n" +
-	"\x0fSettingsRequest\x12\x10\n" +
-	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
-	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
-	"\x06update\x18\x03 \x01(\bR\x06update\x125\n" +
-	"\bsettings\x18\x04 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"L\n" +
+	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\"L\n" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
@@ -1233,41 +1869,54 @@ func file_bus_proto_rawDescGZIP() []byte {
 	return file_bus_proto_rawDescData
 }
 
-var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0),  // 0: roomcast.v1.SessionEvent.Kind
-	(*JoinRequest)(nil),     // 1: roomcast.v1.JoinRequest
-	(*LeaveRequest)(nil),    // 2: roomcast.v1.LeaveRequest
-	(*SendRequest)(nil),     // 3: roomcast.v1.SendRequest
-	(*Reply)(nil),           // 4: roomcast.v1.Reply
-	(*RoomSettings)(nil),    // 5: roomcast.v1.RoomSettings
-	(*RoomInfo)(nil),        // 6: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),       // 7: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),    // 8: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),   // 9: roomcast.v1.SessionEvents
-	(*LoadReport)(nil),      // 10: roomcast.v1.LoadReport
-	(*SettingsRequest)(nil), // 11: roomcast.v1.SettingsRequest
-	(*DrainRequest)(nil),    // 12: roomcast.v1.DrainRequest
-	nil,                     // 13: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),               // 14: roomcast.v1.Lane
-	(*Message)(nil),         // 15: roomcast.v1.Message
+	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
+	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
+	(*JoinRequest)(nil),      // 2: roomcast.v1.JoinRequest
+	(*LeaveRequest)(nil),     // 3: roomcast.v1.LeaveRequest
+	(*SendRequest)(nil),      // 4: roomcast.v1.SendRequest
+	(*Reply)(nil),            // 5: roomcast.v1.Reply
+	(*RoomInfo)(nil),         // 6: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),        // 7: roomcast.v1.RoomBatch
+	(*SessionEvent)(nil),     // 8: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),    // 9: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),     // 10: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),       // 11: roomcast.v1.NodeReport
+	(*RoomCount)(nil),        // 12: roomcast.v1.RoomCount
+	(*NodeControl)(nil),      // 13: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil), // 14: roomcast.v1.NodeControlReply
+	(*Member)(nil),           // 15: roomcast.v1.Member
+	(*PresenceQuery)(nil),    // 16: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),    // 17: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),       // 18: roomcast.v1.LoadReport
+	(*DrainRequest)(nil),     // 19: roomcast.v1.DrainRequest
+	nil,                      // 20: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),                // 21: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 22: roomcast.v1.RoomSettings
+	(*Message)(nil),          // 23: roomcast.v1.Message
 }
 var file_bus_proto_depIdxs = []int32{
-	14, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	21, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	6,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	5,  // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	13, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	15, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	5,  // 5: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	22, // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	20, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	23, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	22, // 5: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
 	0,  // 6: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
 	8,  // 7: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	5,  // 8: roomcast.v1.SettingsRequest.settings:type_name -> roomcast.v1.RoomSettings
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 8: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 9: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 10: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	23, // 11: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 12: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	8,  // 13: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -1275,14 +1924,15 @@ func file_bus_proto_init() {
 	if File_bus_proto != nil {
 		return
 	}
+	file_api_proto_init()
 	file_message_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -48,6 +48,10 @@ const (
 	ErrorCode_ERROR_CODE_ROOM_NOT_FOUND ErrorCode = 105
 	// Missing or wrong credentials (server API).
 	ErrorCode_ERROR_CODE_UNAUTHORIZED ErrorCode = 106
+	// The user has no session online (server API: kick, sessions).
+	ErrorCode_ERROR_CODE_USER_NOT_FOUND ErrorCode = 107
+	// The request conflicts with the state of the room (e.g. an update of a closed room).
+	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -65,6 +69,8 @@ var (
 		104: "ERROR_CODE_BAD_TAG_EXPR",
 		105: "ERROR_CODE_ROOM_NOT_FOUND",
 		106: "ERROR_CODE_UNAUTHORIZED",
+		107: "ERROR_CODE_USER_NOT_FOUND",
+		108: "ERROR_CODE_CONFLICT",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -77,6 +83,8 @@ var (
 		"ERROR_CODE_BAD_TAG_EXPR":      104,
 		"ERROR_CODE_ROOM_NOT_FOUND":    105,
 		"ERROR_CODE_UNAUTHORIZED":      106,
+		"ERROR_CODE_USER_NOT_FOUND":    107,
+		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -129,6 +137,12 @@ const (
 	CloseCode_CLOSE_CODE_NOT_LOGGED_IN CloseCode = 4005
 	// The app server kicked this session (or banned the user).
 	CloseCode_CLOSE_CODE_KICKED CloseCode = 4007
+	// The user is banned from the room.
+	CloseCode_CLOSE_CODE_BANNED CloseCode = 4008
+	// The room was closed by the app server, or the login named a closed room.
+	CloseCode_CLOSE_CODE_ROOM_CLOSED CloseCode = 4009
+	// Another session of the same user replaced this one (the app's multi-device policy).
+	CloseCode_CLOSE_CODE_REPLACED CloseCode = 4010
 	// The ChatLink is shutting down; dispatch again.
 	CloseCode_CLOSE_CODE_SHUTDOWN CloseCode = 4500
 	// No Login frame arrived in time after connecting.
@@ -139,6 +153,8 @@ const (
 	CloseCode_CLOSE_CODE_SLOW_READER CloseCode = 4503
 	// The login could not complete because a service did not answer; try again.
 	CloseCode_CLOSE_CODE_UNAVAILABLE CloseCode = 4504
+	// The room has as many members as it allows; try again later.
+	CloseCode_CLOSE_CODE_ROOM_FULL CloseCode = 4505
 )
 
 // Enum value maps for CloseCode.
@@ -151,11 +167,15 @@ var (
 		4004: "CLOSE_CODE_FRAME_TOO_LARGE",
 		4005: "CLOSE_CODE_NOT_LOGGED_IN",
 		4007: "CLOSE_CODE_KICKED",
+		4008: "CLOSE_CODE_BANNED",
+		4009: "CLOSE_CODE_ROOM_CLOSED",
+		4010: "CLOSE_CODE_REPLACED",
 		4500: "CLOSE_CODE_SHUTDOWN",
 		4501: "CLOSE_CODE_LOGIN_TIMEOUT",
 		4502: "CLOSE_CODE_HEARTBEAT_TIMEOUT",
 		4503: "CLOSE_CODE_SLOW_READER",
 		4504: "CLOSE_CODE_UNAVAILABLE",
+		4505: "CLOSE_CODE_ROOM_FULL",
 	}
 	CloseCode_value = map[string]int32{
 		"CLOSE_CODE_UNSPECIFIED":       0,
@@ -165,11 +185,15 @@ var (
 		"CLOSE_CODE_FRAME_TOO_LARGE":   4004,
 		"CLOSE_CODE_NOT_LOGGED_IN":     4005,
 		"CLOSE_CODE_KICKED":            4007,
+		"CLOSE_CODE_BANNED":            4008,
+		"CLOSE_CODE_ROOM_CLOSED":       4009,
+		"CLOSE_CODE_REPLACED":          4010,
 		"CLOSE_CODE_SHUTDOWN":          4500,
 		"CLOSE_CODE_LOGIN_TIMEOUT":     4501,
 		"CLOSE_CODE_HEARTBEAT_TIMEOUT": 4502,
 		"CLOSE_CODE_SLOW_READER":       4503,
 		"CLOSE_CODE_UNAVAILABLE":       4504,
+		"CLOSE_CODE_ROOM_FULL":         4505,
 	}
 )
 
@@ -1086,7 +1110,7 @@ const file_client_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xa3\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*\xdb\x02\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1095,9 +1119,11 @@ const file_client_proto_rawDesc = "" +
 	"\x14ERROR_CODE_FORBIDDEN\x10g\x12\x1b\n" +
 	"\x17ERROR_CODE_BAD_TAG_EXPR\x10h\x12\x1d\n" +
 	"\x19ERROR_CODE_ROOM_NOT_FOUND\x10i\x12\x1b\n" +
-	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x18\n" +
+	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
+	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
+	"\x13ERROR_CODE_CONFLICT\x10l\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xea\x02\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
 	"\x16CLOSE_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14CLOSE_CODE_BAD_TOKEN\x10\xa1\x1f\x12\x1d\n" +
@@ -1105,12 +1131,16 @@ const file_client_proto_rawDesc = "" +
 	"\x14CLOSE_CODE_BAD_FRAME\x10\xa3\x1f\x12\x1f\n" +
 	"\x1aCLOSE_CODE_FRAME_TOO_LARGE\x10\xa4\x1f\x12\x1d\n" +
 	"\x18CLOSE_CODE_NOT_LOGGED_IN\x10\xa5\x1f\x12\x16\n" +
-	"\x11CLOSE_CODE_KICKED\x10\xa7\x1f\x12\x18\n" +
+	"\x11CLOSE_CODE_KICKED\x10\xa7\x1f\x12\x16\n" +
+	"\x11CLOSE_CODE_BANNED\x10\xa8\x1f\x12\x1b\n" +
+	"\x16CLOSE_CODE_ROOM_CLOSED\x10\xa9\x1f\x12\x18\n" +
+	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x18\n" +
 	"\x13CLOSE_CODE_SHUTDOWN\x10\x94#\x12\x1d\n" +
 	"\x18CLOSE_CODE_LOGIN_TIMEOUT\x10\x95#\x12!\n" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +
 	"\x16CLOSE_CODE_SLOW_READER\x10\x97#\x12\x1b\n" +
-	"\x16CLOSE_CODE_UNAVAILABLE\x10\x98#B\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\x16CLOSE_CODE_UNAVAILABLE\x10\x98#\x12\x19\n" +
+	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#B\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_client_proto_rawDescOnce sync.Once

@@ -1,0 +1,294 @@
+package chatlink
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Control: what the services and the server API ask of a node's connections. A request for this
+// node arrives on rc.node.<node> (request/reply: kick, deliver, member lists, resync); a request
+// for every node arrives on rc.nodes.control (bans, room closes, resync after a service restart).
+
+// tombstoneTTL is how long a node remembers a ban or a room close, to refuse logins that passed
+// the room service's check just before it learned of the change. It must outlast a join
+// request (RequestTimeout) plus the time the room service instances take to see a KV change.
+const tombstoneTTL = 30 * time.Second
+
+// maxMemberPage bounds one member list answer.
+const maxMemberPage = 1000
+
+// controlState is a node's memory of recent bans and room closes.
+type controlState struct {
+	mu         sync.Mutex           // guards the fields below
+	bans       map[string]tombstone // by app/room/uid
+	closed     map[string]tombstone // by app/room
+	subscribed []*nats.Subscription
+}
+
+type tombstone struct {
+	until  time.Time
+	reason string
+}
+
+// startControl subscribes to the control subjects, asks the services to take a snapshot if they
+// want one, and starts the lease loop, which unsubscribes when the node stops.
+func (n *Node) startControl() error {
+	n.stream.boot = newBoot()
+	for _, subject := range []string{bus.NodeSubject(n.cfg.Node), bus.SubjectNodesControl} {
+		sub, err := n.cfg.Bus.Subscribe(subject, n.onControl)
+		if err != nil {
+			n.control.unsubscribe()
+			return fmt.Errorf("chatlink: subscribe %s: %w", subject, err)
+		}
+		n.control.subscribed = append(n.control.subscribed, sub)
+	}
+	if err := n.cfg.Bus.Flush(); err != nil {
+		n.control.unsubscribe()
+		return fmt.Errorf("chatlink: subscribe control: %w", err)
+	}
+	n.goAsync(func() {
+		n.leaseLoop()
+		n.control.unsubscribe()
+	})
+	return nil
+}
+
+func (s *controlState) unsubscribe() {
+	for _, sub := range s.subscribed {
+		_ = sub.Unsubscribe()
+	}
+	s.subscribed = nil
+}
+
+func (n *Node) onControl(msg *nats.Msg) {
+	var req pb.NodeControl
+	if err := proto.Unmarshal(msg.Data, &req); err != nil {
+		n.log.Warn("dropping control request that does not parse", "subject", msg.Subject)
+		n.respondControl(msg, &pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
+		return
+	}
+	var rep pb.NodeControlReply
+	switch req.Op {
+	case pb.NodeControl_OP_KICK:
+		rep.Affected = n.kick(&req)
+	case pb.NodeControl_OP_DELIVER:
+		rep.Affected = n.deliverTo(&req)
+	case pb.NodeControl_OP_MEMBERS:
+		rep.Members, rep.More = n.listMembers(&req)
+	case pb.NodeControl_OP_BAN:
+		if req.Lift {
+			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
+			break
+		}
+		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason)
+		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_BANNED)
+		rep.Affected = n.kick(&req)
+	case pb.NodeControl_OP_CLOSE_ROOM:
+		if req.Lift {
+			n.control.forget(n.control.closed, req.App+"/"+req.Room)
+			break
+		}
+		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason)
+		req.Uid, req.Sessions = "", nil
+		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+		rep.Affected = n.kick(&req)
+	case pb.NodeControl_OP_RESYNC:
+		n.publishSnapshot()
+	default:
+		rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), fmt.Sprintf("unknown op %v", req.Op)
+	}
+	n.respondControl(msg, &rep)
+}
+
+func (n *Node) respondControl(msg *nats.Msg, rep *pb.NodeControlReply) {
+	if msg.Reply == "" {
+		return
+	}
+	data, err := proto.Marshal(rep)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		n.log.Warn("control reply not sent", "err", err)
+	}
+}
+
+// targets returns the live connections a control request names: the sessions listed, or, with
+// none listed, the room's members (of uid, when set), or every session of uid in the app.
+func (n *Node) targets(req *pb.NodeControl) []*conn {
+	var out []*conn
+	match := func(c *conn) {
+		switch {
+		case c.getState() != stateLive || c.app != req.App:
+		case len(req.Sessions) > 0:
+			if slices.Contains(req.Sessions, c.session) {
+				out = append(out, c)
+			}
+		case (req.Room == "" || c.room == req.Room) && (req.Uid == "" || c.uid == req.Uid):
+			out = append(out, c)
+		}
+	}
+	if req.Room != "" {
+		for _, c := range n.rooms.members(req.App, req.Room) {
+			match(c)
+		}
+		return out
+	}
+	n.conns.each(match)
+	return out
+}
+
+func (n *Node) kick(req *pb.NodeControl) int64 {
+	if req.Room == "" && req.Uid == "" && len(req.Sessions) == 0 {
+		return 0 // never "everyone in the app"
+	}
+	code := pb.CloseCode(req.CloseCode)
+	if code == pb.CloseCode_CLOSE_CODE_UNSPECIFIED {
+		code = pb.CloseCode_CLOSE_CODE_KICKED
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "removed by the app server"
+	}
+	var kicked int64
+	for _, c := range n.targets(req) {
+		if !c.closing.Load() {
+			c.close(code, reason)
+			kicked++
+		}
+	}
+	return kicked
+}
+
+// deliverTo pushes req.Message to the sessions listed; the frame is encoded once.
+func (n *Node) deliverTo(req *pb.NodeControl) int64 {
+	if req.Message == nil || len(req.Sessions) == 0 {
+		return 0
+	}
+	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: []*pb.Message{req.Message}}}})
+	if err != nil {
+		n.log.Error("encode push", "err", err)
+		return 0
+	}
+	req.Room = "" // sessions may be in any room
+	var delivered int64
+	for _, c := range n.targets(req) {
+		c.t.write(b)
+		delivered++
+	}
+	n.m.deliveries[lane(req.Message)].Add(float64(delivered))
+	return delivered
+}
+
+// listMembers answers a page of a room's local members, in session id order.
+func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
+	limit := int(req.Limit)
+	if limit <= 0 || limit > maxMemberPage {
+		limit = maxMemberPage
+	}
+	var conns []*conn
+	for _, c := range n.rooms.members(req.App, req.Room) {
+		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tags.Tags, req.Tag)) {
+			conns = append(conns, c)
+		}
+	}
+	slices.SortFunc(conns, func(a, b *conn) int { return strings.Compare(a.session, b.session) })
+	more := len(conns) > limit
+	if more {
+		conns = conns[:limit]
+	}
+	out := make([]*pb.Member, len(conns))
+	for i, c := range conns {
+		out[i] = &pb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tags.Tags, LoginTimeMs: c.loginMS}
+	}
+	return out, more
+}
+
+func (s *controlState) remember(m *map[string]tombstone, key, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *m == nil {
+		*m = make(map[string]tombstone)
+	}
+	(*m)[key] = tombstone{until: time.Now().Add(tombstoneTTL), reason: reason}
+}
+
+func (s *controlState) forget(m map[string]tombstone, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(m, key)
+}
+
+func (s *controlState) expireTombstones(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range []map[string]tombstone{s.bans, s.closed} {
+		for k, t := range m {
+			if now.After(t.until) {
+				delete(m, k)
+			}
+		}
+	}
+}
+
+// refusedLate closes c, which has just gone live, if its room was closed or its user banned
+// while its login was on the way, and reports whether it did. A ban first records its tombstone
+// and then kicks the room's members; a login first joins the room and then checks here: so either
+// the kick finds the connection or this check finds the tombstone.
+func (n *Node) refusedLate(c *conn) bool {
+	s := &n.control
+	s.mu.Lock()
+	now := time.Now()
+	code, reason := pb.CloseCode_CLOSE_CODE_UNSPECIFIED, ""
+	if t, ok := s.closed[c.app+"/"+c.room]; ok && now.Before(t.until) {
+		code, reason = pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, t.reason
+	} else if t, ok := s.bans[c.app+"/"+c.room+"/"+c.uid]; ok && now.Before(t.until) {
+		code, reason = pb.CloseCode_CLOSE_CODE_BANNED, t.reason
+	}
+	s.mu.Unlock()
+	if code == pb.CloseCode_CLOSE_CODE_UNSPECIFIED {
+		return false
+	}
+	if reason == "" {
+		reason = "refused"
+	}
+	n.m.logins.WithLabelValues("refused").Inc()
+	c.close(code, reason)
+	return true
+}
+
+// refusalCode is the close code for a login the room service refused.
+func refusalCode(rep *pb.Reply) pb.CloseCode {
+	if rep.CloseCode != 0 {
+		return pb.CloseCode(rep.CloseCode)
+	}
+	return pb.CloseCode_CLOSE_CODE_KICKED
+}
+
+// Kill stops the node as a crash would, for tests: its NATS connection and listeners close and
+// its clients' connections drop, with no Kick, no logout events and no last report, so the
+// services only learn of it when its lease runs out. Shutdown afterwards does nothing.
+func (n *Node) Kill() {
+	n.shutdownOnce.Do(func() {
+		n.draining.Store(true)
+		n.cfg.Bus.Close()
+		if n.httpSrv != nil {
+			_ = n.httpSrv.Close()
+			_ = n.tcpLn.Close()
+		}
+		n.conns.each(func(c *conn) { c.t.forceClose() })
+		n.cancel()
+		n.wg.Wait()
+		n.log.Info("chatlink killed")
+	})
+}

@@ -1,0 +1,184 @@
+package chatlink
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// The session stream is everything a node tells the services about its sessions, on the
+// rc.sessions.* subjects: batches of login/logout events (the eventBatcher in node.go), snapshots
+// of every live session (on request, when a service restarted or its view drifted) and a report
+// every ReportInterval. The report is the node's lease: a service that hears no report from a
+// node for its lease time drops the node's sessions and members, so a node that dies without a
+// goodbye leaves nothing behind and no service needs a timer per session. The report also carries
+// the node's member count per room, which is where the room service's counts come from.
+//
+// The three share one sequence per node and are published under mu, after flushing the pending
+// events, so a reader that applies them in order always holds a view that some moment of the
+// node's state matched.
+type sessionStream struct {
+	mu       sync.Mutex // guards the fields below, and orders publishing on the stream
+	boot     string     // random per start: a restarted node with the same name is a new node
+	seq      uint64
+	lastSnap time.Time
+}
+
+// Chunk sizes keep every stream message well under NATS's 1 MiB payload limit.
+const (
+	snapshotChunk = 2000
+	reportChunk   = 5000
+	// snapshotMinGap stops a burst of resync requests (one per service instance) from making
+	// the node publish its snapshot more than once.
+	snapshotMinGap = 250 * time.Millisecond
+)
+
+func newBoot() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// publishEventsLocked publishes a batch of session events. Caller holds n.stream.mu.
+func (n *Node) publishEventsLocked(evs []*pb.SessionEvent) error {
+	n.stream.seq++
+	return bus.Publish(n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{
+		Events: evs, Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq,
+	})
+}
+
+// liveSessions returns a login event for every live session of the node.
+func (n *Node) liveSessions() []*pb.SessionEvent {
+	var out []*pb.SessionEvent
+	n.conns.each(func(c *conn) {
+		if c.getState() != stateLive {
+			return
+		}
+		out = append(out, &pb.SessionEvent{
+			Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
+			Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: c.loginMS,
+		})
+	})
+	return out
+}
+
+// publishSnapshot publishes every live session of the node, unless it did so a moment ago.
+func (n *Node) publishSnapshot() {
+	n.stream.mu.Lock()
+	defer n.stream.mu.Unlock()
+	if time.Since(n.stream.lastSnap) < snapshotMinGap {
+		return
+	}
+	n.stream.lastSnap = time.Now()
+	n.presence.flushLocked()
+	sessions := n.liveSessions()
+	n.stream.seq++
+	for i := 0; ; i += snapshotChunk {
+		end := min(i+snapshotChunk, len(sessions))
+		snap := &pb.NodeSnapshot{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, Sessions: sessions[i:end], Last: end == len(sessions)}
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectSessionsSnapshot, snap); err != nil {
+			n.log.Warn("session snapshot not published", "err", err)
+			return
+		}
+		if snap.Last {
+			return
+		}
+	}
+}
+
+// publishReport renews the node's lease and reports its members per room.
+func (n *Node) publishReport() {
+	n.stream.mu.Lock()
+	defer n.stream.mu.Unlock()
+	n.presence.flushLocked()
+	var live int64
+	n.conns.each(func(c *conn) {
+		if c.getState() == stateLive {
+			live++
+		}
+	})
+	rooms := n.rooms.counts()
+	n.stream.seq++
+	now := time.Now().UnixMilli()
+	for i := 0; ; i += reportChunk {
+		end := min(i+reportChunk, len(rooms))
+		rep := &pb.NodeReport{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, TimeMs: now, Sessions: live, Rooms: rooms[i:end], Last: end == len(rooms)}
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectSessionsReport, rep); err != nil {
+			n.log.Warn("node report not published", "err", err)
+			return
+		}
+		if rep.Last {
+			return
+		}
+	}
+}
+
+// leaseLoop publishes the node's report every ReportInterval until the node stops.
+func (n *Node) leaseLoop() {
+	t := time.NewTicker(n.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		n.publishReport()
+		n.control.expireTombstones(time.Now())
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// counts returns the number of local members of every room with members on this node.
+func (t *roomTable) counts() []*pb.RoomCount {
+	var out []*pb.RoomCount
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for key, r := range sh.rooms {
+			app, room, _ := strings.Cut(key, "/")
+			r.mu.RLock()
+			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(len(r.members))})
+			r.mu.RUnlock()
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// members returns the local members of a room.
+func (t *roomTable) members(app, room string) []*conn {
+	key := app + "/" + room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	r := sh.rooms[key]
+	sh.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*conn, 0, len(r.members))
+	for c := range r.members {
+		out = append(out, c)
+	}
+	return out
+}
+
+// flushLocked publishes the pending events. Caller holds b.n.stream.mu.
+func (b *eventBatcher) flushLocked() {
+	b.mu.Lock()
+	evs := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	if len(evs) == 0 {
+		return
+	}
+	if err := b.n.publishEventsLocked(evs); err != nil {
+		b.n.log.Warn("presence events not published", "events", len(evs), "err", err)
+	}
+}

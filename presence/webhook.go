@@ -1,0 +1,105 @@
+package presence
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// webhooks batches an app's online/offline events and posts them to its webhook URL. Each
+// batch of events reaches one instance (the effects queue group), so each event is posted once.
+// A post that fails is logged and dropped: the webhook is a notification, the presence queries
+// are the truth.
+type webhooks struct {
+	s *Service
+
+	mu      sync.Mutex // guards pending
+	pending map[string][]*pb.SessionEvent
+}
+
+// WebhookBatch is the JSON body posted to an app's webhook.
+type WebhookBatch struct {
+	App    string         `json:"app"`
+	Events []WebhookEvent `json:"events"`
+}
+
+// WebhookEvent is one session going online or offline.
+type WebhookEvent struct {
+	// Kind is "online" or "offline".
+	Kind      string `json:"kind"`
+	UID       string `json:"uid"`
+	Room      string `json:"room"`
+	Node      string `json:"node"`
+	SessionID string `json:"session_id"`
+	Device    string `json:"device"`
+	TimeMS    int64  `json:"time_ms"`
+}
+
+func (w *webhooks) add(app string, evs []*pb.SessionEvent) {
+	if w.s.cfg.Webhooks[app] == "" {
+		return
+	}
+	w.mu.Lock()
+	w.pending[app] = append(w.pending[app], evs...)
+	w.mu.Unlock()
+}
+
+func (w *webhooks) loop() {
+	defer w.s.wg.Done()
+	if len(w.s.cfg.Webhooks) == 0 {
+		<-w.s.stop
+		return
+	}
+	t := time.NewTicker(w.s.cfg.WebhookEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.s.stop:
+			w.flush()
+			return
+		case <-t.C:
+			w.flush()
+		}
+	}
+}
+
+func (w *webhooks) flush() {
+	w.mu.Lock()
+	pending := w.pending
+	w.pending = make(map[string][]*pb.SessionEvent)
+	w.mu.Unlock()
+	for app, evs := range pending {
+		if err := w.post(app, evs); err != nil {
+			w.s.log.Warn("webhook post failed", "app", app, "events", len(evs), "err", err)
+		}
+	}
+}
+
+func (w *webhooks) post(app string, evs []*pb.SessionEvent) error {
+	batch := WebhookBatch{App: app, Events: make([]WebhookEvent, len(evs))}
+	for i, ev := range evs {
+		kind := "online"
+		if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
+			kind = "offline"
+		}
+		batch.Events[i] = WebhookEvent{Kind: kind, UID: ev.Uid, Room: ev.Room, Node: ev.Node, SessionID: ev.SessionId, Device: ev.Device, TimeMS: ev.TimeMs}
+	}
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return err
+	}
+	resp, err := w.s.cfg.HTTPClient.Post(w.s.cfg.Webhooks[app], "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook answered %s", strings.TrimSpace(resp.Status))
+	}
+	return nil
+}

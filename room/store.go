@@ -1,0 +1,251 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// JetStream KV buckets: what must survive restarts.
+const (
+	// BucketRooms holds one pb.Room per created room, under "<app>.<room>".
+	BucketRooms = "rc_rooms"
+	// BucketRestrictions holds one pb.MemberRestriction per muted or banned user of a room,
+	// under "<app>.<room>.<uid>".
+	BucketRestrictions = "rc_room_restrictions"
+)
+
+// store reads and writes rooms and member restrictions in JetStream KV. App, room and uid are
+// valid names (auth.ValidName), so they cannot contain the dots that separate key parts.
+type store struct {
+	rooms, restrictions jetstream.KeyValue
+}
+
+func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("room: jetstream: %w", err)
+	}
+	if replicas <= 0 {
+		replicas = 1
+	}
+	s := &store{}
+	for bucket, kv := range map[string]*jetstream.KeyValue{BucketRooms: &s.rooms, BucketRestrictions: &s.restrictions} {
+		*kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: bucket, History: 1, Replicas: replicas,
+			Description: "Roomcast room state (room package)",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("room: KV bucket %s: %w", bucket, err)
+		}
+	}
+	return s, nil
+}
+
+func roomKV(app, room string) string             { return app + "." + room }
+func restrictionKV(app, room, uid string) string { return app + "." + room + "." + uid }
+
+// getRoom returns a room's record and its revision, or nil when it was never created.
+func (s *store) getRoom(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
+	e, err := s.rooms.Get(ctx, roomKV(app, room))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("room: read %s: %w", room, err)
+	}
+	var r pb.Room
+	if err := proto.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("room: decode %s: %w", room, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// createRoom stores r unless the room exists; it reports whether it did.
+func (s *store) createRoom(ctx context.Context, app string, r *pb.Room) (bool, error) {
+	b, err := proto.Marshal(r)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.rooms.Create(ctx, roomKV(app, r.Room), b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("room: create %s: %w", r.Room, err)
+	}
+	return true, nil
+}
+
+// errRoomNotFound is what updateRoom's change function gets no chance to see.
+var errRoomNotFound = errors.New("room: not found")
+
+// updateRoom applies change to a created room's record, retrying when another writer got there
+// first. change may return an error to give up.
+func (s *store) updateRoom(ctx context.Context, app, room string, change func(*pb.Room) error) (*pb.Room, error) {
+	for {
+		r, rev, err := s.getRoom(ctx, app, room)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, errRoomNotFound
+		}
+		if err := change(r); err != nil {
+			return nil, err
+		}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.rooms.Update(ctx, roomKV(app, room), b, rev)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) { // a revision mismatch
+			return nil, fmt.Errorf("room: update %s: %w", room, err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// updateRestriction applies change to a user's restriction in a room (a new one when there is
+// none), retrying on conflicts.
+func (s *store) updateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
+	key := restrictionKV(app, room, uid)
+	for {
+		var r pb.MemberRestriction
+		var rev uint64
+		e, err := s.restrictions.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("room: read restriction: %w", err)
+		default:
+			if err := proto.Unmarshal(e.Value(), &r); err != nil {
+				return nil, fmt.Errorf("room: decode restriction: %w", err)
+			}
+			rev = e.Revision()
+		}
+		r.Room, r.Uid = room, uid
+		change(&r)
+		b, err := proto.Marshal(&r)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			_, err = s.restrictions.Create(ctx, key, b)
+		} else {
+			_, err = s.restrictions.Update(ctx, key, b, rev)
+		}
+		if err == nil {
+			return &r, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("room: write restriction: %w", err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// cache is a room service instance's copy of the KV buckets, kept current by watching them, so
+// that a login or a send is checked without a KV read.
+type cache struct {
+	log      *slog.Logger
+	watchers []jetstream.KeyWatcher
+	done     sync.WaitGroup
+
+	mu           sync.RWMutex // guards the maps
+	rooms        map[string]*pb.Room
+	restrictions map[string]*pb.MemberRestriction
+}
+
+// watch starts watching the buckets and returns once their current contents are loaded.
+func (s *store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
+	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction)}
+	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions} {
+		w, err := kv.WatchAll(context.Background())
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("room: watch %s: %w", kv.Bucket(), err)
+		}
+		c.watchers = append(c.watchers, w)
+		loaded := make(chan struct{})
+		c.done.Add(1)
+		go c.follow(kv.Bucket(), w, loaded)
+		select {
+		case <-loaded:
+		case <-ctx.Done():
+			c.stop()
+			return nil, fmt.Errorf("room: loading %s: %w", kv.Bucket(), ctx.Err())
+		}
+	}
+	return c, nil
+}
+
+func (c *cache) follow(bucket string, w jetstream.KeyWatcher, loaded chan struct{}) {
+	defer c.done.Done()
+	for e := range w.Updates() {
+		if e == nil { // the end of the current contents
+			close(loaded)
+			continue
+		}
+		c.mu.Lock()
+		switch bucket {
+		case BucketRooms:
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(c.rooms, e.Key())
+			} else if r := new(pb.Room); proto.Unmarshal(e.Value(), r) == nil {
+				c.rooms[e.Key()] = r
+			}
+		case BucketRestrictions:
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(c.restrictions, e.Key())
+			} else if r := new(pb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
+				c.restrictions[e.Key()] = r
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *cache) stop() {
+	for _, w := range c.watchers {
+		_ = w.Stop()
+	}
+	c.done.Wait()
+}
+
+func (c *cache) room(app, room string) *pb.Room {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rooms[roomKV(app, room)]
+}
+
+func (c *cache) restriction(app, room, uid string) *pb.MemberRestriction {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.restrictions[restrictionKV(app, room, uid)]
+}
+
+// bannedAt and mutedAt say whether a restriction holds at now.
+func bannedAt(r *pb.MemberRestriction, now time.Time) bool {
+	return r != nil && r.Banned && (r.BannedUntilMs == 0 || now.UnixMilli() < r.BannedUntilMs)
+}
+
+func mutedAt(r *pb.MemberRestriction, now time.Time) bool {
+	return r != nil && r.Muted && (r.MutedUntilMs == 0 || now.UnixMilli() < r.MutedUntilMs)
+}
