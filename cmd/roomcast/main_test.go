@@ -186,7 +186,7 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		return r
 	}
 	api := freeAddr(t)
-	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--api-key", "k1=demo")
+	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--api-key", "k1=demo")
 	var links []role
 	for _, name := range []string{"edge-a", "edge-b"} {
 		links = append(links, start("chatlink", "--nats", ns.ClientURL(), "--node", name, "--secret", "demo="+devcluster.Secret,

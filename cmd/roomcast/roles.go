@@ -176,10 +176,12 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address: /v1/dispatch, the server API, /metrics, /healthz")
+	grpcListen := fs.String("grpc-listen", "127.0.0.1:9090", "address of the server API's gRPC listener")
+	requireCreated := fs.Bool("require-created", false, "refuse logins and sends to rooms never created through the API")
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR]\n\nRuns the room and presence services, the dispatcher and the server API. Run as many as you like: they share the work through NATS queue groups.\n\n")
+		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR]\n\nRuns the room and presence services, the dispatcher and the server API (HTTP/JSON and gRPC). Run as\nmany as you like: they share the work through NATS queue groups and JetStream.\n\n")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args); code >= 0 {
@@ -211,7 +213,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	rs, err := room.New(room.Config{Bus: nc, Log: log})
+	rs, err := room.New(room.Config{Bus: nc, Log: log, RequireCreated: *requireCreated})
 	if err == nil {
 		err = rs.Start()
 	}
@@ -269,6 +271,18 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer stop()
+	grpcLn, err := net.Listen("tcp", *grpcListen)
+	if err != nil {
+		return fail(err)
+	}
+	grpcSrv := api.NewGRPCServer()
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		_ = grpcSrv.Serve(grpcLn)
+	}()
+	defer func() { grpcSrv.GracefulStop(); <-grpcDone }()
+	log.Info("serving gRPC", "addr", grpcLn.Addr().String())
 	<-ctx.Done()
 	return 0
 }
