@@ -52,8 +52,11 @@ type conn struct {
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
-	tags                            *tag.Set
 	loginMS                         int64 // unix milliseconds of the login
+
+	// The member's tag set, interned; set at login, replaced when the app server changes the
+	// member's tags (setTags), read by the fan-out at every tick.
+	tags atomic.Pointer[tag.Set]
 
 	mu      sync.Mutex // guards the fields below
 	state   connState
@@ -175,14 +178,18 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 
-	c.tags = n.tags.Intern(claims.Tags)
+	tags := claims.Tags
+	if stored := rep.MemberTags; stored != nil { // the app server's word is the latest
+		tags = stored.Tags
+	}
+	c.tags.Store(n.tags.Intern(tags))
 	n.rooms.join(c, rep.Settings)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
 		c.mu.Unlock()
 		n.rooms.leave(c)
-		n.tags.Release(c.tags)
+		n.tags.Release(c.tags.Load())
 		c.leaveRoom()
 		return
 	}
@@ -273,7 +280,7 @@ func (c *conn) forward(s *pb.Send) {
 	var rep pb.Reply
 	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
-		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tags.Tags,
+		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
 	}, &rep)
 	switch {
 	case err != nil:
@@ -335,8 +342,33 @@ func (c *conn) closed() {
 		return // a login in progress undoes its own join
 	}
 	n.rooms.leave(c)
-	n.tags.Release(c.tags)
+	c.mu.Lock()
+	set := c.tags.Swap(nil)
+	c.mu.Unlock()
+	n.tags.Release(set)
 	c.leaveRoom()
+}
+
+// setTags gives a live member new tags; its next tick's messages are chosen by them. It
+// reports whether the member was live.
+func (c *conn) setTags(tags []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateLive {
+		return false
+	}
+	if old := c.tags.Swap(c.node.tags.Intern(tags)); old != nil {
+		c.node.tags.Release(old)
+	}
+	return true
+}
+
+// tagList returns the member's tags (none once it has closed).
+func (c *conn) tagList() []string {
+	if set := c.tags.Load(); set != nil {
+		return set.Tags
+	}
+	return nil
 }
 
 // leaveRoom tells the room and presence services the session is gone.

@@ -13,6 +13,7 @@ import (
 
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 // Control: what the services and the server API ask of a node's connections. A request for this
@@ -104,6 +105,16 @@ func (n *Node) onControl(msg *nats.Msg) {
 		rep.Affected = n.kick(&req)
 	case pb.NodeControl_OP_RESYNC:
 		n.publishSnapshot()
+	case pb.NodeControl_OP_SET_TAGS:
+		if err := tag.Validate(req.Tags); err != nil {
+			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), err.Error()
+			break
+		}
+		for _, c := range n.targets(&req) {
+			if c.setTags(req.Tags) {
+				rep.Affected++
+			}
+		}
 	default:
 		rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), fmt.Sprintf("unknown op %v", req.Op)
 	}
@@ -198,7 +209,7 @@ func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
 	}
 	var conns []*conn
 	for _, c := range n.rooms.members(req.App, req.Room) {
-		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tags.Tags, req.Tag)) {
+		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tagList(), req.Tag)) {
 			conns = append(conns, c)
 		}
 	}
@@ -209,7 +220,7 @@ func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
 	}
 	out := make([]*pb.Member, len(conns))
 	for i, c := range conns {
-		out[i] = &pb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tags.Tags, LoginTimeMs: c.loginMS}
+		out[i] = &pb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tagList(), LoginTimeMs: c.loginMS}
 	}
 	return out, more
 }

@@ -327,10 +327,11 @@ func (r *localRoom) write(msgs []queued) {
 		}
 		k := variantKey{level: lvl}
 		if exprs != nil {
-			aud, ok := audiences[c.tags]
+			set := c.tags.Load()
+			aud, ok := audiences[set]
 			if !ok || perMember {
-				aud = audience(exprs, c)
-				audiences[c.tags] = aud
+				aud = audience(exprs, set, c.uid)
+				audiences[set] = aud
 			}
 			k.audience = aud
 		}
@@ -367,12 +368,12 @@ func (r *localRoom) write(msgs []queued) {
 	}
 }
 
-// audience returns the bitset of the messages member c may see: bit i is set when message i
-// has no tag expression or c's tags satisfy it.
-func audience(exprs []*tag.Expr, c *conn) string {
+// audience returns the bitset of the messages a member with tag set set and uid may see: bit i
+// is set when message i has no tag expression or the member satisfies it.
+func audience(exprs []*tag.Expr, set *tag.Set, uid string) string {
 	bits := make([]byte, (len(exprs)+7)/8)
 	for i, e := range exprs {
-		if e == nil || e.Eval(c.tags, c.uid) {
+		if e == nil || e.Eval(set, uid) {
 			bits[i/8] |= 1 << (i % 8)
 		}
 	}

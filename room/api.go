@@ -816,3 +816,47 @@ func (a *API) CountOnline(ctx context.Context, _ *pb.CountOnlineRequest) (*pb.Co
 	}
 	return &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}, nil
 }
+
+// SetMemberTags implements RoomcastAPI.
+func (a *API) SetMemberTags(ctx context.Context, req *pb.SetMemberTagsRequest) (*pb.SetMemberTagsResponse, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Uid) {
+		return nil, badName("uid", req.Uid)
+	}
+	if err := tag.Validate(req.Tags); err != nil {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	t := &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(req.Tags), UpdatedMs: time.Now().UnixMilli()}
+	if err := a.store.putMemberTags(ctx, app, t); err != nil {
+		return nil, a.internal("set member tags", err)
+	}
+	sessions, err := a.sessionsOf(ctx, app, req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_SET_TAGS, App: app, Tags: t.Tags})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SetMemberTagsResponse{Tags: t, SessionsUpdated: n}, nil
+}
+
+// GetMemberTags implements RoomcastAPI.
+func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (*pb.MemberTags, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Uid) {
+		return nil, badName("uid", req.Uid)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	t, err := a.store.getMemberTags(ctx, app, req.Uid)
+	if err != nil {
+		return nil, a.internal("get member tags", err)
+	}
+	if t == nil {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "no tags stored for user %q: it has its login token's", req.Uid)
+	}
+	return t, nil
+}

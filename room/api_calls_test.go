@@ -138,6 +138,31 @@ func TestAPICalls(t *testing.T) {
 		t.Fatalf("GET /v1/online: %v", out)
 	}
 
+	// SetMemberTags and GetMemberTags: the online session takes the tags at once (member lists
+	// filter on them), and they are stored.
+	st, err := g.SetMemberTags(ctx, &pb.SetMemberTagsRequest{Uid: "ga", Tags: []string{"team:green", "role:captain", "team:green"}})
+	if err != nil || st.SessionsUpdated != 1 || strings.Join(st.Tags.Tags, ",") != "role:captain,team:green" {
+		t.Fatalf("SetMemberTags: %v %v", st, err)
+	}
+	lm, err = g.ListMembers(ctx, &pb.ListMembersRequest{Room: "g1", Tag: "team:green"})
+	if err != nil || len(lm.Members) != 1 || lm.Members[0].Uid != "ga" {
+		t.Fatalf("members tagged team:green after SetMemberTags: %v %v", lm, err)
+	}
+	mt, err := g.GetMemberTags(ctx, &pb.GetMemberTagsRequest{Uid: "ga"})
+	if err != nil || len(mt.Tags) != 2 || mt.UpdatedMs == 0 {
+		t.Fatalf("GetMemberTags: %v %v", mt, err)
+	}
+	out = mustHTTP(t, c, 200, "PUT", "/v1/users/hb/tags", `{"tags":["vip"]}`)
+	if out["sessions_updated"].(float64) != 1 {
+		t.Fatalf("PUT /v1/users/hb/tags: %v", out)
+	}
+	out = mustHTTP(t, c, 200, "GET", "/v1/users/hb/tags", "")
+	if tags := out["tags"].([]any); len(tags) != 1 || tags[0] != "vip" {
+		t.Fatalf("GET /v1/users/hb/tags: %v", out)
+	}
+	mustHTTP(t, c, 404, "GET", "/v1/users/nobody/tags", "")
+	mustHTTP(t, c, 400, "PUT", "/v1/users/hb/tags", `{"tags":["has space"]}`)
+
 	// MuteRoom: members may not send, the app still may.
 	mr, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "g1", Muted: true})
 	if err != nil || !mr.Muted {

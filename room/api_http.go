@@ -55,6 +55,8 @@ func (a *API) routes() {
 		handle("POST", "/v1/users/{uid}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/users/{uid}/sessions", func() *pb.GetUserSessionsRequest { return new(pb.GetUserSessionsRequest) }, a.GetUserSessions),
 		handle("GET", "/v1/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
+		handle("PUT", "/v1/users/{uid}/tags", func() *pb.SetMemberTagsRequest { return new(pb.SetMemberTagsRequest) }, a.SetMemberTags),
+		handle("GET", "/v1/users/{uid}/tags", func() *pb.GetMemberTagsRequest { return new(pb.GetMemberTagsRequest) }, a.GetMemberTags),
 	} {
 		a.mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
 	}

@@ -190,7 +190,11 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	bus.Respond(s.log, msg, &pb.Reply{Room: s.dist.info(req.App, req.Room), Settings: s.cache.room(req.App, req.Room).GetSettings()})
+	bus.Respond(s.log, msg, &pb.Reply{
+		Room:       s.dist.info(req.App, req.Room),
+		Settings:   s.cache.room(req.App, req.Room).GetSettings(),
+		MemberTags: s.cache.memberTags(req.App, req.Uid),
+	})
 }
 
 func (s *Service) onInfo(msg *nats.Msg) {

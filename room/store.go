@@ -22,12 +22,15 @@ const (
 	// BucketRestrictions holds one pb.MemberRestriction per muted or banned user of a room,
 	// under "<app>.<room>.<uid>".
 	BucketRestrictions = "rc_room_restrictions"
+	// BucketMemberTags holds one pb.MemberTags per user whose tags the app server set, under
+	// "<app>.<uid>".
+	BucketMemberTags = "rc_member_tags"
 )
 
 // store reads and writes rooms and member restrictions in JetStream KV. App, room and uid are
 // valid names (auth.ValidName), so they cannot contain the dots that separate key parts.
 type store struct {
-	rooms, restrictions jetstream.KeyValue
+	rooms, restrictions, memberTags jetstream.KeyValue
 }
 
 func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error) {
@@ -39,7 +42,7 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error)
 		replicas = 1
 	}
 	s := &store{}
-	for bucket, kv := range map[string]*jetstream.KeyValue{BucketRooms: &s.rooms, BucketRestrictions: &s.restrictions} {
+	for bucket, kv := range map[string]*jetstream.KeyValue{BucketRooms: &s.rooms, BucketRestrictions: &s.restrictions, BucketMemberTags: &s.memberTags} {
 		*kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: bucket, History: 1, Replicas: replicas,
 			Description: "Roomcast room state (room package)",
@@ -52,6 +55,7 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error)
 }
 
 func roomKV(app, room string) string             { return app + "." + room }
+func memberTagsKV(app, uid string) string        { return app + "." + uid }
 func restrictionKV(app, room, uid string) string { return app + "." + room + "." + uid }
 
 // getRoom returns a room's record and its revision, or nil when it was never created.
@@ -120,6 +124,34 @@ func (s *store) updateRoom(ctx context.Context, app, room string, change func(*p
 	}
 }
 
+// putMemberTags stores a user's tags.
+func (s *store) putMemberTags(ctx context.Context, app string, t *pb.MemberTags) error {
+	b, err := proto.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if _, err := s.memberTags.Put(ctx, memberTagsKV(app, t.Uid), b); err != nil {
+		return fmt.Errorf("room: store tags of %s: %w", t.Uid, err)
+	}
+	return nil
+}
+
+// getMemberTags returns a user's stored tags, or nil.
+func (s *store) getMemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
+	e, err := s.memberTags.Get(ctx, memberTagsKV(app, uid))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("room: read tags of %s: %w", uid, err)
+	}
+	var t pb.MemberTags
+	if err := proto.Unmarshal(e.Value(), &t); err != nil {
+		return nil, fmt.Errorf("room: decode tags of %s: %w", uid, err)
+	}
+	return &t, nil
+}
+
 // updateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
 func (s *store) updateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
@@ -168,15 +200,16 @@ type cache struct {
 	watchers []jetstream.KeyWatcher
 	done     sync.WaitGroup
 
-	mu           sync.RWMutex // guards the maps
-	rooms        map[string]*pb.Room
-	restrictions map[string]*pb.MemberRestriction
+	mu              sync.RWMutex // guards the maps
+	rooms           map[string]*pb.Room
+	restrictions    map[string]*pb.MemberRestriction
+	memberTagsByKey map[string]*pb.MemberTags
 }
 
 // watch starts watching the buckets and returns once their current contents are loaded.
 func (s *store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
-	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction)}
-	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions} {
+	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction), memberTagsByKey: make(map[string]*pb.MemberTags)}
+	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions, s.memberTags} {
 		w, err := kv.WatchAll(context.Background())
 		if err != nil {
 			c.stop()
@@ -217,6 +250,12 @@ func (c *cache) follow(bucket string, w jetstream.KeyWatcher, loaded chan struct
 			} else if r := new(pb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
 				c.restrictions[e.Key()] = r
 			}
+		case BucketMemberTags:
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(c.memberTagsByKey, e.Key())
+			} else if t := new(pb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
+				c.memberTagsByKey[e.Key()] = t
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -239,6 +278,13 @@ func (c *cache) restriction(app, room, uid string) *pb.MemberRestriction {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.restrictions[restrictionKV(app, room, uid)]
+}
+
+// memberTags returns the tags the app server stored for uid, or nil.
+func (c *cache) memberTags(app, uid string) *pb.MemberTags {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.memberTagsByKey[memberTagsKV(app, uid)]
 }
 
 // bannedAt and mutedAt say whether a restriction holds at now.

@@ -2040,6 +2040,217 @@ func (x *CountOnlineResponse) GetUsers() int64 {
 	return 0
 }
 
+// MemberTags are a user's tags as the app server set them (they override the login token's).
+type MemberTags struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Tags          []string               `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty"`
+	UpdatedMs     int64                  `protobuf:"varint,3,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberTags) Reset() {
+	*x = MemberTags{}
+	mi := &file_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberTags) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberTags) ProtoMessage() {}
+
+func (x *MemberTags) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberTags.ProtoReflect.Descriptor instead.
+func (*MemberTags) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MemberTags) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *MemberTags) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *MemberTags) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
+type SetMemberTagsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// At most 32 tags of 1-64 characters of A-Z a-z 0-9 _ : . -. Empty clears them.
+	Tags          []string `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMemberTagsRequest) Reset() {
+	*x = SetMemberTagsRequest{}
+	mi := &file_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMemberTagsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMemberTagsRequest) ProtoMessage() {}
+
+func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
+func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetMemberTagsRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *SetMemberTagsRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type SetMemberTagsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tags  *MemberTags            `protobuf:"bytes,1,opt,name=tags,proto3" json:"tags,omitempty"`
+	// Sessions online that took the new tags.
+	SessionsUpdated int64 `protobuf:"varint,2,opt,name=sessions_updated,json=sessionsUpdated,proto3" json:"sessions_updated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SetMemberTagsResponse) Reset() {
+	*x = SetMemberTagsResponse{}
+	mi := &file_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMemberTagsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMemberTagsResponse) ProtoMessage() {}
+
+func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
+func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetMemberTagsResponse) GetTags() *MemberTags {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *SetMemberTagsResponse) GetSessionsUpdated() int64 {
+	if x != nil {
+		return x.SessionsUpdated
+	}
+	return 0
+}
+
+type GetMemberTagsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMemberTagsRequest) Reset() {
+	*x = GetMemberTagsRequest{}
+	mi := &file_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMemberTagsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMemberTagsRequest) ProtoMessage() {}
+
+func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
+func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetMemberTagsRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
@@ -2198,7 +2409,21 @@ const file_api_proto_rawDesc = "" +
 	"\x12CountOnlineRequest\"G\n" +
 	"\x13CountOnlineResponse\x12\x1a\n" +
 	"\bsessions\x18\x01 \x01(\x03R\bsessions\x12\x14\n" +
-	"\x05users\x18\x02 \x01(\x03R\x05users*W\n" +
+	"\x05users\x18\x02 \x01(\x03R\x05users\"Q\n" +
+	"\n" +
+	"MemberTags\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\x02 \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"<\n" +
+	"\x14SetMemberTagsRequest\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\x02 \x03(\tR\x04tags\"o\n" +
+	"\x15SetMemberTagsResponse\x12+\n" +
+	"\x04tags\x18\x01 \x01(\v2\x17.roomcast.v1.MemberTagsR\x04tags\x12)\n" +
+	"\x10sessions_updated\x18\x02 \x01(\x03R\x0fsessionsUpdated\"(\n" +
+	"\x14GetMemberTagsRequest\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -2208,7 +2433,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xe0\a\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\x85\t\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -2226,7 +2451,9 @@ const file_api_proto_rawDesc = "" +
 	"MuteMember\x12\x1e.roomcast.v1.MuteMemberRequest\x1a\x1e.roomcast.v1.MemberRestriction\x12J\n" +
 	"\tBanMember\x12\x1d.roomcast.v1.BanMemberRequest\x1a\x1e.roomcast.v1.BanMemberResponse\x12\\\n" +
 	"\x0fGetUserSessions\x12#.roomcast.v1.GetUserSessionsRequest\x1a$.roomcast.v1.GetUserSessionsResponse\x12P\n" +
-	"\vCountOnline\x12\x1f.roomcast.v1.CountOnlineRequest\x1a .roomcast.v1.CountOnlineResponseB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\vCountOnline\x12\x1f.roomcast.v1.CountOnlineRequest\x1a .roomcast.v1.CountOnlineResponse\x12V\n" +
+	"\rSetMemberTags\x12!.roomcast.v1.SetMemberTagsRequest\x1a\".roomcast.v1.SetMemberTagsResponse\x12K\n" +
+	"\rGetMemberTags\x12!.roomcast.v1.GetMemberTagsRequest\x1a\x17.roomcast.v1.MemberTagsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2241,7 +2468,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -2273,7 +2500,11 @@ var file_api_proto_goTypes = []any{
 	(*GetUserSessionsResponse)(nil), // 27: roomcast.v1.GetUserSessionsResponse
 	(*CountOnlineRequest)(nil),      // 28: roomcast.v1.CountOnlineRequest
 	(*CountOnlineResponse)(nil),     // 29: roomcast.v1.CountOnlineResponse
-	nil,                             // 30: roomcast.v1.GetRoomResponse.NodesEntry
+	(*MemberTags)(nil),              // 30: roomcast.v1.MemberTags
+	(*SetMemberTagsRequest)(nil),    // 31: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),   // 32: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),    // 33: roomcast.v1.GetMemberTagsRequest
+	nil,                             // 34: roomcast.v1.GetRoomResponse.NodesEntry
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -2283,42 +2514,47 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	30, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	34, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	23, // 10: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	26, // 11: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	4,  // 12: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	6,  // 13: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	7,  // 14: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	9,  // 15: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	11, // 16: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	14, // 17: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	16, // 18: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	18, // 19: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	20, // 20: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	21, // 21: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	22, // 22: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	25, // 23: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	28, // 24: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	5,  // 25: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 26: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 27: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 28: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 29: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 30: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 31: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	19, // 32: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 33: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	23, // 34: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	24, // 35: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	27, // 36: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	29, // 37: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	25, // [25:38] is the sub-list for method output_type
-	12, // [12:25] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	30, // 12: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	4,  // 13: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	6,  // 14: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	7,  // 15: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	9,  // 16: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	11, // 17: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	14, // 18: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	16, // 19: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	18, // 20: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	20, // 21: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	21, // 22: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	22, // 23: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	25, // 24: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	28, // 25: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	31, // 26: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	33, // 27: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	5,  // 28: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 29: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	8,  // 30: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	10, // 31: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	12, // 32: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	15, // 33: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	17, // 34: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	19, // 35: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 36: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	23, // 37: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	24, // 38: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	27, // 39: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	29, // 40: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	32, // 41: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	30, // 42: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	28, // [28:43] is the sub-list for method output_type
+	13, // [13:28] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -2333,7 +2569,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

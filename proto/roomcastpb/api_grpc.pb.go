@@ -35,6 +35,8 @@ const (
 	RoomcastAPI_BanMember_FullMethodName       = "/roomcast.v1.RoomcastAPI/BanMember"
 	RoomcastAPI_GetUserSessions_FullMethodName = "/roomcast.v1.RoomcastAPI/GetUserSessions"
 	RoomcastAPI_CountOnline_FullMethodName     = "/roomcast.v1.RoomcastAPI/CountOnline"
+	RoomcastAPI_SetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/SetMemberTags"
+	RoomcastAPI_GetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/GetMemberTags"
 )
 
 // RoomcastAPIClient is the client API for RoomcastAPI service.
@@ -78,6 +80,11 @@ type RoomcastAPIClient interface {
 	GetUserSessions(ctx context.Context, in *GetUserSessionsRequest, opts ...grpc.CallOption) (*GetUserSessionsResponse, error)
 	// CountOnline counts the app's sessions and distinct users online.
 	CountOnline(ctx context.Context, in *CountOnlineRequest, opts ...grpc.CallOption) (*CountOnlineResponse, error)
+	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
+	// and applied at once to the user's sessions online.
+	SetMemberTags(ctx context.Context, in *SetMemberTagsRequest, opts ...grpc.CallOption) (*SetMemberTagsResponse, error)
+	// Returns a user's stored tags.
+	GetMemberTags(ctx context.Context, in *GetMemberTagsRequest, opts ...grpc.CallOption) (*MemberTags, error)
 }
 
 type roomcastAPIClient struct {
@@ -218,6 +225,26 @@ func (c *roomcastAPIClient) CountOnline(ctx context.Context, in *CountOnlineRequ
 	return out, nil
 }
 
+func (c *roomcastAPIClient) SetMemberTags(ctx context.Context, in *SetMemberTagsRequest, opts ...grpc.CallOption) (*SetMemberTagsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetMemberTagsResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SetMemberTags_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) GetMemberTags(ctx context.Context, in *GetMemberTagsRequest, opts ...grpc.CallOption) (*MemberTags, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberTags)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetMemberTags_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RoomcastAPIServer is the server API for RoomcastAPI service.
 // All implementations must embed UnimplementedRoomcastAPIServer
 // for forward compatibility.
@@ -259,6 +286,11 @@ type RoomcastAPIServer interface {
 	GetUserSessions(context.Context, *GetUserSessionsRequest) (*GetUserSessionsResponse, error)
 	// CountOnline counts the app's sessions and distinct users online.
 	CountOnline(context.Context, *CountOnlineRequest) (*CountOnlineResponse, error)
+	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
+	// and applied at once to the user's sessions online.
+	SetMemberTags(context.Context, *SetMemberTagsRequest) (*SetMemberTagsResponse, error)
+	// Returns a user's stored tags.
+	GetMemberTags(context.Context, *GetMemberTagsRequest) (*MemberTags, error)
 	mustEmbedUnimplementedRoomcastAPIServer()
 }
 
@@ -307,6 +339,12 @@ func (UnimplementedRoomcastAPIServer) GetUserSessions(context.Context, *GetUserS
 }
 func (UnimplementedRoomcastAPIServer) CountOnline(context.Context, *CountOnlineRequest) (*CountOnlineResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CountOnline not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SetMemberTags(context.Context, *SetMemberTagsRequest) (*SetMemberTagsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetMemberTags not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetMemberTags(context.Context, *GetMemberTagsRequest) (*MemberTags, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetMemberTags not implemented")
 }
 func (UnimplementedRoomcastAPIServer) mustEmbedUnimplementedRoomcastAPIServer() {}
 func (UnimplementedRoomcastAPIServer) testEmbeddedByValue()                     {}
@@ -563,6 +601,42 @@ func _RoomcastAPI_CountOnline_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_SetMemberTags_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetMemberTagsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SetMemberTags(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SetMemberTags_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SetMemberTags(ctx, req.(*SetMemberTagsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_GetMemberTags_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMemberTagsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetMemberTags(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetMemberTags_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetMemberTags(ctx, req.(*GetMemberTagsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RoomcastAPI_ServiceDesc is the grpc.ServiceDesc for RoomcastAPI service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -621,6 +695,14 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CountOnline",
 			Handler:    _RoomcastAPI_CountOnline_Handler,
+		},
+		{
+			MethodName: "SetMemberTags",
+			Handler:    _RoomcastAPI_SetMemberTags_Handler,
+		},
+		{
+			MethodName: "GetMemberTags",
+			Handler:    _RoomcastAPI_GetMemberTags_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

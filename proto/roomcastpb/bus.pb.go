@@ -89,6 +89,8 @@ const (
 	NodeControl_OP_CLOSE_ROOM NodeControl_Op = 5
 	// Publish a snapshot of every session (a service restarted, or its view drifted).
 	NodeControl_OP_RESYNC NodeControl_Op = 6
+	// Give the sessions listed (or every session of uid) the tags in tags.
+	NodeControl_OP_SET_TAGS NodeControl_Op = 7
 )
 
 // Enum value maps for NodeControl_Op.
@@ -101,6 +103,7 @@ var (
 		4: "OP_BAN",
 		5: "OP_CLOSE_ROOM",
 		6: "OP_RESYNC",
+		7: "OP_SET_TAGS",
 	}
 	NodeControl_Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -110,6 +113,7 @@ var (
 		"OP_BAN":         4,
 		"OP_CLOSE_ROOM":  5,
 		"OP_RESYNC":      6,
+		"OP_SET_TAGS":    7,
 	}
 )
 
@@ -429,7 +433,10 @@ type Reply struct {
 	// Set by a successful join: how the room's messages are delivered.
 	Settings *RoomSettings `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
 	// Set by a refused join: the close code (CloseCode) the ChatLink closes the connection with.
-	CloseCode     uint32 `protobuf:"varint,7,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
+	CloseCode uint32 `protobuf:"varint,7,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
+	// Set by a successful join when the app server stored tags for the user: they replace the
+	// token's.
+	MemberTags    *MemberTags `protobuf:"bytes,8,opt,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -511,6 +518,13 @@ func (x *Reply) GetCloseCode() uint32 {
 		return x.CloseCode
 	}
 	return 0
+}
+
+func (x *Reply) GetMemberTags() *MemberTags {
+	if x != nil {
+		return x.MemberTags
+	}
+	return nil
 }
 
 type RoomInfo struct {
@@ -1071,7 +1085,9 @@ type NodeControl struct {
 	After     string                 `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
 	Limit     int32                  `protobuf:"varint,11,opt,name=limit,proto3" json:"limit,omitempty"`
 	// OP_BAN, OP_CLOSE_ROOM: the ban was lifted, the room opened again: forget it.
-	Lift          bool `protobuf:"varint,12,opt,name=lift,proto3" json:"lift,omitempty"`
+	Lift bool `protobuf:"varint,12,opt,name=lift,proto3" json:"lift,omitempty"`
+	// OP_SET_TAGS: the new tags.
+	Tags          []string `protobuf:"bytes,13,rep,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1204,13 @@ func (x *NodeControl) GetLift() bool {
 		return x.Lift
 	}
 	return false
+}
+
+func (x *NodeControl) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
 }
 
 type NodeControlReply struct {
@@ -1723,7 +1746,7 @@ const file_bus_proto_rawDesc = "" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
 	"\btag_expr\x18\b \x01(\tR\atagExpr\x12\x1f\n" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
-	"senderTags\"\xfb\x01\n" +
+	"senderTags\"\xb5\x02\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -1733,7 +1756,9 @@ const file_bus_proto_rawDesc = "" +
 	"\x04room\x18\x05 \x01(\v2\x15.roomcast.v1.RoomInfoR\x04room\x125\n" +
 	"\bsettings\x18\x06 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12\x1d\n" +
 	"\n" +
-	"close_code\x18\a \x01(\rR\tcloseCode\"\xba\x01\n" +
+	"close_code\x18\a \x01(\rR\tcloseCode\x128\n" +
+	"\vmember_tags\x18\b \x01(\v2\x17.roomcast.v1.MemberTagsR\n" +
+	"memberTags\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -1785,7 +1810,7 @@ const file_bus_proto_rawDesc = "" +
 	"\tRoomCount\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\x03R\amembers\"\xbc\x03\n" +
+	"\amembers\x18\x03 \x01(\x03R\amembers\"\xe2\x03\n" +
 	"\vNodeControl\x12+\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
@@ -1800,7 +1825,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x05after\x18\n" +
 	" \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\v \x01(\x05R\x05limit\x12\x12\n" +
-	"\x04lift\x18\f \x01(\bR\x04lift\"s\n" +
+	"\x04lift\x18\f \x01(\bR\x04lift\x12\x12\n" +
+	"\x04tags\x18\r \x03(\tR\x04tags\"\x84\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_KICK\x10\x01\x12\x0e\n" +
@@ -1811,7 +1837,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"\x06OP_BAN\x10\x04\x12\x11\n" +
 	"\rOP_CLOSE_ROOM\x10\x05\x12\r\n" +
-	"\tOP_RESYNC\x10\x06\"\x9f\x01\n" +
+	"\tOP_RESYNC\x10\x06\x12\x0f\n" +
+	"\vOP_SET_TAGS\x10\a\"\x9f\x01\n" +
 	"\x10NodeControlReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1a\n" +
@@ -1895,28 +1922,30 @@ var file_bus_proto_goTypes = []any{
 	nil,                      // 20: roomcast.v1.RoomInfo.NodesEntry
 	(Lane)(0),                // 21: roomcast.v1.Lane
 	(*RoomSettings)(nil),     // 22: roomcast.v1.RoomSettings
-	(*Message)(nil),          // 23: roomcast.v1.Message
+	(*MemberTags)(nil),       // 23: roomcast.v1.MemberTags
+	(*Message)(nil),          // 24: roomcast.v1.Message
 }
 var file_bus_proto_depIdxs = []int32{
 	21, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	6,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
 	22, // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	20, // 3: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	23, // 4: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	22, // 5: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	0,  // 6: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 7: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 8: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 9: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 10: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	23, // 11: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 12: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	8,  // 13: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	23, // 3: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	20, // 4: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	24, // 5: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	22, // 6: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	0,  // 7: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 8: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	8,  // 9: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 10: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 11: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	24, // 12: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 13: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	8,  // 14: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
