@@ -78,7 +78,7 @@ type member struct {
 	tags   []string
 	client *sdk.Client
 
-	mu  sync.Mutex // guards got
+	mu  sync.Mutex      // guards got
 	got map[string]bool // message bodies received
 }
 
