@@ -146,9 +146,9 @@ func (c *conn) login(l *pb.Login) {
 		n.m.logins.WithLabelValues("bad_token").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
-	case len(l.Device) > 32:
+	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
 		n.m.logins.WithLabelValues("bad_frame").Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device is longer than 32 bytes")
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
 		return
 	}
 	if err := tag.Validate(claims.Tags); err != nil {
@@ -210,6 +210,10 @@ func (c *conn) login(l *pb.Login) {
 		Uid:                 c.uid,
 		Node:                n.cfg.Node,
 	}}})
+	if l.RecoverSince != "" || l.History > 0 {
+		last := min(int(l.History), bus.HistoryPerRoom)
+		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })
+	}
 	n.presence.add(&pb.SessionEvent{
 		Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
 		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: now.UnixMilli(),

@@ -3,6 +3,7 @@ package chatlink_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -351,5 +352,70 @@ func TestNodeNameLease(t *testing.T) {
 	}
 	if err := again.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// apiSend sends a message through the server API and returns its id.
+func apiSend(t *testing.T, c *devcluster.Cluster, room, body string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", c.URL()+"/v1/rooms/"+room+"/messages", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("send %s: HTTP %d %v", body, resp.StatusCode, err)
+	}
+	return out.ID
+}
+
+// TestRecoveryHonoursTags: a member that logs in asking for history gets the room's kept
+// messages that its tags allow, and after a given id only the later ones.
+func TestRecoveryHonoursTags(t *testing.T) {
+	c := startCluster(t, 1)
+	first := apiSend(t, c, "hist", `{"body":"for class 1","tag_expr":"\"class:1\" in tags"}`)
+	apiSend(t, c, "hist", `{"body":"for class 2","tag_expr":"\"class:2\" in tags"}`)
+	apiSend(t, c, "hist", `{"body":"bulk is not kept","lane":"bulk"}`)
+	apiSend(t, c, "hist", `{"body":"for everyone","lane":"critical"}`)
+
+	recover := func(uid string, login *pb.Login) []string {
+		tok, err := c.Mint(uid, "hist", []string{"class:1"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		login.Token = tok
+		cl := dialWS(t, c.Nodes[0].WSURL())
+		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
+		if cl.next().GetLoginAck() == nil {
+			t.Fatal("no LoginAck")
+		}
+		var bodies []string
+		select {
+		case f := <-cl.frames:
+			if !f.GetPush().GetRecovered() {
+				t.Fatalf("want a recovered Push, got %v", f)
+			}
+			for _, m := range f.GetPush().Messages {
+				bodies = append(bodies, string(m.Body))
+			}
+		case <-time.After(time.Second):
+		}
+		cl.stop()
+		return bodies
+	}
+	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error { // history is written asynchronously
+		if got := recover("a", &pb.Login{History: 10}); fmt.Sprint(got) != "[for class 1 for everyone]" {
+			return fmt.Errorf("recovered %q", got)
+		}
+		return nil
+	})
+	if got := recover("b", &pb.Login{History: 1}); fmt.Sprint(got) != "[for everyone]" {
+		t.Fatalf("the last message: %q", got)
+	}
+	if got := recover("c", &pb.Login{RecoverSince: first}); fmt.Sprint(got) != "[for everyone]" {
+		t.Fatalf("since the first: %q", got)
 	}
 }

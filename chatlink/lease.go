@@ -25,11 +25,7 @@ type nodeLease struct {
 }
 
 func acquireLease(ctx context.Context, n *Node) (*nodeLease, error) {
-	js, err := jetstream.New(n.cfg.Bus)
-	if err != nil {
-		return nil, fmt.Errorf("chatlink: jetstream: %w", err)
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Description: "Roomcast ChatLink name leases"})
+	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Description: "Roomcast ChatLink name leases"})
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: node lease bucket: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lxzan/gws"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
@@ -69,6 +70,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the node starts
 
+	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
 	drained  chan struct{}
 
@@ -120,6 +122,11 @@ func (n *Node) Start() error {
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
 		_ = n.wsLn.Close()
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
+	}
+	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {
+		_ = n.wsLn.Close()
+		_ = n.tcpLn.Close()
+		return fmt.Errorf("chatlink: jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	lease, err := acquireLease(ctx, n)

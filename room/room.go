@@ -65,6 +65,7 @@ type Service struct {
 	store *store
 	cache *cache
 	dist  *distribution
+	hist  *history
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the expiry loop
@@ -101,6 +102,10 @@ func (s *Service) Start() error {
 		return err
 	}
 	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
+		return err
+	}
+	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.log); err != nil {
+		s.cache.stop()
 		return err
 	}
 	sub, err := s.cfg.Bus.Subscribe(bus.SubjectSessionsReport, s.dist.onReport)
@@ -304,6 +309,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"})
 		return
 	}
+	s.hist.record(req.App, m)
 	bus.Respond(s.log, msg, &pb.Reply{MessageId: m.Id, ServerTimeMs: m.ServerTimeMs})
 }
 

@@ -146,6 +146,7 @@ func connect(ctx context.Context, cfg Config, ep Endpoint) (*Client, error) {
 
 	login := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
 		Token: cfg.Token, Device: cfg.Device, Client: ClientName,
+		RecoverSince: cfg.RecoverSince, History: uint32(max(0, cfg.History)),
 	}}}
 	if err := c.writeFrame(login); err != nil {
 		c.shutdown(err)

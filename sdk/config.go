@@ -49,6 +49,14 @@ type Config struct {
 
 	// Device is sent in Login.device, e.g. "web", "ios", "pc". Zero value means "go".
 	Device string
+	// RecoverSince, the id of the last message the client has, asks for the room's kept
+	// messages after it (critical and normal lanes, those the member's tags allow) right after
+	// login; they come through OnMessage like live ones, possibly after some live ones: order
+	// by id and drop duplicates. Zero value means none.
+	RecoverSince string
+	// History, without RecoverSince, asks for the room's last History kept messages (at most
+	// 100) after login. Zero value means none.
+	History int
 
 	// HTTPClient is used for the dispatch request. Nil means http.DefaultClient.
 	HTTPClient *http.Client

@@ -46,6 +46,17 @@ const (
 // AppEventsSubject carries an app's online/offline events (SessionEvents) for app backends.
 func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" }
 
+// HistoryStream is the JetStream stream of rooms' recent messages (critical and normal lanes),
+// one subject per room (HistorySubject), at most HistoryPerRoom messages each. The room service
+// writes it; ChatLinks read it to recover a reconnecting member's missed messages.
+const (
+	HistoryStream  = "rc_history"
+	HistoryPerRoom = 100
+)
+
+// HistorySubject is a room's subject in HistoryStream.
+func HistorySubject(app, room string) string { return "rc.history." + app + "." + room }
+
 // RoomSubject is the broadcast subject of a room. app and room must be valid names
 // (auth.ValidName), which keeps dots and wildcards out.
 func RoomSubject(app, room string) string { return "rc.room." + app + "." + room }

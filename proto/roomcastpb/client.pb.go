@@ -442,7 +442,14 @@ type Login struct {
 	// Device type, e.g. "web", "ios", "android", "pc". Free text, at most 32 bytes.
 	Device string `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
 	// SDK name and version, for logs and metrics, e.g. "roomcast-go/0.1".
-	Client        string `protobuf:"bytes,3,opt,name=client,proto3" json:"client,omitempty"`
+	Client string `protobuf:"bytes,3,opt,name=client,proto3" json:"client,omitempty"`
+	// Recovery after a reconnect: the id of the last message the client has; the messages of the
+	// room after it (critical and normal lanes, those the member's tags allow, at most the room's
+	// last 100) follow the LoginAck in a Push with recovered set.
+	RecoverSince string `protobuf:"bytes,4,opt,name=recover_since,json=recoverSince,proto3" json:"recover_since,omitempty"`
+	// Without recover_since: how many of the room's most recent messages to receive after the
+	// LoginAck (at most 100). 0: none.
+	History       uint32 `protobuf:"varint,5,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +503,20 @@ func (x *Login) GetClient() string {
 		return x.Client
 	}
 	return ""
+}
+
+func (x *Login) GetRecoverSince() string {
+	if x != nil {
+		return x.RecoverSince
+	}
+	return ""
+}
+
+func (x *Login) GetHistory() uint32 {
+	if x != nil {
+		return x.History
+	}
+	return 0
 }
 
 type LoginAck struct {
@@ -734,8 +755,11 @@ func (x *SendAck) GetServerTimeMs() int64 {
 
 // Push carries messages of the client's room, oldest first.
 type Push struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The messages are history asked for at login (Login.recover_since or Login.history), not
+	// live ones. Live messages may arrive before them: order by id and drop duplicates.
+	Recovered     bool `protobuf:"varint,2,opt,name=recovered,proto3" json:"recovered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,6 +799,13 @@ func (x *Push) GetMessages() []*Message {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *Push) GetRecovered() bool {
+	if x != nil {
+		return x.Recovered
+	}
+	return false
 }
 
 type Heartbeat struct {
@@ -1068,11 +1099,13 @@ const file_client_proto_rawDesc = "" +
 	"\x04kick\x18\t \x01(\v2\x11.roomcast.v1.KickH\x00R\x04kick\x126\n" +
 	"\treconnect\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnectB\x06\n" +
-	"\x04kind\"M\n" +
+	"\x04kind\"\x8c\x01\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x16\n" +
-	"\x06client\x18\x03 \x01(\tR\x06client\"\xcf\x01\n" +
+	"\x06client\x18\x03 \x01(\tR\x06client\x12#\n" +
+	"\rrecover_since\x18\x04 \x01(\tR\frecoverSince\x12\x18\n" +
+	"\ahistory\x18\x05 \x01(\rR\ahistory\"\xcf\x01\n" +
 	"\bLoginAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -1092,9 +1125,10 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12$\n" +
-	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\"8\n" +
+	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\"V\n" +
 	"\x04Push\x120\n" +
-	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\"1\n" +
+	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x1c\n" +
+	"\trecovered\x18\x02 \x01(\bR\trecovered\"1\n" +
 	"\tHeartbeat\x12$\n" +
 	"\x0eclient_time_ms\x18\x01 \x01(\x03R\fclientTimeMs\"\x8e\x01\n" +
 	"\fHeartbeatAck\x12$\n" +
