@@ -150,7 +150,9 @@ func (n *Node) acceptTCP() {
 // Connections returns the number of open client connections.
 func (n *Node) Connections() int { return n.conns.len() }
 
-func (n *Node) report() *pb.LoadReport {
+// report describes the node for the dispatcher; busRTT is the last measured round trip to
+// NATS (zero: not measured).
+func (n *Node) report(busRTT time.Duration) *pb.LoadReport {
 	return &pb.LoadReport{
 		Node:        n.cfg.Node,
 		WsUrl:       n.WSURL(),
@@ -161,14 +163,29 @@ func (n *Node) report() *pb.LoadReport {
 		Rooms:       int64(n.rooms.count()),
 		Draining:    n.draining.Load(),
 		TimeMs:      time.Now().UnixMilli(),
+
+		BusRttUs:         busRTT.Microseconds(),
+		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
 	}
+}
+
+// measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays
+// neither the next report nor shutdown. It returns zero when the ping fails.
+func (n *Node) measureBusRTT() time.Duration {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ReportInterval)
+	defer cancel()
+	start := time.Now()
+	if err := n.cfg.Bus.FlushWithContext(ctx); err != nil {
+		return 0
+	}
+	return max(time.Since(start), time.Microsecond)
 }
 
 func (n *Node) reportLoop() {
 	t := time.NewTicker(n.cfg.ReportInterval)
 	defer t.Stop()
 	for {
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(n.measureBusRTT())); err != nil {
 			n.log.Warn("load report not published", "err", err)
 		}
 		select {
@@ -216,7 +233,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Close()
 		_ = n.tcpLn.Close()
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
 			n.log.Warn("final load report not published", "err", err)
 		}
 	}
