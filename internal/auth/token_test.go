@@ -51,8 +51,11 @@ func TestMintRefusesBadInput(t *testing.T) {
 	for name, f := range map[string]func() error{
 		"empty secret": func() error { _, err := Mint(nil, "a", "u", "r", nil, time.Minute); return err },
 		"bad uid":      func() error { _, err := Mint([]byte("s"), "a", "u u", "r", nil, time.Minute); return err },
-		"long room":    func() error { _, err := Mint([]byte("s"), "a", "u", strings.Repeat("r", 129), nil, time.Minute); return err },
-		"zero ttl":     func() error { _, err := Mint([]byte("s"), "a", "u", "r", nil, 0); return err },
+		"long room": func() error {
+			_, err := Mint([]byte("s"), "a", "u", strings.Repeat("r", 129), nil, time.Minute)
+			return err
+		},
+		"zero ttl": func() error { _, err := Mint([]byte("s"), "a", "u", "r", nil, 0); return err },
 	} {
 		if f() == nil {
 			t.Errorf("%s: no error", name)
