@@ -28,6 +28,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
 	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
+	grpcListen := flags.String("grpc-listen", "127.0.0.1:0", "address of the dispatcher's gRPC endpoint (port 0: a free port)")
+	cityDB := flags.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
+	ispDB := flags.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
@@ -73,6 +76,10 @@ secret and API key are fixed and printed.
 		NATSPort:  *natsPort,
 		Home:      http.FileServerFS(page),
 		Log:       log,
+
+		GRPCListen: *grpcListen,
+		CityDB:     *cityDB,
+		ISPDB:      *ispDB,
 	})
 	cancel()
 	if err != nil {
@@ -94,7 +101,8 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Roomcast dev is running.\n\n")
 	fmt.Fprintf(&b, "  demo page     %s/\n", c.URL())
-	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch\n", c.URL())
+	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch   gRPC %s   nodes %s/v1/nodes   (%s)\n",
+		c.URL(), c.GRPCAddr(), c.URL(), c.Dispatcher.Health().Mode)
 	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
@@ -49,6 +50,12 @@ type Config struct {
 	ChatLinks int
 	// NATSPort is the embedded NATS server's port. Zero value means a free port.
 	NATSPort int
+	// GRPCListen is the address of the dispatcher's gRPC endpoint. Zero value means
+	// 127.0.0.1:0.
+	GRPCListen string
+	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
+	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
+	CityDB, ISPDB string
 	// Home serves GET / (the demo page). Zero value means 404.
 	Home http.Handler
 	// LoginTimeout and HeartbeatInterval are passed to every ChatLink. Zero values mean the
@@ -71,6 +78,9 @@ type Cluster struct {
 	ln      net.Listener
 	http    *http.Server
 	served  chan struct{} // closed when the HTTP server has stopped
+	grpcLn  net.Listener
+	grpc    *grpc.Server
+	grpcEnd chan struct{} // closed when the gRPC server has stopped
 	closers []func()
 	closed  bool
 }
@@ -83,6 +93,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.GRPCListen == "" {
+		cfg.GRPCListen = "127.0.0.1:0"
 	}
 	if cfg.ChatLinks <= 0 {
 		cfg.ChatLinks = 2
@@ -137,7 +150,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if nc, err = connect("dispatcher"); err != nil {
 		return nil, err
 	}
-	if c.Dispatcher, err = dispatcher.New(dispatcher.Config{Bus: nc, Log: log}); err != nil {
+	c.Dispatcher, err = dispatcher.New(dispatcher.Config{
+		Bus: nc, CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, ReloadOnSIGHUP: cfg.CityDB != "" || cfg.ISPDB != "",
+		Registry: reg, Log: log,
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err = c.Dispatcher.Start(); err != nil {
@@ -172,6 +189,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", c.Dispatcher)
+	mux.Handle("GET /v1/nodes", c.Dispatcher.NodesHandler())
 	mux.Handle("/v1/rooms/", api)
 	mux.HandleFunc("GET /v1/dev/token", devToken)
 	mux.HandleFunc("GET /healthz", c.healthz)
@@ -189,7 +207,18 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		_ = c.http.Serve(c.ln)
 	}()
 
-	for len(c.Dispatcher.Nodes()) < len(c.Nodes) {
+	if c.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.GRPCListen, err)
+	}
+	c.grpc = grpc.NewServer()
+	c.Dispatcher.RegisterGRPC(c.grpc)
+	c.grpcEnd = make(chan struct{})
+	go func() {
+		defer close(c.grpcEnd)
+		_ = c.grpc.Serve(c.grpcLn)
+	}()
+
+	for c.Dispatcher.LiveNodes() < len(c.Nodes) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("devcluster: waiting for ChatLinks to report: %w", ctx.Err())
@@ -201,6 +230,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 // URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
 func (c *Cluster) URL() string { return "http://" + c.ln.Addr().String() }
+
+// GRPCAddr returns the host:port of the dispatcher's gRPC endpoint.
+func (c *Cluster) GRPCAddr() string { return c.grpcLn.Addr().String() }
 
 // NATSURL returns the embedded NATS server's client URL.
 func (c *Cluster) NATSURL() string { return c.NATS.ClientURL() }
@@ -225,6 +257,17 @@ func (c *Cluster) Close() {
 		}
 		cancel()
 		<-c.served
+	}
+	if c.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { c.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			c.grpc.Stop()
+			<-stopped
+		}
+		<-c.grpcEnd
 	}
 	for _, n := range c.Nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -251,14 +294,15 @@ func (c *Cluster) Close() {
 }
 
 func (c *Cluster) healthz(w http.ResponseWriter, _ *http.Request) {
-	nodes := len(c.Dispatcher.Nodes())
+	d := c.Dispatcher.Health()
 	status, code := "ok", http.StatusOK
-	if nodes == 0 || !c.NATS.Running() {
+	if d.Nodes == 0 || !c.NATS.Running() {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "chatlinks": nodes})
+	// dispatcher.mode is "load-only" when no GeoIP databases are configured.
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "chatlinks": d.Nodes, "dispatcher": d})
 }
 
 // devToken mints a token for the dev app: GET /v1/dev/token?uid=U&room=R. It exists only in
