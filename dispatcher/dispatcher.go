@@ -154,7 +154,7 @@ type Dispatcher struct {
 
 	mu        sync.Mutex // guards nodes; publishLive and sweep run with it held
 	nodes     map[string]*node
-	live      atomic.Pointer[[]*node] // the non-draining nodes, replaced whole under mu
+	live      atomic.Pointer[liveSet] // the non-draining nodes, replaced whole under mu
 	liveDirty atomic.Bool             // live is out of date; liveNodes rebuilds it
 	gen       atomic.Uint64           // bumped when live changes; older rankings are rebuilt
 
@@ -269,8 +269,7 @@ func New(cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
 	}
-	empty := []*node{}
-	d.live.Store(&empty)
+	d.live.Store(&liveSet{})
 	d.m = newMetrics(cfg.Registry, func() float64 { return float64(d.LiveNodes()) })
 	return d, nil
 }
@@ -516,21 +515,16 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 	scratch := d.scratch.Get().(*[]uint8)
 	classes := (*scratch)[:0]
 	var count [numClasses]int
-	stale := false
-	for _, n := range live {
-		s := n.snap.Load()
-		if n.stale(s, now) {
-			stale = true
-			classes = append(classes, uint8(numClasses))
-			continue
-		}
-		c := uint8(loc.region.match(s.region)) * 2
-		if loc.matchesISP(s.isps) {
+	for i := range live.labels {
+		nl := &live.labels[i]
+		c := uint8(loc.region.match(nl.region)) * 2
+		if loc.matchesLabels(nl, nl.snapForMore(live.nodes[i])) {
 			c++
 		}
 		count[c]++
 		classes = append(classes, c)
 	}
+	stale := false
 	scores := make([]float64, 0, d.candidates)
 	for _, c := range d.classOrder {
 		if count[c] == 0 {
@@ -545,8 +539,13 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 			if nc != c {
 				continue
 			}
-			n := live[i]
-			score := d.liveScore(n.snap.Load(), n.assigned.Load(), now, points)
+			n := live.nodes[i]
+			s := n.snap.Load()
+			if n.stale(s, now) {
+				stale = true
+				continue
+			}
+			score := d.liveScore(s, n.assigned.Load(), now, points)
 			if len(scores) == d.candidates {
 				last := scores[len(scores)-1]
 				if score <= last {

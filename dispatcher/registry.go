@@ -181,6 +181,12 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 	for _, k := range d.isps.nodeKeys(r.Isp) {
 		s.isps = append(s.isps, d.in.id(k))
 	}
+	if len(s.isps) > 0 {
+		s.isp0 = s.isps[0]
+	}
+	if len(s.isps) > 1 {
+		s.isp1 = s.isps[1]
+	}
 	return s
 }
 
@@ -192,25 +198,44 @@ func (d *Dispatcher) publishLive() {
 	d.gen.Add(1)
 }
 
-// liveNodes returns the nodes that take clients, in name order, so that rankings of equal nodes
-// are reproducible.
-func (d *Dispatcher) liveNodes() []*node {
+// liveSet is the nodes that take clients, in name order (so rankings of equal nodes are
+// reproducible), with their labels copied side by side: ranking reads every node's labels,
+// and a flat array of them stays in cache where a thousand node snapshots would not.
+// Labels can only change with a membership change, which rebuilds the set.
+type liveSet struct {
+	nodes  []*node
+	labels []nodeLabels
+}
+
+type nodeLabels struct {
+	region     region
+	isp0, isp1 uint32
+	moreISPs   bool // the snapshot has more than two ISP keys
+}
+
+// liveNodes returns the current live set, rebuilding it after a membership change.
+func (d *Dispatcher) liveNodes() *liveSet {
 	if d.liveDirty.Load() {
 		d.mu.Lock()
 		if d.liveDirty.Load() {
-			live := make([]*node, 0, len(d.nodes))
+			live := &liveSet{nodes: make([]*node, 0, len(d.nodes))}
 			for _, n := range d.nodes {
 				if !n.snap.Load().draining {
-					live = append(live, n)
+					live.nodes = append(live.nodes, n)
 				}
 			}
-			slices.SortFunc(live, func(a, b *node) int { return strings.Compare(a.name, b.name) })
-			d.live.Store(&live)
+			slices.SortFunc(live.nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
+			live.labels = make([]nodeLabels, len(live.nodes))
+			for i, n := range live.nodes {
+				s := n.snap.Load()
+				live.labels[i] = nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
+			}
+			d.live.Store(live)
 			d.liveDirty.Store(false)
 		}
 		d.mu.Unlock()
 	}
-	return *d.live.Load()
+	return d.live.Load()
 }
 
 // sweep takes out the nodes that missed their reports.
@@ -308,7 +333,7 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 			info.ISPs = append(info.ISPs, d.in.name(id))
 		}
 		if client.IsValid() {
-			level, same := loc.region.match(s.region), loc.matchesISP(s.isps)
+			level, same := loc.region.match(s.region), loc.matchesISP(s)
 			score := l.score(d.weights.locality(level, same))
 			info.Match, info.SameISP, info.Score = level.String(), &same, &score
 		}
@@ -326,12 +351,34 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 	return out
 }
 
-// matchesISP says whether a node with ISP keys isps is reached through the client's ISP.
-func (l location) matchesISP(isps []uint32) bool {
-	for _, k := range isps {
-		if k != 0 && (k == l.ispA || k == l.ispB) {
-			return true
+// matchesISP says whether a node with snapshot s is reached through the client's ISP.
+func (l location) matchesISP(s *nodeSnap) bool {
+	return l.matchesLabels(&nodeLabels{isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}, s)
+}
+
+// matchesLabels is matchesISP from a node's copied labels; s is read only for nodes with more
+// than two ISP keys.
+func (l location) matchesLabels(nl *nodeLabels, s *nodeSnap) bool {
+	if l.ispA == 0 && l.ispB == 0 {
+		return false
+	}
+	if nl.isp0 != 0 && (nl.isp0 == l.ispA || nl.isp0 == l.ispB) || nl.isp1 != 0 && (nl.isp1 == l.ispA || nl.isp1 == l.ispB) {
+		return true
+	}
+	if nl.moreISPs {
+		for _, k := range s.isps[2:] {
+			if k == l.ispA || k == l.ispB {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// snapForMore returns n's snapshot when matching needs it (more than two ISP keys), else nil.
+func (nl *nodeLabels) snapForMore(n *node) *nodeSnap {
+	if nl.moreISPs {
+		return n.snap.Load()
+	}
+	return nil
 }

@@ -87,6 +87,8 @@ type nodeSnap struct {
 	endpoint  Endpoint
 	region    region
 	isps      []uint32 // canonical ISP keys, interned
+	isp0      uint32   // isps[0], or 0
+	isp1      uint32   // isps[1], or 0
 	regionErr string   // why the region label was ignored
 
 	capacity         float64 // max connections; Config.DefaultCapacity when not reported
