@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,10 @@ type Config struct {
 	// value means 32.
 	MaxInflightSends int
 	MaxPendingBytes  int
+	// MaxConnections is how many client connections the node takes: it reports the number to
+	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
+	// value means the process's open-file limit less 256 for everything else.
+	MaxConnections int
 	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
 	ExprCacheSize int
 	// DrainSpread is how widely the reconnect delays told to clients are spread when the node
@@ -122,6 +127,9 @@ func (c *Config) setDefaults() {
 	if c.MaxPendingBytes <= 0 {
 		c.MaxPendingBytes = 1 << 20
 	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = fileLimit() - 256
+	}
 	if c.ExprCacheSize <= 0 {
 		c.ExprCacheSize = 1024
 	}
@@ -134,4 +142,13 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+}
+
+// fileLimit returns the process's soft limit on open files (at least 1280).
+func fileLimit() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 20
+	}
+	return max(int(rl.Cur), 1280)
 }

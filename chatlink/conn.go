@@ -136,6 +136,11 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
 		return
 	}
+	if n.conns.len() > n.cfg.MaxConnections {
+		n.m.logins.WithLabelValues("full").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
+		return
+	}
 	claims, err := n.cfg.Keys.Verify(l.Token)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
@@ -216,7 +221,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 	n.presence.add(&pb.SessionEvent{
 		Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
-		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: now.UnixMilli(),
+		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: c.loginMS,
 	})
 }
 

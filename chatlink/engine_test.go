@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/chatlink"
+	"roomcast/dispatcher"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	pb "roomcast/proto/roomcastpb"
@@ -303,7 +304,7 @@ func TestDrain(t *testing.T) {
 	}
 	// The dispatcher stops sending clients to the draining node, and it takes no logins.
 	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
-		ans, err := c.Dispatcher.Dispatch()
+		ans, err := c.Dispatcher.Dispatch(dispatcher.Request{})
 		if err != nil || len(ans.Nodes) != 1 || ans.Nodes[0].Node != "cl-2" {
 			return fmt.Errorf("dispatch answers %+v, %v", ans, err)
 		}

@@ -202,7 +202,9 @@ func (n *Node) acceptTCP() {
 // Connections returns the number of open client connections.
 func (n *Node) Connections() int { return n.conns.len() }
 
-func (n *Node) report() *pb.LoadReport {
+// report describes the node for the dispatcher; busRTT is the last measured round trip to
+// NATS (zero: not measured).
+func (n *Node) report(busRTT time.Duration) *pb.LoadReport {
 	return &pb.LoadReport{
 		Node:                      n.cfg.Node,
 		WsUrl:                     n.WSURL(),
@@ -210,6 +212,7 @@ func (n *Node) report() *pb.LoadReport {
 		Region:                    n.cfg.Region,
 		Isp:                       n.cfg.ISP,
 		Connections:               int64(n.conns.len()),
+		MaxConnections:            int64(n.cfg.MaxConnections),
 		Rooms:                     int64(n.rooms.count()),
 		EgressBytesPerSec:         int64(n.flow.egressRate()),
 		EgressCapacityBytesPerSec: int64(n.cfg.EgressCapacity),
@@ -217,7 +220,22 @@ func (n *Node) report() *pb.LoadReport {
 		Cpu:                       n.cpu.usage(),
 		Draining:                  n.draining.Load(),
 		TimeMs:                    time.Now().UnixMilli(),
+
+		BusRttUs:         busRTT.Microseconds(),
+		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
 	}
+}
+
+// measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays
+// neither the next report nor shutdown. It returns zero when the ping fails.
+func (n *Node) measureBusRTT() time.Duration {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ReportInterval)
+	defer cancel()
+	start := time.Now()
+	if err := n.cfg.Bus.FlushWithContext(ctx); err != nil {
+		return 0
+	}
+	return max(time.Since(start), time.Microsecond)
 }
 
 func (n *Node) reportLoop() {
@@ -227,7 +245,7 @@ func (n *Node) reportLoop() {
 		var backlog int64
 		n.conns.each(func(c *conn) { backlog += c.t.pending() })
 		n.m.backlogBytes.Set(float64(backlog))
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(n.measureBusRTT())); err != nil {
 			n.log.Warn("load report not published", "err", err)
 		}
 		select {
@@ -278,7 +296,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Close()
 		_ = n.tcpLn.Close()
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report()); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
 			n.log.Warn("final load report not published", "err", err)
 		}
 	}

@@ -1,44 +1,100 @@
-// Package dispatcher is the central scheduler: it answers "which ChatLink should this client
-// use?" with a ranked list of nodes. It learns about nodes from their load reports on NATS.
+// Package dispatcher is the central scheduler: it answers "which ChatLinks should this client
+// use?" with a ranked list of nodes and a TTL, over HTTP/JSON and gRPC.
 //
-// What exists now is the walking skeleton: a node is live while it reports (one missed for
-// three report intervals is out), a draining node gets no clients, and nodes are ranked by
-// their reported connections plus the clients handed to them since that report, so a burst of
-// dispatches spreads instead of landing on the node that looked emptiest. Geo/ISP scoring,
-// slow start and ranking caches come with the dispatcher work.
+// It learns about nodes from their load reports on NATS (a node missing three reports is out,
+// a draining node gets no clients), locates clients with GeoIP2 City/Country and ISP/ASN
+// databases, and scores every node for the client: region match, ISP match, spare connections
+// and egress, flow control, CPU and link quality (docs/dispatch.md). Between two reports each
+// client it hands out counts against the node it chose, and a node that has just (re)joined
+// fills its capacity over a slow-start window, so a flash crowd spreads instead of landing on
+// the node that looked emptiest. Rankings are cached per (region, ISP) bucket; the cache keeps
+// the candidates, not the choice, so cached decisions still see every assignment.
+//
+// It keeps no state that must survive it: everything it knows comes back with the next round
+// of load reports. It must not talk to clients beyond answering where to go.
 package dispatcher
 
 import (
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/signal"
 	"slices"
-	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
 )
 
-// Config configures a dispatcher.
+// Config configures a dispatcher. Zero values are defaults; Weights and the ISP table are
+// documented in docs/dispatch.md.
 type Config struct {
 	// Bus is the NATS connection load reports arrive on. Required.
 	Bus *nats.Conn
-	// StaleAfter is how long a node stays live without a report. Zero value means 3s.
+	// StaleAfter is how long a node that does not report its report interval stays live
+	// without a report; nodes that do are out after three missed reports. Zero value means 3s.
 	StaleAfter time.Duration
-	// TopK is how many nodes an answer lists. Zero value means 3.
+	// TopK is how many nodes an answer lists, at most 16. Zero value means 3.
 	TopK int
 	// TTL is how long a client may reuse an answer. Zero value means 30s.
 	TTL time.Duration
+
+	// CityDB is the path of a GeoIP2/GeoLite2 City (or Country) database: the client's region.
+	// Zero value means none: clients are not placed by region.
+	CityDB string
+	// ISPDB is the path of a GeoIP2 ISP or GeoLite2 ASN database: the client's ISP. Zero value
+	// means none: clients are not matched by ISP.
+	ISPDB string
+	// GeoCheckInterval is how often the database files are checked for a change, which
+	// reloads them. Zero value means 10s; negative means never (Reload or SIGHUP only).
+	GeoCheckInterval time.Duration
+	// ReloadOnSIGHUP reloads the databases when the process gets SIGHUP.
+	ReloadOnSIGHUP bool
+	// TrustedProxies are the addresses or CIDRs of proxies whose X-Forwarded-For and X-Real-IP
+	// headers (x-forwarded-for / x-real-ip gRPC metadata) name the client. Zero value means
+	// none: the client is always the connection's peer.
+	TrustedProxies []string
+	// ISPGroups is the ISP-equivalence table: group name -> members, each an ASN ("AS4837"),
+	// an ISP name, or a name prefix ending in '*'. Nil means DefaultISPGroups(); an empty map
+	// means no groups.
+	ISPGroups map[string][]string
+
+	// Weights are the scoring weights. The zero value means DefaultWeights().
+	Weights Weights
+	// NearEqual is the score margin within which nodes are picked at random (weighted by
+	// score) rather than strictly best first. Zero value means 2; negative means never.
+	NearEqual float64
+	// SlowStart is the window over which a node that has just joined or come back grows from
+	// 5% to all of its capacity. Zero value means 30s; negative means no slow start.
+	SlowStart time.Duration
+	// CacheTTL is how long a bucket's ranking is reused. Zero value means 1s; negative means
+	// no cache.
+	CacheTTL time.Duration
+	// CacheBuckets bounds the number of cached rankings. Zero value means 10,000.
+	CacheBuckets int
+	// DefaultCapacity is the connection capacity assumed for a node that reports none.
+	// Zero value means 100,000.
+	DefaultCapacity int64
+	// CPUFull is the CPU use at which a node counts as full. Zero value means 0.95.
+	CPUFull float64
+	// LinkRTT is the bus round trip at which a node's link quality is one half. Zero value
+	// means 20ms.
+	LinkRTT time.Duration
+
 	// Now is the clock. Zero value means time.Now.
 	Now func() time.Time
+	// Registry receives the dispatcher's metrics. Zero value means none are registered.
+	Registry prometheus.Registerer
 	// Log receives the dispatcher's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -56,26 +112,62 @@ type Answer struct {
 	TTLMS int64      `json:"ttl_ms"`
 }
 
+// Request is what a dispatch decision depends on.
+type Request struct {
+	// Client is the client's address. The zero value, and addresses that cannot be located,
+	// mean the client is dispatched on load alone.
+	Client netip.Addr
+}
+
 // ErrNoNodes is returned by Dispatch when no live node takes clients.
 var ErrNoNodes = errors.New("dispatcher: no ChatLink available")
 
+const (
+	maxTopK       = 16
+	maxCandidates = 64
+)
+
 // Dispatcher ranks ChatLinks for clients.
 type Dispatcher struct {
-	cfg Config
-	log *slog.Logger
-	sub *nats.Subscription
+	cfg             Config
+	log             *slog.Logger
+	m               *metrics
+	weights         Weights
+	nearEqual       float64
+	hysteresis      float64 // how far a cached ranking's best may fall below its cutoff
+	slowStart       time.Duration
+	initialGrace    time.Duration
+	linkRTT         time.Duration
+	cacheTTL        int64 // ns
+	defaultCapacity int64
+	cpuFull         float64
+	candidates      int // nodes kept per cached ranking
+	classPoints     [numClasses]float64
+	classOrder      [numClasses]uint8 // classes by points, best first
+	maxQuality      float64           // the most a node's quality terms can add
+	scratch         sync.Pool         // *[]uint8 for rank
+	trusted         trustedProxies
+	in              *interner
+	isps            *ispTable
+	geo             *geoLoader // nil without databases
+	started         int64      // unix ns
 
-	mu    sync.Mutex // guards nodes
-	nodes map[string]*nodeState
+	mu        sync.Mutex // guards nodes; publishLive and sweep run with it held
+	nodes     map[string]*node
+	live      atomic.Pointer[liveSet] // the non-draining nodes, replaced whole under mu
+	liveDirty atomic.Bool             // live is out of date; liveNodes rebuilds it
+	gen       atomic.Uint64           // bumped when live changes; older rankings are rebuilt
+
+	cache rankCache
+
+	sub       *nats.Subscription
+	stop      chan struct{}
+	wg        sync.WaitGroup // the database watcher
+	closeOnce sync.Once
 }
 
-type nodeState struct {
-	report   *pb.LoadReport
-	seen     time.Time
-	assigned int64 // clients handed out since the last report
-}
-
-// New returns a dispatcher; Start subscribes it to load reports.
+// New checks cfg, opens the GeoIP databases it names and returns a dispatcher; Start
+// subscribes it to load reports.
 func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Bus == nil {
 		return nil, errors.New("dispatcher: Config.Bus is required")
@@ -83,11 +175,17 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 3 * time.Second
 	}
-	if cfg.TopK <= 0 {
+	switch {
+	case cfg.TopK > maxTopK:
+		return nil, fmt.Errorf("dispatcher: TopK %d is more than %d", cfg.TopK, maxTopK)
+	case cfg.TopK <= 0:
 		cfg.TopK = 3
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 30 * time.Second
+	}
+	if cfg.GeoCheckInterval == 0 {
+		cfg.GeoCheckInterval = 10 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -96,119 +194,539 @@ func New(cfg Config) (*Dispatcher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{cfg: cfg, log: log.With("svc", "dispatcher"), nodes: make(map[string]*nodeState)}, nil
+	d := &Dispatcher{
+		cfg: cfg, log: log.With("svc", "dispatcher"),
+		weights: cfg.Weights, nearEqual: cfg.NearEqual, slowStart: cfg.SlowStart,
+		linkRTT: cfg.LinkRTT, defaultCapacity: cfg.DefaultCapacity, cpuFull: cfg.CPUFull,
+		in: newInterner(), nodes: make(map[string]*node), stop: make(chan struct{}),
+	}
+	if d.weights == (Weights{}) {
+		d.weights = DefaultWeights()
+	}
+	if err := d.weights.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case math.IsNaN(d.nearEqual) || math.IsInf(d.nearEqual, 0):
+		return nil, errors.New("dispatcher: NearEqual must be a finite number")
+	case d.nearEqual == 0:
+		d.nearEqual = 2
+	case d.nearEqual < 0:
+		d.nearEqual = 0
+	}
+	d.hysteresis = max(d.nearEqual, 1) / 2
+	if d.slowStart == 0 {
+		d.slowStart = 30 * time.Second
+	}
+	if d.linkRTT <= 0 {
+		d.linkRTT = 20 * time.Millisecond
+	}
+	switch {
+	case cfg.CacheTTL == 0:
+		d.cacheTTL = int64(time.Second)
+	case cfg.CacheTTL > 0:
+		d.cacheTTL = int64(cfg.CacheTTL)
+	}
+	if cfg.CacheBuckets <= 0 {
+		cfg.CacheBuckets = 10_000
+	}
+	d.cache.init(cfg.CacheBuckets)
+	if d.defaultCapacity <= 0 {
+		d.defaultCapacity = 100_000
+	}
+	switch {
+	case math.IsNaN(d.cpuFull) || d.cpuFull < 0 || d.cpuFull > 1:
+		return nil, fmt.Errorf("dispatcher: CPUFull %v must be between 0 and 1", d.cpuFull)
+	case d.cpuFull == 0:
+		d.cpuFull = 0.95
+	}
+	d.candidates = min(max(16, 4*cfg.TopK), maxCandidates)
+	w := d.weights
+	d.maxQuality = w.SpareConnections + w.SpareEgress + w.FlowControl + w.CPU + w.Link
+	for c := range numClasses {
+		d.classPoints[c] = w.locality(matchLevel(c/2), c%2 == 1)
+		d.classOrder[c] = uint8(c)
+	}
+	slices.SortStableFunc(d.classOrder[:], func(a, b uint8) int { return cmp.Compare(d.classPoints[b], d.classPoints[a]) })
+	d.scratch.New = func() any { return new([]uint8) }
+	// Nodes already serving when the dispatcher starts report within this window; they are
+	// not new, so they skip slow start.
+	d.initialGrace = max(cfg.StaleAfter, 3*time.Second)
+	var err error
+	if d.trusted, err = parseTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	groups := cfg.ISPGroups
+	if groups == nil {
+		groups = DefaultISPGroups()
+	}
+	if d.isps, err = newISPTable(groups); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	d.started = d.now()
+	if cfg.CityDB != "" || cfg.ISPDB != "" {
+		if d.geo, err = newGeoLoader(cfg.CityDB, cfg.ISPDB, d.in, d.isps, cfg.Now()); err != nil {
+			return nil, fmt.Errorf("dispatcher: %w", err)
+		}
+	}
+	d.live.Store(&liveSet{})
+	d.m = newMetrics(cfg.Registry, func() float64 { return float64(d.LiveNodes()) })
+	return d, nil
 }
 
-// Start subscribes to load reports.
+func (d *Dispatcher) now() int64 { return d.cfg.Now().UnixNano() }
+
+// Start subscribes to load reports and starts watching the GeoIP databases.
 func (d *Dispatcher) Start() error {
+	h := d.Health()
+	if h.Mode == ModeLoadOnly {
+		d.log.Warn("no GeoIP databases: clients are dispatched on load alone")
+	} else {
+		d.log.Info("dispatcher started", "mode", h.Mode, "city_db", d.cfg.CityDB, "isp_db", d.cfg.ISPDB)
+	}
 	sub, err := d.cfg.Bus.Subscribe(bus.SubjectLoad, d.onReport)
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
 	d.sub = sub
+	d.watchGeo()
 	return d.cfg.Bus.Flush()
 }
 
-// Close unsubscribes. It may be called more than once.
+// Close unsubscribes and stops the database watcher. It may be called more than once.
 func (d *Dispatcher) Close() {
-	if d.sub != nil {
-		_ = d.sub.Unsubscribe()
-	}
+	d.closeOnce.Do(func() {
+		if d.sub != nil {
+			_ = d.sub.Unsubscribe()
+		}
+		close(d.stop)
+		d.wg.Wait()
+	})
 }
 
-func (d *Dispatcher) onReport(msg *nats.Msg) {
-	var r pb.LoadReport
-	if err := proto.Unmarshal(msg.Data, &r); err != nil {
-		d.log.Warn("dropping load report that does not parse", "err", err)
+// watchGeo starts reloading the databases when their files change or on SIGHUP. The signal
+// is wired before it returns, so a SIGHUP right after Start is not lost.
+func (d *Dispatcher) watchGeo() {
+	if d.geo == nil || (d.cfg.GeoCheckInterval <= 0 && !d.cfg.ReloadOnSIGHUP) {
 		return
 	}
-	if r.Node == "" || r.WsUrl == "" || r.Connections < 0 {
-		d.log.Warn("dropping load report with missing or absurd values", "node", r.Node)
-		return
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	if d.cfg.GeoCheckInterval > 0 {
+		ticker = time.NewTicker(d.cfg.GeoCheckInterval)
+		tick = ticker.C
 	}
-	d.mu.Lock()
-	d.nodes[r.Node] = &nodeState{report: &r, seen: d.cfg.Now()}
-	d.mu.Unlock()
+	var hup chan os.Signal
+	if d.cfg.ReloadOnSIGHUP {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if ticker != nil {
+			defer ticker.Stop()
+		}
+		if hup != nil {
+			defer signal.Stop(hup)
+		}
+		for {
+			select {
+			case <-d.stop:
+				return
+			case <-tick:
+				_ = d.reload(false)
+			case <-hup:
+				d.log.Info("SIGHUP: reloading GeoIP databases")
+				_ = d.reload(true)
+			}
+		}
+	}()
 }
 
-// Dispatch ranks the live nodes and returns the best TopK, counting the client against the
-// first one until that node's next report.
-func (d *Dispatcher) Dispatch() (Answer, error) {
-	now := d.cfg.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	live := make([]*nodeState, 0, len(d.nodes))
-	for name, n := range d.nodes {
-		switch {
-		case now.Sub(n.seen) > d.cfg.StaleAfter:
-			delete(d.nodes, name)
-		case !n.report.Draining:
-			live = append(live, n)
+// Reload reopens the GeoIP databases now. A database that fails to load leaves the previous
+// copy in service; the error says why and Health shows it until a reload succeeds. Requests
+// are served throughout.
+func (d *Dispatcher) Reload() error {
+	if d.geo == nil {
+		return nil
+	}
+	return d.reload(true)
+}
+
+func (d *Dispatcher) reload(force bool) error {
+	var errs []error
+	replaced := false
+	for _, r := range d.geo.reload(force, d.cfg.Now()) {
+		if r.err == nil {
+			replaced = true
+			d.m.geoReloads.WithLabelValues(r.kind.String(), "ok").Inc()
+			d.log.Info("GeoIP database reloaded", "db", r.kind.String(), "path", r.path)
+			continue
+		}
+		errs = append(errs, r.err)
+		if r.news {
+			// A file that stays broken is counted and logged once, not at every check.
+			d.m.geoReloads.WithLabelValues(r.kind.String(), "error").Inc()
+			d.log.Error("GeoIP database not reloaded; the previous copy stays in service", "db", r.kind.String(), "err", r.err)
 		}
 	}
-	if len(live) == 0 {
+	if replaced {
+		// A new database may place clients differently: start the rankings afresh.
+		d.cache.clear()
+	}
+	return errors.Join(errs...)
+}
+
+// Geo modes reported by Health.
+const (
+	ModeRegionISP = "region+isp"
+	ModeRegion    = "region"
+	ModeISP       = "isp"
+	ModeLoadOnly  = "load-only"
+)
+
+// Health is the dispatcher's state for /healthz.
+type Health struct {
+	// Mode says what clients are placed by: region+isp, region, isp or load-only (no
+	// databases: by load alone).
+	Mode   string    `json:"mode"`
+	Nodes  int       `json:"nodes"`
+	CityDB *DBStatus `json:"city_db,omitempty"`
+	ISPDB  *DBStatus `json:"isp_db,omitempty"`
+}
+
+// Health reports what the dispatcher places clients by, its databases and its live nodes.
+func (d *Dispatcher) Health() Health {
+	h := Health{Mode: ModeLoadOnly, Nodes: d.LiveNodes()}
+	if d.geo == nil {
+		return h
+	}
+	h.CityDB, h.ISPDB = d.geo.status(kindCity), d.geo.status(kindISP)
+	switch {
+	case h.CityDB != nil && h.ISPDB != nil:
+		h.Mode = ModeRegionISP
+	case h.CityDB != nil:
+		h.Mode = ModeRegion
+	default:
+		h.Mode = ModeISP
+	}
+	return h
+}
+
+func (d *Dispatcher) locate(ip netip.Addr) location {
+	if d.geo == nil {
+		return location{}
+	}
+	return d.geo.state.Load().locate(ip)
+}
+
+// Dispatch ranks the live nodes for a client and returns the best TopK, counting the client
+// against the first one until that node's next report.
+func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
+	now := d.now()
+	loc := d.locate(req.Client)
+	key := loc.bucket()
+	var buf [maxCandidates]scored
+	var sc []scored
+	r, hit := d.cache.get(key, d.gen.Load(), now, d.cacheTTL)
+	if r != nil {
+		var ok bool
+		if sc, ok = d.evaluate(r, now, buf[:0]); !ok {
+			r, hit = nil, false
+		}
+	}
+	if r == nil {
+		r = d.rank(loc, now)
+		if d.cacheTTL > 0 {
+			d.cache.put(key, r)
+		}
+		sc, _ = d.evaluate(r, now, buf[:0])
+	}
+	if hit {
+		d.m.cacheHit.Inc()
+	} else {
+		d.m.cacheMiss.Inc()
+	}
+	if len(sc) == 0 {
+		d.m.noNodes.Inc()
 		return Answer{}, ErrNoNodes
 	}
-	slices.SortFunc(live, func(a, b *nodeState) int {
-		if c := cmpLoad(a, b); c != 0 {
-			return c
-		}
-		return strings.Compare(a.report.Node, b.report.Node)
-	})
-	live = live[:min(len(live), d.cfg.TopK)]
-	live[0].assigned++
-	ans := Answer{Nodes: make([]Endpoint, len(live)), TTLMS: d.cfg.TTL.Milliseconds()}
-	for i, n := range live {
-		ans.Nodes[i] = Endpoint{Node: n.report.Node, WSURL: n.report.WsUrl, TCPAddr: n.report.TcpAddr}
+	k := d.choose(sc)
+	first := &r.cands[sc[0].i]
+	first.n.assigned.Add(1)
+	d.m.decisions.Inc()
+	first.n.decisions.Inc()
+	d.m.regionMatch[first.level].Inc()
+	switch {
+	case loc.ispA == 0 && loc.ispB == 0:
+		d.m.ispMatch[ispUnknown].Inc()
+	case first.sameISP:
+		d.m.ispMatch[ispSame].Inc()
+	default:
+		d.m.ispMatch[ispOther].Inc()
+	}
+	ans := Answer{Nodes: make([]Endpoint, k), TTLMS: d.cfg.TTL.Milliseconds()}
+	for i := range k {
+		ans.Nodes[i] = r.cands[sc[i].i].n.snap.Load().endpoint
 	}
 	return ans, nil
 }
 
-// cmpLoad orders nodes by predicted load: reported connections plus clients assigned since,
-// relative to capacity when the node reports one.
-func cmpLoad(a, b *nodeState) int {
-	la, lb := predicted(a), predicted(b)
-	switch {
-	case la < lb:
-		return -1
-	case la > lb:
-		return 1
-	}
-	return 0
+// ranking is a bucket's candidates: the best nodes for its clients when it was built, with
+// their locality points. Scores are recomputed from live load on every decision; the ranking
+// only saves looking at every node.
+type ranking struct {
+	gen   uint64
+	built int64 // unix ns
+	cands []candidate
+	// cutoff is the best score among the nodes left out, -Inf when none were. Once the best
+	// candidate falls below it (by more than the hysteresis) a left-out node may be better,
+	// so the ranking is rebuilt.
+	cutoff     float64
+	rebuilding atomic.Bool
 }
 
-func predicted(n *nodeState) float64 {
-	load := float64(n.report.Connections + n.assigned)
-	if max := n.report.MaxConnections; max > 0 {
-		return load / float64(max)
-	}
-	return load / math.MaxInt32
+type candidate struct {
+	n        *node
+	locality float64
+	level    matchLevel
+	sameISP  bool
 }
 
-// Nodes returns the live nodes' latest reports.
-func (d *Dispatcher) Nodes() []*pb.LoadReport {
-	now := d.cfg.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]*pb.LoadReport, 0, len(d.nodes))
-	for _, n := range d.nodes {
-		if now.Sub(n.seen) <= d.cfg.StaleAfter {
-			out = append(out, n.report)
+// scored is a candidate (its index in ranking.cands) with its live score. It holds no
+// pointers, so sorting a decision's candidates on the stack costs no GC write barriers.
+type scored struct {
+	i     int
+	score float64
+}
+
+// Locality classes: a node's match level with a client and whether it shares the client's
+// ISP, class = level*2 + sameISP. Every node of a class has the same locality points.
+const numClasses = int(matchSubdivision+1) * 2
+
+// rank scores the live nodes for a client at loc and keeps the best d.candidates. It visits
+// the locality classes best first and stops at the first class whose best possible score
+// (its points plus every quality weight) cannot beat the candidates it already has, so a
+// located client costs one cheap pass over the nodes plus full scoring of the near ones.
+func (d *Dispatcher) rank(loc location, now int64) *ranking {
+	r := &ranking{gen: d.gen.Load(), built: now, cutoff: math.Inf(-1), cands: make([]candidate, 0, d.candidates)}
+	live := d.liveNodes()
+	scratch := d.scratch.Get().(*[]uint8)
+	classes := (*scratch)[:0]
+	var count [numClasses]int
+	for i := range live.labels {
+		nl := &live.labels[i]
+		c := uint8(loc.region.match(nl.region)) * 2
+		if loc.matchesLabels(nl, nl.snapForMore(live.nodes[i])) {
+			c++
+		}
+		count[c]++
+		classes = append(classes, c)
+	}
+	stale := false
+	scores := make([]float64, 0, d.candidates)
+	for _, c := range d.classOrder {
+		if count[c] == 0 {
+			continue
+		}
+		points := d.classPoints[c]
+		if len(scores) == d.candidates && points+d.maxQuality <= scores[len(scores)-1] {
+			r.cutoff = max(r.cutoff, points+d.maxQuality)
+			break
+		}
+		for i, nc := range classes {
+			if nc != c {
+				continue
+			}
+			n := live.nodes[i]
+			s := n.snap.Load()
+			if n.stale(s, now) {
+				stale = true
+				continue
+			}
+			score := d.liveScore(s, n.assigned.Load(), now, points)
+			if len(scores) == d.candidates {
+				last := scores[len(scores)-1]
+				if score <= last {
+					r.cutoff = max(r.cutoff, score)
+					continue
+				}
+				r.cutoff = max(r.cutoff, last)
+				scores, r.cands = scores[:len(scores)-1], r.cands[:len(r.cands)-1]
+			}
+			j := len(scores)
+			for j > 0 && scores[j-1] < score {
+				j--
+			}
+			scores = slices.Insert(scores, j, score)
+			r.cands = slices.Insert(r.cands, j, candidate{n: n, locality: points, level: matchLevel(c / 2), sameISP: c%2 == 1})
 		}
 	}
-	slices.SortFunc(out, func(a, b *pb.LoadReport) int { return strings.Compare(a.Node, b.Node) })
-	return out
+	*scratch = classes
+	d.scratch.Put(scratch)
+	if stale {
+		d.sweep(now)
+	}
+	return r
 }
 
-// ServeHTTP answers GET /v1/dispatch.
-func (d *Dispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	ans, err := d.Dispatch()
-	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-		return
+// evaluate scores r's candidates on their live load into out, best first. It reports false
+// when r should be rebuilt: a candidate missed its reports, every candidate went away, or a
+// node left out of r may now score better than all of them.
+//
+// A candidate whose best possible score (locality plus every quality weight) is below both the
+// TopK-th score so far and the near-equal margin of the best cannot be in the answer, and is
+// skipped: for a located client that leaves the few nodes of its own region and ISP.
+func (d *Dispatcher) evaluate(r *ranking, now int64, out []scored) ([]scored, bool) {
+	k := d.cfg.TopK
+	for i := range r.cands {
+		c := &r.cands[i]
+		if len(out) >= k {
+			if ub := c.locality + d.maxQuality; ub < out[k-1].score && ub < out[0].score-d.nearEqual {
+				continue
+			}
+		}
+		if c.n.removed.Load() {
+			continue
+		}
+		s := c.n.snap.Load()
+		if s.draining {
+			continue
+		}
+		if c.n.stale(s, now) {
+			return out, false
+		}
+		v := scored{i: i, score: d.liveScore(s, c.n.assigned.Load(), now, c.locality)}
+		j := len(out)
+		out = append(out, v)
+		for j > 0 && out[j-1].score < v.score {
+			out[j] = out[j-1]
+			j--
+		}
+		out[j] = v
 	}
-	_ = json.NewEncoder(w).Encode(ans)
+	if len(out) == 0 {
+		return out, len(r.cands) == 0
+	}
+	return out, out[0].score >= r.cutoff-d.hysteresis
+}
+
+// choose puts the answer's nodes first in sc (sorted best first) and returns how many there
+// are. Nodes within NearEqual of the best are drawn at random without replacement, weighted
+// so that a better score is likelier (the best is up to 11 times likelier than one at the
+// edge of the margin), the first place going to the better of two draws; the rest follow in
+// score order.
+func (d *Dispatcher) choose(sc []scored) int {
+	k := min(d.cfg.TopK, len(sc))
+	if d.nearEqual <= 0 {
+		return k
+	}
+	floor := sc[0].score - d.nearEqual
+	bias := d.nearEqual / 10
+	var weights [maxCandidates]float64
+	total := 0.0
+	e := 0
+	for e < len(sc) && sc[e].score >= floor {
+		weights[e] = sc[e].score - floor + bias
+		total += weights[e]
+		e++
+	}
+	for i := 0; i < k && i < e-1; i++ {
+		x := rand.Float64() * total
+		j := i
+		for ; j < e-1; j++ {
+			if x -= weights[j]; x < 0 {
+				break
+			}
+		}
+		total -= weights[j]
+		sc[i], sc[j] = sc[j], sc[i]
+		weights[i], weights[j] = weights[j], weights[i]
+		if i == 0 && e > 1 {
+			// The first place is the best of two distinct draws ("power of two choices"): still
+			// random, but a node that just took a client loses to an equal one that did not,
+			// so even a handful of clients spreads over equal nodes.
+			x, j = rand.Float64()*total, 1
+			for ; j < e-1; j++ {
+				if x -= weights[j]; x < 0 {
+					break
+				}
+			}
+			if sc[j].score > sc[0].score {
+				sc[0], sc[j] = sc[j], sc[0]
+				weights[0], weights[j] = weights[j], weights[0]
+			}
+		}
+	}
+	return k
+}
+
+// bucketKey identifies clients that share a ranking: same region, same ISP.
+type bucketKey struct {
+	continent, country, subdivision, ispA, ispB uint32
+}
+
+// rankCache holds a ranking per bucket, sharded so that concurrent decisions rarely meet on a
+// lock (and a bucketKey never has to become an interface, which would allocate).
+type rankCache struct {
+	perShard int
+	shards   [16]struct {
+		mu sync.RWMutex // guards m
+		m  map[bucketKey]*ranking
+		_  [32]byte // keep shards on separate cache lines
+	}
+}
+
+func (c *rankCache) init(buckets int) {
+	c.perShard = max(buckets/len(c.shards), 1)
+	for i := range c.shards {
+		c.shards[i].m = make(map[bucketKey]*ranking)
+	}
+}
+
+func (c *rankCache) shard(k bucketKey) int {
+	h := k.continent*0x9e3779b1 ^ k.country*0x85ebca6b ^ k.subdivision*0xc2b2ae35 ^ k.ispA*0x27d4eb2f ^ k.ispB*0x165667b1
+	return int((h ^ h>>15) % uint32(len(c.shards)))
+}
+
+// get returns the bucket's ranking and whether it is fresh. An expired ranking goes to one
+// caller as a miss, to rebuild, and to the others as a hit meanwhile.
+func (c *rankCache) get(k bucketKey, gen uint64, now, ttl int64) (*ranking, bool) {
+	if ttl <= 0 {
+		return nil, false
+	}
+	sh := &c.shards[c.shard(k)]
+	sh.mu.RLock()
+	r := sh.m[k]
+	sh.mu.RUnlock()
+	switch {
+	case r == nil:
+		return nil, false
+	case r.gen == gen && now-r.built < ttl:
+		return r, true
+	case r.rebuilding.CompareAndSwap(false, true):
+		return nil, false
+	}
+	return r, true
+}
+
+func (c *rankCache) put(k bucketKey, r *ranking) {
+	sh := &c.shards[c.shard(k)]
+	sh.mu.Lock()
+	if _, ok := sh.m[k]; !ok && len(sh.m) >= c.perShard {
+		// Too many buckets: start over rather than track recency on the hot path.
+		clear(sh.m)
+	}
+	sh.m[k] = r
+	sh.mu.Unlock()
+}
+
+func (c *rankCache) clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
 }

@@ -128,7 +128,10 @@ func (a *API) appFor(authorization string) (string, error) {
 }
 
 // authenticate is the gRPC interceptor that checks the API key in the call's metadata.
-func (a *API) authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (a *API) authenticate(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/") {
+		return h(ctx, req) // another service on the same server (the dispatcher's) has its own rules
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	var authz string
 	if v := md.Get("authorization"); len(v) > 0 {

@@ -31,7 +31,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
 	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
-	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the server API's gRPC listener")
+	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
+	cityDB := flags.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
+	ispDB := flags.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
@@ -82,6 +84,8 @@ secret and API key are fixed and printed.
 			c.EgressCapacity = *egress
 			c.FlushTick = *flushTick
 		},
+		CityDB: *cityDB,
+		ISPDB:  *ispDB,
 	})
 	cancel()
 	if err != nil {
@@ -103,7 +107,8 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Roomcast dev is running.\n\n")
 	fmt.Fprintf(&b, "  demo page     %s/\n", c.URL())
-	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch\n", c.URL())
+	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch   gRPC %s   nodes %s/v1/nodes   (%s)\n",
+		c.URL(), c.GRPCAddr(), c.URL(), c.Dispatcher.Health().Mode)
 	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
 	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())

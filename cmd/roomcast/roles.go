@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -178,6 +179,8 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address: /v1/dispatch, the server API, /metrics, /healthz")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:9090", "address of the server API's gRPC listener")
 	requireCreated := fs.Bool("require-created", false, "refuse logins and sends to rooms never created through the API")
+	cityDB := fs.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
+	ispDB := fs.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {
@@ -235,7 +238,11 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	if nc, err = connect("dispatcher"); err != nil {
 		return fail(err)
 	}
-	d, err := dispatcher.New(dispatcher.Config{Bus: nc, Log: log})
+	reg := newRegistry()
+	d, err := dispatcher.New(dispatcher.Config{
+		Bus: nc, CityDB: *cityDB, ISPDB: *ispDB, ReloadOnSIGHUP: *cityDB != "" || *ispDB != "",
+		Registry: reg, Log: log,
+	})
 	if err == nil {
 		err = d.Start()
 	}
@@ -254,17 +261,20 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	reg := newRegistry()
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", d)
-	mux.Handle("/v1/rooms/", api)
+	mux.Handle("GET /v1/nodes", d.NodesHandler())
+	for _, prefix := range []string{"/v1/rooms", "/v1/rooms/", "/v1/users/", "/v1/online"} {
+		mux.Handle(prefix, api)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if len(d.Nodes()) == 0 {
-			http.Error(w, "no ChatLink reports", http.StatusServiceUnavailable)
-			return
+		h := d.Health()
+		w.Header().Set("Content-Type", "application/json")
+		if h.Nodes == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		fmt.Fprintln(w, "ok")
+		_ = json.NewEncoder(w).Encode(map[string]any{"chatlinks": h.Nodes, "dispatcher": h})
 	})
 	stop, err := serveHTTP(*listen, mux, log)
 	if err != nil {
@@ -276,6 +286,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return fail(err)
 	}
 	grpcSrv := api.NewGRPCServer()
+	d.RegisterGRPC(grpcSrv)
 	grpcDone := make(chan struct{})
 	go func() {
 		defer close(grpcDone)

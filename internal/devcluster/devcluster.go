@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -50,6 +51,9 @@ type Config struct {
 	ChatLinks int
 	// NATSPort is the embedded NATS server's port. Zero value means a free port.
 	NATSPort int
+	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
+	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
+	CityDB, ISPDB string
 	// Home serves GET / (the demo page). Zero value means 404.
 	Home http.Handler
 	// LoginTimeout and HeartbeatInterval are passed to every ChatLink. Zero values mean the
@@ -63,8 +67,8 @@ type Config struct {
 	// LeaseInterval is how often a ChatLink reports (its lease); the services drop a node silent
 	// for three intervals. Zero value means 1s.
 	LeaseInterval time.Duration
-	// GRPCListen is the address of the server API's gRPC listener. Zero value means
-	// 127.0.0.1:0.
+	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
+	// and the dispatcher. Zero value means 127.0.0.1:0.
 	GRPCListen string
 	// APIKeys maps server API keys to apps. Zero value means {APIKey: App}.
 	APIKeys auth.APIKeys
@@ -173,7 +177,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Dispatcher, err = dispatcher.New(dispatcher.Config{Bus: nc, Log: log}); err != nil {
+	c.Dispatcher, err = dispatcher.New(dispatcher.Config{
+		Bus: nc, CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, ReloadOnSIGHUP: cfg.CityDB != "" || cfg.ISPDB != "",
+		Registry: reg, Log: log,
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err = c.Dispatcher.Start(); err != nil {
@@ -191,6 +199,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.GRPCListen, err)
 	}
 	c.grpc = api.NewGRPCServer()
+	c.Dispatcher.RegisterGRPC(c.grpc)
 	c.grpcEnd = make(chan struct{})
 	go func() {
 		defer close(c.grpcEnd)
@@ -205,7 +214,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		ccfg := chatlink.Config{
 			Node: name, Bus: nc, Keys: keys, Registry: reg, Log: log,
-			LoginTimeout: cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+			// The nodes share this process's open files.
+			MaxConnections: max(1000, (fileLimit()-1024)/cfg.ChatLinks),
+			LoginTimeout:   cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 			ReportInterval: cfg.LeaseInterval,
 		}
 		if cfg.ChatLink != nil {
@@ -224,6 +235,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", c.Dispatcher)
 	mux.Handle("/v1/rooms", api)
+	mux.Handle("GET /v1/nodes", c.Dispatcher.NodesHandler())
 	mux.Handle("/v1/rooms/", api)
 	mux.Handle("/v1/users/", api)
 	mux.Handle("/v1/online", api)
@@ -243,7 +255,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		_ = c.http.Serve(c.ln)
 	}()
 
-	for len(c.Dispatcher.Nodes()) < len(c.Nodes) {
+	for c.Dispatcher.LiveNodes() < len(c.Nodes) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("devcluster: waiting for ChatLinks to report: %w", ctx.Err())
@@ -256,7 +268,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 // URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
 func (c *Cluster) URL() string { return "http://" + c.ln.Addr().String() }
 
-// GRPCAddr returns the host:port of the server API's gRPC listener.
+// GRPCAddr returns the host:port of the gRPC listener: the server API and the dispatcher.
 func (c *Cluster) GRPCAddr() string { return c.grpcLn.Addr().String() }
 
 func (c *Cluster) leaseTTL() time.Duration { return 3 * c.cfg.LeaseInterval }
@@ -338,16 +350,23 @@ func (c *Cluster) Close() {
 		cancel()
 		<-c.served
 	}
+	if c.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { c.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			c.grpc.Stop()
+			<-stopped
+		}
+		<-c.grpcEnd
+	}
 	for _, n := range c.Nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := n.Shutdown(ctx); err != nil {
 			c.log.Warn("chatlink shutdown", "node", n.Name(), "err", err)
 		}
 		cancel()
-	}
-	if c.grpc != nil {
-		c.grpc.Stop()
-		<-c.grpcEnd
 	}
 	if c.Dispatcher != nil {
 		c.Dispatcher.Close()
@@ -371,14 +390,15 @@ func (c *Cluster) Close() {
 }
 
 func (c *Cluster) healthz(w http.ResponseWriter, _ *http.Request) {
-	nodes := len(c.Dispatcher.Nodes())
+	d := c.Dispatcher.Health()
 	status, code := "ok", http.StatusOK
-	if nodes == 0 || !c.NATS.Running() {
+	if d.Nodes == 0 || !c.NATS.Running() {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "chatlinks": nodes})
+	// dispatcher.mode is "load-only" when no GeoIP databases are configured.
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "chatlinks": d.Nodes, "dispatcher": d})
 }
 
 // devToken mints a token for the dev app: GET /v1/dev/token?uid=U&room=R. It exists only in
@@ -392,4 +412,13 @@ func devToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"token": tok, "app": App})
+}
+
+// fileLimit returns the process's soft limit on open files.
+func fileLimit() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 20
+	}
+	return int(rl.Cur)
 }

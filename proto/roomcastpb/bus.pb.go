@@ -1508,27 +1508,38 @@ func (x *PresenceReply) GetUsersOnline() int64 {
 }
 
 // LoadReport: a ChatLink's state, published every second (subject rc.load); the dispatcher's
-// input.
+// input. docs/dispatch.md says how each field is scored. Zero means "not reported" for every
+// number; negative numbers, NaN and infinities make the dispatcher drop the report.
 type LoadReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// WebSocket URL for clients, e.g. ws://127.0.0.1:9001/v1/ws.
 	WsUrl string `protobuf:"bytes,2,opt,name=ws_url,json=wsUrl,proto3" json:"ws_url,omitempty"`
 	// host:port of the length-prefixed TCP transport.
-	TcpAddr                   string  `protobuf:"bytes,3,opt,name=tcp_addr,json=tcpAddr,proto3" json:"tcp_addr,omitempty"`
-	Region                    string  `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	Isp                       string  `protobuf:"bytes,5,opt,name=isp,proto3" json:"isp,omitempty"`
-	Connections               int64   `protobuf:"varint,6,opt,name=connections,proto3" json:"connections,omitempty"`
-	Rooms                     int64   `protobuf:"varint,7,opt,name=rooms,proto3" json:"rooms,omitempty"`
-	EgressBytesPerSec         int64   `protobuf:"varint,8,opt,name=egress_bytes_per_sec,json=egressBytesPerSec,proto3" json:"egress_bytes_per_sec,omitempty"`
-	EgressCapacityBytesPerSec int64   `protobuf:"varint,9,opt,name=egress_capacity_bytes_per_sec,json=egressCapacityBytesPerSec,proto3" json:"egress_capacity_bytes_per_sec,omitempty"`
-	FlowControlStrength       float64 `protobuf:"fixed64,10,opt,name=flow_control_strength,json=flowControlStrength,proto3" json:"flow_control_strength,omitempty"`
-	Cpu                       float64 `protobuf:"fixed64,11,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Draining                  bool    `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`
-	TimeMs                    int64   `protobuf:"varint,13,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
-	MaxConnections            int64   `protobuf:"varint,14,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	TcpAddr string `protobuf:"bytes,3,opt,name=tcp_addr,json=tcpAddr,proto3" json:"tcp_addr,omitempty"`
+	// Where the node is: "CONTINENT/COUNTRY/SUBDIVISION" with MaxMind's codes, e.g. "AS/CN/22"
+	// (Jilin); a prefix ("AS/CN", "EU") is fine. Empty: unlabelled.
+	Region string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// Which carriers reach the node cheaply, comma-separated: ISP names ("China Unicom"),
+	// ASNs ("AS4837") or groups of the dispatcher's ISP table ("unicom"). Empty: unlabelled.
+	Isp                       string `protobuf:"bytes,5,opt,name=isp,proto3" json:"isp,omitempty"`
+	Connections               int64  `protobuf:"varint,6,opt,name=connections,proto3" json:"connections,omitempty"`
+	Rooms                     int64  `protobuf:"varint,7,opt,name=rooms,proto3" json:"rooms,omitempty"`
+	EgressBytesPerSec         int64  `protobuf:"varint,8,opt,name=egress_bytes_per_sec,json=egressBytesPerSec,proto3" json:"egress_bytes_per_sec,omitempty"`
+	EgressCapacityBytesPerSec int64  `protobuf:"varint,9,opt,name=egress_capacity_bytes_per_sec,json=egressCapacityBytesPerSec,proto3" json:"egress_capacity_bytes_per_sec,omitempty"`
+	// Node flow control, 0 (off) to 1 (strongest).
+	FlowControlStrength float64 `protobuf:"fixed64,10,opt,name=flow_control_strength,json=flowControlStrength,proto3" json:"flow_control_strength,omitempty"`
+	// CPU use, 0 (idle) to 1 (every core busy).
+	Cpu            float64 `protobuf:"fixed64,11,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Draining       bool    `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`
+	TimeMs         int64   `protobuf:"varint,13,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	MaxConnections int64   `protobuf:"varint,14,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// Round-trip time to the bus (a NATS ping) in microseconds: the node's link quality.
+	BusRttUs int64 `protobuf:"varint,15,opt,name=bus_rtt_us,json=busRttUs,proto3" json:"bus_rtt_us,omitempty"`
+	// How often the node reports, in milliseconds; three missed reports take it out.
+	ReportIntervalMs int64 `protobuf:"varint,16,opt,name=report_interval_ms,json=reportIntervalMs,proto3" json:"report_interval_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -1655,6 +1666,20 @@ func (x *LoadReport) GetTimeMs() int64 {
 func (x *LoadReport) GetMaxConnections() int64 {
 	if x != nil {
 		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *LoadReport) GetBusRttUs() int64 {
+	if x != nil {
+		return x.BusRttUs
+	}
+	return 0
+}
+
+func (x *LoadReport) GetReportIntervalMs() int64 {
+	if x != nil {
+		return x.ReportIntervalMs
 	}
 	return 0
 }
@@ -1861,7 +1886,7 @@ const file_bus_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
 	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
-	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xcb\x03\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\x97\x04\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -1878,7 +1903,10 @@ const file_bus_proto_rawDesc = "" +
 	"\x03cpu\x18\v \x01(\x01R\x03cpu\x12\x1a\n" +
 	"\bdraining\x18\f \x01(\bR\bdraining\x12\x17\n" +
 	"\atime_ms\x18\r \x01(\x03R\x06timeMs\x12'\n" +
-	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\"L\n" +
+	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\x12\x1c\n" +
+	"\n" +
+	"bus_rtt_us\x18\x0f \x01(\x03R\bbusRttUs\x12,\n" +
+	"\x12report_interval_ms\x18\x10 \x01(\x03R\x10reportIntervalMs\"L\n" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +

@@ -1,0 +1,53 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// RegisterGRPC adds the Dispatcher service (proto/dispatcher.proto) to s.
+func (d *Dispatcher) RegisterGRPC(s grpc.ServiceRegistrar) {
+	pb.RegisterDispatcherServer(s, grpcService{d: d})
+}
+
+type grpcService struct {
+	pb.UnimplementedDispatcherServer
+	d *Dispatcher
+}
+
+var _ pb.DispatcherServer = grpcService{}
+
+// Dispatch answers like GET /v1/dispatch. The client is the gRPC peer, or what a trusted proxy
+// put in the x-forwarded-for / x-real-ip metadata.
+func (g grpcService) Dispatch(ctx context.Context, _ *pb.DispatchRequest) (*pb.DispatchResponse, error) {
+	var addr string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var realIP string
+	if v := md.Get("x-real-ip"); len(v) > 0 {
+		realIP = v[0]
+	}
+	ip := g.d.clientOf(addr, md.Get("x-forwarded-for"), realIP)
+	ans, err := g.d.Dispatch(Request{Client: ip})
+	if errors.Is(err, ErrNoNodes) {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	resp := &pb.DispatchResponse{TtlMs: ans.TTLMS, Nodes: make([]*pb.Endpoint, len(ans.Nodes))}
+	for i, e := range ans.Nodes {
+		resp.Nodes[i] = &pb.Endpoint{Node: e.Node, WsUrl: e.WSURL, TcpAddr: e.TCPAddr}
+	}
+	return resp, nil
+}

@@ -1,0 +1,74 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ServeHTTP answers GET /v1/dispatch (docs/protocol.md section 1): the client is the request's
+// peer, or the address a trusted proxy forwarded.
+func (d *Dispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	ip := d.clientOf(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
+	ans, err := d.Dispatch(Request{Client: ip})
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(ans)
+}
+
+// clientOf picks the client's address and counts where it came from.
+func (d *Dispatcher) clientOf(peer string, forwarded []string, realIP string) netip.Addr {
+	ip, src := d.trusted.clientAddr(peer, forwarded, realIP)
+	d.m.clientAddr[src].Inc()
+	return ip
+}
+
+// NodesHandler serves the admin view, GET /v1/nodes: every known node with its labels, last
+// report and score inputs. With ?ip=ADDR it also shows where that address is placed and each
+// node's score for it, best first. It is for operators: serve it where clients cannot reach.
+func (d *Dispatcher) NodesHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		var client netip.Addr
+		resp := map[string]any{}
+		if s := r.URL.Query().Get("ip"); s != "" {
+			a, ok := parseHostAddr(strings.TrimSpace(s))
+			if !ok {
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "ip must be an IPv4 or IPv6 address"})
+				return
+			}
+			client = a
+			loc := d.locate(a)
+			resp["client"] = map[string]any{
+				"ip":     a.String(),
+				"region": regionLabel(d.in, loc.region),
+				"isp":    d.ispLabel(loc),
+			}
+		}
+		resp["health"] = d.Health()
+		resp["nodes"] = d.Nodes(client)
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(resp)
+	})
+}
+
+// ispLabel names a client's ISP keys for the admin view.
+func (d *Dispatcher) ispLabel(l location) string {
+	a, b := d.in.name(l.ispA), d.in.name(l.ispB)
+	if a == b || b == "" {
+		return a
+	}
+	if a == "" {
+		return b
+	}
+	return a + "," + b
+}

@@ -1,0 +1,384 @@
+package dispatcher
+
+import (
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/auth"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// node is one ChatLink the dispatcher knows. Its report is replaced whole on each load report;
+// assigned counts the clients dispatched to it since that report, which is what lets a burst
+// of dispatches between two reports spread out.
+type node struct {
+	name      string
+	snap      atomic.Pointer[nodeSnap]
+	assigned  atomic.Int64
+	seen      atomic.Int64 // unix ns of the last report
+	removed   atomic.Bool  // taken out of the registry; cached rankings must skip it
+	decisions prometheus.Counter
+}
+
+// stale says whether the node has missed its reports at now.
+func (n *node) stale(s *nodeSnap, now int64) bool { return now-n.seen.Load() > s.staleAfter }
+
+// errReport is why a load report was dropped; its text labels a metric.
+type errReport string
+
+func (e errReport) Error() string { return string(e) }
+
+const (
+	rejectUnparseable errReport = "unparseable"
+	rejectName        errReport = "bad_name"
+	rejectURL         errReport = "bad_url"
+	rejectNegative    errReport = "negative"
+	rejectNotFinite   errReport = "not_finite"
+)
+
+// checkReport refuses reports a node cannot have meant. Out-of-range fractions are clamped
+// later; a capacity of 0 means "not reported".
+func checkReport(r *pb.LoadReport) error {
+	if !auth.ValidName(r.Node) {
+		return rejectName
+	}
+	u, err := url.Parse(r.WsUrl)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return rejectURL
+	}
+	if r.TcpAddr != "" {
+		if _, _, err := net.SplitHostPort(r.TcpAddr); err != nil {
+			return rejectURL
+		}
+	}
+	for _, f := range []float64{r.FlowControlStrength, r.Cpu} {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return rejectNotFinite
+		}
+		if f < 0 {
+			return rejectNegative
+		}
+	}
+	for _, v := range []int64{r.Connections, r.Rooms, r.EgressBytesPerSec, r.EgressCapacityBytesPerSec,
+		r.MaxConnections, r.BusRttUs, r.ReportIntervalMs} {
+		if v < 0 {
+			return rejectNegative
+		}
+	}
+	return nil
+}
+
+func (d *Dispatcher) onReport(msg *nats.Msg) {
+	var r pb.LoadReport
+	err := proto.Unmarshal(msg.Data, &r)
+	if err != nil {
+		err = rejectUnparseable
+	} else {
+		err = checkReport(&r)
+	}
+	if err != nil {
+		d.m.reports.WithLabelValues(err.Error()).Inc()
+		d.log.Warn("dropping load report", "node", r.Node, "reason", err.Error())
+		return
+	}
+	d.m.reports.WithLabelValues("ok").Inc()
+	d.accept(&r)
+}
+
+// accept records a valid report.
+func (d *Dispatcher) accept(r *pb.LoadReport) {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.nodes[r.Node]
+	var prev *nodeSnap
+	if n != nil {
+		prev = n.snap.Load()
+	} else {
+		n = &node{name: r.Node, decisions: d.m.nodeDecisions.WithLabelValues(r.Node)}
+		d.nodes[r.Node] = n
+	}
+	s := d.snapOf(r, now)
+	// Slow start for a node that has just joined, came back after missing its reports, or
+	// stopped draining; not for the nodes already serving when the dispatcher itself starts.
+	returning := prev == nil || n.stale(prev, now) || (prev.draining && !r.Draining)
+	switch {
+	case returning && now-d.started > int64(d.initialGrace):
+		s.warmFrom = now
+	case !returning && prev != nil:
+		s.warmFrom = prev.warmFrom
+	}
+	if s.regionErr != "" && (prev == nil || prev.regionErr != s.regionErr) {
+		d.log.Warn("node region label ignored", "node", r.Node, "err", s.regionErr)
+	}
+	membership := prev == nil || returning || prev.draining != r.Draining ||
+		prev.region != s.region || !slices.Equal(prev.isps, s.isps)
+	n.snap.Store(s)
+	n.assigned.Store(0)
+	n.seen.Store(now)
+	if membership {
+		d.publishLive()
+	}
+}
+
+// snapOf derives what scoring needs from a valid report.
+func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
+	s := &nodeSnap{
+		report: &reportView{
+			Connections: r.Connections, MaxConnections: r.MaxConnections, Rooms: r.Rooms,
+			EgressBytesPerSec: r.EgressBytesPerSec, EgressCapacity: r.EgressCapacityBytesPerSec,
+			FlowControl: r.FlowControlStrength, CPU: r.Cpu, BusRTTUs: r.BusRttUs,
+			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp,
+		},
+		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr},
+		capacity:         float64(r.MaxConnections),
+		capacityReported: r.MaxConnections > 0,
+		conns:            float64(r.Connections),
+		egress:           float64(r.EgressBytesPerSec),
+		egressCap:        float64(r.EgressCapacityBytesPerSec),
+		strength:         min(r.FlowControlStrength, 1),
+		cpu:              min(r.Cpu, 1),
+		link:             linkQuality(time.Duration(r.BusRttUs)*time.Microsecond, d.linkRTT),
+		at:               now,
+		staleAfter:       int64(d.cfg.StaleAfter),
+	}
+	if !s.capacityReported {
+		s.capacity = float64(d.defaultCapacity)
+	}
+	s.draining = r.Draining
+	s.invCap = 1 / s.capacity
+	w := &d.weights
+	s.static = w.FlowControl*(1-s.strength) + w.CPU*(1-s.cpu) + w.Link*s.link
+	if s.egressCap > 0 {
+		s.invEgress = 1 / s.egressCap
+	} else {
+		s.static += w.SpareEgress * 0.5
+	}
+	s.staticFull = s.strength >= 1 || s.cpu >= d.cpuFull
+	if r.Connections > 0 {
+		s.egressPerConn = s.egress / s.conns
+	}
+	if iv := r.ReportIntervalMs; iv > 0 {
+		// Three missed reports, plus half an interval for jitter.
+		iv = min(max(iv, 100), 60_000)
+		s.staleAfter = int64(time.Duration(iv)*time.Millisecond*7) / 2
+	}
+	reg, err := parseRegion(d.in, r.Region)
+	if err != nil {
+		s.regionErr = err.Error()
+	}
+	s.region = reg
+	for _, k := range d.isps.nodeKeys(r.Isp) {
+		s.isps = append(s.isps, d.in.id(k))
+	}
+	if len(s.isps) > 0 {
+		s.isp0 = s.isps[0]
+	}
+	if len(s.isps) > 1 {
+		s.isp1 = s.isps[1]
+	}
+	return s
+}
+
+// publishLive marks the list of nodes that take clients for rebuilding and invalidates cached
+// rankings. The list itself is rebuilt by the next ranking, so a thousand nodes joining at once
+// cost one rebuild rather than a thousand. Caller holds mu.
+func (d *Dispatcher) publishLive() {
+	d.liveDirty.Store(true)
+	d.gen.Add(1)
+}
+
+// liveSet is the nodes that take clients, in name order (so rankings of equal nodes are
+// reproducible), with their labels copied side by side: ranking reads every node's labels,
+// and a flat array of them stays in cache where a thousand node snapshots would not.
+// Labels can only change with a membership change, which rebuilds the set.
+type liveSet struct {
+	nodes  []*node
+	labels []nodeLabels
+}
+
+type nodeLabels struct {
+	region     region
+	isp0, isp1 uint32
+	moreISPs   bool // the snapshot has more than two ISP keys
+}
+
+// liveNodes returns the current live set, rebuilding it after a membership change.
+func (d *Dispatcher) liveNodes() *liveSet {
+	if d.liveDirty.Load() {
+		d.mu.Lock()
+		if d.liveDirty.Load() {
+			live := &liveSet{nodes: make([]*node, 0, len(d.nodes))}
+			for _, n := range d.nodes {
+				if !n.snap.Load().draining {
+					live.nodes = append(live.nodes, n)
+				}
+			}
+			slices.SortFunc(live.nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
+			live.labels = make([]nodeLabels, len(live.nodes))
+			for i, n := range live.nodes {
+				s := n.snap.Load()
+				live.labels[i] = nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
+			}
+			d.live.Store(live)
+			d.liveDirty.Store(false)
+		}
+		d.mu.Unlock()
+	}
+	return d.live.Load()
+}
+
+// sweep takes out the nodes that missed their reports.
+func (d *Dispatcher) sweep(now int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	changed := false
+	for name, n := range d.nodes {
+		if n.stale(n.snap.Load(), now) {
+			delete(d.nodes, name)
+			n.removed.Store(true)
+			d.m.nodeDecisions.DeleteLabelValues(name)
+			d.log.Info("node is out: no load report in time", "node", name)
+			changed = true
+		}
+	}
+	if changed {
+		d.publishLive()
+	}
+}
+
+// LiveNodes counts the nodes that reported in time, draining ones included.
+func (d *Dispatcher) LiveNodes() int {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	count := 0
+	for _, n := range d.nodes {
+		if !n.stale(n.snap.Load(), now) {
+			count++
+		}
+	}
+	return count
+}
+
+// NodeInfo is one node in the admin view: its labels, its last report and the inputs of its
+// score.
+type NodeInfo struct {
+	Node         string      `json:"node"`
+	WSURL        string      `json:"ws_url"`
+	TCPAddr      string      `json:"tcp_addr"`
+	Region       string      `json:"region"`
+	RegionError  string      `json:"region_error,omitempty"`
+	ISPs         []string    `json:"isps"`
+	Draining     bool        `json:"draining"`
+	Stale        bool        `json:"stale"`
+	ReportAgeMs  int64       `json:"report_age_ms"`
+	Report       *reportView `json:"report"`
+	Capacity     int64       `json:"capacity"`
+	CapacityNote string      `json:"capacity_note,omitempty"`
+	// Assigned counts the clients dispatched to the node since its report; Predicted adds
+	// them to its reported connections.
+	Assigned       int64   `json:"assigned_since_report"`
+	Predicted      int64   `json:"predicted_connections"`
+	SlowStartShare float64 `json:"slow_start_share"`
+	SpareConns     float64 `json:"spare_connections"`
+	SpareEgress    float64 `json:"spare_egress"`
+	Link           float64 `json:"link_quality"`
+	Full           bool    `json:"full"`
+	Quality        float64 `json:"quality"`
+	// With a client (GET /v1/nodes?ip=...): how near the node is and its total score.
+	Match   string   `json:"match,omitempty"`
+	SameISP *bool    `json:"same_isp,omitempty"`
+	Score   *float64 `json:"score,omitempty"`
+}
+
+// Nodes describes every node the dispatcher knows, best first for client when client is a
+// valid address, else by name.
+func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
+	now := d.now()
+	loc := d.locate(client)
+	d.mu.Lock()
+	nodes := make([]*node, 0, len(d.nodes))
+	for _, n := range d.nodes {
+		nodes = append(nodes, n)
+	}
+	d.mu.Unlock()
+	out := make([]NodeInfo, 0, len(nodes))
+	for _, n := range nodes {
+		s := n.snap.Load()
+		assigned := n.assigned.Load()
+		l := d.load(s, assigned, now)
+		info := NodeInfo{
+			Node: n.name, WSURL: s.endpoint.WSURL, TCPAddr: s.endpoint.TCPAddr,
+			Region: regionLabel(d.in, s.region), RegionError: s.regionErr, ISPs: []string{},
+			Draining: s.draining, Stale: n.stale(s, now), ReportAgeMs: (now - n.seen.Load()) / 1e6,
+			Report: s.report, Capacity: int64(s.capacity), Assigned: assigned, Predicted: int64(l.predicted),
+			SlowStartShare: l.share, SpareConns: l.spareConns, SpareEgress: l.spareEgress, Link: s.link,
+			Full: l.full, Quality: l.quality,
+		}
+		if !s.capacityReported {
+			info.CapacityNote = "not reported: the dispatcher's default capacity"
+		}
+		for _, id := range s.isps {
+			info.ISPs = append(info.ISPs, d.in.name(id))
+		}
+		if client.IsValid() {
+			level, same := loc.region.match(s.region), loc.matchesISP(s)
+			score := l.score(d.weights.locality(level, same))
+			info.Match, info.SameISP, info.Score = level.String(), &same, &score
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b NodeInfo) int {
+		if a.Score != nil && *a.Score != *b.Score {
+			if *a.Score > *b.Score {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
+	return out
+}
+
+// matchesISP says whether a node with snapshot s is reached through the client's ISP.
+func (l location) matchesISP(s *nodeSnap) bool {
+	return l.matchesLabels(&nodeLabels{isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}, s)
+}
+
+// matchesLabels is matchesISP from a node's copied labels; s is read only for nodes with more
+// than two ISP keys.
+func (l location) matchesLabels(nl *nodeLabels, s *nodeSnap) bool {
+	if l.ispA == 0 && l.ispB == 0 {
+		return false
+	}
+	if nl.isp0 != 0 && (nl.isp0 == l.ispA || nl.isp0 == l.ispB) || nl.isp1 != 0 && (nl.isp1 == l.ispA || nl.isp1 == l.ispB) {
+		return true
+	}
+	if nl.moreISPs {
+		for _, k := range s.isps[2:] {
+			if k == l.ispA || k == l.ispB {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// snapForMore returns n's snapshot when matching needs it (more than two ISP keys), else nil.
+func (nl *nodeLabels) snapForMore(n *node) *nodeSnap {
+	if nl.moreISPs {
+		return n.snap.Load()
+	}
+	return nil
+}
