@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -204,8 +205,12 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		}
 	}
 	stderr := r.cfg.WorkerStderr
-	if stderr == nil {
+	switch stderr.(type) {
+	case nil:
 		stderr = io.Discard
+	case *os.File: // handed to the processes as is
+	default: // copied by one goroutine per process
+		stderr = &lockedWriter{w: stderr}
 	}
 	first := 0
 	for _, n := range parts {
@@ -221,6 +226,18 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		r.workers = append(r.workers, w)
 	}
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // stop ends every worker.
