@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -36,6 +38,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	scenario, rest := args[0], args[1:]
+	// The bench's clients allocate a little for every message they receive, on a small heap:
+	// collect less often, so that the load generator leaves the shared cores to the server.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	switch scenario {
 	case "conns", "fanout", "login":
 	case "worker": // hidden: a worker process of a bigger run, started by the bench itself
@@ -68,6 +73,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.PerProcess, "per-process", bench.DefaultPerProcess, "clients per process; more are spread over worker processes")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 128, "logins in flight while members join (conns, fanout)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object on the last line of stdout")
+	cpuProfile := fs.String("cpuprofile", "", "write the bench process's own CPU profile to this file (to check that the load generator stays lean)")
 	progress := fs.Bool("progress", false, "print a status line every second on stderr (default: when stderr is a terminal)")
 	switch scenario {
 	case "conns":
@@ -81,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&cfg.Tags, "tags", "", "tag groups for tag-targeted fanout (needs the tags feature, issue 5)")
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
 		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
-		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/25, 4 to 64)")
+		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
@@ -110,6 +116,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cfg.WorkerStderr = stderr
 	if *progress || terminal {
 		cfg.Progress = progressLine(stderr, terminal)
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "roomcast bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "roomcast bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	var (

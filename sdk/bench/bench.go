@@ -60,8 +60,9 @@ type Config struct {
 	Lane string
 	// Size is the message body size in bytes, at least 24. Zero value means 64.
 	Size int
-	// Senders is how many concurrent HTTP senders publish (fanout). Zero value means enough
-	// for Rate: Rate/25, at least 4 and at most 64.
+	// Senders is how many concurrent HTTP senders publish (fanout). Zero value means Rate/5,
+	// at least 16 and at most 128: enough that a server API slowed down by the fan-out it
+	// serves (tens of milliseconds an answer) still gets the full rate.
 	Senders int
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
@@ -121,7 +122,7 @@ func (c Config) withDefaults() Config {
 		c.Size = defaultSize
 	}
 	if c.Senders <= 0 {
-		c.Senders = min(max(int(c.Rate/25), 4), 64)
+		c.Senders = min(max(int(c.Rate/5), 16), 128)
 	}
 	if c.Wait <= 0 {
 		c.Wait = defaultWait

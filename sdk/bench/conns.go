@@ -32,6 +32,11 @@ type ConnsResult struct {
 	// ServerConnections is the server's own count of connections after settling (the
 	// roomcast_chatlink_connections gauges summed), when it exposes it.
 	ServerConnections float64 `json:"server_connections"`
+	// Where the growth went, per connection, from the Go runtime's metrics when the server
+	// exports them: heap in use, goroutine stacks in use, goroutines.
+	HeapPerConnBytes  float64 `json:"heap_per_conn_bytes"`
+	StackPerConnBytes float64 `json:"stack_per_conn_bytes"`
+	GoroutinesPerConn float64 `json:"goroutines_per_conn"`
 	// BenchCPUSeconds and BenchMaxRSSBytes are the bench's own usage, worker processes
 	// included (their peak RSS added up).
 	BenchCPUSeconds  float64  `json:"bench_cpu_seconds"`
@@ -52,6 +57,10 @@ func (r ConnsResult) String() string {
 	fmt.Fprintf(&b, "  logins      %.1fs (%.0f/s), settled after %.1fs\n", r.ConnectSeconds, r.ConnectsPerSec, r.SettleSeconds)
 	fmt.Fprintf(&b, "  server RSS  %.1f MiB -> %.1f MiB: %.0f bytes per connection (%.2f KiB)\n",
 		r.RSSBeforeBytes/(1<<20), r.RSSAfterBytes/(1<<20), r.RSSPerConnBytes, r.RSSPerConnBytes/1024)
+	if r.HeapPerConnBytes != 0 || r.StackPerConnBytes != 0 {
+		fmt.Fprintf(&b, "  per conn    heap %.0f B, stacks %.0f B, %.2f goroutines (Go runtime metrics)\n",
+			r.HeapPerConnBytes, r.StackPerConnBytes, r.GoroutinesPerConn)
+	}
 	fmt.Fprintf(&b, "  bench       %.1f CPU-s, peak RSS %.0f MiB", r.BenchCPUSeconds, float64(r.BenchMaxRSSBytes)/(1<<20))
 	return b.String()
 }
@@ -95,8 +104,11 @@ func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
 		return res, err
 	}
 	res.RSSAfterBytes, res.ServerConnections = after.rss, after.conns
-	if res.Connected > 0 {
-		res.RSSPerConnBytes = math.Round((after.rss - before.rss) / float64(res.Connected))
+	if n := float64(res.Connected); n > 0 {
+		res.RSSPerConnBytes = math.Round((after.rss - before.rss) / n)
+		res.HeapPerConnBytes = math.Round((after.heapInuse - before.heapInuse) / n)
+		res.StackPerConnBytes = math.Round((after.stackInuse - before.stackInuse) / n)
+		res.GoroutinesPerConn = math.Round((after.goroutines-before.goroutines)/n*100) / 100
 	}
 
 	rep, err := r.finish(ctx, 0, 0)

@@ -54,6 +54,9 @@ type FanoutResult struct {
 	Published       int64   `json:"published"`
 	PublishFailed   int64   `json:"publish_failed"`
 	PublishedPerSec float64 `json:"published_per_sec"`
+	// PublishP50MS and PublishP99MS are the server API's answer times.
+	PublishP50MS float64 `json:"publish_p50_ms"`
+	PublishP99MS float64 `json:"publish_p99_ms"`
 
 	// Expected is every accepted message times every member that logged in; Delivered counts
 	// distinct (member, message) pairs received; Lost is the difference.
@@ -108,7 +111,8 @@ func (r FanoutResult) String() string {
 	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s lane=%s size=%dB transport=%s workers=%d\n",
 		r.N, r.Rate, r.Duration, tick, merge, r.Lane, r.Size, r.Transport, r.Workers)
 	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d\n", r.Connected, r.Failed, r.Disconnected)
-	fmt.Fprintf(&b, "  published   %d accepted, %d failed, %.1f/s\n", r.Published, r.PublishFailed, r.PublishedPerSec)
+	fmt.Fprintf(&b, "  published   %d accepted, %d failed, %.1f/s, API answer p50 %.1fms p99 %.1fms\n",
+		r.Published, r.PublishFailed, r.PublishedPerSec, r.PublishP50MS, r.PublishP99MS)
 	fmt.Fprintf(&b, "  delivered   %d/%d (lost %d, lost_critical %d, dup %d, incomplete members %d)\n",
 		r.Delivered, r.Expected, r.Lost, r.LostCritical, r.Dup, r.IncompleteMembers)
 	fmt.Fprintf(&b, "  by lane     critical %d/%d  normal %d/%d  bulk %d/%d\n",
@@ -236,6 +240,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	if span := pub.last.Sub(pub.first).Seconds(); span > 0 {
 		res.PublishedPerSec = float64(pub.sent) / span
 	}
+	res.PublishP50MS, res.PublishP99MS, _ = quantiles(pub.latency.Export())
 	var expected [4]int64
 	for l, n := range pub.accepted {
 		expected[l] = n * rep.Connected

@@ -140,6 +140,9 @@ const (
 	metricDeliveries = "roomcast_chatlink_deliveries_total"
 	metricDrops      = "roomcast_chatlink_drops_total"
 	metricConns      = "roomcast_chatlink_connections"
+	metricGoroutines = "go_goroutines"
+	metricHeapInuse  = "go_memstats_heap_inuse_bytes"
+	metricStackInuse = "go_memstats_stack_inuse_bytes"
 )
 
 // serverStats is what the bench reads of the server at one moment.
@@ -150,6 +153,8 @@ type serverStats struct {
 	deliveries float64            // messages written to client connections, all lanes
 	drops      map[string]float64 // by "lane/reason"
 	conns      float64
+	// Go runtime figures, when the server is a Go program that exports them (0 otherwise).
+	goroutines, heapInuse, stackInuse float64
 }
 
 // probeServer reads the server's figures: from /metrics, and RSS and CPU from /proc when pid
@@ -178,6 +183,9 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 			}
 			st.deliveries, _ = sum(samples, metricDeliveries, nil)
 			st.conns, _ = sum(samples, metricConns, nil)
+			st.goroutines, _ = sum(samples, metricGoroutines, nil)
+			st.heapInuse, _ = sum(samples, metricHeapInuse, nil)
+			st.stackInuse, _ = sum(samples, metricStackInuse, nil)
 			for _, s := range samples {
 				if s.name == metricDrops {
 					st.drops[s.labels["lane"]+"/"+s.labels["reason"]] += s.value

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"roomcast/proto/roomcastpb"
 )
 
@@ -31,11 +33,13 @@ type publisher struct {
 	first    time.Time // first send
 	last     time.Time // last answer
 	sent     int64
+	latency  *hdrhistogram.Histogram // request to answer, µs
 }
 
 func newPublisher(api, apiKey, room, lane string, size int, run runID, senders int) *publisher {
 	return &publisher{
 		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run,
+		latency: newLatencyHistogram(),
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
 		}},
@@ -104,6 +108,7 @@ func (p *publisher) send(ctx context.Context, seq uint64) {
 	}
 	p.last = time.Now()
 	p.sent++
+	recordLatency(p.latency, p.last.Sub(now))
 	if err != nil {
 		p.failed++
 		if len(p.errors) < maxErrors {
