@@ -189,7 +189,7 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 	parts := split(r.cfg.N, r.cfg.PerProcess)
 	base := spec{
 		Scenario: scenario, Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
-		Transport: r.cfg.Transport, Room: r.room, Run: r.id, Concurrency: r.cfg.Concurrency,
+		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
 		MessageBuffer: messageBuffer,
 	}
 	if len(parts) == 1 {

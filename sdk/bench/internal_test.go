@@ -226,3 +226,24 @@ func TestBar(t *testing.T) {
 func pbMessage(body []byte) *roomcastpb.Message {
 	return &roomcastpb.Message{Lane: roomcastpb.Lane_LANE_CRITICAL, Body: body}
 }
+
+// TestStartSpec checks that a run hands its settings to its workers.
+func TestStartSpec(t *testing.T) {
+	cfg := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp"}.withDefaults()
+	r := newRunner(cfg)
+	if err := r.start("conns", 0, 16); err != nil {
+		t.Fatal(err)
+	}
+	defer r.stop()
+	sp := r.workers[0].(*localWorker).f.spec
+	if sp.Rooms != 3 || sp.Count != 10 || sp.Transport != "tcp" || sp.Room != r.room || sp.Run != r.id || sp.MessageBuffer != 16 {
+		t.Errorf("worker spec %+v", sp)
+	}
+	rooms := map[string]bool{}
+	for i := range 10 {
+		rooms[sp.room(i)] = true
+	}
+	if len(rooms) != 3 || !rooms[r.room+"-0"] || !rooms[r.room+"-2"] {
+		t.Errorf("10 clients over 3 rooms land in %v", rooms)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -23,7 +24,7 @@ func sourceAddr(i int) net.IP {
 // dialerFrom returns a dial function that binds to src when it dials a loopback address, and
 // dials as usual otherwise (a remote target is reached through the normal route).
 func dialerFrom(src net.IP) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	bound := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, KeepAlive: -1}
+	bound := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, KeepAlive: -1, Control: bindAddressNoPort}
 	plain := net.Dialer{KeepAlive: -1}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if isLoopback(addr) {
@@ -31,6 +32,23 @@ func dialerFrom(src net.IP) func(ctx context.Context, network, addr string) (net
 		}
 		return plain.DialContext(ctx, network, addr)
 	}
+}
+
+// ipBindAddressNoPort is Linux's IP_BIND_ADDRESS_NO_PORT socket option.
+const ipBindAddressNoPort = 24
+
+// bindAddressNoPort lets the kernel choose the source port at connect(2), for the whole
+// 4-tuple, instead of at bind(2), where a bind to port 0 must find a port free for every
+// destination: the usual setting for many outgoing connections from one bound address.
+func bindAddressNoPort(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 func isLoopback(addr string) bool {
