@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -302,6 +303,51 @@ func TestClusterShutdownSurfaces(t *testing.T) {
 			return nil
 		default:
 			return errors.New("Done not closed")
+		}
+	})
+}
+
+// TestClusterCustomDialer checks that Config.Dialer opens the ChatLink connection for both
+// transports, and that a client can choose its local address with it (as roomcast bench does
+// to spread many clients over loopback source addresses).
+func TestClusterCustomDialer(t *testing.T) {
+	c := startCluster(t, 1)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		var mu sync.Mutex
+		var dialed []string
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+		cl := dialCluster(t, c, transport, "dialer-"+transport, "lobby", sdk.Config{
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				nc, err := d.DialContext(ctx, network, addr)
+				if err == nil {
+					mu.Lock()
+					dialed = append(dialed, nc.LocalAddr().String())
+					mu.Unlock()
+				}
+				return nc, err
+			},
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dialed) != 1 || !strings.HasPrefix(dialed[0], "127.0.0.2:") {
+			t.Errorf("dialer opened %q, want one connection from 127.0.0.2", dialed)
+		}
+		if cl.LoginAck().GetSessionId() == "" {
+			t.Error("no session over the custom dialer")
+		}
+	})
+	t.Run("error", func(t *testing.T) {
+		tok, err := c.Mint("dialer-fail", "lobby", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boom := errors.New("no route for this test")
+		_, err = sdk.Dial(context.Background(), sdk.Config{
+			Token: tok, Dispatcher: c.URL(),
+			Dialer: func(context.Context, string, string) (net.Conn, error) { return nil, boom },
+		})
+		if !errors.Is(err, boom) {
+			t.Errorf("Dial = %v, want the dialer's error", err)
 		}
 	})
 }

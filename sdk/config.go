@@ -1,7 +1,9 @@
 package sdk
 
 import (
+	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -61,6 +63,11 @@ type Config struct {
 	// HTTPClient is used for the dispatch request. Nil means http.DefaultClient.
 	HTTPClient *http.Client
 
+	// Dialer opens the TCP connection to a ChatLink, for both transports (for wss the TLS
+	// handshake runs over it), e.g. to choose the local address with net.Dialer.LocalAddr.
+	// Nil means a zero net.Dialer.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	// AttemptTimeout bounds connecting to and logging in at one endpoint, so that a hanging
 	// endpoint gives way to the next. Zero value means 10s.
 	AttemptTimeout time.Duration
@@ -112,6 +119,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = http.DefaultClient
+	}
+	if c.Dialer == nil {
+		var d net.Dialer
+		c.Dialer = d.DialContext
 	}
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = defaultAttemptTimeout

@@ -31,8 +31,7 @@ type tcpConn struct {
 var _ frameConn = (*tcpConn)(nil)
 
 func dialTCP(ctx context.Context, addr string, cfg *Config) (*tcpConn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := cfg.Dialer(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -56,16 +56,17 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 	}
 	addr := net.JoinHostPort(u.Hostname(), port)
 
-	var nc net.Conn
-	if u.Scheme == "wss" {
-		d := tls.Dialer{Config: &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}}
-		nc, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		nc, err = d.DialContext(ctx, "tcp", addr)
-	}
+	nc, err := cfg.Dialer(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if u.Scheme == "wss" {
+		tc := tls.Client(nc, &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		nc = tc
 	}
 
 	w := &wsConn{writeTimeout: cfg.WriteTimeout}

@@ -19,6 +19,8 @@ Usage:
   roomcast drain     [flags]   ask a ChatLink to hand its clients to other nodes and stop
   roomcast token     [flags]   mint a login token for a client
   roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
+  roomcast bench     <conns|fanout|login> [flags]   load generator: memory per connection,
+                               room fan-out, login rate
 
 Run 'roomcast <command> --help' for a command's flags.
 `
@@ -50,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runToken(rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

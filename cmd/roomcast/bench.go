@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"roomcast/internal/devcluster"
+	"roomcast/sdk"
+	"roomcast/sdk/bench"
+)
+
+const benchUsage = `Usage: roomcast bench <scenario> [flags]
+
+The load generator. It measures a running deployment from outside, like clients and app
+backends use it, and reads the server's CPU and memory from its /metrics (or /proc with --pid).
+
+Scenarios:
+  conns    N logged-in idle members; the server's RSS growth per connection
+  fanout   N members in one room, R messages/s through the server API; deliveries/s, losses,
+           latency, deliveries per server CPU-second
+  login    N logins paced at R/s; logins/s and login latency
+
+Run 'roomcast bench <scenario> --help' for its flags. The defaults fit a local 'roomcast dev'.
+`
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, benchUsage)
+		return 2
+	}
+	scenario, rest := args[0], args[1:]
+	// The bench's clients allocate a little for every message they receive, on a small heap:
+	// collect less often, so that the load generator leaves the shared cores to the server.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	switch scenario {
+	case "conns", "fanout", "login":
+	case "worker": // hidden: a worker process of a bigger run, started by the bench itself
+		if err := bench.ServeWorker(ctx, os.Stdin, stdout, nil); err != nil {
+			fmt.Fprintln(stderr, "roomcast bench worker:", err)
+			return 1
+		}
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, benchUsage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "roomcast bench: unknown scenario %q\n\n%s", scenario, benchUsage)
+		return 2
+	}
+
+	fs := flag.NewFlagSet("bench "+scenario, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg bench.Config
+	fs.StringVar(&cfg.Dispatcher, "dispatcher", "http://127.0.0.1:8080", "dispatcher base URL")
+	fs.StringVar(&cfg.API, "api", "", "server API base URL (default: the dispatcher's)")
+	fs.StringVar(&cfg.APIKey, "api-key", devcluster.APIKey, "server API key, for the room settings and messages of fanout")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "URL of the server's Prometheus metrics (default: <api>/metrics)")
+	fs.IntVar(&cfg.PID, "pid", 0, "read the server's RSS and CPU time from /proc/PID instead of /metrics (a local server)")
+	secret := fs.String("secret", devcluster.Secret, "the app's token secret")
+	fs.StringVar(&cfg.App, "app", devcluster.App, "app id")
+	fs.StringVar(&cfg.Transport, "transport", sdk.TransportWebSocket, "client transport: ws or tcp")
+	fs.IntVar(&cfg.N, "n", 100, "how many clients")
+	fs.StringVar(&cfg.Room, "room", "", "room (default: a fresh room bench-<run id>)")
+	fs.IntVar(&cfg.PerProcess, "per-process", bench.DefaultPerProcess, "clients per process; more are spread over worker processes")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 128, "logins in flight while members join (conns, fanout)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object on the last line of stdout")
+	cpuProfile := fs.String("cpuprofile", "", "write the bench process's own CPU profile to this file (to check that the load generator stays lean)")
+	progress := fs.Bool("progress", false, "print a status line every second on stderr (default: when stderr is a terminal)")
+	switch scenario {
+	case "conns":
+		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the members over this many rooms")
+		fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "longest wait for the server's RSS to settle")
+	case "fanout":
+		fs.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
+		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
+		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
+		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
+		fs.StringVar(&cfg.Tags, "tags", "", "tag groups for tag-targeted fanout (needs the tags feature, issue 5)")
+		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
+		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
+		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
+		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
+	case "login":
+		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
+		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the logins over this many rooms")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchScenarioUsage[scenario])
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "roomcast bench %s: unexpected arguments %q\n", scenario, fs.Args())
+		return 2
+	}
+	cfg.Secret = []byte(*secret)
+	terminal := isTerminal(stderr)
+	if _, ok := stderr.(*os.File); !ok {
+		// Status lines and the worker processes' stderr arrive from several goroutines.
+		stderr = &lockedWriter{w: stderr}
+	}
+	cfg.WorkerStderr = stderr
+	if *progress || terminal {
+		cfg.Progress = progressLine(stderr, terminal)
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "roomcast bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "roomcast bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	var (
+		res  interface{ String() string }
+		ok   bool
+		err  error
+		code = 0
+	)
+	switch scenario {
+	case "conns":
+		var r bench.ConnsResult
+		r, err = bench.RunConns(ctx, cfg)
+		res, ok = r, r.OK()
+	case "fanout":
+		var r bench.FanoutResult
+		r, err = bench.RunFanout(ctx, cfg)
+		res, ok = r, r.OK()
+	case "login":
+		var r bench.LoginResult
+		r, err = bench.RunLogin(ctx, cfg)
+		res, ok = r, r.Passed()
+	}
+	if cfg.Progress != nil && terminal {
+		fmt.Fprint(stderr, "\r\033[K") // clear the status line
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast", err) // err reads "bench: ..."
+		code = 1
+	}
+	if err == nil || *asJSON {
+		fmt.Fprintln(stdout, res)
+	}
+	if err == nil && !ok {
+		fmt.Fprintf(stderr, "roomcast bench %s: failed (see the summary)\n", scenario)
+		code = 1
+	}
+	if *asJSON {
+		line, jerr := resultJSON(res, err)
+		if jerr != nil {
+			fmt.Fprintln(stderr, "roomcast bench:", jerr)
+			return 1
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	return code
+}
+
+// resultJSON is res as one line of JSON, with an "error" field when the run failed.
+func resultJSON(res any, runErr error) (string, error) {
+	b, err := json.Marshal(res)
+	if err != nil || runErr == nil {
+		return string(b), err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", err
+	}
+	m["error"] = runErr.Error()
+	b, err = json.Marshal(m)
+	return string(b), err
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressLine writes status lines to w: rewriting one line on a terminal, one per line
+// otherwise.
+func progressLine(w io.Writer, terminal bool) func(string) {
+	start := time.Now()
+	return func(line string) {
+		line = fmt.Sprintf("%5.0fs %s", time.Since(start).Seconds(), line)
+		if terminal {
+			fmt.Fprint(w, "\r\033[K"+line)
+			return
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+var benchScenarioUsage = map[string]string{
+	"conns": `Usage: roomcast bench conns [--n N] [--rooms K] [target flags]
+
+Logs N members in (one room, or spread over K rooms) and leaves them idle. It reads the
+server's process_resident_memory_bytes before connecting and again once the connections have
+settled (at least 3s after the last login, then until RSS is stable within 1% or --settle has
+passed), and reports rss_per_conn_bytes = (after - before) / connected.
+
+Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 for bad flags.
+
+`,
+	"fanout": `Usage: roomcast bench fanout [--n N] [--rate R] [--duration D] [--tick T] [--no-merge]
+                            [--lane critical|normal|bulk|mix] [--size B] [target flags]
+
+Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
+per-member budgets (PUT /v1/rooms/{room}/settings with normal_budget and critical_budget -1),
+then publishes R messages per second for D through the server API (POST
+/v1/rooms/{room}/messages, several senders on keep-alive connections). Each body carries its
+send time and sequence number; latency is receipt minus send time. After the last message it
+waits up to --wait for stragglers, and reports deliveries/s, expected vs delivered per lane,
+lost_critical, p50/p99/max latency, and deliveries per server CPU-second (the server's
+process_cpu_seconds_total over the run).
+
+--tags (tag-targeted fanout) needs the tags feature (issue 5) and fails until then.
+
+Exit status: 0 when every member joined, every message was accepted and no critical message
+was lost; 1 otherwise; 2 for bad flags.
+
+`,
+	"login": `Usage: roomcast bench login [--n N] [--rate R] [--rooms K] [target flags]
+
+Starts N logins paced at R per second, each a dispatch, a connection and a login answered by
+its LoginAck, and reports logins/s achieved and p50/p99/max login latency; then closes them.
+
+Exit status: 0 when every login succeeded, 1 otherwise, 2 for bad flags.
+
+`,
+}

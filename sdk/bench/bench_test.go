@@ -1,0 +1,254 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"roomcast/internal/devcluster"
+	"roomcast/sdk"
+	"roomcast/sdk/bench"
+)
+
+// workerFlag makes the test binary act as a bench worker process, so that tests run the real
+// multi-process path.
+const workerFlag = "-bench.worker"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == workerFlag {
+		if err := bench.ServeWorker(context.Background(), os.Stdin, os.Stdout, nil); err != nil {
+			os.Stderr.WriteString("bench worker: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func startCluster(t *testing.T) *devcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func config(c *devcluster.Cluster, n int) bench.Config {
+	return bench.Config{
+		Dispatcher: c.URL(), APIKey: devcluster.APIKey, App: devcluster.App, Secret: []byte(devcluster.Secret), N: n,
+	}
+}
+
+// jsonFields returns v as a JSON object.
+func jsonFields(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func requireFields(t *testing.T, m map[string]any, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, ok := m[n]; !ok {
+			t.Errorf("JSON lacks %q: %v", n, m)
+		}
+	}
+}
+
+func TestConns(t *testing.T) {
+	c := startCluster(t)
+	cfg := config(c, 20)
+	cfg.Rooms = 3
+	cfg.Settle = 5 * time.Second
+	res, err := bench.RunConns(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.OK() || res.Connected != 20 || res.Workers != 1 {
+		t.Errorf("conns on a healthy cluster: %+v", res)
+	}
+	if res.RSSBeforeBytes <= 0 || res.RSSAfterBytes <= 0 {
+		t.Errorf("RSS not read from /metrics: before %v after %v", res.RSSBeforeBytes, res.RSSAfterBytes)
+	}
+	if res.ServerConnections != 20 {
+		t.Errorf("server counts %v connections, want 20", res.ServerConnections)
+	}
+	if res.BenchCPUSeconds <= 0 || res.BenchMaxRSSBytes <= 0 {
+		t.Errorf("bench usage %v CPU-s, %v bytes", res.BenchCPUSeconds, res.BenchMaxRSSBytes)
+	}
+	m := jsonFields(t, res)
+	requireFields(t, m, "scenario", "n", "rss_per_conn_bytes")
+	if m["scenario"] != "conns" || m["n"] != float64(20) {
+		t.Errorf("JSON %v", m)
+	}
+}
+
+func TestConnsPID(t *testing.T) {
+	c := startCluster(t)
+	cfg := config(c, 5)
+	cfg.PID = os.Getpid() // the cluster runs in this process
+	cfg.Settle = 4 * time.Second
+	res, err := bench.RunConns(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RSSBeforeBytes <= 0 || res.RSSAfterBytes <= 0 || !res.OK() {
+		t.Errorf("conns with --pid: %+v", res)
+	}
+}
+
+func TestFanout(t *testing.T) {
+	c := startCluster(t)
+	for _, tc := range []struct {
+		name      string
+		transport string
+		lane      string
+		noMerge   bool
+	}{
+		{"ws critical merged", sdk.TransportWebSocket, "critical", false},
+		{"tcp mix no-merge", sdk.TransportTCP, "mix", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(c, 20)
+			cfg.Transport, cfg.Lane, cfg.NoMerge = tc.transport, tc.lane, tc.noMerge
+			cfg.Rate, cfg.Duration, cfg.Tick = 20, 2*time.Second, 50*time.Millisecond
+			var lines int
+			cfg.Progress = func(string) { lines++ }
+			res, err := bench.RunFanout(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(res)
+			if !res.OK() {
+				t.Errorf("fanout on a healthy cluster is not OK: %+v", res)
+			}
+			if res.Published != 40 || res.Expected != 40*20 || res.Delivered != res.Expected || res.Lost != 0 || res.Dup != 0 {
+				t.Errorf("published %d, expected %d, delivered %d, lost %d, dup %d; want 40, 800, 800, 0, 0",
+					res.Published, res.Expected, res.Delivered, res.Lost, res.Dup)
+			}
+			if res.DeliveredByLane.Critical != res.ExpectedByLane.Critical || res.LostCritical != 0 {
+				t.Errorf("critical: %d of %d delivered", res.DeliveredByLane.Critical, res.ExpectedByLane.Critical)
+			}
+			if tc.lane == "mix" && (res.ExpectedByLane.Normal == 0 || res.ExpectedByLane.Bulk == 0 || res.ExpectedByLane.Critical == 0) {
+				t.Errorf("mix did not use every lane: %+v", res.ExpectedByLane)
+			}
+			if res.ServerCPUSeconds <= 0 || res.DeliveriesPerServerCPUSec <= 0 || res.DeliveriesPerSec <= 0 {
+				t.Errorf("rates: cpu %v, per cpu-s %v, per s %v", res.ServerCPUSeconds, res.DeliveriesPerServerCPUSec, res.DeliveriesPerSec)
+			}
+			if res.ServerDeliveries < float64(res.Delivered) {
+				t.Errorf("server counted %v deliveries, the bench received %d", res.ServerDeliveries, res.Delivered)
+			}
+			if res.P50MS <= 0 || res.P99MS < res.P50MS || res.MaxMS < res.P99MS {
+				t.Errorf("latencies p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
+			}
+			if lines == 0 {
+				t.Error("no progress line in a 2s run")
+			}
+			m := jsonFields(t, res)
+			requireFields(t, m, "scenario", "n", "deliveries_per_sec", "deliveries_per_server_cpu_sec", "expected",
+				"delivered", "lost_critical", "p50_ms", "p99_ms", "max_ms")
+		})
+	}
+}
+
+// TestFanoutWorkers runs the members in three worker processes (this test binary, acting as
+// `roomcast bench worker`), which report to this one.
+func TestFanoutWorkers(t *testing.T) {
+	c := startCluster(t)
+	cfg := config(c, 20)
+	cfg.PerProcess = 8
+	cfg.WorkerCommand = []string{os.Args[0], workerFlag}
+	cfg.WorkerStderr = os.Stderr
+	cfg.Rate, cfg.Duration, cfg.Tick = 20, time.Second, 50*time.Millisecond
+	res, err := bench.RunFanout(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.Workers != 3 || !res.OK() || res.Delivered != res.Expected || res.Expected != 20*20 {
+		t.Errorf("fanout over 3 workers: %+v", res)
+	}
+	if res.P99MS <= 0 {
+		t.Errorf("no latencies from the workers: %+v", res)
+	}
+}
+
+func TestLogin(t *testing.T) {
+	c := startCluster(t)
+	cfg := config(c, 50)
+	cfg.Rate = 200
+	res, err := bench.RunLogin(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.Passed() || res.OK != 50 {
+		t.Errorf("login on a healthy cluster: %+v", res)
+	}
+	if res.LoginsPerSec <= 0 || res.LoginsPerSec > 400 {
+		t.Errorf("%v logins/s paced at 200/s", res.LoginsPerSec)
+	}
+	if res.P50MS <= 0 || res.P99MS < res.P50MS || res.MaxMS < res.P99MS {
+		t.Errorf("latencies p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
+	}
+	requireFields(t, jsonFields(t, res), "scenario", "n", "logins_per_sec", "p99_ms")
+}
+
+func TestLoginBadSecret(t *testing.T) {
+	c := startCluster(t)
+	cfg := config(c, 3)
+	cfg.Secret = []byte("wrong")
+	cfg.Rate = 100
+	res, err := bench.RunLogin(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passed() || res.Failed != 3 || len(res.Errors) == 0 {
+		t.Errorf("logins with a wrong secret: %+v", res)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ok := bench.Config{Dispatcher: "http://127.0.0.1:1", APIKey: "k", Secret: []byte("s"), N: 1, Rate: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*bench.Config)
+		want error
+	}{
+		{"tags", func(c *bench.Config) { c.Tags = "class:1" }, bench.ErrTagsNotBuilt},
+		{"no rate", func(c *bench.Config) { c.Rate = 0 }, nil},
+		{"no key", func(c *bench.Config) { c.APIKey = "" }, nil},
+		{"bad lane", func(c *bench.Config) { c.Lane = "urgent" }, nil},
+		{"tiny size", func(c *bench.Config) { c.Size = 8 }, nil},
+		{"huge size", func(c *bench.Config) { c.Size = 20000 }, nil},
+		{"no n", func(c *bench.Config) { c.N = 0 }, nil},
+		{"no secret", func(c *bench.Config) { c.Secret = nil }, nil},
+		{"bad transport", func(c *bench.Config) { c.Transport = "udp" }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ok
+			tc.edit(&cfg)
+			_, err := bench.RunFanout(context.Background(), cfg)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Errorf("RunFanout = %v, want an error (%v)", err, tc.want)
+			}
+		})
+	}
+}

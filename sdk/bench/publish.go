@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"roomcast/proto/roomcastpb"
+)
+
+// publisher sends the bench's messages to a room through the server API, paced at a rate, with
+// several senders on keep-alive connections so that the sender is not the bottleneck.
+type publisher struct {
+	url    string // POST target
+	apiKey string
+	lane   string // critical, normal, bulk or mix
+	size   int
+	id     runID
+	hc     *http.Client
+
+	mu       sync.Mutex // guards the fields below
+	accepted [4]int64   // by roomcastpb.Lane
+	failed   int64
+	errors   []string
+	first    time.Time // first send
+	last     time.Time // last answer
+	sent     int64
+	latency  *hdrhistogram.Histogram // request to answer, µs
+}
+
+func newPublisher(api, apiKey, room, lane string, size int, run runID, senders int) *publisher {
+	return &publisher{
+		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run,
+		latency: newLatencyHistogram(),
+		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
+		}},
+	}
+}
+
+// laneOf is the lane of message seq.
+func (p *publisher) laneOf(seq uint64) string {
+	if p.lane != "mix" {
+		return p.lane
+	}
+	return [...]string{"critical", "normal", "bulk"}[seq%3]
+}
+
+// run publishes rate messages per second for d with senders concurrent senders, and returns
+// once every message has been answered.
+func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, senders int) {
+	total := int64(rate * d.Seconds())
+	jobs := make(chan uint64, senders)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for seq := range jobs {
+				p.send(ctx, seq)
+			}
+		})
+	}
+	start := time.Now()
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for k := range total {
+		due := start.Add(time.Duration(float64(k) / rate * float64(time.Second)))
+		if w := time.Until(due); w > 0 {
+			timer.Reset(w)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- uint64(k)
+	}
+	close(jobs)
+	wg.Wait()
+	p.hc.CloseIdleConnections()
+}
+
+type apiSend struct {
+	Type       string `json:"type"`
+	Lane       string `json:"lane"`
+	BodyBase64 []byte `json:"body_base64"`
+}
+
+func (p *publisher) send(ctx context.Context, seq uint64) {
+	lane := p.laneOf(seq)
+	now := time.Now()
+	b, _ := json.Marshal(apiSend{Type: "bench", Lane: lane, BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size)})
+	err := p.post(ctx, b)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.first.IsZero() || now.Before(p.first) {
+		p.first = now
+	}
+	p.last = time.Now()
+	p.sent++
+	recordLatency(p.latency, p.last.Sub(now))
+	if err != nil {
+		p.failed++
+		if len(p.errors) < maxErrors {
+			p.errors = append(p.errors, fmt.Sprintf("message %d: %v", seq, err))
+		}
+		return
+	}
+	p.accepted[laneValue(lane)]++
+}
+
+func laneValue(lane string) roomcastpb.Lane {
+	switch lane {
+	case "critical":
+		return roomcastpb.Lane_LANE_CRITICAL
+	case "bulk":
+		return roomcastpb.Lane_LANE_BULK
+	}
+	return roomcastpb.Lane_LANE_NORMAL
+}
+
+func (p *publisher) post(ctx context.Context, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // read to the end: keep-alive
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
+	}
+	return nil
+}
+
+// putSettings creates the room if need be and sets its delivery settings through the server
+// API (POST /v1/rooms is idempotent; PATCH replaces the settings of an existing room).
+func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string, s roomSettings) error {
+	for _, call := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPost, "/v1/rooms", map[string]any{"room": room, "settings": s}},
+		{http.MethodPatch, "/v1/rooms/" + url.PathEscape(room), map[string]any{"settings": s}},
+	} {
+		b, _ := json.Marshal(call.body)
+		req, err := http.NewRequestWithContext(ctx, call.method, api+call.path, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("bench: room settings: %w", err)
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("bench: room settings: %s %s: %s: %s", call.method, call.path, resp.Status, bytes.TrimSpace(answer))
+		}
+	}
+	return nil
+}
+
+// roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
+type roomSettings struct {
+	FlushTickMS    uint32 `json:"flush_tick_ms"`
+	NoMerge        bool   `json:"no_merge"`
+	NormalBudget   int32  `json:"normal_budget"`
+	CriticalBudget int32  `json:"critical_budget"`
+}
