@@ -293,8 +293,8 @@ func (n *Node) Kill() {
 	n.shutdownOnce.Do(func() {
 		n.draining.Store(true)
 		n.cfg.Bus.Close()
-		if n.httpSrv != nil {
-			_ = n.httpSrv.Close()
+		if n.wsLn != nil {
+			_ = n.wsLn.Close()
 			_ = n.tcpLn.Close()
 		}
 		n.conns.each(func(c *conn) { c.t.forceClose() })

@@ -14,7 +14,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +42,10 @@ func (n *Node) expr(src string) *tag.Expr {
 	return e
 }
 
+// wsReadBuffer is the read buffer each client connection keeps (WebSocket and TCP): small, since client frames
+// are small and rare next to what the node writes.
+const wsReadBuffer = 512
+
 // Node is one ChatLink.
 type Node struct {
 	cfg        Config
@@ -62,7 +65,6 @@ type Node struct {
 	exprs      *tag.Cache    // compiled tag expressions
 
 	upgrader *gws.Upgrader
-	httpSrv  *http.Server
 	wsLn     net.Listener
 	tcpLn    net.Listener
 
@@ -103,7 +105,7 @@ func New(cfg Config) (*Node, error) {
 	n.conns = newConnTable()
 	n.presence = &eventBatcher{n: n}
 	n.upgrader = gws.NewUpgrader(wsHandler{n}, &gws.ServerOption{
-		ReadBufferSize:     1024,
+		ReadBufferSize:     wsReadBuffer,
 		ReadMaxPayloadSize: cfg.MaxFrameBytes,
 		NewSession:         func() gws.SessionStorage { return &wsSlot{} },
 	})
@@ -142,10 +144,7 @@ func (n *Node) Start() error {
 		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/ws", n.serveWS)
-	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	n.goAsync(func() { _ = n.httpSrv.Serve(n.wsLn) })
+	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.reportLoop)
 	n.goAsync(n.sweepLoop)
@@ -195,7 +194,9 @@ func (n *Node) acceptTCP() {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		n.goAsync(func() { n.serveTCP(nc) })
+		// Not n.goAsync, for the reader's stack (see upgradeWS); serveTCP tells n.wg when done.
+		n.wg.Add(1)
+		go n.serveTCP(nc)
 	}
 }
 
@@ -293,8 +294,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.adminSub != nil {
 		_ = n.adminSub.Unsubscribe()
 	}
-	if n.httpSrv != nil {
-		_ = n.httpSrv.Close()
+	if n.wsLn != nil {
+		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
 		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
 			n.log.Warn("final load report not published", "err", err)

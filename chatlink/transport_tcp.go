@@ -17,11 +17,12 @@ const writeTimeout = 10 * time.Second
 
 // serveTCP runs one length-prefixed TCP connection: it reads frames until the connection ends.
 func (n *Node) serveTCP(nc net.Conn) {
+	defer n.wg.Done()
 	t := &tcpTransport{n: n, nc: nc}
 	c := n.newConn(t)
 	defer c.closed()
 	defer t.forceClose()
-	br := bufio.NewReaderSize(nc, 1024)
+	br := bufio.NewReaderSize(nc, wsReadBuffer)
 	var hdr [4]byte
 	for !c.closing.Load() {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {

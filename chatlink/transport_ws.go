@@ -1,8 +1,13 @@
 package chatlink
 
 import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/lxzan/gws"
 
@@ -31,11 +36,11 @@ func (s *wsSlot) Range(f func(key string, v any) bool) { f("conn", s.c) }
 
 func connOf(socket *gws.Conn) *conn { return socket.Session().(*wsSlot).c }
 
-func (h wsHandler) OnOpen(socket *gws.Conn) {
-	socket.Session().(*wsSlot).c = h.n.newConn(&wsTransport{s: socket})
-}
+// OnOpen does nothing: upgradeWS registered the connection before its reader started.
+func (h wsHandler) OnOpen(*gws.Conn) {}
 
 func (h wsHandler) OnClose(socket *gws.Conn, err error) {
+	defer h.n.wg.Done() // the reader started in upgradeWS ends here
 	c := connOf(socket)
 	if c == nil {
 		return
@@ -67,13 +72,58 @@ func (h wsHandler) OnMessage(socket *gws.Conn, msg *gws.Message) {
 	c.handle(msg.Bytes())
 }
 
-// serveWS upgrades an HTTP request on /v1/ws and runs the connection's read loop.
-func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	socket, err := n.upgrader.Upgrade(w, r)
-	if err != nil {
-		return // gws has answered the request
+// wsHandshakeTimeout bounds reading a client's WebSocket upgrade request.
+const wsHandshakeTimeout = 5 * time.Second
+
+// acceptWS takes WebSocket connections. It reads the HTTP upgrade request itself, with the
+// small buffer gws then keeps for the connection, instead of going through net/http: an
+// http.Server would allocate 8 KiB of buffers and a goroutine per connection only to hand the
+// socket over.
+func (n *Node) acceptWS() {
+	for {
+		nc, err := n.wsLn.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			n.log.Warn("websocket accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		n.goAsync(func() { n.upgradeWS(nc) })
 	}
-	n.goAsync(socket.ReadLoop)
+}
+
+// upgradeWS upgrades one connection (GET /v1/ws) and starts its read loop on a goroutine of
+// its own: parsing the request takes a deeper stack than the reader ever needs again, and a
+// fresh goroutine starts with the smallest one.
+func (n *Node) upgradeWS(nc net.Conn) {
+	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
+	br := bufio.NewReaderSize(nc, wsReadBuffer)
+	req, err := http.ReadRequest(br)
+	switch {
+	case err != nil:
+		_ = nc.Close()
+		return
+	case req.URL.Path != "/v1/ws":
+		_, _ = io.WriteString(nc, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		_ = nc.Close()
+		return
+	}
+	socket, err := n.upgrader.UpgradeFromConn(nc, br, req)
+	if err != nil {
+		return // gws has answered 400 and closed
+	}
+	_ = nc.SetDeadline(time.Time{})
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket})
+	// Not n.goAsync: a wrapper frame is enough to push the reader's parked stack past 2 KiB,
+	// and it would then hold 4 KiB for the connection's life. OnClose, the last thing the
+	// reader runs, tells n.wg it is done.
+	n.wg.Add(1)
+	go socket.ReadLoop()
 }
 
 // wsTransport writes frames to a gws connection. gws queues asynchronous writes per

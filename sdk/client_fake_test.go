@@ -209,7 +209,9 @@ func TestFakeHeartbeat(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		beats := make(chan struct{}, 100)
 		link := startFakeLink(t, func(c fakeConn) {
-			if _, err := acceptLogin(c, "cl-1", 30*time.Millisecond); err != nil {
+			// Intervals long enough that a loaded machine does not make the server look dead
+			// (three intervals without a frame), short enough for a quick test.
+			if _, err := acceptLogin(c, "cl-1", 100*time.Millisecond); err != nil {
 				return
 			}
 			for {
@@ -220,7 +222,7 @@ func TestFakeHeartbeat(t *testing.T) {
 				if hb := f.GetHeartbeat(); hb != nil {
 					beats <- struct{}{}
 					_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{
-						ClientTimeMs: hb.GetClientTimeMs(), HeartbeatIntervalMs: 20,
+						ClientTimeMs: hb.GetClientTimeMs(), HeartbeatIntervalMs: 80,
 					}}})
 				}
 			}

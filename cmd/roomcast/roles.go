@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ func serveOps(addr string, reg *prometheus.Registry, healthy func() error, log *
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// Profiles for operators, on the ops address (loopback unless configured otherwise).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	return serveHTTP(addr, mux, log)
 }
 
@@ -113,7 +117,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Float64Var(&cfg.EgressCapacity, "egress-capacity", 0, "egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	fs.DurationVar(&cfg.FlushTick, "flush-tick", 0, "default flush tick of rooms (0: 100ms)")
 	fs.DurationVar(&cfg.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
-	opsAddr := fs.String("ops", "127.0.0.1:9301", "address of /metrics and /healthz")
+	opsAddr := fs.String("ops", "127.0.0.1:9301", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
 	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
 	fs.Usage = func() {
