@@ -91,7 +91,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		endpoints, _, err = dispatch(ctx, cfg.HTTPClient, cfg.Dispatcher, claims)
+		endpoints, _, err = dispatch(ctx, cfg.HTTPClient, cfg.closeDispatch, cfg.Dispatcher, claims)
 		if err != nil {
 			return nil, err
 		}

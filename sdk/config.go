@@ -60,7 +60,11 @@ type Config struct {
 	// 100) after login. Zero value means none.
 	History int
 
-	// HTTPClient is used for the dispatch request. Nil means http.DefaultClient.
+	// HTTPClient is used for the dispatch request, and its Transport decides whether the
+	// connection to the dispatcher is kept for the next request: a process that dials many
+	// clients (a load generator, a server-side bot) should give one client to all of them and
+	// reuse connections. Nil means http.DefaultClient with the connection closed after the
+	// request: a Client dispatches once per Dial, so a kept connection would only idle.
 	HTTPClient *http.Client
 
 	// Dialer opens the TCP connection to a ChatLink, for both transports (for wss the TLS
@@ -97,6 +101,8 @@ type Config struct {
 
 	// Logger receives the Client's few log lines. Nil means no logging.
 	Logger *slog.Logger
+
+	closeDispatch bool // set by withDefaults: the dispatch request closes its connection
 }
 
 // Endpoint is one ChatLink as the dispatcher describes it.
@@ -118,7 +124,7 @@ func (c Config) withDefaults() Config {
 		c.Device = defaultDevice
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = http.DefaultClient
+		c.HTTPClient, c.closeDispatch = http.DefaultClient, true
 	}
 	if c.Dialer == nil {
 		var d net.Dialer

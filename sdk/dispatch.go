@@ -51,22 +51,23 @@ type dispatchAnswer struct {
 const maxDispatchBody = 1 << 20
 
 // dispatch asks the dispatcher at base which ChatLinks to try for claims, best first, and for
-// how long the list may be reused.
-func dispatch(ctx context.Context, hc *http.Client, base string, c tokenClaims) ([]Endpoint, time.Duration, error) {
+// how long the list may be reused. With closeConn the request asks for its connection to be
+// closed after the answer, else hc's Transport may keep it for the next request.
+func dispatch(ctx context.Context, hc *http.Client, closeConn bool, base string, c tokenClaims) ([]Endpoint, time.Duration, error) {
 	q := url.Values{"app": {c.App}, "room": {c.Room}, "uid": {c.UID}}
 	u := strings.TrimRight(base, "/") + "/v1/dispatch?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("roomcast: dispatch: %w", err)
 	}
-	// One request per connection attempt: keeping the HTTP connection alive would only leave
-	// an idle connection (and its goroutines) behind for the life of the client.
-	req.Close = true
+	req.Close = closeConn
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("roomcast: dispatch: %w", err)
 	}
 	defer resp.Body.Close()
+	// Read to the end (an answer is far below the limit), so that a kept connection can be
+	// reused.
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDispatchBody))
 	if err != nil {
 		return nil, 0, fmt.Errorf("roomcast: dispatch: reading answer: %w", err)

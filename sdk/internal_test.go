@@ -2,9 +2,13 @@ package sdk
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,5 +127,50 @@ func TestCloseErrorTerminal(t *testing.T) {
 		if got := (&CloseError{Code: code}).Terminal(); got != want {
 			t.Errorf("CloseError{%d}.Terminal() = %v, want %v", code, got, want)
 		}
+	}
+}
+
+// TestDispatchConnectionReuse checks who decides about the dispatch connection: with the
+// default client each request closes its connection; with a client the caller gives, that
+// client's Transport may keep it for the next dispatch.
+func TestDispatchConnectionReuse(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[string]bool{} // remote addresses seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conns[r.RemoteAddr] = true
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"nodes":[{"node":"cl-1","ws_url":"ws://127.0.0.1:1/v1/ws"}],"ttl_ms":1000}`)
+	}))
+	defer srv.Close()
+	claims := tokenClaims{App: "demo", UID: "u", Room: "r"}
+	seen := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := len(conns)
+		clear(conns)
+		return n
+	}
+
+	def := Config{}.withDefaults()
+	for range 3 {
+		if _, _, err := dispatch(context.Background(), def.HTTPClient, def.closeDispatch, srv.URL, claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := seen(); n != 3 {
+		t.Errorf("default client: 3 dispatches used %d connections, want 3 (one each, closed)", n)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	own := Config{HTTPClient: hc}.withDefaults()
+	for range 3 {
+		if _, _, err := dispatch(context.Background(), own.HTTPClient, own.closeDispatch, srv.URL, claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := seen(); n != 1 {
+		t.Errorf("caller's client: 3 dispatches used %d connections, want 1 (kept)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cityDB := flags.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
 	ispDB := flags.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 	verbose := flags.Bool("v", false, "log at debug level")
+	profiling := flags.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
 
@@ -79,6 +81,7 @@ secret and API key are fixed and printed.
 		NATSPort:   *natsPort,
 		GRPCListen: *grpcListen,
 		Home:       http.FileServerFS(page),
+		Pprof:      *profiling,
 		Log:        log,
 		ChatLink: func(c *chatlink.Config) {
 			c.EgressCapacity = *egress
@@ -91,6 +94,14 @@ secret and API key are fixed and printed.
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 1
+	}
+	if *profiling {
+		// After Start: the embedded NATS server sets the block profile rate (to its own
+		// option, 0) when it starts. One sample per 10µs spent blocked and one mutex
+		// contention event in 100: enough to see a serial stage under load without slowing
+		// the server much.
+		runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+		runtime.SetMutexProfileFraction(100)
 	}
 	printBanner(stdout, c, *data)
 	<-ctx.Done()

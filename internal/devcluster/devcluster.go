@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -56,6 +57,11 @@ type Config struct {
 	CityDB, ISPDB string
 	// Home serves GET / (the demo page). Zero value means 404.
 	Home http.Handler
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
+	// for finding where time goes on a dev machine: never set it where others can reach
+	// the endpoint. Zero value means no profiles. Block and mutex profiles are empty unless
+	// the process sets runtime.SetBlockProfileRate and runtime.SetMutexProfileFraction.
+	Pprof bool
 	// LoginTimeout and HeartbeatInterval are passed to every ChatLink. Zero values mean the
 	// ChatLink defaults.
 	LoginTimeout, HeartbeatInterval time.Duration
@@ -244,6 +250,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if cfg.Home != nil {
 		mux.Handle("GET /{$}", cfg.Home)
+	}
+	if cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and the named profiles: heap, block, mutex, ...
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	if c.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.Listen, err)

@@ -122,6 +122,12 @@ func (f *fleet) addError(err error) {
 // connect logs every client of the fleet in: paced at spec.LoginRate when it is set, else with
 // at most spec.Concurrency dials in flight. It returns once every client has been tried.
 func (f *fleet) connect(ctx context.Context) {
+	// The app server mints tokens, not the client: mint them all before the clock starts, so
+	// that neither the logins' pace nor their latency carries the signing.
+	toks := make([]string, f.spec.Count)
+	for j := range toks {
+		toks[j] = f.token(j)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(f.spec.Concurrency, 1))
 	start := time.Now()
@@ -156,7 +162,7 @@ func (f *fleet) connect(ctx context.Context) {
 			if f.spec.LoginRate <= 0 {
 				defer func() { <-sem }()
 			}
-			f.dial(ctx, j)
+			f.dial(ctx, j, toks[j])
 		})
 	}
 	wg.Wait()
@@ -165,17 +171,27 @@ func (f *fleet) connect(ctx context.Context) {
 	f.mu.Unlock()
 }
 
-// dial logs client First+j in and records how long it took.
-func (f *fleet) dial(ctx context.Context, j int) {
-	defer f.tried.Add(1)
+// token mints the login token of client First+j, or returns "" after recording why it could
+// not.
+func (f *fleet) token(j int) string {
 	i := f.spec.First + j
 	uid := fmt.Sprintf("bench-%x-%d", f.spec.Run, i)
 	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), nil, 24*time.Hour)
 	if err != nil {
-		f.failed.Add(1)
 		f.addError(fmt.Errorf("mint token for %s: %w", uid, err))
+		return ""
+	}
+	return tok
+}
+
+// dial logs client First+j in with tok and records how long it took.
+func (f *fleet) dial(ctx context.Context, j int, tok string) {
+	defer f.tried.Add(1)
+	if tok == "" {
+		f.failed.Add(1) // token() said why
 		return
 	}
+	i := f.spec.First + j
 	m := &member{f: f, idx: i}
 	t0 := time.Now()
 	c, err := sdk.Dial(ctx, sdk.Config{

@@ -14,6 +14,10 @@ import (
 // requests need ports too, so stay well below.
 const clientsPerSourceAddr = 10000
 
+// dispatchConns bounds the connections to the dispatcher a fleet opens and keeps. Beyond it a
+// dispatch request waits for a connection to come free rather than open another.
+const dispatchConns = 256
+
 // sourceAddr is the loopback source address of client i: 127.0.0.1 for the first
 // clientsPerSourceAddr clients, then 127.0.0.2, and so on (127.0.1.1 after 127.0.0.250).
 func sourceAddr(i int) net.IP {
@@ -60,9 +64,12 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.To4() != nil && ip.IsLoopback()
 }
 
-// dispatchClient is the HTTP client a fleet's clients ask the dispatcher with. The SDK opens
-// a connection per dispatch request; this client spreads them over the fleet's source
-// addresses like the ChatLink connections.
+// dispatchClient is the HTTP client a fleet's clients ask the dispatcher with. Its
+// connections are kept and reused (the SDK leaves that to a client it is given): a
+// connection per login would cost a connect, an accept and a close on a loopback shared with
+// the server, more than the dispatch itself. Up to dispatchConns stay open between
+// requests, enough for the requests in flight at thousands of logins per second; new
+// connections are spread over the fleet's source addresses like the ChatLink connections.
 func dispatchClient(first, count int) *http.Client {
 	var addrs []net.IP
 	for i := first; i < first+count; i += clientsPerSourceAddr {
@@ -82,7 +89,8 @@ func dispatchClient(first, count int) *http.Client {
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				return dials[next.Add(1)%uint64(len(dials))](ctx, network, addr)
 			},
-			MaxIdleConnsPerHost: 4,
+			MaxIdleConnsPerHost: dispatchConns,
+			MaxConnsPerHost:     dispatchConns,
 			IdleConnTimeout:     5 * time.Second,
 		},
 	}
