@@ -499,6 +499,7 @@ type candidate struct {
 type scored struct {
 	i     int
 	score float64
+	used  float64 // predicted connections over capacity: the tie-break of equal-enough nodes
 }
 
 // Locality classes: a node's match level with a client and whether it shares the client's
@@ -597,7 +598,8 @@ func (d *Dispatcher) evaluate(r *ranking, now int64, out []scored) ([]scored, bo
 		if c.n.stale(s, now) {
 			return out, false
 		}
-		v := scored{i: i, score: d.liveScore(s, c.n.assigned.Load(), now, c.locality)}
+		assigned := c.n.assigned.Load()
+		v := scored{i: i, score: d.liveScore(s, assigned, now, c.locality), used: (s.conns + float64(assigned)) * s.invCap}
 		j := len(out)
 		out = append(out, v)
 		for j > 0 && out[j-1].score < v.score {
@@ -644,16 +646,18 @@ func (d *Dispatcher) choose(sc []scored) int {
 		sc[i], sc[j] = sc[j], sc[i]
 		weights[i], weights[j] = weights[j], weights[i]
 		if i == 0 && e > 1 {
-			// The first place is the best of two distinct draws ("power of two choices"): still
-			// random, but a node that just took a client loses to an equal one that did not,
-			// so even a handful of clients spreads over equal nodes.
+			// The first place goes to the less used of two distinct draws ("power of two
+			// choices"): still random, but a node that just took a client loses to an equal one
+			// that did not, so even a handful of clients spreads over equal nodes. Within the
+			// margin scores are equal enough; the use (predicted connections over capacity) is
+			// what must not be swamped by noise such as a CPU reading.
 			x, j = rand.Float64()*total, 1
 			for ; j < e-1; j++ {
 				if x -= weights[j]; x < 0 {
 					break
 				}
 			}
-			if sc[j].score > sc[0].score {
+			if sc[j].used < sc[0].used {
 				sc[0], sc[j] = sc[j], sc[0]
 				weights[0], weights[j] = weights[j], weights[0]
 			}
