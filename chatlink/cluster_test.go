@@ -2,7 +2,6 @@ package chatlink_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,7 +17,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -28,34 +29,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // stops them when the test ends.
 func startCluster(t *testing.T, n int, opts ...func(*devcluster.Config)) *devcluster.Cluster {
 	t.Helper()
-	cfg := devcluster.Config{DataDir: t.TempDir(), ChatLinks: n}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("start cluster: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, append([]func(*devcluster.Config){clustertest.ChatLinks(n)}, opts...)...)
 }
 
 // checkFor polls f until it returns nil or the time is up.
-func checkFor(t *testing.T, total, every time.Duration, f func() error) {
+func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", total, err)
-		}
-		time.Sleep(every)
-	}
+	testutil.CheckFor(t, total, every, f)
 }
 
 // rawClient speaks the wire protocol by hand, so tests can send what no SDK would.

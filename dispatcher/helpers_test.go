@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -150,20 +151,10 @@ func writeFixture(t testing.TB, dir string) (city, isp string) {
 	return city, isp
 }
 
-// checkFor polls f until it returns nil or timeout passes.
-func checkFor(t testing.TB, timeout, every time.Duration, f func() error) {
+// checkFor polls f until it returns nil or the time is up.
+func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(every)
-	}
+	testutil.CheckFor(t, total, every, f)
 }
 
 // counterValue reads a counter.

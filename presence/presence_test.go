@@ -21,25 +21,17 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	"roomcast/presence"
 	pb "roomcast/proto/roomcastpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func checkFor(t *testing.T, total, every time.Duration, f func() error) {
+// checkFor polls f until it returns nil or the time is up.
+func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", total, err)
-		}
-		time.Sleep(every)
-	}
+	testutil.CheckFor(t, total, every, f)
 }
 
 // login opens a TCP connection to addr, logs uid in on device and returns the connection's

@@ -1,16 +1,15 @@
 package room_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 )
 
@@ -18,14 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func startCluster(t *testing.T) *devcluster.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, clustertest.ChatLinks(1))
 }
 
 func call(t *testing.T, method, url, key, body string) (int, map[string]any) {

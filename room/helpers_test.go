@@ -17,41 +17,22 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
-// startClusterWith starts a cluster with cfg's options and stops it when the test ends.
+// startClusterWith starts a cluster (one ChatLink unless opts say otherwise) for the test.
 func startClusterWith(t *testing.T, opts ...func(*devcluster.Config)) *devcluster.Cluster {
 	t.Helper()
-	cfg := devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, append([]func(*devcluster.Config){clustertest.ChatLinks(1)}, opts...)...)
 }
 
 // checkFor polls f until it returns nil or the time is up.
-func checkFor(t *testing.T, total, every time.Duration, f func() error) {
+func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", total, err)
-		}
-		time.Sleep(every)
-	}
+	testutil.CheckFor(t, total, every, f)
 }
 
 // client is a TCP client speaking the wire protocol by hand.

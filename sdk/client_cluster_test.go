@@ -12,38 +12,22 @@ import (
 
 	"go.uber.org/goleak"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
 
-// startCluster runs a dev cluster with chatLinks nodes for the test.
 func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ChatLinks: chatLinks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
 }
 
-// checkFor polls f until it returns nil or the timeout passes.
-func checkFor(t *testing.T, timeout, every time.Duration, f func() error) {
+// checkFor polls f until it returns nil or the time is up.
+func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(every)
-	}
+	testutil.CheckFor(t, total, every, f)
 }
 
 func dialCluster(t *testing.T, c *devcluster.Cluster, transport, uid, room string, cfg sdk.Config) *sdk.Client {

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/sdk"
 	"roomcast/sdk/bench"
@@ -32,14 +33,7 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T) *devcluster.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, clustertest.ChatLinks(1))
 }
 
 func config(c *devcluster.Cluster, n int) bench.Config {

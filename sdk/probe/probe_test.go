@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
@@ -30,14 +31,7 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ChatLinks: chatLinks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
 }
 
 func TestProbeCluster(t *testing.T) {

@@ -1,0 +1,25 @@
+// Package testutil holds helpers for tests across the module: small, dependency-free plumbing,
+// never a test's logic.
+package testutil
+
+import (
+	"testing"
+	"time"
+)
+
+// CheckFor calls f every `every` until it returns nil, and fails t with f's last error if it has
+// not by `total`: poll, don't sleep.
+func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", total, err)
+		}
+		time.Sleep(every)
+	}
+}
