@@ -84,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
 		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
-		fs.StringVar(&cfg.Tags, "tags", "", "tag groups for tag-targeted fanout (needs the tags feature, issue 5)")
+		fs.IntVar(&cfg.Tags, "tags", 0, "tag-targeted fanout with this many distinct member tag sets in 10 classes (0: untargeted)")
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
 		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
 		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
@@ -240,10 +240,10 @@ Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 
 
 `,
 	"fanout": `Usage: roomcast bench fanout [--n N] [--rate R] [--duration D] [--tick T] [--no-merge]
-                            [--lane critical|normal|bulk|mix] [--size B] [target flags]
+                            [--tags G] [--lane critical|normal|bulk|mix] [--size B] [target flags]
 
 Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
-per-member budgets (PUT /v1/rooms/{room}/settings with normal_budget and critical_budget -1),
+per-member budgets (POST/PATCH /v1/rooms settings with normal_budget and critical_budget -1),
 then publishes R messages per second for D through the server API (POST
 /v1/rooms/{room}/messages, several senders on keep-alive connections). Each body carries its
 send time and sequence number; latency is receipt minus send time. After the last message it
@@ -251,10 +251,14 @@ waits up to --wait for stragglers, and reports deliveries/s, expected vs deliver
 lost_critical, p50/p99/max latency, and deliveries per server CPU-second (the server's
 process_cpu_seconds_total over the run).
 
---tags (tag-targeted fanout) needs the tags feature (issue 5) and fails until then.
+--tags G makes the run tag-targeted: member i logs in with the tags g:<i mod G> and
+c:<(i mod G) mod 10> (G distinct tag sets in 10 classes), and message s carries a tag_expr
+chosen from s alone, alternating between one class ("c:3" in tags) and two classes plus one
+group ("c:1" in tags || "c:4" in tags || "g:17" in tags). Expected deliveries count only the
+audience of each message; a receipt outside it is counted as leaked.
 
-Exit status: 0 when every member joined, every message was accepted and no critical message
-was lost; 1 otherwise; 2 for bad flags.
+Exit status: 0 when every member joined, every message was accepted, no critical message
+was lost and none leaked; 1 otherwise; 2 for bad flags.
 
 `,
 	"login": `Usage: roomcast bench login [--n N] [--rate R] [--rooms K] [target flags]

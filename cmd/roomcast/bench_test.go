@@ -89,8 +89,10 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "fanout", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"bench", "conns", "extra"}, 2, "unexpected arguments"},
 		{[]string{"bench", "login", "--help"}, 0, "logins/s"},
-		{[]string{"bench", "fanout", "--tags", "class", "--dispatcher", "http://127.0.0.1:1"}, 1, "tags feature (issue 5); not built yet"},
-		{[]string{"bench", "fanout", "--tags", "class", "--json", "--dispatcher", "http://127.0.0.1:1"}, 1, `"error":`},
+		{[]string{"bench", "fanout", "--tags", "class", "--dispatcher", "http://127.0.0.1:1"}, 2, "invalid value"},
+		{[]string{"bench", "fanout", "--tags", "-1", "--dispatcher", "http://127.0.0.1:1"}, 1, "tags must be 0 (untargeted)"},
+		{[]string{"bench", "fanout", "--tags", "-1", "--json", "--dispatcher", "http://127.0.0.1:1"}, 1, `"error":`},
+		{[]string{"bench", "fanout", "--help"}, 0, "--tags G"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errOut)

@@ -54,8 +54,11 @@ type Config struct {
 	Tick time.Duration
 	// NoMerge switches merging off for the room (fanout).
 	NoMerge bool
-	// Tags selects tag-targeted fanout; not supported until tags exist (issue 5).
-	Tags string
+	// Tags, when positive, makes fanout tag-targeted with that many distinct tag sets: the
+	// members carry tags by group and class and every message has a tag expression selecting
+	// some classes and groups (the scheme is in tags.go and docs/benchmarks.md). Zero value
+	// means untargeted: every member gets every message.
+	Tags int
 	// Lane is "critical", "normal", "bulk" or "mix" (round robin). Zero value means critical.
 	Lane string
 	// Size is the message body size in bytes, at least 24. Zero value means 64.
@@ -153,9 +156,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-// ErrTagsNotBuilt is returned by RunFanout when Config.Tags is set.
-var ErrTagsNotBuilt = errors.New("bench: tag-targeted fanout needs the tags feature (issue 5); not built yet")
-
 // runner is one bench run: its id, its workers and its view of the server.
 type runner struct {
 	cfg     Config
@@ -190,7 +190,7 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 	base := spec{
 		Scenario: scenario, Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
-		MessageBuffer: messageBuffer,
+		MessageBuffer: messageBuffer, Tags: r.cfg.Tags,
 	}
 	if len(parts) == 1 {
 		sp := base
@@ -304,14 +304,14 @@ func (r *runner) connect(ctx context.Context, verb string) error {
 	return errors.Join(errs...)
 }
 
-// finish asks every worker to wait for expect messages per member and report, and merges the
-// reports.
-func (r *runner) finish(ctx context.Context, expect int64, wait time.Duration) (report, error) {
+// finish asks every worker to wait for its members to have the accepted messages of their
+// audiences and report, and merges the reports.
+func (r *runner) finish(ctx context.Context, accepted seqSet, wait time.Duration) (report, error) {
 	reps := make([]report, len(r.workers))
 	errs := make([]error, len(r.workers))
 	var wg sync.WaitGroup
 	for i, w := range r.workers {
-		wg.Go(func() { reps[i], errs[i] = w.finish(ctx, expect, wait) })
+		wg.Go(func() { reps[i], errs[i] = w.finish(ctx, accepted, wait) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -341,6 +341,13 @@ func merge(reps []report) report {
 			t.Lanes[l] += r.Lanes[l]
 		}
 		t.Dup += r.Dup
+		t.Leaked += r.Leaked
+		if len(t.Groups) < len(r.Groups) {
+			t.Groups = append(t.Groups, make([]int64, len(r.Groups)-len(t.Groups))...)
+		}
+		for g, n := range r.Groups {
+			t.Groups[g] += n
+		}
 		t.Incomplete += r.Incomplete
 		if r.FirstRecv != 0 && (t.FirstRecv == 0 || r.FirstRecv < t.FirstRecv) {
 			t.FirstRecv = r.FirstRecv

@@ -184,6 +184,76 @@ func TestFanoutWorkers(t *testing.T) {
 	}
 }
 
+// TestFanoutTags runs a tag-targeted fanout, in this process and over three worker
+// processes: every member gets exactly the messages its tags allow and nothing else.
+func TestFanoutTags(t *testing.T) {
+	c := startCluster(t)
+	for _, tc := range []struct {
+		name       string
+		perProcess int
+		lane       string
+	}{
+		{"one process", 0, "critical"},
+		{"three workers", 15, "mix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n, groups = 40, 8
+			cfg := config(c, n)
+			cfg.Tags, cfg.Lane = groups, tc.lane
+			cfg.Rate, cfg.Duration, cfg.Tick = 40, 2*time.Second, 50*time.Millisecond
+			if tc.perProcess > 0 {
+				cfg.PerProcess = tc.perProcess
+				cfg.WorkerCommand = []string{os.Args[0], workerFlag}
+				cfg.WorkerStderr = os.Stderr
+			}
+			res, err := bench.RunFanout(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(res)
+			// 40 members in 8 groups of 5; group g is in class g. Even messages go to one
+			// class (5 members, or none for classes 8 and 9), odd ones to two classes and a
+			// group: between 0 and 15 members. The exact figure is worked out independently
+			// here from the scheme.
+			var want int64
+			for seq := range 80 {
+				k := seq / 2 % 10
+				inClass := func(k int) int64 {
+					if k < groups {
+						return 5
+					}
+					return 0
+				}
+				if seq%2 == 0 {
+					want += inClass(k)
+					continue
+				}
+				k2 := (k + 1 + seq/20%9) % 10
+				h := seq / 2 * 7919 % groups
+				want += inClass(k) + inClass(k2)
+				if h != k && h != k2 {
+					want += 5
+				}
+			}
+			if !res.OK() || res.Tags != groups || res.Published != 80 || res.Connected != n {
+				t.Errorf("targeted fanout on a healthy cluster: %+v", res)
+			}
+			if res.Expected != want || res.Delivered != res.Expected || res.Lost != 0 || res.Leaked != 0 || res.Dup != 0 ||
+				res.IncompleteMembers != 0 {
+				t.Errorf("expected %d (want %d), delivered %d, lost %d, leaked %d, dup %d, incomplete %d",
+					res.Expected, want, res.Delivered, res.Lost, res.Leaked, res.Dup, res.IncompleteMembers)
+			}
+			if res.Expected >= 80*n/2 || res.MeanAudience <= 0 || res.MeanAudience >= n {
+				t.Errorf("expected %d deliveries, mean audience %v: not targeted", res.Expected, res.MeanAudience)
+			}
+			if res.ServerDeliveries != float64(res.Delivered) {
+				t.Errorf("the server counted %v deliveries, the bench %d", res.ServerDeliveries, res.Delivered)
+			}
+			requireFields(t, jsonFields(t, res), "tags", "leaked", "mean_audience", "expected", "delivered", "lost", "dup")
+		})
+	}
+}
+
 func TestLogin(t *testing.T) {
 	c := startCluster(t)
 	cfg := config(c, 50)
@@ -226,7 +296,7 @@ func TestConfigErrors(t *testing.T) {
 		edit func(*bench.Config)
 		want error
 	}{
-		{"tags", func(c *bench.Config) { c.Tags = "class:1" }, bench.ErrTagsNotBuilt},
+		{"negative tags", func(c *bench.Config) { c.Tags = -1 }, nil},
 		{"no rate", func(c *bench.Config) { c.Rate = 0 }, nil},
 		{"no key", func(c *bench.Config) { c.APIKey = "" }, nil},
 		{"bad lane", func(c *bench.Config) { c.Lane = "urgent" }, nil},

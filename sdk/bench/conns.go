@@ -111,7 +111,7 @@ func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
 		res.GoroutinesPerConn = math.Round((after.goroutines-before.goroutines)/n*100) / 100
 	}
 
-	rep, err := r.finish(ctx, 0, 0)
+	rep, err := r.finish(ctx, nil, 0)
 	if err != nil {
 		return res, err
 	}

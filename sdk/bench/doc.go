@@ -4,7 +4,9 @@
 //   - RunConns logs N idle members in and reports the server's RSS growth per connection.
 //   - RunFanout puts N members in one room, publishes R messages per second through the server
 //     API, and reports deliveries per second, losses per lane, latency and deliveries per
-//     server CPU-second.
+//     server CPU-second. With Config.Tags it is tag-targeted: members carry tags from their
+//     login tokens and every message a tag expression (tags.go); expectations count each
+//     message's audience only, and a receipt outside it is counted as leaked.
 //   - RunLogin paces N logins (dispatch, connect, LoginAck) and reports their rate and latency.
 //
 // Clients are sdk.Clients. Against a loopback target they dial from source addresses

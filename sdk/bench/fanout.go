@@ -14,6 +14,10 @@ import (
 // maxBodySize is the protocol's limit on a message body.
 const maxBodySize = 16384
 
+// maxTags bounds the distinct tag sets of a targeted run: the workers report their members'
+// count per set.
+const maxTags = 1 << 20
+
 // LaneCounts are counts by lane.
 type LaneCounts struct {
 	Critical int64 `json:"critical"`
@@ -44,6 +48,8 @@ type FanoutResult struct {
 	NoMerge   bool    `json:"no_merge"`
 	Lane      string  `json:"lane"`
 	Size      int     `json:"size"`
+	// Tags is the number of distinct tag sets of a targeted run; 0: untargeted.
+	Tags int `json:"tags"`
 
 	Connected    int64 `json:"connected"`
 	Failed       int64 `json:"failed"`
@@ -58,8 +64,11 @@ type FanoutResult struct {
 	PublishP50MS float64 `json:"publish_p50_ms"`
 	PublishP99MS float64 `json:"publish_p99_ms"`
 
-	// Expected is every accepted message times every member that logged in; Delivered counts
-	// distinct (member, message) pairs received; Lost is the difference.
+	// Expected is, for every accepted message, the number of members that logged in and are
+	// in its audience (all of them when untargeted); Delivered counts distinct (member,
+	// message) pairs received within the audience; Lost is the difference. Leaked counts
+	// receipts by members outside the message's audience: a leak fails the run.
+	// MeanAudience is Expected / Published.
 	Expected          int64      `json:"expected"`
 	Delivered         int64      `json:"delivered"`
 	Lost              int64      `json:"lost"`
@@ -67,7 +76,9 @@ type FanoutResult struct {
 	ExpectedByLane    LaneCounts `json:"expected_by_lane"`
 	DeliveredByLane   LaneCounts `json:"delivered_by_lane"`
 	Dup               int64      `json:"dup"`
+	Leaked            int64      `json:"leaked"`
 	IncompleteMembers int64      `json:"incomplete_members"`
+	MeanAudience      float64    `json:"mean_audience"`
 
 	// DeliveriesPerSec is Delivered over the time from the first send to the last receipt.
 	DeliveriesPerSec float64 `json:"deliveries_per_sec"`
@@ -92,9 +103,10 @@ type FanoutResult struct {
 }
 
 // OK reports whether the run was clean where it must be: every member joined, every message
-// was accepted, and no critical message was lost.
+// was accepted, no critical message was lost and none reached a member outside its audience.
 func (r FanoutResult) OK() bool {
-	return r.Connected == int64(r.N) && r.Failed == 0 && r.PublishFailed == 0 && r.LostCritical == 0 && r.Published > 0
+	return r.Connected == int64(r.N) && r.Failed == 0 && r.PublishFailed == 0 && r.LostCritical == 0 && r.Leaked == 0 &&
+		r.Published > 0
 }
 
 // String is the human summary.
@@ -108,13 +120,17 @@ func (r FanoutResult) String() string {
 	if r.TickMS > 0 {
 		tick = fmt.Sprintf("%dms", r.TickMS)
 	}
-	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s lane=%s size=%dB transport=%s workers=%d\n",
-		r.N, r.Rate, r.Duration, tick, merge, r.Lane, r.Size, r.Transport, r.Workers)
+	tags := "untargeted"
+	if r.Tags > 0 {
+		tags = fmt.Sprintf("tags=%d", r.Tags)
+	}
+	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s %s lane=%s size=%dB transport=%s workers=%d\n",
+		r.N, r.Rate, r.Duration, tick, merge, tags, r.Lane, r.Size, r.Transport, r.Workers)
 	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d\n", r.Connected, r.Failed, r.Disconnected)
 	fmt.Fprintf(&b, "  published   %d accepted, %d failed, %.1f/s, API answer p50 %.1fms p99 %.1fms\n",
 		r.Published, r.PublishFailed, r.PublishedPerSec, r.PublishP50MS, r.PublishP99MS)
-	fmt.Fprintf(&b, "  delivered   %d/%d (lost %d, lost_critical %d, dup %d, incomplete members %d)\n",
-		r.Delivered, r.Expected, r.Lost, r.LostCritical, r.Dup, r.IncompleteMembers)
+	fmt.Fprintf(&b, "  delivered   %d/%d (lost %d, lost_critical %d, dup %d, leaked %d, incomplete members %d), mean audience %.1f\n",
+		r.Delivered, r.Expected, r.Lost, r.LostCritical, r.Dup, r.Leaked, r.IncompleteMembers, r.MeanAudience)
 	fmt.Fprintf(&b, "  by lane     critical %d/%d  normal %d/%d  bulk %d/%d\n",
 		r.DeliveredByLane.Critical, r.ExpectedByLane.Critical, r.DeliveredByLane.Normal, r.ExpectedByLane.Normal,
 		r.DeliveredByLane.Bulk, r.ExpectedByLane.Bulk)
@@ -138,10 +154,9 @@ func (r FanoutResult) String() string {
 }
 
 func (c Config) validateFanout() error {
-	if c.Tags != "" {
-		return ErrTagsNotBuilt
-	}
 	switch {
+	case c.Tags < 0 || c.Tags > maxTags:
+		return fmt.Errorf("bench: tags must be 0 (untargeted) to %d, got %d", maxTags, c.Tags)
 	case c.Rate <= 0:
 		return errors.New("bench: fanout needs a positive rate")
 	case c.APIKey == "":
@@ -164,7 +179,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	cfg = cfg.withDefaults()
 	res := FanoutResult{
 		Scenario: "fanout", N: cfg.N, Transport: cfg.Transport, Rate: cfg.Rate, Duration: cfg.Duration.Seconds(),
-		TickMS: cfg.Tick.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size,
+		TickMS: cfg.Tick.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
 	}
 	if err := cfg.validate(); err != nil {
 		return res, err
@@ -202,31 +217,23 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	if err != nil {
 		return res, err
 	}
-	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, cfg.Senders)
+	tags := tagging{groups: cfg.Tags}
+	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, tags, cfg.Senders)
 	total := int64(cfg.Rate * cfg.Duration.Seconds())
-	expectedNow := func() int64 {
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
-		return (pub.sent - pub.failed) * st.Connected
-	}
 	stop := r.everySecond(func() {
 		pub.mu.Lock()
 		sent, failed := pub.sent, pub.failed
 		pub.mu.Unlock()
 		d := r.status().Delivered
-		r.progress("%s published %d/%d (%d failed), delivered %d/%d", bar(sent, total), sent, total, failed, d, expectedNow())
+		r.progress("%s published %d/%d (%d failed), delivered %d", bar(sent, total), sent, total, failed, d)
 	})
 	pub.run(ctx, cfg.Rate, cfg.Duration, cfg.Senders)
 	stop()
 
-	var perMember int64
-	for _, n := range pub.accepted {
-		perMember += n
-	}
 	stop = r.everySecond(func() {
-		r.progress("waiting for stragglers: delivered %d/%d", r.status().Delivered, perMember*st.Connected)
+		r.progress("waiting for stragglers: delivered %d", r.status().Delivered)
 	})
-	rep, err := r.finish(ctx, perMember, cfg.Wait)
+	rep, err := r.finish(ctx, pub.ok, cfg.Wait)
 	stop()
 	if err != nil {
 		return res, err
@@ -236,21 +243,26 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		return res, err
 	}
 
-	res.Published, res.PublishFailed = perMember, pub.failed
+	res.Published, res.PublishFailed = pub.ok.len(), pub.failed
 	if span := pub.last.Sub(pub.first).Seconds(); span > 0 {
 		res.PublishedPerSec = float64(pub.sent) / span
 	}
 	res.PublishP50MS, res.PublishP99MS, _ = quantiles(pub.latency.Export())
+	// Exact expectations: each accepted message, times the members of its audience that
+	// logged in (the workers count them by tag group).
 	var expected [4]int64
-	for l, n := range pub.accepted {
-		expected[l] = n * rep.Connected
-	}
+	pub.ok.each(func(seq uint64) {
+		expected[laneValue(pub.laneOf(seq))] += tags.target(seq).audienceSize(rep.Groups)
+	})
 	res.Connected, res.Failed, res.Disconnected = rep.Connected, rep.Failed, rep.Disconnected
 	res.ExpectedByLane, res.DeliveredByLane = laneCounts(expected), laneCounts(rep.Lanes)
 	res.Expected, res.Delivered = res.ExpectedByLane.total(), res.DeliveredByLane.total()
 	res.Lost = res.Expected - res.Delivered
 	res.LostCritical = res.ExpectedByLane.Critical - res.DeliveredByLane.Critical
-	res.Dup, res.IncompleteMembers = rep.Dup, rep.Incomplete
+	res.Dup, res.Leaked, res.IncompleteMembers = rep.Dup, rep.Leaked, rep.Incomplete
+	if res.Published > 0 {
+		res.MeanAudience = float64(res.Expected) / float64(res.Published)
+	}
 	if rep.LastRecv > 0 && !pub.first.IsZero() {
 		if span := time.Duration(rep.LastRecv - pub.first.UnixNano()).Seconds(); span > 0 {
 			res.DeliveriesPerSec = float64(res.Delivered) / span

@@ -37,7 +37,11 @@ type spec struct {
 	Concurrency int `json:"concurrency"`
 	// MessageBuffer is each client's sdk.Config.MessageBuffer.
 	MessageBuffer int `json:"message_buffer"`
+	// Tags is the number of distinct tag sets of a targeted fanout (see tagging); 0: none.
+	Tags int `json:"tags"`
 }
+
+func (s spec) tagging() tagging { return tagging{groups: s.Tags} }
 
 func (s spec) room(i int) string {
 	if s.Rooms <= 1 {
@@ -91,11 +95,13 @@ type fleet struct {
 type member struct {
 	f        *fleet
 	idx      int
+	group    int // its tag group (tagging.group)
 	c        *sdk.Client
 	distinct atomic.Int64
 	seen     []uint64 // bitmap of received sequence numbers
 	lanes    [4]int64 // distinct deliveries by lane
 	dup      int64
+	leaked   int64 // receipts of messages whose audience the member is not in
 	first    int64 // first and last receive times, unix nanoseconds
 	last     int64
 }
@@ -176,7 +182,8 @@ func (f *fleet) connect(ctx context.Context) {
 func (f *fleet) token(j int) string {
 	i := f.spec.First + j
 	uid := fmt.Sprintf("bench-%x-%d", f.spec.Run, i)
-	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), nil, 24*time.Hour)
+	tags := f.spec.tagging()
+	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), tags.memberTags(i), 24*time.Hour)
 	if err != nil {
 		f.addError(fmt.Errorf("mint token for %s: %w", uid, err))
 		return ""
@@ -192,7 +199,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		return
 	}
 	i := f.spec.First + j
-	m := &member{f: f, idx: i}
+	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
 	c, err := sdk.Dial(ctx, sdk.Config{
 		Token:          tok,
@@ -226,6 +233,10 @@ func (m *member) receive(msg *roomcastpb.Message) {
 	seq, sent, ok := parseBody(msg.GetBody(), m.f.spec.Run)
 	if !ok {
 		return // other traffic in the room
+	}
+	if !m.f.spec.tagging().target(seq).selects(m.group) {
+		m.leaked++ // counted, never as a delivery
+		return
 	}
 	w, bit := seq/64, uint64(1)<<(seq%64)
 	if w >= uint64(len(m.seen)) {
@@ -269,10 +280,14 @@ func (f *fleet) status() status {
 	return st
 }
 
-// waitFor returns when every logged-in member has received expect distinct messages, when a
-// member's connection has ended, or after wait.
-func (f *fleet) waitFor(ctx context.Context, expect int64, wait time.Duration) {
-	if expect <= 0 {
+// waitFor returns when every logged-in member has received the distinct messages it should
+// (expect[its group]), when a member's connection has ended, or after wait.
+func (f *fleet) waitFor(ctx context.Context, expect []int64, wait time.Duration) {
+	var some bool
+	for _, n := range expect {
+		some = some || n > 0
+	}
+	if !some {
 		return
 	}
 	deadline := time.NewTimer(wait)
@@ -282,7 +297,7 @@ func (f *fleet) waitFor(ctx context.Context, expect int64, wait time.Duration) {
 	for {
 		complete := true
 		for i := range f.members {
-			if m := f.members[i].Load(); m != nil && m.distinct.Load() < expect && m.c.Err() == nil {
+			if m := f.members[i].Load(); m != nil && m.distinct.Load() < expect[m.group] && m.c.Err() == nil {
 				complete = false
 				break
 			}
@@ -309,11 +324,15 @@ type report struct {
 	// Lanes counts distinct deliveries by roomcastpb.Lane.
 	Lanes      [4]int64 `json:"lanes"`
 	Dup        int64    `json:"dup"`
+	Leaked     int64    `json:"leaked"`     // receipts outside a message's audience
 	Incomplete int64    `json:"incomplete"` // members that missed some of the expected messages
-	FirstRecv  int64    `json:"first_recv"` // unix nanoseconds; 0 when nothing arrived
-	LastRecv   int64    `json:"last_recv"`
-	LoginStart int64    `json:"login_start"`
-	LoginEnd   int64    `json:"login_end"`
+	// Groups counts the logged-in members by tag group (one group when untargeted), from
+	// which the parent computes each message's expected deliveries.
+	Groups     []int64 `json:"groups"`
+	FirstRecv  int64   `json:"first_recv"` // unix nanoseconds; 0 when nothing arrived
+	LastRecv   int64   `json:"last_recv"`
+	LoginStart int64   `json:"login_start"`
+	LoginEnd   int64   `json:"login_end"`
 
 	Latency      *hdrhistogram.Snapshot `json:"latency"`       // receive - send, µs
 	LoginLatency *hdrhistogram.Snapshot `json:"login_latency"` // dispatch + connect + LoginAck, µs
@@ -323,9 +342,17 @@ type report struct {
 	MaxRSSBytes int64   `json:"max_rss_bytes"`
 }
 
-// finish closes every client and reports. expect is how many distinct messages each member
-// should have had, to count the incomplete ones.
-func (f *fleet) finish(expect int64) report {
+// awaitAndFinish waits up to wait for every member to have the accepted messages of its
+// audience, then closes the clients and reports.
+func (f *fleet) awaitAndFinish(ctx context.Context, accepted seqSet, wait time.Duration) report {
+	expect := f.spec.tagging().expectedByGroup(accepted)
+	f.waitFor(ctx, expect, wait)
+	return f.finish(expect)
+}
+
+// finish closes every client and reports. expect is how many distinct messages a member of
+// each group should have had, to count the incomplete ones.
+func (f *fleet) finish(expect []int64) report {
 	var r report
 	for i := range f.members {
 		if m := f.members[i].Load(); m != nil && m.c.Err() != nil {
@@ -335,6 +362,7 @@ func (f *fleet) finish(expect int64) report {
 	}
 	f.close()
 	r.Connected, r.Failed = f.connected.Load(), f.failed.Load()
+	r.Groups = make([]int64, f.spec.tagging().numGroups())
 	lat := newLatencyHistogram()
 	for i := range f.shards {
 		f.shards[i].mu.Lock()
@@ -350,7 +378,9 @@ func (f *fleet) finish(expect int64) report {
 			r.Lanes[l] += m.lanes[l]
 		}
 		r.Dup += m.dup
-		if m.distinct.Load() < expect {
+		r.Leaked += m.leaked
+		r.Groups[m.group]++
+		if m.group < len(expect) && m.distinct.Load() < expect[m.group] {
 			r.Incomplete++
 		}
 		if m.first != 0 && (r.FirstRecv == 0 || m.first < r.FirstRecv) {

@@ -229,14 +229,14 @@ func pbMessage(body []byte) *roomcastpb.Message {
 
 // TestStartSpec checks that a run hands its settings to its workers.
 func TestStartSpec(t *testing.T) {
-	cfg := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp"}.withDefaults()
+	cfg := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp", Tags: 4}.withDefaults()
 	r := newRunner(cfg)
 	if err := r.start("conns", 0, 16); err != nil {
 		t.Fatal(err)
 	}
 	defer r.stop()
 	sp := r.workers[0].(*localWorker).f.spec
-	if sp.Rooms != 3 || sp.Count != 10 || sp.Transport != "tcp" || sp.Room != r.room || sp.Run != r.id || sp.MessageBuffer != 16 {
+	if sp.Rooms != 3 || sp.Count != 10 || sp.Transport != "tcp" || sp.Room != r.room || sp.Run != r.id || sp.MessageBuffer != 16 || sp.Tags != 4 {
 		t.Errorf("worker spec %+v", sp)
 	}
 	rooms := map[string]bool{}

@@ -75,7 +75,7 @@ func RunLogin(ctx context.Context, cfg Config) (LoginResult, error) {
 	if err != nil {
 		return res, err
 	}
-	rep, err := r.finish(ctx, 0, 0)
+	rep, err := r.finish(ctx, nil, 0)
 	if err != nil {
 		return res, err
 	}

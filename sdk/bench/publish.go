@@ -24,21 +24,22 @@ type publisher struct {
 	lane   string // critical, normal, bulk or mix
 	size   int
 	id     runID
+	tags   tagging // chooses each message's tag expression
 	hc     *http.Client
 
-	mu       sync.Mutex // guards the fields below
-	accepted [4]int64   // by roomcastpb.Lane
-	failed   int64
-	errors   []string
-	first    time.Time // first send
-	last     time.Time // last answer
-	sent     int64
-	latency  *hdrhistogram.Histogram // request to answer, µs
+	mu      sync.Mutex // guards the fields below
+	ok      seqSet     // the accepted messages
+	failed  int64
+	errors  []string
+	first   time.Time // first send
+	last    time.Time // last answer
+	sent    int64
+	latency *hdrhistogram.Histogram // request to answer, µs
 }
 
-func newPublisher(api, apiKey, room, lane string, size int, run runID, senders int) *publisher {
+func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders int) *publisher {
 	return &publisher{
-		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run,
+		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
 		latency: newLatencyHistogram(),
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
@@ -94,12 +95,16 @@ type apiSend struct {
 	Type       string `json:"type"`
 	Lane       string `json:"lane"`
 	BodyBase64 []byte `json:"body_base64"`
+	TagExpr    string `json:"tag_expr,omitempty"`
 }
 
 func (p *publisher) send(ctx context.Context, seq uint64) {
 	lane := p.laneOf(seq)
 	now := time.Now()
-	b, _ := json.Marshal(apiSend{Type: "bench", Lane: lane, BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size)})
+	b, _ := json.Marshal(apiSend{
+		Type: "bench", Lane: lane, BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size),
+		TagExpr: p.tags.target(seq).expr(),
+	})
 	err := p.post(ctx, b)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -116,7 +121,7 @@ func (p *publisher) send(ctx context.Context, seq uint64) {
 		}
 		return
 	}
-	p.accepted[laneValue(lane)]++
+	p.ok.add(seq)
 }
 
 func laneValue(lane string) roomcastpb.Lane {

@@ -45,9 +45,9 @@ type worker interface {
 	connect(ctx context.Context) error
 	// status is the worker's latest progress.
 	status() status
-	// finish waits up to wait for every member to have expect distinct messages, closes the
-	// clients and reports.
-	finish(ctx context.Context, expect int64, wait time.Duration) (report, error)
+	// finish waits up to wait for every member to have every accepted message of its
+	// audience, closes the clients and reports.
+	finish(ctx context.Context, accepted seqSet, wait time.Duration) (report, error)
 	// stop ends the worker and its clients at once. It may follow finish.
 	stop()
 }
@@ -61,9 +61,8 @@ func (w *localWorker) connect(ctx context.Context) error { w.f.connect(ctx); ret
 func (w *localWorker) status() status                    { return w.f.status() }
 func (w *localWorker) stop()                             { w.f.close() }
 
-func (w *localWorker) finish(ctx context.Context, expect int64, wait time.Duration) (report, error) {
-	w.f.waitFor(ctx, expect, wait)
-	return w.f.finish(expect), nil
+func (w *localWorker) finish(ctx context.Context, accepted seqSet, wait time.Duration) (report, error) {
+	return w.f.awaitAndFinish(ctx, accepted, wait), nil
 }
 
 // workerMsg is one line a worker process writes on its standard output.
@@ -74,11 +73,11 @@ type workerMsg struct {
 	Error  string  `json:"error,omitempty"`
 }
 
-// workerCmd is the line the parent writes after the worker is ready: wait for expect
-// messages per member, at most WaitMS, then report.
+// workerCmd is the line the parent writes after the worker is ready: wait at most WaitMS for
+// every member to have the Accepted messages of its audience, then report.
 type workerCmd struct {
-	Expect int64 `json:"expect"`
-	WaitMS int64 `json:"wait_ms"`
+	Accepted seqSet `json:"accepted"`
+	WaitMS   int64  `json:"wait_ms"`
 }
 
 // procWorker runs its clients in a child process that runs ServeWorker.
@@ -169,8 +168,8 @@ func (w *procWorker) connect(ctx context.Context) error {
 
 func (w *procWorker) status() status { return *w.st.Load() }
 
-func (w *procWorker) finish(ctx context.Context, expect int64, wait time.Duration) (report, error) {
-	b, _ := json.Marshal(workerCmd{Expect: expect, WaitMS: wait.Milliseconds()})
+func (w *procWorker) finish(ctx context.Context, accepted seqSet, wait time.Duration) (report, error) {
+	b, _ := json.Marshal(workerCmd{Accepted: accepted, WaitMS: wait.Milliseconds()})
 	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
 		return report{}, fmt.Errorf("bench: worker: %w", err)
 	}
@@ -276,8 +275,7 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer, log *slog.Log
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	f.waitFor(ctx, c.Expect, time.Duration(c.WaitMS)*time.Millisecond)
-	rep := f.finish(c.Expect)
+	rep := f.awaitAndFinish(ctx, c.Accepted, time.Duration(c.WaitMS)*time.Millisecond)
 	rep.CPUSeconds, rep.MaxRSSBytes = selfUsage()
 	write(workerMsg{Report: &rep})
 	return nil
