@@ -70,6 +70,7 @@ type API struct {
 	store *store
 	ids   ids.Generator
 	mux   *http.ServeMux
+	exprs *tag.Cache // tag expressions checked, compiled once
 }
 
 var _ pb.RoomcastAPIServer = (*API)(nil)
@@ -95,7 +96,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &API{cfg: cfg, log: log.With("svc", "api"), store: st}
+	a := &API{cfg: cfg, log: log.With("svc", "api"), store: st, exprs: tag.NewCache(exprCacheSize)}
 	a.routes()
 	return a, nil
 }
@@ -263,7 +264,7 @@ func (a *API) existing(ctx context.Context, app, room string) (*pb.Room, *pb.Roo
 	return meta, info, nil
 }
 
-func checkSettings(s *pb.RoomSettings) error {
+func (a *API) checkSettings(s *pb.RoomSettings) error {
 	switch {
 	case s == nil:
 		return nil
@@ -280,7 +281,7 @@ func checkSettings(s *pb.RoomSettings) error {
 		if src == "" {
 			continue
 		}
-		if _, err := exprs.Get(src); err != nil {
+		if _, err := a.exprs.Get(src); err != nil {
 			return apiError(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%s: %v", name, err)
 		}
 	}
@@ -324,7 +325,7 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 	if err := checkRoomFields(req.Name, req.Owner); err != nil {
 		return nil, err
 	}
-	if err := checkSettings(req.Settings); err != nil {
+	if err := a.checkSettings(req.Settings); err != nil {
 		return nil, err
 	}
 	ctx, cancel := a.timeout(ctx)
@@ -374,7 +375,7 @@ func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Ro
 	if err := checkRoomFields(req.GetName(), req.GetOwner()); err != nil {
 		return nil, err
 	}
-	if err := checkSettings(req.Settings); err != nil {
+	if err := a.checkSettings(req.Settings); err != nil {
 		return nil, err
 	}
 	ctx, cancel := a.timeout(ctx)
@@ -564,7 +565,7 @@ func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane,
 	if text != "" {
 		body = []byte(text)
 	}
-	if rep := ValidateSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}); rep != nil {
+	if rep := ValidateSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}, nil); rep != nil {
 		return 0, nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return lane, body, nil
@@ -593,7 +594,7 @@ func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.Se
 		return nil, err
 	}
 	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
-	if rep := ValidateSend(send); rep != nil {
+	if rep := ValidateSend(send, a.exprs); rep != nil {
 		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	var rep pb.Reply

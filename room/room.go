@@ -31,6 +31,9 @@ import (
 	"roomcast/tag"
 )
 
+// exprCacheSize bounds the compiled tag expressions a service or API instance keeps.
+const exprCacheSize = 4096
+
 // Limits on what a room accepts from a sender.
 const (
 	MaxBodyBytes = 16 << 10
@@ -66,6 +69,7 @@ type Service struct {
 	cache *cache
 	dist  *distribution
 	hist  *history
+	exprs *tag.Cache // tag expressions checked, compiled once
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the expiry loop
@@ -90,7 +94,7 @@ func New(cfg Config) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log.With("svc", "room"), dist: newDistribution(), stop: make(chan struct{})}, nil
+	return &Service{cfg: cfg, log: log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), stop: make(chan struct{})}, nil
 }
 
 // Start opens the KV buckets, loads them, and subscribes the service to its subjects.
@@ -236,16 +240,16 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 	case mutedAt(r, now):
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
 	}
-	return scopeByTags(req, meta.GetSettings())
+	return s.scopeByTags(req, meta.GetSettings())
 }
 
 // scopeByTags applies a room's tag permissions to a member's message: send_expr says who may
 // send, broadcast_expr who may send to everyone or choose an audience; any other sender's
 // message is narrowed to the members sharing its scope_prefix tags. It returns the refusal, or
 // nil (possibly with req.TagExpr set).
-func scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
+func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
 	allowed := func(src string) bool {
-		e, err := exprs.Get(src)
+		e, err := s.exprs.Get(src)
 		return err == nil && e.EvalTags(req.SenderTags, req.Uid)
 	}
 	forbid := func(msg string) *pb.Reply { return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, msg) }
@@ -272,16 +276,13 @@ func scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
 	return nil
 }
 
-// exprs caches the tag expressions the room service and the API have checked.
-var exprs = tag.NewCache(4096)
-
 func (s *Service) onSend(msg *nats.Msg) {
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	if rep := ValidateSend(&req); rep != nil {
+	if rep := ValidateSend(&req, s.exprs); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
@@ -314,8 +315,9 @@ func (s *Service) onSend(msg *nats.Msg) {
 }
 
 // ValidateSend checks a send request against the room's limits. It returns nil when the
-// request is acceptable, otherwise the reply to give.
-func ValidateSend(req *pb.SendRequest) *pb.Reply {
+// request is acceptable, otherwise the reply to give. exprs caches compiled tag expressions;
+// nil compiles the request's every time.
+func ValidateSend(req *pb.SendRequest, exprs *tag.Cache) *pb.Reply {
 	bad := func(code pb.ErrorCode, format string, args ...any) *pb.Reply {
 		return &pb.Reply{Code: uint32(code), Message: fmt.Sprintf(format, args...)}
 	}
@@ -332,7 +334,11 @@ func ValidateSend(req *pb.SendRequest) *pb.Reply {
 		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown lane %d", req.Lane)
 	}
 	if req.TagExpr != "" {
-		if _, err := exprs.Get(req.TagExpr); err != nil {
+		compile := tag.Compile
+		if exprs != nil {
+			compile = exprs.Get
+		}
+		if _, err := compile(req.TagExpr); err != nil {
 			return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%v", err)
 		}
 	}

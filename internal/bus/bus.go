@@ -68,22 +68,23 @@ func DrainSubject(node string) string { return "rc.admin." + node + ".drain" }
 func NodeSubject(node string) string { return "rc.node." + node }
 
 // Connect dials NATS at url with the options every role wants: a name, endless reconnects and
-// logging of disconnects (log may be nil).
-func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
+// logging of disconnects (log may be nil); opts add to them (nats.InProcessServer, for roles
+// in the same process as an embedded server).
+func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
 	}
