@@ -395,14 +395,10 @@ func (c *conn) tagList() []string {
 	return nil
 }
 
-// leaveRoom tells the room and presence services the session is gone.
+// leaveRoom records the session's end in the node's session stream, from which presence and
+// the room service (members per room and node) learn it.
 func (c *conn) leaveRoom() {
 	n := c.node
-	if err := bus.Publish(n.cfg.Bus, bus.SubjectRoomLeave, &pb.LeaveRequest{
-		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session,
-	}); err != nil {
-		n.log.Warn("leave not published", "session", c.session, "err", err)
-	}
 	n.presence.add(&pb.SessionEvent{
 		Kind: pb.SessionEvent_KIND_LOGOUT, App: c.app, Uid: c.uid, Room: c.room,
 		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: time.Now().UnixMilli(),

@@ -24,7 +24,6 @@ import (
 // node's messages are handled in order.
 const (
 	SubjectRoomJoin     = "rc.svc.room.join"
-	SubjectRoomLeave    = "rc.svc.room.leave"
 	SubjectRoomSend     = "rc.svc.room.send"
 	SubjectRoomInfo     = "rc.svc.room.info"
 	SubjectRoomSettings = "rc.svc.room.settings"
