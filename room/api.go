@@ -864,3 +864,30 @@ func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (
 	}
 	return t, nil
 }
+
+// SendBatchToRoom implements RoomcastAPI.
+func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomRequest) (*pb.SendBatchResponse, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if n := len(req.Messages); n == 0 || n > MaxBatch {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", MaxBatch, n)
+	}
+	batch := &pb.SendBatchRequest{Sends: make([]*pb.SendRequest, len(req.Messages))}
+	for i, m := range req.Messages {
+		lane, body, err := message(m.Type, m.Lane, m.Body, m.BodyBase64, m.Sender)
+		if err != nil {
+			code, msg := errorCodeOf(err)
+			return nil, apiError(code, "message %d: %s", i, msg)
+		}
+		batch.Sends[i] = &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: m.Sender, Type: m.Type, Lane: lane, Body: body, TagExpr: m.TagExpr}
+	}
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectRoomSendBatch, batch, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Code != 0 {
+		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return &pb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
+}

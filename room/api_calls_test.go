@@ -104,6 +104,47 @@ func TestAPICalls(t *testing.T) {
 		}
 	}
 
+	// SendBatchToRoom: in order, in one room batch; one bad message and none goes.
+	br, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{
+		{Body: "b1", Lane: "critical"}, {Body: "b2", Lane: "critical"}, {Body: "b3", Lane: "critical"},
+	}})
+	if err != nil || len(br.Ids) != 3 || br.Ids[0] >= br.Ids[1] || br.Ids[1] >= br.Ids[2] {
+		t.Fatalf("SendBatchToRoom: %v %v", br, err)
+	}
+	for _, m := range []*client{ga, gb} {
+		var got []string
+		for len(got) < 3 {
+			for _, msg := range m.next().GetPush().GetMessages() {
+				got = append(got, string(msg.Body)+"="+msg.Id)
+			}
+		}
+		if want := []string{"b1=" + br.Ids[0], "b2=" + br.Ids[1], "b3=" + br.Ids[2]}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("batch arrived as %v, want %v", got, want)
+		}
+	}
+	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/messages/batch", `{"messages":[{"body":"h-b1"},{"body":"h-b2","sender":"host"}]}`)
+	if ids := out["ids"].([]any); len(ids) != 2 {
+		t.Fatalf("POST /v1/rooms/h1/messages/batch: %v", out)
+	}
+	for _, m := range []*client{ha, hb} {
+		var got []string
+		for len(got) < 2 {
+			for _, msg := range m.next().GetPush().GetMessages() {
+				got = append(got, string(msg.Body))
+			}
+		}
+		if strings.Join(got, ",") != "h-b1,h-b2" {
+			t.Fatalf("HTTP batch arrived as %v", got)
+		}
+	}
+	if _, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{{Body: "fine"}, {Body: ""}}}); grpcErrorCode(err) != "BAD_REQUEST" || !strings.Contains(status.Convert(err).Message(), "message 1") {
+		t.Fatalf("a batch with an empty message: %v", err)
+	}
+	if _, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{{Body: "ok"}, {Body: "x", TagExpr: "len(tags) > 0"}}}); grpcErrorCode(err) != "BAD_TAG_EXPR" {
+		t.Fatalf("a batch with a bad tag expression: %v", err)
+	}
+	mustHTTP(t, c, 400, "POST", "/v1/rooms/h1/messages/batch", `{"messages":[]}`)
+
 	// SendToUsers: only the users named get it, wherever they are.
 	su, err := g.SendToUsers(ctx, &pb.SendToUsersRequest{Uids: []string{"gb", "nobody"}, Type: "dm", Body: "psst"})
 	if err != nil || su.Sessions != 1 || len(su.Offline) != 1 || su.Offline[0] != "nobody" {

@@ -48,6 +48,7 @@ func (a *API) routes() {
 		handle("GET", "/v1/rooms/{room}", func() *pb.GetRoomRequest { return new(pb.GetRoomRequest) }, a.GetRoom),
 		handle("GET", "/v1/rooms/{room}/members", func() *pb.ListMembersRequest { return new(pb.ListMembersRequest) }, a.ListMembers),
 		handle("POST", "/v1/rooms/{room}/messages", func() *pb.SendToRoomRequest { return new(pb.SendToRoomRequest) }, a.SendToRoom),
+		handle("POST", "/v1/rooms/{room}/messages/batch", func() *pb.SendBatchToRoomRequest { return new(pb.SendBatchToRoomRequest) }, a.SendBatchToRoom),
 		handle("POST", "/v1/rooms/{room}/mute", func() *pb.MuteRoomRequest { return new(pb.MuteRoomRequest) }, a.MuteRoom),
 		handle("POST", "/v1/rooms/{room}/members/{uid}/mute", func() *pb.MuteMemberRequest { return new(pb.MuteMemberRequest) }, a.MuteMember),
 		handle("POST", "/v1/rooms/{room}/members/{uid}/ban", func() *pb.BanMemberRequest { return new(pb.BanMemberRequest) }, a.BanMember),

@@ -120,9 +120,10 @@ func (s *Service) Start() error {
 	_ = sub.SetPendingLimits(-1, -1)
 	s.subs = append(s.subs, sub)
 	handlers := map[string]nats.MsgHandler{
-		bus.SubjectRoomJoin: s.onJoin,
-		bus.SubjectRoomSend: s.onSend,
-		bus.SubjectRoomInfo: s.onInfo,
+		bus.SubjectRoomJoin:      s.onJoin,
+		bus.SubjectRoomSend:      s.onSend,
+		bus.SubjectRoomSendBatch: s.onSendBatch,
+		bus.SubjectRoomInfo:      s.onInfo,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -282,36 +283,78 @@ func (s *Service) onSend(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	if rep := ValidateSend(&req, s.exprs); rep != nil {
+	bus.Respond(s.log, msg, s.send([]*pb.SendRequest{&req}))
+}
+
+// MaxBatch bounds the messages of one batch send.
+const MaxBatch = 100
+
+func (s *Service) onSendBatch(msg *nats.Msg) {
+	var req pb.SendBatchRequest
+	if rep := decode(msg, &req); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
+	if n := len(req.Sends); n == 0 || n > MaxBatch {
+		bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
+		return
+	}
+	for _, r := range req.Sends[1:] {
+		if r.App != req.Sends[0].App || r.Room != req.Sends[0].Room {
+			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
+			return
+		}
+	}
+	bus.Respond(s.log, msg, s.send(req.Sends))
+}
+
+// send checks, stamps and broadcasts messages to one room: all of them, as one room batch, or
+// none. It returns the reply.
+func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	now := s.cfg.Now()
-	if rep := s.maySend(&req, now); rep != nil {
-		bus.Respond(s.log, msg, rep)
-		return
+	for i, req := range reqs {
+		rep := ValidateSend(req, s.exprs)
+		if rep == nil {
+			rep = s.maySend(req, now)
+		}
+		if rep != nil {
+			if len(reqs) > 1 {
+				rep.Message = fmt.Sprintf("message %d: %s", i, rep.Message)
+			}
+			return rep
+		}
 	}
-	m := &pb.Message{
-		Id:           s.ids.New(now),
-		Room:         req.Room,
-		Sender:       req.Uid,
-		Type:         req.Type,
-		Lane:         req.Lane,
-		TagExpr:      req.TagExpr,
-		Body:         req.Body,
-		ServerTimeMs: now.UnixMilli(),
+	batch := &pb.RoomBatch{Messages: make([]*pb.Message, len(reqs)), SenderSessions: make([]string, len(reqs))}
+	for i, req := range reqs {
+		m := &pb.Message{
+			Id:           s.ids.New(now),
+			Room:         req.Room,
+			Sender:       req.Uid,
+			Type:         req.Type,
+			Lane:         req.Lane,
+			TagExpr:      req.TagExpr,
+			Body:         req.Body,
+			ServerTimeMs: now.UnixMilli(),
+		}
+		if m.Lane == pb.Lane_LANE_UNSPECIFIED {
+			m.Lane = pb.Lane_LANE_NORMAL
+		}
+		batch.Messages[i], batch.SenderSessions[i] = m, req.SessionId
 	}
-	if m.Lane == pb.Lane_LANE_UNSPECIFIED {
-		m.Lane = pb.Lane_LANE_NORMAL
+	app, room := reqs[0].App, reqs[0].Room
+	if err := bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), batch); err != nil {
+		s.log.Warn("broadcast failed", "app", app, "room", room, "err", err)
+		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
 	}
-	batch := &pb.RoomBatch{Messages: []*pb.Message{m}, SenderSessions: []string{req.SessionId}}
-	if err := bus.Publish(s.cfg.Bus, bus.RoomSubject(req.App, req.Room), batch); err != nil {
-		s.log.Warn("broadcast failed", "app", req.App, "room", req.Room, "err", err)
-		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"})
-		return
+	rep := &pb.Reply{ServerTimeMs: now.UnixMilli()}
+	for _, m := range batch.Messages {
+		s.hist.record(app, m)
+		rep.MessageIds = append(rep.MessageIds, m.Id)
 	}
-	s.hist.record(req.App, m)
-	bus.Respond(s.log, msg, &pb.Reply{MessageId: m.Id, ServerTimeMs: m.ServerTimeMs})
+	if len(reqs) == 1 {
+		rep.MessageId = rep.MessageIds[0]
+	}
+	return rep
 }
 
 // ValidateSend checks a send request against the room's limits. It returns nil when the

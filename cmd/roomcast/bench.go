@@ -88,6 +88,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
 		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
 		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
+		fs.IntVar(&cfg.Batch, "batch", 1, "messages per server API request (more than 1: POST /v1/rooms/{room}/messages/batch, at most 100)")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")

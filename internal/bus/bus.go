@@ -23,10 +23,11 @@ import (
 // the sessions subscribes to all of it (not in a queue group), with one subscription so that a
 // node's messages are handled in order.
 const (
-	SubjectRoomJoin     = "rc.svc.room.join"
-	SubjectRoomSend     = "rc.svc.room.send"
-	SubjectRoomInfo     = "rc.svc.room.info"
-	SubjectRoomSettings = "rc.svc.room.settings"
+	SubjectRoomJoin      = "rc.svc.room.join"
+	SubjectRoomSend      = "rc.svc.room.send"
+	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
+	SubjectRoomInfo      = "rc.svc.room.info"
+	SubjectRoomSettings  = "rc.svc.room.settings"
 
 	SubjectPresenceCount    = "rc.svc.presence.count"
 	SubjectPresenceSessions = "rc.svc.presence.sessions"

@@ -1144,6 +1144,112 @@ func (x *SendResponse) GetServerTimeMs() int64 {
 	return 0
 }
 
+type SendBatchToRoomRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// 1-100 messages; their own room fields are ignored.
+	Messages      []*SendToRoomRequest `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendBatchToRoomRequest) Reset() {
+	*x = SendBatchToRoomRequest{}
+	mi := &file_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendBatchToRoomRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendBatchToRoomRequest) ProtoMessage() {}
+
+func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendBatchToRoomRequest.ProtoReflect.Descriptor instead.
+func (*SendBatchToRoomRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SendBatchToRoomRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *SendBatchToRoomRequest) GetMessages() []*SendToRoomRequest {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type SendBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The messages' ids, in the order sent.
+	Ids           []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	ServerTimeMs  int64    `protobuf:"varint,2,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendBatchResponse) Reset() {
+	*x = SendBatchResponse{}
+	mi := &file_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendBatchResponse) ProtoMessage() {}
+
+func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendBatchResponse.ProtoReflect.Descriptor instead.
+func (*SendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SendBatchResponse) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *SendBatchResponse) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
+}
+
 type SendToUsersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-100 uids.
@@ -1159,7 +1265,7 @@ type SendToUsersRequest struct {
 
 func (x *SendToUsersRequest) Reset() {
 	*x = SendToUsersRequest{}
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1277,7 @@ func (x *SendToUsersRequest) String() string {
 func (*SendToUsersRequest) ProtoMessage() {}
 
 func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1290,7 @@ func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersRequest.ProtoReflect.Descriptor instead.
 func (*SendToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{14}
+	return file_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendToUsersRequest) GetUids() []string {
@@ -1243,7 +1349,7 @@ type SendToUsersResponse struct {
 
 func (x *SendToUsersResponse) Reset() {
 	*x = SendToUsersResponse{}
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1361,7 @@ func (x *SendToUsersResponse) String() string {
 func (*SendToUsersResponse) ProtoMessage() {}
 
 func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1374,7 @@ func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersResponse.ProtoReflect.Descriptor instead.
 func (*SendToUsersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{15}
+	return file_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendToUsersResponse) GetId() string {
@@ -1314,7 +1420,7 @@ type KickRequest struct {
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1432,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1445,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{16}
+	return file_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KickRequest) GetUid() string {
@@ -1379,7 +1485,7 @@ type KickResponse struct {
 
 func (x *KickResponse) Reset() {
 	*x = KickResponse{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1497,7 @@ func (x *KickResponse) String() string {
 func (*KickResponse) ProtoMessage() {}
 
 func (x *KickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1510,7 @@ func (x *KickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickResponse.ProtoReflect.Descriptor instead.
 func (*KickResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KickResponse) GetKicked() int64 {
@@ -1425,7 +1531,7 @@ type MuteRoomRequest struct {
 
 func (x *MuteRoomRequest) Reset() {
 	*x = MuteRoomRequest{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1543,7 @@ func (x *MuteRoomRequest) String() string {
 func (*MuteRoomRequest) ProtoMessage() {}
 
 func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1556,7 @@ func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteRoomRequest.ProtoReflect.Descriptor instead.
 func (*MuteRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MuteRoomRequest) GetRoom() string {
@@ -1481,7 +1587,7 @@ type MuteMemberRequest struct {
 
 func (x *MuteMemberRequest) Reset() {
 	*x = MuteMemberRequest{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1599,7 @@ func (x *MuteMemberRequest) String() string {
 func (*MuteMemberRequest) ProtoMessage() {}
 
 func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1612,7 @@ func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MuteMemberRequest) GetRoom() string {
@@ -1553,7 +1659,7 @@ type BanMemberRequest struct {
 
 func (x *BanMemberRequest) Reset() {
 	*x = BanMemberRequest{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1671,7 @@ func (x *BanMemberRequest) String() string {
 func (*BanMemberRequest) ProtoMessage() {}
 
 func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1684,7 @@ func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberRequest.ProtoReflect.Descriptor instead.
 func (*BanMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BanMemberRequest) GetRoom() string {
@@ -1634,7 +1740,7 @@ type MemberRestriction struct {
 
 func (x *MemberRestriction) Reset() {
 	*x = MemberRestriction{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1752,7 @@ func (x *MemberRestriction) String() string {
 func (*MemberRestriction) ProtoMessage() {}
 
 func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1765,7 @@ func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRestriction.ProtoReflect.Descriptor instead.
 func (*MemberRestriction) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MemberRestriction) GetRoom() string {
@@ -1722,7 +1828,7 @@ type BanMemberResponse struct {
 
 func (x *BanMemberResponse) Reset() {
 	*x = BanMemberResponse{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1840,7 @@ func (x *BanMemberResponse) String() string {
 func (*BanMemberResponse) ProtoMessage() {}
 
 func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1853,7 @@ func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberResponse.ProtoReflect.Descriptor instead.
 func (*BanMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BanMemberResponse) GetRestriction() *MemberRestriction {
@@ -1773,7 +1879,7 @@ type GetUserSessionsRequest struct {
 
 func (x *GetUserSessionsRequest) Reset() {
 	*x = GetUserSessionsRequest{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1891,7 @@ func (x *GetUserSessionsRequest) String() string {
 func (*GetUserSessionsRequest) ProtoMessage() {}
 
 func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1904,7 @@ func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetUserSessionsRequest) GetUid() string {
@@ -1822,7 +1928,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1940,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1953,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Session) GetSessionId() string {
@@ -1903,7 +2009,7 @@ type GetUserSessionsResponse struct {
 
 func (x *GetUserSessionsResponse) Reset() {
 	*x = GetUserSessionsResponse{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2021,7 @@ func (x *GetUserSessionsResponse) String() string {
 func (*GetUserSessionsResponse) ProtoMessage() {}
 
 func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2034,7 @@ func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetUserSessionsResponse) GetUid() string {
@@ -1960,7 +2066,7 @@ type CountOnlineRequest struct {
 
 func (x *CountOnlineRequest) Reset() {
 	*x = CountOnlineRequest{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2078,7 @@ func (x *CountOnlineRequest) String() string {
 func (*CountOnlineRequest) ProtoMessage() {}
 
 func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2091,7 @@ func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineRequest.ProtoReflect.Descriptor instead.
 func (*CountOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 type CountOnlineResponse struct {
@@ -1998,7 +2104,7 @@ type CountOnlineResponse struct {
 
 func (x *CountOnlineResponse) Reset() {
 	*x = CountOnlineResponse{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2116,7 @@ func (x *CountOnlineResponse) String() string {
 func (*CountOnlineResponse) ProtoMessage() {}
 
 func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2129,7 @@ func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineResponse.ProtoReflect.Descriptor instead.
 func (*CountOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CountOnlineResponse) GetSessions() int64 {
@@ -2052,7 +2158,7 @@ type MemberTags struct {
 
 func (x *MemberTags) Reset() {
 	*x = MemberTags{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2170,7 @@ func (x *MemberTags) String() string {
 func (*MemberTags) ProtoMessage() {}
 
 func (x *MemberTags) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2183,7 @@ func (x *MemberTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberTags.ProtoReflect.Descriptor instead.
 func (*MemberTags) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MemberTags) GetUid() string {
@@ -2112,7 +2218,7 @@ type SetMemberTagsRequest struct {
 
 func (x *SetMemberTagsRequest) Reset() {
 	*x = SetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2230,7 @@ func (x *SetMemberTagsRequest) String() string {
 func (*SetMemberTagsRequest) ProtoMessage() {}
 
 func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2243,7 @@ func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetMemberTagsRequest) GetUid() string {
@@ -2165,7 +2271,7 @@ type SetMemberTagsResponse struct {
 
 func (x *SetMemberTagsResponse) Reset() {
 	*x = SetMemberTagsResponse{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2283,7 @@ func (x *SetMemberTagsResponse) String() string {
 func (*SetMemberTagsResponse) ProtoMessage() {}
 
 func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2296,7 @@ func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetMemberTagsResponse) GetTags() *MemberTags {
@@ -2216,7 +2322,7 @@ type GetMemberTagsRequest struct {
 
 func (x *GetMemberTagsRequest) Reset() {
 	*x = GetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2334,7 @@ func (x *GetMemberTagsRequest) String() string {
 func (*GetMemberTagsRequest) ProtoMessage() {}
 
 func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2347,7 @@ func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetMemberTagsRequest) GetUid() string {
@@ -2343,6 +2449,12 @@ const file_api_proto_rawDesc = "" +
 	"\btag_expr\x18\a \x01(\tR\atagExpr\"D\n" +
 	"\fSendResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"h\n" +
+	"\x16SendBatchToRoomRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12:\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1e.roomcast.v1.SendToRoomRequestR\bmessages\"K\n" +
+	"\x11SendBatchResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\x12$\n" +
 	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\x9d\x01\n" +
 	"\x12SendToUsersRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12\x12\n" +
@@ -2433,7 +2545,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\x85\t\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xdd\t\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -2443,7 +2555,8 @@ const file_api_proto_rawDesc = "" +
 	"\aGetRoom\x12\x1b.roomcast.v1.GetRoomRequest\x1a\x1c.roomcast.v1.GetRoomResponse\x12P\n" +
 	"\vListMembers\x12\x1f.roomcast.v1.ListMembersRequest\x1a .roomcast.v1.ListMembersResponse\x12G\n" +
 	"\n" +
-	"SendToRoom\x12\x1e.roomcast.v1.SendToRoomRequest\x1a\x19.roomcast.v1.SendResponse\x12P\n" +
+	"SendToRoom\x12\x1e.roomcast.v1.SendToRoomRequest\x1a\x19.roomcast.v1.SendResponse\x12V\n" +
+	"\x0fSendBatchToRoom\x12#.roomcast.v1.SendBatchToRoomRequest\x1a\x1e.roomcast.v1.SendBatchResponse\x12P\n" +
 	"\vSendToUsers\x12\x1f.roomcast.v1.SendToUsersRequest\x1a .roomcast.v1.SendToUsersResponse\x12;\n" +
 	"\x04Kick\x12\x18.roomcast.v1.KickRequest\x1a\x19.roomcast.v1.KickResponse\x12;\n" +
 	"\bMuteRoom\x12\x1c.roomcast.v1.MuteRoomRequest\x1a\x11.roomcast.v1.Room\x12L\n" +
@@ -2468,7 +2581,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -2486,25 +2599,27 @@ var file_api_proto_goTypes = []any{
 	(*RoomMember)(nil),              // 13: roomcast.v1.RoomMember
 	(*SendToRoomRequest)(nil),       // 14: roomcast.v1.SendToRoomRequest
 	(*SendResponse)(nil),            // 15: roomcast.v1.SendResponse
-	(*SendToUsersRequest)(nil),      // 16: roomcast.v1.SendToUsersRequest
-	(*SendToUsersResponse)(nil),     // 17: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),             // 18: roomcast.v1.KickRequest
-	(*KickResponse)(nil),            // 19: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),         // 20: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),       // 21: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),        // 22: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),       // 23: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),       // 24: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),  // 25: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                 // 26: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil), // 27: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),      // 28: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),     // 29: roomcast.v1.CountOnlineResponse
-	(*MemberTags)(nil),              // 30: roomcast.v1.MemberTags
-	(*SetMemberTagsRequest)(nil),    // 31: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),   // 32: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),    // 33: roomcast.v1.GetMemberTagsRequest
-	nil,                             // 34: roomcast.v1.GetRoomResponse.NodesEntry
+	(*SendBatchToRoomRequest)(nil),  // 16: roomcast.v1.SendBatchToRoomRequest
+	(*SendBatchResponse)(nil),       // 17: roomcast.v1.SendBatchResponse
+	(*SendToUsersRequest)(nil),      // 18: roomcast.v1.SendToUsersRequest
+	(*SendToUsersResponse)(nil),     // 19: roomcast.v1.SendToUsersResponse
+	(*KickRequest)(nil),             // 20: roomcast.v1.KickRequest
+	(*KickResponse)(nil),            // 21: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),         // 22: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),       // 23: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),        // 24: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),       // 25: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),       // 26: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),  // 27: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                 // 28: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil), // 29: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),      // 30: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),     // 31: roomcast.v1.CountOnlineResponse
+	(*MemberTags)(nil),              // 32: roomcast.v1.MemberTags
+	(*SetMemberTagsRequest)(nil),    // 33: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),   // 34: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),    // 35: roomcast.v1.GetMemberTagsRequest
+	nil,                             // 36: roomcast.v1.GetRoomResponse.NodesEntry
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -2514,47 +2629,50 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	34, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	36, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
-	23, // 10: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
-	26, // 11: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	30, // 12: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	4,  // 13: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	6,  // 14: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	7,  // 15: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	9,  // 16: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	11, // 17: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	14, // 18: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	16, // 19: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	18, // 20: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	20, // 21: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	21, // 22: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	22, // 23: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	25, // 24: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	28, // 25: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	31, // 26: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	33, // 27: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	5,  // 28: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 29: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 30: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 31: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 32: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 33: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 34: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	19, // 35: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 36: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	23, // 37: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	24, // 38: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	27, // 39: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	29, // 40: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	32, // 41: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	30, // 42: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	28, // [28:43] is the sub-list for method output_type
-	13, // [13:28] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 10: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
+	25, // 11: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
+	28, // 12: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
+	32, // 13: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	4,  // 14: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	6,  // 15: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	7,  // 16: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	9,  // 17: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	11, // 18: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	14, // 19: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	16, // 20: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	18, // 21: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	20, // 22: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	22, // 23: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	23, // 24: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	24, // 25: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	27, // 26: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	30, // 27: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	33, // 28: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	35, // 29: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	5,  // 30: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 31: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	8,  // 32: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	10, // 33: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	12, // 34: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	15, // 35: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	17, // 36: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	19, // 37: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	21, // 38: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 39: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	25, // 40: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	26, // 41: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	29, // 42: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	31, // 43: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	34, // 44: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	32, // 45: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	30, // [30:46] is the sub-list for method output_type
+	14, // [14:30] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -2569,7 +2687,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

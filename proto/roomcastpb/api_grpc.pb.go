@@ -28,6 +28,7 @@ const (
 	RoomcastAPI_GetRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/GetRoom"
 	RoomcastAPI_ListMembers_FullMethodName     = "/roomcast.v1.RoomcastAPI/ListMembers"
 	RoomcastAPI_SendToRoom_FullMethodName      = "/roomcast.v1.RoomcastAPI/SendToRoom"
+	RoomcastAPI_SendBatchToRoom_FullMethodName = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
 	RoomcastAPI_SendToUsers_FullMethodName     = "/roomcast.v1.RoomcastAPI/SendToUsers"
 	RoomcastAPI_Kick_FullMethodName            = "/roomcast.v1.RoomcastAPI/Kick"
 	RoomcastAPI_MuteRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/MuteRoom"
@@ -65,6 +66,9 @@ type RoomcastAPIClient interface {
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(ctx context.Context, in *SendToRoomRequest, opts ...grpc.CallOption) (*SendResponse, error)
+	// SendBatchToRoom sends up to 100 messages to a room in one call, in order: all of them or,
+	// if one is refused, none. For app servers that publish at a high rate.
+	SendBatchToRoom(ctx context.Context, in *SendBatchToRoomRequest, opts ...grpc.CallOption) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
@@ -149,6 +153,16 @@ func (c *roomcastAPIClient) SendToRoom(ctx context.Context, in *SendToRoomReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SendResponse)
 	err := c.cc.Invoke(ctx, RoomcastAPI_SendToRoom_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) SendBatchToRoom(ctx context.Context, in *SendBatchToRoomRequest, opts ...grpc.CallOption) (*SendBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendBatchResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SendBatchToRoom_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +285,9 @@ type RoomcastAPIServer interface {
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(context.Context, *SendToRoomRequest) (*SendResponse, error)
+	// SendBatchToRoom sends up to 100 messages to a room in one call, in order: all of them or,
+	// if one is refused, none. For app servers that publish at a high rate.
+	SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
@@ -318,6 +335,9 @@ func (UnimplementedRoomcastAPIServer) ListMembers(context.Context, *ListMembersR
 }
 func (UnimplementedRoomcastAPIServer) SendToRoom(context.Context, *SendToRoomRequest) (*SendResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SendToRoom not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SendBatchToRoom not implemented")
 }
 func (UnimplementedRoomcastAPIServer) SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SendToUsers not implemented")
@@ -471,6 +491,24 @@ func _RoomcastAPI_SendToRoom_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RoomcastAPIServer).SendToRoom(ctx, req.(*SendToRoomRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_SendBatchToRoom_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendBatchToRoomRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SendBatchToRoom(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SendBatchToRoom_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SendBatchToRoom(ctx, req.(*SendBatchToRoomRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -667,6 +705,10 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendToRoom",
 			Handler:    _RoomcastAPI_SendToRoom_Handler,
+		},
+		{
+			MethodName: "SendBatchToRoom",
+			Handler:    _RoomcastAPI_SendBatchToRoom_Handler,
 		},
 		{
 			MethodName: "SendToUsers",

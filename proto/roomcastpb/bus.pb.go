@@ -69,7 +69,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5, 0}
+	return file_bus_proto_rawDescGZIP(), []int{6, 0}
 }
 
 type NodeControl_Op int32
@@ -141,7 +141,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10, 0}
+	return file_bus_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -342,6 +342,52 @@ func (x *SendRequest) GetSenderTags() []string {
 	return nil
 }
 
+// SendBatchRequest: messages to one room from the server API, all or none
+// (subject rc.svc.room.sendbatch).
+type SendBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sends         []*SendRequest         `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendBatchRequest) Reset() {
+	*x = SendBatchRequest{}
+	mi := &file_bus_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendBatchRequest) ProtoMessage() {}
+
+func (x *SendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendBatchRequest.ProtoReflect.Descriptor instead.
+func (*SendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SendBatchRequest) GetSends() []*SendRequest {
+	if x != nil {
+		return x.Sends
+	}
+	return nil
+}
+
 // Reply answers every bus request. code 0 is success; other codes are the client error codes of
 // docs/protocol.md.
 type Reply struct {
@@ -359,14 +405,16 @@ type Reply struct {
 	CloseCode uint32 `protobuf:"varint,7,opt,name=close_code,json=closeCode,proto3" json:"close_code,omitempty"`
 	// Set by a successful join when the app server stored tags for the user: they replace the
 	// token's.
-	MemberTags    *MemberTags `protobuf:"bytes,8,opt,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
+	MemberTags *MemberTags `protobuf:"bytes,8,opt,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
+	// Set by a successful batch send: the messages' ids, in order.
+	MessageIds    []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_bus_proto_msgTypes[2]
+	mi := &file_bus_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +426,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[2]
+	mi := &file_bus_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +439,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{2}
+	return file_bus_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Reply) GetCode() uint32 {
@@ -450,6 +498,13 @@ func (x *Reply) GetMemberTags() *MemberTags {
 	return nil
 }
 
+func (x *Reply) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
 type RoomInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -464,7 +519,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[3]
+	mi := &file_bus_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +531,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[3]
+	mi := &file_bus_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +544,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{3}
+	return file_bus_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -535,7 +590,7 @@ type RoomBatch struct {
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +602,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +615,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoomBatch) GetMessages() []*Message {
@@ -602,7 +657,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +669,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +682,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -701,7 +756,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +768,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +781,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -772,7 +827,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +839,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +852,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -855,7 +910,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +922,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +935,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -943,7 +998,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1010,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1023,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1017,7 +1072,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1084,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1097,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1151,7 +1206,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1218,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1231,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1229,7 +1284,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1296,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1309,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Member) GetUid() string {
@@ -1310,7 +1365,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1377,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1390,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1367,7 +1422,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1434,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1447,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -1467,7 +1522,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1534,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1547,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -1621,7 +1676,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1688,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1701,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -1687,7 +1742,9 @@ const file_bus_proto_rawDesc = "" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
 	"\btag_expr\x18\b \x01(\tR\atagExpr\x12\x1f\n" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
-	"senderTags\"\xb5\x02\n" +
+	"senderTags\"B\n" +
+	"\x10SendBatchRequest\x12.\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xd6\x02\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -1699,7 +1756,9 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"close_code\x18\a \x01(\rR\tcloseCode\x128\n" +
 	"\vmember_tags\x18\b \x01(\v2\x17.roomcast.v1.MemberTagsR\n" +
-	"memberTags\"\xba\x01\n" +
+	"memberTags\x12\x1f\n" +
+	"\vmessage_ids\x18\t \x03(\tR\n" +
+	"messageIds\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -1841,54 +1900,56 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
 	(*JoinRequest)(nil),      // 2: roomcast.v1.JoinRequest
 	(*SendRequest)(nil),      // 3: roomcast.v1.SendRequest
-	(*Reply)(nil),            // 4: roomcast.v1.Reply
-	(*RoomInfo)(nil),         // 5: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),        // 6: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),     // 7: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),    // 8: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),     // 9: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),       // 10: roomcast.v1.NodeReport
-	(*RoomCount)(nil),        // 11: roomcast.v1.RoomCount
-	(*NodeControl)(nil),      // 12: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil), // 13: roomcast.v1.NodeControlReply
-	(*Member)(nil),           // 14: roomcast.v1.Member
-	(*PresenceQuery)(nil),    // 15: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),    // 16: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),       // 17: roomcast.v1.LoadReport
-	(*DrainRequest)(nil),     // 18: roomcast.v1.DrainRequest
-	nil,                      // 19: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),                // 20: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 21: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 22: roomcast.v1.MemberTags
-	(*Message)(nil),          // 23: roomcast.v1.Message
+	(*SendBatchRequest)(nil), // 4: roomcast.v1.SendBatchRequest
+	(*Reply)(nil),            // 5: roomcast.v1.Reply
+	(*RoomInfo)(nil),         // 6: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),        // 7: roomcast.v1.RoomBatch
+	(*SessionEvent)(nil),     // 8: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),    // 9: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),     // 10: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),       // 11: roomcast.v1.NodeReport
+	(*RoomCount)(nil),        // 12: roomcast.v1.RoomCount
+	(*NodeControl)(nil),      // 13: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil), // 14: roomcast.v1.NodeControlReply
+	(*Member)(nil),           // 15: roomcast.v1.Member
+	(*PresenceQuery)(nil),    // 16: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),    // 17: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),       // 18: roomcast.v1.LoadReport
+	(*DrainRequest)(nil),     // 19: roomcast.v1.DrainRequest
+	nil,                      // 20: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),                // 21: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 22: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 23: roomcast.v1.MemberTags
+	(*Message)(nil),          // 24: roomcast.v1.Message
 }
 var file_bus_proto_depIdxs = []int32{
-	20, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
-	5,  // 1: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	21, // 2: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	22, // 3: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	19, // 4: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	23, // 5: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	21, // 6: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	0,  // 7: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	7,  // 8: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	7,  // 9: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	11, // 10: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 11: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	23, // 12: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	14, // 13: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	7,  // 14: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
+	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	22, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	23, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	20, // 5: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	24, // 6: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	22, // 7: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	0,  // 8: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 9: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	8,  // 10: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 11: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 12: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	24, // 13: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 14: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	8,  // 15: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -1904,7 +1965,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -67,6 +67,9 @@ type Config struct {
 	// at least 16 and at most 128: enough that a server API slowed down by the fan-out it
 	// serves (tens of milliseconds an answer) still gets the full rate.
 	Senders int
+	// Batch is how many messages each server API request carries (fanout): more than 1 uses
+	// the batch send. Zero value means 1.
+	Batch int
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
 	// Settle bounds the wait for the server's RSS to settle (conns). Zero value means 30s.

@@ -115,13 +115,15 @@ func TestFanout(t *testing.T) {
 		transport string
 		lane      string
 		noMerge   bool
+		batch     int
 	}{
-		{"ws critical merged", sdk.TransportWebSocket, "critical", false},
-		{"tcp mix no-merge", sdk.TransportTCP, "mix", true},
+		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1},
+		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1},
+		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config(c, 20)
-			cfg.Transport, cfg.Lane, cfg.NoMerge = tc.transport, tc.lane, tc.noMerge
+			cfg.Transport, cfg.Lane, cfg.NoMerge, cfg.Batch = tc.transport, tc.lane, tc.noMerge, tc.batch
 			cfg.Rate, cfg.Duration, cfg.Tick = 20, 2*time.Second, 50*time.Millisecond
 			var lines int
 			cfg.Progress = func(string) { lines++ }

@@ -159,6 +159,8 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: tags must be 0 (untargeted) to %d, got %d", maxTags, c.Tags)
 	case c.Rate <= 0:
 		return errors.New("bench: fanout needs a positive rate")
+	case c.Batch < 0 || c.Batch > 100:
+		return fmt.Errorf("bench: batch must be 1 to 100 messages, got %d", c.Batch)
 	case c.APIKey == "":
 		return errors.New("bench: fanout needs the server API key")
 	case c.Size < bodyHeader || c.Size > maxBodySize:
@@ -218,7 +220,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		return res, err
 	}
 	tags := tagging{groups: cfg.Tags}
-	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, tags, cfg.Senders)
+	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, tags, cfg.Senders, cfg.Batch)
 	total := int64(cfg.Rate * cfg.Duration.Seconds())
 	stop := r.everySecond(func() {
 		pub.mu.Lock()

@@ -25,6 +25,7 @@ type publisher struct {
 	size   int
 	id     runID
 	tags   tagging // chooses each message's tag expression
+	batch  int     // messages per request; more than 1 uses the batch send
 	hc     *http.Client
 
 	mu      sync.Mutex // guards the fields below
@@ -37,9 +38,10 @@ type publisher struct {
 	latency *hdrhistogram.Histogram // request to answer, µs
 }
 
-func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders int) *publisher {
+func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders, batch int) *publisher {
 	return &publisher{
 		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
+		batch:   max(1, batch),
 		latency: newLatencyHistogram(),
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
@@ -59,12 +61,12 @@ func (p *publisher) laneOf(seq uint64) string {
 // once every message has been answered.
 func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, senders int) {
 	total := int64(rate * d.Seconds())
-	jobs := make(chan uint64, senders)
+	jobs := make(chan []uint64, senders)
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Go(func() {
-			for seq := range jobs {
-				p.send(ctx, seq)
+			for seqs := range jobs {
+				p.send(ctx, seqs)
 			}
 		})
 	}
@@ -72,7 +74,7 @@ func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, send
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
-	for k := range total {
+	for k := int64(0); k < total; k += int64(p.batch) {
 		due := start.Add(time.Duration(float64(k) / rate * float64(time.Second)))
 		if w := time.Until(due); w > 0 {
 			timer.Reset(w)
@@ -84,7 +86,11 @@ func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, send
 		if ctx.Err() != nil {
 			break
 		}
-		jobs <- uint64(k)
+		seqs := make([]uint64, 0, p.batch)
+		for seq := k; seq < min(k+int64(p.batch), total); seq++ {
+			seqs = append(seqs, uint64(seq))
+		}
+		jobs <- seqs
 	}
 	close(jobs)
 	wg.Wait()
@@ -98,30 +104,45 @@ type apiSend struct {
 	TagExpr    string `json:"tag_expr,omitempty"`
 }
 
-func (p *publisher) send(ctx context.Context, seq uint64) {
-	lane := p.laneOf(seq)
+// send publishes the messages seqs in one request: the single send for one message, the batch
+// send (all or none) for more.
+func (p *publisher) send(ctx context.Context, seqs []uint64) {
 	now := time.Now()
-	b, _ := json.Marshal(apiSend{
-		Type: "bench", Lane: lane, BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size),
-		TagExpr: p.tags.target(seq).expr(),
-	})
-	err := p.post(ctx, b)
+	msgs := make([]apiSend, len(seqs))
+	for i, seq := range seqs {
+		msgs[i] = apiSend{
+			Type: "bench", Lane: p.laneOf(seq), BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size),
+			TagExpr: p.tags.target(seq).expr(),
+		}
+	}
+	var err error
+	if len(msgs) == 1 {
+		b, _ := json.Marshal(msgs[0])
+		err = p.post(ctx, p.url, b)
+	} else {
+		b, _ := json.Marshal(struct {
+			Messages []apiSend `json:"messages"`
+		}{msgs})
+		err = p.post(ctx, p.url+"/batch", b)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.first.IsZero() || now.Before(p.first) {
 		p.first = now
 	}
 	p.last = time.Now()
-	p.sent++
+	p.sent += int64(len(seqs))
 	recordLatency(p.latency, p.last.Sub(now))
 	if err != nil {
-		p.failed++
+		p.failed += int64(len(seqs))
 		if len(p.errors) < maxErrors {
-			p.errors = append(p.errors, fmt.Sprintf("message %d: %v", seq, err))
+			p.errors = append(p.errors, fmt.Sprintf("messages %d-%d: %v", seqs[0], seqs[len(seqs)-1], err))
 		}
 		return
 	}
-	p.ok.add(seq)
+	for _, seq := range seqs {
+		p.ok.add(seq)
+	}
 }
 
 func laneValue(lane string) roomcastpb.Lane {
@@ -134,8 +155,8 @@ func laneValue(lane string) roomcastpb.Lane {
 	return roomcastpb.Lane_LANE_NORMAL
 }
 
-func (p *publisher) post(ctx context.Context, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+func (p *publisher) post(ctx context.Context, target string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
