@@ -314,7 +314,10 @@ func (r *localRoom) write(msgs []queued) {
 		}
 		return v
 	}
-	audiences := make(map[*tag.Set]string) // this tick's audience bitset per tag set
+	var audiences map[*tag.Set]string // this tick's audience bitset per tag set
+	if exprs != nil {
+		audiences = make(map[*tag.Set]string)
+	}
 
 	var delivered, slowDropped [4]int
 	var frames, bytes int
