@@ -128,7 +128,7 @@ func (c *Config) setDefaults() {
 		c.MaxPendingBytes = 1 << 20
 	}
 	if c.MaxConnections <= 0 {
-		c.MaxConnections = fileLimit() - 256
+		c.MaxConnections = FileLimit() - 256
 	}
 	if c.ExprCacheSize <= 0 {
 		c.ExprCacheSize = 1024
@@ -144,8 +144,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// fileLimit returns the process's soft limit on open files (at least 1280).
-func fileLimit() int {
+// FileLimit returns the process's soft limit on open files (at least 1280): what the
+// connections of every ChatLink in the process share.
+func FileLimit() int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
 		return 1 << 20

@@ -162,25 +162,29 @@ func codeName(code pb.ErrorCode) string { return strings.TrimPrefix(code.String(
 
 // grpcCode maps an error code to the gRPC status code that carries it.
 func grpcCode(code pb.ErrorCode) codes.Code {
-	switch code {
-	case pb.ErrorCode_ERROR_CODE_OK:
-		return codes.OK
-	case pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR:
-		return codes.InvalidArgument
-	case pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, pb.ErrorCode_ERROR_CODE_RATE_LIMITED:
-		return codes.ResourceExhausted
-	case pb.ErrorCode_ERROR_CODE_FORBIDDEN:
-		return codes.PermissionDenied
-	case pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND:
-		return codes.NotFound
-	case pb.ErrorCode_ERROR_CODE_CONFLICT:
-		return codes.FailedPrecondition
-	case pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:
-		return codes.Unauthenticated
-	case pb.ErrorCode_ERROR_CODE_UNAVAILABLE:
-		return codes.Unavailable
+	if m, ok := errorMappings[code]; ok {
+		return m.grpc
 	}
 	return codes.Internal
+}
+
+// errorMappings gives each error code its gRPC code and HTTP status (httpStatus); a code not
+// here is Internal / 500.
+var errorMappings = map[pb.ErrorCode]struct {
+	grpc codes.Code
+	http int
+}{
+	pb.ErrorCode_ERROR_CODE_OK:                {codes.OK, http.StatusOK},
+	pb.ErrorCode_ERROR_CODE_BAD_REQUEST:       {codes.InvalidArgument, http.StatusBadRequest},
+	pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR:      {codes.InvalidArgument, http.StatusBadRequest},
+	pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE: {codes.ResourceExhausted, http.StatusRequestEntityTooLarge},
+	pb.ErrorCode_ERROR_CODE_RATE_LIMITED:      {codes.ResourceExhausted, http.StatusTooManyRequests},
+	pb.ErrorCode_ERROR_CODE_FORBIDDEN:         {codes.PermissionDenied, http.StatusForbidden},
+	pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND:    {codes.NotFound, http.StatusNotFound},
+	pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND:    {codes.NotFound, http.StatusNotFound},
+	pb.ErrorCode_ERROR_CODE_CONFLICT:          {codes.FailedPrecondition, http.StatusConflict},
+	pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:      {codes.Unauthenticated, http.StatusUnauthorized},
+	pb.ErrorCode_ERROR_CODE_UNAVAILABLE:       {codes.Unavailable, http.StatusServiceUnavailable},
 }
 
 // errorCodeOf recovers the ErrorCode of an error returned by an API method.

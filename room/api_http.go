@@ -207,25 +207,8 @@ func writeError(w http.ResponseWriter, err error) {
 
 // httpStatus maps an error code to the HTTP status that answers it.
 func httpStatus(code pb.ErrorCode) int {
-	switch code {
-	case pb.ErrorCode_ERROR_CODE_OK:
-		return http.StatusOK
-	case pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR:
-		return http.StatusBadRequest
-	case pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE:
-		return http.StatusRequestEntityTooLarge
-	case pb.ErrorCode_ERROR_CODE_RATE_LIMITED:
-		return http.StatusTooManyRequests
-	case pb.ErrorCode_ERROR_CODE_FORBIDDEN:
-		return http.StatusForbidden
-	case pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND:
-		return http.StatusNotFound
-	case pb.ErrorCode_ERROR_CODE_CONFLICT:
-		return http.StatusConflict
-	case pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:
-		return http.StatusUnauthorized
-	case pb.ErrorCode_ERROR_CODE_UNAVAILABLE:
-		return http.StatusServiceUnavailable
+	if m, ok := errorMappings[code]; ok {
+		return m.http
 	}
 	return http.StatusInternalServerError
 }

@@ -1,9 +1,6 @@
 package room_test
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -20,40 +17,18 @@ func startCluster(t *testing.T) *devcluster.Cluster {
 	return clustertest.Start(t, clustertest.ChatLinks(1))
 }
 
-func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: HTTP %d, body is not JSON: %q", method, url, resp.StatusCode, raw)
-	}
-	return resp.StatusCode, out
-}
-
 func TestAPIBadInput(t *testing.T) {
 	c := startCluster(t)
-	msgs := c.URL() + "/v1/rooms/lobby/messages"
+	msgs := "/v1/rooms/lobby/messages"
 	key := devcluster.APIKey
 	cases := []struct {
-		name, url, key, body string
-		status               int
-		code                 float64
+		name, path, key, body string
+		status                int
+		code                  float64
 	}{
 		{"no key", msgs, "", `{"body":"x"}`, 401, 106},
 		{"wrong key", msgs, "nope", `{"body":"x"}`, 401, 106},
-		{"bad room name", c.URL() + "/v1/rooms/a.b/messages", key, `{"body":"x"}`, 400, 100},
+		{"bad room name", "/v1/rooms/a.b/messages", key, `{"body":"x"}`, 400, 100},
 		{"not JSON", msgs, key, `hello`, 400, 100},
 		{"unknown field", msgs, key, `{"body":"x","colour":"red"}`, 400, 100},
 		{"two objects", msgs, key, `{"body":"x"}{"body":"y"}`, 400, 100},
@@ -67,19 +42,19 @@ func TestAPIBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, out := call(t, "POST", tc.url, tc.key, tc.body)
+			status, out := httpCall(t, c, "POST", tc.path, tc.key, tc.body)
 			if status != tc.status || out["code"] != tc.code || out["error"] == "" {
 				t.Fatalf("HTTP %d %v, want %d with code %v", status, out, tc.status, tc.code)
 			}
 		})
 	}
 
-	status, out := call(t, "POST", msgs, key, `{"body":"hello","lane":"bulk","sender":"host"}`)
+	status, out := httpCall(t, c, "POST", msgs, key, `{"body":"hello","lane":"bulk","sender":"host"}`)
 	if status != 200 || len(out["id"].(string)) != 26 || out["server_time_ms"].(float64) == 0 {
 		t.Fatalf("good send: HTTP %d %v", status, out)
 	}
 	// A room never created and with nobody in it does not exist.
-	status, out = call(t, "GET", c.URL()+"/v1/rooms/lobby", key, "")
+	status, out = httpCall(t, c, "GET", "/v1/rooms/lobby", key, "")
 	if status != 404 || out["code"].(float64) != 105 {
 		t.Fatalf("room info: HTTP %d %v", status, out)
 	}
@@ -88,7 +63,7 @@ func TestAPIBadInput(t *testing.T) {
 	for _, r := range c.Rooms {
 		r.Close()
 	}
-	status, out = call(t, "POST", msgs, key, `{"body":"anyone?"}`)
+	status, out = httpCall(t, c, "POST", msgs, key, `{"body":"anyone?"}`)
 	if status != 503 || out["code"].(float64) != 503 {
 		t.Fatalf("room service down: HTTP %d %v, want 503", status, out)
 	}

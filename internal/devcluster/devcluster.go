@@ -15,7 +15,6 @@ import (
 	"net/http/pprof"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -223,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		ccfg := chatlink.Config{
 			Node: name, Bus: nc, Keys: keys, Registry: reg, Log: log,
 			// The nodes share this process's open files.
-			MaxConnections: max(1000, (fileLimit()-1024)/cfg.ChatLinks),
+			MaxConnections: max(1000, (chatlink.FileLimit()-1024)/cfg.ChatLinks),
 			LoginTimeout:   cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 			ReportInterval: cfg.LeaseInterval,
 		}
@@ -427,13 +426,4 @@ func devToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"token": tok, "app": App})
-}
-
-// fileLimit returns the process's soft limit on open files.
-func fileLimit() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
-		return 1 << 20
-	}
-	return int(rl.Cur)
 }
