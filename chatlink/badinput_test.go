@@ -1,12 +1,15 @@
 package chatlink_test
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,4 +232,35 @@ func TestHeartbeat(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestUpgradeRequests sends raw upgrade requests: another path is 404, a malformed request
+// or another method 400, and a browser-like request with a large cookie upgrades.
+func TestUpgradeRequests(t *testing.T) {
+	c := startCluster(t, 1)
+	addr := strings.TrimSuffix(strings.TrimPrefix(c.Nodes[0].WSURL(), "ws://"), "/v1/ws")
+	const upgrade = "Host: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+	for _, tc := range []struct{ name, req, status string }{
+		{"browser-like", "GET /v1/ws HTTP/1.1\r\n" + upgrade + "User-Agent: Mozilla/5.0\r\nCookie: " +
+			strings.Repeat("k=v; ", 400) + "\r\n\r\n", "101"},
+		{"other path", "GET /favicon.ico HTTP/1.1\r\nHost: x\r\n\r\n", "404"},
+		{"POST", "POST /v1/ws HTTP/1.1\r\n" + upgrade + "\r\n", "400"},
+		{"no key", "GET /v1/ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n", "400"},
+		{"garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", "400"},
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(nc, tc.req); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(nc).ReadString('\n')
+		_ = nc.Close()
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 "+tc.status+" ") {
+			t.Errorf("%s: answer %q (%v), want %s", tc.name, line, err, tc.status)
+		}
+	}
 }

@@ -44,7 +44,7 @@ func (n *Node) expr(src string) *tag.Expr {
 
 // wsReadBuffer is the read buffer each client connection keeps (WebSocket and TCP): small, since client frames
 // are small and rare next to what the node writes.
-const wsReadBuffer = 512
+const wsReadBuffer = 256
 
 // Node is one ChatLink.
 type Node struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -100,13 +99,14 @@ func (n *Node) acceptWS() {
 func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := bufio.NewReaderSize(nc, wsReadBuffer)
-	req, err := http.ReadRequest(br)
+	req, err := readUpgrade(br)
 	switch {
-	case err != nil:
+	case errors.Is(err, errNotFound):
+		_, _ = io.WriteString(nc, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		_ = nc.Close()
 		return
-	case req.URL.Path != "/v1/ws":
-		_, _ = io.WriteString(nc, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	case err != nil:
+		_, _ = io.WriteString(nc, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		_ = nc.Close()
 		return
 	}

@@ -79,6 +79,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "conns":
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the members over this many rooms")
 		fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "longest wait for the server's RSS to settle")
+		fs.DurationVar(&cfg.Hold, "hold", 0, "keep the members connected this long after measuring, e.g. to profile the server")
 	case "fanout":
 		fs.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")

@@ -1,6 +1,9 @@
 package auth
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -71,6 +74,80 @@ func TestAPIKeys(t *testing.T) {
 	for _, bad := range []string{"", "key-2", "key-1 "} {
 		if _, ok := k.App(bad); ok {
 			t.Errorf("App(%q) accepted", bad)
+		}
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	keys := Keyring{"demo": []byte("roomcast-dev-secret")}
+	tok, err := Mint(keys["demo"], "demo", "user-12345", "room-1", []string{"class:3", "role:student"}, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := keys.Verify(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestVerifyCompactForm covers what Verify reads itself: headers other than the jwt package's
+// own, other algorithms, the time claims and malformed segments.
+func TestVerifyCompactForm(t *testing.T) {
+	secret := []byte("s1")
+	keys := Keyring{"app1": secret}
+	hour := jwt.NewNumericDate(time.Now().Add(time.Hour))
+	sign := func(m jwt.SigningMethod, header map[string]any, c jwt.Claims, key any) string {
+		t.Helper()
+		tok := jwt.NewWithClaims(m, c)
+		for k, v := range header {
+			tok.Header[k] = v
+		}
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ok := Claims{App: "app1", UID: "u", Room: "r", RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: hour}}
+
+	// Good tokens with headers other than {"alg":"HS256","typ":"JWT"}.
+	for name, h := range map[string]map[string]any{
+		"with kid": {"kid": "k1"},
+		"no typ":   {"typ": nil},
+	} {
+		tok := sign(jwt.SigningMethodHS256, h, ok, secret)
+		if h["typ"] == nil {
+			// jwt always writes typ; drop it by re-encoding the header.
+			parts := strings.Split(tok, ".")
+			parts[0] = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256"}`))
+			mac := hmac.New(sha256.New, secret)
+			mac.Write([]byte(parts[0] + "." + parts[1]))
+			tok = parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+		}
+		if c, err := keys.Verify(tok); err != nil || c.UID != "u" || !c.ExpiresAt.Equal(hour.Time) {
+			t.Errorf("%s: claims %+v, err %v", name, c, err)
+		}
+	}
+
+	notYet := ok
+	notYet.NotBefore = hour
+	goodSig := sign(jwt.SigningMethodHS256, nil, ok, secret)
+	parts := strings.Split(goodSig, ".")
+	for name, tok := range map[string]string{
+		"HS512":          sign(jwt.SigningMethodHS512, nil, ok, secret),
+		"crit header":    sign(jwt.SigningMethodHS256, map[string]any{"crit": []string{"exp"}}, ok, secret),
+		"not valid yet":  sign(jwt.SigningMethodHS256, nil, notYet, secret),
+		"two segments":   parts[0] + "." + parts[1],
+		"four segments":  goodSig + ".x",
+		"bad base64 sig": parts[0] + "." + parts[1] + ".!!!",
+		"bad claims":     parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"app":"app1","exp":"soon"}`)) + "." + parts[2],
+		"too long":       parts[0] + "." + strings.Repeat("A", maxTokenLen) + "." + parts[2],
+		"cut signature":  goodSig[:len(goodSig)-2],
+	} {
+		if _, err := keys.Verify(tok); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err %v, want ErrInvalid", name, err)
 		}
 	}
 }

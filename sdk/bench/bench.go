@@ -74,6 +74,9 @@ type Config struct {
 	Wait time.Duration
 	// Settle bounds the wait for the server's RSS to settle (conns). Zero value means 30s.
 	Settle time.Duration
+	// Hold keeps the members connected this long after the measurement (conns), so the
+	// server can be profiled in that state. Zero value means they leave at once.
+	Hold time.Duration
 
 	// Concurrency bounds the logins in flight while members join (conns, fanout). Zero value
 	// means 128.

@@ -111,6 +111,14 @@ func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
 		res.GoroutinesPerConn = math.Round((after.goroutines-before.goroutines)/n*100) / 100
 	}
 
+	if cfg.Hold > 0 {
+		r.progress("holding %d members for %v", res.Connected, cfg.Hold)
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(cfg.Hold):
+		}
+	}
 	rep, err := r.finish(ctx, nil, 0)
 	if err != nil {
 		return res, err
