@@ -71,6 +71,7 @@ type Node struct {
 	ctx    context.Context // ends at the end of Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the node starts
+	poll   *poller        // reads idle WebSocket connections; nil with Config.ReaderGoroutines
 
 	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
@@ -143,6 +144,14 @@ func (n *Node) Start() error {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: admin subject: %w", err)
+	}
+	if !n.cfg.ReaderGoroutines && pollSupported {
+		if n.poll, err = newPoller(); err != nil {
+			_ = n.wsLn.Close()
+			_ = n.tcpLn.Close()
+			return err
+		}
+		n.goAsync(n.poll.run)
 	}
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
@@ -314,6 +323,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 	}
 	n.cancel()
+	if n.poll != nil {
+		n.poll.stop()
+	}
 	n.wg.Wait()
 	n.presence.flush()
 	n.log.Info("chatlink stopped")

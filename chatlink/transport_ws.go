@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,12 +95,17 @@ func (n *Node) acceptWS() {
 	}
 }
 
+// handshakeReaders read upgrade requests. A connection read by the poller gives its reader
+// back after the upgrade; one with a reader goroutine keeps it for gws.
+var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, wsReadBuffer) }}
+
 // upgradeWS upgrades one connection (GET /v1/ws) and starts its read loop on a goroutine of
 // its own: parsing the request takes a deeper stack than the reader ever needs again, and a
 // fresh goroutine starts with the smallest one.
 func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
-	br := bufio.NewReaderSize(nc, wsReadBuffer)
+	br := handshakeReaders.Get().(*bufio.Reader)
+	br.Reset(nc)
 	req, err := readUpgrade(br)
 	switch {
 	case errors.Is(err, errNotFound):
@@ -110,6 +117,40 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
+	tc, _ := nc.(*net.TCPConn)
+	if n.poll == nil || tc == nil {
+		n.serveWSReader(nc, br, req) // gws keeps br
+		return
+	}
+	// Read by the poller. gws gets no reader: it only writes.
+	p := &wsPolled{TCPConn: tc, n: n, id: n.poll.newID(), r: wsReader{max: n.cfg.MaxFrameBytes}}
+	p.reading = true // until start: a close during the upgrade must not finish a conn not made yet
+	if p.rc, err = tc.SyscallConn(); err != nil {
+		_ = nc.Close()
+		return
+	}
+	var early []byte
+	if k := br.Buffered(); k > 0 { // frames the client sent right behind its request
+		b, _ := br.Peek(k)
+		early = append([]byte(nil), b...)
+	}
+	br.Reset(nil)
+	handshakeReaders.Put(br)
+	socket, err := n.upgrader.UpgradeFromConn(p, nil, req)
+	if err != nil {
+		return // gws has answered 400 and closed
+	}
+	_ = nc.SetDeadline(time.Time{})
+	_ = tc.SetNoDelay(true)
+	p.s = socket
+	p.c = n.newConn(&wsTransport{s: socket})
+	n.wg.Add(1) // finish tells n.wg when the connection is gone
+	p.start(early)
+}
+
+// serveWSReader upgrades a connection that gets a reader goroutine of its own
+// (Config.ReaderGoroutines, or no poller on this platform).
+func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request) {
 	socket, err := n.upgrader.UpgradeFromConn(nc, br, req)
 	if err != nil {
 		return // gws has answered 400 and closed
