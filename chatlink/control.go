@@ -299,6 +299,9 @@ func (n *Node) Kill() {
 		}
 		n.conns.each(func(c *conn) { c.t.forceClose() })
 		n.cancel()
+		if n.poll != nil {
+			n.poll.stop()
+		}
 		n.wg.Wait()
 		n.log.Info("chatlink killed")
 	})

@@ -67,6 +67,10 @@ type Config struct {
 	// at least 16 and at most 128: enough that a server API slowed down by the fan-out it
 	// serves (tens of milliseconds an answer) still gets the full rate.
 	Senders int
+	// Slow is how many extra members of the room (fanout) log in over a raw connection with
+	// a small receive buffer and then never read; they count in no delivery figure. Zero
+	// value means none.
+	Slow int
 	// Batch is how many messages each server API request carries (fanout): more than 1 uses
 	// the batch send. Zero value means 1.
 	Batch int

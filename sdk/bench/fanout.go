@@ -54,6 +54,10 @@ type FanoutResult struct {
 	Connected    int64 `json:"connected"`
 	Failed       int64 `json:"failed"`
 	Disconnected int64 `json:"disconnected"`
+	// Slow is how many members logged in and then never read (--slow), on top of N;
+	// ServerSlowReaderCloses counts the server's slow-reader closes over the run window.
+	Slow                   int     `json:"slow"`
+	ServerSlowReaderCloses float64 `json:"server_slow_reader_closes"`
 
 	// Published counts messages the server API accepted, PublishFailed those it refused or
 	// did not answer; PublishedPerSec is the achieved publish rate.
@@ -127,6 +131,9 @@ func (r FanoutResult) String() string {
 	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s %s lane=%s size=%dB transport=%s workers=%d\n",
 		r.N, r.Rate, r.Duration, tick, merge, tags, r.Lane, r.Size, r.Transport, r.Workers)
 	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d\n", r.Connected, r.Failed, r.Disconnected)
+	if r.Slow > 0 {
+		fmt.Fprintf(&b, "  slow        %d members never read; the server closed %.0f as slow readers\n", r.Slow, r.ServerSlowReaderCloses)
+	}
 	fmt.Fprintf(&b, "  published   %d accepted, %d failed, %.1f/s, API answer p50 %.1fms p99 %.1fms\n",
 		r.Published, r.PublishFailed, r.PublishedPerSec, r.PublishP50MS, r.PublishP99MS)
 	fmt.Fprintf(&b, "  delivered   %d/%d (lost %d, lost_critical %d, dup %d, leaked %d, incomplete members %d), mean audience %.1f\n",
@@ -214,6 +221,14 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	if st.Connected == 0 {
 		return res, errors.New("bench: no member could join the room")
 	}
+	for i := range cfg.Slow {
+		nc, err := dialSlow(ctx, cfg, r.hc, r.room, fmt.Sprintf("bench-%x-slow-%d", r.id, i))
+		if err != nil {
+			return res, err
+		}
+		defer nc.Close()
+		res.Slow++
+	}
 
 	before, err := r.server.read(ctx)
 	if err != nil {
@@ -275,6 +290,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		res.DeliveriesPerServerCPUSec = float64(res.Delivered) / res.ServerCPUSeconds
 	}
 	res.ServerDeliveries = after.deliveries - before.deliveries
+	res.ServerSlowReaderCloses = after.slowCloses - before.slowCloses
 	for k, v := range after.drops {
 		if d := v - before.drops[k]; d > 0 {
 			if res.ServerDrops == nil {

@@ -140,6 +140,7 @@ const (
 	metricDeliveries = "roomcast_chatlink_deliveries_total"
 	metricDrops      = "roomcast_chatlink_drops_total"
 	metricConns      = "roomcast_chatlink_connections"
+	metricCloses     = "roomcast_chatlink_closes_total"
 	metricGoroutines = "go_goroutines"
 	metricHeapInuse  = "go_memstats_heap_inuse_bytes"
 	metricStackInuse = "go_memstats_stack_inuse_bytes"
@@ -152,6 +153,7 @@ type serverStats struct {
 	cpu        float64            // seconds of user+system time
 	deliveries float64            // messages written to client connections, all lanes
 	drops      map[string]float64 // by "lane/reason"
+	slowCloses float64            // connections closed as slow readers
 	conns      float64
 	// Go runtime figures, when the server is a Go program that exports them (0 otherwise).
 	goroutines, heapInuse, stackInuse float64
@@ -183,6 +185,7 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 			}
 			st.deliveries, _ = sum(samples, metricDeliveries, nil)
 			st.conns, _ = sum(samples, metricConns, nil)
+			st.slowCloses, _ = sum(samples, metricCloses, map[string]string{"code": "CLOSE_CODE_SLOW_READER"})
 			st.goroutines, _ = sum(samples, metricGoroutines, nil)
 			st.heapInuse, _ = sum(samples, metricHeapInuse, nil)
 			st.stackInuse, _ = sum(samples, metricStackInuse, nil)
