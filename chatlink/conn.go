@@ -184,6 +184,7 @@ func (c *conn) login(l *pb.Login) {
 	var rep pb.Reply
 	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
+		FirstOnNode: !n.rooms.has(c.app, c.room),
 	}, &rep)
 	cancel()
 	switch {

@@ -87,6 +87,15 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings) {
 	<-r.ready
 }
 
+// has reports whether the room has members on this node.
+func (t *roomTable) has(app, room string) bool {
+	key := app + "/" + room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.rooms[key] != nil
+}
+
 // leave removes c from its room and drops the room when c was its last local member.
 func (t *roomTable) leave(c *conn) {
 	key := c.app + "/" + c.room

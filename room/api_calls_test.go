@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -523,4 +525,32 @@ func TestBanRacesLogin(t *testing.T) {
 		}
 	}
 	t.Logf("%d logins raced the ban", len(all))
+}
+
+// TestSettingsBeforeFirstJoin changes a room's settings and at once sends the join of the
+// room's first member on a node, as a ChatLink does: the answer carries the new settings even
+// when the room service's cache has not caught up yet (it reads the store for a first join).
+func TestSettingsBeforeFirstJoin(t *testing.T) {
+	c := startClusterWith(t, func(cfg *devcluster.Config) { cfg.ServiceInstances = 2 })
+	nc, err := nats.Connect(c.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for i := range 100 {
+		room := fmt.Sprintf("fresh-%d", i)
+		mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"`+room+`"}`)
+		tick := 100 + i
+		mustHTTP(t, c, 200, "PATCH", "/v1/rooms/"+room, fmt.Sprintf(`{"settings":{"flush_tick_ms":%d}}`, tick))
+		var rep pb.Reply
+		err := bus.Request(context.Background(), nc, bus.SubjectRoomJoin, &pb.JoinRequest{
+			App: devcluster.App, Room: room, Uid: "u", Node: "n", SessionId: "s", FirstOnNode: true,
+		}, &rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.GetSettings().GetFlushTickMs(); got != uint32(tick) {
+			t.Fatalf("join %d right after the change: flush tick %d, want %d", i, got, tick)
+		}
+	}
 }

@@ -190,6 +190,9 @@ func (s *Service) admit(req *pb.JoinRequest, now time.Time) *pb.Reply {
 	return nil
 }
 
+// storeReadTimeout bounds a read of the store on a join's path.
+const storeReadTimeout = 2 * time.Second
+
 func (s *Service) onJoin(msg *nats.Msg) {
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
@@ -200,9 +203,22 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
+	settings := s.cache.room(req.App, req.Room).GetSettings()
+	if req.FirstOnNode {
+		// The cache follows the store a little behind; the node's copy of the settings is
+		// kept current from here on by the announcements of changes (API.announceSettings).
+		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+		r, _, err := s.store.getRoom(ctx, req.App, req.Room)
+		cancel()
+		if err == nil {
+			settings = r.GetSettings()
+		} else {
+			s.log.Warn("room settings read from the cache", "app", req.App, "room", req.Room, "err", err)
+		}
+	}
 	bus.Respond(s.log, msg, &pb.Reply{
 		Room:       s.dist.info(req.App, req.Room),
-		Settings:   s.cache.room(req.App, req.Room).GetSettings(),
+		Settings:   settings,
 		MemberTags: s.cache.memberTags(req.App, req.Uid),
 	})
 }

@@ -146,13 +146,17 @@ func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
-	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Tags          []string               `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	App       string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Uid       string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Node      string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	SessionId string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Tags      []string               `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	// first_on_node: the node has no member of this room yet. The room service then answers
+	// with the room's settings read from the store rather than from its cache, so that settings
+	// changed just before the room's first member arrives on a node are not missed.
+	FirstOnNode   bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +231,13 @@ func (x *JoinRequest) GetTags() []string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetFirstOnNode() bool {
+	if x != nil {
+		return x.FirstOnNode
+	}
+	return false
 }
 
 // SendRequest: a message to a room, from a member (through its ChatLink) or from the server API
@@ -1722,7 +1733,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\rmessage.proto\"\x8c\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\rmessage.proto\"\xb0\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -1730,7 +1741,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04tags\x18\x06 \x03(\tR\x04tags\"\xef\x01\n" +
+	"\x04tags\x18\x06 \x03(\tR\x04tags\x12\"\n" +
+	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\"\xef\x01\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
