@@ -85,6 +85,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
 		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
+		fs.StringVar(&cfg.Client, "client", bench.ClientSDK, "members' client: sdk (sdk.Client, as apps use it) or raw (the protocol spoken directly: far less bench CPU per delivery, for big runs on a shared machine)")
 		fs.IntVar(&cfg.Slow, "slow", 0, "extra members that log in and never read again (a small receive buffer), to show they delay no one")
 		fs.IntVar(&cfg.Tags, "tags", 0, "tag-targeted fanout with this many distinct member tag sets in 10 classes (0: untargeted)")
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")

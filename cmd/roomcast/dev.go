@@ -30,6 +30,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
 	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
+	readerGoroutines := flags.Bool("reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
 	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
 	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
@@ -86,6 +87,7 @@ secret and API key are fixed and printed.
 		ChatLink: func(c *chatlink.Config) {
 			c.EgressCapacity = *egress
 			c.FlushTick = *flushTick
+			c.ReaderGoroutines = *readerGoroutines
 		},
 		CityDB: *cityDB,
 		ISPDB:  *ispDB,

@@ -67,6 +67,11 @@ type Config struct {
 	// at least 16 and at most 128: enough that a server API slowed down by the fan-out it
 	// serves (tens of milliseconds an answer) still gets the full rate.
 	Senders int
+	// Client is the kind of client of each fanout member: ClientSDK (sdk.Client, as apps use
+	// it) or ClientRaw (the protocol spoken directly, with far less CPU per delivery: the bench
+	// shares the machine with the server). Zero value means ClientSDK. Other scenarios always
+	// use the SDK.
+	Client string
 	// Slow is how many extra members of the room (fanout) log in over a raw connection with
 	// a small receive buffer and then never read; they count in no delivery figure. Zero
 	// value means none.
@@ -162,6 +167,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
 	case c.Transport != sdk.TransportWebSocket && c.Transport != sdk.TransportTCP:
 		return fmt.Errorf("bench: unknown transport %q (want ws or tcp)", c.Transport)
+	case c.Client != "" && c.Client != ClientSDK && c.Client != ClientRaw:
+		return fmt.Errorf("bench: unknown client %q (want sdk or raw)", c.Client)
 	}
 	return nil
 }
@@ -201,6 +208,9 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		Scenario: scenario, Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
 		MessageBuffer: messageBuffer, Tags: r.cfg.Tags,
+	}
+	if scenario == "fanout" {
+		base.Client = r.cfg.Client
 	}
 	if len(parts) == 1 {
 		sp := base

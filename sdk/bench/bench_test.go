@@ -116,14 +116,19 @@ func TestFanout(t *testing.T) {
 		lane      string
 		noMerge   bool
 		batch     int
+		client    string
+		slow      int
 	}{
-		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1},
-		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1},
-		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7},
+		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1, "", 0},
+		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1, "", 0},
+		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7, "", 0},
+		{"raw ws clients and a slow member", sdk.TransportWebSocket, "mix", false, 1, bench.ClientRaw, 1},
+		{"raw tcp clients and a slow member", sdk.TransportTCP, "critical", true, 1, bench.ClientRaw, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config(c, 20)
 			cfg.Transport, cfg.Lane, cfg.NoMerge, cfg.Batch = tc.transport, tc.lane, tc.noMerge, tc.batch
+			cfg.Client, cfg.Slow = tc.client, tc.slow
 			cfg.Rate, cfg.Duration, cfg.Tick = 20, 2*time.Second, 50*time.Millisecond
 			var lines int
 			cfg.Progress = func(string) { lines++ }
@@ -147,6 +152,9 @@ func TestFanout(t *testing.T) {
 			}
 			if res.ServerCPUSeconds <= 0 || res.DeliveriesPerServerCPUSec <= 0 || res.DeliveriesPerSec <= 0 {
 				t.Errorf("rates: cpu %v, per cpu-s %v, per s %v", res.ServerCPUSeconds, res.DeliveriesPerServerCPUSec, res.DeliveriesPerSec)
+			}
+			if res.Slow != tc.slow {
+				t.Errorf("%d slow members, want %d", res.Slow, tc.slow)
 			}
 			if res.ServerDeliveries < float64(res.Delivered) {
 				t.Errorf("server counted %v deliveries, the bench received %d", res.ServerDeliveries, res.Delivered)
@@ -307,6 +315,8 @@ func TestConfigErrors(t *testing.T) {
 		{"no n", func(c *bench.Config) { c.N = 0 }, nil},
 		{"no secret", func(c *bench.Config) { c.Secret = nil }, nil},
 		{"bad transport", func(c *bench.Config) { c.Transport = "udp" }, nil},
+		{"bad client", func(c *bench.Config) { c.Client = "curl" }, nil},
+		{"negative slow", func(c *bench.Config) { c.Slow = -1 }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok

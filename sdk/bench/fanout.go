@@ -176,6 +176,8 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: lane must be critical, normal, bulk or mix, not %q", c.Lane)
 	case c.Tick < 0 || c.Tick%time.Millisecond != 0:
 		return fmt.Errorf("bench: tick %v must be a whole number of milliseconds", c.Tick)
+	case c.Slow < 0 || c.Slow > 1000:
+		return fmt.Errorf("bench: slow must be 0 to 1000 members, got %d", c.Slow)
 	}
 	return nil
 }

@@ -39,6 +39,8 @@ type spec struct {
 	MessageBuffer int `json:"message_buffer"`
 	// Tags is the number of distinct tag sets of a targeted fanout (see tagging); 0: none.
 	Tags int `json:"tags"`
+	// Client is ClientSDK or ClientRaw (fanout).
+	Client string `json:"client"`
 }
 
 func (s spec) tagging() tagging { return tagging{groups: s.Tags} }
@@ -83,6 +85,8 @@ type fleet struct {
 		h  *hdrhistogram.Histogram
 	}
 
+	stop chan struct{} // closed by close: ends the raw members' heartbeats
+
 	mu         sync.Mutex // guards the fields below
 	errors     []string
 	loginLat   *hdrhistogram.Histogram
@@ -96,7 +100,7 @@ type member struct {
 	f        *fleet
 	idx      int
 	group    int // its tag group (tagging.group)
-	c        *sdk.Client
+	c        benchConn // *sdk.Client or *rawClient
 	distinct atomic.Int64
 	seen     []uint64 // bitmap of received sequence numbers
 	lanes    [4]int64 // distinct deliveries by lane
@@ -110,7 +114,10 @@ func newFleet(sp spec, log *slog.Logger) *fleet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram()}
+	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
+	if sp.Client == ClientRaw {
+		go f.heartbeats()
+	}
 	for i := range f.shards {
 		f.shards[i].h = newLatencyHistogram()
 	}
@@ -201,6 +208,12 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 	i := f.spec.First + j
 	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
+	if f.spec.Client == ClientRaw {
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, f.spec.App, f.spec.room(i),
+			fmt.Sprintf("bench-%x-%d", f.spec.Run, i), tok, dialerFrom(sourceAddr(i)), m.receiveBody)
+		f.joined(m, c, err, time.Since(t0))
+		return
+	}
 	c, err := sdk.Dial(ctx, sdk.Config{
 		Token:          tok,
 		Dispatcher:     f.spec.Dispatcher,
@@ -213,14 +226,22 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		OnMessage:      m.receive,
 		Logger:         f.log,
 	})
-	took := time.Since(t0)
+	if err != nil {
+		f.joined(m, nil, err, 0)
+		return
+	}
+	f.joined(m, c, nil, time.Since(t0))
+}
+
+// joined records the outcome of member m's login, which took took.
+func (f *fleet) joined(m *member, c benchConn, err error, took time.Duration) {
 	if err != nil {
 		f.failed.Add(1)
-		f.addError(fmt.Errorf("client %d: %w", i, err))
+		f.addError(fmt.Errorf("client %d: %w", m.idx, err))
 		return
 	}
 	m.c = c
-	f.members[j].Store(m)
+	f.members[m.idx-f.spec.First].Store(m)
 	f.connected.Add(1)
 	f.mu.Lock()
 	recordLatency(f.loginLat, took)
@@ -228,9 +249,12 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 }
 
 // receive records one pushed message. It runs on the client's OnMessage goroutine.
-func (m *member) receive(msg *roomcastpb.Message) {
+func (m *member) receive(msg *roomcastpb.Message) { m.receiveBody(int32(msg.GetLane()), msg.GetBody()) }
+
+// receiveBody records one pushed message by its lane and body; body is not kept.
+func (m *member) receiveBody(lane int32, body []byte) {
 	now := time.Now().UnixNano()
-	seq, sent, ok := parseBody(msg.GetBody(), m.f.spec.Run)
+	seq, sent, ok := parseBody(body, m.f.spec.Run)
 	if !ok {
 		return // other traffic in the room
 	}
@@ -254,7 +278,7 @@ func (m *member) receive(msg *roomcastpb.Message) {
 		m.first = now
 	}
 	m.last = now
-	m.lanes[int(msg.GetLane())&3]++
+	m.lanes[int(lane)&3]++
 	m.distinct.Add(1)
 	sh := &m.f.shards[m.idx%latencyShards]
 	sh.mu.Lock()
@@ -399,9 +423,38 @@ func (f *fleet) finish(expect []int64) report {
 	return r
 }
 
+// rawHeartbeatEvery is how often the fleet sends each raw member's heartbeat: well inside the
+// server's first interval (25 s by default; a member silent for three is closed).
+const rawHeartbeatEvery = 10 * time.Second
+
+// heartbeats beats for every raw member until close (sdk.Clients beat by themselves).
+func (f *fleet) heartbeats() {
+	t := time.NewTicker(rawHeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		for i := range f.members {
+			if m := f.members[i].Load(); m != nil {
+				if rc, ok := m.c.(*rawClient); ok && rc.Err() == nil {
+					rc.heartbeat()
+				}
+			}
+		}
+	}
+}
+
 // close ends every client, a few at a time (a WebSocket close waits briefly for its close
 // frame to go out).
 func (f *fleet) close() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for i := range f.members {

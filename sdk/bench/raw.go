@@ -1,0 +1,314 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lxzan/gws"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/proto/roomcastpb"
+	"roomcast/sdk"
+)
+
+// Client kinds of a fanout member (Config.Client).
+const (
+	ClientSDK = "sdk" // sdk.Client, as an app uses it
+	ClientRaw = "raw" // rawClient: the protocol spoken directly, for the least CPU per delivery
+)
+
+// benchConn is what the fleet needs of a member's connection.
+type benchConn interface {
+	Err() error // why the connection ended; nil while it is open
+	Close() error
+}
+
+// Field numbers of the frames rawClient reads (proto/client.proto, proto/message.proto).
+const (
+	frameLoginAck  = 2
+	framePush      = 5
+	frameKick      = 9
+	pushMessages   = 1
+	messageLane    = 5
+	messageBody    = 7
+	rawReadBuffer  = 16 << 10
+	rawLoginWait   = 15 * time.Second
+	rawWriteTimout = 10 * time.Second
+)
+
+// rawClient is a fanout member that speaks the protocol itself (--client raw) instead of
+// through sdk.Client: one reader goroutine, Push frames walked in place with protowire and no
+// allocation per message. The load generator shares the server's cores, and in the big runs
+// the SDK's decoding and per-message events took more CPU than the server; this client leaves
+// more of the machine to the server. It logs in, hands every pushed message to onMsg and
+// sends heartbeats when asked; it does not reconnect.
+type rawClient struct {
+	nc    net.Conn
+	ws    *gws.Conn // nil over TCP
+	onMsg func(lane int32, body []byte)
+	acked chan struct{} // closed at the LoginAck
+
+	wmu sync.Mutex // serialises TCP writes
+
+	mu   sync.Mutex // guards err
+	err  error
+	done chan struct{} // closed when the reader ends
+}
+
+var errClosedByBench = errors.New("bench: closed")
+
+// dialRaw dispatches, connects and logs in one raw member.
+func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, room, uid, token string,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error), onMsg func(lane int32, body []byte)) (*rawClient, error) {
+	q := url.Values{"app": {app}, "room": {room}, "uid": {uid}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(dispatcher, "/")+"/v1/dispatch?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	var a struct {
+		Nodes []sdk.Endpoint `json:"nodes"`
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(a.Nodes) == 0 {
+		return nil, fmt.Errorf("dispatch: %s (%v)", resp.Status, err)
+	}
+	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
+		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
+	if err != nil {
+		return nil, err
+	}
+	ep := a.Nodes[0]
+	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(ctx, rawLoginWait)
+	defer cancel()
+	if transport == sdk.TransportTCP {
+		if c.nc, err = dial(ctx, "tcp", ep.TCPAddr); err != nil {
+			return nil, err
+		}
+		go c.readTCP()
+		err = c.write(login)
+	} else {
+		u, perr := url.Parse(ep.WSURL)
+		if perr != nil {
+			return nil, perr
+		}
+		if c.nc, err = dial(ctx, "tcp", u.Host); err != nil {
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
+		c.ws, _, err = gws.NewClientFromConn(rawEvents{c}, &gws.ClientOption{
+			Addr: ep.WSURL, HandshakeTimeout: rawLoginWait, ReadBufferSize: rawReadBuffer,
+			ReadMaxPayloadSize: 16 << 20,
+		}, c.nc)
+		stop()
+		if err != nil {
+			_ = c.nc.Close()
+			return nil, err
+		}
+		go c.ws.ReadLoop()
+		err = c.write(login)
+	}
+	if err == nil {
+		select {
+		case <-c.acked:
+		case <-c.done:
+			err = c.Err()
+		case <-ctx.Done():
+			err = fmt.Errorf("no LoginAck: %w", ctx.Err())
+		}
+	}
+	if err != nil {
+		_ = c.Close()
+		<-c.done
+		return nil, err
+	}
+	return c, nil
+}
+
+// heartbeat sends one Heartbeat frame.
+func (c *rawClient) heartbeat() {
+	b, _ := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{
+		ClientTimeMs: time.Now().UnixMilli()}}})
+	_ = c.write(b)
+}
+
+func (c *rawClient) write(b []byte) error {
+	if c.ws != nil {
+		return c.ws.WriteMessage(gws.OpcodeBinary, b)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(rawWriteTimout))
+	_, err := c.nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func (c *rawClient) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if errors.Is(c.err, errClosedByBench) {
+		return nil
+	}
+	return c.err
+}
+
+func (c *rawClient) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+// Close ends the connection and waits for the reader.
+func (c *rawClient) Close() error {
+	c.fail(errClosedByBench)
+	_ = c.nc.Close()
+	<-c.done
+	return nil
+}
+
+func (c *rawClient) readTCP() {
+	defer close(c.done)
+	br := bufio.NewReaderSize(c.nc, rawReadBuffer)
+	var hdr [4]byte
+	var buf []byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			c.fail(err)
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:]))
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			c.fail(err)
+			return
+		}
+		c.frame(buf[:n])
+	}
+}
+
+// rawEvents receives a raw member's WebSocket events.
+type rawEvents struct{ c *rawClient }
+
+func (e rawEvents) OnOpen(*gws.Conn) {}
+func (e rawEvents) OnClose(_ *gws.Conn, err error) {
+	e.c.fail(fmt.Errorf("connection closed: %w", err))
+	close(e.c.done)
+}
+func (e rawEvents) OnPing(s *gws.Conn, p []byte) { _ = s.WritePong(p) }
+func (e rawEvents) OnPong(*gws.Conn, []byte)     {}
+func (e rawEvents) OnMessage(_ *gws.Conn, m *gws.Message) {
+	e.c.frame(m.Bytes())
+	m.Close()
+}
+
+// frame acts on one server frame: the LoginAck, each message of a Push, a Kick.
+func (c *rawClient) frame(b []byte) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			c.fail(errors.New("bad frame"))
+			return
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		switch num {
+		case frameLoginAck:
+			select {
+			case <-c.acked:
+			default:
+				close(c.acked)
+			}
+		case framePush:
+			c.push(v)
+		case frameKick:
+			var k roomcastpb.Kick
+			_ = proto.Unmarshal(v, &k)
+			c.fail(fmt.Errorf("kicked: code %d: %s", k.GetCode(), k.GetReason()))
+		}
+	}
+}
+
+// push hands each message of a Push to onMsg.
+func (c *rawClient) push(b []byte) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		if num != pushMessages || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return
+			}
+			b = b[n:]
+			continue
+		}
+		m, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		var lane int32
+		var body []byte
+		for len(m) > 0 {
+			num, typ, n := protowire.ConsumeTag(m)
+			if n < 0 {
+				break
+			}
+			m = m[n:]
+			switch {
+			case num == messageLane && typ == protowire.VarintType:
+				v, n := protowire.ConsumeVarint(m)
+				if n < 0 {
+					return
+				}
+				lane, m = int32(v), m[n:]
+			case num == messageBody && typ == protowire.BytesType:
+				v, n := protowire.ConsumeBytes(m)
+				if n < 0 {
+					return
+				}
+				body, m = v, m[n:]
+			default:
+				if n = protowire.ConsumeFieldValue(num, typ, m); n < 0 {
+					return
+				}
+				m = m[n:]
+			}
+		}
+		c.onMsg(lane, body)
+	}
+}
