@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	pb "roomcast/proto/roomcastpb"
@@ -63,7 +64,15 @@ func loginFrame(tok string) *pb.Frame {
 // TestBadInput sends each kind of bad input over each transport and checks the documented close
 // code, that it is counted in the metrics, and that the node serves others normally afterwards.
 func TestBadInput(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.LoginTimeout = 300 * time.Millisecond })
+	t.Run("poller", func(t *testing.T) { testBadInput(t, false) })
+	t.Run("reader goroutines", func(t *testing.T) { testBadInput(t, true) })
+}
+
+func testBadInput(t *testing.T, readerGoroutines bool) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+		cfg.LoginTimeout = 300 * time.Millisecond
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.ReaderGoroutines = readerGoroutines }
+	})
 	node := c.Nodes[0]
 	wrongSecret, err := auth.Mint([]byte("not-the-secret"), devcluster.App, "mallory", "r1", nil, time.Hour)
 	if err != nil {

@@ -200,8 +200,13 @@ func (n *Node) acceptTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if tc, ok := nc.(*net.TCPConn); ok {
+		tc, ok := nc.(*net.TCPConn)
+		if ok {
 			_ = tc.SetNoDelay(true)
+		}
+		if n.poll != nil && ok {
+			n.goAsync(func() { n.startPolledTCP(tc) })
+			continue
 		}
 		// Not n.goAsync, for the reader's stack (see upgradeWS); serveTCP tells n.wg when done.
 		n.wg.Add(1)

@@ -15,6 +15,18 @@ import (
 // writeTimeout bounds one flush to a TCP client; a client that takes longer is closed.
 const writeTimeout = 10 * time.Second
 
+// startPolledTCP serves a length-prefixed TCP connection read by the node's poller.
+func (n *Node) startPolledTCP(tc *net.TCPConn) {
+	p, err := newPolled(n, tc)
+	if err != nil {
+		_ = tc.Close()
+		return
+	}
+	p.feed = p.tcpFeed
+	p.c = n.newConn(&tcpTransport{n: n, nc: p})
+	p.start(nil)
+}
+
 // serveTCP runs one length-prefixed TCP connection: it reads frames until the connection ends.
 func (n *Node) serveTCP(nc net.Conn) {
 	defer n.wg.Done()

@@ -99,9 +99,8 @@ func (n *Node) acceptWS() {
 // back after the upgrade; one with a reader goroutine keeps it for gws.
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, wsReadBuffer) }}
 
-// upgradeWS upgrades one connection (GET /v1/ws) and starts its read loop on a goroutine of
-// its own: parsing the request takes a deeper stack than the reader ever needs again, and a
-// fresh goroutine starts with the smallest one.
+// upgradeWS upgrades one connection (GET /v1/ws), on a short-lived goroutine, and hands it to
+// the node's poller (polled.go), or to a reader goroutine of its own without a poller.
 func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := handshakeReaders.Get().(*bufio.Reader)
@@ -123,9 +122,8 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		return
 	}
 	// Read by the poller. gws gets no reader: it only writes.
-	p := &wsPolled{TCPConn: tc, n: n, id: n.poll.newID(), r: wsReader{max: n.cfg.MaxFrameBytes}}
-	p.reading = true // until start: a close during the upgrade must not finish a conn not made yet
-	if p.rc, err = tc.SyscallConn(); err != nil {
+	p, err := newPolled(n, tc)
+	if err != nil {
 		_ = nc.Close()
 		return
 	}
@@ -142,9 +140,9 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	}
 	_ = nc.SetDeadline(time.Time{})
 	_ = tc.SetNoDelay(true)
-	p.s = socket
+	w := &wsFrames{p: p, s: socket, r: wsReader{max: n.cfg.MaxFrameBytes}}
+	p.feed = w.feed
 	p.c = n.newConn(&wsTransport{s: socket})
-	n.wg.Add(1) // finish tells n.wg when the connection is gone
 	p.start(early)
 }
 

@@ -1,0 +1,271 @@
+package chatlink
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lxzan/gws"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// polled is a client connection whose frames the node reads when its poller says the socket
+// is readable, on a short-lived goroutine, instead of on a reader goroutine that lives as long
+// as the connection (poll_linux.go). It stands in for the socket inside the transport (gws
+// for WebSocket, tcpTransport for TCP), so that every close, whichever side makes it (a kick,
+// a failed write, the node), reaches the node exactly once, after any read in progress.
+type polled struct {
+	*net.TCPConn
+	n  *Node
+	c  *conn
+	rc syscall.RawConn
+	id uint64 // the poller registration
+
+	// feed handles the complete frames at the start of data (the transport's framing) and
+	// returns how many bytes it consumed, how many the next frame needs in all if it is
+	// incomplete, and what to do next.
+	feed func(data []byte) (consumed, need int, next readNext)
+
+	// Touched only by the one read in progress.
+	registered bool   // added to the poller
+	pending    []byte // an incomplete frame, sized for all of it once its length is known
+
+	mu      sync.Mutex // guards the fields below
+	reading bool       // a read is in progress; it finishes the connection if it died meanwhile
+	dead    bool       // closed; finish has run or will run once
+}
+
+// readNext says what a read leads to.
+type readNext int
+
+const (
+	readOn      readNext = iota // arm the socket for the next read
+	readClose                   // close the connection now (end of stream, a protocol error)
+	readStopped                 // read no more; the transport is closing the connection
+)
+
+// readBufs are the buffers reads go into when no frame is pending.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
+
+func newPolled(n *Node, tc *net.TCPConn) (*polled, error) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	// reading until start: a close before the conn exists must not finish it.
+	return &polled{TCPConn: tc, n: n, rc: rc, id: n.poll.newID(), reading: true}, nil
+}
+
+// Close closes the socket (the transport calls it too). The connection is finished at once,
+// or by the read in progress when it ends.
+func (p *polled) Close() error {
+	err := p.TCPConn.Close()
+	p.mu.Lock()
+	finishNow := !p.dead && !p.reading
+	p.dead = true
+	p.mu.Unlock()
+	if finishNow {
+		go p.finish() // not inline: the caller may hold locks the node's close path takes
+	}
+	return err
+}
+
+// finish tells the node the connection is gone. It runs exactly once.
+func (p *polled) finish() {
+	p.n.poll.remove(p.id)
+	p.c.closed()
+	p.n.wg.Done()
+}
+
+// start serves a connection once p.c and p.feed are set: early holds bytes the client sent
+// before (behind its upgrade request), if any.
+func (p *polled) start(early []byte) {
+	p.n.wg.Add(1) // finish tells n.wg when the connection is gone
+	next := readOn
+	if len(early) > 0 {
+		next = p.consume(early)
+	}
+	p.done(next)
+}
+
+// readable runs on a goroutine of its own when the poller reports the socket readable.
+func (p *polled) readable() {
+	p.mu.Lock()
+	if p.dead {
+		p.mu.Unlock()
+		return
+	}
+	p.reading = true
+	p.mu.Unlock()
+	p.done(p.read())
+}
+
+// done ends a read.
+func (p *polled) done(next readNext) {
+	p.mu.Lock()
+	if p.dead || next == readClose {
+		p.dead, p.reading = true, false
+		p.mu.Unlock()
+		_ = p.TCPConn.Close()
+		p.finish()
+		return
+	}
+	p.reading = false
+	p.mu.Unlock()
+	if next == readStopped {
+		return // the transport's close finishes the connection
+	}
+	// Armed after reading is cleared: the next event may start the next read at once.
+	var err error
+	if !p.registered {
+		p.registered = true
+		err = p.n.poll.add(p.rc, p.id, p.readable)
+	} else {
+		err = p.n.poll.arm(p.rc, p.id)
+	}
+	if err != nil {
+		_ = p.Close() // closed meanwhile (then this does nothing), or the poller refused it
+	}
+}
+
+// read reads what the socket has and handles the complete frames in it.
+func (p *polled) read() readNext {
+	if p.pending != nil {
+		n, eof, err := readRaw(p.rc, p.pending[len(p.pending):cap(p.pending)])
+		if err != nil || eof {
+			return readClose
+		}
+		return p.consume(p.pending[:len(p.pending)+n])
+	}
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	n, eof, err := readRaw(p.rc, *bp)
+	if err != nil || eof {
+		return readClose
+	}
+	return p.consume((*bp)[:n])
+}
+
+// consume handles the complete frames in data and keeps an incomplete one for the next read.
+func (p *polled) consume(data []byte) readNext {
+	if len(data) == 0 {
+		return readOn
+	}
+	consumed, need, next := p.feed(data)
+	if next != readOn {
+		return next
+	}
+	rest := data[consumed:]
+	switch {
+	case len(rest) == 0:
+		p.pending = nil
+	case consumed == 0 && p.pending != nil && cap(p.pending) >= need:
+		p.pending = rest // the pending frame grew; its buffer still fits
+	default:
+		buf := make([]byte, len(rest), max(need, len(rest)))
+		copy(buf, rest)
+		p.pending = buf
+	}
+	return readOn
+}
+
+// wsFrames reads WebSocket frames for a polled connection; gws writes.
+type wsFrames struct {
+	p    *polled
+	s    *gws.Conn
+	r    wsReader
+	stop bool // a close frame came
+}
+
+func (w *wsFrames) feed(data []byte) (int, int, readNext) {
+	consumed, need, werr := w.r.parse(data, w)
+	switch {
+	case werr != nil:
+		if werr.code == 1009 && !w.p.c.closing.Load() {
+			w.p.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
+		} else {
+			w.p.n.m.framesIn.WithLabelValues("bad").Inc()
+		}
+		_ = w.s.WriteClose(werr.code, []byte(werr.reason))
+		return consumed, 0, readClose
+	case w.stop:
+		return consumed, 0, readClose
+	}
+	return consumed, need, readOn
+}
+
+// message is a complete message from the client (wsFrameHandler).
+func (w *wsFrames) message(op byte, payload []byte) {
+	if op != wsBinary {
+		w.p.n.m.framesIn.WithLabelValues("bad").Inc()
+		w.p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
+		return
+	}
+	w.p.c.handleFrame(payload)
+}
+
+// control answers a ping and a close (wsFrameHandler).
+func (w *wsFrames) control(op byte, payload []byte) {
+	switch op {
+	case wsPing:
+		w.p.c.lastSeen.Store(time.Now().UnixNano())
+		w.s.WriteAsync(gws.OpcodePong, append([]byte(nil), payload...), nil)
+	case wsClose:
+		// Echo the client's code, as RFC 6455 asks, unless it is not one a peer may send.
+		code := uint16(1000)
+		if len(payload) >= 2 {
+			code = binary.BigEndian.Uint16(payload)
+			if !validCloseCode(code) {
+				code = 1002
+			}
+		} else if len(payload) == 1 {
+			code = 1002
+		}
+		_ = w.s.WriteClose(code, nil)
+		w.stop = true
+	}
+}
+
+// validCloseCode reports whether a peer may send code in a close frame (RFC 6455 7.4).
+func validCloseCode(code uint16) bool {
+	switch {
+	case code >= 3000 && code < 5000:
+		return true
+	case code < 1000 || code > 1014:
+		return false
+	}
+	return code != 1004 && code != 1005 && code != 1006
+}
+
+// tcpFeed reads length-prefixed frames (a 4-byte big-endian length, then the Frame) for a
+// polled TCP connection. A bad length gets a Kick; the transport closes the connection once
+// the Kick is written.
+func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
+	consumed := 0
+	for {
+		rest := data[consumed:]
+		if len(rest) < 4 {
+			return consumed, 4, readOn
+		}
+		size := binary.BigEndian.Uint32(rest)
+		switch {
+		case size == 0:
+			p.n.m.framesIn.WithLabelValues("bad").Inc()
+			p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame")
+			return consumed, 0, readStopped
+		case size > uint32(p.n.cfg.MaxFrameBytes):
+			p.n.m.framesIn.WithLabelValues("bad").Inc()
+			p.c.close(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
+			return consumed, 0, readStopped
+		}
+		total := 4 + int(size)
+		if len(rest) < total {
+			return consumed, total, readOn
+		}
+		consumed += total
+		p.c.handleFrame(rest[4:total])
+	}
+}
