@@ -3,6 +3,7 @@ package chatlink
 import (
 	"encoding/binary"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -31,7 +32,7 @@ type polled struct {
 
 	// Touched only by the one read in progress.
 	registered bool   // added to the poller
-	pending    []byte // an incomplete frame, sized for all of it once its length is known
+	pending    []byte // an incomplete frame
 
 	mu      sync.Mutex // guards the fields below
 	reading bool       // a read is in progress; it finishes the connection if it died meanwhile
@@ -134,6 +135,9 @@ func (p *polled) done(next readNext) {
 // read reads what the socket has and handles the complete frames in it.
 func (p *polled) read() readNext {
 	if p.pending != nil {
+		if len(p.pending) == cap(p.pending) { // consume leaves room; never read into nothing
+			p.pending = slices.Grow(p.pending, pendingMin)
+		}
 		n, eof, err := readRaw(p.rc, p.pending[len(p.pending):cap(p.pending)])
 		if err != nil || eof {
 			return readClose
@@ -165,12 +169,17 @@ func (p *polled) consume(data []byte) readNext {
 	case consumed == 0 && p.pending != nil && cap(p.pending) >= need:
 		p.pending = rest // the pending frame grew; its buffer still fits
 	default:
-		buf := make([]byte, len(rest), max(need, len(rest)))
+		// Grow with what has arrived, not with what the header announces: a client that
+		// announces a large frame and trickles it in holds only about twice what it sent.
+		buf := make([]byte, len(rest), max(min(need, 2*len(rest)), len(rest), pendingMin))
 		copy(buf, rest)
 		p.pending = buf
 	}
 	return readOn
 }
+
+// pendingMin is the smallest buffer kept for an incomplete frame: room for any frame header.
+const pendingMin = 64
 
 // wsFrames reads WebSocket frames for a polled connection; gws writes.
 type wsFrames struct {

@@ -51,3 +51,36 @@ func TestReadUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestPolledPendingGrowsWithData: a frame announced large and sent a little at a time is held
+// in a buffer about twice what has arrived, not what was announced.
+func TestPolledPendingGrowsWithData(t *testing.T) {
+	p := &polled{}
+	var frames int
+	p.feed = func(data []byte) (int, int, readNext) {
+		if len(data) < 60000 {
+			return 0, 60000, readOn
+		}
+		frames++
+		return 60000, 0, readOn
+	}
+	chunk := make([]byte, 100)
+	if p.consume(chunk) != readOn || cap(p.pending) > 200 {
+		t.Fatalf("after 100 bytes of a 60000-byte frame: pending cap %d", cap(p.pending))
+	}
+	for total := 100; total < 60000; total += 100 {
+		if len(p.pending) == cap(p.pending) {
+			t.Fatalf("pending full at %d bytes", total)
+		}
+		data := append(p.pending, chunk...)
+		if p.consume(data) != readOn {
+			t.Fatal("consume stopped")
+		}
+		if frames == 0 && cap(p.pending) > 2*len(p.pending)+pendingMin {
+			t.Fatalf("pending cap %d for %d bytes", cap(p.pending), len(p.pending))
+		}
+	}
+	if frames != 1 || p.pending != nil {
+		t.Fatalf("frames %d, pending %d bytes", frames, len(p.pending))
+	}
+}

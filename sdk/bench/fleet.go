@@ -99,7 +99,7 @@ type fleet struct {
 type member struct {
 	f        *fleet
 	idx      int
-	group    int // its tag group (tagging.group)
+	group    int       // its tag group (tagging.group)
 	c        benchConn // *sdk.Client or *rawClient
 	distinct atomic.Int64
 	seen     []uint64 // bitmap of received sequence numbers
