@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -68,10 +69,25 @@ func TestDevThenProbe(t *testing.T) {
 		}
 	}
 
-	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"probe", "--dispatcher", url, "--room", "r1", "--clients", "4", "--messages", "25"}, &out, &errOut)
-	if code != 0 || !strings.Contains(out.String(), "delivered=300/300") || !strings.Contains(out.String(), "nodes=2") {
-		t.Fatalf("probe exit %d:\n%s%s", code, out.String(), errOut.String())
+	// Every probe must deliver everything. Which nodes its four clients land on is the
+	// dispatcher's weighted draw: right after start, with this machine busy with other tests,
+	// one node's CPU or bus round-trip reading can put it out of the near-equal margin, so a
+	// run on one node is tried again (twice at most) for the cross-node path.
+	for attempt := 1; ; attempt++ {
+		var out, errOut bytes.Buffer
+		room := fmt.Sprintf("r%d", attempt)
+		code := run(context.Background(), []string{"probe", "--dispatcher", url, "--room", room, "--clients", "4", "--messages", "25"}, &out, &errOut)
+		if code != 0 || !strings.Contains(out.String(), "delivered=300/300") {
+			t.Fatalf("probe exit %d:\n%s%s", code, out.String(), errOut.String())
+		}
+		if strings.Contains(out.String(), "nodes=2") {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("three probes, each on one node only:\n%s", out.String())
+		}
+		t.Logf("probe on one node, trying again: %s", out.String())
+		time.Sleep(time.Second) // the next load reports
 	}
 
 	cancel()
