@@ -148,8 +148,8 @@ func (p *poller) stop() {
 	_ = unix.Close(p.wake)
 }
 
-// readRaw reads once from a socket without waiting: n is 0 with a nil error when nothing is
-// there (EAGAIN), and io.EOF-like closure is reported as n == 0 and eof.
+// readRaw reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
+// with eof false and a nil error; the peer's end of the stream is eof. buf must not be empty.
 func readRaw(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	var rerr error
 	cerr := rc.Read(func(fd uintptr) bool {

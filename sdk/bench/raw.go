@@ -72,30 +72,15 @@ var errClosedByBench = errors.New("bench: closed")
 // dialRaw dispatches, connects and logs in one raw member.
 func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, room, uid, token string,
 	dial func(ctx context.Context, network, addr string) (net.Conn, error), onMsg func(lane int32, body []byte)) (*rawClient, error) {
-	q := url.Values{"app": {app}, "room": {room}, "uid": {uid}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(dispatcher, "/")+"/v1/dispatch?"+q.Encode(), nil)
+	ep, err := dispatchOne(ctx, hc, dispatcher, app, room, uid)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: %w", err)
-	}
-	var a struct {
-		Nodes []sdk.Endpoint `json:"nodes"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || len(a.Nodes) == 0 {
-		return nil, fmt.Errorf("dispatch: %s (%v)", resp.Status, err)
 	}
 	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
 		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
 	if err != nil {
 		return nil, err
 	}
-	ep := a.Nodes[0]
 	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, rawLoginWait)
 	defer cancel()
@@ -141,6 +126,30 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, r
 		return nil, err
 	}
 	return c, nil
+}
+
+// dispatchOne asks the dispatcher where uid of app should connect for room, and returns the
+// first node of the answer.
+func dispatchOne(ctx context.Context, hc *http.Client, dispatcher, app, room, uid string) (sdk.Endpoint, error) {
+	q := url.Values{"app": {app}, "room": {room}, "uid": {uid}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(dispatcher, "/")+"/v1/dispatch?"+q.Encode(), nil)
+	if err != nil {
+		return sdk.Endpoint{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return sdk.Endpoint{}, fmt.Errorf("dispatch: %w", err)
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Nodes []sdk.Endpoint `json:"nodes"`
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
+	_, _ = io.Copy(io.Discard, resp.Body) // so that the connection is kept
+	if err != nil || resp.StatusCode != http.StatusOK || len(a.Nodes) == 0 {
+		return sdk.Endpoint{}, fmt.Errorf("dispatch: %s (%v)", resp.Status, err)
+	}
+	return a.Nodes[0], nil
 }
 
 // heartbeat sends one Heartbeat frame.

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -34,24 +33,10 @@ func dialSlow(ctx context.Context, cfg Config, hc *http.Client, room, uid string
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{"app": {cfg.App}, "room": {room}, "uid": {uid}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.Dispatcher, "/")+"/v1/dispatch?"+q.Encode(), nil)
+	ep, err := dispatchOne(ctx, hc, cfg.Dispatcher, cfg.App, room, uid)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("slow member: %w", err)
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("slow member: dispatch: %w", err)
-	}
-	var a struct {
-		Nodes []sdk.Endpoint `json:"nodes"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || len(a.Nodes) == 0 {
-		return nil, fmt.Errorf("slow member: dispatch: %s (%v)", resp.Status, err)
-	}
-	ep := a.Nodes[0]
 	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{Token: tok, Device: "bench-slow"}}})
 	if err != nil {
 		return nil, err
