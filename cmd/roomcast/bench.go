@@ -233,18 +233,21 @@ func progressLine(w io.Writer, terminal bool) func(string) {
 }
 
 var benchScenarioUsage = map[string]string{
-	"conns": `Usage: roomcast bench conns [--n N] [--rooms K] [target flags]
+	"conns": `Usage: roomcast bench conns [--n N] [--rooms K] [--hold D] [target flags]
 
 Logs N members in (one room, or spread over K rooms) and leaves them idle. It reads the
 server's process_resident_memory_bytes before connecting and again once the connections have
 settled (at least 3s after the last login, then until RSS is stable within 1% or --settle has
-passed), and reports rss_per_conn_bytes = (after - before) / connected.
+passed), and reports rss_per_conn_bytes = (after - before) / connected. --hold D keeps the
+members connected for D after that, to profile the server in that state. To measure one
+ChatLink of its own, give its --pid (RSS and CPU from /proc) and its ops /metrics (--metrics).
 
 Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 for bad flags.
 
 `,
 	"fanout": `Usage: roomcast bench fanout [--n N] [--rate R] [--duration D] [--tick T] [--no-merge]
-                            [--tags G] [--lane critical|normal|bulk|mix] [--size B] [target flags]
+                            [--tags G] [--lane critical|normal|bulk|mix] [--size B] [--batch K]
+                            [--slow K] [--client sdk|raw] [target flags]
 
 Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
 per-member budgets (POST/PATCH /v1/rooms settings with normal_budget and critical_budget -1),
@@ -260,6 +263,15 @@ c:<(i mod G) mod 10> (G distinct tag sets in 10 classes), and message s carries 
 chosen from s alone, alternating between one class ("c:3" in tags) and two classes plus one
 group ("c:1" in tags || "c:4" in tags || "g:17" in tags). Expected deliveries count only the
 audience of each message; a receipt outside it is counted as leaked.
+
+--slow K adds K members that log in over a raw connection with a 4 KiB receive buffer and then
+never read; they count in no delivery figure, and the server's slow-reader closes over the run
+are reported (server_slow_reader_closes). Compare the others' p99 with and without them.
+
+--client raw makes the members speak the protocol directly instead of through the SDK: the
+same deliveries for far less of the bench's CPU, for big runs on a machine the bench shares
+with the server. --pid reads the server's CPU and RSS from /proc (say, a ChatLink of its own),
+and --metrics names the /metrics to read the delivery counters from.
 
 Exit status: 0 when every member joined, every message was accepted, no critical message
 was lost and none leaked; 1 otherwise; 2 for bad flags.
