@@ -37,11 +37,11 @@ func (s *wsSlot) Range(f func(key string, v any) bool) { f("conn", s.c) }
 
 func connOf(socket *gws.Conn) *conn { return socket.Session().(*wsSlot).c }
 
-// OnOpen does nothing: upgradeWS registered the connection before its reader started.
+// OnOpen does nothing: serveWSReader registered the connection before its reader started.
 func (h wsHandler) OnOpen(*gws.Conn) {}
 
 func (h wsHandler) OnClose(socket *gws.Conn, err error) {
-	defer h.n.wg.Done() // the reader started in upgradeWS ends here
+	defer h.n.wg.Done() // the reader started in serveWSReader ends here
 	c := connOf(socket)
 	if c == nil {
 		return
