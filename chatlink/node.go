@@ -71,7 +71,7 @@ type Node struct {
 	ctx    context.Context // ends at the end of Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the node starts
-	poll   *poller        // reads idle WebSocket connections; nil with Config.ReaderGoroutines
+	poll   *poller        // tells when client sockets are readable; nil with Config.ReaderGoroutines
 
 	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
@@ -208,7 +208,7 @@ func (n *Node) acceptTCP() {
 			n.goAsync(func() { n.startPolledTCP(tc) })
 			continue
 		}
-		// Not n.goAsync, for the reader's stack (see upgradeWS); serveTCP tells n.wg when done.
+		// Not n.goAsync, for the reader's stack (see serveWSReader); serveTCP tells n.wg when done.
 		n.wg.Add(1)
 		go n.serveTCP(nc)
 	}
