@@ -134,23 +134,22 @@ func (p *polled) done(next readNext) {
 
 // read reads what the socket has and handles the complete frames in it.
 func (p *polled) read() readNext {
+	var buf []byte // read into buf[len(buf):cap(buf)]
 	if p.pending != nil {
 		if len(p.pending) == cap(p.pending) { // consume leaves room; never read into nothing
 			p.pending = slices.Grow(p.pending, pendingMin)
 		}
-		n, eof, err := readRaw(p.rc, p.pending[len(p.pending):cap(p.pending)])
-		if err != nil || eof {
-			return readClose
-		}
-		return p.consume(p.pending[:len(p.pending)+n])
+		buf = p.pending
+	} else {
+		bp := readBufs.Get().(*[]byte)
+		defer readBufs.Put(bp)
+		buf = (*bp)[:0]
 	}
-	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
-	n, eof, err := readRaw(p.rc, *bp)
+	n, eof, err := readRaw(p.rc, buf[len(buf):cap(buf)])
 	if err != nil || eof {
 		return readClose
 	}
-	return p.consume((*bp)[:n])
+	return p.consume(buf[:len(buf)+n])
 }
 
 // consume handles the complete frames in data and keeps an incomplete one for the next read.
@@ -260,14 +259,7 @@ func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
 			return consumed, 4, readOn
 		}
 		size := binary.BigEndian.Uint32(rest)
-		switch {
-		case size == 0:
-			p.n.m.framesIn.WithLabelValues("bad").Inc()
-			p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame")
-			return consumed, 0, readStopped
-		case size > uint32(p.n.cfg.MaxFrameBytes):
-			p.n.m.framesIn.WithLabelValues("bad").Inc()
-			p.c.close(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
+		if p.c.refuseTCPLength(size) {
 			return consumed, 0, readStopped
 		}
 		total := 4 + int(size)

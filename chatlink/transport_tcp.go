@@ -41,15 +41,7 @@ func (n *Node) serveTCP(nc net.Conn) {
 			return
 		}
 		size := binary.BigEndian.Uint32(hdr[:])
-		switch {
-		case size == 0:
-			n.m.framesIn.WithLabelValues("bad").Inc()
-			c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame")
-			t.waitFlushed()
-			return
-		case size > uint32(n.cfg.MaxFrameBytes):
-			n.m.framesIn.WithLabelValues("bad").Inc()
-			c.close(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
+		if c.refuseTCPLength(size) {
 			t.waitFlushed()
 			return
 		}
@@ -60,6 +52,22 @@ func (n *Node) serveTCP(nc net.Conn) {
 		c.handle(buf)
 	}
 	t.waitFlushed()
+}
+
+// refuseTCPLength closes the connection, with a Kick, when a TCP frame's length prefix is
+// zero or over the limit, and reports whether it did. The node refuses such a frame without
+// reading (or buffering) what it announces.
+func (c *conn) refuseTCPLength(size uint32) bool {
+	code, reason := pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame"
+	switch {
+	case size > uint32(c.node.cfg.MaxFrameBytes):
+		code, reason = pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large"
+	case size != 0:
+		return false
+	}
+	c.node.m.framesIn.WithLabelValues("bad").Inc()
+	c.close(code, reason)
+	return true
 }
 
 // tcpTransport queues frames for one TCP connection and writes them, length-prefixed, from a
