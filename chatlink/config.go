@@ -36,8 +36,8 @@ type Config struct {
 	// ReaderGoroutines gives every WebSocket connection a reader goroutine of its own, as
 	// gws's ReadLoop does, instead of reading from the node's poller when a socket is
 	// readable. The poller (Linux only; elsewhere this is always true) saves the 2 KiB stack
-	// and runtime bookkeeping of a parked goroutine per idle connection. TCP connections
-	// always have a reader goroutine.
+	// and runtime bookkeeping of a parked goroutine per idle connection. It applies to TCP
+	// connections alike.
 	ReaderGoroutines bool
 	// LoginTimeout is how long a new connection may take to log in. Zero value means 10s.
 	LoginTimeout time.Duration

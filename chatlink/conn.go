@@ -102,26 +102,26 @@ func (c *conn) handleFrame(data []byte) {
 	c.lastSeen.Store(time.Now().UnixNano())
 	var f pb.Frame
 	if err := proto.Unmarshal(data, &f); err != nil || f.Kind == nil {
-		c.node.m.framesIn.WithLabelValues("bad").Inc()
+		c.node.m.frameBad.Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame does not parse")
 		return
 	}
 	switch k := f.Kind.(type) {
 	case *pb.Frame_Login:
-		c.node.m.framesIn.WithLabelValues("login").Inc()
+		c.node.m.frameLogin.Inc()
 		c.login(k.Login)
 	case *pb.Frame_Send:
-		c.node.m.framesIn.WithLabelValues("send").Inc()
+		c.node.m.frameSend.Inc()
 		if c.requireLive() {
 			c.send(k.Send)
 		}
 	case *pb.Frame_Heartbeat:
-		c.node.m.framesIn.WithLabelValues("heartbeat").Inc()
+		c.node.m.frameHeartbeat.Inc()
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
 		}
 	default:
-		c.node.m.framesIn.WithLabelValues("bad").Inc()
+		c.node.m.frameBad.Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
 	}
 }
@@ -209,9 +209,7 @@ func (c *conn) login(l *pb.Login) {
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
 		c.mu.Unlock()
-		n.rooms.leave(c)
-		n.tags.Release(c.tags.Load())
-		c.leaveRoom()
+		c.leave()
 		return
 	}
 	c.state = stateLive
@@ -235,10 +233,7 @@ func (c *conn) login(l *pb.Login) {
 		last := min(int(l.History), bus.HistoryPerRoom)
 		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })
 	}
-	n.presence.add(&pb.SessionEvent{
-		Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
-		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: c.loginMS,
-	})
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 }
 
 // heartbeat answers a Heartbeat with the interval the client should use from now: it grows
@@ -366,12 +361,18 @@ func (c *conn) closed() {
 	if prev != stateLive {
 		return // a login in progress undoes its own join
 	}
+	c.leave()
+}
+
+// leave takes a closed member out of its room and ends its session. Once the state is
+// closed, setTags no longer swaps the tags, so they are released here exactly once.
+func (c *conn) leave() {
+	n := c.node
 	n.rooms.leave(c)
-	c.mu.Lock()
-	set := c.tags.Swap(nil)
-	c.mu.Unlock()
-	n.tags.Release(set)
-	c.leaveRoom()
+	if set := c.tags.Swap(nil); set != nil {
+		n.tags.Release(set)
+	}
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, time.Now().UnixMilli()))
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It
@@ -396,12 +397,11 @@ func (c *conn) tagList() []string {
 	return nil
 }
 
-// leaveRoom records the session's end in the node's session stream, from which presence and
+// sessionEvent describes the session for the node's session stream, from which presence and
 // the room service (members per room and node) learn it.
-func (c *conn) leaveRoom() {
-	n := c.node
-	n.presence.add(&pb.SessionEvent{
-		Kind: pb.SessionEvent_KIND_LOGOUT, App: c.app, Uid: c.uid, Room: c.room,
-		Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: time.Now().UnixMilli(),
-	})
+func (c *conn) sessionEvent(kind pb.SessionEvent_Kind, ms int64) *pb.SessionEvent {
+	return &pb.SessionEvent{
+		Kind: kind, App: c.app, Uid: c.uid, Room: c.room,
+		Node: c.node.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: ms,
+	}
 }

@@ -1,7 +1,6 @@
 package chatlink
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -75,7 +74,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 	var req pb.NodeControl
 	if err := proto.Unmarshal(msg.Data, &req); err != nil {
 		n.log.Warn("dropping control request that does not parse", "subject", msg.Subject)
-		n.respondControl(msg, &pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
+		bus.Respond(n.log, msg, &pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
 		return
 	}
 	var rep pb.NodeControlReply
@@ -118,20 +117,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 	default:
 		rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), fmt.Sprintf("unknown op %v", req.Op)
 	}
-	n.respondControl(msg, &rep)
-}
-
-func (n *Node) respondControl(msg *nats.Msg, rep *pb.NodeControlReply) {
-	if msg.Reply == "" {
-		return
-	}
-	data, err := proto.Marshal(rep)
-	if err == nil {
-		err = msg.Respond(data)
-	}
-	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		n.log.Warn("control reply not sent", "err", err)
-	}
+	bus.Respond(n.log, msg, &rep)
 }
 
 // targets returns the live connections a control request names: the sessions listed, or, with

@@ -1,12 +1,13 @@
 package chatlink
 
 import (
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -285,12 +286,11 @@ func (r *localRoom) write(msgs []queued) {
 		return
 	}
 	n := r.t.n
-	prefix := n.cfg.Node + "-"
 	var localSenders []string
 	var exprs []*tag.Expr // by message; nil when no message is targeted
 	perMember := false
 	for i, q := range msgs {
-		if q.sender != "" && strings.HasPrefix(q.sender, prefix) {
+		if node, ok := ids.SessionNode(q.sender); ok && node == n.cfg.Node {
 			localSenders = append(localSenders, q.sender)
 		}
 		if q.m.TagExpr != "" {
@@ -345,7 +345,7 @@ func (r *localRoom) write(msgs []queued) {
 				slowDropped[l] += full.byLane[l] - v.byLane[l]
 			}
 		}
-		if len(localSenders) > 0 && contains(localSenders, c.session) {
+		if len(localSenders) > 0 && slices.Contains(localSenders, c.session) {
 			v = newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
 		}
 		if b := v.frame(); b != nil {
@@ -392,13 +392,4 @@ func levelFilter(lvl int) func(queued) bool {
 		return func(q queued) bool { return lane(q.m) == pb.Lane_LANE_CRITICAL }
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

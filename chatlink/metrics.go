@@ -22,6 +22,10 @@ type metrics struct {
 	connections        prometheus.Gauge
 	rooms              prometheus.Gauge
 	framesIn           *prometheus.CounterVec // by frame kind
+	frameLogin         prometheus.Counter     // framesIn's children, resolved once: every
+	frameSend          prometheus.Counter     // client frame counts in one
+	frameHeartbeat     prometheus.Counter
+	frameBad           prometheus.Counter
 	pushFrames         prometheus.Counter
 	deliveries         [4]prometheus.Counter // by lane
 	drops              [4][dropReasons]prometheus.Counter
@@ -90,6 +94,8 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			Name: "roomcast_chatlink_write_backlog_bytes", Help: "Bytes queued for client connections and not yet taken by their sockets.",
 		}),
 	}
+	m.frameLogin, m.frameSend = m.framesIn.WithLabelValues("login"), m.framesIn.WithLabelValues("send")
+	m.frameHeartbeat, m.frameBad = m.framesIn.WithLabelValues("heartbeat"), m.framesIn.WithLabelValues("bad")
 	for l := range m.deliveries {
 		m.deliveries[l] = deliveries.WithLabelValues(laneName(l))
 		for r := range m.drops[l] {

@@ -200,11 +200,7 @@ func (n *Node) acceptTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		tc, ok := nc.(*net.TCPConn)
-		if ok {
-			_ = tc.SetNoDelay(true)
-		}
-		if n.poll != nil && ok {
+		if tc, ok := nc.(*net.TCPConn); ok && n.poll != nil { // Go sets TCP_NODELAY on every TCPConn
 			n.goAsync(func() { n.startPolledTCP(tc) })
 			continue
 		}

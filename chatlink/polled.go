@@ -195,7 +195,7 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 		if werr.code == 1009 && !w.p.c.closing.Load() {
 			w.p.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
 		} else {
-			w.p.n.m.framesIn.WithLabelValues("bad").Inc()
+			w.p.n.m.frameBad.Inc()
 		}
 		_ = w.s.WriteClose(werr.code, []byte(werr.reason))
 		return consumed, 0, readClose
@@ -208,7 +208,7 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 // message is a complete message from the client (wsFrameHandler).
 func (w *wsFrames) message(op byte, payload []byte) {
 	if op != wsBinary {
-		w.p.n.m.framesIn.WithLabelValues("bad").Inc()
+		w.p.n.m.frameBad.Inc()
 		w.p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
 		return
 	}

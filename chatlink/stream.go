@@ -59,10 +59,7 @@ func (n *Node) liveSessions() []*pb.SessionEvent {
 		if c.getState() != stateLive {
 			return
 		}
-		out = append(out, &pb.SessionEvent{
-			Kind: pb.SessionEvent_KIND_LOGIN, App: c.app, Uid: c.uid, Room: c.room,
-			Node: n.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: c.loginMS,
-		})
+		out = append(out, c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 	})
 	return out
 }

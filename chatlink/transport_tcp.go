@@ -65,7 +65,7 @@ func (c *conn) refuseTCPLength(size uint32) bool {
 	case size != 0:
 		return false
 	}
-	c.node.m.framesIn.WithLabelValues("bad").Inc()
+	c.node.m.frameBad.Inc()
 	c.close(code, reason)
 	return true
 }
@@ -78,7 +78,6 @@ type tcpTransport struct {
 
 	mu      sync.Mutex // guards the fields below
 	queue   [][]byte
-	queued  int  // bytes in queue
 	writing bool // a flush goroutine is running
 	closing bool // close after the queue is written
 	closed  bool
@@ -102,7 +101,6 @@ func (t *tcpTransport) write(b []byte) {
 // enqueueLocked adds b to the queue and starts a flush if none runs. Caller holds t.mu.
 func (t *tcpTransport) enqueueLocked(b []byte) {
 	t.queue = append(t.queue, b)
-	t.queued += len(b)
 	t.backlog.Add(int64(len(b)))
 	if !t.writing {
 		t.writing = true
@@ -142,7 +140,7 @@ func (t *tcpTransport) flush() {
 	for {
 		t.mu.Lock()
 		q := t.queue
-		t.queue, t.queued = nil, 0
+		t.queue = nil
 		if len(q) == 0 || t.closed {
 			t.writing = false
 			if t.closing && t.flushed != nil {
@@ -184,7 +182,7 @@ func (t *tcpTransport) forceClose() {
 		return
 	}
 	t.closed = true
-	t.queue, t.queued = nil, 0
+	t.queue = nil
 	if t.flushed != nil {
 		close(t.flushed)
 		t.flushed = nil

@@ -66,7 +66,7 @@ func (h wsHandler) OnMessage(socket *gws.Conn, msg *gws.Message) {
 	defer msg.Close()
 	c := connOf(socket)
 	if msg.Opcode != gws.OpcodeBinary {
-		h.n.m.framesIn.WithLabelValues("bad").Inc()
+		h.n.m.frameBad.Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
 		return
 	}
@@ -139,7 +139,6 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	_ = tc.SetNoDelay(true)
 	w := &wsFrames{p: p, s: socket, r: wsReader{max: n.cfg.MaxFrameBytes}}
 	p.feed = w.feed
 	p.c = n.newConn(&wsTransport{s: socket})
@@ -154,9 +153,6 @@ func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request) {
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	if tc, ok := nc.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
 	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket})
 	// Not n.goAsync: a wrapper frame is enough to push the reader's parked stack past 2 KiB,
 	// and it would then hold 4 KiB for the connection's life. OnClose, the last thing the

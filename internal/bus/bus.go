@@ -107,13 +107,17 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto
 	return nil
 }
 
-// Respond encodes resp as the reply to msg. A failure is logged: the requester times out.
+// Respond encodes resp as the reply to msg. A failure is logged (the requester times out),
+// except for a message that wants no reply and a connection closed by shutdown.
 func Respond(log *slog.Logger, msg *nats.Msg, resp proto.Message) {
+	if msg.Reply == "" {
+		return
+	}
 	data, err := proto.Marshal(resp)
 	if err == nil {
 		err = msg.Respond(data)
 	}
-	if err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+	if err != nil && !errors.Is(err, nats.ErrMsgNoReply) && !errors.Is(err, nats.ErrConnectionClosed) {
 		log.Warn("bus: respond", "subject", msg.Subject, "err", err)
 	}
 }
