@@ -180,13 +180,19 @@ func (c *conn) login(l *pb.Login) {
 	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
 	c.loginMS = time.Now().UnixMilli()
 
+	// One login per room and node asks for the settings fresh from the store (the first to
+	// arrive while the node has no member of the room); roomTable.join applies its answer.
+	fresh := n.rooms.claimFresh(c.app, c.room)
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	var rep pb.Reply
 	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
-		FirstOnNode: !n.rooms.has(c.app, c.room),
+		FirstOnNode: fresh,
 	}, &rep)
 	cancel()
+	if fresh && (err != nil || rep.Code != 0) {
+		n.rooms.unclaimFresh(c.app, c.room) // the next login asks instead
+	}
 	switch {
 	case err != nil:
 		n.log.Warn("join failed", "session", c.session, "err", err)
@@ -204,7 +210,7 @@ func (c *conn) login(l *pb.Login) {
 		tags = stored.Tags
 	}
 	c.tags.Store(n.tags.Intern(tags))
-	n.rooms.join(c, rep.Settings)
+	n.rooms.join(c, rep.Settings, fresh)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.

@@ -77,6 +77,13 @@ func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
 	f.normalTokens, f.criticalTokens = tokenCap(f.settings.normalBudget, f.settings.tick), tokenCap(f.settings.criticalBudget, f.settings.tick)
 }
 
+// setSettings replaces the room's settings, as an announcement of a change does.
+func (f *roomFanout) setSettings(st *pb.RoomSettings) {
+	f.mu.Lock()
+	f.settings = resolveSettings(st, f.r.t.n.cfg.FlushTick)
+	f.mu.Unlock()
+}
+
 // stop is called when the room has no local members left.
 func (f *roomFanout) stop() {
 	f.mu.Lock()

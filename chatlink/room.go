@@ -22,8 +22,9 @@ type roomTable struct {
 }
 
 type roomShard struct {
-	mu    sync.Mutex // guards rooms and the membership changes of every room in this shard
+	mu    sync.Mutex // guards rooms, fresh and the membership changes of every room in this shard
 	rooms map[string]*localRoom
+	fresh map[string]bool // rooms whose fresh settings a login has asked for (claimFresh)
 }
 
 // localRoom is one room's members on this node, its broadcast subscription and its fan-out
@@ -44,6 +45,7 @@ func newRoomTable(n *Node) *roomTable {
 	t := &roomTable{n: n, seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i].rooms = make(map[string]*localRoom)
+		t.shards[i].fresh = make(map[string]bool)
 	}
 	return t
 }
@@ -52,15 +54,48 @@ func (t *roomTable) shard(key string) *roomShard {
 	return &t.shards[maphash.String(t.seed, key)%roomShards]
 }
 
+// claimFresh reports whether a login should ask the room service for the room's settings
+// read from the store rather than its cache: true for one login at a time while the node has
+// no member of the room. The room service's cache follows the store a little behind, and a
+// node learns of later changes from their announcements on the room's subject.
+func (t *roomTable) claimFresh(app, room string) bool {
+	key := app + "/" + room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.rooms[key] != nil || sh.fresh[key] {
+		return false
+	}
+	sh.fresh[key] = true
+	return true
+}
+
+// unclaimFresh gives up a claim whose join failed.
+func (t *roomTable) unclaimFresh(app, room string) {
+	key := app + "/" + room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	delete(sh.fresh, key)
+	sh.mu.Unlock()
+}
+
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member; settings are the room's, as the room service gave them at c's join. It returns once
-// the subscription is in place, so c misses nothing sent after.
-func (t *roomTable) join(c *conn, settings *pb.RoomSettings) {
+// member; settings are the room's, as the room service gave them at c's join, fresh from its
+// store if c claimed that (claimFresh): they then replace the settings of a room that another
+// login's answer, read from the cache, created meanwhile. It returns once the subscription is
+// in place, so c misses nothing sent after.
+func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
+	if fresh {
+		delete(sh.fresh, key)
+	}
 	r := sh.rooms[key]
 	first := r == nil
+	if !first && fresh {
+		r.fanout.setSettings(settings)
+	}
 	if first {
 		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{}), members: make(map[*conn]struct{})}
 		r.fanout.init(r, settings, time.Now())
@@ -85,15 +120,6 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings) {
 		close(r.ready)
 	}
 	<-r.ready
-}
-
-// has reports whether the room has members on this node.
-func (t *roomTable) has(app, room string) bool {
-	key := app + "/" + room
-	sh := t.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.rooms[key] != nil
 }
 
 // leave removes c from its room and drops the room when c was its last local member.

@@ -153,8 +153,9 @@ type JoinRequest struct {
 	Node      string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	SessionId string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Tags      []string               `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
-	// first_on_node: the node has no member of this room yet. The room service then answers
-	// with the room's settings read from the store rather than from its cache, so that settings
+	// first_on_node: the node has no member of this room yet, and this login is the one that
+	// asks (a node sets it on one join per room at a time). The room service then answers with
+	// the room's settings read from the store rather than from its cache, so that settings
 	// changed just before the room's first member arrives on a node are not missed.
 	FirstOnNode   bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
