@@ -17,9 +17,8 @@ import (
 // location is what the dispatcher knows of a client: its region and the canonical keys of its
 // ISP (by ASN and by name, see ispTable.clientKeys), all interned; zero is unknown.
 type location struct {
-	region        region
-	ispA, ispB    uint32
-	located, isps bool // the client was found in the city / ISP database
+	region     region
+	ispA, ispB uint32
 }
 
 // bucket is the ranking-cache key: clients with the same bucket get rankings from the same
@@ -231,12 +230,12 @@ func (g *geoState) locate(ip netip.Addr) location {
 	}
 	if g.city != nil {
 		if rec, ok := g.city.lookup(ip, g); ok {
-			loc.region, loc.located = rec.region, true
+			loc.region = rec.region
 		}
 	}
 	if g.isp != nil {
 		if rec, ok := g.isp.lookup(ip, g); ok {
-			loc.ispA, loc.ispB, loc.isps = rec.ispA, rec.ispB, true
+			loc.ispA, loc.ispB = rec.ispA, rec.ispB
 		}
 	}
 	return loc
@@ -251,8 +250,6 @@ func routable(ip netip.Addr) bool {
 // or when asked (SIGHUP), keeping the old copy when a new one does not load.
 type geoLoader struct {
 	cityPath, ispPath string
-	in                *interner
-	isps              *ispTable
 
 	state atomic.Pointer[geoState]
 
@@ -261,7 +258,7 @@ type geoLoader struct {
 }
 
 func newGeoLoader(cityPath, ispPath string, in *interner, isps *ispTable, now time.Time) (*geoLoader, error) {
-	l := &geoLoader{cityPath: cityPath, ispPath: ispPath, in: in, isps: isps, lastErr: map[geoKind]string{}}
+	l := &geoLoader{cityPath: cityPath, ispPath: ispPath, lastErr: map[geoKind]string{}}
 	st := &geoState{in: in, isps: isps}
 	var err error
 	if cityPath != "" {

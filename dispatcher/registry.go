@@ -149,7 +149,6 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 		strength:         min(r.FlowControlStrength, 1),
 		cpu:              min(r.Cpu, 1),
 		link:             linkQuality(time.Duration(r.BusRttUs)*time.Microsecond, d.linkRTT),
-		at:               now,
 		staleAfter:       int64(d.cfg.StaleAfter),
 	}
 	if !s.capacityReported {

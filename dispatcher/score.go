@@ -107,7 +107,6 @@ type nodeSnap struct {
 	invCap     float64 // 1 / capacity
 	invEgress  float64 // 1 / egressCap, or 0
 
-	at         int64 // when the report arrived (unix ns)
 	staleAfter int64 // ns without a report after which the node is out
 	warmFrom   int64 // start of its slow start (unix ns); 0: none
 }

@@ -11,10 +11,13 @@
 package presence
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -438,7 +441,7 @@ func (s *Service) enforcePolicy(login *pb.SessionEvent) {
 		// Oldest first, those not already replaced.
 		sortByTime(older)
 		for _, ev := range older[:len(older)+1-p.MaxSessions] {
-			if !containsSession(replaced, ev.SessionId) {
+			if !slices.ContainsFunc(replaced, func(e *pb.SessionEvent) bool { return e.SessionId == ev.SessionId }) {
 				replaced = append(replaced, ev)
 			}
 		}
@@ -454,21 +457,11 @@ func (s *Service) enforcePolicy(login *pb.SessionEvent) {
 	}
 }
 
+// sortByTime orders sessions oldest first (by id among equals).
 func sortByTime(evs []*pb.SessionEvent) {
-	for i := 1; i < len(evs); i++ {
-		for j := i; j > 0 && (evs[j].TimeMs < evs[j-1].TimeMs || evs[j].TimeMs == evs[j-1].TimeMs && evs[j].SessionId < evs[j-1].SessionId); j-- {
-			evs[j], evs[j-1] = evs[j-1], evs[j]
-		}
-	}
-}
-
-func containsSession(evs []*pb.SessionEvent, id string) bool {
-	for _, ev := range evs {
-		if ev.SessionId == id {
-			return true
-		}
-	}
-	return false
+	slices.SortFunc(evs, func(a, b *pb.SessionEvent) int {
+		return cmp.Or(cmp.Compare(a.TimeMs, b.TimeMs), strings.Compare(a.SessionId, b.SessionId))
+	})
 }
 
 // onCount answers the sessions and distinct users online in an app.

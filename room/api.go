@@ -597,10 +597,8 @@ func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.Se
 	if err != nil {
 		return nil, err
 	}
+	// message checked type, lane and body; the room service checks the tag expression.
 	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
-	if rep := ValidateSend(send, nil); rep != nil { // the room service checks the tag expression
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
-	}
 	var rep pb.Reply
 	if err := a.ask(ctx, bus.SubjectRoomSend, send, &rep); err != nil {
 		return nil, err

@@ -79,6 +79,18 @@ func (d *distribution) expire(now time.Time, ttl time.Duration) {
 }
 
 // info returns a room's members online, per node.
+// online returns the room's members over all nodes, without building the per-node map.
+func (d *distribution) online(app, room string) int64 {
+	k := roomKey{app, room}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var total int64
+	for _, n := range d.nodes {
+		total += n.rooms[k].members
+	}
+	return total
+}
+
 func (d *distribution) info(app, room string) *pb.RoomInfo {
 	info := &pb.RoomInfo{App: app, Room: room, Nodes: make(map[string]int64)}
 	k := roomKey{app, room}

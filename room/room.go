@@ -172,9 +172,9 @@ func refuse(code pb.ErrorCode, close pb.CloseCode, msg string) *pb.Reply {
 	return &pb.Reply{Code: uint32(code), CloseCode: uint32(close), Message: msg}
 }
 
-// admit decides a login: nil lets it in, otherwise the refusal.
-func (s *Service) admit(req *pb.JoinRequest, now time.Time) *pb.Reply {
-	meta := s.cache.room(req.App, req.Room)
+// admit decides a login into the room meta describes (nil: never created): nil lets it in,
+// otherwise the refusal.
+func (s *Service) admit(req *pb.JoinRequest, meta *pb.Room, now time.Time) *pb.Reply {
 	switch {
 	case meta == nil && s.cfg.RequireCreated:
 		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room does not exist")
@@ -184,7 +184,7 @@ func (s *Service) admit(req *pb.JoinRequest, now time.Time) *pb.Reply {
 	if r := s.cache.restriction(req.App, req.Room, req.Uid); bannedAt(r, now) {
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_BANNED, "banned from this room")
 	}
-	if limit := meta.GetSettings().GetMaxMembers(); limit > 0 && s.dist.info(req.App, req.Room).Online >= limit {
+	if limit := meta.GetSettings().GetMaxMembers(); limit > 0 && s.dist.online(req.App, req.Room) >= limit {
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_ROOM_FULL, "room is full")
 	}
 	return nil
@@ -199,11 +199,12 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	if rep := s.admit(&req, s.cfg.Now()); rep != nil {
+	meta := s.cache.room(req.App, req.Room)
+	if rep := s.admit(&req, meta, s.cfg.Now()); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	settings := s.cache.room(req.App, req.Room).GetSettings()
+	settings := meta.GetSettings()
 	if req.FirstOnNode {
 		// The cache follows the store a little behind; the node's copy of the settings is
 		// kept current from here on by the announcements of changes (API.announceSettings).
@@ -217,7 +218,6 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		}
 	}
 	bus.Respond(s.log, msg, &pb.Reply{
-		Room:       s.dist.info(req.App, req.Room),
 		Settings:   settings,
 		MemberTags: s.cache.memberTags(req.App, req.Uid),
 	})

@@ -151,3 +151,16 @@ func TestVerifyCompactForm(t *testing.T) {
 		}
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for _, ok := range []string{"a", "A-z_09", strings.Repeat("x", 128)} {
+		if !ValidName(ok) {
+			t.Errorf("ValidName(%q) = false", ok)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a b", "a*", "a>", "é", "a\n", strings.Repeat("x", 129)} {
+		if ValidName(bad) {
+			t.Errorf("ValidName(%q) = true", bad)
+		}
+	}
+}

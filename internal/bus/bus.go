@@ -27,7 +27,6 @@ const (
 	SubjectRoomSend      = "rc.svc.room.send"
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
-	SubjectRoomSettings  = "rc.svc.room.settings"
 
 	SubjectPresenceCount    = "rc.svc.presence.count"
 	SubjectPresenceSessions = "rc.svc.presence.sessions"

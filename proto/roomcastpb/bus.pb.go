@@ -409,7 +409,7 @@ type Reply struct {
 	// Set by a successful send.
 	MessageId    string `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	ServerTimeMs int64  `protobuf:"varint,4,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
-	// Set by a successful join.
+	// Set by a room info request (rc.svc.room.info).
 	Room *RoomInfo `protobuf:"bytes,5,opt,name=room,proto3" json:"room,omitempty"`
 	// Set by a successful join: how the room's messages are delivered.
 	Settings *RoomSettings `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
