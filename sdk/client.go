@@ -87,16 +87,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		if cfg.Dispatcher == "" {
 			return nil, errors.New("roomcast: Config needs Dispatcher or Endpoints")
 		}
-		claims, err := readClaims(cfg.Token)
-		if err != nil {
+		var err error
+		if endpoints, err = dispatchToken(ctx, cfg.HTTPClient, cfg.closeDispatch, cfg.Dispatcher, cfg.Token); err != nil {
 			return nil, err
-		}
-		endpoints, _, err = dispatch(ctx, cfg.HTTPClient, cfg.closeDispatch, cfg.Dispatcher, claims)
-		if err != nil {
-			return nil, err
-		}
-		if len(endpoints) == 0 {
-			return nil, fmt.Errorf("%w: the dispatcher returned none", ErrNoEndpoints)
 		}
 	}
 

@@ -40,6 +40,28 @@ func readClaims(token string) (tokenClaims, error) {
 	return c, nil
 }
 
+// Dispatch asks the dispatcher at base which ChatLinks the holder of token should try, best
+// first, as Dial does before it connects; hc's connection is kept for reuse. It is for tools
+// that speak the protocol themselves (the load generator's raw clients).
+// The list is never empty without an error.
+func Dispatch(ctx context.Context, hc *http.Client, base, token string) ([]Endpoint, error) {
+	return dispatchToken(ctx, hc, false, base, token)
+}
+
+// dispatchToken reads token's claims and dispatches them (see dispatch); an empty answer is
+// ErrNoEndpoints.
+func dispatchToken(ctx context.Context, hc *http.Client, closeConn bool, base, token string) ([]Endpoint, error) {
+	c, err := readClaims(token)
+	if err != nil {
+		return nil, err
+	}
+	eps, _, err := dispatch(ctx, hc, closeConn, base, c)
+	if err == nil && len(eps) == 0 {
+		err = fmt.Errorf("%w: the dispatcher returned none", ErrNoEndpoints)
+	}
+	return eps, err
+}
+
 // dispatchAnswer is the dispatcher's JSON answer (docs/protocol.md §1).
 type dispatchAnswer struct {
 	Nodes []Endpoint `json:"nodes"`

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -101,15 +100,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, benchScenarioUsage[scenario])
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "roomcast bench %s: unexpected arguments %q\n", scenario, fs.Args())
-		return 2
+	if code := parseFlags(fs, rest); code >= 0 {
+		return code
 	}
 	cfg.Secret = []byte(*secret)
 	terminal := isTerminal(stderr)

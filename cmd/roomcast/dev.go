@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,11 +48,8 @@ secret and API key are fixed and printed.
 `)
 		flags.PrintDefaults()
 	}
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(flags, args); code >= 0 {
+		return code
 	}
 	if *chatlinks < 1 || *chatlinks > 64 {
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,15 +41,8 @@ stderr), 2 for bad flags.
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "roomcast probe: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	switch {
 	case *clients < 2:

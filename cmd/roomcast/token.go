@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,11 +29,8 @@ prints it. App servers mint tokens the same way with the app's secret. App, user
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if *secret == "" || *app == "" || *uid == "" || *room == "" {
 		fmt.Fprintln(stderr, "roomcast token: --secret, --app, --uid and --room are required")

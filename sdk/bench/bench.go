@@ -205,7 +205,7 @@ func (r *runner) progress(format string, args ...any) {
 func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 	parts := split(r.cfg.N, r.cfg.PerProcess)
 	base := spec{
-		Scenario: scenario, Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
+		Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
 		MessageBuffer: messageBuffer, Tags: r.cfg.Tags,
 	}

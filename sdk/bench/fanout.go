@@ -224,11 +224,11 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		return res, errors.New("bench: no member could join the room")
 	}
 	for i := range cfg.Slow {
-		nc, err := dialSlow(ctx, cfg, r.hc, r.room, fmt.Sprintf("bench-%x-slow-%d", r.id, i))
+		sc, err := dialSlow(ctx, cfg, r.hc, r.room, fmt.Sprintf("bench-%x-slow-%d", r.id, i))
 		if err != nil {
 			return res, err
 		}
-		defer nc.Close()
+		defer sc.Close()
 		res.Slow++
 	}
 

@@ -19,7 +19,6 @@ import (
 // spec is one worker's share of a run: the clients First..First+Count-1 of the run. A worker
 // process reads it as JSON from the first line of its standard input.
 type spec struct {
-	Scenario   string `json:"scenario"`
 	Dispatcher string `json:"dispatcher"`
 	App        string `json:"app"`
 	Secret     []byte `json:"secret"`
@@ -209,8 +208,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
 	if f.spec.Client == ClientRaw {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, f.spec.App, f.spec.room(i),
-			fmt.Sprintf("bench-%x-%d", f.spec.Run, i), tok, dialerFrom(sourceAddr(i)), m.receiveBody)
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), m.receiveBody)
 		f.joined(m, c, err, time.Since(t0))
 		return
 	}

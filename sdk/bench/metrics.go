@@ -148,7 +148,6 @@ const (
 
 // serverStats is what the bench reads of the server at one moment.
 type serverStats struct {
-	at         time.Time
 	rss        float64            // bytes
 	cpu        float64            // seconds of user+system time
 	deliveries float64            // messages written to client connections, all lanes
@@ -168,7 +167,7 @@ type probeServer struct {
 }
 
 func (p probeServer) read(ctx context.Context) (serverStats, error) {
-	st := serverStats{at: time.Now(), drops: map[string]float64{}, rss: math.NaN(), cpu: math.NaN()}
+	st := serverStats{drops: map[string]float64{}, rss: math.NaN(), cpu: math.NaN()}
 	if p.metricsURL != "" {
 		text, err := p.scrape(ctx)
 		if err != nil {

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -69,26 +67,37 @@ type rawClient struct {
 
 var errClosedByBench = errors.New("bench: closed")
 
-// dialRaw dispatches, connects and logs in one raw member.
-func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, room, uid, token string,
+// dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
+// slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
+// no LoginAck is waited for either).
+func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token string,
 	dial func(ctx context.Context, network, addr string) (net.Conn, error), onMsg func(lane int32, body []byte)) (*rawClient, error) {
-	ep, err := dispatchOne(ctx, hc, dispatcher, app, room, uid)
+	eps, err := sdk.Dispatch(ctx, hc, dispatcher, token)
 	if err != nil {
 		return nil, err
 	}
+	ep := eps[0] // a successful answer names at least one node
 	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
 		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
 	if err != nil {
 		return nil, err
 	}
 	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{})}
+	slow := onMsg == nil
+	if slow {
+		close(c.done) // no reader
+	}
 	ctx, cancel := context.WithTimeout(ctx, rawLoginWait)
 	defer cancel()
 	if transport == sdk.TransportTCP {
 		if c.nc, err = dial(ctx, "tcp", ep.TCPAddr); err != nil {
 			return nil, err
 		}
-		go c.readTCP()
+		if slow {
+			_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
+		} else {
+			go c.readTCP()
+		}
 		err = c.write(login)
 	} else {
 		u, perr := url.Parse(ep.WSURL)
@@ -97,6 +106,9 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, r
 		}
 		if c.nc, err = dial(ctx, "tcp", u.Host); err != nil {
 			return nil, err
+		}
+		if slow {
+			_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
 		}
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
 		c.ws, _, err = gws.NewClientFromConn(rawEvents{c}, &gws.ClientOption{
@@ -108,10 +120,12 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, r
 			_ = c.nc.Close()
 			return nil, err
 		}
-		go c.ws.ReadLoop()
+		if !slow {
+			go c.ws.ReadLoop()
+		}
 		err = c.write(login)
 	}
-	if err == nil {
+	if err == nil && !slow {
 		select {
 		case <-c.acked:
 		case <-c.done:
@@ -126,30 +140,6 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, app, r
 		return nil, err
 	}
 	return c, nil
-}
-
-// dispatchOne asks the dispatcher where uid of app should connect for room, and returns the
-// first node of the answer.
-func dispatchOne(ctx context.Context, hc *http.Client, dispatcher, app, room, uid string) (sdk.Endpoint, error) {
-	q := url.Values{"app": {app}, "room": {room}, "uid": {uid}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(dispatcher, "/")+"/v1/dispatch?"+q.Encode(), nil)
-	if err != nil {
-		return sdk.Endpoint{}, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return sdk.Endpoint{}, fmt.Errorf("dispatch: %w", err)
-	}
-	defer resp.Body.Close()
-	var a struct {
-		Nodes []sdk.Endpoint `json:"nodes"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
-	_, _ = io.Copy(io.Discard, resp.Body) // so that the connection is kept
-	if err != nil || resp.StatusCode != http.StatusOK || len(a.Nodes) == 0 {
-		return sdk.Endpoint{}, fmt.Errorf("dispatch: %s (%v)", resp.Status, err)
-	}
-	return a.Nodes[0], nil
 }
 
 // heartbeat sends one Heartbeat frame.
