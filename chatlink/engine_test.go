@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
@@ -418,5 +419,34 @@ func TestRecoveryHonoursTags(t *testing.T) {
 	}
 	if got := recover("c", &pb.Login{RecoverSince: first}); fmt.Sprint(got) != "[for everyone]" {
 		t.Fatalf("since the first: %q", got)
+	}
+}
+
+// TestPushFramesStayUnderTheLimit: a tick of large messages goes out as several Push frames,
+// each within the protocol's 64 KiB frame limit, and in order.
+func TestPushFramesStayUnderTheLimit(t *testing.T) {
+	c := startCluster(t, 1)
+	putSettings(t, c, "big", `{"flush_tick_ms":500,"normal_budget":-1,"critical_budget":-1}`)
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	cl.login(token(t, c, "reader", "big"))
+	p := newPublisher(t, c)
+	const n = 10
+	for i := range n {
+		p.publish("big", pb.Lane_LANE_CRITICAL, append([]byte{byte(i)}, bytes.Repeat([]byte("x"), 16<<10-1)...))
+	}
+	var got []byte
+	frames := 0
+	for len(got) < n {
+		f := cl.next()
+		if size := proto.Size(f); size > 65536 {
+			t.Fatalf("a Push frame of %d bytes, over the 64 KiB limit", size)
+		}
+		frames++
+		for _, m := range f.GetPush().GetMessages() {
+			got = append(got, m.Body[0])
+		}
+	}
+	if frames < 3 || !bytes.Equal(got, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("%d frames carrying messages %v; want at least 3 frames, in order", frames, got)
 	}
 }

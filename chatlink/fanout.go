@@ -250,7 +250,7 @@ func lane(m *pb.Message) pb.Lane {
 type variant struct {
 	msgs    []queued
 	byLane  [4]int
-	encoded []byte
+	encoded [][]byte
 }
 
 func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
@@ -264,13 +264,14 @@ func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
 	return v
 }
 
-func (v *variant) frame() []byte {
+// frames returns the variant's Push frames (usually one), encoded at the first call.
+func (v *variant) frames() [][]byte {
 	if v.encoded == nil && len(v.msgs) > 0 {
-		push := &pb.Push{Messages: make([]*pb.Message, len(v.msgs))}
+		msgs := make([]*pb.Message, len(v.msgs))
 		for i, q := range v.msgs {
-			push.Messages[i] = q.m
+			msgs[i] = q.m
 		}
-		v.encoded, _ = proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: push}})
+		v.encoded = pushFrames(msgs, false)
 	}
 	return v.encoded
 }
@@ -355,10 +356,12 @@ func (r *localRoom) write(msgs []queued) {
 		if len(localSenders) > 0 && slices.Contains(localSenders, c.session) {
 			v = newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
 		}
-		if b := v.frame(); b != nil {
-			c.write(b)
-			frames++
-			bytes += len(b)
+		if fs := v.frames(); fs != nil {
+			for _, b := range fs {
+				c.write(b)
+				bytes += len(b)
+			}
+			frames += len(fs)
 			for l, k := range v.byLane {
 				delivered[l] += k
 			}

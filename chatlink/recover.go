@@ -43,8 +43,8 @@ func (n *Node) recoverHistory(c *conn, since string, last int) {
 	if since == "" && len(out) > last {
 		out = out[len(out)-last:]
 	}
-	if len(out) > 0 {
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: out, Recovered: true}}})
+	for _, b := range pushFrames(out, true) {
+		c.write(b)
 	}
 }
 
