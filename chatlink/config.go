@@ -51,6 +51,11 @@ type Config struct {
 	// FlushTick is how long a room's messages gather before they go out as one frame, for rooms
 	// whose settings name none. Zero value means 100ms.
 	FlushTick time.Duration
+	// PhaseMembers is how many of a room's members on this node share one flush phase: a room
+	// with more is split into phase groups (a power of two, at most 16, each phase at least
+	// 10ms apart) flushed one after another through the tick, so its socket writes are spread
+	// over the tick instead of coming in one burst (fanout.go). Zero value means 1024.
+	PhaseMembers int
 	// EgressCapacity is the node's egress bandwidth in bytes per second, the base of node flow
 	// control. Zero value means unlimited: no flow control.
 	EgressCapacity float64
@@ -117,6 +122,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FlushTick <= 0 {
 		c.FlushTick = defaultFlushTick
+	}
+	if c.PhaseMembers <= 0 {
+		c.PhaseMembers = defaultPhaseMembers
 	}
 	if c.FlowT1 <= 0 {
 		c.FlowT1 = 0.70

@@ -50,6 +50,8 @@ type conn struct {
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
 	beatsOnTime uint8
 
+	slot uint8 // the member's phase slot in its room (fanout.go); set at join, under the room's lock
+
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
 	loginMS                         int64 // unix milliseconds of the login

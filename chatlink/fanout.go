@@ -51,15 +51,48 @@ type queued struct {
 	sender string
 }
 
+// Phases: a big room's members on a node are split into phase groups, each flushed at its own
+// offset within the tick, so that a room of 15,000 members writes about 940 sockets every
+// 1/16 of the tick rather than 15,000 at once. Every member still gets one frame per tick with
+// that tick's messages merged, but the writes are spread over the tick: the latency a member sees
+// does not depend on its place in one long burst, and the node's other work (other rooms,
+// logins, the server's API in a single process) does not queue behind it. Members are kept in
+// phaseSlots slots, filled in turn; with p phases (a power of two), group g is slots g, g+p, ….
+const (
+	phaseSlots          = 16
+	defaultPhaseMembers = 1024                  // Config.PhaseMembers
+	minPhaseTick        = 10 * time.Millisecond // no phase timer runs more often than this
+)
+
+// phasesFor returns how many phase groups a room of size members flushed every tick should
+// use: a power of two, the least that puts at most per members in a group, but no more than
+// phaseSlots and no more than keep the phases minPhaseTick apart.
+func phasesFor(size, per int, tick time.Duration) int {
+	p := 1
+	for p < phaseSlots && p*per < size && tick/time.Duration(2*p) >= minPhaseTick {
+		p *= 2
+	}
+	return p
+}
+
 // roomFanout merges a room's messages per flush tick and writes each tick's messages to the
 // room's members as one frame, encoded once per variant. An idle room has no timer running.
+//
+// The timer fires every tick/phases. Each time, the messages that arrived since the last time
+// pass the budgets and flow control (selectLocked) and join the log, and one phase group, in
+// turn, gets what of the log it has not had yet. Log entries every group has had are dropped.
 type roomFanout struct {
 	r *localRoom
 
 	mu             sync.Mutex // guards the fields below
 	settings       roomSettings
-	pending        []queued
-	armed          bool // timer will flush pending
+	pending        []queued        // arrived, not yet selected
+	log            []queued        // selected, not yet written to every phase group
+	logBase        int             // position of log[0] since the room began
+	sent           [phaseSlots]int // by phase group: the log position written up to
+	phases         int             // phase groups in use (1 for a small room)
+	phase          int             // the group the timer writes next
+	armed          bool            // the timer will fire
 	stopped        bool
 	timer          *time.Timer
 	normalTokens   float64
@@ -73,6 +106,7 @@ type roomFanout struct {
 func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
 	f.r = r
 	f.settings = resolveSettings(st, r.t.n.cfg.FlushTick)
+	f.phases = 1
 	f.refilledAt = now
 	f.normalTokens, f.criticalTokens = tokenCap(f.settings.normalBudget, f.settings.tick), tokenCap(f.settings.criticalBudget, f.settings.tick)
 }
@@ -89,7 +123,7 @@ func (f *roomFanout) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
-	f.pending = nil
+	f.pending, f.log = nil, nil
 	if f.timer != nil {
 		f.timer.Stop()
 	}
@@ -129,36 +163,90 @@ func (r *localRoom) receive(data []byte) {
 		f.mu.Unlock()
 		f.wmu.Lock()
 		for i := range msgs {
-			r.write(msgs[i : i+1])
+			r.write(msgs[i:i+1], 0, 1)
 		}
 		f.wmu.Unlock()
 	case !f.armed:
-		f.armed = true
-		if f.timer == nil {
-			f.timer = time.AfterFunc(f.settings.tick, r.flush)
-		} else {
-			f.timer.Reset(f.settings.tick)
-		}
+		f.armLocked()
 		f.mu.Unlock()
 	default:
 		f.mu.Unlock()
 	}
 }
 
-// flush writes what gathered during a tick.
+// armLocked starts the timer for the next phase. Caller holds f.mu.
+func (f *roomFanout) armLocked() {
+	f.armed = true
+	d := f.settings.tick / time.Duration(f.phases)
+	if f.timer == nil {
+		f.timer = time.AfterFunc(d, f.r.flush)
+	} else {
+		f.timer.Reset(d)
+	}
+}
+
+// flush runs at every phase: it selects what arrived since the last phase and writes one phase
+// group what it has not had yet. When the room has grown or shrunk past another number of
+// phases, every group first gets what it has not had, and the new phases start from there.
 func (r *localRoom) flush() {
 	f := &r.fanout
 	f.mu.Lock()
 	f.armed = false
-	if f.stopped || len(f.pending) == 0 {
+	if f.stopped {
 		f.mu.Unlock()
 		return
 	}
-	msgs := f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())
-	f.pending = nil
+	if len(f.pending) > 0 {
+		f.log = append(f.log, f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())...)
+		clear(f.pending)
+		f.pending = f.pending[:0]
+	}
+	end := f.logBase + len(f.log)
+	r.mu.RLock()
+	want := phasesFor(r.size, r.t.n.cfg.PhaseMembers, f.settings.tick)
+	r.mu.RUnlock()
+
+	type job struct {
+		g, p int
+		msgs []queued
+	}
+	var jobs []job
+	if want != f.phases {
+		for g := range f.phases {
+			jobs = append(jobs, job{g, f.phases, f.log[f.sent[g]-f.logBase:]})
+		}
+		f.phases, f.phase = want, 0
+		f.sent = [phaseSlots]int{}
+		for g := range f.phases {
+			f.sent[g] = end
+		}
+	} else {
+		g := f.phase
+		jobs = append(jobs, job{g, f.phases, f.log[f.sent[g]-f.logBase:]})
+		f.sent[g] = end
+		f.phase = (g + 1) % f.phases
+	}
+	// Drop what every group has had. The jobs keep their own slices of the old log.
+	low := end
+	for g := range f.phases {
+		low = min(low, f.sent[g])
+	}
+	if low > f.logBase {
+		f.log = f.log[low-f.logBase:]
+		if len(f.log) == 0 {
+			f.log = nil
+		}
+		f.logBase = low
+	}
+	if len(f.log) > 0 || len(f.pending) > 0 {
+		f.armLocked()
+	}
 	f.mu.Unlock()
+
 	f.wmu.Lock()
-	r.write(msgs)
+	for _, j := range jobs {
+		r.write(j.msgs, j.g, j.p)
+	}
 	f.wmu.Unlock()
 }
 
@@ -283,13 +371,13 @@ type variantKey struct {
 	level    int
 }
 
-// write sends msgs to every member: the frame for each variant is encoded once and the same
+// write sends msgs to the members of phase group g of p (g = 0, p = 1: every member): the frame for each variant is encoded once and the same
 // bytes go to every member that gets that variant. A message with a tag expression goes only to
 // members whose tags satisfy it; the expression is evaluated once per distinct tag set in the
 // room (once per member only if it reads uid). Members whose write backlog grows get thinner
 // variants (no bulk, then critical only); a member that sent some of the messages gets them
 // left out, so a sender sees a SendAck and no echo. Caller holds r.fanout.wmu.
-func (r *localRoom) write(msgs []queued) {
+func (r *localRoom) write(msgs []queued, g, p int) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -330,11 +418,11 @@ func (r *localRoom) write(msgs []queued) {
 	var delivered, slowDropped [4]int
 	var frames, bytes int
 	r.mu.RLock()
-	for c := range r.members {
+	r.each(g, p, func(c *conn) {
 		lvl := n.backlogLevel(c)
 		if lvl == levelClose {
 			c.closeSlow()
-			continue
+			return
 		}
 		k := variantKey{level: lvl}
 		if exprs != nil {
@@ -366,7 +454,7 @@ func (r *localRoom) write(msgs []queued) {
 				delivered[l] += k
 			}
 		}
-	}
+	})
 	r.mu.RUnlock()
 
 	n.egress.Add(uint64(bytes))

@@ -34,9 +34,11 @@ type localRoom struct {
 	subject string
 	ready   chan struct{} // closed once the subscription is known to the NATS server
 
-	mu      sync.RWMutex // guards members
-	members map[*conn]struct{}
-	sub     *nats.Subscription
+	mu       sync.RWMutex                   // guards slots, size and nextSlot
+	slots    [phaseSlots]map[*conn]struct{} // the members, by c.slot
+	size     int                            // members in all slots
+	nextSlot uint8
+	sub      *nats.Subscription
 
 	fanout roomFanout
 }
@@ -97,7 +99,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
 		r.fanout.setSettings(settings)
 	}
 	if first {
-		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{}), members: make(map[*conn]struct{})}
+		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
 		if err != nil {
@@ -109,7 +111,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
 		t.n.m.rooms.Inc()
 	}
 	r.mu.Lock()
-	r.members[c] = struct{}{}
+	r.add(c)
 	r.mu.Unlock()
 	sh.mu.Unlock()
 	if first {
@@ -133,8 +135,8 @@ func (t *roomTable) leave(c *conn) {
 		return
 	}
 	r.mu.Lock()
-	delete(r.members, c)
-	empty := len(r.members) == 0
+	r.remove(c)
+	empty := r.size == 0
 	r.mu.Unlock()
 	if empty {
 		delete(sh.rooms, key)
@@ -143,6 +145,40 @@ func (t *roomTable) leave(c *conn) {
 		}
 		r.fanout.stop()
 		t.n.m.rooms.Dec()
+	}
+}
+
+// add puts c in the room, in the next of the room's phase slots (fanout.go), so that the slots
+// stay even. Caller holds r.mu.
+func (r *localRoom) add(c *conn) {
+	c.slot = r.nextSlot
+	r.nextSlot = (r.nextSlot + 1) % phaseSlots
+	s := r.slots[c.slot]
+	if s == nil {
+		s = make(map[*conn]struct{})
+		r.slots[c.slot] = s
+	}
+	if _, ok := s[c]; !ok {
+		s[c] = struct{}{}
+		r.size++
+	}
+}
+
+// remove takes c out of the room. Caller holds r.mu.
+func (r *localRoom) remove(c *conn) {
+	if _, ok := r.slots[c.slot][c]; ok {
+		delete(r.slots[c.slot], c)
+		r.size--
+	}
+}
+
+// each calls fn for every member in the slots of phase group g of p (slots g, g+p, g+2p, …);
+// p = 1 is every member. Caller holds r.mu.
+func (r *localRoom) each(g, p int, fn func(c *conn)) {
+	for i := g; i < phaseSlots; i += p {
+		for c := range r.slots[i] {
+			fn(c)
+		}
 	}
 }
 

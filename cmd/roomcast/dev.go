@@ -32,6 +32,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	readerGoroutines := flags.Bool("reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
 	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
+	phaseMembers := flags.Int("phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
 	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
 	cityDB := flags.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
 	ispDB := flags.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
@@ -83,6 +84,7 @@ secret and API key are fixed and printed.
 		ChatLink: func(c *chatlink.Config) {
 			c.EgressCapacity = *egress
 			c.FlushTick = *flushTick
+			c.PhaseMembers = *phaseMembers
 			c.ReaderGoroutines = *readerGoroutines
 		},
 		CityDB: *cityDB,

@@ -1,0 +1,219 @@
+package chatlink
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+func TestPhasesFor(t *testing.T) {
+	for _, tc := range []struct {
+		size, per int
+		tick      time.Duration
+		want      int
+	}{
+		{0, 1024, 250 * time.Millisecond, 1},
+		{1024, 1024, 250 * time.Millisecond, 1},
+		{1025, 1024, 250 * time.Millisecond, 2},
+		{15000, 1024, 250 * time.Millisecond, 16}, // 15.6 ms apart
+		{15000, 1024, 100 * time.Millisecond, 8},  // 12.5 ms apart; 16 would be 6.25 ms
+		{15000, 1024, 20 * time.Millisecond, 2},
+		{1 << 20, 1024, time.Second, phaseSlots},
+	} {
+		if got := phasesFor(tc.size, tc.per, tc.tick); got != tc.want {
+			t.Errorf("phasesFor(%d, %d, %v) = %d, want %d", tc.size, tc.per, tc.tick, got, tc.want)
+		}
+	}
+}
+
+// pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
+type pushRecorder struct {
+	mu     sync.Mutex
+	frames [][]string
+}
+
+func (r *pushRecorder) write(b []byte) {
+	var f pb.Frame
+	if err := proto.Unmarshal(b, &f); err != nil {
+		panic(err)
+	}
+	var ids []string
+	for _, m := range f.GetPush().GetMessages() {
+		ids = append(ids, m.Id)
+	}
+	r.mu.Lock()
+	r.frames = append(r.frames, ids)
+	r.mu.Unlock()
+}
+func (r *pushRecorder) pending() int64            { return 0 }
+func (r *pushRecorder) kick(pb.CloseCode, []byte) {}
+func (r *pushRecorder) forceClose()               {}
+func (r *pushRecorder) count() int                { r.mu.Lock(); defer r.mu.Unlock(); return len(r.frames) }
+func (r *pushRecorder) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.frames[len(r.frames)-1]
+}
+func (r *pushRecorder) ids() (out []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.frames {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// TestPhasedFlush drives a room's phases by hand (its tick is an hour, so the timer never
+// fires): a room of 32 members at 4 members a phase flushes in 8 groups, one group per phase;
+// every member gets every message once and in order, including messages that arrived while
+// some groups had already had their share, and across a change in the number of phases.
+func TestPhasedFlush(t *testing.T) {
+	n := &Node{cfg: Config{Node: "n1", PhaseMembers: 4}}
+	n.cfg.setDefaults()
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
+	defer r.fanout.stop()
+
+	var conns []*conn
+	var recs []*pushRecorder
+	join := func() {
+		rec := &pushRecorder{}
+		c := &conn{node: n, t: rec}
+		r.mu.Lock()
+		r.add(c)
+		r.mu.Unlock()
+		conns, recs = append(conns, c), append(recs, rec)
+	}
+	for range 32 {
+		join()
+	}
+	next := 0
+	send := func(k int) {
+		var b pb.RoomBatch
+		for range k {
+			b.Messages = append(b.Messages, &pb.Message{Id: strconv.Itoa(next), Lane: pb.Lane_LANE_CRITICAL})
+			next++
+		}
+		data, err := proto.Marshal(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.receive(data)
+	}
+	// got returns how many members have had a new frame since counts were taken.
+	counts := func() []int {
+		out := make([]int, len(recs))
+		for i, rec := range recs {
+			out[i] = rec.count()
+		}
+		return out
+	}
+	newFrames := func(before []int) (members []int) {
+		for i, rec := range recs {
+			if i < len(before) && rec.count() > before[i] {
+				members = append(members, i)
+			}
+		}
+		return members
+	}
+
+	// The first flush finds 32 members where it had 1 phase: everyone gets 0–4 at once, and
+	// the room goes to 8 phases.
+	send(5)
+	before := counts()
+	r.flush()
+	if got := newFrames(before); len(got) != 32 {
+		t.Fatalf("the first flush wrote to %d members, want all 32", len(got))
+	}
+	if r.fanout.phases != 8 {
+		t.Fatalf("phases = %d, want 8", r.fanout.phases)
+	}
+
+	// Each phase writes one group of 4, a different group each time.
+	send(5) // 5–9
+	seen := map[int]bool{}
+	for phase := range 8 {
+		before := counts()
+		r.flush()
+		got := newFrames(before)
+		if len(got) != 4 {
+			t.Fatalf("phase %d wrote to %d members, want 4", phase, len(got))
+		}
+		for _, i := range got {
+			if seen[i] {
+				t.Fatalf("phase %d wrote to member %d a second time", phase, i)
+			}
+			seen[i] = true
+			if want := []string{"5", "6", "7", "8", "9"}; fmt.Sprint(recs[i].last()) != fmt.Sprint(want) {
+				t.Fatalf("member %d got %v, want %v in one frame", i, recs[i].last(), want)
+			}
+		}
+	}
+
+	// Messages that arrive between phases: the groups not yet flushed get them merged with the
+	// earlier ones, the others get them at their next phase.
+	send(3) // 10–12
+	for range 3 {
+		r.flush()
+	}
+	send(2) // 13–14
+	for range 8 {
+		r.flush()
+	}
+	if len(r.fanout.log) != 0 {
+		t.Fatalf("the log keeps %d messages every group has had", len(r.fanout.log))
+	}
+
+	// A member joins, 29 leave: the next flush finds 4 members, gives every group what it has
+	// not had and goes back to one phase.
+	join()    // member 32
+	send(1)   // 15
+	r.flush() // one group (of 8) gets 15
+	r.mu.Lock()
+	for _, c := range conns[4:32] {
+		r.remove(c)
+	}
+	r.remove(conns[0])
+	r.mu.Unlock()
+	send(1) // 16
+	r.flush()
+	if r.fanout.phases != 1 {
+		t.Fatalf("phases = %d with %d members, want 1", r.fanout.phases, r.size)
+	}
+	send(1) // 17
+	r.flush()
+
+	ids := func(from, to int) (out []string) {
+		for i := from; i <= to; i++ {
+			out = append(out, strconv.Itoa(i))
+		}
+		return out
+	}
+	for i, rec := range recs {
+		got := rec.ids()
+		var want []string
+		switch {
+		case i == 0 || i >= 4 && i < 32: // left before 16
+			// It had 0–14 at least, and 15 if its group was the one flushed before it left.
+			want = ids(0, 14)
+			if len(got) == 16 {
+				want = ids(0, 15)
+			}
+		case i < 4:
+			want = ids(0, 17)
+		default: // joined before 15
+			want = ids(15, 17)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("member %d got %v, want %v", i, got, want)
+		}
+	}
+}
