@@ -100,7 +100,48 @@ type roomFanout struct {
 	refilledAt     time.Time
 	fcCarry        [4]float64 // flow-control sampling carry, by lane
 
-	wmu sync.Mutex // held while writing, so a room's frames leave in order
+	// The room's writes, in the order flush and receive made them. Whoever queues writes
+	// while no writer runs becomes the writer (drainWrites) until the queue is empty, so the
+	// frames of a room leave in order even when a phase comes before the last one's writes are
+	// done, and nobody waits for another's writes to start its own.
+	jobs    []writeJob
+	writing bool
+}
+
+// writeJob is one write of messages to phase group g of p (0 of 1: every member).
+type writeJob struct {
+	msgs []queued
+	g, p int
+}
+
+// queueLocked queues writes and reports whether the caller is to write them, with
+// drainWrites once it has let go of f.mu. Caller holds f.mu.
+func (f *roomFanout) queueLocked(jobs ...writeJob) bool {
+	f.jobs = append(f.jobs, jobs...)
+	if f.writing {
+		return false
+	}
+	f.writing = true
+	return true
+}
+
+// drainWrites writes the queued jobs, in order, until the queue is empty.
+func (r *localRoom) drainWrites() {
+	f := &r.fanout
+	for {
+		f.mu.Lock()
+		jobs := f.jobs
+		f.jobs = nil
+		if len(jobs) == 0 {
+			f.writing = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		for _, j := range jobs {
+			r.write(j.msgs, j.g, j.p)
+		}
+	}
 }
 
 func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
@@ -123,7 +164,7 @@ func (f *roomFanout) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
-	f.pending, f.log = nil, nil
+	f.pending, f.log, f.jobs = nil, nil, nil
 	if f.timer != nil {
 		f.timer.Stop()
 	}
@@ -160,12 +201,15 @@ func (r *localRoom) receive(data []byte) {
 		// Unmerged: every message at once, as its own frame.
 		msgs := f.selectLocked(f.pending, time.Now(), n.flow.strength())
 		f.pending = nil
-		f.mu.Unlock()
-		f.wmu.Lock()
+		jobs := make([]writeJob, len(msgs))
 		for i := range msgs {
-			r.write(msgs[i:i+1], 0, 1)
+			jobs[i] = writeJob{msgs: msgs[i : i+1], p: 1}
 		}
-		f.wmu.Unlock()
+		write := f.queueLocked(jobs...)
+		f.mu.Unlock()
+		if write {
+			r.drainWrites()
+		}
 	case !f.armed:
 		f.armLocked()
 		f.mu.Unlock()
@@ -206,14 +250,10 @@ func (r *localRoom) flush() {
 	want := phasesFor(r.size, r.t.n.cfg.PhaseMembers, f.settings.tick)
 	r.mu.RUnlock()
 
-	type job struct {
-		g, p int
-		msgs []queued
-	}
-	var jobs []job
+	var jobs []writeJob
 	if want != f.phases {
 		for g := range f.phases {
-			jobs = append(jobs, job{g, f.phases, f.log[f.sent[g]-f.logBase:]})
+			jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
 		}
 		f.phases, f.phase = want, 0
 		f.sent = [phaseSlots]int{}
@@ -222,7 +262,7 @@ func (r *localRoom) flush() {
 		}
 	} else {
 		g := f.phase
-		jobs = append(jobs, job{g, f.phases, f.log[f.sent[g]-f.logBase:]})
+		jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
 		f.sent[g] = end
 		f.phase = (g + 1) % f.phases
 	}
@@ -241,13 +281,11 @@ func (r *localRoom) flush() {
 	if len(f.log) > 0 || len(f.pending) > 0 {
 		f.armLocked()
 	}
+	write := f.queueLocked(jobs...)
 	f.mu.Unlock()
-
-	f.wmu.Lock()
-	for _, j := range jobs {
-		r.write(j.msgs, j.g, j.p)
+	if write {
+		r.drainWrites()
 	}
-	f.wmu.Unlock()
 }
 
 // tokenCap is how many messages of a budget may go out at once: one tick's worth (at least
@@ -376,7 +414,8 @@ type variantKey struct {
 // members whose tags satisfy it; the expression is evaluated once per distinct tag set in the
 // room (once per member only if it reads uid). Members whose write backlog grows get thinner
 // variants (no bulk, then critical only); a member that sent some of the messages gets them
-// left out, so a sender sees a SendAck and no echo. Caller holds r.fanout.wmu.
+// left out, so a sender sees a SendAck and no echo. Only the room's writer calls it
+// (drainWrites).
 func (r *localRoom) write(msgs []queued, g, p int) {
 	if len(msgs) == 0 {
 		return

@@ -217,3 +217,54 @@ func TestPhasedFlush(t *testing.T) {
 		}
 	}
 }
+
+// blockingRecorder is a pushRecorder whose first write waits for release.
+type blockingRecorder struct {
+	pushRecorder
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingRecorder) write(p []byte) {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.release
+	})
+	b.pushRecorder.write(p)
+}
+
+// TestWritesQueueInOrder: while one goroutine is writing a room's frames, another that has
+// frames for the room queues them and returns at once; they go out after the earlier ones.
+func TestWritesQueueInOrder(t *testing.T) {
+	n := &Node{cfg: Config{Node: "n1"}}
+	n.cfg.setDefaults()
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, &pb.RoomSettings{NoMerge: true}, time.Now())
+	defer r.fanout.stop()
+	rec := &blockingRecorder{entered: make(chan struct{}), release: make(chan struct{})}
+	r.mu.Lock()
+	r.add(&conn{node: n, t: rec})
+	r.mu.Unlock()
+	send := func(id string) {
+		b, _ := proto.Marshal(&pb.RoomBatch{Messages: []*pb.Message{{Id: id, Lane: pb.Lane_LANE_CRITICAL}}})
+		r.receive(b)
+	}
+
+	first := make(chan struct{})
+	go func() { defer close(first); send("0") }()
+	<-rec.entered // the first receive is writing, and waits
+	second := make(chan struct{})
+	go func() { defer close(second); send("1"); send("2") }()
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a receive waited for another goroutine's write")
+	}
+	close(rec.release)
+	<-first
+	if got := fmt.Sprint(rec.ids()); got != "[0 1 2]" {
+		t.Fatalf("frames went out as %s, want [0 1 2]", got)
+	}
+}
