@@ -227,12 +227,24 @@ func (a *API) timeout(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, a.cfg.Timeout)
 }
 
-// ask sends a request to a service and decodes the answer.
-func (a *API) ask(ctx context.Context, subject string, req, rep proto.Message) error {
+// codedReply is a service's answer that carries an error code (Reply, NodeControlReply,
+// PresenceReply).
+type codedReply interface {
+	proto.Message
+	GetCode() uint32
+	GetMessage() string
+}
+
+// ask sends a request to a service and decodes the answer. An answer with an error code is
+// that error.
+func (a *API) ask(ctx context.Context, subject string, req proto.Message, rep codedReply) error {
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
 	if err := bus.Request(ctx, a.cfg.Bus, subject, req, rep); err != nil {
 		return a.internal("request "+subject, err)
+	}
+	if code := rep.GetCode(); code != 0 {
+		return apiError(pb.ErrorCode(code), "%s", rep.GetMessage())
 	}
 	return nil
 }
@@ -241,9 +253,6 @@ func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, err
 	var rep pb.Reply
 	if err := a.ask(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
 		return nil, err
-	}
-	if rep.Code != 0 {
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return rep.Room, nil
 }
@@ -603,9 +612,6 @@ func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.Se
 	if err := a.ask(ctx, bus.SubjectRoomSend, send, &rep); err != nil {
 		return nil, err
 	}
-	if rep.Code != 0 {
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
-	}
 	return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
 }
 
@@ -614,9 +620,6 @@ func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*pb
 	var rep pb.PresenceReply
 	if err := a.ask(ctx, bus.SubjectPresenceSessions, &pb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
 		return nil, err
-	}
-	if rep.Code != 0 {
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return rep.Sessions, nil
 }
@@ -817,9 +820,6 @@ func (a *API) CountOnline(ctx context.Context, _ *pb.CountOnlineRequest) (*pb.Co
 	if err := a.ask(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: appOf(ctx)}, &rep); err != nil {
 		return nil, err
 	}
-	if rep.Code != 0 {
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
-	}
 	return &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}, nil
 }
 
@@ -887,9 +887,6 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 	var rep pb.Reply
 	if err := a.ask(ctx, bus.SubjectRoomSendBatch, batch, &rep); err != nil {
 		return nil, err
-	}
-	if rep.Code != 0 {
-		return nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return &pb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
@@ -552,5 +553,42 @@ func TestSettingsBeforeFirstJoin(t *testing.T) {
 		if got := rep.GetSettings().GetFlushTickMs(); got != uint32(tick) {
 			t.Fatalf("join %d right after the change: flush tick %d, want %d", i, got, tick)
 		}
+	}
+}
+
+// TestNodeErrorReachesTheCaller: a node that answers a member listing with an error code makes
+// the listing fail with that code, rather than count as a node with no members.
+func TestNodeErrorReachesTheCaller(t *testing.T) {
+	c := startCluster(t)
+	nc, err := nats.Connect(c.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A node "ghost" that reports a member in room n1 and refuses every control request.
+	sub, err := nc.Subscribe(bus.NodeSubject("ghost"), func(m *nats.Msg) {
+		b, _ := proto.Marshal(&pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "ghost is busy"})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	report, _ := proto.Marshal(&pb.NodeReport{Node: "ghost", Boot: "b1", Seq: 1, TimeMs: time.Now().UnixMilli(), Sessions: 1,
+		Rooms: []*pb.RoomCount{{App: devcluster.App, Room: "n1", Members: 1}}, Last: true})
+	g := grpcClient(t, c)
+	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		if err := nc.Publish(bus.SubjectSessionsReport, report); err != nil {
+			return err
+		}
+		gr, err := g.GetRoom(devCtx(), &pb.GetRoomRequest{Room: "n1"})
+		if err != nil || gr.Nodes["ghost"] != 1 {
+			return fmt.Errorf("GetRoom: %v %v", gr, err)
+		}
+		return nil
+	})
+	_, err = g.ListMembers(devCtx(), &pb.ListMembersRequest{Room: "n1"})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ghost is busy") {
+		t.Fatalf("ListMembers with a node that refuses: %v, want Unavailable: ghost is busy", err)
 	}
 }
