@@ -80,7 +80,11 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute, // without it an idle keep-alive connection is kept forever
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -262,7 +262,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if c.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.Listen, err)
 	}
-	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	c.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute, // without it an idle keep-alive connection is kept forever
+	}
 	c.served = make(chan struct{})
 	go func() {
 		defer close(c.served)
