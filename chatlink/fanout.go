@@ -438,7 +438,11 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 	}
 
 	variants := make(map[variantKey]*variant, 4)
+	var full *variant // variants[variantKey{}], the one most members get, without a map lookup
 	get := func(k variantKey) *variant {
+		if k == (variantKey{}) && full != nil {
+			return full
+		}
 		v := variants[k]
 		if v == nil {
 			keepLevel := levelFilter(k.level)
@@ -446,6 +450,9 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 				return (k.audience == "" || k.audience[i/8]&(1<<(i%8)) != 0) && (keepLevel == nil || keepLevel(q))
 			})
 			variants[k] = v
+		}
+		if k == (variantKey{}) {
+			full = v
 		}
 		return v
 	}

@@ -268,3 +268,36 @@ func TestWritesQueueInOrder(t *testing.T) {
 		t.Fatalf("frames went out as %s, want [0 1 2]", got)
 	}
 }
+
+// nullTransport takes frames and drops them.
+type nullTransport struct{ n int }
+
+func (t *nullTransport) write([]byte)              { t.n++ }
+func (t *nullTransport) pending() int64            { return 0 }
+func (t *nullTransport) kick(pb.CloseCode, []byte) {}
+func (t *nullTransport) forceClose()               {}
+
+// BenchmarkRoomWrite measures the fan-out's own work per member and tick, without the socket:
+// a tick of 5 messages written to a room of 1,000 members (one variant, encoded once).
+func BenchmarkRoomWrite(b *testing.B) {
+	n := &Node{cfg: Config{Node: "n1"}}
+	n.cfg.setDefaults()
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, nil, time.Now())
+	const members = 1000
+	for range members {
+		r.add(&conn{node: n, t: &nullTransport{}})
+	}
+	var tick []queued
+	for i := range 5 {
+		tick = append(tick, queued{m: &pb.Message{Id: strconv.Itoa(i), Lane: pb.Lane_LANE_CRITICAL, Body: make([]byte, 64)}})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.write(tick, 0, 1)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*members), "ns/member")
+}
