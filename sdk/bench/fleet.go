@@ -84,7 +84,8 @@ type fleet struct {
 		h  *hdrhistogram.Histogram
 	}
 
-	stop chan struct{} // closed by close: ends the raw members' heartbeats
+	stop    chan struct{} // closed by close: ends the raw members' heartbeats
+	pollers *rawPollers   // read the raw members' sockets; nil: a reader goroutine each
 
 	mu         sync.Mutex // guards the fields below
 	errors     []string
@@ -116,6 +117,11 @@ func newFleet(sp spec, log *slog.Logger) *fleet {
 	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
 	if sp.Client == ClientRaw {
 		go f.heartbeats()
+		p, err := newRawPollers()
+		if err != nil {
+			log.Warn("raw members get a reader goroutine each", "err", err)
+		}
+		f.pollers = p
 	}
 	for i := range f.shards {
 		f.shards[i].h = newLatencyHistogram()
@@ -208,7 +214,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
 	if f.spec.Client == ClientRaw {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), m.receiveBody)
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), f.pollers, m.receiveBody)
 		f.joined(m, c, err, time.Since(t0))
 		return
 	}
@@ -422,20 +428,28 @@ func (f *fleet) finish(expect []int64) report {
 }
 
 // rawHeartbeatEvery is how often the fleet sends each raw member's heartbeat: well inside the
-// server's first interval (25 s by default; a member silent for three is closed).
-const rawHeartbeatEvery = 10 * time.Second
+// server's first interval (25 s by default; a member silent for three is closed). The beats are
+// spread over the interval in rawHeartbeatSlices turns, as independent clients' would be: all
+// at once, 15,000 members' beats and the server's answers made a burst every 10 s that the
+// latency of the messages around it paid for.
+const (
+	rawHeartbeatEvery  = 10 * time.Second
+	rawHeartbeatSlices = 100
+)
 
-// heartbeats beats for every raw member until close (sdk.Clients beat by themselves).
+// heartbeats beats for every raw member until close (sdk.Clients beat by themselves): every
+// rawHeartbeatEvery/rawHeartbeatSlices, the members whose index is the turn's number modulo
+// rawHeartbeatSlices.
 func (f *fleet) heartbeats() {
-	t := time.NewTicker(rawHeartbeatEvery)
+	t := time.NewTicker(rawHeartbeatEvery / rawHeartbeatSlices)
 	defer t.Stop()
-	for {
+	for turn := 0; ; turn = (turn + 1) % rawHeartbeatSlices {
 		select {
 		case <-f.stop:
 			return
 		case <-t.C:
 		}
-		for i := range f.members {
+		for i := turn; i < len(f.members); i += rawHeartbeatSlices {
 			if m := f.members[i].Load(); m != nil {
 				if rc, ok := m.c.(*rawClient); ok && rc.Err() == nil {
 					rc.heartbeat()
@@ -467,5 +481,8 @@ func (f *fleet) close() {
 		})
 	}
 	wg.Wait()
+	if f.pollers != nil {
+		f.pollers.stop()
+	}
 	f.hc.CloseIdleConnections()
 }

@@ -60,6 +60,15 @@ type rawClient struct {
 
 	wmu sync.Mutex // serialises TCP writes
 
+	isWS bool // WebSocket framing, else length-prefixed TCP
+
+	// Set when a poller reads the socket (rawPollers.add), which then owns fd, a duplicate of
+	// nc's descriptor (nc is closed); part is touched only by that poller's goroutine.
+	poll   *rawPoller
+	pollID uint64
+	fd     int    // -1 when not polled, or closed; written under wmu and poll.mu
+	part   []byte // an incomplete frame's bytes
+
 	mu   sync.Mutex // guards err
 	err  error
 	done chan struct{} // closed when the reader ends
@@ -69,9 +78,11 @@ var errClosedByBench = errors.New("bench: closed")
 
 // dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
 // slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
-// no LoginAck is waited for either).
+// no LoginAck is waited for either). With pollers, one of them reads the socket; without, a
+// reader goroutine of the member's own.
 func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token string,
-	dial func(ctx context.Context, network, addr string) (net.Conn, error), onMsg func(lane int32, body []byte)) (*rawClient, error) {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error), pollers *rawPollers,
+	onMsg func(lane int32, body []byte)) (*rawClient, error) {
 	eps, err := sdk.Dispatch(ctx, hc, dispatcher, token)
 	if err != nil {
 		return nil, err
@@ -82,7 +93,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	if err != nil {
 		return nil, err
 	}
-	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{})}
+	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{}), fd: -1, isWS: transport != sdk.TransportTCP}
 	slow := onMsg == nil
 	if slow {
 		close(c.done) // no reader
@@ -93,10 +104,17 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 		if c.nc, err = dial(ctx, "tcp", ep.TCPAddr); err != nil {
 			return nil, err
 		}
-		if slow {
+		switch {
+		case slow:
 			_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
-		} else {
+		case pollers != nil:
+			err = pollers.add(c)
+		default:
 			go c.readTCP()
+		}
+		if err != nil {
+			_ = c.nc.Close()
+			return nil, err
 		}
 		err = c.write(login)
 	} else {
@@ -120,7 +138,16 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 			_ = c.nc.Close()
 			return nil, err
 		}
-		if !slow {
+		switch {
+		case slow:
+		case pollers != nil:
+			// The server sends nothing after its handshake answer until the Login, so gws has
+			// read nothing past it; from here on the poller reads and writePolled writes.
+			if err = pollers.add(c); err != nil {
+				_ = c.nc.Close()
+				return nil, err
+			}
+		default:
 			go c.ws.ReadLoop()
 		}
 		err = c.write(login)
@@ -150,6 +177,9 @@ func (c *rawClient) heartbeat() {
 }
 
 func (c *rawClient) write(b []byte) error {
+	if c.poll != nil {
+		return c.writePolled(0x2, b)
+	}
 	if c.ws != nil {
 		return c.ws.WriteMessage(gws.OpcodeBinary, b)
 	}
@@ -180,7 +210,11 @@ func (c *rawClient) fail(err error) {
 // Close ends the connection and waits for the reader.
 func (c *rawClient) Close() error {
 	c.fail(errClosedByBench)
-	_ = c.nc.Close()
+	if c.poll != nil {
+		c.poll.remove(c) // closes the socket
+	} else {
+		_ = c.nc.Close()
+	}
 	<-c.done
 	return nil
 }
@@ -205,6 +239,98 @@ func (c *rawClient) readTCP() {
 		}
 		c.frame(buf[:n])
 	}
+}
+
+// maxRawFrame bounds a frame a raw member accepts.
+const maxRawFrame = 16 << 20
+
+// feed acts on the whole frames in data, read by a poller, and keeps an incomplete frame's
+// bytes for the next read.
+func (c *rawClient) feed(data []byte) error {
+	if len(c.part) > 0 {
+		c.part = append(c.part, data...)
+		data = c.part
+	}
+	for len(data) > 0 {
+		n, err := c.nextFrame(data)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break // incomplete
+		}
+		data = data[n:]
+	}
+	c.part = append(c.part[:0], data...) // may overlap: append copies as memmove does
+	if len(c.part) == 0 && cap(c.part) > rawReadBuffer {
+		c.part = nil // a big frame's buffer is not kept
+	}
+	return nil
+}
+
+// nextFrame acts on the frame at the start of data and returns its length, or 0 when data
+// holds only part of it. Server WebSocket frames are unmasked and unfragmented.
+func (c *rawClient) nextFrame(data []byte) (int, error) {
+	if !c.isWS {
+		if len(data) < 4 {
+			return 0, nil
+		}
+		n := int(binary.BigEndian.Uint32(data))
+		if n > maxRawFrame {
+			return 0, fmt.Errorf("frame of %d bytes", n)
+		}
+		if len(data) < 4+n {
+			return 0, nil
+		}
+		c.frame(data[4 : 4+n])
+		return 4 + n, nil
+	}
+	if len(data) < 2 {
+		return 0, nil
+	}
+	fin, op, masked := data[0]&0x80 != 0, data[0]&0x0f, data[1]&0x80 != 0
+	n, hdr := uint64(data[1]&0x7f), 2
+	switch n {
+	case 126:
+		if len(data) < 4 {
+			return 0, nil
+		}
+		n, hdr = uint64(binary.BigEndian.Uint16(data[2:])), 4
+	case 127:
+		if len(data) < 10 {
+			return 0, nil
+		}
+		n, hdr = binary.BigEndian.Uint64(data[2:]), 10
+	}
+	switch {
+	case masked:
+		return 0, errors.New("masked frame from the server")
+	case n > maxRawFrame:
+		return 0, fmt.Errorf("frame of %d bytes", n)
+	case uint64(len(data)-hdr) < n:
+		return 0, nil
+	}
+	end := hdr + int(n)
+	payload := data[hdr:end]
+	switch op {
+	case 1, 2: // text, binary
+		if !fin {
+			return 0, errors.New("fragmented frame from the server")
+		}
+		c.frame(payload)
+	case 8:
+		code := 1005
+		if len(payload) >= 2 {
+			code = int(binary.BigEndian.Uint16(payload))
+		}
+		return 0, fmt.Errorf("connection closed: close frame %d", code)
+	case 9:
+		_ = c.writePolled(0xA, payload)
+	case 10:
+	default:
+		return 0, fmt.Errorf("frame with opcode %d from the server", op)
+	}
+	return end, nil
 }
 
 // rawEvents receives a raw member's WebSocket events.
