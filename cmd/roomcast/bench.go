@@ -92,6 +92,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
 		fs.IntVar(&cfg.Batch, "batch", 1, "messages per server API request (more than 1: POST /v1/rooms/{room}/messages/batch, at most 100)")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
+		fs.DurationVar(&cfg.Pause, "pause", 3*time.Second, "idle time between the members' joining and the first message, so the logins' aftermath stays out of the figures (negative: none)")
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the logins over this many rooms")
@@ -243,7 +244,8 @@ Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 
 
 Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
 per-member budgets (POST/PATCH /v1/rooms settings with normal_budget and critical_budget -1),
-then publishes R messages per second for D through the server API (POST
+lets the members sit idle for --pause (3s), then publishes R messages per second for D through
+the server API (POST
 /v1/rooms/{room}/messages, several senders on keep-alive connections). Each body carries its
 send time and sequence number; latency is receipt minus send time. After the last message it
 waits up to --wait for stragglers, and reports deliveries/s, expected vs delivered per lane,

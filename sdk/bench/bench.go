@@ -81,6 +81,11 @@ type Config struct {
 	Batch int
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
+	// Pause is how long the members sit idle after they joined, before the server's CPU is
+	// read and the publishing starts (fanout): the aftermath of the logins on the server (their
+	// reports, presence events, garbage) is then neither in the figures nor in the way.
+	// Zero value means 3s; negative, none.
+	Pause time.Duration
 	// Settle bounds the wait for the server's RSS to settle (conns). Zero value means 30s.
 	Settle time.Duration
 	// Hold keeps the members connected this long after the measurement (conns), so the
@@ -108,6 +113,7 @@ type Config struct {
 const (
 	defaultDuration    = 10 * time.Second
 	defaultWait        = 10 * time.Second
+	defaultPause       = 3 * time.Second
 	defaultSettle      = 30 * time.Second
 	defaultConcurrency = 128
 )
@@ -144,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Wait <= 0 {
 		c.Wait = defaultWait
+	}
+	if c.Pause == 0 {
+		c.Pause = defaultPause
 	}
 	if c.Settle <= 0 {
 		c.Settle = defaultSettle

@@ -36,9 +36,12 @@ func startCluster(t *testing.T) *devcluster.Cluster {
 	return clustertest.Start(t, clustertest.ChatLinks(1))
 }
 
+// config is a bench against c with n members; fan-outs pause 100 ms after the joins, not the
+// default 3 s (the command's tests run with the default).
 func config(c *devcluster.Cluster, n int) bench.Config {
 	return bench.Config{
 		Dispatcher: c.URL(), APIKey: devcluster.APIKey, App: devcluster.App, Secret: []byte(devcluster.Secret), N: n,
+		Pause: 100 * time.Millisecond,
 	}
 }
 

@@ -232,6 +232,14 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		res.Slow++
 	}
 
+	if cfg.Pause > 0 {
+		r.progress("%d members joined; idle for %v before publishing", res.Connected, cfg.Pause)
+		select {
+		case <-time.After(cfg.Pause):
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
 	before, err := r.server.read(ctx)
 	if err != nil {
 		return res, err
