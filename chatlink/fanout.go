@@ -199,11 +199,13 @@ func (r *localRoom) receive(data []byte) {
 		f.mu.Unlock()
 	case !f.settings.merge:
 		// Unmerged: every message at once, as its own frame.
+		// Phase groups that have not had all of the merged log (the room was merged a moment
+		// ago) get it first.
+		jobs := f.catchUpLocked()
 		msgs := f.selectLocked(f.pending, time.Now(), n.flow.strength())
 		f.pending = nil
-		jobs := make([]writeJob, len(msgs))
 		for i := range msgs {
-			jobs[i] = writeJob{msgs: msgs[i : i+1], p: 1}
+			jobs = append(jobs, writeJob{msgs: msgs[i : i+1], p: 1})
 		}
 		write := f.queueLocked(jobs...)
 		f.mu.Unlock()
@@ -216,6 +218,21 @@ func (r *localRoom) receive(data []byte) {
 	default:
 		f.mu.Unlock()
 	}
+}
+
+// catchUpLocked returns the writes that give every phase group what of the log it has not had,
+// and empties the log. Caller holds f.mu.
+func (f *roomFanout) catchUpLocked() []writeJob {
+	var jobs []writeJob
+	end := f.logBase + len(f.log)
+	for g := range f.phases {
+		if f.sent[g] < end {
+			jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
+		}
+		f.sent[g] = end
+	}
+	f.log, f.logBase = nil, end
+	return jobs
 }
 
 // armLocked starts the timer for the next phase. Caller holds f.mu.
@@ -252,17 +269,16 @@ func (r *localRoom) flush() {
 
 	var jobs []writeJob
 	if want != f.phases {
-		for g := range f.phases {
-			jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
-		}
+		jobs = f.catchUpLocked()
 		f.phases, f.phase = want, 0
-		f.sent = [phaseSlots]int{}
 		for g := range f.phases {
 			f.sent[g] = end
 		}
 	} else {
 		g := f.phase
-		jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
+		if f.sent[g] < end {
+			jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
+		}
 		f.sent[g] = end
 		f.phase = (g + 1) % f.phases
 	}

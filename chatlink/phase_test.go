@@ -301,3 +301,44 @@ func BenchmarkRoomWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*members), "ns/member")
 }
+
+// TestPhasedThenUnmerged: a phased room switched to no_merge gives the groups that have not had
+// the merged messages yet those messages first, then the unmerged one, to every member once.
+func TestPhasedThenUnmerged(t *testing.T) {
+	n := &Node{cfg: Config{Node: "n1", PhaseMembers: 4}}
+	n.cfg.setDefaults()
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
+	defer r.fanout.stop()
+	var recs []*pushRecorder
+	for range 32 {
+		rec := &pushRecorder{}
+		r.mu.Lock()
+		r.add(&conn{node: n, t: rec})
+		r.mu.Unlock()
+		recs = append(recs, rec)
+	}
+	send := func(ids ...string) {
+		var b pb.RoomBatch
+		for _, id := range ids {
+			b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
+		}
+		data, _ := proto.Marshal(&b)
+		r.receive(data)
+	}
+	send("0")
+	r.flush() // everyone gets 0; 8 phases from here
+	send("1")
+	r.flush() // one group of 8 gets 1
+	r.flush() // a second
+	r.fanout.setSettings(&pb.RoomSettings{FlushTickMs: 3_600_000, NoMerge: true})
+	send("2")
+	r.flush() // nothing left for it to do
+	for i, rec := range recs {
+		if got := fmt.Sprint(rec.ids()); got != "[0 1 2]" {
+			t.Errorf("member %d got %s, want [0 1 2]", i, got)
+		}
+	}
+}
