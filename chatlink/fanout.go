@@ -264,7 +264,7 @@ func (r *localRoom) flush() {
 	}
 	end := f.logBase + len(f.log)
 	r.mu.RLock()
-	want := phasesFor(r.size, r.t.n.cfg.PhaseMembers, f.settings.tick)
+	want := phasesFor(r.size(), r.t.n.cfg.PhaseMembers, f.settings.tick)
 	r.mu.RUnlock()
 
 	var jobs []writeJob

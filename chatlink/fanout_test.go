@@ -10,13 +10,8 @@ import (
 
 func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
 	t.Helper()
-	n := &Node{cfg: Config{Node: "n1"}}
-	n.cfg.setDefaults()
-	n.m = newMetrics(nil, n)
-	r := &localRoom{t: &roomTable{n: n}}
 	now := time.Unix(1_700_000_000, 0)
-	r.fanout.init(r, st, now)
-	return &r.fanout, now
+	return &testRoom(Config{Node: "n1"}, st, now).fanout, now
 }
 
 func msgs(lanes ...pb.Lane) []queued {

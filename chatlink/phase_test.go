@@ -32,6 +32,40 @@ func TestPhasesFor(t *testing.T) {
 	}
 }
 
+// testRoom returns a room of a node with cfg (defaults applied) and room settings st, without
+// NATS or sockets: the tests drive receive and flush themselves.
+func testRoom(cfg Config, st *pb.RoomSettings, now time.Time) *localRoom {
+	n := &Node{cfg: cfg}
+	n.cfg.setDefaults()
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, st, now)
+	return r
+}
+
+// testJoin adds a member whose frames go to t.
+func (r *localRoom) testJoin(t transport) *conn {
+	c := &conn{node: r.t.n, t: t}
+	r.mu.Lock()
+	r.add(c)
+	r.mu.Unlock()
+	return c
+}
+
+// receiveIDs hands the room a batch of critical messages with these ids, as from the bus.
+func (r *localRoom) receiveIDs(ids ...string) {
+	var b pb.RoomBatch
+	for _, id := range ids {
+		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
+	}
+	data, err := proto.Marshal(&b)
+	if err != nil {
+		panic(err)
+	}
+	r.receive(data)
+}
+
 // pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
 type pushRecorder struct {
 	mu     sync.Mutex
@@ -74,39 +108,26 @@ func (r *pushRecorder) ids() (out []string) {
 // every member gets every message once and in order, including messages that arrived while
 // some groups had already had their share, and across a change in the number of phases.
 func TestPhasedFlush(t *testing.T) {
-	n := &Node{cfg: Config{Node: "n1", PhaseMembers: 4}}
-	n.cfg.setDefaults()
-	n.m = newMetrics(nil, n)
-	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
-	r := &localRoom{t: &roomTable{n: n}}
-	r.fanout.init(r, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
 	defer r.fanout.stop()
 
 	var conns []*conn
 	var recs []*pushRecorder
 	join := func() {
 		rec := &pushRecorder{}
-		c := &conn{node: n, t: rec}
-		r.mu.Lock()
-		r.add(c)
-		r.mu.Unlock()
-		conns, recs = append(conns, c), append(recs, rec)
+		conns, recs = append(conns, r.testJoin(rec)), append(recs, rec)
 	}
 	for range 32 {
 		join()
 	}
 	next := 0
 	send := func(k int) {
-		var b pb.RoomBatch
+		var ids []string
 		for range k {
-			b.Messages = append(b.Messages, &pb.Message{Id: strconv.Itoa(next), Lane: pb.Lane_LANE_CRITICAL})
+			ids = append(ids, strconv.Itoa(next))
 			next++
 		}
-		data, err := proto.Marshal(&b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.receive(data)
+		r.receiveIDs(ids...)
 	}
 	// got returns how many members have had a new frame since counts were taken.
 	counts := func() []int {
@@ -186,7 +207,7 @@ func TestPhasedFlush(t *testing.T) {
 	send(1) // 16
 	r.flush()
 	if r.fanout.phases != 1 {
-		t.Fatalf("phases = %d with %d members, want 1", r.fanout.phases, r.size)
+		t.Fatalf("phases = %d with %d members, want 1", r.fanout.phases, r.size())
 	}
 	send(1) // 17
 	r.flush()
@@ -236,21 +257,11 @@ func (b *blockingRecorder) write(p []byte) {
 // TestWritesQueueInOrder: while one goroutine is writing a room's frames, another that has
 // frames for the room queues them and returns at once; they go out after the earlier ones.
 func TestWritesQueueInOrder(t *testing.T) {
-	n := &Node{cfg: Config{Node: "n1"}}
-	n.cfg.setDefaults()
-	n.m = newMetrics(nil, n)
-	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
-	r := &localRoom{t: &roomTable{n: n}}
-	r.fanout.init(r, &pb.RoomSettings{NoMerge: true}, time.Now())
+	r := testRoom(Config{Node: "n1"}, &pb.RoomSettings{NoMerge: true}, time.Now())
 	defer r.fanout.stop()
 	rec := &blockingRecorder{entered: make(chan struct{}), release: make(chan struct{})}
-	r.mu.Lock()
-	r.add(&conn{node: n, t: rec})
-	r.mu.Unlock()
-	send := func(id string) {
-		b, _ := proto.Marshal(&pb.RoomBatch{Messages: []*pb.Message{{Id: id, Lane: pb.Lane_LANE_CRITICAL}}})
-		r.receive(b)
-	}
+	r.testJoin(rec)
+	send := func(id string) { r.receiveIDs(id) }
 
 	first := make(chan struct{})
 	go func() { defer close(first); send("0") }()
@@ -280,15 +291,10 @@ func (t *nullTransport) forceClose()               {}
 // BenchmarkRoomWrite measures the fan-out's own work per member and tick, without the socket:
 // a tick of 5 messages written to a room of 1,000 members (one variant, encoded once).
 func BenchmarkRoomWrite(b *testing.B) {
-	n := &Node{cfg: Config{Node: "n1"}}
-	n.cfg.setDefaults()
-	n.m = newMetrics(nil, n)
-	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
-	r := &localRoom{t: &roomTable{n: n}}
-	r.fanout.init(r, nil, time.Now())
+	r := testRoom(Config{Node: "n1"}, nil, time.Now())
 	const members = 1000
 	for range members {
-		r.add(&conn{node: n, t: &nullTransport{}})
+		r.testJoin(&nullTransport{})
 	}
 	var tick []queued
 	for i := range 5 {
@@ -305,29 +311,15 @@ func BenchmarkRoomWrite(b *testing.B) {
 // TestPhasedThenUnmerged: a phased room switched to no_merge gives the groups that have not had
 // the merged messages yet those messages first, then the unmerged one, to every member once.
 func TestPhasedThenUnmerged(t *testing.T) {
-	n := &Node{cfg: Config{Node: "n1", PhaseMembers: 4}}
-	n.cfg.setDefaults()
-	n.m = newMetrics(nil, n)
-	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
-	r := &localRoom{t: &roomTable{n: n}}
-	r.fanout.init(r, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
 	defer r.fanout.stop()
 	var recs []*pushRecorder
 	for range 32 {
 		rec := &pushRecorder{}
-		r.mu.Lock()
-		r.add(&conn{node: n, t: rec})
-		r.mu.Unlock()
+		r.testJoin(rec)
 		recs = append(recs, rec)
 	}
-	send := func(ids ...string) {
-		var b pb.RoomBatch
-		for _, id := range ids {
-			b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
-		}
-		data, _ := proto.Marshal(&b)
-		r.receive(data)
-	}
+	send := r.receiveIDs
 	send("0")
 	r.flush() // everyone gets 0; 8 phases from here
 	send("1")

@@ -34,9 +34,8 @@ type localRoom struct {
 	subject string
 	ready   chan struct{} // closed once the subscription is known to the NATS server
 
-	mu       sync.RWMutex                   // guards slots, size and nextSlot
+	mu       sync.RWMutex                   // guards slots and nextSlot
 	slots    [phaseSlots]map[*conn]struct{} // the members, by c.slot
-	size     int                            // members in all slots
 	nextSlot uint8
 	sub      *nats.Subscription
 
@@ -136,7 +135,7 @@ func (t *roomTable) leave(c *conn) {
 	}
 	r.mu.Lock()
 	r.remove(c)
-	empty := r.size == 0
+	empty := r.size() == 0
 	r.mu.Unlock()
 	if empty {
 		delete(sh.rooms, key)
@@ -153,23 +152,22 @@ func (t *roomTable) leave(c *conn) {
 func (r *localRoom) add(c *conn) {
 	c.slot = r.nextSlot
 	r.nextSlot = (r.nextSlot + 1) % phaseSlots
-	s := r.slots[c.slot]
-	if s == nil {
-		s = make(map[*conn]struct{})
-		r.slots[c.slot] = s
+	if r.slots[c.slot] == nil {
+		r.slots[c.slot] = make(map[*conn]struct{})
 	}
-	if _, ok := s[c]; !ok {
-		s[c] = struct{}{}
-		r.size++
-	}
+	r.slots[c.slot][c] = struct{}{}
 }
 
 // remove takes c out of the room. Caller holds r.mu.
-func (r *localRoom) remove(c *conn) {
-	if _, ok := r.slots[c.slot][c]; ok {
-		delete(r.slots[c.slot], c)
-		r.size--
+func (r *localRoom) remove(c *conn) { delete(r.slots[c.slot], c) }
+
+// size returns the number of members. Caller holds r.mu.
+func (r *localRoom) size() int {
+	n := 0
+	for _, s := range r.slots {
+		n += len(s)
 	}
+	return n
 }
 
 // each calls fn for every member in the slots of phase group g of p (slots g, g+p, g+2p, …);

@@ -139,7 +139,7 @@ func (t *roomTable) counts() []*pb.RoomCount {
 		for key, r := range sh.rooms {
 			app, room, _ := strings.Cut(key, "/")
 			r.mu.RLock()
-			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(r.size)})
+			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(r.size())})
 			r.mu.RUnlock()
 		}
 		sh.mu.Unlock()
@@ -159,7 +159,7 @@ func (t *roomTable) members(app, room string) []*conn {
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]*conn, 0, r.size)
+	out := make([]*conn, 0, r.size())
 	r.each(0, 1, func(c *conn) { out = append(out, c) })
 	return out
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/lxzan/gws"
+
+	"roomcast/internal/testutil"
 )
 
 type discardEvents struct{ gws.BuiltinEventHandler }
@@ -74,7 +76,7 @@ func BenchmarkWebSocketWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("via=%s", via), func(b *testing.B) {
 			var written atomic.Int64
 			done := func(error) { written.Add(1) }
-			before := processCPU()
+			before := testutil.ProcessCPU()
 			b.ResetTimer()
 			for i := range b.N {
 				k := i % sockets
@@ -102,13 +104,7 @@ func BenchmarkWebSocketWrite(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((processCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
+			b.ReportMetric(float64((testutil.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
 		})
 	}
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -4,12 +4,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 )
 
 // BenchmarkSendToRoomHTTP measures a message's way in: POST /v1/rooms/{room}/messages through
@@ -36,17 +36,11 @@ func BenchmarkSendToRoomHTTP(b *testing.B) {
 		}
 	}
 	post("/v1/rooms", `{"room":"bench"}`, http.StatusCreated)
-	before := cpuTime()
+	before := testutil.ProcessCPU()
 	b.ResetTimer()
 	for range b.N {
 		post("/v1/rooms/bench/messages", `{"body":"hello","lane":"critical"}`, http.StatusOK)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testutil.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,4 +23,12 @@ func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
 		}
 		time.Sleep(every)
 	}
+}
+
+// ProcessCPU returns the CPU time (user and system) the process has used, for benchmarks that
+// report CPU per operation rather than wall time.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -77,5 +78,29 @@ func TestFeedSplitsFrames(t *testing.T) {
 		if err := c.feed(b); err == nil {
 			t.Errorf("%s frame: no error", name)
 		}
+	}
+}
+
+// TestReadLoop: without pollers a member's own reader hands what it reads to feed, and the end
+// of the stream ends the member.
+func TestReadLoop(t *testing.T) {
+	srv, cl := net.Pipe()
+	var got []string
+	c := &rawClient{nc: cl, done: make(chan struct{}), fd: -1, onMsg: func(_ int32, body []byte) { got = append(got, string(body)) }}
+	go c.readLoop()
+	for _, body := range []string{"a", "bc"} {
+		b, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
+			Messages: []*roomcastpb.Message{{Body: []byte(body)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Write(lengthPrefixed(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = srv.Close()
+	<-c.done
+	if fmt.Sprint(got) != "[a bc]" || c.Err() == nil || !strings.Contains(c.Err().Error(), "connection closed") {
+		t.Fatalf("got %v, err %v; want [a bc] and a closed connection", got, c.Err())
 	}
 }

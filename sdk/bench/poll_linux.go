@@ -221,7 +221,7 @@ func (c *rawClient) writePolled(op byte, b []byte) error {
 			frame = append(frame, x^mask[i%4])
 		}
 	} else {
-		frame = append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+		frame = lengthPrefixed(b)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -100,58 +98,45 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	}
 	ctx, cancel := context.WithTimeout(ctx, rawLoginWait)
 	defer cancel()
-	if transport == sdk.TransportTCP {
-		if c.nc, err = dial(ctx, "tcp", ep.TCPAddr); err != nil {
-			return nil, err
-		}
-		switch {
-		case slow:
-			_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
-		case pollers != nil:
-			err = pollers.add(c)
-		default:
-			go c.readTCP()
-		}
-		if err != nil {
-			_ = c.nc.Close()
-			return nil, err
-		}
-		err = c.write(login)
-	} else {
+	addr := ep.TCPAddr
+	if c.isWS {
 		u, perr := url.Parse(ep.WSURL)
 		if perr != nil {
 			return nil, perr
 		}
-		if c.nc, err = dial(ctx, "tcp", u.Host); err != nil {
-			return nil, err
-		}
-		if slow {
-			_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
-		}
+		addr = u.Host
+	}
+	if c.nc, err = dial(ctx, "tcp", addr); err != nil {
+		return nil, err
+	}
+	if slow {
+		_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
+	}
+	if c.isWS {
+		// gws upgrades and writes; the bench reads the frames itself.
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
-		c.ws, _, err = gws.NewClientFromConn(rawEvents{c}, &gws.ClientOption{
-			Addr: ep.WSURL, HandshakeTimeout: rawLoginWait, ReadBufferSize: rawReadBuffer,
-			ReadMaxPayloadSize: 16 << 20,
+		c.ws, _, err = gws.NewClientFromConn(gws.BuiltinEventHandler{}, &gws.ClientOption{
+			Addr: ep.WSURL, HandshakeTimeout: rawLoginWait,
 		}, c.nc)
 		stop()
 		if err != nil {
 			_ = c.nc.Close()
 			return nil, err
 		}
-		switch {
-		case slow:
-		case pollers != nil:
-			// The server sends nothing after its handshake answer until the Login, so gws has
-			// read nothing past it; from here on the poller reads and writePolled writes.
-			if err = pollers.add(c); err != nil {
-				_ = c.nc.Close()
-				return nil, err
-			}
-		default:
-			go c.ws.ReadLoop()
-		}
-		err = c.write(login)
 	}
+	// The server sends nothing after its handshake answer until the LoginAck, so nothing is
+	// buffered past it: from here on the poller, or the member's reader, reads the socket.
+	switch {
+	case slow:
+	case pollers != nil:
+		if err = pollers.add(c); err != nil {
+			_ = c.nc.Close()
+			return nil, err
+		}
+	default:
+		go c.readLoop()
+	}
+	err = c.write(login)
 	if err == nil && !slow {
 		select {
 		case <-c.acked:
@@ -186,8 +171,13 @@ func (c *rawClient) write(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(rawWriteTimout))
-	_, err := c.nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	_, err := c.nc.Write(lengthPrefixed(b))
 	return err
+}
+
+// lengthPrefixed frames b for the TCP transport.
+func lengthPrefixed(b []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b))), b...)
 }
 
 func (c *rawClient) Err() error {
@@ -219,33 +209,32 @@ func (c *rawClient) Close() error {
 	return nil
 }
 
-func (c *rawClient) readTCP() {
+// readLoop reads the socket on a goroutine of the member's own (no pollers) and hands what
+// arrives to feed.
+func (c *rawClient) readLoop() {
 	defer close(c.done)
-	br := bufio.NewReaderSize(c.nc, rawReadBuffer)
-	var hdr [4]byte
-	var buf []byte
+	buf := make([]byte, rawReadBuffer)
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			c.fail(err)
+		n, err := c.nc.Read(buf)
+		if n > 0 {
+			if ferr := c.feed(buf[:n]); ferr != nil {
+				c.fail(ferr)
+				_ = c.nc.Close()
+				return
+			}
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("connection closed: %w", err))
 			return
 		}
-		n := int(binary.BigEndian.Uint32(hdr[:]))
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		if _, err := io.ReadFull(br, buf[:n]); err != nil {
-			c.fail(err)
-			return
-		}
-		c.frame(buf[:n])
 	}
 }
 
 // maxRawFrame bounds a frame a raw member accepts.
 const maxRawFrame = 16 << 20
 
-// feed acts on the whole frames in data, read by a poller, and keeps an incomplete frame's
-// bytes for the next read.
+// feed acts on the whole frames in data, as read from the socket, and keeps an incomplete
+// frame's bytes for the next read.
 func (c *rawClient) feed(data []byte) error {
 	if len(c.part) > 0 {
 		c.part = append(c.part, data...)
@@ -325,7 +314,11 @@ func (c *rawClient) nextFrame(data []byte) (int, error) {
 		}
 		return 0, fmt.Errorf("connection closed: close frame %d", code)
 	case 9:
-		_ = c.writePolled(0xA, payload)
+		if c.poll != nil {
+			_ = c.writePolled(0xA, payload)
+		} else {
+			_ = c.ws.WritePong(payload)
+		}
 	case 10:
 	default:
 		return 0, fmt.Errorf("frame with opcode %d from the server", op)
@@ -333,42 +326,18 @@ func (c *rawClient) nextFrame(data []byte) (int, error) {
 	return end, nil
 }
 
-// rawEvents receives a raw member's WebSocket events.
-type rawEvents struct{ c *rawClient }
-
-func (e rawEvents) OnOpen(*gws.Conn) {}
-func (e rawEvents) OnClose(_ *gws.Conn, err error) {
-	e.c.fail(fmt.Errorf("connection closed: %w", err))
-	close(e.c.done)
-}
-func (e rawEvents) OnPing(s *gws.Conn, p []byte) { _ = s.WritePong(p) }
-func (e rawEvents) OnPong(*gws.Conn, []byte)     {}
-func (e rawEvents) OnMessage(_ *gws.Conn, m *gws.Message) {
-	e.c.frame(m.Bytes())
-	m.Close()
-}
-
 // frame acts on one server frame: the LoginAck, each message of a Push, a Kick.
 func (c *rawClient) frame(b []byte) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			c.fail(errors.New("bad frame"))
+	for {
+		num, v, rest, err := lenField(b)
+		if err != nil {
+			c.fail(err)
 			return
 		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
+		if v == nil {
 			return
 		}
-		b = b[n:]
+		b = rest
 		switch num {
 		case frameLoginAck:
 			select {
@@ -386,26 +355,47 @@ func (c *rawClient) frame(b []byte) {
 	}
 }
 
-// push hands each message of a Push to onMsg.
-func (c *rawClient) push(b []byte) {
+var errBadFrame = errors.New("bad frame")
+
+// lenField returns the first length-delimited field of b, skipping fields of other types: its
+// number, its bytes and the rest of b. v is nil at the end of b.
+func lenField(b []byte) (num protowire.Number, v, rest []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return
+			return 0, nil, nil, errBadFrame
 		}
 		b = b[n:]
-		if num != pushMessages || typ != protowire.BytesType {
+		if typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return
+				return 0, nil, nil, errBadFrame
 			}
 			b = b[n:]
 			continue
 		}
-		m, n := protowire.ConsumeBytes(b)
+		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
+			return 0, nil, nil, errBadFrame
+		}
+		if v == nil {
+			v = []byte{} // present, if empty
+		}
+		return num, v, b[n:], nil
+	}
+	return 0, nil, nil, nil
+}
+
+// push hands each message of a Push to onMsg.
+func (c *rawClient) push(b []byte) {
+	for {
+		num, m, rest, err := lenField(b)
+		if err != nil || m == nil {
 			return
 		}
-		b = b[n:]
+		b = rest
+		if num != pushMessages {
+			continue
+		}
 		var lane int32
 		var body []byte
 		for len(m) > 0 {
