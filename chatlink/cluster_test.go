@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ type rawClient struct {
 	closed chan uint16 // the close code: WebSocket close code, or 0 when TCP just ends
 	send   func(b []byte) error
 	stop   func()
+	// pause, held, stops the TCP reader between frames, so the socket fills (dialTCP).
+	pause sync.Mutex
 }
 
 type wsEvents struct {
@@ -88,7 +91,12 @@ func dialWS(t *testing.T, url string) *rawClient {
 
 func dialTCP(t *testing.T, addr string) (*rawClient, net.Conn) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
+	return dialTCPWith(t, addr, &net.Dialer{})
+}
+
+func dialTCPWith(t *testing.T, addr string, d *net.Dialer) (*rawClient, net.Conn) {
+	t.Helper()
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -99,6 +107,9 @@ func dialTCP(t *testing.T, addr string) (*rawClient, net.Conn) {
 		br := bufio.NewReader(nc)
 		var hdr [4]byte
 		for {
+			c.pause.Lock()
+			//lint:ignore SA2001 an empty critical section on purpose: it waits while the test pauses the reader
+			c.pause.Unlock()
 			if _, err := io.ReadFull(br, hdr[:]); err != nil {
 				c.closed <- 0
 				return

@@ -39,6 +39,13 @@ type Config struct {
 	// and runtime bookkeeping of a parked goroutine per idle connection. It applies to TCP
 	// connections alike.
 	ReaderGoroutines bool
+	// PlainWrites keeps the writers the node had before its io_uring batch sends: gws's
+	// asynchronous writer for WebSocket, a queue and a flush goroutine for TCP, a write(2) per
+	// frame. Without it, on Linux 5.6 and later, the node writes the sockets its poller reads
+	// itself, sending a room's frames in batches through io_uring (batch.go); where io_uring
+	// is missing or forbidden (some container seccomp profiles) the node logs so and writes
+	// as with PlainWrites. ReaderGoroutines implies plain writes.
+	PlainWrites bool
 	// LoginTimeout is how long a new connection may take to log in. Zero value means 10s.
 	LoginTimeout time.Duration
 	// HeartbeatInterval is the interval first announced to clients; a connection silent for

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -448,5 +449,49 @@ func TestPushFramesStayUnderTheLimit(t *testing.T) {
 	}
 	if frames < 3 || !bytes.Equal(got, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
 		t.Fatalf("%d frames carrying messages %v; want at least 3 frames, in order", frames, got)
+	}
+}
+
+// TestSendsBehindAFullSocket: a member stops reading (a small receive buffer, so its socket
+// fills at once) while unmerged frames keep coming. The node's sends to it come back short or
+// refused, the rest of each frame queues behind them, and once it reads again it gets every
+// message whole and in order; a member beside it gets each message meanwhile. Both ways of
+// writing are checked: batches through io_uring (the default) and a system call per frame.
+func TestSendsBehindAFullSocket(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			c := startCluster(t, 1, func(dc *devcluster.Config) {
+				dc.ChatLink = func(cc *chatlink.Config) {
+					cc.PlainWrites = plain
+					cc.MaxPendingBytes = 64 << 20 // the backlog may grow: this member is not to be closed
+				}
+			})
+			putSettings(t, c, "f", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`)
+			small := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+				return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+			}}
+			slow, _ := dialTCPWith(t, c.Nodes[0].TCPAddr(), small)
+			slow.login(token(t, c, "slow", "f"))
+			other := dialWS(t, c.Nodes[0].WSURL())
+			other.login(token(t, c, "other", "f"))
+			p := newPublisher(t, c)
+
+			const count = 3000 // 3 MB: well past what the kernel's buffers hold
+			body := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1000) }
+			slow.pause.Lock()
+			for i := range count {
+				p.publish("f", pb.Lane_LANE_CRITICAL, body(i))
+				if m, _ := other.collect(1); !bytes.Equal(m[0].Body, body(i)) {
+					t.Fatalf("other member: message %d is wrong", i)
+				}
+			}
+			slow.pause.Unlock()
+			msgs, _ := slow.collect(count)
+			for i, m := range msgs {
+				if !bytes.Equal(m.Body, body(i)) {
+					t.Fatalf("slow member: message %d is %.10q..., want %.10q...", i, m.Body, body(i))
+				}
+			}
+		})
 	}
 }

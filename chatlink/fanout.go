@@ -479,6 +479,8 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 
 	var delivered, slowDropped [4]int
 	var frames, bytes int
+	op := outPool.Get().(*[]out)
+	outs := (*op)[:0]
 	r.mu.RLock()
 	r.each(g, p, func(c *conn) {
 		lvl := n.backlogLevel(c)
@@ -507,8 +509,8 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			v = newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
 		}
 		if fs := v.frames(); fs != nil {
+			outs = append(outs, out{c, fs})
 			for _, b := range fs {
-				c.write(b)
 				bytes += len(b)
 			}
 			frames += len(fs)
@@ -518,6 +520,10 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 		}
 	})
 	r.mu.RUnlock()
+	n.writeOuts(outs)
+	clear(outs) // the pool keeps no conns or frames
+	*op = outs[:0]
+	outPool.Put(op)
 
 	n.egress.Add(uint64(bytes))
 	n.m.pushFrames.Add(float64(frames))

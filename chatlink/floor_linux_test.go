@@ -19,37 +19,7 @@ import (
 func BenchmarkLoopbackWrite(b *testing.B) {
 	for _, size := range []int{130, 700} { // one 64-byte message; five merged
 		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
-			const sockets = 1000
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ln.Close()
-			var fds []int
-			var keep []net.Conn
-			for range sockets {
-				c, err := net.Dial("tcp", ln.Addr().String())
-				if err != nil {
-					b.Fatal(err)
-				}
-				s, err := ln.Accept()
-				if err != nil {
-					b.Fatal(err)
-				}
-				go func() { _, _ = io.Copy(io.Discard, c) }()
-				keep = append(keep, c, s)
-				f, err := s.(*net.TCPConn).File() // a duplicate, for plain write(2) calls
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer f.Close()
-				fds = append(fds, int(f.Fd()))
-			}
-			defer func() {
-				for _, c := range keep {
-					_ = c.Close()
-				}
-			}()
+			fds := loopbackSockets(b, 1000)
 			frame := make([]byte, size)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -57,7 +27,7 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				for {
-					_, err := syscall.Write(fds[i%sockets], frame)
+					_, err := syscall.Write(fds[i%len(fds)], frame)
 					if err == syscall.EAGAIN { // the duplicate shares the socket's O_NONBLOCK
 						time.Sleep(time.Millisecond)
 						continue
@@ -67,7 +37,7 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 					}
 					break
 				}
-				if i%sockets == sockets-1 {
+				if i%len(fds) == len(fds)-1 {
 					time.Sleep(time.Millisecond) // let the readers drain, as between ticks
 				}
 			}
@@ -75,6 +45,83 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 			b.ReportMetric(float64((threadCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
 		})
 	}
+}
+
+// BenchmarkRingSend is BenchmarkLoopbackWrite with the frames sent through an io_uring ring,
+// ringEntries sockets per system call, as the node sends a phase group (batch.go). The sends
+// run inline in the submitting thread, so its CPU time (RUSAGE_THREAD) holds their cost.
+func BenchmarkRingSend(b *testing.B) {
+	r, err := newRing(ringEntries)
+	if err != nil {
+		b.Skipf("io_uring unavailable here: %v", err)
+	}
+	defer r.close()
+	for _, size := range []int{130, 700} {
+		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
+			socks := loopbackSockets(b, 1024)
+			fds := make([]int32, len(socks))
+			for i, fd := range socks {
+				fds[i] = int32(fd)
+			}
+			frame := make([]byte, size)
+			bufs := make([][]byte, ringEntries)
+			for i := range bufs {
+				bufs[i] = frame
+			}
+			res := make([]int32, ringEntries)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			before := threadCPU()
+			b.ResetTimer()
+			sent := 0
+			for sent < b.N {
+				for at := 0; at < len(fds) && sent < b.N; at += ringEntries {
+					k := min(ringEntries, b.N-sent)
+					if err := r.send(fds[at:at+k], bufs[:k], res[:k]); err != nil {
+						b.Fatal(err)
+					}
+					for _, n := range res[:k] {
+						if n != int32(size) {
+							b.Fatalf("a send took %d of %d bytes", n, size)
+						}
+					}
+					sent += k
+				}
+				time.Sleep(time.Millisecond) // let the readers drain, as between ticks
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((threadCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
+		})
+	}
+}
+
+// loopbackSockets returns the server side's descriptors (duplicates, for plain system calls)
+// of n loopback TCP connections whose peers read everything in goroutines of their own.
+func loopbackSockets(b *testing.B, n int) []int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	var fds []int
+	for range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		f, err := s.(*net.TCPConn).File()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close(); s.Close(); c.Close() })
+		fds = append(fds, int(f.Fd()))
+	}
+	return fds
 }
 
 func threadCPU() time.Duration {

@@ -68,10 +68,12 @@ type Node struct {
 	wsLn     net.Listener
 	tcpLn    net.Listener
 
-	ctx    context.Context // ends at the end of Shutdown
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the node starts
-	poll   *poller        // tells when client sockets are readable; nil with Config.ReaderGoroutines
+	ctx        context.Context // ends at the end of Shutdown
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup // every goroutine the node starts
+	poll       *poller        // tells when client sockets are readable; nil with Config.ReaderGoroutines
+	rings      *rings         // io_uring rings for batch sends (batch.go); nil when writes are plain
+	ringFailed atomic.Bool    // a batch found no ring and wrote plainly (logged once)
 
 	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
@@ -152,6 +154,12 @@ func (n *Node) Start() error {
 			return err
 		}
 		n.goAsync(n.poll.run)
+		if !n.cfg.PlainWrites {
+			if n.rings, err = newRings(); err != nil {
+				n.log.Warn("io_uring unavailable: writing every frame with a system call of its own", "err", err)
+				n.rings = nil
+			}
+		}
 	}
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
@@ -328,6 +336,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 		n.poll.stop()
 	}
 	n.wg.Wait()
+	if n.rings != nil {
+		n.rings.close()
+	}
 	n.presence.flush()
 	n.log.Info("chatlink stopped")
 	return err

@@ -172,3 +172,43 @@ func readRaw(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	}
 	return n, false, nil
 }
+
+// writevNow writes hdr and b to a socket without waiting: it returns how much the socket took
+// (0 when its buffer is full), and an error only for a broken or closed connection.
+func writevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
+	var n int
+	var werr error
+	cerr := rc.Write(func(fd uintptr) bool {
+		iov := [][]byte{hdr, b}
+		for {
+			n, werr = unix.Writev(int(fd), iov)
+			if werr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case cerr != nil:
+		return 0, cerr
+	case werr == unix.EAGAIN:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return n, nil
+}
+
+// plainWrite writes b to socket fd without waiting and returns what write(2) did: the bytes
+// the socket took, or a negative errno (-EAGAIN when its buffer is full).
+func plainWrite(fd int32, b []byte) int32 {
+	for {
+		n, err := unix.Write(int(fd), b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return -int32(err.(unix.Errno))
+		}
+		return int32(n)
+	}
+}

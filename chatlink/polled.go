@@ -23,7 +23,14 @@ type polled struct {
 	n  *Node
 	c  *conn
 	rc syscall.RawConn
+	fd int32  // the descriptor, valid until the socket is closed (closeSocket)
 	id uint64 // the poller registration
+
+	// sockMu is held for reading while a batch send (ring) uses fd, and for writing while the
+	// socket is closed, so the batch never sends to a descriptor that was closed, and perhaps
+	// reused by a new connection, under it. sockClosed is guarded by it.
+	sockMu     sync.RWMutex
+	sockClosed bool
 
 	// feed handles the complete frames at the start of data (the transport's framing) and
 	// returns how many bytes it consumed, how many the next frame needs in all if it is
@@ -56,14 +63,42 @@ func newPolled(n *Node, tc *net.TCPConn) (*polled, error) {
 	if err != nil {
 		return nil, err
 	}
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
+		return nil, err
+	}
 	// reading until start: a close before the conn exists must not finish it.
-	return &polled{TCPConn: tc, n: n, rc: rc, id: n.poll.newID(), reading: true}, nil
+	return &polled{TCPConn: tc, n: n, rc: rc, fd: int32(fd), id: n.poll.newID(), reading: true}, nil
 }
+
+// closeSocket closes the socket once no batch send is using its descriptor.
+func (p *polled) closeSocket() error {
+	p.sockMu.Lock()
+	defer p.sockMu.Unlock()
+	p.sockClosed = true
+	return p.TCPConn.Close()
+}
+
+// lockFD returns the descriptor for a batch send and holds it open until unlockFD; ok is
+// false when the socket is closed or being closed. It never waits, so batches that share
+// members cannot hold each other up behind a close.
+func (p *polled) lockFD() (fd int32, ok bool) {
+	if !p.sockMu.TryRLock() {
+		return -1, false
+	}
+	if p.sockClosed {
+		p.sockMu.RUnlock()
+		return -1, false
+	}
+	return p.fd, true
+}
+
+func (p *polled) unlockFD() { p.sockMu.RUnlock() }
 
 // Close closes the socket (the transport calls it too). The connection is finished at once,
 // or by the read in progress when it ends.
 func (p *polled) Close() error {
-	err := p.TCPConn.Close()
+	err := p.closeSocket()
 	p.mu.Lock()
 	finishNow := !p.dead && !p.reading
 	p.dead = true
@@ -110,7 +145,7 @@ func (p *polled) done(next readNext) {
 	if p.dead || next == readClose {
 		p.dead, p.reading = true, false
 		p.mu.Unlock()
-		_ = p.TCPConn.Close()
+		_ = p.closeSocket()
 		p.finish()
 		return
 	}
@@ -180,12 +215,31 @@ func (p *polled) consume(data []byte) readNext {
 // pendingMin is the smallest buffer kept for an incomplete frame: room for any frame header.
 const pendingMin = 64
 
-// wsFrames reads WebSocket frames for a polled connection; gws writes.
+// wsFrames reads WebSocket frames for a polled connection; w writes.
 type wsFrames struct {
 	p    *polled
-	s    *gws.Conn
+	w    *sockWriter // the node writes (batch sends); or else
+	s    *gws.Conn   // gws writes (Config.PlainWrites, or no io_uring)
 	r    wsReader
 	stop bool // a close frame came
+}
+
+// closeWith sends a close frame and returns what the read is to do next.
+func (w *wsFrames) closeWith(code uint16, reason string) readNext {
+	if w.w == nil {
+		_ = w.s.WriteClose(code, []byte(reason))
+		return readClose
+	}
+	w.w.closeWith(code, reason)
+	return readStopped // the writer closes once the close frame is out
+}
+
+func (w *wsFrames) pong(payload []byte) {
+	if w.w == nil {
+		w.s.WriteAsync(gws.OpcodePong, payload, nil)
+		return
+	}
+	w.w.pong(payload)
 }
 
 func (w *wsFrames) feed(data []byte) (int, int, readNext) {
@@ -197,10 +251,12 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 		} else {
 			w.p.n.m.frameBad.Inc()
 		}
-		_ = w.s.WriteClose(werr.code, []byte(werr.reason))
-		return consumed, 0, readClose
+		return consumed, 0, w.closeWith(werr.code, werr.reason)
 	case w.stop:
-		return consumed, 0, readClose
+		if w.w == nil {
+			return consumed, 0, readClose
+		}
+		return consumed, 0, readStopped // the writer closes once the close frame is out
 	}
 	return consumed, need, readOn
 }
@@ -220,7 +276,7 @@ func (w *wsFrames) control(op byte, payload []byte) {
 	switch op {
 	case wsPing:
 		w.p.c.lastSeen.Store(time.Now().UnixNano())
-		w.s.WriteAsync(gws.OpcodePong, append([]byte(nil), payload...), nil)
+		w.pong(append([]byte(nil), payload...))
 	case wsClose:
 		// Echo the client's code, as RFC 6455 asks, unless it is not one a peer may send.
 		code := uint16(1000)
@@ -232,7 +288,7 @@ func (w *wsFrames) control(op byte, payload []byte) {
 		} else if len(payload) == 1 {
 			code = 1002
 		}
-		_ = w.s.WriteClose(code, nil)
+		w.closeWith(code, "")
 		w.stop = true
 	}
 }

@@ -23,7 +23,11 @@ func (n *Node) startPolledTCP(tc *net.TCPConn) {
 		return
 	}
 	p.feed = p.tcpFeed
-	p.c = n.newConn(&tcpTransport{n: n, nc: p})
+	if n.rings != nil {
+		p.c = n.newConn(newSockWriter(p, false)) // the node's batch sends (batch.go)
+	} else {
+		p.c = n.newConn(&tcpTransport{n: n, nc: p})
+	}
 	p.start(nil)
 }
 

@@ -121,7 +121,8 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		n.serveWSReader(nc, br, req) // gws keeps br
 		return
 	}
-	// Read by the poller. gws gets no reader: it only writes.
+	// Read by the poller. gws gets no reader: it answers the upgrade, and writes only where
+	// the node has no io_uring rings.
 	p, err := newPolled(n, tc)
 	if err != nil {
 		_ = nc.Close()
@@ -139,9 +140,17 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	w := &wsFrames{p: p, s: socket, r: wsReader{max: n.cfg.MaxFrameBytes}}
-	p.feed = w.feed
-	p.c = n.newConn(&wsTransport{s: socket})
+	f := &wsFrames{p: p, r: wsReader{max: n.cfg.MaxFrameBytes}}
+	p.feed = f.feed
+	if n.rings != nil {
+		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
+		// only answered the upgrade, is not kept.
+		f.w = newSockWriter(p, true)
+		p.c = n.newConn(f.w)
+	} else {
+		f.s = socket
+		p.c = n.newConn(&wsTransport{s: socket})
+	}
 	p.start(early)
 }
 

@@ -1,0 +1,143 @@
+package chatlink
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketPair returns the server side's descriptor of a loopback TCP connection (non-blocking,
+// as Go leaves it) and the client's net.Conn.
+func socketPair(t *testing.T, ln net.Listener) (int32, net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	var fd int32
+	rc, _ := s.(*net.TCPConn).SyscallConn()
+	_ = rc.Control(func(d uintptr) { fd = int32(d) })
+	return fd, c
+}
+
+// TestRingSend sends one batch to three sockets: one that reads, one whose buffers are full
+// and one descriptor that is no socket. The ring must neither wait for the full one nor stop
+// at the bad one: each gets its own result, and the reading peer gets its bytes.
+func TestRingSend(t *testing.T) {
+	r, err := newRing(ringEntries)
+	if err != nil {
+		t.Skipf("io_uring unavailable here: %v", err)
+	}
+	defer r.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	okFD, okPeer := socketPair(t, ln)
+	fullFD, _ := socketPair(t, ln)
+	_ = unix.SetsockoptInt(int(fullFD), unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := unix.Write(int(fullFD), chunk); err == unix.EAGAIN {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the socket never filled")
+		}
+	}
+	notSocket, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(notSocket)
+
+	frame := []byte("one frame")
+	res := make([]int32, 3)
+	done := make(chan error, 1)
+	go func() { done <- r.send([]int32{fullFD, int32(notSocket), okFD}, [][]byte{frame, frame, frame}, res) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("send waited for a full socket")
+	}
+	if syscall.Errno(-res[0]) != syscall.EAGAIN {
+		t.Errorf("full socket: result %d, want -EAGAIN", res[0])
+	}
+	if syscall.Errno(-res[1]) != syscall.ENOTSOCK {
+		t.Errorf("eventfd: result %d, want -ENOTSOCK", res[1])
+	}
+	if res[2] != int32(len(frame)) {
+		t.Fatalf("reading socket: result %d, want %d", res[2], len(frame))
+	}
+	got := make([]byte, len(frame))
+	_ = okPeer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(okPeer, got); err != nil || !bytes.Equal(got, frame) {
+		t.Fatalf("peer read %q, %v", got, err)
+	}
+
+	// The ring is reusable: a second batch lands after the first.
+	if err := r.send([]int32{okFD}, [][]byte{[]byte("two")}, res[:1]); err != nil || res[0] != 3 {
+		t.Fatalf("second send: %d, %v", res[0], err)
+	}
+	got = got[:3]
+	if _, err := io.ReadFull(okPeer, got); err != nil || string(got) != "two" {
+		t.Fatalf("peer read %q, %v", got, err)
+	}
+}
+
+// TestLockFDAfterClose: once the socket is closed, a batch may not have its descriptor (the
+// number may belong to a new connection by then).
+func TestLockFDAfterClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &polled{TCPConn: s.(*net.TCPConn)}
+	p.rc, _ = p.SyscallConn()
+	_ = p.rc.Control(func(d uintptr) { p.fd = int32(d) })
+	fd, ok := p.lockFD()
+	if !ok || fd != p.fd {
+		t.Fatalf("lockFD on an open socket: %d, %v", fd, ok)
+	}
+	closed := make(chan struct{})
+	go func() { _ = p.closeSocket(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("the socket closed under a batch holding its descriptor")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, ok := p.lockFD(); ok {
+		t.Fatal("lockFD succeeded while a close was waiting")
+	}
+	p.unlockFD()
+	<-closed
+	if _, ok := p.lockFD(); ok {
+		t.Fatal("lockFD succeeded on a closed socket")
+	}
+}
