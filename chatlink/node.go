@@ -156,7 +156,7 @@ func (n *Node) Start() error {
 		n.goAsync(n.poll.run)
 		if !n.cfg.PlainWrites {
 			if n.rings, err = newRings(); err != nil {
-				n.log.Warn("io_uring unavailable: writing every frame with a system call of its own", "err", err)
+				n.log.Warn("io_uring unavailable: writing as with --plain-writes (a system call per frame)", "err", err)
 				n.rings = nil
 			}
 		}

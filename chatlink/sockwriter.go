@@ -11,26 +11,27 @@ import (
 )
 
 // sockWriter writes a polled connection's frames (polled.go) without ever blocking its
-// caller, and without a goroutine per write: while nothing is queued, a frame goes straight to
-// the socket from the caller's goroutine, as one non-blocking writev; whatever the socket does
-// not take is queued, and a flusher goroutine, running only while the queue is not empty,
-// writes it with ordinary (waiting) writes. The queued bytes are the connection's backlog,
-// which flow control reads (pending). It frames WebSocket (server frames: unmasked, FIN set)
-// or length-prefixed TCP.
+// caller, and without a goroutine per write. A room's write claims the socket and sends the
+// frame in a batch with other members' (claim, sent; batch.go); any other frame, while nothing
+// is queued, goes straight to the socket from the caller's goroutine as one non-blocking
+// writev. Whatever the socket does not take is queued, and a flusher goroutine, running only
+// while the queue is not empty, writes it with ordinary (waiting) writes. The queued bytes are
+// the connection's backlog, which flow control reads (pending). It frames WebSocket (server
+// frames: unmasked, FIN set) or length-prefixed TCP.
 type sockWriter struct {
 	p  *polled
 	ws bool // WebSocket framing, else length-prefixed TCP
 
 	mu         sync.Mutex // guards the fields below
 	queue      net.Buffers
-	flushing   bool // the flusher runs
+	flushing   bool // a write owns the socket: inline, a batch's claim, or the flusher
 	closeAfter bool // close the socket once the queue is written (a kick)
 	closed     bool
 
 	backlog atomic.Int64 // bytes queued, not yet taken by the socket
 }
 
-// Frame kinds for sockWriter.frame; a transport without control frames ignores them.
+// Frame kinds for send; TCP framing has no kinds and ignores them.
 const (
 	opData  = wsBinary
 	opClose = wsClose
@@ -138,6 +139,11 @@ func (w *sockWriter) sent(wire []byte, n int, err error) { w.done(nil, wire, n, 
 // them, or err. The rest, and whatever was queued meanwhile, goes to the flusher.
 func (w *sockWriter) done(hdr, b []byte, n int, err error) {
 	w.mu.Lock()
+	if w.closed { // forceClose ran meanwhile, and closes the socket
+		w.flushing = false
+		w.mu.Unlock()
+		return
+	}
 	switch {
 	case err != nil:
 		w.flushing = false
