@@ -29,7 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
 	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
 	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
-	plainWrites := flags.Bool("plain-writes", false, "write each frame to a member with a system call of its own instead of batching a room's writes through io_uring (for comparison)")
+	plainWrites := flags.Bool("plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	readerGoroutines := flags.Bool("reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
 	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")

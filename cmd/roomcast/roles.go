@@ -121,7 +121,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Float64Var(&cfg.EgressCapacity, "egress-capacity", 0, "egress capacity in bytes per second, the base of flow control (0: unlimited)")
 	fs.DurationVar(&cfg.FlushTick, "flush-tick", 0, "default flush tick of rooms (0: 100ms)")
 	fs.IntVar(&cfg.PhaseMembers, "phase-members", 0, "members of a room per flush phase: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
-	fs.BoolVar(&cfg.PlainWrites, "plain-writes", false, "write each frame to a member with a system call of its own instead of batching a room's writes through io_uring (for comparison)")
+	fs.BoolVar(&cfg.PlainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	fs.BoolVar(&cfg.ReaderGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the node's epoll poller (for comparison; more memory per idle connection)")
 	fs.DurationVar(&cfg.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
 	opsAddr := fs.String("ops", "127.0.0.1:9301", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
