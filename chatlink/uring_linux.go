@@ -5,6 +5,7 @@ package chatlink
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -169,12 +170,18 @@ func (r *ring) send(fds []int32, bufs [][]byte, res []int32) error {
 	return nil
 }
 
-// rings is the node's free rings; a room's write takes one for each batch it sends.
+// rings is the node's rings. A room's write takes one for each batch it sends; there are at
+// most maxRings (each holds a descriptor and about 28 KB of mapped memory), and a write that
+// finds them all in use waits for one, which takes no longer than a batch's send.
 type rings struct {
+	slots  chan struct{} // one token per ring in use
 	mu     sync.Mutex
 	free   []*ring
 	closed bool
 }
+
+// maxRings bounds the rings: more writers than cores cannot send at once anyway.
+var maxRings = 2 * runtime.GOMAXPROCS(0)
 
 // newRings checks that this kernel lets the process use io_uring for sends.
 func newRings() (*rings, error) {
@@ -182,10 +189,12 @@ func newRings() (*rings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rings{free: []*ring{r}}, nil
+	return &rings{slots: make(chan struct{}, maxRings), free: []*ring{r}}, nil
 }
 
+// get returns a ring for the caller's use until put.
 func (rs *rings) get() (*ring, error) {
+	rs.slots <- struct{}{}
 	rs.mu.Lock()
 	if k := len(rs.free); k > 0 {
 		r := rs.free[k-1]
@@ -194,17 +203,22 @@ func (rs *rings) get() (*ring, error) {
 		return r, nil
 	}
 	rs.mu.Unlock()
-	return newRing(ringEntries)
+	r, err := newRing(ringEntries)
+	if err != nil {
+		<-rs.slots
+	}
+	return r, err
 }
 
 func (rs *rings) put(r *ring) {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	if rs.closed {
 		r.close()
-		return
+	} else {
+		rs.free = append(rs.free, r)
 	}
-	rs.free = append(rs.free, r)
+	rs.mu.Unlock()
+	<-rs.slots
 }
 
 // close releases the free rings; one in use is released when it is put back.

@@ -141,3 +141,38 @@ func TestLockFDAfterClose(t *testing.T) {
 		t.Fatal("lockFD succeeded on a closed socket")
 	}
 }
+
+// TestRingsBounded: with every ring in use, a writer waits for one to be put back, and gets
+// that one; no ring is made beyond the bound.
+func TestRingsBounded(t *testing.T) {
+	defer func(m int) { maxRings = m }(maxRings)
+	maxRings = 1
+	rs, err := newRings()
+	if err != nil {
+		t.Skipf("io_uring unavailable here: %v", err)
+	}
+	defer rs.close()
+	r1, err := rs.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *ring)
+	go func() {
+		r, err := rs.get()
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second ring was handed out past the bound")
+	case <-time.After(50 * time.Millisecond):
+	}
+	rs.put(r1)
+	if r2 := <-got; r2 != r1 {
+		t.Fatal("the waiting writer got a new ring, not the one put back")
+	} else {
+		rs.put(r2)
+	}
+}
