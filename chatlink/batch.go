@@ -122,14 +122,14 @@ func (n *Node) sendBatch(b *batch) {
 	// bufs[:sub] lines up with fds[:sub] now: the held members, in order.
 	var sendErr error
 	var r *ring
-	if n.rings != nil {
+	if n.rings != nil && sub > 0 {
 		var err error
 		if r, err = n.rings.get(); err != nil && n.ringFailed.CompareAndSwap(false, true) {
 			// No ring now (the descriptor limit, say): the members get plain writes.
 			n.log.Warn("io_uring ring unavailable; writing plainly until one is (logged once)", "err", err)
 		}
 	}
-	if r == nil {
+	if r == nil { // no ring: plain writes (nothing to write when sub is 0)
 		for i := range b.fds[:sub] {
 			b.res[i] = plainWrite(b.fds[i], b.bufs[i])
 		}
