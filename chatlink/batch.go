@@ -14,13 +14,16 @@ type out struct {
 
 var outPool = sync.Pool{New: func() any { return new([]out) }}
 
+// ringEntries is a ring's size: the most sends one batch, and one system call, carries.
+const ringEntries = 256
+
 // writeOuts writes each member its frames. Members whose socket the node writes itself
 // (sockWriter: the node has io_uring rings) and that have nothing queued are claimed and sent
 // their frames in batches of up to ringEntries, one system call per batch. The others get
 // their frames through their transport's write.
 func (n *Node) writeOuts(outs []out) {
-	wires := wirePool.Get().(map[wireKey][]byte)
-	defer func() { clear(wires); wirePool.Put(wires) }()
+	wires := wireCache{m: wirePool.Get().(map[wireKey][]byte)}
+	defer func() { clear(wires.m); wirePool.Put(wires.m) }()
 	b := batchPool.Get().(*batch)
 	defer b.reset()
 	for _, o := range outs {
@@ -31,7 +34,7 @@ func (n *Node) writeOuts(outs []out) {
 			}
 			continue
 		}
-		b.add(w, wireOf(wires, w.ws, o.fs))
+		b.add(w, wires.of(w.ws, o.fs))
 		if len(b.ws) == ringEntries {
 			n.sendBatch(b)
 		}
@@ -66,22 +69,34 @@ type wireKey struct {
 // wirePool holds the maps of one write's wire forms.
 var wirePool = sync.Pool{New: func() any { return map[wireKey][]byte{} }}
 
-// wireOf returns frames fs as they go on the wire: header and frame in one buffer, made once
-// per write (wires) for every member that gets the same frame over the same framing.
-func wireOf(wires map[wireKey][]byte, ws bool, fs [][]byte) []byte {
-	if len(fs) == 1 {
-		k := wireKey{&fs[0][0], ws}
-		if w, ok := wires[k]; ok {
-			return w
+// wireCache is one write's wire forms. Most members of a write get the same frame over the
+// same framing, so the last one is checked before the map.
+type wireCache struct {
+	m        map[wireKey][]byte
+	lastKey  wireKey
+	lastWire []byte
+}
+
+// of returns frames fs as they go on the wire: header and frame in one buffer, made once per
+// write for every member that gets the same frame over the same framing.
+func (c *wireCache) of(ws bool, fs [][]byte) []byte {
+	if len(fs) != 1 {
+		var w []byte // several frames (rare): this member's own buffer
+		for _, f := range fs {
+			w = appendWire(w, ws, f)
 		}
-		w := appendWire(nil, ws, fs[0])
-		wires[k] = w
 		return w
 	}
-	var w []byte // several frames (rare): this member's own buffer
-	for _, f := range fs {
-		w = appendWire(w, ws, f)
+	k := wireKey{&fs[0][0], ws}
+	if k == c.lastKey && c.lastWire != nil {
+		return c.lastWire
 	}
+	w, ok := c.m[k]
+	if !ok {
+		w = appendWire(nil, ws, fs[0])
+		c.m[k] = w
+	}
+	c.lastKey, c.lastWire = k, w
 	return w
 }
 
@@ -136,18 +151,22 @@ func (n *Node) sendBatch(b *batch) {
 	} else {
 		sendErr = r.send(b.fds[:sub], b.bufs[:sub], b.res[:sub])
 		n.rings.put(r)
-		if sendErr != nil {
+		if sendErr == nil {
+			n.m.ringSends.Add(float64(sub))
+		} else {
 			// Only a bug gets here. Some of the frames may have gone out: the members are
 			// closed rather than sent a frame twice or missing one.
 			n.log.Error("io_uring send failed; closing the batch's members", "err", sendErr)
 		}
 	}
-	j := 0
+	// Every descriptor is let go before any claim ends: ending one may close its socket, and
+	// the close waits for the descriptor.
 	for i, w := range b.ws {
 		if b.held[i] {
 			w.p.unlockFD()
 		}
 	}
+	j := 0 // b.res and b.bufs index the held members only
 	for i, w := range b.ws {
 		switch {
 		case !b.held[i]:

@@ -492,6 +492,12 @@ func TestSendsBehindAFullSocket(t *testing.T) {
 					t.Fatalf("slow member: message %d is %.10q..., want %.10q...", i, m.Body, body(i))
 				}
 			}
+			// The way of writing under test is the one that wrote: a node without io_uring
+			// would fall back to plain writes and this test would check them twice.
+			ringSends := metricValue(t, c, `roomcast_chatlink_ring_sends_total{node="cl-1"}`)
+			if plain != (ringSends == 0) {
+				t.Fatalf("plain=%v, but %d frames went out in io_uring batches", plain, ringSends)
+			}
 		})
 	}
 }

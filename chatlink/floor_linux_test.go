@@ -53,7 +53,7 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 func BenchmarkRingSend(b *testing.B) {
 	r, err := newRing(ringEntries)
 	if err != nil {
-		b.Skipf("io_uring unavailable here: %v", err)
+		b.Fatalf("io_uring unavailable here: %v", err)
 	}
 	defer r.close()
 	for _, size := range []int{130, 700} {

@@ -27,6 +27,7 @@ type metrics struct {
 	frameHeartbeat     prometheus.Counter
 	frameBad           prometheus.Counter
 	pushFrames         prometheus.Counter
+	ringSends          prometheus.Counter
 	deliveries         [4]prometheus.Counter // by lane
 	drops              [4][dropReasons]prometheus.Counter
 	criticalOverBudget prometheus.Counter
@@ -69,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		pushFrames: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_push_frames_total", Help: "Push frames written to client connections.",
 		}),
+		ringSends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_ring_sends_total", Help: "Sends of room frames to members made in io_uring batches (0 where the node writes plainly).",
+		}),
 		criticalOverBudget: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_critical_over_budget_total", Help: "Critical messages over a room's critical budget (delivered all the same).",
 		}),
@@ -104,7 +108,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
-		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, deliveries, drops, m.criticalOverBudget,
+		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
 			m.logins, m.closes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m

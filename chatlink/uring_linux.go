@@ -58,9 +58,6 @@ const (
 	cqeSize = 16
 )
 
-// ringEntries is a ring's size: the most sends one system call carries.
-const ringEntries = 256
-
 func newRing(entries uint32) (*ring, error) {
 	var p ringParams
 	p.flags = ringSetupSubmitAll

@@ -6,8 +6,6 @@ import "errors"
 
 type ring struct{}
 
-const ringEntries = 256
-
 type rings struct{}
 
 func newRings() (*rings, error) { return nil, errors.New("io_uring is Linux only") }
