@@ -286,7 +286,7 @@ func (n *Node) Kill() {
 		n.conns.each(func(c *conn) { c.t.forceClose() })
 		n.cancel()
 		if n.poll != nil {
-			n.poll.stop()
+			n.poll.Stop()
 		}
 		n.wg.Wait()
 		n.log.Info("chatlink killed")

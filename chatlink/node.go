@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"roomcast/chatlink/internal/netpoll"
+	"roomcast/chatlink/internal/uring"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
@@ -70,10 +72,10 @@ type Node struct {
 
 	ctx        context.Context // ends at the end of Shutdown
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup // every goroutine the node starts
-	poll       *poller        // tells when client sockets are readable; nil with Config.ReaderGoroutines
-	rings      *rings         // io_uring rings for batch sends (batch.go); nil when writes are plain
-	ringFailed atomic.Bool    // a batch found no ring and wrote plainly (logged once)
+	wg         sync.WaitGroup  // every goroutine the node starts
+	poll       *netpoll.Poller // tells when client sockets are readable; nil with Config.ReaderGoroutines
+	rings      *uring.Rings    // io_uring rings for batch sends (batch.go); nil when writes are plain
+	ringFailed atomic.Bool     // a batch found no ring and wrote plainly (logged once)
 
 	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
@@ -147,15 +149,15 @@ func (n *Node) Start() error {
 		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
-	if !n.cfg.ReaderGoroutines && pollSupported {
-		if n.poll, err = newPoller(); err != nil {
+	if !n.cfg.ReaderGoroutines && netpoll.Supported {
+		if n.poll, err = netpoll.New(); err != nil {
 			_ = n.wsLn.Close()
 			_ = n.tcpLn.Close()
 			return err
 		}
-		n.goAsync(n.poll.run)
+		n.goAsync(n.poll.Run)
 		if !n.cfg.PlainWrites {
-			if n.rings, err = newRings(); err != nil {
+			if n.rings, err = uring.NewRings(maxRings); err != nil {
 				n.log.Warn("io_uring unavailable: writing as with --plain-writes (a system call per frame)", "err", err)
 				n.rings = nil
 			}
@@ -184,7 +186,7 @@ func (n *Node) goAsync(f func()) {
 func (n *Node) Name() string { return n.cfg.Node }
 
 // WSURL returns the WebSocket URL clients connect to.
-func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + "/v1/ws" }
+func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + wsPath }
 
 // TCPAddr returns the host:port of the TCP transport.
 func (n *Node) TCPAddr() string { return n.publicAddr(n.tcpLn) }
@@ -333,11 +335,11 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	n.cancel()
 	if n.poll != nil {
-		n.poll.stop()
+		n.poll.Stop()
 	}
 	n.wg.Wait()
 	if n.rings != nil {
-		n.rings.close()
+		n.rings.Close()
 	}
 	n.presence.flush()
 	n.log.Info("chatlink stopped")

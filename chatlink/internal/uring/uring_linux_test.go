@@ -1,4 +1,4 @@
-package chatlink
+package uring
 
 import (
 	"bytes"
@@ -30,32 +30,39 @@ func socketPair(t *testing.T, ln net.Listener) (int32, net.Conn) {
 	return fd, c
 }
 
+// fullSocket returns the server side's descriptor of a loopback TCP connection whose send
+// buffer is full: its peer reads nothing.
+func fullSocket(t *testing.T, ln net.Listener) int32 {
+	t.Helper()
+	fd, _ := socketPair(t, ln)
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := unix.Write(int(fd), chunk); err == unix.EAGAIN {
+			return fd
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the socket never filled")
+		}
+	}
+}
+
 // TestRingSend sends one batch to three sockets: one that reads, one whose buffers are full
 // and one descriptor that is no socket. The ring must neither wait for the full one nor stop
 // at the bad one: each gets its own result, and the reading peer gets its bytes.
 func TestRingSend(t *testing.T) {
-	r, err := newRing(ringEntries)
+	r, err := NewRing(Entries)
 	if err != nil {
 		t.Fatalf("io_uring unavailable here (the node would write plainly): %v", err)
 	}
-	defer r.close()
+	defer r.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	okFD, okPeer := socketPair(t, ln)
-	fullFD, _ := socketPair(t, ln)
-	_ = unix.SetsockoptInt(int(fullFD), unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
-	chunk := bytes.Repeat([]byte("x"), 64<<10)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := unix.Write(int(fullFD), chunk); err == unix.EAGAIN {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the socket never filled")
-		}
-	}
+	fullFD := fullSocket(t, ln)
 	notSocket, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +72,7 @@ func TestRingSend(t *testing.T) {
 	frame := []byte("one frame")
 	res := make([]int32, 3)
 	done := make(chan error, 1)
-	go func() { done <- r.send([]int32{fullFD, int32(notSocket), okFD}, [][]byte{frame, frame, frame}, res) }()
+	go func() { done <- r.Send([]int32{fullFD, int32(notSocket), okFD}, [][]byte{frame, frame, frame}, res) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -90,7 +97,7 @@ func TestRingSend(t *testing.T) {
 	}
 
 	// The ring is reusable: a second batch lands after the first.
-	if err := r.send([]int32{okFD}, [][]byte{[]byte("two")}, res[:1]); err != nil || res[0] != 3 {
+	if err := r.Send([]int32{okFD}, [][]byte{[]byte("two")}, res[:1]); err != nil || res[0] != 3 {
 		t.Fatalf("second send: %d, %v", res[0], err)
 	}
 	got = got[:3]
@@ -99,66 +106,21 @@ func TestRingSend(t *testing.T) {
 	}
 }
 
-// TestLockFDAfterClose: once the socket is closed, a batch may not have its descriptor (the
-// number may belong to a new connection by then).
-func TestLockFDAfterClose(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err == nil {
-			defer c.Close()
-			_, _ = io.Copy(io.Discard, c)
-		}
-	}()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &polled{TCPConn: s.(*net.TCPConn)}
-	p.rc, _ = p.SyscallConn()
-	_ = p.rc.Control(func(d uintptr) { p.fd = int32(d) })
-	fd, ok := p.lockFD()
-	if !ok || fd != p.fd {
-		t.Fatalf("lockFD on an open socket: %d, %v", fd, ok)
-	}
-	closed := make(chan struct{})
-	go func() { _ = p.closeSocket(); close(closed) }()
-	select {
-	case <-closed:
-		t.Fatal("the socket closed under a batch holding its descriptor")
-	case <-time.After(50 * time.Millisecond):
-	}
-	if _, ok := p.lockFD(); ok {
-		t.Fatal("lockFD succeeded while a close was waiting")
-	}
-	p.unlockFD()
-	<-closed
-	if _, ok := p.lockFD(); ok {
-		t.Fatal("lockFD succeeded on a closed socket")
-	}
-}
-
 // TestRingsBounded: with every ring in use, a writer waits for one to be put back, and gets
 // that one; no ring is made beyond the bound.
 func TestRingsBounded(t *testing.T) {
-	defer func(m int) { maxRings = m }(maxRings)
-	maxRings = 1
-	rs, err := newRings()
+	rs, err := NewRings(1)
 	if err != nil {
 		t.Fatalf("io_uring unavailable here (the node would write plainly): %v", err)
 	}
-	defer rs.close()
-	r1, err := rs.get()
+	defer rs.Close()
+	r1, err := rs.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *ring)
+	got := make(chan *Ring)
 	go func() {
-		r, err := rs.get()
+		r, err := rs.Get()
 		if err != nil {
 			t.Error(err)
 		}
@@ -169,10 +131,33 @@ func TestRingsBounded(t *testing.T) {
 		t.Fatal("a second ring was handed out past the bound")
 	case <-time.After(50 * time.Millisecond):
 	}
-	rs.put(r1)
+	rs.Put(r1)
 	if r2 := <-got; r2 != r1 {
 		t.Fatal("the waiting writer got a new ring, not the one put back")
 	} else {
-		rs.put(r2)
+		rs.Put(r2)
+	}
+}
+
+// TestWritePlain: the plain writes give their results as a ring does, without waiting for a
+// full socket.
+func TestWritePlain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	okFD, okPeer := socketPair(t, ln)
+	fullFD := fullSocket(t, ln)
+	frame := []byte("one frame")
+	res := make([]int32, 2)
+	WritePlain([]int32{fullFD, okFD}, [][]byte{frame, frame}, res)
+	if syscall.Errno(-res[0]) != syscall.EAGAIN || res[1] != int32(len(frame)) {
+		t.Fatalf("results %v, want [-EAGAIN %d]", res, len(frame))
+	}
+	got := make([]byte, len(frame))
+	_ = okPeer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(okPeer, got); err != nil || !bytes.Equal(got, frame) {
+		t.Fatalf("peer read %q, %v", got, err)
 	}
 }
