@@ -60,7 +60,7 @@ type conn struct {
 	// member's tags (setTags), read by the fan-out at every tick.
 	tags atomic.Pointer[tag.Set]
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
 	state   connState
 	sendq   []*pb.Send // sends waiting for the room service, oldest first
 	sending bool       // sendLoop is running

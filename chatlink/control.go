@@ -57,7 +57,7 @@ func (n *Node) startControl() error {
 		return fmt.Errorf("chatlink: subscribe control: %w", err)
 	}
 	n.goAsync(func() {
-		n.leaseLoop()
+		n.sessionReportLoop()
 		n.control.unsubscribe()
 	})
 	return nil

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"net"
 	"sync"
@@ -30,25 +29,22 @@ import (
 	"roomcast/tag"
 )
 
-// never is the expression a message gets when its tag expression does not compile: it reaches
-// no one. The room service refuses such messages, so this only guards against a bad publisher.
-var never, _ = tag.Compile("false")
-
-// expr returns the compiled tag expression src.
-func (n *Node) expr(src string) *tag.Expr {
-	e, err := n.exprs.Get(src)
-	if err != nil {
-		n.log.Warn("room message with a bad tag expression reaches no one", "expr", src, "err", err)
-		return never
-	}
-	return e
-}
-
 // wsReadBuffer is the read buffer each client connection keeps (WebSocket and TCP): small, since client frames
 // are small and rare next to what the node writes.
 const wsReadBuffer = 256
 
 // Node is one ChatLink.
+//
+// Lock order, where locks nest (one on the left may be held while taking one on its right,
+// never the other way round):
+//
+//	sessionStream.mu -> eventBatcher.mu
+//	sessionStream.mu -> roomShard.mu -> roomFanout.mu -> localRoom.mu -> a member's writer
+//	sessionStream.mu -> conn.mu -> the tag interner's lock
+//
+// where a member's writer is sockWriter.mu, polled.sockMu and polled.mu, or tcpTransport.mu
+// (localRoom.write closes slow readers while it reads the room). Every other lock is taken
+// alone.
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
@@ -136,14 +132,14 @@ func (n *Node) Start() error {
 		return fmt.Errorf("chatlink: jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	lease, err := acquireLease(ctx, n)
+	lease, err := acquireNameLease(ctx, n)
 	cancel()
 	if err != nil {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
 		return err
 	}
-	n.goAsync(func() { lease.keep(n.ctx, n) })
+	n.goAsync(func() { lease.renewLoop(n.ctx, n) })
 	if n.adminSub, err = n.cfg.Bus.Subscribe(bus.DrainSubject(n.cfg.Node), n.serveDrain); err != nil {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
@@ -165,7 +161,7 @@ func (n *Node) Start() error {
 	}
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
-	n.goAsync(n.reportLoop)
+	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
@@ -223,60 +219,6 @@ func (n *Node) acceptTCP() {
 // Connections returns the number of open client connections.
 func (n *Node) Connections() int { return n.conns.len() }
 
-// report describes the node for the dispatcher; busRTT is the last measured round trip to
-// NATS (zero: not measured).
-func (n *Node) report(busRTT time.Duration) *pb.LoadReport {
-	return &pb.LoadReport{
-		Node:                      n.cfg.Node,
-		WsUrl:                     n.WSURL(),
-		TcpAddr:                   n.TCPAddr(),
-		Region:                    n.cfg.Region,
-		Isp:                       n.cfg.ISP,
-		Connections:               int64(n.conns.len()),
-		MaxConnections:            int64(n.cfg.MaxConnections),
-		Rooms:                     int64(n.rooms.count()),
-		EgressBytesPerSec:         int64(n.flow.egressRate()),
-		EgressCapacityBytesPerSec: int64(n.cfg.EgressCapacity),
-		FlowControlStrength:       n.flow.strength(),
-		Cpu:                       n.cpu.usage(),
-		Draining:                  n.draining.Load(),
-		TimeMs:                    time.Now().UnixMilli(),
-
-		BusRttUs:         busRTT.Microseconds(),
-		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
-	}
-}
-
-// measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays
-// neither the next report nor shutdown. It returns zero when the ping fails.
-func (n *Node) measureBusRTT() time.Duration {
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ReportInterval)
-	defer cancel()
-	start := time.Now()
-	if err := n.cfg.Bus.FlushWithContext(ctx); err != nil {
-		return 0
-	}
-	return max(time.Since(start), time.Microsecond)
-}
-
-func (n *Node) reportLoop() {
-	t := time.NewTicker(n.cfg.ReportInterval)
-	defer t.Stop()
-	for {
-		var backlog int64
-		n.conns.each(func(c *conn) { backlog += c.t.pending() })
-		n.m.backlogBytes.Set(float64(backlog))
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(n.measureBusRTT())); err != nil {
-			n.log.Warn("load report not published", "err", err)
-		}
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // sweepLoop closes connections that did not log in in time or went silent.
 func (n *Node) sweepLoop() {
 	period := min(time.Second, n.cfg.LoginTimeout/2, n.cfg.HeartbeatInterval/2)
@@ -317,7 +259,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.wsLn != nil {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.loadReport(0)); err != nil {
 			n.log.Warn("final load report not published", "err", err)
 		}
 	}
@@ -344,100 +286,6 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.presence.flush()
 	n.log.Info("chatlink stopped")
 	return err
-}
-
-// connTable holds every open connection of a node, sharded to keep accept and close from
-// contending.
-type connTable struct {
-	seed   maphash.Seed
-	count  atomic.Int64
-	shards [64]struct {
-		mu    sync.Mutex // guards conns
-		conns map[*conn]struct{}
-	}
-}
-
-func newConnTable() *connTable {
-	t := &connTable{seed: maphash.MakeSeed()}
-	for i := range t.shards {
-		t.shards[i].conns = make(map[*conn]struct{})
-	}
-	return t
-}
-
-func (t *connTable) shardOf(c *conn) int { return int(maphash.Comparable(t.seed, c) % 64) }
-
-func (t *connTable) add(c *conn) {
-	sh := &t.shards[t.shardOf(c)]
-	sh.mu.Lock()
-	sh.conns[c] = struct{}{}
-	sh.mu.Unlock()
-	t.count.Add(1)
-}
-
-func (t *connTable) remove(c *conn) {
-	sh := &t.shards[t.shardOf(c)]
-	sh.mu.Lock()
-	if _, ok := sh.conns[c]; ok {
-		delete(sh.conns, c)
-		t.count.Add(-1)
-	}
-	sh.mu.Unlock()
-}
-
-func (t *connTable) len() int { return int(t.count.Load()) }
-
-// each calls f for every connection; f runs without the table's locks held.
-func (t *connTable) each(f func(*conn)) {
-	var batch []*conn
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		batch = batch[:0]
-		for c := range sh.conns {
-			batch = append(batch, c)
-		}
-		sh.mu.Unlock()
-		for _, c := range batch {
-			f(c)
-		}
-	}
-}
-
-// eventBatcher collects presence events and publishes them in batches.
-type eventBatcher struct {
-	n *Node
-
-	mu      sync.Mutex // guards pending
-	pending []*pb.SessionEvent
-}
-
-const presenceFlushEvery = 100 * time.Millisecond
-
-func (b *eventBatcher) add(ev *pb.SessionEvent) {
-	b.mu.Lock()
-	b.pending = append(b.pending, ev)
-	b.mu.Unlock()
-}
-
-func (b *eventBatcher) loop() {
-	t := time.NewTicker(presenceFlushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.n.ctx.Done():
-			return
-		case <-t.C:
-			b.flush()
-		}
-	}
-}
-
-func (b *eventBatcher) flush() {
-	// Session stream hook (stream.go): events, snapshots and reports share one ordered sequence.
-	b.n.stream.mu.Lock()
-	defer b.n.stream.mu.Unlock()
-	b.flushLocked()
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
