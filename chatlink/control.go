@@ -90,7 +90,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
 			break
 		}
-		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason)
+		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason, n.now())
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_BANNED)
 		rep.Affected = n.kick(&req)
 	case pb.NodeControl_OP_CLOSE_ROOM:
@@ -98,7 +98,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 			n.control.forget(n.control.closed, req.App+"/"+req.Room)
 			break
 		}
-		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason)
+		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason, n.now())
 		req.Uid, req.Sessions = "", nil
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 		rep.Affected = n.kick(&req)
@@ -211,13 +211,13 @@ func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
 	return out, more
 }
 
-func (s *controlState) remember(m *map[string]tombstone, key, reason string) {
+func (s *controlState) remember(m *map[string]tombstone, key, reason string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if *m == nil {
 		*m = make(map[string]tombstone)
 	}
-	(*m)[key] = tombstone{until: time.Now().Add(tombstoneTTL), reason: reason}
+	(*m)[key] = tombstone{until: now.Add(tombstoneTTL), reason: reason}
 }
 
 func (s *controlState) forget(m map[string]tombstone, key string) {
@@ -244,8 +244,8 @@ func (s *controlState) expireTombstones(now time.Time) {
 // the kick finds the connection or this check finds the tombstone.
 func (n *Node) refusedLate(c *conn) bool {
 	s := &n.control
+	now := n.now()
 	s.mu.Lock()
-	now := time.Now()
 	code, reason := pb.CloseCode_CLOSE_CODE_UNSPECIFIED, ""
 	if t, ok := s.closed[c.app+"/"+c.room]; ok && now.Before(t.until) {
 		code, reason = pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, t.reason

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -35,13 +37,23 @@ func TestPhasesFor(t *testing.T) {
 // testRoom returns a room of a node with cfg (defaults applied) and room settings st, without
 // NATS or sockets: the tests drive receive and flush themselves.
 func testRoom(cfg Config, st *pb.RoomSettings, now time.Time) *localRoom {
-	n := &Node{cfg: cfg}
-	n.cfg.setDefaults()
+	n := &Node{cfg: testConfig(cfg)}
 	n.m = newMetrics(nil, n)
 	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
 	r := &localRoom{t: &roomTable{n: n}}
 	r.fanout.init(r, st, now)
 	return r
+}
+
+// testConfig returns cfg with defaults applied, for tests that run parts of a node without
+// NATS: it names a bus and keys that the parts under test never use.
+func testConfig(cfg Config) Config {
+	cfg.Bus, cfg.Keys = new(nats.Conn), auth.Keyring{"app": []byte("unused")}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		panic(err)
+	}
+	return cfg
 }
 
 // testJoin adds a member whose frames go to t.

@@ -30,7 +30,7 @@ func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
 		FlowControlStrength:       n.flow.strength(),
 		Cpu:                       n.cpu.usage(),
 		Draining:                  n.draining.Load(),
-		TimeMs:                    time.Now().UnixMilli(),
+		TimeMs:                    n.now().UnixMilli(),
 
 		BusRttUs:         busRTT.Microseconds(),
 		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),

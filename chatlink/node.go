@@ -23,7 +23,6 @@ import (
 
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
-	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
@@ -83,15 +82,10 @@ type Node struct {
 
 // New checks cfg and returns a node; Start opens its listeners.
 func New(cfg Config) (*Node, error) {
-	switch {
-	case !auth.ValidName(cfg.Node):
-		return nil, fmt.Errorf("chatlink: node name %q must be 1-128 characters of A-Z a-z 0-9 _ -", cfg.Node)
-	case cfg.Bus == nil:
-		return nil, errors.New("chatlink: Config.Bus is required")
-	case len(cfg.Keys) == 0:
-		return nil, errors.New("chatlink: Config.Keys needs at least one app")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	cfg.setDefaults()
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
 	n.m = newMetrics(cfg.Registry, n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
@@ -228,8 +222,8 @@ func (n *Node) sweepLoop() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case now := <-t.C:
-			nowNS := now.UnixNano()
+		case <-t.C:
+			nowNS := n.now().UnixNano()
 			loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
 			n.conns.each(func(c *conn) {
 				switch st := c.getState(); {
@@ -288,4 +282,5 @@ func (n *Node) shutdown(ctx context.Context) error {
 	return err
 }
 
-func nowNano() int64 { return time.Now().UnixNano() }
+// now reads the node's clock (Config.Now).
+func (n *Node) now() time.Time { return n.cfg.Now() }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/lxzan/gws"
 
@@ -279,7 +278,7 @@ func (w *wsFrames) Message(op byte, payload []byte) {
 func (w *wsFrames) Control(op byte, payload []byte) {
 	switch op {
 	case wsproto.OpPing:
-		w.p.c.lastSeen.Store(time.Now().UnixNano())
+		w.p.c.lastSeen.Store(w.p.n.now().UnixNano())
 		w.pong(append([]byte(nil), payload...))
 	case wsproto.OpClose:
 		// Echo the client's code, as RFC 6455 asks, unless it is not one a peer may send.

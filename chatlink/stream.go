@@ -102,7 +102,7 @@ func (n *Node) publishSessionReport() {
 	})
 	rooms := n.rooms.counts()
 	n.stream.seq++
-	now := time.Now().UnixMilli()
+	now := n.now().UnixMilli()
 	for i := 0; ; i += reportChunk {
 		end := min(i+reportChunk, len(rooms))
 		rep := &pb.NodeReport{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, TimeMs: now, Sessions: live, Rooms: rooms[i:end], Last: end == len(rooms)}
@@ -123,7 +123,7 @@ func (n *Node) sessionReportLoop() {
 	defer t.Stop()
 	for {
 		n.publishSessionReport()
-		n.control.expireTombstones(time.Now())
+		n.control.expireTombstones(n.now())
 		select {
 		case <-n.ctx.Done():
 			return

@@ -59,7 +59,7 @@ func (h wsHandler) OnClose(socket *gws.Conn, err error) {
 
 func (h wsHandler) OnPing(socket *gws.Conn, payload []byte) {
 	if c := connOf(socket); c != nil {
-		c.lastSeen.Store(nowNano())
+		c.lastSeen.Store(h.n.now().UnixNano())
 	}
 	_ = socket.WritePong(payload)
 }
