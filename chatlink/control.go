@@ -40,30 +40,28 @@ type tombstone struct {
 	reason string
 }
 
-// startControl subscribes to the control subjects, asks the services to take a snapshot if they
-// want one, and starts the lease loop, which unsubscribes when the node stops.
-func (n *Node) startControl() error {
-	n.stream.boot = newBoot()
+// subscribeControl subscribes to the control subjects, before the node's first session report
+// makes the services ask for a snapshot on them. The node unsubscribes when it stops.
+func (n *Node) subscribeControl() error {
 	for _, subject := range []string{bus.NodeSubject(n.cfg.Node), bus.SubjectNodesControl} {
 		sub, err := n.cfg.Bus.Subscribe(subject, n.onControl)
 		if err != nil {
-			n.control.unsubscribe()
 			return fmt.Errorf("chatlink: subscribe %s: %w", subject, err)
 		}
+		n.control.mu.Lock()
 		n.control.subscribed = append(n.control.subscribed, sub)
+		n.control.mu.Unlock()
 	}
 	if err := n.cfg.Bus.Flush(); err != nil {
-		n.control.unsubscribe()
 		return fmt.Errorf("chatlink: subscribe control: %w", err)
 	}
-	n.goAsync(func() {
-		n.sessionReportLoop()
-		n.control.unsubscribe()
-	})
 	return nil
 }
 
+// unsubscribe ends the control subscriptions.
 func (s *controlState) unsubscribe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, sub := range s.subscribed {
 		_ = sub.Unsubscribe()
 	}
@@ -279,12 +277,10 @@ func (n *Node) Kill() {
 	n.shutdownOnce.Do(func() {
 		n.draining.Store(true)
 		n.cfg.Bus.Close()
-		if n.wsLn != nil {
-			_ = n.wsLn.Close()
-			_ = n.tcpLn.Close()
-		}
+		n.closeListeners()
 		n.conns.each(func(c *conn) { c.t.forceClose() })
 		n.cancel()
+		n.control.unsubscribe()
 		if n.poll != nil {
 			n.poll.Stop()
 		}

@@ -108,8 +108,21 @@ func New(cfg Config) (*Node, error) {
 }
 
 // Start opens the listeners and starts serving, reporting load and sweeping dead connections.
+// When it fails it leaves nothing behind: no goroutine of the node runs, no listener or
+// subscription stays open, the name lease is released, and Shutdown has nothing left to do.
 func (n *Node) Start() error {
-	if err := n.startControl(); err != nil { // control subjects and the lease loop (control.go)
+	if err := n.start(); err != nil {
+		n.abortStart()
+		return err
+	}
+	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
+	return nil
+}
+
+// start does Start's work up to its first error; abortStart undoes it.
+func (n *Node) start() error {
+	n.stream.boot = newBoot()
+	if err := n.subscribeControl(); err != nil { // control.go
 		return err
 	}
 	var err error
@@ -117,32 +130,23 @@ func (n *Node) Start() error {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
-		_ = n.wsLn.Close()
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
 	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	lease, err := acquireNameLease(ctx, n)
 	cancel()
 	if err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return err
 	}
-	n.goAsync(func() { lease.renewLoop(n.ctx, n) })
+	n.goAsync(func() { lease.renewLoop(n.ctx, n) }) // releases the lease when n.ctx ends
 	if n.adminSub, err = n.cfg.Bus.Subscribe(bus.DrainSubject(n.cfg.Node), n.serveDrain); err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
 	if !n.cfg.ReaderGoroutines && netpoll.Supported {
 		if n.poll, err = netpoll.New(); err != nil {
-			_ = n.wsLn.Close()
-			_ = n.tcpLn.Close()
 			return err
 		}
 		n.goAsync(n.poll.Run)
@@ -153,14 +157,51 @@ func (n *Node) Start() error {
 			}
 		}
 	}
+	// Nothing fails from here on: the node reports itself to the services and the dispatcher
+	// only now that it will serve.
+	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
-	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
 	return nil
+}
+
+// abortStart undoes what start did before it failed, and marks the node shut down.
+func (n *Node) abortStart() {
+	n.shutdownOnce.Do(func() {
+		n.draining.Store(true)
+		n.closeListeners()
+		n.unsubscribe()
+		n.cancel()
+		if n.poll != nil {
+			n.poll.Stop()
+		}
+		n.wg.Wait()
+		if n.rings != nil {
+			n.rings.Close()
+		}
+	})
+}
+
+// closeListeners closes the listeners Start opened.
+func (n *Node) closeListeners() {
+	if n.wsLn != nil {
+		_ = n.wsLn.Close()
+	}
+	if n.tcpLn != nil {
+		_ = n.tcpLn.Close()
+	}
+}
+
+// unsubscribe ends the node's subscriptions to its admin and control subjects.
+func (n *Node) unsubscribe() {
+	if n.adminSub != nil {
+		_ = n.adminSub.Unsubscribe()
+	}
+	n.control.unsubscribe()
 }
 
 // goAsync runs f in a goroutine the node waits for in Shutdown.
@@ -270,6 +311,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 	}
 	n.cancel()
+	n.control.unsubscribe()
 	if n.poll != nil {
 		n.poll.Stop()
 	}
