@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/chatlink"
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testutil"
@@ -37,6 +38,39 @@ func startCluster(t *testing.T, n int, opts ...func(*devcluster.Config)) *devclu
 func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
 	testutil.CheckFor(t, total, every, f)
+}
+
+// fakeClock is a ChatLink's clock (Config.Now) that moves only when the test moves it.
+type fakeClock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// withClock runs every ChatLink of a cluster on clock.
+func withClock(clock *fakeClock) func(*devcluster.Config) {
+	return func(cfg *devcluster.Config) {
+		prev := cfg.ChatLink
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			if prev != nil {
+				prev(cc)
+			}
+			cc.Now = clock.now
+		}
+	}
 }
 
 // rawClient speaks the wire protocol by hand, so tests can send what no SDK would.

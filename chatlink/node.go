@@ -264,18 +264,24 @@ func (n *Node) sweepLoop() {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
-			nowNS := n.now().UnixNano()
-			loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
-			n.conns.each(func(c *conn) {
-				switch st := c.getState(); {
-				case st == stateNew && c.lastSeen.Load() < loginBy:
-					c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
-				case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
-					c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
-				}
-			})
+			n.sweep()
 		}
 	}
+}
+
+// sweep closes the connections that, by the node's clock, did not log in in time or went
+// silent.
+func (n *Node) sweep() {
+	nowNS := n.now().UnixNano()
+	loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
+	n.conns.each(func(c *conn) {
+		switch st := c.getState(); {
+		case st == stateNew && c.lastSeen.Load() < loginBy:
+			c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
+		case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
+			c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
+		}
+	})
 }
 
 // Shutdown stops taking connections, tells every client to reconnect elsewhere, waits for
