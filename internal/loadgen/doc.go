@@ -1,5 +1,6 @@
-// Package bench is Roomcast's load generator, behind `roomcast bench`: it measures a running
-// deployment from outside, the way clients and app backends use it.
+// Package loadgen is Roomcast's load generator, behind `roomcast bench`: it measures a running
+// deployment from outside, the way clients and app backends use it. It is a tool, not part of
+// the client SDK: only cmd/roomcast uses it.
 //
 //   - RunConns logs N idle members in and reports the server's RSS growth per connection.
 //   - RunFanout puts N members in one room, publishes R messages per second through the server
@@ -17,4 +18,4 @@
 // The package reads the server's figures only from its /metrics endpoint (or /proc for a
 // local pid); it must not reach into servers, and it never changes anything on them but the
 // settings of the room it benchmarks.
-package bench
+package loadgen

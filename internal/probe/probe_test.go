@@ -20,9 +20,9 @@ import (
 
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/probe"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
-	"roomcast/sdk/probe"
 )
 
 func TestMain(m *testing.M) {

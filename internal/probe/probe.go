@@ -4,7 +4,8 @@
 // its own message back, and how long delivery took.
 //
 // It uses only the public surface a real client uses (the dispatcher, the wire protocol through
-// package sdk, and tokens minted with the app secret); it must not reach into servers.
+// package sdk, and tokens minted with the app secret); it must not reach into servers. It is a
+// tool, not part of the client SDK: only cmd/roomcast uses it.
 package probe
 
 import (

@@ -1,4 +1,4 @@
-package bench
+package loadgen
 
 import (
 	"context"
@@ -99,8 +99,8 @@ type fleet struct {
 type member struct {
 	f        *fleet
 	idx      int
-	group    int       // its tag group (tagging.group)
-	c        benchConn // *sdk.Client or *rawClient
+	group    int        // its tag group (tagging.group)
+	c        memberConn // *sdk.Client or *rawClient
 	distinct atomic.Int64
 	seen     []uint64 // bitmap of received sequence numbers
 	lanes    [4]int64 // distinct deliveries by lane
@@ -238,7 +238,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 }
 
 // joined records the outcome of member m's login, which took took.
-func (f *fleet) joined(m *member, c benchConn, err error, took time.Duration) {
+func (f *fleet) joined(m *member, c memberConn, err error, took time.Duration) {
 	if err != nil {
 		f.failed.Add(1)
 		f.addError(fmt.Errorf("client %d: %w", m.idx, err))

@@ -1,4 +1,4 @@
-package bench_test
+package loadgen_test
 
 import (
 	"context"
@@ -12,17 +12,17 @@ import (
 
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/loadgen"
 	"roomcast/sdk"
-	"roomcast/sdk/bench"
 )
 
 // workerFlag makes the test binary act as a bench worker process, so that tests run the real
 // multi-process path.
-const workerFlag = "-bench.worker"
+const workerFlag = "-loadgen.worker"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == workerFlag {
-		if err := bench.ServeWorker(context.Background(), os.Stdin, os.Stdout, nil); err != nil {
+		if err := loadgen.ServeWorker(context.Background(), os.Stdin, os.Stdout, nil); err != nil {
 			os.Stderr.WriteString("bench worker: " + err.Error() + "\n")
 			os.Exit(1)
 		}
@@ -38,8 +38,8 @@ func startCluster(t *testing.T) *devcluster.Cluster {
 
 // config is a bench against c with n members; fan-outs pause 100 ms after the joins, not the
 // default 3 s (the command's tests run with the default).
-func config(c *devcluster.Cluster, n int) bench.Config {
-	return bench.Config{
+func config(c *devcluster.Cluster, n int) loadgen.Config {
+	return loadgen.Config{
 		Dispatcher: c.URL(), APIKey: devcluster.APIKey, App: devcluster.App, Secret: []byte(devcluster.Secret), N: n,
 		Pause: 100 * time.Millisecond,
 	}
@@ -73,7 +73,7 @@ func TestConns(t *testing.T) {
 	cfg := config(c, 20)
 	cfg.Rooms = 3
 	cfg.Settle = 5 * time.Second
-	res, err := bench.RunConns(context.Background(), cfg)
+	res, err := loadgen.RunConns(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestConnsPID(t *testing.T) {
 	cfg := config(c, 5)
 	cfg.PID = os.Getpid() // the cluster runs in this process
 	cfg.Settle = 4 * time.Second
-	res, err := bench.RunConns(context.Background(), cfg)
+	res, err := loadgen.RunConns(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +125,8 @@ func TestFanout(t *testing.T) {
 		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1, "", 0},
 		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1, "", 0},
 		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7, "", 0},
-		{"raw ws clients and a slow member", sdk.TransportWebSocket, "mix", false, 1, bench.ClientRaw, 1},
-		{"raw tcp clients and a slow member", sdk.TransportTCP, "critical", true, 1, bench.ClientRaw, 1},
+		{"raw ws clients and a slow member", sdk.TransportWebSocket, "mix", false, 1, loadgen.ClientRaw, 1},
+		{"raw tcp clients and a slow member", sdk.TransportTCP, "critical", true, 1, loadgen.ClientRaw, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config(c, 20)
@@ -135,7 +135,7 @@ func TestFanout(t *testing.T) {
 			cfg.Rate, cfg.Duration, cfg.Tick = 20, 2*time.Second, 50*time.Millisecond
 			var lines int
 			cfg.Progress = func(string) { lines++ }
-			res, err := bench.RunFanout(context.Background(), cfg)
+			res, err := loadgen.RunFanout(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestFanoutWorkers(t *testing.T) {
 	cfg.WorkerCommand = []string{os.Args[0], workerFlag}
 	cfg.WorkerStderr = os.Stderr
 	cfg.Rate, cfg.Duration, cfg.Tick = 20, time.Second, 50*time.Millisecond
-	res, err := bench.RunFanout(context.Background(), cfg)
+	res, err := loadgen.RunFanout(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestFanoutTags(t *testing.T) {
 				cfg.WorkerCommand = []string{os.Args[0], workerFlag}
 				cfg.WorkerStderr = os.Stderr
 			}
-			res, err := bench.RunFanout(context.Background(), cfg)
+			res, err := loadgen.RunFanout(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +271,7 @@ func TestLogin(t *testing.T) {
 	c := startCluster(t)
 	cfg := config(c, 50)
 	cfg.Rate = 200
-	res, err := bench.RunLogin(context.Background(), cfg)
+	res, err := loadgen.RunLogin(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestLoginBadSecret(t *testing.T) {
 	cfg := config(c, 3)
 	cfg.Secret = []byte("wrong")
 	cfg.Rate = 100
-	res, err := bench.RunLogin(context.Background(), cfg)
+	res, err := loadgen.RunLogin(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,28 +303,28 @@ func TestLoginBadSecret(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	ok := bench.Config{Dispatcher: "http://127.0.0.1:1", APIKey: "k", Secret: []byte("s"), N: 1, Rate: 1}
+	ok := loadgen.Config{Dispatcher: "http://127.0.0.1:1", APIKey: "k", Secret: []byte("s"), N: 1, Rate: 1}
 	for _, tc := range []struct {
 		name string
-		edit func(*bench.Config)
+		edit func(*loadgen.Config)
 		want error
 	}{
-		{"negative tags", func(c *bench.Config) { c.Tags = -1 }, nil},
-		{"no rate", func(c *bench.Config) { c.Rate = 0 }, nil},
-		{"no key", func(c *bench.Config) { c.APIKey = "" }, nil},
-		{"bad lane", func(c *bench.Config) { c.Lane = "urgent" }, nil},
-		{"tiny size", func(c *bench.Config) { c.Size = 8 }, nil},
-		{"huge size", func(c *bench.Config) { c.Size = 20000 }, nil},
-		{"no n", func(c *bench.Config) { c.N = 0 }, nil},
-		{"no secret", func(c *bench.Config) { c.Secret = nil }, nil},
-		{"bad transport", func(c *bench.Config) { c.Transport = "udp" }, nil},
-		{"bad client", func(c *bench.Config) { c.Client = "curl" }, nil},
-		{"negative slow", func(c *bench.Config) { c.Slow = -1 }, nil},
+		{"negative tags", func(c *loadgen.Config) { c.Tags = -1 }, nil},
+		{"no rate", func(c *loadgen.Config) { c.Rate = 0 }, nil},
+		{"no key", func(c *loadgen.Config) { c.APIKey = "" }, nil},
+		{"bad lane", func(c *loadgen.Config) { c.Lane = "urgent" }, nil},
+		{"tiny size", func(c *loadgen.Config) { c.Size = 8 }, nil},
+		{"huge size", func(c *loadgen.Config) { c.Size = 20000 }, nil},
+		{"no n", func(c *loadgen.Config) { c.N = 0 }, nil},
+		{"no secret", func(c *loadgen.Config) { c.Secret = nil }, nil},
+		{"bad transport", func(c *loadgen.Config) { c.Transport = "udp" }, nil},
+		{"bad client", func(c *loadgen.Config) { c.Client = "curl" }, nil},
+		{"negative slow", func(c *loadgen.Config) { c.Slow = -1 }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok
 			tc.edit(&cfg)
-			_, err := bench.RunFanout(context.Background(), cfg)
+			_, err := loadgen.RunFanout(context.Background(), cfg)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Errorf("RunFanout = %v, want an error (%v)", err, tc.want)
 			}

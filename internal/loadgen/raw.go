@@ -1,4 +1,4 @@
-package bench
+package loadgen
 
 import (
 	"context"
@@ -25,8 +25,8 @@ const (
 	ClientRaw = "raw" // rawClient: the protocol spoken directly, for the least CPU per delivery
 )
 
-// benchConn is what the fleet needs of a member's connection.
-type benchConn interface {
+// memberConn is what the fleet needs of a member's connection.
+type memberConn interface {
 	Err() error // why the connection ended; nil while it is open
 	Close() error
 }
@@ -72,7 +72,7 @@ type rawClient struct {
 	done chan struct{} // closed when the reader ends
 }
 
-var errClosedByBench = errors.New("bench: closed")
+var errClosedByLoadgen = errors.New("bench: closed")
 
 // dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
 // slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
@@ -183,7 +183,7 @@ func lengthPrefixed(b []byte) []byte {
 func (c *rawClient) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if errors.Is(c.err, errClosedByBench) {
+	if errors.Is(c.err, errClosedByLoadgen) {
 		return nil
 	}
 	return c.err
@@ -199,7 +199,7 @@ func (c *rawClient) fail(err error) {
 
 // Close ends the connection and waits for the reader.
 func (c *rawClient) Close() error {
-	c.fail(errClosedByBench)
+	c.fail(errClosedByLoadgen)
 	if c.poll != nil {
 		c.poll.remove(c) // closes the socket
 	} else {
