@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,7 +153,10 @@ func TestDispatchConnectionReuse(t *testing.T) {
 		return n
 	}
 
-	def := Config{}.withDefaults()
+	def, err := Config{Token: "t", Dispatcher: srv.URL}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		if _, _, err := dispatch(context.Background(), def.HTTPClient, def.closeDispatch, srv.URL, claims); err != nil {
 			t.Fatal(err)
@@ -164,7 +168,10 @@ func TestDispatchConnectionReuse(t *testing.T) {
 
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	own := Config{HTTPClient: hc}.withDefaults()
+	own, err := Config{Token: "t", Dispatcher: srv.URL, HTTPClient: hc}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		if _, _, err := dispatch(context.Background(), own.HTTPClient, own.closeDispatch, srv.URL, claims); err != nil {
 			t.Fatal(err)
@@ -172,5 +179,55 @@ func TestDispatchConnectionReuse(t *testing.T) {
 	}
 	if n := seen(); n != 1 {
 		t.Errorf("caller's client: 3 dispatches used %d connections, want 1 (kept)", n)
+	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	valid := Config{Token: "t", Dispatcher: "http://127.0.0.1:1"}
+	hc := &http.Client{}
+	for _, tc := range []struct {
+		name    string
+		edit    func(*Config)
+		check   func(*testing.T, Config)
+		wantErr string // a substring of the error; empty means none
+	}{
+		{"zero values take the defaults", func(*Config) {}, func(t *testing.T, c Config) {
+			if c.Transport != TransportWebSocket || c.Device != defaultDevice ||
+				c.AttemptTimeout != 10*time.Second || c.WriteTimeout != 10*time.Second ||
+				c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {
+				t.Errorf("defaults not filled: %+v", c)
+			}
+			if c.HTTPClient != http.DefaultClient || !c.closeDispatch {
+				t.Error("no HTTPClient should mean http.DefaultClient, closing its dispatch connection")
+			}
+		}, ""},
+		{"set values are kept", func(c *Config) {
+			c.Transport, c.Device, c.HTTPClient = TransportTCP, "ios", hc
+			c.AttemptTimeout, c.WriteTimeout, c.MessageBuffer = time.Second, 2*time.Second, 7
+		}, func(t *testing.T, c Config) {
+			if c.Transport != TransportTCP || c.Device != "ios" || c.HTTPClient != hc || c.closeDispatch ||
+				c.AttemptTimeout != time.Second || c.WriteTimeout != 2*time.Second || c.MessageBuffer != 7 {
+				t.Errorf("set values changed: %+v", c)
+			}
+		}, ""},
+		{"endpoints instead of a dispatcher", func(c *Config) { c.Dispatcher, c.Endpoints = "", []Endpoint{{Node: "cl-1"}} }, nil, ""},
+		{"unknown transport", func(c *Config) { c.Transport = "quic" }, nil, `unknown transport "quic"`},
+		{"no token", func(c *Config) { c.Token = "" }, nil, "no token"},
+		{"nowhere to dial", func(c *Config) { c.Dispatcher = "" }, nil, "needs Dispatcher or Endpoints"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := valid
+			tc.edit(&cfg)
+			got, err := cfg.withDefaults()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("withDefaults: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("withDefaults err = %v, want one saying %q", err, tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, got)
+			}
+		})
 	}
 }
