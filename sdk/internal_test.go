@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/testutil"
 	"roomcast/proto/roomcastpb"
 )
 
@@ -219,12 +219,7 @@ func TestConfigWithDefaults(t *testing.T) {
 			cfg := valid
 			tc.edit(&cfg)
 			got, err := cfg.withDefaults()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("withDefaults: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("withDefaults err = %v, want one saying %q", err, tc.wantErr)
-			}
+			testutil.WantError(t, err, tc.wantErr)
 			if tc.check != nil {
 				tc.check(t, got)
 			}
