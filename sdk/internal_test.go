@@ -183,46 +183,29 @@ func TestDispatchConnectionReuse(t *testing.T) {
 }
 
 func TestConfigWithDefaults(t *testing.T) {
-	valid := Config{Token: "t", Dispatcher: "http://127.0.0.1:1"}
+	const dispatcher = "http://127.0.0.1:1"
 	hc := &http.Client{}
-	for _, tc := range []struct {
-		name    string
-		edit    func(*Config)
-		check   func(*testing.T, Config)
-		wantErr string // a substring of the error; empty means none
-	}{
-		{"zero values take the defaults", func(*Config) {}, func(t *testing.T, c Config) {
-			if c.Transport != TransportWebSocket || c.Device != defaultDevice ||
-				c.AttemptTimeout != 10*time.Second || c.WriteTimeout != 10*time.Second ||
-				c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {
+	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+		{Name: "zero values take the defaults", Config: Config{Token: "t", Dispatcher: dispatcher}, Check: func(t *testing.T, c Config) {
+			if c.Transport != TransportWebSocket || c.Device != "go" || c.AttemptTimeout != 10*time.Second ||
+				c.WriteTimeout != 10*time.Second || c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {
 				t.Errorf("defaults not filled: %+v", c)
 			}
 			if c.HTTPClient != http.DefaultClient || !c.closeDispatch {
 				t.Error("no HTTPClient should mean http.DefaultClient, closing its dispatch connection")
 			}
-		}, ""},
-		{"set values are kept", func(c *Config) {
-			c.Transport, c.Device, c.HTTPClient = TransportTCP, "ios", hc
-			c.AttemptTimeout, c.WriteTimeout, c.MessageBuffer = time.Second, 2*time.Second, 7
-		}, func(t *testing.T, c Config) {
-			if c.Transport != TransportTCP || c.Device != "ios" || c.HTTPClient != hc || c.closeDispatch ||
-				c.AttemptTimeout != time.Second || c.WriteTimeout != 2*time.Second || c.MessageBuffer != 7 {
-				t.Errorf("set values changed: %+v", c)
-			}
-		}, ""},
-		{"endpoints instead of a dispatcher", func(c *Config) { c.Dispatcher, c.Endpoints = "", []Endpoint{{Node: "cl-1"}} }, nil, ""},
-		{"unknown transport", func(c *Config) { c.Transport = "quic" }, nil, `unknown transport "quic"`},
-		{"no token", func(c *Config) { c.Token = "" }, nil, "no token"},
-		{"nowhere to dial", func(c *Config) { c.Dispatcher = "" }, nil, "needs Dispatcher or Endpoints"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := valid
-			tc.edit(&cfg)
-			got, err := cfg.withDefaults()
-			testutil.WantError(t, err, tc.wantErr)
-			if tc.check != nil {
-				tc.check(t, got)
-			}
-		})
-	}
+		}},
+		{Name: "set values are kept", Config: Config{Token: "t", Dispatcher: dispatcher, Transport: TransportTCP, Device: "ios",
+			HTTPClient: hc, AttemptTimeout: time.Second, WriteTimeout: 2 * time.Second, MessageBuffer: 7},
+			Check: func(t *testing.T, c Config) {
+				if c.Transport != TransportTCP || c.Device != "ios" || c.HTTPClient != hc || c.closeDispatch ||
+					c.AttemptTimeout != time.Second || c.WriteTimeout != 2*time.Second || c.MessageBuffer != 7 {
+					t.Errorf("set values changed: %+v", c)
+				}
+			}},
+		{Name: "endpoints instead of a dispatcher", Config: Config{Token: "t", Endpoints: []Endpoint{{Node: "cl-1"}}}},
+		{Name: "unknown transport", Config: Config{Token: "t", Dispatcher: dispatcher, Transport: "quic"}, WantErr: `unknown transport "quic"`},
+		{Name: "no token", Config: Config{Dispatcher: dispatcher}, WantErr: "no token"},
+		{Name: "nowhere to dial", Config: Config{Token: "t"}, WantErr: "needs Dispatcher or Endpoints"},
+	})
 }
