@@ -72,9 +72,9 @@ const settleMin = 3 * time.Second
 // RunConns logs cfg.N idle members in, waits for the server's RSS to settle, and reports its
 // growth per connection. The result is filled in as far as the run got, also with an error.
 func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
-	cfg = cfg.withDefaults()
+	cfg, err := cfg.withDefaults()
 	res := ConnsResult{Scenario: "conns", N: cfg.N, Rooms: cfg.Rooms, Transport: cfg.Transport}
-	if err := cfg.validate(); err != nil {
+	if err != nil {
 		return res, err
 	}
 	r := newRunner(cfg)

@@ -187,12 +187,12 @@ func (c Config) validateFanout() error {
 // server API, waits up to cfg.Wait for stragglers, and reports. The result is filled in as far
 // as the run got, also with an error.
 func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
-	cfg = cfg.withDefaults()
+	cfg, err := cfg.withDefaults()
 	res := FanoutResult{
 		Scenario: "fanout", N: cfg.N, Transport: cfg.Transport, Rate: cfg.Rate, Duration: cfg.Duration.Seconds(),
 		TickMS: cfg.Tick.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
 	}
-	if err := cfg.validate(); err != nil {
+	if err != nil {
 		return res, err
 	}
 	if err := cfg.validateFanout(); err != nil {
@@ -202,7 +202,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	defer r.stop()
 	res.Room = r.room
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
-	err := putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
+	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
 		FlushTickMS: uint32(cfg.Tick.Milliseconds()), NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1,
 	})
 	if err != nil {

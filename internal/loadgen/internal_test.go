@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/testutil"
 	"roomcast/proto/roomcastpb"
+	"roomcast/sdk"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -229,7 +231,10 @@ func pbMessage(body []byte) *roomcastpb.Message {
 
 // TestStartSpec checks that a run hands its settings to its workers.
 func TestStartSpec(t *testing.T) {
-	cfg := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp", Tags: 4}.withDefaults()
+	cfg, err := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp", Tags: 4}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := newRunner(cfg)
 	if err := r.start("conns", 0, 16); err != nil {
 		t.Fatal(err)
@@ -246,4 +251,38 @@ func TestStartSpec(t *testing.T) {
 	if len(rooms) != 3 || !rooms[r.room+"-0"] || !rooms[r.room+"-2"] {
 		t.Errorf("10 clients over 3 rooms land in %v", rooms)
 	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	target := Config{Dispatcher: "http://127.0.0.1:8080/", Secret: []byte("s"), N: 1}
+	with := func(edit func(*Config)) Config {
+		c := target
+		edit(&c)
+		return c
+	}
+	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+		{Name: "zero values take the defaults", Config: target, Check: func(t *testing.T, c Config) {
+			if c.Dispatcher != "http://127.0.0.1:8080" || c.API != c.Dispatcher || c.Metrics != c.API+"/metrics" ||
+				c.App != "demo" || c.Transport != sdk.TransportWebSocket || c.Rooms != 1 || c.Duration != 10*time.Second ||
+				c.Lane != "critical" || c.Size != 64 || c.Senders != 16 || c.Wait != 10*time.Second || c.Pause != 3*time.Second ||
+				c.Settle != 30*time.Second || c.Concurrency != 128 || c.PerProcess != DefaultPerProcess {
+				t.Errorf("defaults not filled: %+v", c)
+			}
+		}},
+		{Name: "senders follow the rate", Config: with(func(c *Config) { c.Rate = 400 }), Check: func(t *testing.T, c Config) {
+			if c.Senders != 80 {
+				t.Errorf("Senders = %d at 400/s, want 80", c.Senders)
+			}
+		}},
+		{Name: "negative pause means none", Config: with(func(c *Config) { c.Pause = -1 }), Check: func(t *testing.T, c Config) {
+			if c.Pause != -1 {
+				t.Errorf("Pause = %v, want it left negative", c.Pause)
+			}
+		}},
+		{Name: "no dispatcher", Config: with(func(c *Config) { c.Dispatcher = "" }), WantErr: "no dispatcher URL"},
+		{Name: "no secret", Config: with(func(c *Config) { c.Secret = nil }), WantErr: "no app secret"},
+		{Name: "no clients", Config: with(func(c *Config) { c.N = 0 }), WantErr: "n must be at least 1"},
+		{Name: "bad transport", Config: with(func(c *Config) { c.Transport = "udp" }), WantErr: `unknown transport "udp"`},
+		{Name: "bad client", Config: with(func(c *Config) { c.Client = "curl" }), WantErr: `unknown client "curl"`},
+	})
 }

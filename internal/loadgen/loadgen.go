@@ -118,7 +118,10 @@ const (
 	defaultConcurrency = 128
 )
 
-func (c Config) withDefaults() Config {
+// withDefaults returns c with the zero values replaced by the documented defaults, and an
+// error if the filled Config is one no scenario can run (each scenario checks its own fields
+// too).
+func (c Config) withDefaults() (Config, error) {
 	c.Dispatcher = strings.TrimRight(c.Dispatcher, "/")
 	if c.API == "" {
 		c.API = c.Dispatcher
@@ -163,23 +166,19 @@ func (c Config) withDefaults() Config {
 	if c.PerProcess <= 0 {
 		c.PerProcess = DefaultPerProcess
 	}
-	return c
-}
-
-func (c Config) validate() error {
 	switch {
 	case c.Dispatcher == "":
-		return errors.New("bench: no dispatcher URL")
+		return c, errors.New("bench: no dispatcher URL")
 	case len(c.Secret) == 0:
-		return errors.New("bench: no app secret")
+		return c, errors.New("bench: no app secret")
 	case c.N < 1:
-		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
+		return c, fmt.Errorf("bench: n must be at least 1, got %d", c.N)
 	case c.Transport != sdk.TransportWebSocket && c.Transport != sdk.TransportTCP:
-		return fmt.Errorf("bench: unknown transport %q (want ws or tcp)", c.Transport)
+		return c, fmt.Errorf("bench: unknown transport %q (want ws or tcp)", c.Transport)
 	case c.Client != "" && c.Client != ClientSDK && c.Client != ClientRaw:
-		return fmt.Errorf("bench: unknown client %q (want sdk or raw)", c.Client)
+		return c, fmt.Errorf("bench: unknown client %q (want sdk or raw)", c.Client)
 	}
-	return nil
+	return c, nil
 }
 
 // runner is one bench run: its id, its workers and its view of the server.

@@ -50,9 +50,9 @@ func (r LoginResult) String() string {
 // a login answered by a LoginAck, and reports their rate and latency; then it closes them. The
 // result is filled in as far as the run got, also with an error.
 func RunLogin(ctx context.Context, cfg Config) (LoginResult, error) {
-	cfg = cfg.withDefaults()
+	cfg, err := cfg.withDefaults()
 	res := LoginResult{Scenario: "login", N: cfg.N, Rooms: cfg.Rooms, Transport: cfg.Transport, Rate: cfg.Rate}
-	if err := cfg.validate(); err != nil {
+	if err != nil {
 		return res, err
 	}
 	if cfg.Rate <= 0 {

@@ -56,7 +56,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
+// withDefaults returns c with the zero values replaced by the documented defaults, or an error
+// for a Config Run cannot use.
+func (c Config) withDefaults() (Config, error) {
 	if c.App == "" {
 		c.App = "demo"
 	}
@@ -81,23 +83,19 @@ func (c Config) withDefaults() Config {
 	if c.Settle <= 0 {
 		c.Settle = 200 * time.Millisecond
 	}
-	return c
-}
-
-func (c Config) validate() error {
 	switch {
 	case c.Dispatcher == "":
-		return errors.New("probe: no dispatcher URL")
+		return c, errors.New("probe: no dispatcher URL")
 	case len(c.Secret) == 0:
-		return errors.New("probe: no secret")
+		return c, errors.New("probe: no secret")
 	case c.Clients < 2:
-		return fmt.Errorf("probe: need at least 2 clients, got %d", c.Clients)
+		return c, fmt.Errorf("probe: need at least 2 clients, got %d", c.Clients)
 	case c.Messages < 1:
-		return fmt.Errorf("probe: need at least 1 message per client, got %d", c.Messages)
+		return c, fmt.Errorf("probe: need at least 1 message per client, got %d", c.Messages)
 	case c.Transport != sdk.TransportWebSocket && c.Transport != sdk.TransportTCP:
-		return fmt.Errorf("probe: unknown transport %q", c.Transport)
+		return c, fmt.Errorf("probe: unknown transport %q", c.Transport)
 	}
-	return nil
+	return c, nil
 }
 
 // Result is what a probe run saw.
@@ -156,8 +154,8 @@ type body struct {
 // not nil; the error reports only what kept the probe from running (a bad Config, clients that
 // could not join), while faults the probe found are in the Result (see Result.OK).
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return Result{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
