@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"roomcast/api"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
@@ -268,16 +269,14 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	for k, app := range keys {
 		apiKeys[k] = app
 	}
-	api, err := room.NewAPI(room.APIConfig{Bus: nc, Keys: apiKeys, Log: log})
+	serverAPI, err := api.New(api.Config{Bus: nc, Keys: apiKeys, Log: log})
 	if err != nil {
 		return fail(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", d)
 	mux.Handle("GET /v1/nodes", d.NodesHandler())
-	for _, prefix := range []string{"/v1/rooms", "/v1/rooms/", "/v1/users/", "/v1/online"} {
-		mux.Handle(prefix, api)
-	}
+	serverAPI.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := d.Health()
@@ -296,7 +295,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	grpcSrv := api.NewGRPCServer()
+	grpcSrv := serverAPI.NewGRPCServer()
 	d.RegisterGRPC(grpcSrv)
 	grpcDone := make(chan struct{})
 	go func() {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"roomcast/api"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
@@ -93,7 +94,7 @@ type Cluster struct {
 	Presences  []*presence.Service
 	Dispatcher *dispatcher.Dispatcher
 	Nodes      []*chatlink.Node
-	API        *room.API
+	API        *api.API
 
 	cfg     Config
 	log     *slog.Logger
@@ -197,15 +198,14 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if nc, err = connect("api"); err != nil {
 		return nil, err
 	}
-	api, err := room.NewAPI(room.APIConfig{Bus: nc, Keys: cfg.APIKeys, Log: log})
+	c.API, err = api.New(api.Config{Bus: nc, Keys: cfg.APIKeys, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	c.API = api
 	if c.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 		return nil, fmt.Errorf("devcluster: listen %s: %w", cfg.GRPCListen, err)
 	}
-	c.grpc = api.NewGRPCServer()
+	c.grpc = c.API.NewGRPCServer()
 	c.Dispatcher.RegisterGRPC(c.grpc)
 	c.grpcEnd = make(chan struct{})
 	go func() {
@@ -241,11 +241,8 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/dispatch", c.Dispatcher)
-	mux.Handle("/v1/rooms", api)
 	mux.Handle("GET /v1/nodes", c.Dispatcher.NodesHandler())
-	mux.Handle("/v1/rooms/", api)
-	mux.Handle("/v1/users/", api)
-	mux.Handle("/v1/online", api)
+	c.API.Register(mux)
 	mux.HandleFunc("GET /v1/dev/token", devToken)
 	mux.HandleFunc("GET /healthz", c.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
