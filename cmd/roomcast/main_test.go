@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/devnats"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
@@ -183,7 +183,7 @@ func freeAddr(t *testing.T) string {
 // NATS connection (here in one test process, against a NATS server of their own), checks them
 // end to end with the probe, then drains one ChatLink with `roomcast drain`.
 func TestRolesAsSeparateProcesses(t *testing.T) {
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

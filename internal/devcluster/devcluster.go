@@ -28,6 +28,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
+	"roomcast/internal/devnats"
 	"roomcast/presence"
 	"roomcast/room"
 )
@@ -145,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}()
 
-	c.NATS, err = bus.StartEmbedded(bus.EmbeddedConfig{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")})
+	c.NATS, err = devnats.Start(devnats.Config{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")})
 	if err != nil {
 		return nil, err
 	}
