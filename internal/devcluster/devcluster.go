@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"roomcast/api"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
@@ -145,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
-		API:        room.APIConfig{Keys: cfg.APIKeys},
+		API:        api.Config{Keys: cfg.APIKeys},
 		Pprof:      cfg.Pprof,
 		Routes: func(mux *http.ServeMux) {
 			mux.HandleFunc("GET /v1/dev/token", devToken)

@@ -15,12 +15,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
+	"roomcast/api"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testutil"
-	"roomcast/room"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,7 +37,7 @@ func startNATS(t *testing.T, cfg devnats.Config) *server.Server {
 
 // The configs `roomcast services` and `roomcast chatlink` build from their flags.
 func servicesConfig(natsURL string) ServicesConfig {
-	return ServicesConfig{NATSURL: natsURL, API: room.APIConfig{Keys: auth.APIKeys{"k1": "demo"}}}
+	return ServicesConfig{NATSURL: natsURL, API: api.Config{Keys: auth.APIKeys{"k1": "demo"}}}
 }
 
 func chatLinkConfig(natsURL, node string) ChatLinkConfig {

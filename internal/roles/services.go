@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"roomcast/api"
 	"roomcast/dispatcher"
 	"roomcast/presence"
 	"roomcast/room"
@@ -40,7 +41,7 @@ type ServicesConfig struct {
 	Room       room.Config
 	Presence   presence.Config
 	Dispatcher dispatcher.Config
-	API        room.APIConfig
+	API        api.Config
 	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
 	// with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
@@ -82,7 +83,7 @@ type Services struct {
 	Rooms      []*room.Service
 	Presences  []*presence.Service
 	Dispatcher *dispatcher.Dispatcher
-	API        *room.API
+	API        *api.API
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
 
@@ -146,7 +147,7 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		return nil, err
 	}
 	acfg.Log = cfg.Log
-	if s.API, err = room.NewAPI(acfg); err != nil {
+	if s.API, err = api.New(acfg); err != nil {
 		return nil, err
 	}
 
@@ -162,9 +163,7 @@ func (s *Services) routes() *http.ServeMux {
 	mux := newMux(s.Registry, s.health, s.cfg.Pprof)
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
 	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
-	for _, prefix := range []string{"/v1/rooms", "/v1/rooms/", "/v1/users/", "/v1/online"} {
-		mux.Handle(prefix, s.API)
-	}
+	s.API.Register(mux)
 	if s.cfg.Routes != nil {
 		s.cfg.Routes(mux)
 	}
