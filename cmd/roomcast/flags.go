@@ -64,7 +64,7 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 		plainWrites      bool
 		readerGoroutines bool
 	)
-	fs.Float64Var(&egress, "egress-capacity", 0, "egress capacity of each ChatLink in bytes per second, the base of flow control (0: unlimited)")
+	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
 	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
 	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
 	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")

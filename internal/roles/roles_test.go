@@ -139,7 +139,7 @@ func TestStartErrorsCleanUp(t *testing.T) {
 	}
 	defer busy.Close()
 	inUse := busy.Addr().String()
-	free := freeAddr(t)
+	free := testutil.FreeAddr(t)
 	// A start that works first, so that the JetStream streams and buckets the roles create,
 	// and the NATS server's goroutines that keep them, exist before the failing starts.
 	svc, err := StartServices(servicesConfig(ns.ClientURL()))
@@ -213,17 +213,6 @@ func TestStartErrorsCleanUp(t *testing.T) {
 			ln.Close()
 		})
 	}
-}
-
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func closer(s *Services) func() {
