@@ -222,24 +222,20 @@ func (s *Services) startPresence(i int) (*presence.Service, error) {
 
 // RestartRooms stops every room service instance and starts new ones, as a deploy would; the new
 // ones know only what JetStream and the ChatLinks tell them.
-func (s *Services) RestartRooms() error {
-	for i, r := range s.Rooms {
-		r.Close()
-		var err error
-		if s.Rooms[i], err = s.startRoom(i); err != nil {
-			return fmt.Errorf("roles: restart room %d: %w", i+1, err)
-		}
-	}
-	return nil
-}
+func (s *Services) RestartRooms() error { return restart("room", s.Rooms, s.startRoom) }
 
 // RestartPresence does for the presence instances what RestartRooms does for the room ones.
 func (s *Services) RestartPresence() error {
-	for i, p := range s.Presences {
-		p.Close()
+	return restart("presence", s.Presences, s.startPresence)
+}
+
+// restart stops each instance and starts a new one in its place.
+func restart[S interface{ Close() }](what string, instances []S, start func(i int) (S, error)) error {
+	for i, old := range instances {
+		old.Close()
 		var err error
-		if s.Presences[i], err = s.startPresence(i); err != nil {
-			return fmt.Errorf("roles: restart presence %d: %w", i+1, err)
+		if instances[i], err = start(i); err != nil {
+			return fmt.Errorf("roles: restart %s %d: %w", what, i+1, err)
 		}
 	}
 	return nil
