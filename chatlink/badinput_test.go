@@ -172,6 +172,36 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 		cl.expectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, false)
 	})
 
+	t.Run("pings do not extend the login deadline", func(t *testing.T) {
+		// The deadline runs from the connect: before, every frame restarted it, so a client
+		// that pinged every 2 s stayed unauthenticated forever.
+		cl := dialWS(t, node.WSURL())
+		cl.t = t
+		start := time.Now()
+		stop := make(chan struct{})
+		pinged := make(chan struct{})
+		go func() {
+			defer close(pinged)
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if cl.ping() != nil {
+						return
+					}
+				}
+			}
+		}()
+		defer func() { close(stop); <-pinged }()
+		cl.expectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, true)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("closed after %v with a 300ms login deadline", took)
+		}
+	})
+
 	t.Run("bad sends get errors, connection stays", func(t *testing.T) {
 		cl := dialWS(t, node.WSURL())
 		cl.t = t

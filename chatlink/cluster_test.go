@@ -79,6 +79,7 @@ type rawClient struct {
 	frames chan *pb.Frame
 	closed chan uint16 // the close code: WebSocket close code, or 0 when TCP just ends
 	send   func(b []byte) error
+	ping   func() error // a WebSocket ping (dialWS only)
 	stop   func()
 	// pause, held, stops the TCP reader between frames, so the socket fills (dialTCP).
 	pause sync.Mutex
@@ -118,6 +119,7 @@ func dialWS(t *testing.T, url string) *rawClient {
 	done := make(chan struct{})
 	go func() { defer close(done); socket.ReadLoop() }()
 	c.send = func(b []byte) error { return socket.WriteMessage(gws.OpcodeBinary, b) }
+	c.ping = func() error { return socket.WritePing(nil) }
 	c.stop = func() { _ = socket.NetConn().Close(); <-done }
 	t.Cleanup(c.stop)
 	return c

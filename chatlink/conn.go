@@ -43,6 +43,7 @@ type conn struct {
 	node       *Node
 	t          transport
 	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
+	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
 
@@ -67,8 +68,8 @@ type conn struct {
 }
 
 func (n *Node) newConn(t transport) *conn {
-	c := &conn{node: n, t: t}
-	c.lastSeen.Store(n.now().UnixNano())
+	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
+	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
 	n.m.connections.Inc()

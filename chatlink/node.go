@@ -276,7 +276,9 @@ func (n *Node) sweep() {
 	loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
 	n.conns.each(func(c *conn) {
 		switch st := c.getState(); {
-		case st == stateNew && c.lastSeen.Load() < loginBy:
+		// The login deadline counts from the connect, not from the last frame: a client
+		// that pings (or sends anything but a Login) must not stay forever.
+		case st == stateNew && c.accepted < loginBy:
 			c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
 		case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
 			c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")

@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,8 +116,8 @@ func (k Keyring) Verify(token string) (*Claims, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: header: %v", ErrInvalid, err)
 		}
-		if !isHS256(hdr) {
-			return nil, fmt.Errorf("%w: header %q: only alg HS256 is accepted", ErrInvalid, hdr)
+		if err := checkHS256(hdr); err != nil {
+			return nil, fmt.Errorf("%w: header %q: %v", ErrInvalid, hdr, err)
 		}
 	}
 	body, err := decodeSegment(make([]byte, len(payload)), payload)
@@ -123,7 +125,7 @@ func (k Keyring) Verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("%w: claims: %v", ErrInvalid, err)
 	}
 	var w wireClaims
-	if err := json.Unmarshal(body, &w); err != nil {
+	if err := w.decode(body); err != nil {
 		return nil, fmt.Errorf("%w: claims: %v", ErrInvalid, err)
 	}
 	c := w.claims()
@@ -151,17 +153,103 @@ func (k Keyring) Verify(token string) (*Claims, error) {
 // wireClaims is the claims set as Verify decodes it: the registered time claims as plain
 // numbers, which jwt.NumericDate would decode through an extra json.Unmarshal each.
 type wireClaims struct {
-	App  string   `json:"app"`
-	UID  string   `json:"uid"`
-	Room string   `json:"room"`
-	Tags []string `json:"tags"`
-	Sub  string   `json:"sub"`
-	Iss  string   `json:"iss"`
-	Jti  string   `json:"jti"`
-	Exp  seconds  `json:"exp"`
-	Nbf  seconds  `json:"nbf"`
-	Iat  seconds  `json:"iat"`
+	App  string
+	UID  string
+	Room string
+	Tags []string
+	Sub  string
+	Iss  string
+	Jti  string
+	Exp  seconds
+	Nbf  seconds
+	Iat  seconds
 	// aud is not read: no audience is checked.
+}
+
+// field returns where the claim called name is decoded to, or nil for a claim Verify does not
+// read. Names match exactly: encoding/json's struct decoding would also take "ROOM", "Uid"
+// or "tagſ" (U+017F folds to s) for a field, so an extra claim could override a signed one.
+func (w *wireClaims) field(name string) any {
+	switch name {
+	case "app":
+		return &w.App
+	case "uid":
+		return &w.UID
+	case "room":
+		return &w.Room
+	case "tags":
+		return &w.Tags
+	case "sub":
+		return &w.Sub
+	case "iss":
+		return &w.Iss
+	case "jti":
+		return &w.Jti
+	case "exp":
+		return &w.Exp
+	case "nbf":
+		return &w.Nbf
+	case "iat":
+		return &w.Iat
+	}
+	return nil
+}
+
+// claimNames are the claims field knows, for refusing names that differ from one only in case.
+var claimNames = []string{"app", "uid", "room", "tags", "sub", "iss", "jti", "exp", "nbf", "iat"}
+
+// decode reads a claims set: a JSON object whose known members are named exactly, each at
+// most once. A member whose name folds to a known one ("ROOM", "tagſ") is refused rather than
+// ignored: no issuer of ours writes one, so it can only be an attempt to confuse a reader
+// that folds case.
+func (w *wireClaims) decode(body []byte) error {
+	return decodeObject(body, claimNames, w.field)
+}
+
+// decodeObject decodes the JSON object in data member by member: dst(name) says where a
+// member goes (nil: skip it). Known names must match exactly and appear once; the object must
+// be the whole of data.
+func decodeObject(data []byte, known []string, dst func(name string) any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	var seen uint64 // bit i: known[i] was decoded
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name := t.(string) // inside an object, More then Token yields a member name
+		v := dst(name)
+		if v == nil {
+			for _, k := range known {
+				if strings.EqualFold(name, k) {
+					return fmt.Errorf("member %q is not %q: names are case-sensitive", name, k)
+				}
+			}
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+			continue
+		}
+		i := slices.Index(known, name)
+		if seen&(1<<i) != 0 {
+			return fmt.Errorf("member %q appears twice", name)
+		}
+		seen |= 1 << i
+		if err := dec.Decode(v); err != nil {
+			return fmt.Errorf("member %q: %w", name, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
+	}
+	return nil
 }
 
 func (w *wireClaims) claims() *Claims {
@@ -173,6 +261,11 @@ func (w *wireClaims) claims() *Claims {
 		},
 	}
 }
+
+// maxDate is the last second of the year 9999, the latest date Verify accepts in a token. Dates
+// are range-checked before they become int64 nanoseconds: 9.3e18 seconds would overflow and
+// wrap into the past, making a far-future nbf valid at once.
+const maxDate = 253402300799
 
 // seconds is a JWT NumericDate: seconds since the epoch, possibly fractional, or absent.
 type seconds struct {
@@ -186,8 +279,8 @@ func (s *seconds) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	v, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-		return fmt.Errorf("bad NumericDate %s", b)
+	if err != nil || !(0 <= v && v <= maxDate) { // also false for NaN
+		return fmt.Errorf("bad NumericDate %s: want seconds from 0 to %d", b, int64(maxDate))
 	}
 	*s = seconds{v, true}
 	return nil
@@ -201,28 +294,55 @@ func (s seconds) date() *jwt.NumericDate {
 	return jwt.NewNumericDate(time.Unix(int64(whole), int64(frac*1e9)))
 }
 
-// decodeSegment decodes one base64url segment of a token into buf.
+// decodeSegment decodes one base64url segment of a token into buf. Only the canonical form
+// is accepted: the URL alphabet without padding or whitespace (encoding/base64 skips CR and LF
+// anywhere), and zero unused bits in the last character (Strict). Otherwise several strings
+// would carry the same signature, defeating a deny list or replay cache keyed on the token.
 func decodeSegment(buf []byte, seg string) ([]byte, error) {
-	enc := base64.RawURLEncoding
+	enc := base64.RawURLEncoding.Strict()
 	if enc.DecodedLen(len(seg)) > len(buf) {
 		return nil, errors.New("segment too long")
+	}
+	for i := 0; i < len(seg); i++ {
+		if !isURLBase64(seg[i]) {
+			return nil, fmt.Errorf("byte %#x at %d is not base64url", seg[i], i)
+		}
 	}
 	n, err := enc.Decode(buf, unsafe.Slice(unsafe.StringData(seg), len(seg))) // Decode only reads src
 	return buf[:n], err
 }
 
-// isHS256 reports whether a JOSE header names HS256 and nothing the verifier would have to
-// understand (such as "crit").
-func isHS256(hdr []byte) bool {
-	var h struct {
-		Alg  string `json:"alg"`
-		Typ  string `json:"typ"`
-		Crit []any  `json:"crit"`
+func isURLBase64(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
+// checkHS256 checks that a JOSE header names HS256 and nothing the verifier would have to
+// understand (such as "crit"). Member names match exactly, as in the claims.
+func checkHS256(hdr []byte) error {
+	var alg, typ string
+	var crit json.RawMessage
+	err := decodeObject(hdr, []string{"alg", "typ", "crit"}, func(name string) any {
+		switch name {
+		case "alg":
+			return &alg
+		case "typ":
+			return &typ
+		case "crit":
+			return &crit
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case alg != "HS256":
+		return errors.New("only alg HS256 is accepted")
+	case typ != "" && typ != "JWT":
+		return fmt.Errorf("typ %q is not JWT", typ)
+	case crit != nil:
+		return errors.New("crit is not supported")
 	}
-	if json.Unmarshal(hdr, &h) != nil {
-		return false
-	}
-	return h.Alg == "HS256" && (h.Typ == "" || h.Typ == "JWT") && h.Crit == nil
+	return nil
 }
 
 // hmacs keeps HMAC-SHA256 states per secret for reuse: keying a new one costs two SHA-256

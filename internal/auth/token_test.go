@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +164,160 @@ func TestValidName(t *testing.T) {
 			t.Errorf("ValidName(%q) = true", bad)
 		}
 	}
+}
+
+// signRaw signs a token whose header and claims are the given JSON texts, exactly as written.
+func signRaw(secret []byte, header, claims string) string {
+	enc := base64.RawURLEncoding
+	msg := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(msg))
+	return msg + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+// TestVerifyCanonicalOnly checks that a signature verifies in one spelling only: a changed last
+// character that differs only in unused bits, a line break inside a segment or at the end of
+// the token are all refused (before, encoding/base64 skipped CR and LF and ignored the bits).
+func TestVerifyCanonicalOnly(t *testing.T) {
+	keys := Keyring{"app1": []byte("s1")}
+	tok, err := Mint([]byte("s1"), "app1", "u1", "r1", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Verify(tok); err != nil {
+		t.Fatal(err)
+	}
+	// A 32-byte MAC is 43 characters; the last carries 4 bits and 2 unused ones.
+	sig := tok[strings.LastIndexByte(tok, '.')+1:]
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	sameBits := string(alphabet[last^1]) // differs in the lowest, unused bit
+	for name, bad := range map[string]string{
+		"unused bits set":       tok[:len(tok)-1] + sameBits,
+		"line feed in the sig":  tok[:len(tok)-5] + "\n" + tok[len(tok)-5:],
+		"CR in the claims":      strings.Replace(tok, ".", ".\r", 1),
+		"line feed appended":    tok + "\n",
+		"CRLF appended":         tok + "\r\n",
+		"padding appended":      tok + "=",
+		"space in the header":   " " + tok,
+		"standard alphabet sig": strings.NewReplacer("-", "+", "_", "/").Replace(tok),
+	} {
+		if bad == tok {
+			continue // the replacer found nothing to change in this token
+		}
+		if _, err := keys.Verify(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %q verified (err %v)", name, bad, err)
+		}
+	}
+}
+
+const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// TestVerifyDateRange checks that dates too large for a time.Time are a bad token, not valid
+// (a far-future nbf wrapped into the past) nor expired (a huge exp wrapped likewise).
+func TestVerifyDateRange(t *testing.T) {
+	keys := Keyring{"app1": []byte("s1")}
+	const h = `{"alg":"HS256","typ":"JWT"}`
+	exp := time.Now().Add(time.Hour).Unix()
+	for _, nbf := range []string{"9.3e18", "9223372036854775808", "1e300", "-1", "253402300800"} {
+		tok := signRaw([]byte("s1"), h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"nbf":%s}`, exp, nbf))
+		if _, err := keys.Verify(tok); !errors.Is(err, ErrInvalid) {
+			t.Errorf("nbf %s: err %v, want ErrInvalid", nbf, err)
+		}
+	}
+	for _, e := range []string{"9.3e18", "9223372036854775808", "1e300"} {
+		tok := signRaw([]byte("s1"), h, `{"app":"app1","uid":"u","room":"r","exp":`+e+`}`)
+		if _, err := keys.Verify(tok); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrExpired) {
+			t.Errorf("exp %s: err %v, want ErrInvalid", e, err)
+		}
+	}
+	tok := signRaw([]byte("s1"), h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"nbf":1.5}`, exp))
+	if _, err := keys.Verify(tok); err != nil {
+		t.Errorf("a past nbf with a fraction: %v", err)
+	}
+}
+
+// TestVerifyExactNames checks that claim and header names match exactly: encoding/json's
+// struct decoding folds case (and Unicode: U+017F is an s), so an unsigned-looking extra
+// member could stand in for a signed one.
+func TestVerifyExactNames(t *testing.T) {
+	keys := Keyring{"app1": []byte("s1")}
+	exp := time.Now().Add(time.Hour).Unix()
+	const h = `{"alg":"HS256","typ":"JWT"}`
+	claims := func(extra string) string {
+		return fmt.Sprintf(`{"app":"app1","uid":"u1","room":"r1","exp":%d%s}`, exp, extra)
+	}
+	if c, err := keys.Verify(signRaw([]byte("s1"), h, claims(`,"aud":"x","other":{"a":[1]}`))); err != nil || c.Room != "r1" {
+		t.Fatalf("unknown members must be ignored: %+v, %v", c, err)
+	}
+	for name, tok := range map[string]string{
+		"ROOM":                 signRaw([]byte("s1"), h, claims(`,"ROOM":"r2"`)),
+		"Uid":                  signRaw([]byte("s1"), h, claims(`,"Uid":"u2"`)),
+		"tags with long s":     signRaw([]byte("s1"), h, claims(`,"tagſ":["vip"]`)),
+		"EXP":                  signRaw([]byte("s1"), h, claims(`,"EXP":1`)),
+		"room twice":           signRaw([]byte("s1"), h, claims(`,"room":"r2"`)),
+		"ALG and no alg":       signRaw([]byte("s1"), `{"ALG":"HS256","typ":"JWT"}`, claims("")),
+		"alg twice":            signRaw([]byte("s1"), `{"alg":"HS256","alg":"none"}`, claims("")),
+		"trailing data":        signRaw([]byte("s1"), h, claims("")+`{}`),
+		"claims not an object": signRaw([]byte("s1"), h, `["app1"]`),
+	} {
+		c, err := keys.Verify(tok)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: claims %+v, err %v, want ErrInvalid", name, c, err)
+		}
+	}
+}
+
+// FuzzVerify feeds Verify arbitrary tokens: it must never panic, and whatever it accepts must
+// be the one canonical spelling of a token signed with the app's secret.
+func FuzzVerify(f *testing.F) {
+	secret := []byte("s1")
+	keys := Keyring{"app1": secret}
+	good, err := Mint(secret, "app1", "u1", "r1", []string{"vip"}, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	const h = `{"alg":"HS256","typ":"JWT"}`
+	exp := time.Now().Add(time.Hour).Unix()
+	for _, seed := range []string{
+		good, good + "\n", good + "\r\n", good[:len(good)-1] + "l", good[:20] + "\n" + good[20:],
+		signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"nbf":9.3e18}`, exp)),
+		signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"nbf":1e300}`, exp)),
+		signRaw(secret, h, `{"app":"app1","uid":"u","room":"r","exp":9223372036854775808}`),
+		signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"ROOM":"r2"}`, exp)),
+		signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"Uid":"u2"}`, exp)),
+		signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d,"tagſ":["vip"]}`, exp)),
+		signRaw(secret, `{"ALG":"HS256"}`, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d}`, exp)),
+		"", ".", "..", "a.b.c", strings.Repeat("A", maxTokenLen+1),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := keys.Verify(tok)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrExpired) {
+				t.Fatalf("error %v is neither ErrInvalid nor ErrExpired", err)
+			}
+			return
+		}
+		// Accepted: the token must be the canonical encoding of its parts, signed with secret.
+		parts := strings.Split(tok, ".")
+		if len(parts) != 3 {
+			t.Fatalf("accepted %q with %d parts", tok, len(parts))
+		}
+		enc := base64.RawURLEncoding
+		for _, p := range parts {
+			b, err := enc.Strict().DecodeString(p)
+			if err != nil || enc.EncodeToString(b) != p {
+				t.Fatalf("accepted a non-canonical segment %q of %q", p, tok)
+			}
+		}
+		mac := hmac.New(sha256.New, secret)
+		mac.Write([]byte(parts[0] + "." + parts[1]))
+		if enc.EncodeToString(mac.Sum(nil)) != parts[2] {
+			t.Fatalf("accepted %q without a good signature", tok)
+		}
+		if c.App != "app1" || !ValidName(c.UID) || !ValidName(c.Room) {
+			t.Fatalf("accepted claims %+v", c)
+		}
+	})
 }

@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// The HTTP/JSON mapping of the server API: each route decodes its request message from the JSON
+// body (protojson, field names as in proto/api.proto), fills in the path's (and, for GET, the
+// query's) parameters by field name, calls the same method the gRPC server calls, and writes the
+// answer as JSON with the proto field names, every field present, 64-bit numbers as JSON
+// numbers and enums by name. Errors are {"code", "name", "error"} with an HTTP status from the
+// error code.
+
+type route struct {
+	method, pattern string
+	newReq          func() proto.Message
+	call            func(ctx context.Context, req proto.Message) (proto.Message, error)
+}
+
+// handle adapts a typed API method to a route.
+func handle[Req, Resp proto.Message](method, pattern string, newReq func() Req, f func(context.Context, Req) (Resp, error)) route {
+	return route{
+		method: method, pattern: pattern,
+		newReq: func() proto.Message { return newReq() },
+		call: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+			return f(ctx, req.(Req))
+		},
+	}
+}
+
+// routes is the route list: each HTTP method and path and the API method it calls.
+func (a *API) routes() []route {
+	return []route{
+		handle("POST", "/v1/rooms", func() *pb.CreateRoomRequest { return new(pb.CreateRoomRequest) }, a.CreateRoom),
+		handle("PATCH", "/v1/rooms/{room}", func() *pb.UpdateRoomRequest { return new(pb.UpdateRoomRequest) }, a.UpdateRoom),
+		handle("POST", "/v1/rooms/{room}/close", func() *pb.CloseRoomRequest { return new(pb.CloseRoomRequest) }, a.CloseRoom),
+		handle("GET", "/v1/rooms/{room}", func() *pb.GetRoomRequest { return new(pb.GetRoomRequest) }, a.GetRoom),
+		handle("GET", "/v1/rooms/{room}/members", func() *pb.ListMembersRequest { return new(pb.ListMembersRequest) }, a.ListMembers),
+		handle("POST", "/v1/rooms/{room}/messages", func() *pb.SendToRoomRequest { return new(pb.SendToRoomRequest) }, a.SendToRoom),
+		handle("POST", "/v1/rooms/{room}/messages/batch", func() *pb.SendBatchToRoomRequest { return new(pb.SendBatchToRoomRequest) }, a.SendBatchToRoom),
+		handle("POST", "/v1/rooms/{room}/mute", func() *pb.MuteRoomRequest { return new(pb.MuteRoomRequest) }, a.MuteRoom),
+		handle("POST", "/v1/rooms/{room}/members/{uid}/mute", func() *pb.MuteMemberRequest { return new(pb.MuteMemberRequest) }, a.MuteMember),
+		handle("POST", "/v1/rooms/{room}/members/{uid}/ban", func() *pb.BanMemberRequest { return new(pb.BanMemberRequest) }, a.BanMember),
+		handle("POST", "/v1/users/messages", func() *pb.SendToUsersRequest { return new(pb.SendToUsersRequest) }, a.SendToUsers),
+		handle("POST", "/v1/users/{uid}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/users/{uid}/sessions", func() *pb.GetUserSessionsRequest { return new(pb.GetUserSessionsRequest) }, a.GetUserSessions),
+		handle("GET", "/v1/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
+		handle("PUT", "/v1/users/{uid}/tags", func() *pb.SetMemberTagsRequest { return new(pb.SetMemberTagsRequest) }, a.SetMemberTags),
+		handle("GET", "/v1/users/{uid}/tags", func() *pb.GetMemberTagsRequest { return new(pb.GetMemberTagsRequest) }, a.GetMemberTags),
+	}
+}
+
+// Register serves the API's routes on mux, each under its method and path: POST /v1/rooms and
+// what lies under /v1/rooms/, /v1/users/ and /v1/online. It is the one way to serve the API over
+// HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
+func (a *API) Register(mux *http.ServeMux) {
+	for _, r := range a.routes() {
+		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
+	}
+}
+
+func (a *API) serveRoute(rt route) http.HandlerFunc {
+	pathParams := []string{"room", "uid"}
+	return func(w http.ResponseWriter, r *http.Request) {
+		app, err := a.appFor(r.Header.Get("Authorization"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		req := rt.newReq()
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody))
+				return
+			}
+			writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reading the body: %v", err))
+			return
+		}
+		if len(body) > 0 {
+			if err := protojson.Unmarshal(body, req); err != nil {
+				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err))
+				return
+			}
+		}
+		m := req.ProtoReflect()
+		for _, p := range pathParams {
+			if v := r.PathValue(p); v != "" {
+				m.Set(m.Descriptor().Fields().ByName(protoreflect.Name(p)), protoreflect.ValueOfString(v))
+			}
+		}
+		if r.Method == http.MethodGet {
+			if err := setQuery(m, r); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		resp, err := rt.call(context.WithValue(r.Context(), appKey{}, app), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		status := http.StatusOK
+		if c, ok := resp.(*pb.CreateRoomResponse); ok && c.Created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, jsonMessage(resp.ProtoReflect()))
+	}
+}
+
+// setQuery fills string and integer fields from the query parameters of the same name.
+func setQuery(m protoreflect.Message, r *http.Request) error {
+	for name, vals := range r.URL.Query() {
+		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+		if fd == nil || fd.IsList() || fd.IsMap() {
+			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
+		}
+		v := vals[len(vals)-1]
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString(v))
+		case protoreflect.Int32Kind:
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
+			}
+			m.Set(fd, protoreflect.ValueOfInt32(int32(n)))
+		default:
+			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %q cannot be set this way", name)
+		}
+	}
+	return nil
+}
+
+// ErrorBody is the JSON body of every HTTP error answer.
+type ErrorBody struct {
+	Code  uint32 `json:"code"`
+	Name  string `json:"name"`
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, msg := errorCodeOf(err)
+	writeJSON(w, httpStatus(code), ErrorBody{Code: uint32(code), Name: codeName(code), Error: msg})
+}
