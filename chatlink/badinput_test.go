@@ -18,6 +18,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -247,7 +248,7 @@ func dialTCP2(t *testing.T, addr string) *rawClient {
 // TestHeartbeat moves the node's clock: beats keep a connection alive past three intervals,
 // and silence closes it once three of its current intervals have passed, not before.
 func TestHeartbeat(t *testing.T) {
-	clock := newFakeClock()
+	clock := testutil.NewClock(time.Now())
 	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
 	node := c.Nodes[0]
 	cl := dialWS(t, node.WSURL())
@@ -259,10 +260,10 @@ func TestHeartbeat(t *testing.T) {
 	// Beating keeps the connection alive well past three intervals.
 	var interval time.Duration
 	for i := 0; i < 6; i++ {
-		clock.add(100 * time.Millisecond)
+		clock.Add(100 * time.Millisecond)
 		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
 		a := cl.next().GetHeartbeatAck()
-		if a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs != clock.now().UnixMilli() {
+		if a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs != clock.Now().UnixMilli() {
 			t.Fatalf("heartbeat %d answered with %v", i, a)
 		}
 		interval = time.Duration(a.HeartbeatIntervalMs) * time.Millisecond
@@ -272,12 +273,12 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatalf("%d connections closed for silence while beating", n)
 	}
 	// Silence is not, once three intervals (the last one granted) have passed.
-	clock.add(3 * interval)
+	clock.Add(3 * interval)
 	node.Sweep()
 	if n := closeCount(t, c, node.Name(), timeouts); n != 0 {
 		t.Fatalf("closed after exactly three intervals of %v", interval)
 	}
-	clock.add(time.Millisecond)
+	clock.Add(time.Millisecond)
 	node.Sweep()
 	cl.expectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, true)
 	checkFor(t, time.Second, 10*time.Millisecond, func() error {

@@ -40,35 +40,15 @@ func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	testutil.CheckFor(t, total, every, f)
 }
 
-// fakeClock is a ChatLink's clock (Config.Now) that moves only when the test moves it.
-type fakeClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// withClock runs every ChatLink of a cluster on clock.
-func withClock(clock *fakeClock) func(*devcluster.Config) {
+// withClock runs every ChatLink of a cluster on clock (Config.Now).
+func withClock(clock *testutil.Clock) func(*devcluster.Config) {
 	return func(cfg *devcluster.Config) {
 		prev := cfg.ChatLink
 		cfg.ChatLink = func(cc *chatlink.Config) {
 			if prev != nil {
 				prev(cc)
 			}
-			cc.Now = clock.now
+			cc.Now = clock.Now
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -272,7 +273,7 @@ func dropCount(t *testing.T, c *devcluster.Cluster, lane, reason string) int {
 }
 
 func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
-	clock := newFakeClock()
+	clock := testutil.NewClock(time.Now())
 	c := startCluster(t, 1, func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
 			cc.HeartbeatInterval, cc.HeartbeatStep, cc.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
@@ -291,13 +292,13 @@ func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
 	var got []uint32
 	for i := 0; i < 9; i++ {
 		got = append(got, beat())
-		clock.add(30 * time.Millisecond)
+		clock.Add(30 * time.Millisecond)
 	}
 	want := []uint32{100, 100, 120, 120, 120, 140, 140, 140, 140}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("intervals %v, want %v", got, want)
 	}
-	clock.add(250 * time.Millisecond) // a late beat: more than 1.5 intervals
+	clock.Add(250 * time.Millisecond) // a late beat: more than 1.5 intervals
 	if iv := beat(); iv != 100 {
 		t.Fatalf("after a late beat the interval is %d, want 100", iv)
 	}

@@ -1,30 +1,10 @@
 package netpoll
 
 import (
-	"net"
+	"roomcast/internal/testutil"
 	"testing"
 	"time"
 )
-
-// tcpPair returns the server side of a loopback TCP connection and the client's end.
-func tcpPair(t *testing.T) (*net.TCPConn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return s.(*net.TCPConn), c
-}
 
 // TestPollerOneShot: a registered socket's function runs once when data arrives and not again
 // until the socket is armed; ReadNow reads without waiting, and tells an empty socket from one
@@ -36,7 +16,7 @@ func TestPollerOneShot(t *testing.T) {
 	}
 	go p.Run()
 	defer p.Stop()
-	s, peer := tcpPair(t)
+	s, peer := testutil.TCPPair(t)
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +68,7 @@ func TestPollerOneShot(t *testing.T) {
 
 // TestWritevNowFullSocket: a socket whose buffers are full takes nothing and returns at once.
 func TestWritevNowFullSocket(t *testing.T) {
-	s, _ := tcpPair(t)
+	s, _ := testutil.TCPPair(t)
 	if err := s.SetWriteBuffer(4096); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package uring
 import (
 	"fmt"
 	"io"
-	"net"
+	"roomcast/internal/testutil"
 	"runtime"
 	"syscall"
 	"testing"
@@ -99,27 +99,15 @@ func BenchmarkRingSend(b *testing.B) {
 // loopbackSockets returns the server side's descriptors (duplicates, for plain system calls)
 // of n loopback TCP connections whose peers read everything in goroutines of their own.
 func loopbackSockets(b *testing.B, n int) []int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
 	var fds []int
 	for range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, c := testutil.TCPPair(b)
 		go func() { _, _ = io.Copy(io.Discard, c) }()
-		f, err := s.(*net.TCPConn).File()
+		f, err := s.File()
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { f.Close(); s.Close(); c.Close() })
+		b.Cleanup(func() { f.Close() })
 		fds = append(fds, int(f.Fd()))
 	}
 	return fds

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"roomcast/internal/testutil"
 	"syscall"
 	"testing"
 	"time"
@@ -13,28 +14,20 @@ import (
 
 // socketPair returns the server side's descriptor of a loopback TCP connection (non-blocking,
 // as Go leaves it) and the client's net.Conn.
-func socketPair(t *testing.T, ln net.Listener) (int32, net.Conn) {
+func socketPair(t *testing.T) (int32, net.Conn) {
 	t.Helper()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
+	s, c := testutil.TCPPair(t)
 	var fd int32
-	rc, _ := s.(*net.TCPConn).SyscallConn()
+	rc, _ := s.SyscallConn()
 	_ = rc.Control(func(d uintptr) { fd = int32(d) })
 	return fd, c
 }
 
 // fullSocket returns the server side's descriptor of a loopback TCP connection whose send
 // buffer is full: its peer reads nothing.
-func fullSocket(t *testing.T, ln net.Listener) int32 {
+func fullSocket(t *testing.T) int32 {
 	t.Helper()
-	fd, _ := socketPair(t, ln)
+	fd, _ := socketPair(t)
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
 	chunk := bytes.Repeat([]byte("x"), 64<<10)
 	for deadline := time.Now().Add(5 * time.Second); ; {
@@ -56,13 +49,8 @@ func TestRingSend(t *testing.T) {
 		t.Fatalf("io_uring unavailable here (the node would write plainly): %v", err)
 	}
 	defer r.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	okFD, okPeer := socketPair(t, ln)
-	fullFD := fullSocket(t, ln)
+	okFD, okPeer := socketPair(t)
+	fullFD := fullSocket(t)
 	notSocket, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -142,13 +130,8 @@ func TestRingsBounded(t *testing.T) {
 // TestWritePlain: the plain writes give their results as a ring does, without waiting for a
 // full socket.
 func TestWritePlain(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	okFD, okPeer := socketPair(t, ln)
-	fullFD := fullSocket(t, ln)
+	okFD, okPeer := socketPair(t)
+	fullFD := fullSocket(t)
 	frame := []byte("one frame")
 	res := make([]int32, 2)
 	WritePlain([]int32{fullFD, okFD}, [][]byte{frame, frame}, res)
