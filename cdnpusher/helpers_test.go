@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"roomcast/cdnpusher/segment"
@@ -166,4 +167,15 @@ func seqOf(t *testing.T, m *pb.Message) int {
 func checkFor(t *testing.T, f func() error) {
 	t.Helper()
 	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
+}
+
+// waitCounter waits until c reaches want.
+func waitCounter(t *testing.T, c prometheus.Counter, want float64) {
+	t.Helper()
+	checkFor(t, func() error {
+		if got := promtest.ToFloat64(c); got != want {
+			return fmt.Errorf("%s is %v, want %v", c.Desc(), got, want)
+		}
+		return nil
+	})
 }

@@ -1,12 +1,12 @@
 package cdnpusher
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,16 +41,12 @@ func TestSegmentsLandOrdered(t *testing.T) {
 
 	clock.closeWindow(p, t0Index)
 	s := fetch(t, srv, p, "r1", t0Index)
+	// The expected order, built another way: stable sorts from the last key to the first.
 	want := slices.Clone(sent)
-	slices.SortFunc(want, func(a, b *pb.Message) int {
-		if c := cmp.Compare(classOf(a.Lane), classOf(b.Lane)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.ServerTimeMs, b.ServerTimeMs); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Id, b.Id)
-	})
+	slices.SortStableFunc(want, func(a, b *pb.Message) int { return strings.Compare(a.Id, b.Id) })
+	slices.SortStableFunc(want, func(a, b *pb.Message) int { return int(a.ServerTimeMs - b.ServerTimeMs) })
+	rank := map[pb.Lane]int{pb.Lane_LANE_CRITICAL: 0, pb.Lane_LANE_NORMAL: 1, pb.Lane_LANE_UNSPECIFIED: 1, pb.Lane_LANE_BULK: 2}
+	slices.SortStableFunc(want, func(a, b *pb.Message) int { return rank[a.Lane] - rank[b.Lane] })
 	if !slices.Equal(ids(s.Messages), ids(want)) {
 		t.Fatalf("order:\n got %v\nwant %v", ids(s.Messages), ids(want))
 	}
@@ -174,12 +170,7 @@ func TestEmptyWindows(t *testing.T) {
 	}
 	fetch(t, srv, p, "quiet", t0Index+3)
 	// Both rooms' windows up to t0Index+3 are written: quiet's 4, chatty's 3 after its message.
-	checkFor(t, func() error {
-		if got := promtest.ToFloat64(p.metrics.emptySegs); got != 4+3 {
-			return fmt.Errorf("%v empty segments written, want 7", got)
-		}
-		return nil
-	})
+	waitCounter(t, p.metrics.emptySegs, 4+3)
 	missing(t, srv, p, "quiet", t0Index+4)
 	missing(t, srv, p, "chatty", t0Index+4)
 	if n := p.rooms.Load(); n != 0 {
@@ -346,12 +337,7 @@ func TestGiveUp(t *testing.T) {
 	srv.Stop()
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 1))
 	clock.closeWindow(p, t0Index)
-	checkFor(t, func() error {
-		if got := promtest.ToFloat64(p.metrics.gaps[gapGaveUp]); got != 1 {
-			return fmt.Errorf("%v gave-up gaps", got)
-		}
-		return nil
-	})
+	waitCounter(t, p.metrics.gaps[gapGaveUp], 1)
 	srv.Restart()
 	missing(t, srv, p, "r1", t0Index)
 }
