@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/devnats"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -175,7 +176,7 @@ func TestGRPC(t *testing.T) {
 
 // Load reports arrive over a real NATS server, from the subject ChatLinks publish on.
 func TestReportsOverNATS(t *testing.T) {
-	s, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

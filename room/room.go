@@ -1,13 +1,13 @@
 // Package room is the room service: it admits members into rooms (or refuses them: closed room,
 // banned user, full room), checks and stamps every message (id, server time) and broadcasts it on
 // the room's subject to the ChatLinks that hold members, and knows how many members each room has
-// on each node. It also serves the server API for app backends (api.go: gRPC, api_http.go: the
-// same calls over HTTP/JSON).
+// on each node. It does not serve app backends: the server API (package api) writes the Store and
+// asks this service over NATS.
 //
 // Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
 // watches the buckets, so checks on the hot path read memory. Membership is owned by the
 // ChatLinks: their reports tell every instance the members per room and node
-// (distribution.go), and member lists are asked of the nodes (members.go). Any number of
+// (distribution.go), and member lists are asked of the nodes by the server API. Any number of
 // instances share the work in a queue group; none holds state that only it has.
 package room
 
@@ -31,7 +31,7 @@ import (
 	"roomcast/tag"
 )
 
-// exprCacheSize bounds the compiled tag expressions a service or API instance keeps.
+// exprCacheSize bounds the compiled tag expressions a service instance keeps.
 const exprCacheSize = 4096
 
 // Limits on what a room accepts from a sender.
@@ -65,7 +65,7 @@ type Service struct {
 	log   *slog.Logger
 	ids   ids.Generator
 	subs  []*nats.Subscription
-	store *store
+	store *Store
 	cache *cache
 	dist  *distribution
 	hist  *history
@@ -102,7 +102,7 @@ func (s *Service) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if s.store, err = openStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+	if s.store, err = OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
 	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
@@ -209,7 +209,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		// The cache follows the store a little behind; the node's copy of the settings is
 		// kept current from here on by the announcements of changes (API.announceSettings).
 		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
-		r, _, err := s.store.getRoom(ctx, req.App, req.Room)
+		r, _, err := s.store.Room(ctx, req.App, req.Room)
 		cancel()
 		if err == nil {
 			settings = r.GetSettings()

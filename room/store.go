@@ -27,13 +27,16 @@ const (
 	BucketMemberTags = "rc_member_tags"
 )
 
-// store reads and writes rooms and member restrictions in JetStream KV. App, room and uid are
-// valid names (auth.ValidName), so they cannot contain the dots that separate key parts.
-type store struct {
+// Store reads and writes rooms, member restrictions and member tags in JetStream KV: the room
+// service watches it (cache), the server API writes it. App, room and uid are valid names
+// (auth.ValidName), so they cannot contain the dots that separate key parts.
+type Store struct {
 	rooms, restrictions, memberTags jetstream.KeyValue
 }
 
-func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error) {
+// OpenStore creates the KV buckets, or updates their configuration, with replicas copies each
+// (zero means 1).
+func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("room: jetstream: %w", err)
@@ -41,7 +44,7 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error)
 	if replicas <= 0 {
 		replicas = 1
 	}
-	s := &store{}
+	s := &Store{}
 	for bucket, kv := range map[string]*jetstream.KeyValue{BucketRooms: &s.rooms, BucketRestrictions: &s.restrictions, BucketMemberTags: &s.memberTags} {
 		*kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: bucket, History: 1, Replicas: replicas,
@@ -58,8 +61,8 @@ func roomKV(app, room string) string             { return app + "." + room }
 func memberTagsKV(app, uid string) string        { return app + "." + uid }
 func restrictionKV(app, room, uid string) string { return app + "." + room + "." + uid }
 
-// getRoom returns a room's record and its revision, or nil when it was never created.
-func (s *store) getRoom(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
+// Room returns a room's record and its revision, or nil when it was never created.
+func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
 	e, err := s.rooms.Get(ctx, roomKV(app, room))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -74,8 +77,8 @@ func (s *store) getRoom(ctx context.Context, app, room string) (*pb.Room, uint64
 	return &r, e.Revision(), nil
 }
 
-// createRoom stores r unless the room exists; it reports whether it did.
-func (s *store) createRoom(ctx context.Context, app string, r *pb.Room) (bool, error) {
+// CreateRoom stores r unless the room exists; it reports whether it did.
+func (s *Store) CreateRoom(ctx context.Context, app string, r *pb.Room) (bool, error) {
 	b, err := proto.Marshal(r)
 	if err != nil {
 		return false, err
@@ -90,19 +93,19 @@ func (s *store) createRoom(ctx context.Context, app string, r *pb.Room) (bool, e
 	return true, nil
 }
 
-// errRoomNotFound is what updateRoom's change function gets no chance to see.
-var errRoomNotFound = errors.New("room: not found")
+// ErrRoomNotFound is what UpdateRoom's change function gets no chance to see.
+var ErrRoomNotFound = errors.New("room: not found")
 
-// updateRoom applies change to a created room's record, retrying when another writer got there
+// UpdateRoom applies change to a created room's record, retrying when another writer got there
 // first. change may return an error to give up.
-func (s *store) updateRoom(ctx context.Context, app, room string, change func(*pb.Room) error) (*pb.Room, error) {
+func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*pb.Room) error) (*pb.Room, error) {
 	for {
-		r, rev, err := s.getRoom(ctx, app, room)
+		r, rev, err := s.Room(ctx, app, room)
 		if err != nil {
 			return nil, err
 		}
 		if r == nil {
-			return nil, errRoomNotFound
+			return nil, ErrRoomNotFound
 		}
 		if err := change(r); err != nil {
 			return nil, err
@@ -124,8 +127,8 @@ func (s *store) updateRoom(ctx context.Context, app, room string, change func(*p
 	}
 }
 
-// putMemberTags stores a user's tags.
-func (s *store) putMemberTags(ctx context.Context, app string, t *pb.MemberTags) error {
+// PutMemberTags stores a user's tags.
+func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags) error {
 	b, err := proto.Marshal(t)
 	if err != nil {
 		return err
@@ -136,8 +139,8 @@ func (s *store) putMemberTags(ctx context.Context, app string, t *pb.MemberTags)
 	return nil
 }
 
-// getMemberTags returns a user's stored tags, or nil.
-func (s *store) getMemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
+// MemberTags returns a user's stored tags, or nil.
+func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
 	e, err := s.memberTags.Get(ctx, memberTagsKV(app, uid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -152,9 +155,9 @@ func (s *store) getMemberTags(ctx context.Context, app, uid string) (*pb.MemberT
 	return &t, nil
 }
 
-// updateRestriction applies change to a user's restriction in a room (a new one when there is
+// UpdateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
-func (s *store) updateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
+func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
 	key := restrictionKV(app, room, uid)
 	for {
 		var r pb.MemberRestriction
@@ -207,7 +210,7 @@ type cache struct {
 }
 
 // watch starts watching the buckets and returns once their current contents are loaded.
-func (s *store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
+func (s *Store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
 	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction), memberTagsByKey: make(map[string]*pb.MemberTags)}
 	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions, s.memberTags} {
 		w, err := kv.WatchAll(context.Background())

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"roomcast/chatlink"
 	"roomcast/internal/devcluster"
 )
 
@@ -25,20 +24,14 @@ var webFiles embed.FS
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("dev", flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	listen := flags.String("listen", "127.0.0.1:8080", "address of the HTTP endpoint: dispatch, server API, /healthz, /metrics, demo page")
-	data := flags.String("data", "roomcast-data", "directory for JetStream's data")
-	chatlinks := flags.Int("chatlinks", 2, "how many ChatLink nodes to run")
-	natsPort := flags.Int("nats-port", 0, "embedded NATS port (0: a free port)")
-	plainWrites := flags.Bool("plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
-	readerGoroutines := flags.Bool("reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
-	egress := flags.Float64("egress-capacity", 0, "each ChatLink's egress capacity in bytes per second, the base of flow control (0: unlimited)")
-	flushTick := flags.Duration("flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
-	phaseMembers := flags.Int("phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
-	grpcListen := flags.String("grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
-	cityDB := flags.String("geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
-	ispDB := flags.String("geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
+	var cfg devcluster.Config
+	flags.StringVar(&cfg.DataDir, "data", "roomcast-data", "directory for JetStream's data")
+	flags.IntVar(&cfg.ChatLinks, "chatlinks", 2, "how many ChatLink nodes to run")
+	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
+	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
+	cfg.ChatLink = bindChatLinkFlags(flags)
 	verbose := flags.Bool("v", false, "log at debug level")
-	profiling := flags.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
+	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
 
@@ -53,11 +46,11 @@ secret and API key are fixed and printed.
 	if code := parseFlags(flags, args); code >= 0 {
 		return code
 	}
-	if *chatlinks < 1 || *chatlinks > 64 {
+	if cfg.ChatLinks < 1 || cfg.ChatLinks > 64 {
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
 		return 2
 	}
-	if err := os.MkdirAll(*data, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 1
 	}
@@ -65,39 +58,22 @@ secret and API key are fixed and printed.
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	page, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 1
 	}
+	cfg.Home = http.FileServerFS(page)
 
 	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	c, err := devcluster.Start(startCtx, devcluster.Config{
-		DataDir:    *data,
-		Listen:     *listen,
-		ChatLinks:  *chatlinks,
-		NATSPort:   *natsPort,
-		GRPCListen: *grpcListen,
-		Home:       http.FileServerFS(page),
-		Pprof:      *profiling,
-		Log:        log,
-		ChatLink: func(c *chatlink.Config) {
-			c.EgressCapacity = *egress
-			c.FlushTick = *flushTick
-			c.PhaseMembers = *phaseMembers
-			c.ReaderGoroutines = *readerGoroutines
-			c.PlainWrites = *plainWrites
-		},
-		CityDB: *cityDB,
-		ISPDB:  *ispDB,
-	})
+	c, err := devcluster.Start(startCtx, cfg)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 1
 	}
-	if *profiling {
+	if cfg.Pprof {
 		// After Start: the embedded NATS server sets the block profile rate (to its own
 		// option, 0) when it starts. One sample per 10µs spent blocked and one mutex
 		// contention event in 100: enough to see a serial stage under load without slowing
@@ -105,7 +81,7 @@ secret and API key are fixed and printed.
 		runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
 		runtime.SetMutexProfileFraction(100)
 	}
-	printBanner(stdout, c, *data)
+	printBanner(stdout, c, cfg.DataDir)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "roomcast dev: shutting down")
 	c.Close()

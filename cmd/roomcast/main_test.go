@@ -8,7 +8,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,8 +18,9 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/devnats"
+	"roomcast/internal/testutil"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
@@ -168,22 +168,11 @@ func TestPackagesHaveDocs(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestRolesAsSeparateProcesses runs the roles as production does, each with its own flags and
 // NATS connection (here in one test process, against a NATS server of their own), checks them
 // end to end with the probe, then drains one ChatLink with `roomcast drain`.
 func TestRolesAsSeparateProcesses(t *testing.T) {
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +190,13 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		go func() { r.done <- run(ctx, args, r.out, r.out) }()
 		return r
 	}
-	api := freeAddr(t)
+	api := testutil.FreeAddr(t)
 	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--api-key", "k1=demo")
 	var links []role
-	for _, name := range []string{"edge-a", "edge-b"} {
+	ops := []string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
+	for i, name := range []string{"edge-a", "edge-b"} {
 		links = append(links, start("chatlink", "--nats", ns.ClientURL(), "--node", name, "--secret", "demo="+devcluster.Secret,
-			"--ws", freeAddr(t), "--tcp", freeAddr(t), "--ops", freeAddr(t), "--drain-spread", "200ms"))
+			"--ws", testutil.FreeAddr(t), "--tcp", testutil.FreeAddr(t), "--ops", ops[i], "--drain-spread", "200ms"))
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -223,6 +213,20 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 			t.Fatalf("the ChatLinks did not show up in dispatch; services:\n%s", services.out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Both kinds of role answer /healthz in one JSON shape (internal/roles.Health).
+	for _, url := range []string{"http://" + api, "http://" + ops[0]} {
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h struct{ Status string }
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || h.Status != "ok" {
+			t.Fatalf("%s/healthz: %d %+v %v, want 200 and status ok", url, resp.StatusCode, h, err)
+		}
 	}
 
 	var out, errOut bytes.Buffer

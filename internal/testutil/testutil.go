@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -31,4 +32,16 @@ func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// FreeAddr returns a loopback address with a port free right now, for a listener a test names
+// before it opens.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

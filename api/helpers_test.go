@@ -1,4 +1,4 @@
-package room_test
+package api_test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -22,6 +23,14 @@ import (
 	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startCluster starts a cluster with one ChatLink for the test.
+func startCluster(t *testing.T) *devcluster.Cluster {
+	t.Helper()
+	return clustertest.Start(t, clustertest.ChatLinks(1))
+}
 
 // startClusterWith starts a cluster (one ChatLink unless opts say otherwise) for the test.
 func startClusterWith(t *testing.T, opts ...func(*devcluster.Config)) *devcluster.Cluster {

@@ -1,21 +1,11 @@
-package room_test
+package api_test
 
 import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func startCluster(t *testing.T) *devcluster.Cluster {
-	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(1))
-}
 
 func TestAPIBadInput(t *testing.T) {
 	c := startCluster(t)

@@ -1,8 +1,7 @@
-package room
+package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -39,9 +38,9 @@ func handle[Req, Resp proto.Message](method, pattern string, newReq func() Req, 
 	}
 }
 
-func (a *API) routes() {
-	a.mux = http.NewServeMux()
-	for _, r := range []route{
+// routes is the route list: each HTTP method and path and the API method it calls.
+func (a *API) routes() []route {
+	return []route{
 		handle("POST", "/v1/rooms", func() *pb.CreateRoomRequest { return new(pb.CreateRoomRequest) }, a.CreateRoom),
 		handle("PATCH", "/v1/rooms/{room}", func() *pb.UpdateRoomRequest { return new(pb.UpdateRoomRequest) }, a.UpdateRoom),
 		handle("POST", "/v1/rooms/{room}/close", func() *pb.CloseRoomRequest { return new(pb.CloseRoomRequest) }, a.CloseRoom),
@@ -58,13 +57,17 @@ func (a *API) routes() {
 		handle("GET", "/v1/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
 		handle("PUT", "/v1/users/{uid}/tags", func() *pb.SetMemberTagsRequest { return new(pb.SetMemberTagsRequest) }, a.SetMemberTags),
 		handle("GET", "/v1/users/{uid}/tags", func() *pb.GetMemberTagsRequest { return new(pb.GetMemberTagsRequest) }, a.GetMemberTags),
-	} {
-		a.mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
 	}
 }
 
-// ServeHTTP serves the API's routes.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// Register serves the API's routes on mux, each under its method and path: POST /v1/rooms and
+// what lies under /v1/rooms/, /v1/users/ and /v1/online. It is the one way to serve the API over
+// HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
+func (a *API) Register(mux *http.ServeMux) {
+	for _, r := range a.routes() {
+		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
+	}
+}
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
 	pathParams := []string{"room", "uid"}
@@ -140,53 +143,6 @@ func setQuery(m protoreflect.Message, r *http.Request) error {
 	return nil
 }
 
-// jsonMessage turns a message into what encoding/json writes as the API's JSON.
-func jsonMessage(m protoreflect.Message) map[string]any {
-	out := make(map[string]any)
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if fd.HasPresence() && !m.Has(fd) {
-			continue // an absent message or optional field
-		}
-		v := m.Get(fd)
-		switch {
-		case fd.IsList():
-			list := v.List()
-			arr := make([]any, list.Len())
-			for j := range arr {
-				arr[j] = jsonValue(fd, list.Get(j))
-			}
-			out[string(fd.Name())] = arr
-		case fd.IsMap():
-			obj := make(map[string]any)
-			v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-				obj[k.String()] = jsonValue(fd.MapValue(), v)
-				return true
-			})
-			out[string(fd.Name())] = obj
-		default:
-			out[string(fd.Name())] = jsonValue(fd, v)
-		}
-	}
-	return out
-}
-
-func jsonValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
-	switch fd.Kind() {
-	case protoreflect.MessageKind:
-		return jsonMessage(v.Message())
-	case protoreflect.EnumKind:
-		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return string(ev.Name())
-		}
-		return int32(v.Enum())
-	case protoreflect.BytesKind:
-		return v.Bytes() // base64, as encoding/json writes []byte
-	}
-	return v.Interface()
-}
-
 // ErrorBody is the JSON body of every HTTP error answer.
 type ErrorBody struct {
 	Code  uint32 `json:"code"`
@@ -194,21 +150,7 @@ type ErrorBody struct {
 	Error string `json:"error"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, err error) {
 	code, msg := errorCodeOf(err)
 	writeJSON(w, httpStatus(code), ErrorBody{Code: uint32(code), Name: codeName(code), Error: msg})
-}
-
-// httpStatus maps an error code to the HTTP status that answers it.
-func httpStatus(code pb.ErrorCode) int {
-	if m, ok := errorMappings[code]; ok {
-		return m.http
-	}
-	return http.StatusInternalServerError
 }

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/room"
+)
+
+// Errors of the server API: each carries an ErrorCode (docs/protocol.md#4-error-codes-errorcode)
+// in a gRPC status, which maps to a gRPC code and an HTTP status.
+
+// apiError is an error of the API: a gRPC status whose ErrorInfo detail carries the ErrorCode.
+func apiError(code pb.ErrorCode, format string, args ...any) error {
+	st := status.New(grpcCode(code), fmt.Sprintf(format, args...))
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason:   codeName(code),
+		Domain:   "roomcast",
+		Metadata: map[string]string{"code": strconv.Itoa(int(code))},
+	}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+func codeName(code pb.ErrorCode) string { return strings.TrimPrefix(code.String(), "ERROR_CODE_") }
+
+// grpcCode maps an error code to the gRPC status code that carries it.
+func grpcCode(code pb.ErrorCode) codes.Code {
+	if m, ok := errorMappings[code]; ok {
+		return m.grpc
+	}
+	return codes.Internal
+}
+
+// errorMappings gives each error code its gRPC code and HTTP status (httpStatus); a code not
+// here is Internal / 500.
+var errorMappings = map[pb.ErrorCode]struct {
+	grpc codes.Code
+	http int
+}{
+	pb.ErrorCode_ERROR_CODE_OK:                {codes.OK, http.StatusOK},
+	pb.ErrorCode_ERROR_CODE_BAD_REQUEST:       {codes.InvalidArgument, http.StatusBadRequest},
+	pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR:      {codes.InvalidArgument, http.StatusBadRequest},
+	pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE: {codes.ResourceExhausted, http.StatusRequestEntityTooLarge},
+	pb.ErrorCode_ERROR_CODE_RATE_LIMITED:      {codes.ResourceExhausted, http.StatusTooManyRequests},
+	pb.ErrorCode_ERROR_CODE_FORBIDDEN:         {codes.PermissionDenied, http.StatusForbidden},
+	pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND:    {codes.NotFound, http.StatusNotFound},
+	pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND:    {codes.NotFound, http.StatusNotFound},
+	pb.ErrorCode_ERROR_CODE_CONFLICT:          {codes.FailedPrecondition, http.StatusConflict},
+	pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:      {codes.Unauthenticated, http.StatusUnauthorized},
+	pb.ErrorCode_ERROR_CODE_UNAVAILABLE:       {codes.Unavailable, http.StatusServiceUnavailable},
+}
+
+// errorCodeOf recovers the ErrorCode of an error returned by an API method.
+func errorCodeOf(err error) (pb.ErrorCode, string) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return pb.ErrorCode_ERROR_CODE_INTERNAL, err.Error()
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			if n, err := strconv.Atoi(info.Metadata["code"]); err == nil {
+				return pb.ErrorCode(n), st.Message()
+			}
+		}
+	}
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		return pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, st.Message()
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return pb.ErrorCode_ERROR_CODE_UNAVAILABLE, st.Message()
+	}
+	return pb.ErrorCode_ERROR_CODE_INTERNAL, st.Message()
+}
+
+// internal logs err and returns the error a caller sees: UNAVAILABLE when a service or JetStream
+// did not answer in time, INTERNAL otherwise.
+func (a *API) internal(what string, err error) error {
+	a.log.Warn(what, "err", err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return apiError(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "%s: a service did not answer in time", what)
+	}
+	return apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "%s failed", what)
+}
+
+func badName(what, v string) error {
+	return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%s %q must be 1-128 characters of A-Z a-z 0-9 _ -", what, v)
+}
+
+// storeError turns an error of a KV update into the API's answer.
+func (a *API) storeError(what, id string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, room.ErrRoomNotFound):
+		return apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q was not created", id)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return a.internal(what, err)
+}
+
+// httpStatus maps an error code to the HTTP status that answers it.
+func httpStatus(code pb.ErrorCode) int {
+	if m, ok := errorMappings[code]; ok {
+		return m.http
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,125 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/room"
+)
+
+// Sends: to a room, a batch to a room, and to users' sessions wherever they are.
+
+// message checks the parts of a message common to sends to a room and to users.
+func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane, []byte, error) {
+	lane, ok := ParseLane(laneName)
+	switch {
+	case !ok:
+		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "lane %q is not critical, normal or bulk", laneName)
+	case text != "" && len(binary) > 0:
+		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "set body or body_base64, not both")
+	case sender != "" && !auth.ValidName(sender):
+		return 0, nil, badName("sender", sender)
+	}
+	body := binary
+	if text != "" {
+		body = []byte(text)
+	}
+	if rep := room.ValidateSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}, nil); rep != nil {
+		return 0, nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	}
+	return lane, body, nil
+}
+
+// ParseLane maps a lane name to its Lane; "" is normal.
+func ParseLane(s string) (pb.Lane, bool) {
+	switch strings.ToLower(s) {
+	case "", "normal":
+		return pb.Lane_LANE_NORMAL, true
+	case "critical":
+		return pb.Lane_LANE_CRITICAL, true
+	case "bulk":
+		return pb.Lane_LANE_BULK, true
+	}
+	return 0, false
+}
+
+// SendToRoom implements RoomcastAPI.
+func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.SendResponse, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
+	}
+	// message checked type, lane and body; the room service checks the tag expression.
+	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectRoomSend, send, &rep); err != nil {
+		return nil, err
+	}
+	return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
+}
+
+// SendBatchToRoom implements RoomcastAPI.
+func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomRequest) (*pb.SendBatchResponse, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if n := len(req.Messages); n == 0 || n > room.MaxBatch {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", room.MaxBatch, n)
+	}
+	batch := &pb.SendBatchRequest{Sends: make([]*pb.SendRequest, len(req.Messages))}
+	for i, m := range req.Messages {
+		lane, body, err := message(m.Type, m.Lane, m.Body, m.BodyBase64, m.Sender)
+		if err != nil {
+			code, msg := errorCodeOf(err)
+			return nil, apiError(code, "message %d: %s", i, msg)
+		}
+		batch.Sends[i] = &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: m.Sender, Type: m.Type, Lane: lane, Body: body, TagExpr: m.TagExpr}
+	}
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectRoomSendBatch, batch, &rep); err != nil {
+		return nil, err
+	}
+	return &pb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
+}
+
+// SendToUsers implements RoomcastAPI.
+func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.SendToUsersResponse, error) {
+	app := appOf(ctx)
+	if len(req.Uids) == 0 || len(req.Uids) > maxUIDsPerSend {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uids must list 1 to %d users", maxUIDsPerSend)
+	}
+	for _, uid := range req.Uids {
+		if !auth.ValidName(uid) {
+			return nil, badName("uid", uid)
+		}
+	}
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := a.sessionsOf(ctx, app, req.Uids...)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	m := &pb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
+	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_DELIVER, App: app, Message: m})
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Sessions: n, Offline: []string{}}
+	for _, uid := range req.Uids {
+		if !slices.ContainsFunc(sessions, func(s *pb.SessionEvent) bool { return s.Uid == uid }) && !slices.Contains(out.Offline, uid) {
+			out.Offline = append(out.Offline, uid)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"roomcast/internal/auth"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Moderation: kick a user's sessions, mute a room, mute or ban a member of a room.
+
+// Kick implements RoomcastAPI.
+func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
+	app := appOf(ctx)
+	switch {
+	case !auth.ValidName(req.Uid):
+		return nil, badName("uid", req.Uid)
+	case req.Room != "" && !auth.ValidName(req.Room):
+		return nil, badName("room", req.Room)
+	case len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason):
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	sessions, err := a.sessionsOf(ctx, app, req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	sessions = slices.DeleteFunc(sessions, func(s *pb.SessionEvent) bool {
+		return (req.Room != "" && s.Room != req.Room) || (req.SessionId != "" && s.SessionId != req.SessionId)
+	})
+	if len(sessions) == 0 {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "user %q has no such session online", req.Uid)
+	}
+	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_KICK, App: app, Reason: req.Reason})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.KickResponse{Kicked: n}, nil
+}
+
+// MuteRoom implements RoomcastAPI.
+func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
+		r.Muted, r.UpdatedMs = req.Muted, time.Now().UnixMilli()
+		return nil
+	})
+	return r, a.storeError("mute room", req.Room, err)
+}
+
+// restrict checks a mute or ban request and writes it.
+func (a *API) restrict(ctx context.Context, room, uid string, duration int64, change func(r *pb.MemberRestriction, until int64)) (*pb.MemberRestriction, error) {
+	app := appOf(ctx)
+	switch {
+	case !auth.ValidName(uid):
+		return nil, badName("uid", uid)
+	case duration < 0:
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	}
+	if _, _, err := a.existing(ctx, app, room); err != nil {
+		return nil, err
+	}
+	var until int64
+	if duration > 0 {
+		until = time.Now().UnixMilli() + duration
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.UpdateRestriction(ctx, app, room, uid, func(r *pb.MemberRestriction) { change(r, until) })
+	if err != nil {
+		return nil, a.internal("write restriction", err)
+	}
+	return r, nil
+}
+
+// MuteMember implements RoomcastAPI.
+func (a *API) MuteMember(ctx context.Context, req *pb.MuteMemberRequest) (*pb.MemberRestriction, error) {
+	return a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+		r.Muted, r.MutedUntilMs = !req.Lift, until
+		if req.Lift {
+			r.MutedUntilMs = 0
+		}
+	})
+}
+
+// BanMember implements RoomcastAPI. The ban is written first, so the room service refuses the
+// user's next logins; then every node is told, so it kicks the user's sessions in the room and
+// refuses the logins that passed the room service's check just before.
+func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanMemberResponse, error) {
+	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	r, err := a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+		r.Banned, r.BannedUntilMs, r.Reason = !req.Lift, until, req.Reason
+		if req.Lift {
+			r.BannedUntilMs, r.Reason = 0, ""
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if req.Lift {
+		// The nodes forget the ban too, or they would refuse the user's next login for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Lift: true}); err != nil {
+			return nil, err
+		}
+		return &pb.BanMemberResponse{Restriction: r}, nil
+	}
+	sessions, err := a.sessionsOf(ctx, appOf(ctx), req.Uid)
+	if err != nil {
+		return nil, err
+	}
+	var kicked int64
+	for _, s := range sessions {
+		if s.Room == req.Room {
+			kicked++
+		}
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "banned from this room"
+	}
+	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Reason: reason}); err != nil {
+		return nil, err
+	}
+	return &pb.BanMemberResponse{Restriction: r, Kicked: kicked}, nil
+}

@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"time"
+	"unicode/utf8"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
+)
+
+// Room calls: create, update, close and get a room, and the checks of a room's fields and
+// settings.
+
+func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, error) {
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
+		return nil, err
+	}
+	return rep.Room, nil
+}
+
+// existing returns a room's record (nil for an implicit room) and its members online; a room
+// that was never created and has nobody online does not exist.
+func (a *API) existing(ctx context.Context, app, room string) (*pb.Room, *pb.RoomInfo, error) {
+	if !auth.ValidName(room) {
+		return nil, nil, badName("room", room)
+	}
+	meta, _, err := a.store.Room(ctx, app, room)
+	if err != nil {
+		return nil, nil, a.internal("read room", err)
+	}
+	info, err := a.roomInfo(ctx, app, room)
+	if err != nil {
+		return nil, nil, err
+	}
+	if meta == nil && info.Online == 0 {
+		return nil, nil, apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q does not exist", room)
+	}
+	return meta, info, nil
+}
+
+func (a *API) checkSettings(s *pb.RoomSettings) error {
+	switch {
+	case s == nil:
+		return nil
+	case s.FlushTickMs > MaxFlushTickMS:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "flush_tick_ms must be at most %d", MaxFlushTickMS)
+	case s.ScopePrefix != "" && tag.Validate([]string{s.ScopePrefix}) != nil:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
+	case s.MaxMembers < 0:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
+	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
+	}
+	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr} {
+		if src == "" {
+			continue
+		}
+		if _, err := a.exprs.Get(src); err != nil {
+			return apiError(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%s: %v", name, err)
+		}
+	}
+	return nil
+}
+
+// MaxFlushTickMS bounds a room's flush tick.
+const MaxFlushTickMS = 1000
+
+// announceSettings tells the ChatLinks holding a room that its settings changed; they apply
+// them in order with the room's messages.
+func (a *API) announceSettings(app string, r *pb.Room) {
+	if r == nil {
+		return
+	}
+	settings := r.Settings
+	if settings == nil {
+		settings = &pb.RoomSettings{}
+	}
+	if err := bus.Publish(a.cfg.Bus, bus.RoomSubject(app, r.Room), &pb.RoomBatch{Settings: settings}); err != nil {
+		a.log.Warn("settings change not announced", "app", app, "room", r.Room, "err", err)
+	}
+}
+
+func checkRoomFields(name, owner string) error {
+	switch {
+	case len(name) > maxNameBytes || !utf8.ValidString(name):
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "name must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	case owner != "" && !auth.ValidName(owner):
+		return badName("owner", owner)
+	}
+	return nil
+}
+
+// CreateRoom implements RoomcastAPI.
+func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.CreateRoomResponse, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if err := checkRoomFields(req.Name, req.Owner); err != nil {
+		return nil, err
+	}
+	if err := a.checkSettings(req.Settings); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	now := time.Now().UnixMilli()
+	settings := req.Settings
+	if settings == nil {
+		settings = &pb.RoomSettings{}
+	}
+	r := &pb.Room{Room: req.Room, Name: req.Name, Owner: req.Owner, CreatedMs: now, UpdatedMs: now, Status: pb.RoomStatus_ROOM_STATUS_OPEN, Settings: settings}
+	created, err := a.store.CreateRoom(ctx, app, r)
+	if err != nil {
+		return nil, a.internal("create room", err)
+	}
+	if created {
+		// Members may be in the room already: rooms open implicitly at their first login.
+		a.announceSettings(app, r)
+		return &pb.CreateRoomResponse{Room: r, Created: true}, nil
+	}
+	reopened := false
+	r, err = a.store.UpdateRoom(ctx, app, req.Room, func(old *pb.Room) error {
+		reopened = old.Status == pb.RoomStatus_ROOM_STATUS_CLOSED
+		if reopened {
+			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, pb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, a.internal("create room", err)
+	}
+	if reopened {
+		a.announceSettings(app, r)
+		// The nodes forget the close, or they would refuse logins for a while.
+		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Lift: true}); err != nil {
+			return nil, err
+		}
+	}
+	return &pb.CreateRoomResponse{Room: r, Created: reopened}, nil
+}
+
+// UpdateRoom implements RoomcastAPI.
+func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Room, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if err := checkRoomFields(req.GetName(), req.GetOwner()); err != nil {
+		return nil, err
+	}
+	if err := a.checkSettings(req.Settings); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.UpdateRoom(ctx, app, req.Room, func(r *pb.Room) error {
+		if r.Status == pb.RoomStatus_ROOM_STATUS_CLOSED {
+			return apiError(pb.ErrorCode_ERROR_CODE_CONFLICT, "room %q is closed; create it again to reopen it", req.Room)
+		}
+		if req.Name != nil {
+			r.Name = *req.Name
+		}
+		if req.Owner != nil {
+			r.Owner = *req.Owner
+		}
+		if req.Settings != nil {
+			r.Settings = req.Settings
+		}
+		r.UpdatedMs = time.Now().UnixMilli()
+		return nil
+	})
+	if err == nil && req.Settings != nil {
+		a.announceSettings(app, r)
+	}
+	return r, a.storeError("update room", req.Room, err)
+}
+
+// CloseRoom implements RoomcastAPI.
+func (a *API) CloseRoom(ctx context.Context, req *pb.CloseRoomRequest) (*pb.CloseRoomResponse, error) {
+	app := appOf(ctx)
+	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	meta, info, err := a.existing(ctx, app, req.Room)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	now := time.Now().UnixMilli()
+	closeIt := func(r *pb.Room) error {
+		r.Status, r.CloseReason, r.UpdatedMs = pb.RoomStatus_ROOM_STATUS_CLOSED, req.Reason, now
+		return nil
+	}
+	if meta == nil {
+		// An implicit room with members: record it, closed.
+		r := &pb.Room{Room: req.Room, CreatedMs: now, Settings: &pb.RoomSettings{}}
+		_ = closeIt(r)
+		if _, err := a.store.CreateRoom(ctx, app, r); err != nil {
+			return nil, a.internal("close room", err)
+		}
+	}
+	r, err := a.store.UpdateRoom(ctx, app, req.Room, closeIt)
+	if err != nil {
+		return nil, a.storeError("close room", req.Room, err)
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "room closed"
+	}
+	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Reason: reason}); err != nil {
+		return nil, err
+	}
+	return &pb.CloseRoomResponse{Room: r, Kicked: info.Online}, nil
+}
+
+// GetRoom implements RoomcastAPI.
+func (a *API) GetRoom(ctx context.Context, req *pb.GetRoomRequest) (*pb.GetRoomResponse, error) {
+	meta, info, err := a.existing(ctx, appOf(ctx), req.Room)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.GetRoomResponse{Room: req.Room, Online: info.Online, Nodes: info.Nodes, Meta: meta}, nil
+}

@@ -1,0 +1,116 @@
+// Package api is the server API for app backends: the gRPC service roomcast.v1.RoomcastAPI
+// (proto/api.proto) and the same calls over HTTP/JSON (http.go). It manages rooms (rooms.go),
+// lists their members (members.go), sends to rooms and users (messages.go), kicks, mutes and bans
+// (moderation.go), and answers about users, their sessions and tags (users.go).
+//
+// Every call carries an API key, which names the app it acts for; rooms and users of other apps
+// are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
+// JetStream KV (room.Store) and asks the room and presence services and the ChatLinks over NATS
+// (requests.go), so any number of instances can serve. It must not reach into a component but
+// through the bus and the room store.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/ids"
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/room"
+	"roomcast/tag"
+)
+
+// Limits of the server API.
+const (
+	// maxAPIBody limits a request: an HTTP body, or a gRPC message.
+	maxAPIBody = 64 << 10
+	// maxUIDsPerSend limits the users one SendToUsers names.
+	maxUIDsPerSend = 100
+	// maxNameBytes limits a room's display name.
+	maxNameBytes = 256
+	// defaultPageSize and maxPageSize bound a member list page.
+	defaultPageSize = 100
+	maxPageSize     = 1000
+	// exprCacheSize bounds the compiled tag expressions an API instance keeps.
+	exprCacheSize = 4096
+)
+
+// Config configures the server API.
+type Config struct {
+	// Bus is the NATS connection to the services. Required; its server must have JetStream.
+	Bus *nats.Conn
+	// Keys maps API keys to apps. Required.
+	Keys auth.APIKeys
+	// Timeout bounds each request to a service or a node. Zero value means 3s.
+	Timeout time.Duration
+	// Log receives the API's logs. Zero value means none.
+	Log *slog.Logger
+	// KVReplicas is the replication of the KV buckets, when the API creates them. Zero value
+	// means 1.
+	KVReplicas int
+}
+
+// withDefaults checks the required fields and fills in the zero values' defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Bus == nil {
+		return c, errors.New("api: Config.Bus is required")
+	}
+	if len(c.Keys) == 0 {
+		return c, errors.New("api: Config.Keys needs at least one key")
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 3 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.KVReplicas <= 0 {
+		c.KVReplicas = 1
+	}
+	return c, nil
+}
+
+// API is the server API. Its methods implement RoomcastAPI; Register serves them over HTTP and
+// NewGRPCServer over gRPC.
+type API struct {
+	pb.UnimplementedRoomcastAPIServer
+
+	cfg   Config
+	log   *slog.Logger // cfg.Log, naming the API in each record
+	store *room.Store
+	ids   ids.Generator
+	exprs *tag.Cache // tag expressions checked, compiled once
+}
+
+var _ pb.RoomcastAPIServer = (*API)(nil)
+
+// New opens the KV buckets and returns the server API.
+func New(cfg Config) (*API, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := room.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, exprs: tag.NewCache(exprCacheSize)}, nil
+}
+
+// NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
+// grpcurl). The caller serves it on a listener and stops it.
+func (a *API) NewGRPCServer() *grpc.Server {
+	s := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody))
+	pb.RegisterRoomcastAPIServer(s, a)
+	reflection.Register(s)
+	return s
+}

@@ -1,0 +1,31 @@
+package api
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/auth"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	keys := auth.APIKeys{"k": "app"}
+	if _, err := (Config{Keys: keys}).withDefaults(); err == nil {
+		t.Error("a config without Bus was accepted")
+	}
+	if _, err := (Config{Bus: &nats.Conn{}}).withDefaults(); err == nil {
+		t.Error("a config without Keys was accepted")
+	}
+	cfg, err := Config{Bus: &nats.Conn{}, Keys: keys}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Timeout != 3*time.Second || cfg.Log == nil || cfg.KVReplicas != 1 {
+		t.Fatalf("defaults: Timeout %v, Log %v, KVReplicas %d; want 3s, a logger, 1", cfg.Timeout, cfg.Log, cfg.KVReplicas)
+	}
+	cfg, err = Config{Bus: &nats.Conn{}, Keys: keys, Timeout: time.Second, KVReplicas: 3}.withDefaults()
+	if err != nil || cfg.Timeout != time.Second || cfg.KVReplicas != 3 {
+		t.Fatalf("set values: %+v %v, want them kept", cfg, err)
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"roomcast/chatlink"
+)
+
+// pairs is a repeatable flag of KEY=VALUE pairs.
+type pairs map[string]string
+
+func (p pairs) String() string { return fmt.Sprint(map[string]string(p)) }
+
+func (p pairs) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" || v == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	p[k] = v
+	return nil
+}
+
+// parseFlags parses args, printing usage on --help; it returns the exit code to use when the
+// caller should stop (0 after --help, 2 after a bad flag) and -1 to go on.
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "roomcast %s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		return 2
+	}
+	return -1
+}
+
+// bindNATSFlag binds --nats, the NATS server of the commands that connect to one.
+func bindNATSFlag(fs *flag.FlagSet, url *string) {
+	fs.StringVar(url, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+}
+
+// bindServicesFlags binds the flags of the services role that `roomcast services` and
+// `roomcast dev` share: its two endpoints and the dispatcher's GeoIP databases.
+func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *string) {
+	fs.StringVar(listen, "listen", "127.0.0.1:8080", "address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics (and dev's demo page)")
+	fs.StringVar(grpcListen, "grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
+	fs.StringVar(cityDB, "geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
+	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
+}
+
+// bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;
+// after parsing, the returned function sets them in a node's config.
+func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
+	var (
+		egress           float64
+		flushTick        time.Duration
+		phaseMembers     int
+		plainWrites      bool
+		readerGoroutines bool
+	)
+	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
+	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
+	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
+	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
+	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
+	return func(c *chatlink.Config) {
+		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
+		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
+	}
+}

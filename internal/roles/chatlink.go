@@ -1,0 +1,132 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/chatlink"
+)
+
+// ChatLinkConfig configures the ChatLink role.
+type ChatLinkConfig struct {
+	// NATSURL is the NATS server's URL(s), comma-separated. Required.
+	NATSURL string
+	// NATSOptions add to the options of the node's NATS connection (bus.Connect); the dev
+	// assembly passes nats.InProcessServer. Zero value means none.
+	NATSOptions []nats.Option
+	// Node configures the node; its Bus and Registry are set here, and its Log receives the
+	// role's logs too.
+	Node chatlink.Config
+	// Registry receives the node's metrics and is served on the ops endpoint. Zero value means
+	// a new registry with the Go runtime's and the process's collectors.
+	Registry *prometheus.Registry
+	// OpsListen is the address of the node's /metrics, /healthz and /debug/pprof/: keep it
+	// private. Zero value means no ops endpoint (the dev assembly serves its nodes' metrics on
+	// the services' endpoint).
+	OpsListen string
+}
+
+func (c ChatLinkConfig) withDefaults() (ChatLinkConfig, error) {
+	if c.NATSURL == "" {
+		return c, errors.New("roles: ChatLinkConfig.NATSURL is required")
+	}
+	if c.Registry == nil {
+		c.Registry = newRegistry()
+	}
+	if c.Node.Log == nil {
+		c.Node.Log = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// ChatLink is a running ChatLink role.
+type ChatLink struct {
+	Node *chatlink.Node
+
+	bus          *busConns
+	opsLn        net.Listener
+	ops          *httpServer
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// StartChatLink connects to NATS, starts the node and serves its ops endpoint. On error,
+// whatever had started is stopped.
+func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Node.Log
+	c := &ChatLink{bus: &busConns{url: cfg.NATSURL, opts: cfg.NATSOptions, log: log}}
+	defer func() {
+		if err != nil {
+			_ = c.Shutdown(context.Background())
+		}
+	}()
+	// The ops listener first: an address in use fails the start before the node takes its
+	// name's lease.
+	if cfg.OpsListen != "" {
+		if c.opsLn, err = net.Listen("tcp", cfg.OpsListen); err != nil {
+			return nil, listenError("ops", cfg.OpsListen, err)
+		}
+	}
+	ncfg := cfg.Node
+	if ncfg.Bus, err = c.bus.connect("chatlink " + ncfg.Node); err != nil {
+		return nil, err
+	}
+	ncfg.Registry = cfg.Registry
+	node, err := chatlink.New(ncfg)
+	if err != nil {
+		return nil, err
+	}
+	// A node whose Start fails has stopped what it started: Shutdown is for started nodes.
+	if err = node.Start(); err != nil {
+		return nil, err
+	}
+	c.Node = node
+	if c.opsLn != nil {
+		c.ops = serveHTTP(c.opsLn, newMux(cfg.Registry, c.health, true), log)
+	}
+	return c, nil
+}
+
+// health makes the node unavailable while its NATS connection is down: it can neither log
+// clients in nor hear its rooms.
+func (c *ChatLink) health(h *Health) error {
+	conns := c.Node.Connections()
+	h.Node, h.Connections = c.Node.Name(), &conns
+	return c.bus.connected()
+}
+
+// OpsAddr returns the host:port of the ops endpoint, or "" without one.
+func (c *ChatLink) OpsAddr() string {
+	if c.opsLn == nil {
+		return ""
+	}
+	return c.opsLn.Addr().String()
+}
+
+// Shutdown shuts the node down (chatlink.Node.Shutdown: its clients are told to reconnect
+// elsewhere, and closed when ctx ends), then stops the ops endpoint and closes the NATS
+// connection. It may be called more than once, and after the node drained; later calls return
+// the first call's result.
+func (c *ChatLink) Shutdown(ctx context.Context) error {
+	c.shutdownOnce.Do(func() {
+		if c.Node != nil {
+			c.shutdownErr = c.Node.Shutdown(ctx)
+		}
+		if c.ops != nil {
+			c.ops.stop()
+		} else if c.opsLn != nil {
+			_ = c.opsLn.Close()
+		}
+		c.bus.close()
+	})
+	return c.shutdownErr
+}

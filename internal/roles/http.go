@@ -1,0 +1,133 @@
+package roles
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"roomcast/dispatcher"
+)
+
+// stopTimeout bounds how long an HTTP or gRPC server waits for its calls in flight to end
+// before it closes them.
+const stopTimeout = 2 * time.Second
+
+// Health is the body of every role's GET /healthz, one shape for all of them: Status is "ok"
+// (HTTP 200) or "unavailable" (HTTP 503, with Error saying why); the other fields are the
+// role's own and left out by the roles that have none.
+type Health struct {
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+	// ChatLinks is how many ChatLinks the services' dispatcher knows live.
+	ChatLinks *int `json:"chatlinks,omitempty"`
+	// Dispatcher is the services' dispatcher.Health (its mode is "load-only" without GeoIP
+	// databases).
+	Dispatcher *dispatcher.Health `json:"dispatcher,omitempty"`
+	// Node is a ChatLink's name, Connections its open client connections.
+	Node        string `json:"node,omitempty"`
+	Connections *int   `json:"connections,omitempty"`
+}
+
+// newMux returns a mux with the routes every role's HTTP endpoint has: GET /metrics from reg,
+// GET /healthz from health (which fills h and returns why the role is unavailable, or nil) and,
+// with profiles, Go's profiles under /debug/pprof/.
+func newMux(reg prometheus.Gatherer, health func(h *Health) error, profiles bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := Health{Status: "ok"}
+		code := http.StatusOK
+		if err := health(&h); err != nil {
+			h.Status, h.Error, code = "unavailable", err.Error(), http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(h)
+	})
+	if profiles {
+		// The index serves the named profiles too: heap, block, mutex, goroutine, ... Not
+		// /debug/pprof/cmdline: a command line holds secrets (--secret).
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// httpServer serves HTTP on a listener until stop.
+type httpServer struct {
+	srv  *http.Server
+	done chan struct{} // closed when Serve has returned
+}
+
+func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
+	s := &httpServer{
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       2 * time.Minute, // without it an idle keep-alive connection is kept forever
+		},
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	log.Info("serving", "addr", ln.Addr().String())
+	return s
+}
+
+// stop lets calls in flight end for stopTimeout, then closes their connections.
+func (s *httpServer) stop() {
+	// Shutdown, unlike Close, waits for the connections' goroutines to finish.
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.done
+}
+
+// grpcServer serves gRPC on a listener until stop.
+type grpcServer struct {
+	srv  *grpc.Server
+	done chan struct{} // closed when Serve has returned
+}
+
+func serveGRPC(ln net.Listener, srv *grpc.Server, log *slog.Logger) *grpcServer {
+	s := &grpcServer{srv: srv, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		if err := srv.Serve(ln); err != nil {
+			log.Error("grpc server", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	log.Info("serving gRPC", "addr", ln.Addr().String())
+	return s
+}
+
+// stop lets calls in flight end for stopTimeout, then cancels them: GracefulStop alone would
+// wait for a stream that never ends.
+func (s *grpcServer) stop() {
+	stopped := make(chan struct{})
+	go func() { s.srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopTimeout):
+		s.srv.Stop()
+		<-stopped
+	}
+	<-s.done
+}

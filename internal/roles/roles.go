@@ -1,0 +1,75 @@
+// Package roles starts Roomcast's roles from their configs: the services role (the room and
+// presence services, the dispatcher, the server API over HTTP and gRPC, health and metrics) and
+// the ChatLink role (one edge node and its ops endpoint). `roomcast services`, `roomcast
+// chatlink` and the dev assembly (internal/devcluster) all start their roles here, so the wiring
+// is written once. It only wires: no business logic (the components hold it), no flags (cmd/
+// parses them) and no NATS server (roles connect to one they are given).
+package roles
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"roomcast/internal/bus"
+)
+
+// busConns dials a role's NATS connections, one per component, and closes them together.
+type busConns struct {
+	url  string
+	opts []nats.Option
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards conns: health checks read it while a restart adds to it
+	conns []*nats.Conn
+}
+
+// connect dials NATS for the component called name.
+func (b *busConns) connect(name string) (*nats.Conn, error) {
+	nc, err := bus.Connect(b.url, name, b.log, b.opts...)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.conns = append(b.conns, nc)
+	b.mu.Unlock()
+	return nc, nil
+}
+
+// connected returns an error unless every connection is up.
+func (b *busConns) connected() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, nc := range b.conns {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+	}
+	return nil
+}
+
+func (b *busConns) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, nc := range b.conns {
+		nc.Close()
+	}
+	b.conns = nil
+}
+
+// newRegistry returns a metrics registry with the Go runtime's and the process's collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// listenError names the listener that could not open.
+func listenError(what, addr string, err error) error {
+	return fmt.Errorf("roles: %s listener on %s: %w", what, addr, err)
+}

@@ -1,0 +1,273 @@
+package roles
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/api"
+	"roomcast/dispatcher"
+	"roomcast/presence"
+	"roomcast/room"
+)
+
+// ServicesConfig configures the services role.
+type ServicesConfig struct {
+	// NATSURL is the NATS server's URL(s), comma-separated. Required.
+	NATSURL string
+	// NATSOptions add to the options of every NATS connection (bus.Connect); the dev assembly
+	// passes nats.InProcessServer. Zero value means none.
+	NATSOptions []nats.Option
+	// Listen is the address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics.
+	// Zero value means 127.0.0.1:0.
+	Listen string
+	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
+	// and the dispatcher. Zero value means 127.0.0.1:0.
+	GRPCListen string
+	// Instances is how many instances of the room and presence services run in this process:
+	// more than one lets the dev assembly and tests exercise the queue groups as several
+	// processes would. Zero value means 1.
+	Instances int
+	// Room, Presence, Dispatcher and API configure the components; each one's Bus and Log are
+	// set here, and the dispatcher's Registry. The dispatcher reloads its GeoIP databases on
+	// SIGHUP when it has any (ReloadOnSIGHUP is set then).
+	Room       room.Config
+	Presence   presence.Config
+	Dispatcher dispatcher.Config
+	API        api.Config
+	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
+	// with the Go runtime's and the process's collectors.
+	Registry *prometheus.Registry
+	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP endpoint: never where others
+	// can reach it. Zero value means none.
+	Pprof bool
+	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
+	// demo page and tokens).
+	Routes func(*http.ServeMux)
+	// Log receives every component's logs. Zero value means none.
+	Log *slog.Logger
+}
+
+func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
+	if c.NATSURL == "" {
+		return c, errors.New("roles: ServicesConfig.NATSURL is required")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.GRPCListen == "" {
+		c.GRPCListen = "127.0.0.1:0"
+	}
+	if c.Instances <= 0 {
+		c.Instances = 1
+	}
+	if c.Registry == nil {
+		c.Registry = newRegistry()
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	c.Dispatcher.ReloadOnSIGHUP = c.Dispatcher.ReloadOnSIGHUP || c.Dispatcher.CityDB != "" || c.Dispatcher.ISPDB != ""
+	return c, nil
+}
+
+// Services is a running services role.
+type Services struct {
+	Rooms      []*room.Service
+	Presences  []*presence.Service
+	Dispatcher *dispatcher.Dispatcher
+	API        *api.API
+	// Registry is the one served on /metrics (ServicesConfig.Registry).
+	Registry *prometheus.Registry
+
+	cfg       ServicesConfig
+	bus       *busConns
+	httpLn    net.Listener
+	grpcLn    net.Listener
+	http      *httpServer
+	grpc      *grpcServer
+	closeOnce sync.Once
+}
+
+// StartServices starts the services role and serves its HTTP and gRPC endpoints. On error,
+// whatever had started is stopped.
+func StartServices(cfg ServicesConfig) (_ *Services, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Services{cfg: cfg, Registry: cfg.Registry, bus: &busConns{url: cfg.NATSURL, opts: cfg.NATSOptions, log: cfg.Log}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	// The listeners first: an address in use fails the start before anything runs.
+	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, listenError("HTTP", cfg.Listen, err)
+	}
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return nil, listenError("gRPC", cfg.GRPCListen, err)
+	}
+	for i := range cfg.Instances {
+		r, err := s.startRoom(i)
+		if r != nil {
+			s.Rooms = append(s.Rooms, r)
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := s.startPresence(i)
+		if p != nil {
+			s.Presences = append(s.Presences, p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	dcfg := cfg.Dispatcher
+	if dcfg.Bus, err = s.bus.connect("dispatcher"); err != nil {
+		return nil, err
+	}
+	dcfg.Registry, dcfg.Log = cfg.Registry, cfg.Log
+	if s.Dispatcher, err = dispatcher.New(dcfg); err != nil {
+		return nil, err
+	}
+	if err = s.Dispatcher.Start(); err != nil {
+		return nil, err
+	}
+	acfg := cfg.API
+	if acfg.Bus, err = s.bus.connect("api"); err != nil {
+		return nil, err
+	}
+	acfg.Log = cfg.Log
+	if s.API, err = api.New(acfg); err != nil {
+		return nil, err
+	}
+
+	grpcSrv := s.API.NewGRPCServer()
+	s.Dispatcher.RegisterGRPC(grpcSrv)
+	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
+	s.http = serveHTTP(s.httpLn, s.routes(), cfg.Log)
+	return s, nil
+}
+
+// routes is the HTTP endpoint's one route list.
+func (s *Services) routes() *http.ServeMux {
+	mux := newMux(s.Registry, s.health, s.cfg.Pprof)
+	mux.Handle("GET /v1/dispatch", s.Dispatcher)
+	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
+	s.API.Register(mux)
+	if s.cfg.Routes != nil {
+		s.cfg.Routes(mux)
+	}
+	return mux
+}
+
+// health makes the services unavailable while a NATS connection is down or no ChatLink is
+// known: a client sent here would find no node.
+func (s *Services) health(h *Health) error {
+	d := s.Dispatcher.Health()
+	h.ChatLinks, h.Dispatcher = &d.Nodes, &d
+	if err := s.bus.connected(); err != nil {
+		return err
+	}
+	if d.Nodes == 0 {
+		return errors.New("no live ChatLink")
+	}
+	return nil
+}
+
+// URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
+func (s *Services) URL() string { return "http://" + s.httpLn.Addr().String() }
+
+// GRPCAddr returns the host:port of the gRPC listener.
+func (s *Services) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// startRoom starts room service instance i. It returns the service even when Start fails, so
+// that Close can stop what started.
+func (s *Services) startRoom(i int) (*room.Service, error) {
+	cfg := s.cfg.Room
+	var err error
+	if cfg.Bus, err = s.bus.connect("room " + strconv.Itoa(i+1)); err != nil {
+		return nil, err
+	}
+	cfg.Log = s.cfg.Log
+	r, err := room.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.Start()
+}
+
+func (s *Services) startPresence(i int) (*presence.Service, error) {
+	cfg := s.cfg.Presence
+	var err error
+	if cfg.Bus, err = s.bus.connect("presence " + strconv.Itoa(i+1)); err != nil {
+		return nil, err
+	}
+	cfg.Log = s.cfg.Log
+	p, err := presence.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, p.Start()
+}
+
+// RestartRooms stops every room service instance and starts new ones, as a deploy would; the new
+// ones know only what JetStream and the ChatLinks tell them.
+func (s *Services) RestartRooms() error { return restart("room", s.Rooms, s.startRoom) }
+
+// RestartPresence does for the presence instances what RestartRooms does for the room ones.
+func (s *Services) RestartPresence() error {
+	return restart("presence", s.Presences, s.startPresence)
+}
+
+// restart stops each instance and starts a new one in its place.
+func restart[S interface{ Close() }](what string, instances []S, start func(i int) (S, error)) error {
+	for i, old := range instances {
+		old.Close()
+		var err error
+		if instances[i], err = start(i); err != nil {
+			return fmt.Errorf("roles: restart %s %d: %w", what, i+1, err)
+		}
+	}
+	return nil
+}
+
+// Close stops serving, then stops the components and closes their NATS connections. It may be
+// called more than once.
+func (s *Services) Close() {
+	s.closeOnce.Do(func() {
+		if s.http != nil {
+			s.http.stop()
+		} else if s.httpLn != nil {
+			_ = s.httpLn.Close()
+		}
+		if s.grpc != nil {
+			s.grpc.stop()
+		} else if s.grpcLn != nil {
+			_ = s.grpcLn.Close()
+		}
+		if s.Dispatcher != nil {
+			s.Dispatcher.Close()
+		}
+		for _, p := range s.Presences {
+			if p != nil {
+				p.Close()
+			}
+		}
+		for _, r := range s.Rooms {
+			if r != nil {
+				r.Close()
+			}
+		}
+		s.bus.close()
+	})
+}
