@@ -46,6 +46,8 @@ type conn struct {
 	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
+	// cdnAckedFlag: the LoginAck is written; the room's CDN config changes may follow (cdn.go).
+	cdnAckedFlag atomic.Bool
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
@@ -213,7 +215,7 @@ func (c *conn) login(l *pb.Login) {
 		tags = stored.Tags
 	}
 	c.tags.Store(n.tags.Intern(tags))
-	n.rooms.join(c, rep.Settings, fresh)
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
@@ -229,7 +231,7 @@ func (c *conn) login(l *pb.Login) {
 
 	n.m.logins.WithLabelValues("ok").Inc()
 	now := n.now()
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{
+	ack := &pb.LoginAck{
 		SessionId:           c.session,
 		ServerTimeMs:        now.UnixMilli(),
 		HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
@@ -237,7 +239,10 @@ func (c *conn) login(l *pb.Login) {
 		Room:                c.room,
 		Uid:                 c.uid,
 		Node:                n.cfg.Node,
-	}}})
+		Cdn:                 r.cdnConfig(),
+	}
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
+	c.cdnAcked(r, ack.Cdn)
 	if l.RecoverSince != "" || l.History > 0 {
 		last := min(int(l.History), bus.HistoryPerRoom)
 		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })
