@@ -31,13 +31,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	verbose := flags.Bool("v", false, "log at debug level")
+	bindCDNWindowFlag(flags, &cfg.CDN.Window)
+	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0: 10000; negative: never)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
 
 Runs everything in one process: an embedded NATS server with JetStream, the room and presence
-services, the dispatcher, the server API and --chatlinks ChatLink nodes (each with a WebSocket
-and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
+services, the dispatcher, the server API, the CDN manager and a CDN pusher writing to an embedded
+S3 store (in memory, served as a CDN origin under /cdn/), and --chatlinks ChatLink nodes (each
+with a WebSocket and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
 secret and API key are fixed and printed.
 
 `)
@@ -102,12 +105,15 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
+	fmt.Fprintf(&b, "  CDN origin    %s/{app}/{room}/{window_ms}/{index}   (segments; embedded S3 %s, bucket %s; docs/cdn.md)\n",
+		c.CDNOrigin(), c.S3.Endpoint(), c.S3.Bucket())
 	for _, n := range c.Nodes {
 		fmt.Fprintf(&b, "  chatlink %-5s %s   tcp %s\n", n.Name(), n.WSURL(), n.TCPAddr())
 	}
 	fmt.Fprintf(&b, "\n  app %q, token secret %q\n\n", devcluster.App, devcluster.Secret)
 	fmt.Fprintf(&b, "Mint a token:\n  go run ./cmd/roomcast token --secret %s --app %s --uid alice --room lobby\n", devcluster.Secret, devcluster.App)
 	fmt.Fprintf(&b, "Send to a room:\n  curl -H 'Authorization: Bearer %s' -d '{\"body\":\"hello\"}' %s/v1/rooms/lobby/messages\n", devcluster.APIKey, c.URL())
+	fmt.Fprintf(&b, "Put a room's bulk lane on the CDN:\n  curl -X PUT -H 'Authorization: Bearer %s' -d '{\"mode\":\"CDN_MODE_BULK\"}' %s/v1/rooms/lobby/cdn\n", devcluster.APIKey, c.URL())
 	fmt.Fprintf(&b, "Check it end to end:\n  go run ./cmd/roomcast probe --dispatcher %s --room r1 --clients 4 --messages 25\n\nCtrl-C stops.\n", c.URL())
 	fmt.Fprint(w, b.String())
 }
