@@ -38,7 +38,7 @@ type Config struct {
 	// so that a room near a threshold does not flap. Zero value means 1m.
 	RuleHold time.Duration
 	// PusherLease is how long a pusher outlives its last report before its rooms go to
-	// others. Zero value means 2s.
+	// others. Zero value means 1.5s (three of a pusher's default report intervals).
 	PusherLease time.Duration
 	// NodeLease is how long a ChatLink's counts and flow control outlive its last report. Zero
 	// value means 5s.
@@ -81,7 +81,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.PollInterval, c.Window)
 	def(&c.PollJitter, c.Window/5)
 	def(&c.RuleHold, time.Minute)
-	def(&c.PusherLease, 2*time.Second)
+	def(&c.PusherLease, 1500*time.Millisecond)
 	def(&c.NodeLease, 5*time.Second)
 	def(&c.LeaderTTL, 3*time.Second)
 	def(&c.Tick, 250*time.Millisecond)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
@@ -146,6 +147,13 @@ func (m *member) pushed(d time.Duration, got map[string]*pb.Message) {
 // api calls the server API over HTTP and decodes the answer into out (when not nil).
 func api(t testing.TB, c *devcluster.Cluster, method, path string, body any, out any) {
 	t.Helper()
+	if err := apiCall(c, method, path, body, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// apiCall is api for goroutines other than the test's: it returns the error.
+func apiCall(c *devcluster.Cluster, method, path string, body any, out any) error {
 	var b []byte
 	if body != nil {
 		b, _ = json.Marshal(body)
@@ -154,28 +162,52 @@ func api(t testing.TB, c *devcluster.Cluster, method, path string, body any, out
 	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: HTTP %d %s", method, path, resp.StatusCode, data)
+		return fmt.Errorf("%s %s: HTTP %d %s", method, path, resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, data)
+			return fmt.Errorf("%s %s: %v: %s", method, path, err, data)
 		}
 	}
+	return nil
+}
+
+// sent is SendToRoom's answer.
+type sent struct {
+	ID           string `json:"id"`
+	ServerTimeMs int64  `json:"server_time_ms"`
 }
 
 // send sends a message to a room through the server API and returns its id and time.
 func send(t testing.TB, c *devcluster.Cluster, room, lane, body, tagExpr string) (string, int64) {
-	var out struct {
-		ID           string `json:"id"`
-		ServerTimeMs int64  `json:"server_time_ms"`
-	}
+	t.Helper()
+	var out sent
 	api(t, c, "POST", "/v1/rooms/"+room+"/messages", map[string]string{"lane": lane, "body": body, "tag_expr": tagExpr}, &out)
 	return out.ID, out.ServerTimeMs
+}
+
+// gathered sums the series of a metric family in reg.
+func gathered(t testing.TB, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
 
 // roomCdn is GetRoomCdn's answer, the fields the tests read.
@@ -226,15 +258,15 @@ func fetchSegment(t testing.TB, template, room string, windowMs uint32, index in
 	return s
 }
 
-// startPusher starts a pusher instance on its own NATS connection; kill stops it as a crash
-// would: the connection drops, nothing is handed over.
-func startPusher(t *testing.T, c *devcluster.Cluster, storage cdnpusher.Config, id string) (kill func()) {
+// startPusher starts a pusher instance on its own NATS connection, its metrics in reg; kill
+// stops it as a crash would: its reports stop, nothing is handed over.
+func startPusher(t *testing.T, c *devcluster.Cluster, storage cdnpusher.Config, id string, reg prometheus.Registerer) (kill func()) {
 	t.Helper()
 	nc, err := bus.Connect(c.NATSURL(), "test pusher "+id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	storage.RetryMax = 500 * time.Millisecond
+	storage.RetryMax, storage.Registerer = 500*time.Millisecond, reg
 	svc, err := cdnpusher.StartService(cdnpusher.ServiceConfig{Bus: nc, ID: id, Pusher: storage})
 	if err != nil {
 		t.Fatal(err)
@@ -242,10 +274,11 @@ func startPusher(t *testing.T, c *devcluster.Cluster, storage cdnpusher.Config, 
 	var once sync.Once
 	kill = func() {
 		once.Do(func() {
-			nc.Close()
+			// An ended context: no report that it leaves, no handoff, nothing more written.
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			_ = svc.Shutdown(ctx)
+			nc.Close()
 		})
 	}
 	t.Cleanup(kill)

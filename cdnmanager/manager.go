@@ -415,7 +415,10 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 			counts[next.Pusher]++
 			c.announce, c.reason = cfg, reasonNew
 		case !m.liveLocked(r.Pusher, now):
-			next.Pusher, next.PrevPusher, next.FromIndex = leastLoaded(counts), r.Pusher, cur
+			// A lost pusher took the current window's messages so far with it: the new one
+			// starts at the next window, so the lost windows are missing indexes, not
+			// segments that look whole and are not.
+			next.Pusher, next.PrevPusher, next.FromIndex = leastLoaded(counts), r.Pusher, cur+1
 			counts[next.Pusher]++
 			c.reason = reasonLost
 			if st, ok := m.pushers[r.Pusher]; ok && st.leaving && now.Sub(st.seen) <= m.cfg.PusherLease {
