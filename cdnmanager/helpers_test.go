@@ -303,4 +303,3 @@ func metric(t testing.TB, c *devcluster.Cluster, series string) float64 {
 	}
 	return 0
 }
-
