@@ -30,12 +30,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
+	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
+	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0: 10000; negative: never)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
-		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
+		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
 
 Runs everything in one process: an embedded NATS server with JetStream, the room and presence
 services, the dispatcher, the server API, the CDN manager and a CDN pusher writing to an embedded
@@ -49,6 +51,7 @@ secret and API key are fixed and printed.
 	if code := parseFlags(flags, args); code >= 0 {
 		return code
 	}
+	cfg.CORSOrigins = corsOrigins()
 	if cfg.ChatLinks < 1 || cfg.ChatLinks > 64 {
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
 		return 2
@@ -108,7 +111,11 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  CDN origin    %s/{app}/{room}/{window_ms}/{index}   (segments; embedded S3 %s, bucket %s; docs/cdn.md)\n",
 		c.CDNOrigin(), c.S3.Endpoint(), c.S3.Bucket())
 	for _, n := range c.Nodes {
-		fmt.Fprintf(&b, "  chatlink %-5s %s   tcp %s\n", n.Name(), n.WSURL(), n.TCPAddr())
+		tcp := "tcp"
+		if n.TCPTLS() {
+			tcp = "tcp+tls"
+		}
+		fmt.Fprintf(&b, "  chatlink %-5s %s   %s %s\n", n.Name(), n.WSURL(), tcp, n.TCPAddr())
 	}
 	fmt.Fprintf(&b, "\n  app %q, token secret %q\n\n", devcluster.App, devcluster.Secret)
 	fmt.Fprintf(&b, "Mint a token:\n  go run ./cmd/roomcast token --secret %s --app %s --uid alice --room lobby\n", devcluster.Secret, devcluster.App)

@@ -28,6 +28,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
+	"roomcast/internal/certfiles"
 	"roomcast/internal/devnats"
 	"roomcast/internal/devs3"
 	"roomcast/internal/roles"
@@ -91,6 +92,14 @@ type Config struct {
 	// NoPusher runs no CDN pusher in the services: a test starts its own against S3. Zero value
 	// means one pusher, writing to the embedded store with CDN.Window.
 	NoPusher bool
+	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
+	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
+	// files are re-read when they change (certfiles). Zero value means plaintext.
+	TLS certfiles.Config
+	// CORSOrigins are the origins whose pages may call GET /v1/dispatch and GET /v1/dev/token
+	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
+	// value means none; `roomcast dev` passes "self".
+	CORSOrigins []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -173,12 +182,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Pusher:     pusher,
 		CDNOrigin:  c.S3.Origin(),
 		Routes: func(mux *http.ServeMux) {
-			mux.HandleFunc("GET /v1/dev/token", devToken)
+			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {
 				mux.Handle("GET /{$}", cfg.Home)
 			}
 		},
 		Log: log,
+		TLS: cfg.TLS, CORSOrigins: cfg.CORSOrigins, CORSPaths: []string{devTokenPath},
 	})
 	if err != nil {
 		return nil, err
@@ -197,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			cfg.ChatLink(&ncfg)
 		}
 		cl, err := roles.StartChatLink(roles.ChatLinkConfig{
-			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry,
+			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry, TLS: cfg.TLS,
 		})
 		if err != nil {
 			return nil, err
@@ -258,6 +268,9 @@ func (c *Cluster) Close() {
 		c.S3.Close()
 	}
 }
+
+// devTokenPath is the path of devToken.
+const devTokenPath = "/v1/dev/token"
 
 // devToken mints a token for the dev app: GET /v1/dev/token?uid=U&room=R. It exists only in
 // dev deployments, for the demo page.

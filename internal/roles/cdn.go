@@ -78,7 +78,7 @@ func StartPusher(cfg PusherConfig) (_ *Pusher, err error) {
 		return nil, err
 	}
 	if p.opsLn != nil {
-		p.ops = serveHTTP(p.opsLn, newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, true), cfg.Log)
+		p.ops = serveHTTP(p.opsLn, newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, true), nil, cfg.Log)
 	}
 	return p, nil
 }
