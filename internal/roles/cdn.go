@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -51,8 +50,7 @@ type Pusher struct {
 	Service *cdnpusher.Service
 
 	bus          *busConns
-	opsLn        net.Listener
-	ops          *httpServer
+	ops          *opsEndpoint
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -69,17 +67,13 @@ func StartPusher(cfg PusherConfig) (_ *Pusher, err error) {
 			_ = p.Shutdown(context.Background())
 		}
 	}()
-	if cfg.OpsListen != "" {
-		if p.opsLn, err = net.Listen("tcp", cfg.OpsListen); err != nil {
-			return nil, listenError("ops", cfg.OpsListen, err)
-		}
+	if p.ops, err = listenOps(cfg.OpsListen); err != nil {
+		return nil, err
 	}
 	if p.Service, err = startPusherService(p.bus, cfg.Pusher, cfg.Registry, cfg.Log); err != nil {
 		return nil, err
 	}
-	if p.opsLn != nil {
-		p.ops = serveHTTP(p.opsLn, newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, true), nil, cfg.Log)
-	}
+	p.ops.serve(newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, true), cfg.Log)
 	return p, nil
 }
 
@@ -100,12 +94,7 @@ func startPusherService(b *busConns, cfg cdnpusher.ServiceConfig, reg prometheus
 }
 
 // OpsAddr returns the host:port of the ops endpoint, or "" without one.
-func (p *Pusher) OpsAddr() string {
-	if p.opsLn == nil {
-		return ""
-	}
-	return p.opsLn.Addr().String()
-}
+func (p *Pusher) OpsAddr() string { return p.ops.addr() }
 
 // Shutdown hands the instance's rooms to other pushers and stops it (cdnpusher.Service.Shutdown
 // with ctx), then stops the ops endpoint and closes the NATS connection. It may be called more
@@ -115,11 +104,7 @@ func (p *Pusher) Shutdown(ctx context.Context) error {
 		if p.Service != nil {
 			p.shutdownErr = p.Service.Shutdown(ctx)
 		}
-		if p.ops != nil {
-			p.ops.stop()
-		} else if p.opsLn != nil {
-			_ = p.opsLn.Close()
-		}
+		p.ops.stop()
 		p.bus.close()
 	})
 	return p.shutdownErr
