@@ -22,7 +22,7 @@ func (r *localRoom) cdnConfig() *pb.CdnConfig {
 }
 
 // setCdn takes a change of the room's CDN config and sends it to every member that has had its
-// LoginAck (the others get it in theirs, or from cdnAcked).
+// LoginAck (the others get it in theirs, or from afterLoginAck).
 func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
 	r.cdn.Store(cfg)
 	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: cfg}})
@@ -33,18 +33,21 @@ func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	r.each(0, 1, func(c *conn) {
-		if c.cdnAckedFlag.Load() {
+		if c.cdnAcked {
 			c.write(b)
 		}
 	})
 }
 
-// cdnAcked is called once c's LoginAck, carrying sent, is written: from now on setCdn tells c of
-// changes, and a change that came between the LoginAck and now is sent at once. (Both may send
-// the same config; a client applies it twice to no effect.)
-func (c *conn) cdnAcked(r *localRoom, sent *pb.CdnConfig) {
-	c.cdnAckedFlag.Store(true)
-	if now := r.cdnConfig(); !proto.Equal(now, sent) {
+// afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn
+// tells c of changes, and a change that came between the LoginAck and now is sent at once.
+// (Both may send the same config; a client applies it twice to no effect.)
+func (c *conn) afterLoginAck(r *localRoom, sent *pb.CdnConfig) {
+	r.mu.Lock()
+	c.cdnAcked = true
+	now := r.cdnConfig()
+	r.mu.Unlock()
+	if !proto.Equal(now, sent) {
 		if now == nil {
 			now = &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}
 		}

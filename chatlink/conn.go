@@ -46,14 +46,15 @@ type conn struct {
 	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
-	// cdnAckedFlag: the LoginAck is written; the room's CDN config changes may follow (cdn.go).
-	cdnAckedFlag atomic.Bool
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
 	beatsOnTime uint8
 
 	slot uint8 // the member's phase slot in its room (fanout.go); set at join, under the room's lock
+	// cdnAcked: the LoginAck is written, the room's CDN config changes may follow (cdn.go).
+	// Guarded by the room's lock.
+	cdnAcked bool
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -242,7 +243,7 @@ func (c *conn) login(l *pb.Login) {
 		Cdn:                 r.cdnConfig(),
 	}
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
-	c.cdnAcked(r, ack.Cdn)
+	c.afterLoginAck(r, ack.Cdn)
 	if l.RecoverSince != "" || l.History > 0 {
 		last := min(int(l.History), bus.HistoryPerRoom)
 		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })
