@@ -97,6 +97,7 @@ export class Client {
   private attempt = 0;
   private retryTimer: ReturnType<typeof setTimeout> | undefined;
   private moveTimer: ReturnType<typeof setTimeout> | undefined;
+  private establishing = false; // a reconnect or move is dialing
   private holdTimer: ReturnType<typeof setTimeout> | undefined;
   private recovering: { since: string; count: number } | undefined;
   private dispatched: { endpoints: Endpoint[]; until: number } | undefined;
@@ -225,10 +226,7 @@ export class Client {
     throw new RoomcastError(`roomcast: no endpoint could be used: ${errs.join("; ")}`);
   }
 
-  /**
-   * adopt makes a logged-in session the current one. Its live pushes come in later tasks than
-   * the LoginAck, so none is missed between the login and here.
-   */
+  /** adopt makes a logged-in session the current one and hears what it received since its LoginAck. */
   private adopt(session: Session, login: LoginOptions, reconnected: boolean): void {
     const old = this.session;
     this.session = session;
@@ -237,6 +235,7 @@ export class Client {
     this._state = "connected";
     if (login.recoverSince || login.history > 0) this.startHold(login.recoverSince);
     this.emit("connected", { loginAck: session.loginAck!, endpoint: session.endpoint, reconnected });
+    session.attach();
   }
 
   private onPush(s: Session, p: Push): void {
@@ -250,11 +249,14 @@ export class Client {
 
   /** The server drains this ChatLink: wait delayMs, dispatch again, log in elsewhere, then leave. */
   private onReconnect(s: Session, r: Reconnect): void {
-    if (s !== this.session || this.moveTimer !== undefined) return;
+    if (s !== this.session || this.moveTimer !== undefined || this.establishing) return;
     this.dispatched = undefined;
     const reason = new RoomcastError(`roomcast: the server asks to move: ${r.reason || "reconnect"}`);
     this.emit("reconnecting", { attempt: 1, delayMs: r.delayMs, reason });
-    this.moveTimer = setTimeout(() => void this.reconnectNow(), r.delayMs);
+    this.moveTimer = setTimeout(() => {
+      this.moveTimer = undefined;
+      void this.reconnectNow();
+    }, r.delayMs);
   }
 
   private onEnd(s: Session, err: RoomcastError): void {
@@ -264,8 +266,12 @@ export class Client {
       this.emit("kicked", { code: s.kick.code, name: closeCodeName(s.kick.code), reason: s.kick.reason, terminal: err instanceof CloseError && err.terminal });
     }
     if (!(err instanceof CloseError)) this.emit("error", err);
-    if (this.moveTimer !== undefined || this.retryTimer !== undefined) {
-      this._state = "reconnecting"; // a timer connects already
+    // A move waits its delay only while the old connection still serves; without one, the
+    // client reconnects like after any close.
+    clearTimeout(this.moveTimer);
+    this.moveTimer = undefined;
+    if (this.retryTimer !== undefined || this.establishing) {
+      this._state = "reconnecting"; // an attempt is under way or due
       return;
     }
     if (Date.now() - s.openedAt >= this.s.stableAfterMs) this.attempt = 0;
@@ -291,14 +297,16 @@ export class Client {
 
   private async reconnectNow(): Promise<void> {
     this.retryTimer = undefined;
+    if (this.establishing || this.closed) return;
     const since = this.delivery.lastId || this.s.recoverSince;
     const login = { recoverSince: since, history: since ? 0 : this.s.history };
+    this.establishing = true;
     try {
       const session = await this.establish(login);
-      this.moveTimer = undefined;
+      this.establishing = false;
       this.adopt(session, login, true);
     } catch (e) {
-      this.moveTimer = undefined;
+      this.establishing = false;
       if (this.closed) return;
       const err = e instanceof RoomcastError ? e : new RoomcastError(String(e));
       this.emit("error", err);

@@ -63,6 +63,9 @@ export class Session {
   private nextBeatAt = 0;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private loginDone: ((err?: RoomcastError) => void) | undefined;
+  // What happened between the LoginAck and attach(): a runtime may hand over several frames
+  // before the client's await of open() resumes.
+  private early: (() => void)[] | undefined = [];
 
   constructor(
     private readonly s: Settings,
@@ -99,6 +102,18 @@ export class Session {
         end: (err) => this.end(err),
       });
     });
+  }
+
+  /** attach starts telling the sink, first of what happened since the LoginAck. */
+  attach(): void {
+    const early = this.early ?? [];
+    this.early = undefined;
+    for (const f of early) f();
+  }
+
+  private tell(f: () => void): void {
+    if (this.early) this.early.push(f);
+    else f();
   }
 
   /** send writes a Send frame and resolves with its SendAck, or rejects with a SendError or the connection's end. */
@@ -153,7 +168,7 @@ export class Session {
     }
     switch (k.case) {
       case "push":
-        this.sink.push(this, k.value);
+        this.tell(() => this.sink.push(this, k.value));
         return;
       case "sendAck":
         this.answer(k.value.seq, k.value);
@@ -165,7 +180,7 @@ export class Session {
         this.setInterval(k.value.heartbeatIntervalMs);
         return;
       case "reconnect":
-        this.sink.reconnect(this, k.value);
+        this.tell(() => this.sink.reconnect(this, k.value));
         return;
       case undefined:
         return; // a frame kind newer than this SDK
@@ -219,6 +234,6 @@ export class Session {
     for (const w of this.waiting.values()) w.reject(err);
     this.waiting.clear();
     if (this.loginDone) this.loginDone(err);
-    else if (!quiet) this.sink.end(this, err);
+    else if (!quiet) this.tell(() => this.sink.end(this, err));
   }
 }

@@ -52,8 +52,8 @@ export async function startDev(args = []) {
     url, nats, chatlinks, data,
     log: () => err,
     /** drain asks ChatLink node to hand its clients to the other nodes and stop (`roomcast drain`). */
-    drain(node, spread = "200ms") {
-      return execFileSync(roomcastBinary(), ["drain", "--nats", nats, "--node", node, "--spread", spread], { encoding: "utf8" });
+    drain(node, spread = "200ms", deadline = "0s") {
+      return execFileSync(roomcastBinary(), ["drain", "--nats", nats, "--node", node, "--spread", spread, "--deadline", deadline], { encoding: "utf8" });
     },
     async stop() {
       proc.kill("SIGINT");

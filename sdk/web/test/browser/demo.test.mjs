@@ -1,0 +1,135 @@
+// The demo page and the web SDK in Debian's chromium against a real `roomcast dev`.
+//
+// SCREENSHOTS=1 also writes the screenshots to docs/ (the ones the docs show).
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { launchChromium, repo, sendAsApp, startDev, waitFor } from "./dev.mjs";
+
+let dev, browser;
+
+before(async () => {
+  dev = await startDev(["--chatlinks", "3"]);
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+  await dev?.stop();
+});
+
+/** open loads the demo page as uid in room and waits until it is connected. */
+async function open(uid, room, query = "") {
+  const page = await browser.context.newPage();
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(e));
+  page.problems = problems;
+  await page.goto(`${dev.url}/?uid=${uid}&room=${room}&join=1${query}`);
+  await waitFor(`${uid} connected`, async () => (await page.textContent("#st-state")) === "connected");
+  return page;
+}
+
+/** ids returns the message ids in the page's log, in order. */
+const ids = (page) => page.$$eval("#log li.msg[data-id]", (lis) => lis.map((li) => li.dataset.id));
+const bodies = (page) => page.$$eval("#log li.msg .body", (els) => els.map((e) => e.textContent));
+
+async function say(page, text) {
+  await page.fill("#text", text);
+  await page.press("#text", "Enter");
+}
+
+test("two pages chat", async () => {
+  const alice = await open("alice", "chat");
+  const bob = await open("bob", "chat");
+  await say(alice, "hello bob");
+  await waitFor("bob hears alice", async () => (await bodies(bob)).includes("hello bob"));
+  await say(bob, "hi alice");
+  await waitFor("alice hears bob", async () => (await bodies(alice)).includes("hi alice"));
+  // Each sees its own message once (no echo) and the other's once.
+  assert.deepEqual(await bodies(alice), ["hello bob", "hi alice"]);
+  assert.deepEqual(await bodies(bob), ["hello bob", "hi alice"]);
+  assert.deepEqual([...alice.problems, ...bob.problems], []);
+  await alice.close();
+  await bob.close();
+});
+
+test("danmaku fly across the stage, critical ones styled apart; a later page gets the history", async () => {
+  const viewer = await open("viewer", "show");
+  const lines = ["好耶！", "first!", "this goal though", "replay please", "GG", "wow", "LOL", "so close", "大佬牛逼", "again!"];
+  for (let i = 0; i < 24; i++) {
+    await sendAsApp(dev.url, "show", i % 8 === 3 ? `gift: rocket ×${i}` : lines[i % lines.length], i % 8 === 3 ? "critical" : "bulk");
+    await new Promise((r) => setTimeout(r, 60)); // a realistic trickle, within the room's budget
+  }
+  await waitFor("danmaku on the stage", async () => (await viewer.locator("#stage .danmaku").count()) >= 8, 5000);
+  await new Promise((r) => setTimeout(r, 700)); // let them spread across the stage
+  const drawn = await viewer.locator("#stage .danmaku").count();
+  const critical = await viewer.locator("#stage .danmaku.critical").count();
+  const shot = await viewer.locator("#stage").screenshot({ path: process.env.SCREENSHOTS ? join(repo, "docs/web-demo-stage.png") : undefined });
+  assert.ok(shot.length > 10000, "a screenshot of the stage");
+  console.log(`# stage: ${drawn} danmaku drawn, ${critical} critical`);
+  assert.ok(drawn >= 8 && critical >= 1, `${drawn} drawn, ${critical} critical`);
+  const [normalColor, criticalColor] = await Promise.all([
+    viewer.locator("#stage .danmaku:not(.critical)").first().evaluate((e) => getComputedStyle(e).color),
+    viewer.locator("#stage .danmaku.critical").first().evaluate((e) => getComputedStyle(e).color),
+  ]);
+  assert.notEqual(normalColor, criticalColor);
+  if (process.env.SCREENSHOTS) await viewer.screenshot({ path: join(repo, "docs/web-demo.png") });
+
+  // History on join: the critical and normal lanes are kept (bulk is not).
+  const late = await open("late", "show");
+  await waitFor("history", async () => (await bodies(late)).filter((b) => b.startsWith("gift")).length === 3);
+  assert.deepEqual(viewer.problems, []);
+  await viewer.close();
+  await late.close();
+});
+
+test("the page follows a draining ChatLink to another one, every message once and in order", async () => {
+  const page = await open("mover", "drain");
+  const node = await page.textContent("#st-node");
+  let sent = 0, stop = false;
+  const sender = (async () => {
+    while (!stop) {
+      await sendAsApp(dev.url, "drain", `m${++sent}`, "critical");
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
+  dev.drain(node, "300ms");
+  await waitFor("moved", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
+  await new Promise((r) => setTimeout(r, 300));
+  stop = true;
+  await sender;
+  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
+  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `m${i + 1}`));
+  const got = await ids(page);
+  assert.deepEqual(got, [...got].sort(), "in id order");
+  await page.close();
+});
+
+test("a page whose ChatLink stops reconnects and recovers what it missed", async () => {
+  const page = await open("survivor", "outage");
+  const node = await page.textContent("#st-node");
+  let sent = 0, stop = false;
+  const sender = (async () => {
+    while (!stop) {
+      await sendAsApp(dev.url, "outage", `n${++sent}`, "critical");
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
+  // A long spread and a short deadline: the node closes the page (SHUTDOWN) long before the
+  // page's turn to move, so the page is away for its reconnect backoff and must recover.
+  dev.drain(node, "600s", "300ms");
+  await waitFor("reconnected elsewhere", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
+  await new Promise((r) => setTimeout(r, 300));
+  stop = true;
+  await sender;
+  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
+  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `n${i + 1}`));
+  const log = await page.textContent("#log");
+  assert.match(log, /4500 SHUTDOWN/, "the close code is named");
+  const recovered = Number(log.match(/Recovered (\d+) message/)?.[1]);
+  assert.ok(recovered > 0, `recovered ${recovered} (log: ${log})`);
+  await page.close();
+});
