@@ -1,24 +1,22 @@
 //go:build linux
 
-package chatlink
+package uring
 
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// ring is an io_uring instance that sends a batch of frames, each to its own socket, in one
-// system call: a phase group's writes enter the kernel once per batch instead of once per
-// member. On this kind of machine that halves the kernel's cost of a small loopback write
-// (BenchmarkRingSend). Sends never wait: a socket whose buffer is full completes with EAGAIN
-// and the caller queues the rest (sockWriter). A ring is used by one goroutine at a time.
-type ring struct {
+// Ring is an io_uring instance that sends a batch of buffers, each to its own socket, in one
+// system call: a batch of writes enters the kernel once instead of once per socket. On this
+// kind of machine that halves the kernel's cost of a small loopback write (BenchmarkRingSend).
+// Sends never wait: a socket whose buffer is full completes with EAGAIN and the caller keeps
+// the rest. A Ring is used by one goroutine at a time.
+type Ring struct {
 	fd      int
 	entries uint32
 	sqMem   []byte // the rings, one mapping (IORING_FEAT_SINGLE_MMAP)
@@ -58,7 +56,8 @@ const (
 	cqeSize = 16
 )
 
-func newRing(entries uint32) (*ring, error) {
+// NewRing sets up a ring for batches of up to entries sends.
+func NewRing(entries uint32) (*Ring, error) {
 	var p ringParams
 	p.flags = ringSetupSubmitAll
 	fd, _, errno := unix.Syscall(sysIOURingSetup, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
@@ -69,21 +68,21 @@ func newRing(entries uint32) (*ring, error) {
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
 	}
-	r := &ring{fd: int(fd), entries: p.sqEntries}
+	r := &Ring{fd: int(fd), entries: p.sqEntries}
 	if p.features&ringFeatSingleMmap == 0 {
-		r.close()
+		r.Close()
 		return nil, errors.New("io_uring: the kernel is too old (no IORING_FEAT_SINGLE_MMAP)")
 	}
 	size := max(p.sqOff.array+p.sqEntries*4, p.cqOff.cqesOff()+p.cqEntries*cqeSize)
 	var err error
 	r.sqMem, err = unix.Mmap(r.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
-		r.close()
+		r.Close()
 		return nil, fmt.Errorf("io_uring mmap: %w", err)
 	}
 	r.sqeMem, err = unix.Mmap(r.fd, ringOffSQEs, int(p.sqEntries*sqeSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
-		r.close()
+		r.Close()
 		return nil, fmt.Errorf("io_uring mmap: %w", err)
 	}
 	base := unsafe.Pointer(&r.sqMem[0])
@@ -102,7 +101,8 @@ func newRing(entries uint32) (*ring, error) {
 // io_sqring_offsets has dropped.
 func (o ringOffsets) cqesOff() uint32 { return o.dropped }
 
-func (r *ring) close() {
+// Close releases the ring.
+func (r *Ring) Close() {
 	if r.sqeMem != nil {
 		_ = unix.Munmap(r.sqeMem)
 	}
@@ -112,10 +112,11 @@ func (r *ring) close() {
 	_ = unix.Close(r.fd)
 }
 
-// send writes bufs[i] to socket fds[i] for every i, without waiting, and sets res[i] to the
-// bytes the socket took (0 when its buffer was full) or to a negative errno. len(fds) is at
-// most r.entries. The caller keeps every descriptor open until send returns.
-func (r *ring) send(fds []int32, bufs [][]byte, res []int32) error {
+// Send writes bufs[i] to socket fds[i] for every i, without waiting, and sets res[i] to the
+// bytes the socket took or to a negative errno (-EAGAIN when its buffer was full). len(fds) is
+// at most the ring's entries. The caller keeps every descriptor open until Send returns. An
+// error means the ring failed (only a bug gets there): some of the buffers may have gone out.
+func (r *Ring) Send(fds []int32, bufs [][]byte, res []int32) error {
 	k := uint32(len(fds))
 	tail := *r.sqTail // only this goroutine writes it
 	mask := *r.sqMask
@@ -167,64 +168,25 @@ func (r *ring) send(fds []int32, bufs [][]byte, res []int32) error {
 	return nil
 }
 
-// rings is the node's rings. A room's write takes one for each batch it sends; there are at
-// most maxRings (each holds a descriptor and about 28 KB of mapped memory), and a write that
-// finds them all in use waits for one, which takes no longer than a batch's send.
-type rings struct {
-	slots  chan struct{} // one token per ring in use
-	mu     sync.Mutex
-	free   []*ring
-	closed bool
+// WritePlain writes bufs[i] to socket fds[i] for every i as Ring.Send does, with a write(2)
+// each: where no ring is to be had, the caller's batch goes out all the same.
+func WritePlain(fds []int32, bufs [][]byte, res []int32) {
+	for i, fd := range fds {
+		res[i] = writeNow(fd, bufs[i])
+	}
 }
 
-// maxRings bounds the rings: more writers than cores cannot send at once anyway.
-var maxRings = 2 * runtime.GOMAXPROCS(0)
-
-// newRings checks that this kernel lets the process use io_uring for sends.
-func newRings() (*rings, error) {
-	r, err := newRing(ringEntries)
-	if err != nil {
-		return nil, err
+// writeNow writes b to socket fd without waiting and returns what write(2) did: the bytes
+// the socket took, or a negative errno (-EAGAIN when its buffer is full).
+func writeNow(fd int32, b []byte) int32 {
+	for {
+		n, err := unix.Write(int(fd), b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return -int32(err.(unix.Errno))
+		}
+		return int32(n)
 	}
-	return &rings{slots: make(chan struct{}, maxRings), free: []*ring{r}}, nil
-}
-
-// get returns a ring for the caller's use until put.
-func (rs *rings) get() (*ring, error) {
-	rs.slots <- struct{}{}
-	rs.mu.Lock()
-	if k := len(rs.free); k > 0 {
-		r := rs.free[k-1]
-		rs.free = rs.free[:k-1]
-		rs.mu.Unlock()
-		return r, nil
-	}
-	rs.mu.Unlock()
-	r, err := newRing(ringEntries)
-	if err != nil {
-		<-rs.slots
-	}
-	return r, err
-}
-
-func (rs *rings) put(r *ring) {
-	rs.mu.Lock()
-	if rs.closed {
-		r.close()
-	} else {
-		rs.free = append(rs.free, r)
-	}
-	rs.mu.Unlock()
-	<-rs.slots
-}
-
-// close releases the free rings; one in use is released when it is put back.
-func (rs *rings) close() {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.closed = true
-	for _, r := range rs.free {
-		r.close()
-	}
-	rs.free = nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package chatlink
+package netpoll
 
 import (
 	"errors"
@@ -12,54 +12,49 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pollSupported says whether this platform has the poller; elsewhere every WebSocket
-// connection has a reader goroutine.
-const pollSupported = true
+// Supported says whether this platform has the poller.
+const Supported = true
 
-// poller tells the node which idle sockets have become readable, from one epoll instance, so
-// that an idle connection needs no goroutine of its own: a parked reader goroutine costs a
-// 2 KiB stack and its runtime bookkeeping, about half of what an idle connection costs
-// otherwise. Sockets are registered one-shot: after an event, nothing more comes for that
-// socket until it is armed again, so at most one read of a connection runs at a time.
+// Poller tells which idle sockets have become readable, from one epoll instance. Sockets are
+// registered one-shot: after an event, nothing more comes for that socket until it is armed
+// again, so at most one read of a connection runs at a time.
 //
 // Go's runtime keeps its own epoll registration of every socket; this second one only says
-// when to look. The reads themselves go through syscall.RawConn, so they hold the runtime's
-// reference on the descriptor and never race its close.
-type poller struct {
+// when to look. The reads themselves go through syscall.RawConn (ReadNow), so they hold the
+// runtime's reference on the descriptor and never race its close.
+type Poller struct {
 	epfd int
-	wake int // an eventfd that ends run
+	wake int // an eventfd that ends Run
 
 	mu   sync.Mutex        // guards regs
-	regs map[uint64]pollFn // by registration id
+	regs map[uint64]func() // by registration id
 	next atomic.Uint64     // the last registration id handed out
 
 	done chan struct{}
 }
 
-// pollFn is called, on a goroutine of its own, when a registered socket is readable.
-type pollFn func()
-
 // wakeID is the epoll data of the eventfd.
 const wakeID = 0
 
-func newPoller() (*poller, error) {
+// New returns a poller; Run waits for its events.
+func New() (*Poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("chatlink: epoll: %w", err)
+		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		_ = unix.Close(epfd)
-		return nil, fmt.Errorf("chatlink: eventfd: %w", err)
+		return nil, fmt.Errorf("netpoll: eventfd: %w", err)
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN}
 	setPollID(&ev, wakeID)
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
 		_ = unix.Close(epfd)
 		_ = unix.Close(wake)
-		return nil, fmt.Errorf("chatlink: epoll: %w", err)
+		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	p := &poller{epfd: epfd, wake: wake, regs: map[uint64]pollFn{}, done: make(chan struct{})}
+	p := &Poller{epfd: epfd, wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
 	p.next.Store(wakeID)
 	return p, nil
 }
@@ -73,28 +68,29 @@ func pollID(ev *unix.EpollEvent) uint64 { return uint64(uint32(ev.Fd)) | uint64(
 // pollEvents are what a registration waits for: data, or the peer going away.
 const pollEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 
-// newID returns a registration id for add.
-func (p *poller) newID() uint64 { return p.next.Add(1) }
+// NewID returns a registration id for Add.
+func (p *Poller) NewID() uint64 { return p.next.Add(1) }
 
-// add registers a socket under id, armed: f runs once it is readable (or already is).
-func (p *poller) add(rc syscall.RawConn, id uint64, f pollFn) error {
+// Add registers a socket under id, armed: f runs, on a goroutine of its own, once the socket
+// is readable (or already is), and again after each Arm.
+func (p *Poller) Add(rc syscall.RawConn, id uint64, f func()) error {
 	p.mu.Lock()
 	p.regs[id] = f
 	p.mu.Unlock()
 	if err := p.ctl(rc, unix.EPOLL_CTL_ADD, id); err != nil {
-		p.remove(id)
+		p.Remove(id)
 		return err
 	}
 	return nil
 }
 
-// arm asks for one more readable event of a registered socket. It fails once the socket is
+// Arm asks for one more readable event of a registered socket. It fails once the socket is
 // closed.
-func (p *poller) arm(rc syscall.RawConn, id uint64) error {
+func (p *Poller) Arm(rc syscall.RawConn, id uint64) error {
 	return p.ctl(rc, unix.EPOLL_CTL_MOD, id)
 }
 
-func (p *poller) ctl(rc syscall.RawConn, op int, id uint64) error {
+func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64) error {
 	ev := unix.EpollEvent{Events: pollEvents}
 	setPollID(&ev, id)
 	var err error
@@ -104,16 +100,16 @@ func (p *poller) ctl(rc syscall.RawConn, op int, id uint64) error {
 	return err
 }
 
-// remove forgets a registration. The kernel drops the socket from the epoll set when it is
+// Remove forgets a registration. The kernel drops the socket from the epoll set when it is
 // closed; an event already on its way finds no registration and is ignored.
-func (p *poller) remove(id uint64) {
+func (p *Poller) Remove(id uint64) {
 	p.mu.Lock()
 	delete(p.regs, id)
 	p.mu.Unlock()
 }
 
-// run waits for events until stop.
-func (p *poller) run() {
+// Run waits for events until Stop.
+func (p *Poller) Run() {
 	defer close(p.done)
 	events := make([]unix.EpollEvent, 128)
 	for {
@@ -122,7 +118,7 @@ func (p *poller) run() {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			panic(fmt.Sprintf("chatlink: epoll_wait: %v", err)) // only a bug gets here (EBADF, EFAULT, EINVAL)
+			panic(fmt.Sprintf("netpoll: epoll_wait: %v", err)) // only a bug gets here (EBADF, EFAULT, EINVAL)
 		}
 		for i := range events[:n] {
 			id := pollID(&events[i])
@@ -139,8 +135,8 @@ func (p *poller) run() {
 	}
 }
 
-// stop ends run and releases the epoll instance. Registered sockets are not touched.
-func (p *poller) stop() {
+// Stop ends Run and releases the epoll instance. Registered sockets are not touched.
+func (p *Poller) Stop() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(p.wake, one[:])
 	<-p.done
@@ -148,15 +144,15 @@ func (p *poller) stop() {
 	_ = unix.Close(p.wake)
 }
 
-// readRaw reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
+// ReadNow reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
 // with eof false and a nil error; the peer's end of the stream is eof. buf must not be empty.
-func readRaw(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
+func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	var rerr error
 	cerr := rc.Read(func(fd uintptr) bool {
 		for {
 			n, rerr = unix.Read(int(fd), buf)
 			if rerr != unix.EINTR {
-				return true // never wait in the runtime's poller: the node's poller said when
+				return true // never wait in the runtime's poller: the Poller said when
 			}
 		}
 	})
@@ -173,9 +169,9 @@ func readRaw(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	return n, false, nil
 }
 
-// writevNow writes hdr and b to a socket without waiting: it returns how much the socket took
+// WritevNow writes hdr and b to a socket without waiting: it returns how much the socket took
 // (0 when its buffer is full), and an error only for a broken or closed connection.
-func writevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
+func WritevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
 	var n int
 	var werr error
 	cerr := rc.Write(func(fd uintptr) bool {
@@ -196,19 +192,4 @@ func writevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
 		return 0, werr
 	}
 	return n, nil
-}
-
-// plainWrite writes b to socket fd without waiting and returns what write(2) did: the bytes
-// the socket took, or a negative errno (-EAGAIN when its buffer is full).
-func plainWrite(fd int32, b []byte) int32 {
-	for {
-		n, err := unix.Write(int(fd), b)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return -int32(err.(unix.Errno))
-		}
-		return int32(n)
-	}
 }

@@ -1,4 +1,4 @@
-package chatlink
+package wsproto
 
 import (
 	"bufio"
@@ -13,23 +13,23 @@ const (
 	maxUpgradeHeaders = 100
 )
 
-// errNotFound is readUpgrade's answer to a request for another path than /v1/ws.
-var errNotFound = errors.New("chatlink: not found")
+// ErrNotFound is ReadUpgrade's answer to a request for another path.
+var ErrNotFound = errors.New("wsproto: not found")
 
 // upgradeHeaders are the request headers gws reads to answer an upgrade, in the canonical
-// form http.Header.Get looks up; readUpgrade keeps only these.
+// form http.Header.Get looks up; ReadUpgrade keeps only these.
 var upgradeHeaders = []string{
 	"Connection", "Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Version",
 	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
 }
 
-// readUpgrade reads a WebSocket upgrade request (GET /v1/ws) off br. It keeps only the
-// headers gws needs and skips the rest without copying them: net/http's parser would build
-// the URL and every header (cookies, user agent) only to have them dropped, about 0.7 KB of
-// garbage per login. It returns errNotFound for another path, and an error for anything that
-// is not an HTTP/1.1 request within the limits above. Any method is returned: gws refuses all
-// but GET.
-func readUpgrade(br *bufio.Reader) (*http.Request, error) {
+// ReadUpgrade reads a WebSocket upgrade request for path (GET /v1/ws, say) off br. It keeps
+// only the headers gws needs and skips the rest without copying them: net/http's parser would
+// build the URL and every header (cookies, user agent) only to have them dropped, about 0.7 KB
+// of garbage per login. It returns ErrNotFound for another path, and an error for anything
+// that is not an HTTP/1.1 request within the limits above. Any method is returned: gws
+// refuses all but GET.
+func ReadUpgrade(br *bufio.Reader, path string) (*http.Request, error) {
 	budget := maxUpgradeBytes
 	line, err := readHeaderLine(br, &budget)
 	if err != nil {
@@ -38,16 +38,16 @@ func readUpgrade(br *bufio.Reader) (*http.Request, error) {
 	method, rest, ok1 := bytes.Cut(line, []byte(" "))
 	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
 	if !ok1 || !ok2 || len(method) == 0 || !bytes.Equal(proto, []byte("HTTP/1.1")) {
-		return nil, errors.New("chatlink: malformed request line")
+		return nil, errors.New("wsproto: malformed request line")
 	}
-	if path, _, _ := bytes.Cut(target, []byte("?")); string(path) != "/v1/ws" {
-		return nil, errNotFound
+	if p, _, _ := bytes.Cut(target, []byte("?")); string(p) != path {
+		return nil, ErrNotFound
 	}
 	req := &http.Request{Method: string(method), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: make(http.Header, len(upgradeHeaders))}
 	for n := 0; ; n++ {
 		if n > maxUpgradeHeaders {
-			return nil, errors.New("chatlink: too many headers")
+			return nil, errors.New("wsproto: too many headers")
 		}
 		line, err := readHeaderLine(br, &budget)
 		switch {
@@ -63,11 +63,11 @@ func readUpgrade(br *bufio.Reader) (*http.Request, error) {
 		case len(line) == 0:
 			return req, nil
 		case line[0] == ' ' || line[0] == '\t':
-			return nil, errors.New("chatlink: folded header line")
+			return nil, errors.New("wsproto: folded header line")
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok || len(name) == 0 {
-			return nil, errors.New("chatlink: malformed header line")
+			return nil, errors.New("wsproto: malformed header line")
 		}
 		for _, h := range upgradeHeaders {
 			if len(name) == len(h) && bytes.EqualFold(name, []byte(h)) {
@@ -84,7 +84,7 @@ func readUpgrade(br *bufio.Reader) (*http.Request, error) {
 func readHeaderLine(br *bufio.Reader, budget *int) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if *budget -= len(line); *budget < 0 {
-		return nil, errors.New("chatlink: upgrade request too large")
+		return nil, errors.New("wsproto: upgrade request too large")
 	}
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func skipLine(br *bufio.Reader, budget *int) error {
 	for {
 		part, err := br.ReadSlice('\n')
 		if *budget -= len(part); *budget < 0 {
-			return errors.New("chatlink: upgrade request too large")
+			return errors.New("wsproto: upgrade request too large")
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return err

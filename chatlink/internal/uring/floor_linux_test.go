@@ -1,9 +1,9 @@
-package chatlink
+package uring
 
 import (
 	"fmt"
 	"io"
-	"net"
+	"roomcast/internal/testutil"
 	"runtime"
 	"syscall"
 	"testing"
@@ -48,14 +48,15 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 }
 
 // BenchmarkRingSend is BenchmarkLoopbackWrite with the frames sent through an io_uring ring,
-// ringEntries sockets per system call, as the node sends a phase group (batch.go). The sends
-// run inline in the submitting thread, so its CPU time (RUSAGE_THREAD) holds their cost.
+// Entries sockets per system call, as the ChatLink sends a phase group (chatlink/batch.go).
+// The sends run inline in the submitting thread, so its CPU time (RUSAGE_THREAD) holds their
+// cost.
 func BenchmarkRingSend(b *testing.B) {
-	r, err := newRing(ringEntries)
+	r, err := NewRing(Entries)
 	if err != nil {
 		b.Fatalf("io_uring unavailable here: %v", err)
 	}
-	defer r.close()
+	defer r.Close()
 	for _, size := range []int{130, 700} {
 		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
 			socks := loopbackSockets(b, 1024)
@@ -64,20 +65,20 @@ func BenchmarkRingSend(b *testing.B) {
 				fds[i] = int32(fd)
 			}
 			frame := make([]byte, size)
-			bufs := make([][]byte, ringEntries)
+			bufs := make([][]byte, Entries)
 			for i := range bufs {
 				bufs[i] = frame
 			}
-			res := make([]int32, ringEntries)
+			res := make([]int32, Entries)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			before := threadCPU()
 			b.ResetTimer()
 			sent := 0
 			for sent < b.N {
-				for at := 0; at < len(fds) && sent < b.N; at += ringEntries {
-					k := min(ringEntries, b.N-sent)
-					if err := r.send(fds[at:at+k], bufs[:k], res[:k]); err != nil {
+				for at := 0; at < len(fds) && sent < b.N; at += Entries {
+					k := min(Entries, b.N-sent)
+					if err := r.Send(fds[at:at+k], bufs[:k], res[:k]); err != nil {
 						b.Fatal(err)
 					}
 					for _, n := range res[:k] {
@@ -98,27 +99,15 @@ func BenchmarkRingSend(b *testing.B) {
 // loopbackSockets returns the server side's descriptors (duplicates, for plain system calls)
 // of n loopback TCP connections whose peers read everything in goroutines of their own.
 func loopbackSockets(b *testing.B, n int) []int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
 	var fds []int
 	for range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, c := testutil.TCPPair(b)
 		go func() { _, _ = io.Copy(io.Discard, c) }()
-		f, err := s.(*net.TCPConn).File()
+		f, err := s.File()
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { f.Close(); s.Close(); c.Close() })
+		b.Cleanup(func() { f.Close() })
 		fds = append(fds, int(f.Fd()))
 	}
 	return fds

@@ -17,19 +17,21 @@ const NodesBucket = "rc_nodes"
 // after it.
 const leaseTTL = 15 * time.Second
 
-// nodeLease holds a node's name in NodesBucket while the node runs.
-type nodeLease struct {
+// nameLease holds a node's name in NodesBucket while the node runs. It is the JetStream lease on
+// the name alone, kept so two live nodes never hand out the same session ids; the services'
+// lease on the node's sessions is the session report (stream.go).
+type nameLease struct {
 	kv  jetstream.KeyValue
 	key string
 	rev uint64
 }
 
-func acquireLease(ctx context.Context, n *Node) (*nodeLease, error) {
+func acquireNameLease(ctx context.Context, n *Node) (*nameLease, error) {
 	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Description: "Roomcast ChatLink name leases"})
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: node lease bucket: %w", err)
 	}
-	l := &nodeLease{kv: kv, key: n.cfg.Node}
+	l := &nameLease{kv: kv, key: n.cfg.Node}
 	l.rev, err = kv.Create(ctx, l.key, []byte(n.WSURL()))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("chatlink: node name %q is leased by another live node (a stopped node's lease ends within %v)", n.cfg.Node, leaseTTL)
@@ -40,8 +42,8 @@ func acquireLease(ctx context.Context, n *Node) (*nodeLease, error) {
 	return l, nil
 }
 
-// keep refreshes the lease until ctx ends, then releases it.
-func (l *nodeLease) keep(ctx context.Context, n *Node) {
+// renewLoop renews the name lease every third of its TTL until ctx ends, then releases it.
+func (l *nameLease) renewLoop(ctx context.Context, n *Node) {
 	t := time.NewTicker(leaseTTL / 3)
 	defer t.Stop()
 	for {

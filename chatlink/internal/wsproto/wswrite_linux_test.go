@@ -1,4 +1,4 @@
-package chatlink
+package wsproto
 
 import (
 	"fmt"
@@ -22,10 +22,11 @@ func (discardEvents) OnMessage(_ *gws.Conn, m *gws.Message) { m.Close() }
 
 // BenchmarkWebSocketWrite compares two ways of writing a 700-byte frame to one of 1,000
 // WebSocket connections on loopback, round robin: a plain write(2) of the framed bytes, and
-// gws's WriteAsync, which the ChatLink uses (a goroutine per write to an idle connection).
-// Each round of 1,000 writes ends when they are all done, as a tick would. cpu-ns/write is the
-// process's CPU (RUSAGE_SELF) per write; the clients reading in the same process cost the same
-// in both, so the difference is the cost of the write path above the system call.
+// gws's WriteAsync, which the ChatLink uses where it does not write its sockets itself
+// (Config.PlainWrites; a goroutine per write to an idle connection). Each round of 1,000
+// writes ends when they are all done, as a tick would. cpu-ns/write is the process's CPU
+// (RUSAGE_SELF) per write; the clients reading in the same process cost the same in both, so
+// the difference is the cost of the write path above the system call.
 func BenchmarkWebSocketWrite(b *testing.B) {
 	sockets := 1000
 	if s := os.Getenv("ROOMCAST_BENCH_SOCKETS"); s != "" { // more, to see the cache's share
@@ -70,7 +71,7 @@ func BenchmarkWebSocketWrite(b *testing.B) {
 		}
 	}()
 	payload := make([]byte, 700)
-	framed := append([]byte{0x82, 126, byte(len(payload) >> 8), byte(len(payload))}, payload...)
+	framed := append(AppendHeader(nil, OpBinary, len(payload)), payload...)
 
 	for _, via := range []string{"write(2)", "gws-async"} {
 		b.Run(fmt.Sprintf("via=%s", via), func(b *testing.B) {
