@@ -21,6 +21,7 @@ const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as 
 const ui = {
   joinForm: $<HTMLFormElement>("join-form"), uid: $<HTMLInputElement>("uid"), room: $<HTMLInputElement>("room"),
   join: $<HTMLButtonElement>("join"), status: $("status"), state: $("st-state"), node: $("st-node"),
+  transport: $("st-transport"),
   session: $("st-session"), received: $("st-received"), drawn: $("st-drawn"), stage: $("stage"),
   stageNote: $("stage-note"), log: $<HTMLOListElement>("log"), sendForm: $<HTMLFormElement>("send-form"),
   text: $<HTMLInputElement>("text"), lane: $<HTMLSelectElement>("lane"), send: $<HTMLButtonElement>("send"),
@@ -224,7 +225,7 @@ function setState(state: string) {
   ui.join.textContent = client ? "Leave" : "Join";
   ui.join.className = client ? "secondary" : "";
   ui.uid.disabled = ui.room.disabled = !!client;
-  if (!live) ui.node.textContent = ui.session.textContent = "–";
+  if (!live) ui.node.textContent = ui.session.textContent = ui.transport.textContent = "–";
 }
 
 async function join() {
@@ -241,7 +242,9 @@ async function join() {
     ui.node.textContent = a.node;
     ui.session.textContent = a.sessionId;
     setState("connected");
-    note(ev.reconnected ? `Reconnected to ${a.node}` : `Joined room “${a.room}” as ${a.uid} on ${a.node}`);
+    ui.transport.textContent = ev.transport === "sse" ? "HTTP fallback (SSE)" : "WebSocket";
+    const via = ev.transport === "sse" ? " through the HTTP fallback (no WebSocket)" : "";
+    note(ev.reconnected ? `Reconnected to ${a.node}${via}` : `Joined room “${a.room}” as ${a.uid} on ${a.node}${via}`);
   });
   c.on("reconnecting", (ev) => {
     setState("reconnecting");

@@ -35,6 +35,8 @@ export type State = "idle" | "connecting" | "connected" | "reconnecting" | "clos
 export interface ConnectedEvent {
   loginAck: LoginAck;
   endpoint: Endpoint;
+  /** "ws", or "sse" for the HTTP fallback. */
+  transport: "ws" | "sse";
   /** Whether this is a reconnect (the client recovers what it missed). */
   reconnected: boolean;
 }
@@ -101,6 +103,7 @@ export class Client {
   private holdTimer: ReturnType<typeof setTimeout> | undefined;
   private recovering: { since: string; count: number } | undefined;
   private dispatched: { endpoints: Endpoint[]; until: number } | undefined;
+  private worked: "ws" | "sse" | undefined; // the transport of the last login
   private sink: SessionSink;
 
   constructor(config: Config) {
@@ -133,6 +136,11 @@ export class Client {
   /** The endpoint of the current session. */
   get endpoint(): Endpoint | undefined {
     return this.session?.endpoint;
+  }
+
+  /** How the current session reaches its ChatLink: "ws", or "sse" for the HTTP fallback. */
+  get transport(): "ws" | "sse" | undefined {
+    return this.session?.transport;
   }
 
   /** The greatest message id seen: what a later session can pass as Config.recoverSince. */
@@ -207,23 +215,36 @@ export class Client {
     }
     const errs: string[] = [];
     for (const ep of endpoints) {
-      if (this.closed) throw new ClosedError();
-      const session = new Session(this.s, ep, login, this.sink);
-      try {
-        await session.open();
-        if (this.closed) {
-          session.close(new ClosedError());
-          throw new ClosedError();
+      for (const transport of this.transports()) {
+        if (this.closed) throw new ClosedError();
+        const session = new Session(this.s, ep, transport, login, this.sink);
+        try {
+          await session.open();
+          if (this.closed) {
+            session.close(new ClosedError());
+            throw new ClosedError();
+          }
+          this.worked = transport;
+          return session;
+        } catch (e) {
+          if (e instanceof CloseError && e.terminal) throw e;
+          if (!(e instanceof RoomcastError)) throw e;
+          errs.push(`${ep.node || ep.wsUrl} (${transport}): ${e.message}`);
         }
-        return session;
-      } catch (e) {
-        if (e instanceof CloseError && e.terminal) throw e;
-        if (!(e instanceof RoomcastError)) throw e;
-        errs.push(`${ep.node || ep.wsUrl}: ${e.message}`);
       }
     }
     if (fromDispatcher) this.dispatched = undefined; // ask again next time
     throw new RoomcastError(`roomcast: no endpoint could be used: ${errs.join("; ")}`);
+  }
+
+  /**
+   * transports lists how to try an endpoint, in order: with "auto", WebSocket and then the HTTP
+   * fallback, or the fallback first once it is what worked (WebSocket is blocked here).
+   */
+  private transports(): ("ws" | "sse")[] {
+    if (this.s.transport !== "auto") return [this.s.transport];
+    const have = (["ws", "sse"] as const).filter((t) => (t === "ws" ? this.s.WebSocket : this.s.EventSource));
+    return this.worked === "sse" ? [...have].reverse() : [...have];
   }
 
   /** adopt makes a logged-in session the current one and hears what it received since its LoginAck. */
@@ -234,7 +255,7 @@ export class Client {
     old?.close(new CloseError(1000, "moved to another ChatLink"));
     this._state = "connected";
     if (login.recoverSince || login.history > 0) this.startHold(login.recoverSince);
-    this.emit("connected", { loginAck: session.loginAck!, endpoint: session.endpoint, reconnected });
+    this.emit("connected", { loginAck: session.loginAck!, endpoint: session.endpoint, transport: session.transport, reconnected });
     session.attach();
   }
 

@@ -21,6 +21,16 @@ export interface Endpoint {
 /** A WebSocket constructor: the browser's, or one a test or a non-browser runtime gives. */
 export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocket;
 
+/** An EventSource constructor, for the HTTP fallback. */
+export type EventSourceConstructor = new (url: string) => EventSource;
+
+/**
+ * How the client reaches a ChatLink: "ws" (WebSocket), "sse" (the HTTP fallback: Server-Sent
+ * Events down, POST up), or "auto": WebSocket, and the fallback where WebSocket is missing or an
+ * endpoint cannot be reached by it (a proxy that refuses the upgrade).
+ */
+export type Transport = "auto" | "ws" | "sse";
+
 /** Config says where and how a Client connects. Only token and dispatcher (or endpoints) are required. */
 export interface Config {
   /** The login JWT minted by the app server. Its app, uid and room claims are read (not verified) for the dispatch query. Required. */
@@ -32,6 +42,8 @@ export interface Config {
   dispatcher?: string;
   /** If not empty, dialed in order instead of asking the dispatcher (reconnects too). */
   endpoints?: Endpoint[];
+  /** How to reach a ChatLink. Default "auto". */
+  transport?: Transport;
   /** Sent in Login.device. Default "web". */
   device?: string;
   /** The id of the last message the app has from an earlier session: the first login recovers what came after it. */
@@ -58,7 +70,9 @@ export interface Config {
   dedupeWindow?: number;
   /** The WebSocket implementation. Default globalThis.WebSocket. */
   WebSocket?: WebSocketConstructor;
-  /** The fetch implementation for dispatch. Default globalThis.fetch. */
+  /** The EventSource implementation for the fallback. Default globalThis.EventSource. */
+  EventSource?: EventSourceConstructor;
+  /** The fetch implementation for dispatch and the fallback's sends. Default globalThis.fetch. */
   fetch?: typeof fetch;
 }
 
@@ -74,6 +88,9 @@ export function withDefaults(cfg: Config): Settings {
     throw new RoomcastError("roomcast: Config.token is required");
   }
   const endpoints = cfg.endpoints ?? [];
+  if (cfg.transport !== undefined && !["auto", "ws", "sse"].includes(cfg.transport)) {
+    throw new RoomcastError(`roomcast: unknown transport ${JSON.stringify(cfg.transport)} (want "auto", "ws" or "sse")`);
+  }
   if (endpoints.length === 0 && typeof cfg.dispatcher !== "string") {
     throw new RoomcastError("roomcast: Config needs dispatcher or endpoints");
   }
@@ -85,6 +102,7 @@ export function withDefaults(cfg: Config): Settings {
     token: cfg.token,
     dispatcher: cfg.dispatcher,
     endpoints,
+    transport: cfg.transport ?? "auto",
     device: cfg.device || "web",
     recoverSince: cfg.recoverSince ?? "",
     history: Math.min(100, Math.max(0, Math.floor(cfg.history ?? 0))),
@@ -96,6 +114,7 @@ export function withDefaults(cfg: Config): Settings {
     recoveryWaitMs: positive(cfg.recoveryWaitMs, 2500),
     dedupeWindow: positive(cfg.dedupeWindow, 10000),
     WebSocket: ws as WebSocketConstructor,
+    EventSource: (cfg.EventSource ?? globalThis.EventSource) as EventSourceConstructor,
     fetch: f as typeof fetch,
   };
 }

@@ -17,9 +17,10 @@ export type {
   State,
 } from "./client.js";
 export { CLIENT_NAME, MAX_FRAME_SIZE } from "./config.js";
-export type { Config, Endpoint, WebSocketConstructor } from "./config.js";
+export type { Config, Endpoint, EventSourceConstructor, Transport, WebSocketConstructor } from "./config.js";
 export { compareMessages } from "./delivery.js";
 export { dispatch, readClaims } from "./dispatch.js";
+export { sseUrl } from "./transport.js";
 export type { Dispatched, TokenClaims } from "./dispatch.js";
 export {
   CODE_ABNORMAL_CLOSURE,

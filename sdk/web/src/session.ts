@@ -20,7 +20,7 @@ import {
   type Reconnect,
   type SendAck,
 } from "./gen/client_pb.js";
-import { dialWebSocket, type FrameConn } from "./transport.js";
+import { type ConnHandlers, dialSSE, dialWebSocket, type FrameConn } from "./transport.js";
 
 const defaultHeartbeatMs = 25000;
 const minHeartbeatMs = 10; // a floor against a server's typo
@@ -70,6 +70,8 @@ export class Session {
   constructor(
     private readonly s: Settings,
     readonly endpoint: Endpoint,
+    /** How this session reaches its ChatLink: "ws" or "sse" (the HTTP fallback). */
+    readonly transport: "ws" | "sse",
     private readonly login: LoginOptions,
     private readonly sink: SessionSink,
   ) {}
@@ -90,7 +92,7 @@ export class Session {
         () => this.end(new LoginTimeoutError(`roomcast: no LoginAck from ${this.endpoint.node || this.endpoint.wsUrl} within ${this.s.attemptTimeoutMs} ms`)),
         this.s.attemptTimeoutMs,
       );
-      this.conn = dialWebSocket(this.s.WebSocket, this.endpoint, {
+      const handlers: ConnHandlers = {
         open: () => this.write({
           case: "login",
           value: {
@@ -100,7 +102,10 @@ export class Session {
         }),
         frame: (data) => this.onFrame(data),
         end: (err) => this.end(err),
-      });
+      };
+      this.conn = this.transport === "sse"
+        ? dialSSE(this.s.EventSource, this.s.fetch, this.endpoint, handlers)
+        : dialWebSocket(this.s.WebSocket, this.endpoint, handlers);
     });
   }
 

@@ -1,6 +1,6 @@
 // The transports that carry frames between the client and a ChatLink.
 
-import type { Endpoint, WebSocketConstructor } from "./config.js";
+import type { Endpoint, EventSourceConstructor, WebSocketConstructor } from "./config.js";
 import { CODE_ABNORMAL_CLOSURE, CloseError, ProtocolError, type RoomcastError } from "./errors.js";
 
 /** What a transport tells its session. Each is called on the event loop; after `end`, nothing more. */
@@ -15,6 +15,7 @@ export interface ConnHandlers {
 
 /** FrameConn is one open (or opening) connection. */
 export interface FrameConn {
+  /** Sends a frame; the first one sent is the Login. */
   send(frame: Uint8Array): void;
   /** Closes the connection; the handlers are not called any more. */
   close(): void;
@@ -74,6 +75,94 @@ export function dialWebSocket(WS: WebSocketConstructor | undefined, ep: Endpoint
       ended = true;
       detach();
       sock.close(1000);
+    },
+  };
+}
+
+/**
+ * sseUrl is the HTTP fallback's URL on the ChatLink of ep: the WebSocket listener's, with http
+ * for ws, https for wss and /v1/sse for /v1/ws (docs/protocol.md §2).
+ */
+export function sseUrl(ep: Endpoint): string {
+  const u = new URL(ep.wsUrl);
+  u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+  u.pathname = u.pathname.replace(/\/v1\/ws$/, "") + "/v1/sse";
+  u.search = "";
+  return u.toString();
+}
+
+const base64url = (b: Uint8Array) => btoa(String.fromCharCode(...b)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+
+/**
+ * dialSSE reaches the ChatLink of ep without WebSocket: the first frame sent (the Login) opens a
+ * Server-Sent Events stream that carries every frame from the server; later frames are POSTed,
+ * one at a time and in order, to the stream's key.
+ */
+export function dialSSE(ES: EventSourceConstructor | undefined, f: typeof fetch, ep: Endpoint, h: ConnHandlers): FrameConn {
+  const base = sseUrl(ep);
+  let ended = false, es: EventSource | undefined, key = "";
+  const queue: Uint8Array[] = [];
+  let posting = Promise.resolve();
+  const end = (err: RoomcastError) => {
+    if (ended) return;
+    ended = true;
+    es?.close();
+    h.end(err);
+  };
+  const post = async (frame: Uint8Array) => {
+    if (ended) return;
+    try {
+      const res = await f(`${base}/${key}`, { method: "POST", body: frame as Uint8Array<ArrayBuffer>, headers: { "Content-Type": "application/x-protobuf" } });
+      if (!res.ok) end(new CloseError(CODE_ABNORMAL_CLOSURE, `POST ${base} answered HTTP ${res.status}`));
+    } catch (e) {
+      end(new CloseError(CODE_ABNORMAL_CLOSURE, `POST ${base}: ${(e as Error).message}`));
+    }
+  };
+  const flush = () => {
+    if (!key) return;
+    for (const frame of queue.splice(0)) posting = posting.then(() => post(frame));
+  };
+  const open = (login: Uint8Array) => {
+    try {
+      if (!ES) throw new Error("this runtime has no EventSource");
+      es = new ES(`${base}?login=${base64url(login)}`);
+    } catch (e) {
+      queueMicrotask(() => end(new CloseError(CODE_ABNORMAL_CLOSURE, `cannot open ${base}: ${(e as Error).message}`)));
+      return;
+    }
+    es.addEventListener("stream", (ev) => {
+      key = (ev as MessageEvent).data;
+      flush();
+    });
+    es.onmessage = (ev) => {
+      if (ended) return;
+      let bytes: Uint8Array;
+      try {
+        bytes = Uint8Array.from(atob(ev.data), (c) => c.charCodeAt(0));
+      } catch {
+        end(new ProtocolError("roomcast: protocol error: an event of the stream is not base64"));
+        return;
+      }
+      h.frame(bytes);
+    };
+    // The stream ended (after a Kick, whose code the session keeps) or never opened.
+    es.onerror = () => end(new CloseError(CODE_ABNORMAL_CLOSURE, "the event stream ended"));
+  };
+  queueMicrotask(() => {
+    if (!ended) h.open();
+  });
+  return {
+    send(frame) {
+      if (ended) return;
+      if (!es) open(frame);
+      else {
+        queue.push(frame);
+        flush();
+      }
+    },
+    close() {
+      ended = true;
+      es?.close();
     },
   };
 }

@@ -84,6 +84,26 @@ test("danmaku fly across the stage, critical ones styled apart; a later page get
   await late.close();
 });
 
+test("a page without WebSocket chats through the HTTP fallback", async () => {
+  const blocked = await browser.context.newPage();
+  await blocked.addInitScript(() => {
+    delete window.WebSocket;
+  });
+  await blocked.goto(`${dev.url}/?uid=nows&room=fallback&join=1`);
+  await waitFor("connected without WebSocket", async () => (await blocked.textContent("#st-state")) === "connected");
+  assert.equal(await blocked.evaluate(() => typeof WebSocket), "undefined");
+  assert.match(await blocked.textContent("#st-transport"), /SSE/);
+  const other = await open("withws", "fallback");
+  await say(other, "can you hear me");
+  await waitFor("the fallback page receives", async () => (await bodies(blocked)).includes("can you hear me"));
+  await say(blocked, "loud and clear");
+  await waitFor("the fallback page sends", async () => (await bodies(other)).includes("loud and clear"));
+  const failed = await blocked.locator("#log li.failed").count();
+  assert.equal(failed, 0, "the send was acknowledged");
+  await blocked.close();
+  await other.close();
+});
+
 test("the page follows a draining ChatLink to another one, every message once and in order", async () => {
   const page = await open("mover", "drain");
   const node = await page.textContent("#st-node");
