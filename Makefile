@@ -13,7 +13,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test tools proto proto-check lint vet unit
-.PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test
+.PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
 
@@ -98,3 +98,7 @@ web-browser: web-check
 	cd $(WEB) && $(NODE_WS) --test --test-concurrency=1 test/browser/*.test.mjs
 
 web-test: web-unit web-browser
+
+## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
+web-bench: web-deps
+	cd $(WEB) && node bench/decode.mjs

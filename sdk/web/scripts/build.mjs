@@ -19,7 +19,7 @@ const goalGzipBytes = 25 * 1024;
 
 rmSync(join(root, "dist"), { recursive: true, force: true });
 execFileSync(process.execPath, [join(root, "node_modules/typescript/bin/tsc"), "-p", root], { stdio: "inherit" });
-execFileSync(process.execPath, [join(root, "node_modules/typescript/bin/tsc"), "-p", join(root, "tsconfig.demo.json")], { stdio: "inherit" });
+execFileSync(process.execPath, [join(root, "node_modules/typescript/bin/tsc"), "-p", join(root, "tsconfig.pages.json")], { stdio: "inherit" });
 
 const common = { bundle: true, format: "esm", target: "es2022", minify: true, write: false, legalComments: "none" };
 

@@ -213,9 +213,13 @@ export class Client {
       }
       endpoints = this.dispatched.endpoints;
     }
+    const transports = this.transports();
+    if (transports.length === 0) {
+      throw new RoomcastError("roomcast: this runtime has neither WebSocket nor EventSource (Node 20 has WebSocket with --experimental-websocket)");
+    }
     const errs: string[] = [];
     for (const ep of endpoints) {
-      for (const transport of this.transports()) {
+      for (const transport of transports) {
         if (this.closed) throw new ClosedError();
         const session = new Session(this.s, ep, transport, login, this.sink);
         try {
