@@ -60,7 +60,7 @@ const densities = [
 class Stage {
   private rows: number[] = []; // when each row takes its next item, ms
   private queue: { text: string; cls: string; at: number }[] = [];
-  private pinned = 0;
+  private pinned: (HTMLElement | undefined)[] = [undefined, undefined, undefined]; // the top slots
   private skipped = 0;
   private timer = 0;
 
@@ -118,15 +118,19 @@ class Stage {
       { duration: (stageWidth + width) / speed, easing: "linear" }).onfinish = () => this.remove(el);
   }
 
+  /** pin shows a critical message in a free top slot for five seconds; with none free, the oldest gives way. */
   private pin(text: string, cls: string) {
+    let slot = this.pinned.indexOf(undefined);
+    if (slot < 0) {
+      slot = this.pinned.reduce((oldest, el, i) => (Number(el!.dataset.at) < Number(this.pinned[oldest]!.dataset.at) ? i : oldest), 0);
+      this.remove(this.pinned[slot]!);
+    }
     const el = this.make(text, cls);
-    const slot = this.pinned++ % 3;
+    el.dataset.at = String(performance.now());
+    this.pinned[slot] = el;
     el.style.top = `${8 + slot * this.rowHeight * 1.2}px`;
     el.animate([{ transform: "translateX(-50%)", opacity: 1 }, { transform: "translateX(-50%)", opacity: 1, offset: 0.85 },
-      { transform: "translateX(-50%)", opacity: 0 }], { duration: 5000 }).onfinish = () => {
-      this.pinned--;
-      this.remove(el);
-    };
+      { transform: "translateX(-50%)", opacity: 0 }], { duration: 5000 }).onfinish = () => this.remove(el);
   }
 
   private make(text: string, cls: string) {
@@ -139,6 +143,8 @@ class Stage {
   }
 
   private remove(el: HTMLElement) {
+    const slot = this.pinned.indexOf(el);
+    if (slot >= 0) this.pinned[slot] = undefined;
     el.remove();
     ui.drawn.textContent = String(this.el.querySelectorAll(".danmaku").length);
   }

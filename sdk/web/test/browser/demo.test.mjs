@@ -55,14 +55,18 @@ test("two pages chat", async () => {
 });
 
 test("danmaku fly across the stage, critical ones styled apart; a later page gets the history", async () => {
+  // The room exists while someone is in it; what it kept is the viewer's history on join.
+  const host = await open("host", "show");
+  await sendAsApp(dev.url, "show", "welcome to the show", "critical");
   const viewer = await open("viewer", "show");
-  const lines = ["好耶！", "first!", "this goal though", "replay please", "GG", "wow", "LOL", "so close", "大佬牛逼", "again!"];
+  await waitFor("history on join", async () => (await bodies(viewer)).includes("welcome to the show"));
+  const lines = ["8888888", "first!", "this goal though", "replay please", "GG", "wow", "LOL", "so close", "what a save", "again!", "who else is watching at 3am", "\\(^o^)/"];
   for (let i = 0; i < 24; i++) {
     await sendAsApp(dev.url, "show", i % 8 === 3 ? `gift: rocket ×${i}` : lines[i % lines.length], i % 8 === 3 ? "critical" : "bulk");
-    await new Promise((r) => setTimeout(r, 60)); // a realistic trickle, within the room's budget
+    await new Promise((r) => setTimeout(r, 110)); // a trickle within the room's budget, so they spread out
   }
   await waitFor("danmaku on the stage", async () => (await viewer.locator("#stage .danmaku").count()) >= 8, 5000);
-  await new Promise((r) => setTimeout(r, 700)); // let them spread across the stage
+  await new Promise((r) => setTimeout(r, 1000)); // let the last ones enter the stage
   const drawn = await viewer.locator("#stage .danmaku").count();
   const critical = await viewer.locator("#stage .danmaku.critical").count();
   const shot = await viewer.locator("#stage").screenshot({ path: process.env.SCREENSHOTS ? join(repo, "docs/web-demo-stage.png") : undefined });
@@ -82,6 +86,7 @@ test("danmaku fly across the stage, critical ones styled apart; a later page get
   assert.deepEqual(viewer.problems, []);
   await viewer.close();
   await late.close();
+  await host.close();
 });
 
 test("a page without WebSocket chats through the HTTP fallback", async () => {
