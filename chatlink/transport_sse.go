@@ -62,14 +62,26 @@ func newSSEServer(n *Node) *sseServer {
 	return s
 }
 
-// isSSERequest reports whether the request waiting in br is for the SSE path, without reading it.
+// isSSERequest reports whether the request waiting in br is for the SSE path, without reading
+// it. It peeks one byte more at a time, so that it waits only for a request that still looks
+// like one for the SSE path: a short or foreign first line goes on to the WebSocket upgrade.
 func isSSERequest(br *bufio.Reader) bool {
-	for _, method := range []string{"GET ", "POST ", "OPTIONS "} {
-		prefix := method + ssePath
-		b, _ := br.Peek(len(prefix) + 1)
-		if len(b) == len(prefix)+1 && string(b[:len(prefix)]) == prefix && strings.ContainsRune("?/ ", rune(b[len(prefix)])) {
-			return true
+	candidates := []string{"GET " + ssePath, "POST " + ssePath, "OPTIONS " + ssePath}
+	for n := 1; len(candidates) > 0; n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return false
 		}
+		kept := candidates[:0]
+		for _, c := range candidates {
+			if n > len(c) {
+				return strings.IndexByte("?/ ", b[len(c)]) >= 0 // the path ends or goes on below
+			}
+			if c[:n] == string(b) {
+				kept = append(kept, c)
+			}
+		}
+		candidates = kept
 	}
 	return false
 }

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/chatlink"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -225,4 +226,22 @@ func TestSSEShutdown(t *testing.T) {
 		t.Fatalf("want Kick SHUTDOWN, got %v", k)
 	}
 	s.expectEnd()
+}
+
+// The SSE path is told from WebSocket upgrades by the request line alone, without waiting for
+// bytes a short request never sends.
+func TestIsSSERequest(t *testing.T) {
+	for req, want := range map[string]bool{
+		"GET /v1/sse?login=x HTTP/1.1\r\n": true,
+		"POST /v1/sse/abc HTTP/1.1\r\n":    true,
+		"OPTIONS /v1/sse/abc HTTP/1.1\r\n": true,
+		"GET /v1/ws HTTP/1.1\r\n":          false,
+		"GET /v1/ssex HTTP/1.1\r\n":        false,
+		"GET /v1/s":                        false, // then EOF: not enough to tell
+		"\x16\x03\x01\x02\x00\x01\x00\x01": false,
+	} {
+		if got := chatlink.IsSSERequest(bufio.NewReader(strings.NewReader(req))); got != want {
+			t.Errorf("%q: %v, want %v", req, got, want)
+		}
+	}
 }

@@ -39,6 +39,30 @@ async function say(page, text) {
   await page.press("#text", "Enter");
 }
 
+/**
+ * throughAnOutage sends critical messages to room every 25 ms while stopNode(node) takes the
+ * page's ChatLink away, until the page is connected elsewhere; then it checks that the page has
+ * every message once, in the order sent.
+ */
+async function throughAnOutage(page, room, stopNode) {
+  const node = await page.textContent("#st-node");
+  let sent = 0, stop = false;
+  const sender = (async () => {
+    while (!stop) {
+      await sendAsApp(dev.url, room, `${room}-${++sent}`, "critical");
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
+  stopNode(node);
+  await waitFor("connected elsewhere", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
+  await new Promise((r) => setTimeout(r, 300));
+  stop = true;
+  await sender;
+  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
+  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `${room}-${i + 1}`));
+}
+
 test("two pages chat", async () => {
   const alice = await open("alice", "chat");
   const bob = await open("bob", "chat");
@@ -111,22 +135,7 @@ test("a page without WebSocket chats through the HTTP fallback", async () => {
 
 test("the page follows a draining ChatLink to another one, every message once and in order", async () => {
   const page = await open("mover", "drain");
-  const node = await page.textContent("#st-node");
-  let sent = 0, stop = false;
-  const sender = (async () => {
-    while (!stop) {
-      await sendAsApp(dev.url, "drain", `m${++sent}`, "critical");
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  })();
-  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
-  dev.drain(node, "300ms");
-  await waitFor("moved", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
-  await new Promise((r) => setTimeout(r, 300));
-  stop = true;
-  await sender;
-  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
-  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `m${i + 1}`));
+  await throughAnOutage(page, "drain", (node) => dev.drain(node, "300ms"));
   const got = await ids(page);
   assert.deepEqual(got, [...got].sort(), "in id order");
   await page.close();
@@ -134,24 +143,9 @@ test("the page follows a draining ChatLink to another one, every message once an
 
 test("a page whose ChatLink stops reconnects and recovers what it missed", async () => {
   const page = await open("survivor", "outage");
-  const node = await page.textContent("#st-node");
-  let sent = 0, stop = false;
-  const sender = (async () => {
-    while (!stop) {
-      await sendAsApp(dev.url, "outage", `n${++sent}`, "critical");
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  })();
-  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
   // A long spread and a short deadline: the node closes the page (SHUTDOWN) long before the
   // page's turn to move, so the page is away for its reconnect backoff and must recover.
-  dev.drain(node, "600s", "300ms");
-  await waitFor("reconnected elsewhere", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
-  await new Promise((r) => setTimeout(r, 300));
-  stop = true;
-  await sender;
-  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
-  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `n${i + 1}`));
+  await throughAnOutage(page, "outage", (node) => dev.drain(node, "600s", "300ms"));
   const log = await page.textContent("#log");
   assert.match(log, /4500 SHUTDOWN/, "the close code is named");
   const recovered = Number(log.match(/Recovered (\d+) message/)?.[1]);
