@@ -222,11 +222,29 @@ func (n *Node) goAsync(f func()) {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Node }
 
-// WSURL returns the WebSocket URL clients connect to.
-func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + wsPath }
+// WSURL returns the WebSocket URL clients connect to: Config.PublicWSURL, or the listener's.
+func (n *Node) WSURL() string {
+	if n.cfg.PublicWSURL != "" {
+		return n.cfg.PublicWSURL
+	}
+	scheme := "ws://"
+	if n.cfg.TLS != nil {
+		scheme = "wss://"
+	}
+	return scheme + n.publicAddr(n.wsLn) + wsPath
+}
 
-// TCPAddr returns the host:port of the TCP transport.
-func (n *Node) TCPAddr() string { return n.publicAddr(n.tcpLn) }
+// TCPAddr returns the host:port clients reach the TCP transport at: Config.PublicTCPAddr, or
+// the listener's.
+func (n *Node) TCPAddr() string {
+	if n.cfg.PublicTCPAddr != "" {
+		return n.cfg.PublicTCPAddr
+	}
+	return n.publicAddr(n.tcpLn)
+}
+
+// TCPTLS reports whether clients reach the TCP transport over TLS.
+func (n *Node) TCPTLS() bool { return n.cfg.TLS != nil || n.cfg.PublicTCPTLS }
 
 func (n *Node) publicAddr(ln net.Listener) string {
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -245,6 +263,10 @@ func (n *Node) acceptTCP() {
 			}
 			n.log.Warn("tcp accept", "err", err)
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if n.cfg.TLS != nil {
+			n.goAsync(func() { n.startTLSTCP(nc) })
 			continue
 		}
 		if tc, ok := nc.(*net.TCPConn); ok && n.poll != nil { // Go sets TCP_NODELAY on every TCPConn
