@@ -65,14 +65,14 @@ export async function startDev(args = []) {
   };
 }
 
-/** launchChromium starts Debian's chromium headless with a fresh profile. */
-export async function launchChromium() {
+/** launchChromium starts Debian's chromium headless with a fresh profile, and extra flags. */
+export async function launchChromium(extraArgs = []) {
   const profile = mkdtempSync(join(tmpdir(), "roomcast-chromium-"));
   const browser = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     headless: true,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      "--disable-background-networking", "--disable-component-update", "--disable-sync", ...extraArgs],
     viewport: { width: 1280, height: 800 },
   });
   return {
