@@ -63,6 +63,7 @@ type Node struct {
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
+	sse      *sseServer // the HTTP fallback, on wsLn's connections (transport_sse.go)
 	tcpLn    net.Listener
 
 	ctx        context.Context // ends at the end of Shutdown
@@ -129,6 +130,7 @@ func (n *Node) start() error {
 	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
+	n.sse = newSSEServer(n)
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
@@ -161,6 +163,7 @@ func (n *Node) start() error {
 	// only now that it will serve.
 	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
+	n.goAsync(n.sse.serve)
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
@@ -190,6 +193,9 @@ func (n *Node) abortStart() {
 func (n *Node) closeListeners() {
 	if n.wsLn != nil {
 		_ = n.wsLn.Close()
+	}
+	if n.sse != nil {
+		n.sse.close()
 	}
 	if n.tcpLn != nil {
 		_ = n.tcpLn.Close()
@@ -339,6 +345,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 			n.conns.each(func(c *conn) { c.t.forceClose() })
 		case <-poll.C:
 		}
+	}
+	if n.sse != nil {
+		n.sse.close()
 	}
 	n.cancel()
 	n.control.unsubscribe()

@@ -117,6 +117,12 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := handshakeReaders.Get().(*bufio.Reader)
 	br.Reset(nc)
+	if isSSERequest(br) { // the HTTP fallback (transport_sse.go)
+		n.sse.handOver(nc, br)
+		br.Reset(nil)
+		handshakeReaders.Put(br)
+		return
+	}
 	req, err := wsproto.ReadUpgrade(br, wsPath)
 	switch {
 	case errors.Is(err, wsproto.ErrNotFound):

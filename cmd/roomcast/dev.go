@@ -18,7 +18,7 @@ import (
 	"roomcast/internal/devcluster"
 )
 
-//go:embed web
+//go:embed web/index.html web/demo.js
 var webFiles embed.FS
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -58,7 +58,7 @@ type Config struct {
 	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
 	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
 	CityDB, ISPDB string
-	// Home serves GET / (the demo page). Zero value means 404.
+	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
 	Home http.Handler
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
 	// for finding where time goes on a dev machine: never set it where others can reach
@@ -185,6 +185,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {
 				mux.Handle("GET /{$}", cfg.Home)
+				mux.Handle("GET /demo.js", cfg.Home)
 			}
 		},
 		Log: log,
