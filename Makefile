@@ -77,10 +77,10 @@ web-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-## web-proto: regenerate sdk/web/src/gen from proto/client.proto and proto/message.proto.
+## web-proto: regenerate sdk/web/src/gen from proto/client.proto, proto/cdn.proto and proto/message.proto.
 web-proto: tools web-deps
 	protoc -I proto --plugin=protoc-gen-es=$(WEB)/node_modules/.bin/protoc-gen-es \
-		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto message.proto
+		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto cdn.proto message.proto
 
 ## web-build: build the package (sdk/web/dist) and the demo's bundle (cmd/roomcast/web/demo.js, committed).
 web-build: web-deps
