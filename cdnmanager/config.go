@@ -28,11 +28,13 @@ type Config struct {
 	// Zero values mean the window and a fifth of it.
 	PollInterval, PollJitter time.Duration
 	// OnlineThreshold puts a room that no pin holds in CDN mode while it has at least this many
-	// members online, for apps whose policy sets none. Zero value means 10,000; negative means
-	// never.
+	// members online, for apps whose policy sets none. Zero value (or negative) means never:
+	// neither SDK polls segments yet, so a room moves its CDN lanes off the long link only
+	// when the app asks (a pin, or a policy with a threshold).
 	OnlineThreshold int64
 	// FlowControlLevel puts such a room in CDN mode while a ChatLink holding its members reports
-	// flow control at least this strong (0 to 1). Zero value means 0.5; negative means never.
+	// flow control at least this strong (0 to 1). Zero value (or negative) means never, for the
+	// same reason.
 	FlowControlLevel float64
 	// RuleHold is how long a room the rules put in CDN mode stays there after they last held,
 	// so that a room near a threshold does not flap. Zero value means 1m.
@@ -86,10 +88,10 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaderTTL, 3*time.Second)
 	def(&c.Tick, 250*time.Millisecond)
 	if c.OnlineThreshold == 0 {
-		c.OnlineThreshold = 10_000
+		c.OnlineThreshold = -1
 	}
 	if c.FlowControlLevel == 0 {
-		c.FlowControlLevel = 0.5
+		c.FlowControlLevel = -1
 	}
 	if c.KVReplicas <= 0 {
 		c.KVReplicas = 1
