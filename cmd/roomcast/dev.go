@@ -30,6 +30,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
+	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {

@@ -75,6 +75,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindNATSFlag(fs, &cfg.NATSURL)
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
+	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {

@@ -80,6 +80,9 @@ type Config struct {
 	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
 	// means rooms open implicitly, as the demo page needs.
 	RequireCreated bool
+	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
+	// means the room service's default (100).
+	HistoryPerRoom int
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -143,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances:  cfg.ServiceInstances,
-		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated},
+		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},
