@@ -31,7 +31,7 @@ type fakeLink struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex // guards conns
 	conns    map[io.Closer]struct{}
-	accepted chan struct{} // one value per connection
+	accepted chan struct{} // one value per connection (the first 100 not taken)
 }
 
 // fakeConn is one server-side connection, with blocking reads whatever the transport.
@@ -40,6 +40,10 @@ type fakeConn interface {
 	send(*roomcastpb.Frame) error
 	// kick sends a Kick and closes the connection with its code.
 	kick(code uint32, reason string)
+	// sendPayload sends payload as one frame's bytes, whatever they are.
+	sendPayload(payload []byte) error
+	// wire writes b to the socket as it is, past the framing.
+	wire(b []byte) error
 	close()
 }
 
@@ -73,7 +77,10 @@ func (f *fakeLink) track(c io.Closer) bool {
 		return false
 	}
 	f.conns[c] = struct{}{}
-	f.accepted <- struct{}{}
+	select {
+	case f.accepted <- struct{}{}:
+	default: // a client that reconnects in a loop must not stop the fake
+	}
 	return true
 }
 
@@ -163,9 +170,20 @@ func (c *tcpFake) send(f *roomcastpb.Frame) error {
 	if err != nil {
 		return err
 	}
+	return c.sendPayload(b)
+}
+
+func (c *tcpFake) wire(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err = c.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (c *tcpFake) sendPayload(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
 	if err == nil {
 		_, err = c.nc.Write(b)
 	}
@@ -216,7 +234,14 @@ func (c *wsFake) send(f *roomcastpb.Frame) error {
 	if err != nil {
 		return err
 	}
-	return c.socket.WriteMessage(gws.OpcodeBinary, b)
+	return c.sendPayload(b)
+}
+
+func (c *wsFake) sendPayload(b []byte) error { return c.socket.WriteMessage(gws.OpcodeBinary, b) }
+
+func (c *wsFake) wire(b []byte) error {
+	_, err := c.socket.NetConn().Write(b)
+	return err
 }
 
 func (c *wsFake) kick(code uint32, reason string) {
@@ -284,6 +309,13 @@ func answerLoop(c fakeConn) {
 			}}})
 		}
 	}
+}
+
+// historyEnd is the Push that ends a history answer.
+func historyEnd(recovered bool, missing uint64, msgs ...*roomcastpb.Message) *roomcastpb.Frame {
+	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
+		Messages: msgs, History: true, Recovery: &roomcastpb.Recovery{Recovered: recovered, Missing: missing},
+	}}}
 }
 
 func pushFrame(msgs ...*roomcastpb.Message) *roomcastpb.Frame {
