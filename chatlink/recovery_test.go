@@ -51,7 +51,9 @@ func TestRecoverySaysWhatItDid(t *testing.T) {
 			t.Fatalf("message %d: room_seq %d, body %q; want %d", i, m.RoomSeq, m.Body, i+1)
 		}
 	}
-	since := func(i int) *pb.Login { return &pb.Login{RecoverSince: sent[i].Id, RecoverSinceRoomSeq: sent[i].RoomSeq} }
+	since := func(i int) *pb.Login {
+		return &pb.Login{RecoverSince: sent[i].Id, RecoverSinceRoomSeq: sent[i].RoomSeq}
+	}
 	bodies := func(msgs []*pb.Message) string {
 		var b []string
 		for _, m := range msgs {
