@@ -39,7 +39,7 @@ const (
 	defaultReconnectMaxDelay = 20 * time.Second
 	defaultStableAfter       = 10 * time.Second
 	defaultRecoveryWait      = 5 * time.Second
-	defaultDedupeWindow      = 10000
+	defaultDedupeWindow      = 1000
 	maxHistory               = 100 // Login.history's limit
 )
 
@@ -89,8 +89,10 @@ type Config struct {
 	// that everything is handed on in order. Zero value means 5s (the ChatLink gives up reading
 	// the history after 2s and says so).
 	RecoveryWait time.Duration
-	// DedupeWindow is how many message ids the Client remembers to drop duplicates. Zero value
-	// means 10,000.
+	// DedupeWindow is how many of the latest message ids the Client remembers to drop
+	// duplicates, which arrive only within a recovery's reach: keep it above the room's history
+	// (100 unless the deployment keeps more). Zero value means 1,000; a negative one turns
+	// de-duplication off (tools that check the server want to see its duplicates).
 	DedupeWindow int
 
 	// HTTPClient is used for the dispatch request, and its Transport decides whether the
@@ -191,7 +193,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RecoveryWait <= 0 {
 		c.RecoveryWait = defaultRecoveryWait
 	}
-	if c.DedupeWindow <= 0 {
+	if c.DedupeWindow == 0 {
 		c.DedupeWindow = defaultDedupeWindow
 	}
 	if c.Logger == nil {

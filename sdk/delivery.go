@@ -176,9 +176,13 @@ func (d *delivery) remember(id string) {
 	d.rememberLocked(id)
 }
 
-// rememberLocked adds id to the ids seen and reports whether it is new. Caller holds d.mu.
+// rememberLocked adds id to the ids seen and reports whether it is new. Without a window (or an
+// id) every message is new. Caller holds d.mu.
 func (d *delivery) rememberLocked(id string) bool {
-	if _, ok := d.seen[id]; ok || id == "" {
+	if d.window <= 0 || id == "" {
+		return true
+	}
+	if _, ok := d.seen[id]; ok {
 		return false
 	}
 	if len(d.order) < d.window {

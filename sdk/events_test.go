@@ -16,7 +16,8 @@ type recorder struct {
 	mu     sync.Mutex
 	msgs   []*roomcastpb.Message
 	events []sdk.Event
-	log    []string // bodies and event kinds, in the order the callbacks ran
+	times  []time.Time // when each event came
+	log    []string    // bodies and event kinds, in the order the callbacks ran
 	closed chan struct{}
 }
 
@@ -34,6 +35,7 @@ func (r *recorder) config(cfg sdk.Config) sdk.Config {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.events = append(r.events, ev)
+		r.times = append(r.times, time.Now())
 		r.log = append(r.log, kind(ev))
 		if _, ok := ev.(*sdk.ClosedEvent); ok {
 			close(r.closed)
@@ -66,6 +68,29 @@ func all[T sdk.Event](r *recorder) []T {
 		}
 	}
 	return out
+}
+
+// bodies returns the bodies of the messages so far.
+func (r *recorder) bodies() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.msgs))
+	for i, m := range r.msgs {
+		out[i] = string(m.GetBody())
+	}
+	return out
+}
+
+// firstAt returns the first event that match accepts and when it came.
+func (r *recorder) firstAt(match func(sdk.Event) bool) (sdk.Event, time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, ev := range r.events {
+		if match(ev) {
+			return ev, r.times[i], true
+		}
+	}
+	return nil, time.Time{}, false
 }
 
 // waitFor waits until an event of type T has arrived and returns the first.

@@ -227,6 +227,8 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		Dialer:         dialerFrom(sourceAddr(i)),
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
+		NoReconnect:    true, // a member that dropped counts as one
+		DedupeWindow:   -1,   // and the server's duplicates are counted
 		OnMessage:      m.receive,
 		Logger:         f.log,
 	})
