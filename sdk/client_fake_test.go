@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeServerEnv) != "" {
+		os.Exit(serveFakeProcess())
+	}
 	goleak.VerifyTestMain(m)
 }
 

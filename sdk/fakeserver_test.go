@@ -24,7 +24,6 @@ import (
 // for each connection, so tests can provoke what a real server rarely does (kicks at login,
 // silence, floods).
 type fakeLink struct {
-	t        *testing.T
 	handler  func(fakeConn)
 	ln       net.Listener
 	http     *httptest.Server
@@ -49,17 +48,26 @@ type fakeConn interface {
 
 func startFakeLink(t *testing.T, handler func(fakeConn)) *fakeLink {
 	t.Helper()
-	f := &fakeLink{t: t, handler: handler, conns: map[io.Closer]struct{}{}, accepted: make(chan struct{}, 100)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	f, err := newFakeLink(handler)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// newFakeLink starts a fake; stop stops it.
+func newFakeLink(handler func(fakeConn)) (*fakeLink, error) {
+	f := &fakeLink{handler: handler, conns: map[io.Closer]struct{}{}, accepted: make(chan struct{}, 100)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	f.ln = ln
 	f.wg.Add(1)
 	go f.acceptTCP()
 	f.http = httptest.NewServer(http.HandlerFunc(f.serveWS))
-	t.Cleanup(f.stop)
-	return f
+	return f, nil
 }
 
 func (f *fakeLink) endpoint(node string) sdk.Endpoint {
