@@ -3,10 +3,10 @@ package sdk
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"roomcast/internal/ids"
 	"roomcast/proto/roomcastpb"
 )
 
@@ -14,6 +14,19 @@ import (
 type item struct {
 	msg *roomcastpb.Message
 	ev  Event
+}
+
+// idFloor returns the least message id of millisecond ms: it sorts before every id made then or
+// later. An id is 26 characters of Crockford base32, the first 10 the milliseconds
+// (docs/protocol.md).
+func idFloor(ms int64) string {
+	const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	b := []byte(strings.Repeat("0", 26))
+	for i := 9; i >= 0; i-- {
+		b[i] = crockford[ms&31]
+		ms >>= 5
+	}
+	return string(b)
 }
 
 // compareMessages orders messages by server time, then id (ids sort by time and are unique).
@@ -80,7 +93,7 @@ func (d *delivery) loggedIn(gen uint64, ev *ConnectedEvent, login *roomcastpb.Lo
 	defer d.mu.Unlock()
 	d.gen = gen
 	if d.baseline == "" {
-		d.baseline = ids.Floor(time.UnixMilli(ev.LoginAck.GetServerTimeMs()))
+		d.baseline = idFloor(ev.LoginAck.GetServerTimeMs())
 	}
 	d.enqueueLocked(item{ev: ev})
 	if h := d.hold; h != nil { // the previous connection's answer never came

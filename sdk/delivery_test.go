@@ -97,3 +97,11 @@ func TestDeliveryWindowAndLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestIDFloor(t *testing.T) {
+	// An id of the ChatLink's (internal/ids): 2025-11-29 21:20:00.123 UTC.
+	const id, ms = "01KB8QSB3VZZZZZZZZZZZZZZZZ", 1764451200123
+	if f := idFloor(ms); f != "01KB8QSB3V0000000000000000" || f > id || f <= idFloor(ms-1) {
+		t.Errorf("idFloor(%d) = %s, want 01KB8QSB3V0000000000000000, below %s and above the millisecond before", ms, f, id)
+	}
+}

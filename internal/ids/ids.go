@@ -74,10 +74,6 @@ func SessionNode(session string) (string, bool) {
 	return session[:i], true
 }
 
-// Floor returns the least message id of the millisecond of t: it sorts before every id made at
-// t or later, and after every id made before.
-func Floor(t time.Time) string { return encode(uint64(t.UnixMilli()), 0, 0) }
-
 // MessageTime returns the time a message id was made at, to the millisecond, and whether id is
 // one: 26 characters of Crockford base32 (upper case) whose value fits in 128 bits.
 func MessageTime(id string) (time.Time, bool) {
