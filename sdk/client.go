@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -322,8 +323,9 @@ func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("roomcast: send: %w", err)
 	}
+	// Refused before waiting for a connection; the largest seq makes the size an upper bound.
 	f := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
-		Seq: 1 << 63, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
+		Seq: math.MaxUint64, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
 	}}}
 	if n := proto.Size(f); n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
