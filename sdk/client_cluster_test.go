@@ -256,39 +256,24 @@ func TestClusterCloseNoLeaks(t *testing.T) {
 	})
 }
 
+// TestClusterShutdownSurfaces: a ChatLink that shuts down closes its clients with a transient
+// code; a Client without reconnecting stops with it.
 func TestClusterShutdownSurfaces(t *testing.T) {
 	c := startCluster(t, 1)
-	closed := make(chan error, 1)
-	reconnect := make(chan *roomcastpb.Reconnect, 1)
-	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", sdk.Config{
-		OnClose:     func(err error) { closed <- err },
-		OnReconnect: func(r *roomcastpb.Reconnect) { reconnect <- r },
-	})
+	rec := newRecorder()
+	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", rec.config(sdk.Config{NoReconnect: true}))
 	c.Close()
-	select {
-	case err := <-closed:
-		var ce *sdk.CloseError
-		if !errors.As(err, &ce) || ce.Terminal() {
-			t.Errorf("after cluster shutdown: err = %v, want a transient *CloseError", err)
-		}
-		t.Logf("close after shutdown: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("client not closed when the cluster shut down")
+	err := rec.waitClosed(t, 10*time.Second)
+	var ce *sdk.CloseError
+	if !errors.As(err, &ce) || ce.Terminal() {
+		t.Errorf("after cluster shutdown: err = %v, want a transient *CloseError", err)
 	}
+	t.Logf("close after shutdown: %v; events %q", err, rec.order())
 	select {
-	case r := <-reconnect:
-		t.Logf("reconnect before shutdown: %v", r)
+	case <-cl.Done():
 	default:
-		t.Log("no Reconnect before shutdown")
+		t.Error("Done not closed")
 	}
-	checkFor(t, time.Second, 10*time.Millisecond, func() error {
-		select {
-		case <-cl.Done():
-			return nil
-		default:
-			return errors.New("Done not closed")
-		}
-	})
 }
 
 // TestClusterCustomDialer checks that Config.Dialer opens the ChatLink connection for both

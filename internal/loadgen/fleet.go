@@ -230,6 +230,8 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		TLS:            tlsConfig(f.spec.CAPEM),
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
+		NoReconnect:    true, // a member that dropped counts as one
+		DedupeWindow:   -1,   // and the server's duplicates are counted
 		OnMessage:      m.receive,
 		Logger:         f.log,
 	})
