@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/devcluster"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 // In CDN mode a room's bulk lane leaves the long connections for segments on object storage,

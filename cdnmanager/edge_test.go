@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testutil"
+	"roomcast/proto/segment"
 )
 
 // nginxConf is a CDN edge: a cache in front of the origin where concurrent misses of one

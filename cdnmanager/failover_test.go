@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/cdnpusher"
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/s3test"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 // sender sends a bulk message (and, with critical, a critical one) to a room every interval

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/cdnpusher"
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/bus"
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

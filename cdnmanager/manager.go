@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 const (

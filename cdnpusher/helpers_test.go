@@ -14,10 +14,10 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/s3test"
 	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

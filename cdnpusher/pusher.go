@@ -16,9 +16,14 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"roomcast/cdnpusher/segment"
+	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
+
+// validNames reports whether app and room may name a segment: the same rule as every other name
+// (auth.ValidName), which keeps keys and URLs free of characters that need escaping.
+func validNames(app, room string) bool { return auth.ValidName(app) && auth.ValidName(room) }
 
 // Errors Add and Open return; nothing was taken.
 var (
@@ -152,7 +157,7 @@ func (p *Pusher) Add(app string, m *pb.Message) error {
 		return fmt.Errorf("%w: nil", ErrInvalid)
 	case m.TagExpr != "":
 		return ErrTargeted
-	case !segment.ValidNames(app, m.Room):
+	case !validNames(app, m.Room):
 		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, m.Room)
 	case m.Id == "" || !utf8.ValidString(m.Id) || !utf8.ValidString(m.Sender) || !utf8.ValidString(m.Type):
 		// A string that is not UTF-8 would make the whole segment fail to encode.
@@ -206,7 +211,7 @@ func (p *Pusher) Open(app, name string) error { return p.Assign(app, name, math.
 // is later), as Open does: the windows before from are left to the pusher that had the room,
 // and a Release of the room is undone.
 func (p *Pusher) Assign(app, name string, from int64) error {
-	if !segment.ValidNames(app, name) {
+	if !validNames(app, name) {
 		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, name)
 	}
 	sh := p.shard(name)

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 // A Service is one pusher instance on the bus: it takes the CDN-lane messages the room service

@@ -8,7 +8,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"roomcast/cdnpusher/segment"
+	"roomcast/proto/segment"
 )
 
 // s3Store writes segments to an S3 bucket with the headers docs/cdn.md promises clients.

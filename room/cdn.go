@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/cdnpusher/segment"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 // cdnRoutes is an instance's copy of the CDN routes (bus.BucketCdnRoutes), kept current by a

@@ -24,7 +24,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"roomcast/cdnpusher/segment"
+	"roomcast/proto/segment"
 )
 
 // Config configures the store.

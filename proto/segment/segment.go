@@ -1,6 +1,9 @@
-// Package segment is the CDN segment's format: where a segment lives (Key, URL, Index), how the
-// pusher writes it (Encode) and how a client reads one it fetched (Decode). It is shared by the
-// pusher and clients, so it must not depend on storage, the bus or any server component.
+// Package segment is the CDN segment's format (docs/cdn.md): where a segment lives (Key, URL,
+// Index), how the pusher writes it (Encode) and how a client reads one it fetched (Decode). The
+// pusher and the Go SDK both import it, so it must import nothing of Roomcast but
+// proto/roomcastpb, and nothing else but the protobuf runtime, klauspost/compress (which the
+// SDK's WebSocket library brings anyway) and the standard library: no storage, bus or server
+// component.
 package segment
 
 import (
@@ -15,7 +18,6 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -45,7 +47,8 @@ func Index(serverTimeMs int64, windowMs uint32) int64 {
 }
 
 // Key is the object key of a segment under a storage prefix: {app}/{room}/{window_ms}/{index}.
-// App and room are valid names (auth.ValidName), so they need no escaping.
+// App and room are 1 to 128 characters of A-Z a-z 0-9 _ - (the pusher refuses others), so
+// they need no escaping.
 func Key(app, room string, windowMs uint32, index int64) string {
 	return app + "/" + room + "/" + strconv.FormatUint(uint64(windowMs), 10) + "/" + strconv.FormatInt(index, 10)
 }
@@ -150,7 +153,3 @@ func gunzip(body []byte) ([]byte, error) {
 	}
 	return raw, nil
 }
-
-// ValidNames reports whether app and room may name a segment: the same rule as every other name
-// (auth.ValidName), which keeps keys and URLs free of characters that need escaping.
-func ValidNames(app, room string) bool { return auth.ValidName(app) && auth.ValidName(room) }
