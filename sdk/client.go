@@ -22,11 +22,13 @@ import (
 //
 // A Client runs two goroutines besides its connection's, all of which Close waits for: a
 // supervisor that reconnects, and a callback goroutine that calls Config.OnMessage and
-// Config.OnEvent in order.
+// Config.OnEvent in order; and two more from the first time its room is in CDN mode: a poller
+// of the room's segments and a player that hands messages on at their play time.
 type Client struct {
 	cfg    Config
 	log    *slog.Logger
 	d      *delivery
+	cdn    *cdnPoller
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
 	gens   atomic.Uint64 // numbers the connections
@@ -57,10 +59,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), ready: make(chan struct{})}
 	c.d = newDelivery(&c.cfg)
+	c.cdn = newCdnPoller(&c.cfg, c.d)
 	login := c.newLogin(cfg.RecoverSince, 0, uint32(min(max(0, cfg.History), maxHistory)))
 	first, err := c.establish(ctx, login, false)
 	if err != nil {
-		c.d.close(&ClosedEvent{Err: err}) // stops a hold a login that ended at once started
+		c.cdn.stop()                      // a login that ended at once may have started polling
+		c.d.close(&ClosedEvent{Err: err}) // and a hold
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -89,7 +93,7 @@ func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconne
 	}
 	var errs []error
 	for _, ep := range endpoints {
-		cn, err := connect(ctx, &c.cfg, c.d, ep, c.gens.Add(1), login, reconnected)
+		cn, err := connect(ctx, &c.cfg, c.d, c.cdn, ep, c.gens.Add(1), login, reconnected)
 		if err == nil {
 			return cn, nil
 		}
@@ -243,6 +247,7 @@ func (c *Client) finish(err error) {
 	c.mu.Lock()
 	c.err = err
 	c.mu.Unlock()
+	c.cdn.stop()
 	c.d.close(&ClosedEvent{Err: err})
 	close(c.done)
 }

@@ -115,6 +115,15 @@ type Config struct {
 	// Nil means the system's roots and TLS 1.2 at least.
 	TLS *tls.Config
 
+	// Region is the member's region as the dispatcher names them (e.g. "AS/CN"). In CDN mode
+	// the Client polls the vendors that list it or list no region; if none does, all of them.
+	// Zero value means only the vendors that list no region (all, if every one lists some).
+	Region string
+	// CDNHTTPClient fetches the room's segments in CDN mode; give one to many Clients of a
+	// process to share connections. Nil means the Client's own, with keep-alive connections
+	// (and the TLS settings of Config.TLS), closed when the Client stops.
+	CDNHTTPClient *http.Client
+
 	// AttemptTimeout bounds connecting to and logging in at one endpoint, so that a hanging
 	// endpoint gives way to the next. Zero value means 10s.
 	AttemptTimeout time.Duration

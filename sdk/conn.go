@@ -27,6 +27,7 @@ type conn struct {
 	ep    Endpoint
 	gen   uint64 // numbers the Client's connections; the delivery listens to the latest
 	d     *delivery
+	cdn   *cdnPoller
 	login *roomcastpb.Login
 	ack   *roomcastpb.LoginAck // set before connect returns it, then read-only
 	since time.Time            // when the login succeeded
@@ -68,7 +69,7 @@ type Outgoing struct {
 
 // connect dials ep and logs in with login. On success the conn's goroutines are running and its
 // pushes go to d.
-func connect(ctx context.Context, cfg *Config, d *delivery, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool) (*conn, error) {
+func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
 	defer cancel()
 	fc, err := dialTransport(ctx, cfg, ep)
@@ -79,7 +80,7 @@ func connect(ctx context.Context, cfg *Config, d *delivery, ep Endpoint, gen uin
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	c := &conn{
-		cfg: cfg, log: cfg.Logger, fc: fc, ep: ep, gen: gen, d: d, login: login, reconnected: reconnected,
+		cfg: cfg, log: cfg.Logger, fc: fc, ep: ep, gen: gen, d: d, cdn: cdn, login: login, reconnected: reconnected,
 		loginAck: make(chan *roomcastpb.LoginAck, 1),
 		moves:    make(chan *roomcastpb.Reconnect, 1),
 		done:     make(chan struct{}),
@@ -278,8 +279,7 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 	case *roomcastpb.Frame_HeartbeatAck:
 		c.setInterval(k.HeartbeatAck.GetHeartbeatIntervalMs())
 	case *roomcastpb.Frame_CdnConfig:
-		// The room's CDN lanes moved to segments (or back): this SDK does not poll them yet.
-		c.log.Debug("roomcast: CDN config changed", "mode", k.CdnConfig.GetMode())
+		c.cdn.update(c.gen, k.CdnConfig)
 	default:
 		c.fail(fmt.Errorf("%w: the server sent a client frame %T", ErrProtocol, f.Kind))
 	}
@@ -299,6 +299,7 @@ func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
 	// The delivery switches to this connection before any of its pushes, which follow on this
 	// goroutine.
 	c.d.loggedIn(c.gen, &ConnectedEvent{LoginAck: ack, Endpoint: c.ep, Reconnected: c.reconnected}, c.login)
+	c.cdn.login(c.gen, ack, time.Now())
 	c.loginAck <- ack
 }
 

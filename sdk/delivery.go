@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"cmp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +45,8 @@ func compareMessages(a, b *roomcastpb.Message) int {
 // Config.RecoveryWait), messages are held, then handed on sorted by (server time, id). Ids seen
 // are remembered (Config.DedupeWindow of them) to drop duplicates. Only the latest connection
 // that logged in is listened to: during a move, the old one's last pushes come again on the new
-// one or through its recovery.
+// one or through its recovery. In CDN mode the messages of both paths then wait for their play
+// time (playout.go).
 type delivery struct {
 	window int           // ids remembered
 	limit  int           // messages queued at most before the consumer counts as slow
@@ -65,6 +65,8 @@ type delivery struct {
 	queued   int // messages in queue
 	closed   bool
 	wake     chan struct{} // one value: the queue changed
+
+	playout // CDN mode: messages wait for their play time (playout.go)
 }
 
 // hold is a login's wait for its history answer.
@@ -83,6 +85,8 @@ func newDelivery(cfg *Config) *delivery {
 		wait:   cfg.RecoveryWait,
 		seen:   make(map[string]struct{}),
 		wake:   make(chan struct{}, 1),
+
+		playout: playout{playWake: make(chan struct{}, 1)},
 	}
 }
 
@@ -129,10 +133,7 @@ func (d *delivery) push(gen uint64, p *roomcastpb.Push) bool {
 		}
 		return d.queued <= d.limit
 	}
-	slices.SortStableFunc(fresh, compareMessages)
-	for _, m := range fresh {
-		d.enqueueLocked(item{msg: m})
-	}
+	d.outLocked(fresh)
 	return d.queued <= d.limit
 }
 
@@ -158,10 +159,7 @@ func (d *delivery) releaseLocked(ev *RecoveredEvent) {
 	h := d.hold
 	d.hold = nil
 	h.timer.Stop()
-	slices.SortStableFunc(h.msgs, compareMessages)
-	for _, m := range h.msgs {
-		d.enqueueLocked(item{msg: m})
-	}
+	d.outLocked(h.msgs)
 	ev.Count = h.count
 	d.enqueueLocked(item{ev: ev})
 }
@@ -171,11 +169,13 @@ func (d *delivery) releaseLocked(ev *RecoveredEvent) {
 func (d *delivery) freshLocked(msgs []*roomcastpb.Message) []*roomcastpb.Message {
 	var fresh []*roomcastpb.Message
 	for _, m := range msgs {
-		if d.rememberLocked(m.GetId()) {
-			fresh = append(fresh, m)
-			d.lastID = max(d.lastID, m.GetId())
-			d.lastSeq = max(d.lastSeq, m.GetRoomSeq())
+		if !d.rememberLocked(m.GetId()) {
+			d.duplicates++
+			continue
 		}
+		fresh = append(fresh, m)
+		d.lastID = max(d.lastID, m.GetId())
+		d.lastSeq = max(d.lastSeq, m.GetRoomSeq())
 	}
 	return fresh
 }

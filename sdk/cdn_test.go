@@ -1,0 +1,439 @@
+package sdk_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
+	"roomcast/sdk"
+)
+
+// The CDN tests use short windows so that a run covers many of them.
+const (
+	testWindow = 200 // ms
+	testGrace  = 20  // ms after its window ends, a segment is on the fake vendor
+	testJitter = 40  // ms
+)
+
+// cdnRoom is a room in CDN mode as a fake ChatLink and fake vendors serve it, on a server clock
+// skew ahead of ours. Each window holds four bulk messages, which only the segments carry, but
+// for the first, which is also pushed (as around a mode change), to be dropped as a duplicate;
+// a critical message is pushed every 50 ms.
+type cdnRoom struct {
+	t    *testing.T
+	skew time.Duration
+	link *fakeLink
+
+	mu     sync.Mutex // guards conns and config
+	conns  []fakeConn
+	config *roomcastpb.CdnConfig
+}
+
+func (r *cdnRoom) serverNow() int64 { return time.Now().Add(r.skew).UnixMilli() }
+
+// bulk returns the bulk messages of window i.
+func bulk(i int64) []*roomcastpb.Message {
+	var out []*roomcastpb.Message
+	for k := range int64(4) {
+		out = append(out, &roomcastpb.Message{
+			Id: fmt.Sprintf("b%d-%d", i, k), Room: "r1", Lane: roomcastpb.Lane_LANE_BULK, Type: "danmaku",
+			ServerTimeMs: i*testWindow + 10 + k*50, Body: []byte(strconv.FormatInt(i, 10)),
+		})
+	}
+	return out
+}
+
+func cdnConfig(vendors ...string) *roomcastpb.CdnConfig {
+	c := &roomcastpb.CdnConfig{
+		Mode: roomcastpb.CdnMode_CDN_MODE_BULK, WindowMs: testWindow, PollIntervalMs: testWindow, PollJitterMs: testJitter,
+	}
+	for _, v := range vendors {
+		c.Vendors = append(c.Vendors, &roomcastpb.CdnVendor{UrlTemplate: v + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
+	}
+	return c
+}
+
+// startCdnRoom starts the fake ChatLink; its LoginAck carries config.
+func startCdnRoom(t *testing.T, skew time.Duration, config *roomcastpb.CdnConfig) *cdnRoom {
+	r := &cdnRoom{t: t, skew: skew, config: config}
+	r.link = startFakeLink(t, r.serve)
+	return r
+}
+
+func (r *cdnRoom) serve(c fakeConn) {
+	f, err := c.recv()
+	if err != nil || f.GetLogin() == nil {
+		return
+	}
+	r.mu.Lock()
+	r.conns = append(r.conns, c)
+	config := r.config
+	r.mu.Unlock()
+	err = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+		SessionId: "cl-1-s1", ServerTimeMs: r.serverNow(), HeartbeatIntervalMs: 60_000,
+		App: "demo", Room: "r1", Uid: "u1", Node: "cl-1", Cdn: config,
+	}}})
+	if err != nil {
+		return
+	}
+	gone := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.push(c, gone)
+	}()
+	answerLoop(c)
+	close(gone)
+	wg.Wait()
+}
+
+// push sends the room's live messages until gone.
+func (r *cdnRoom) push(c fakeConn, gone chan struct{}) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	lastBulk := r.serverNow()
+	lastCritical := lastBulk / 50 * 50
+	for n := 0; ; n++ {
+		select {
+		case <-gone:
+			return
+		case <-tick.C:
+		}
+		now := r.serverNow()
+		var msgs []*roomcastpb.Message
+		for ; lastCritical+50 <= now; lastCritical += 50 {
+			msgs = append(msgs, &roomcastpb.Message{
+				Id: fmt.Sprintf("c%d", lastCritical+50), Room: "r1", Lane: roomcastpb.Lane_LANE_CRITICAL,
+				ServerTimeMs: lastCritical + 50, Body: []byte("critical"),
+			})
+		}
+		for i := segment.Index(lastBulk, testWindow); i <= segment.Index(now, testWindow); i++ {
+			if m := bulk(i)[0]; m.ServerTimeMs > lastBulk && m.ServerTimeMs <= now {
+				msgs = append(msgs, m)
+			}
+		}
+		lastBulk = now
+		if len(msgs) > 0 && c.send(pushFrame(msgs...)) != nil {
+			return
+		}
+	}
+}
+
+// reconfigure sends a CdnConfig frame to every connection and makes it the next LoginAck's.
+func (r *cdnRoom) reconfigure(config *roomcastpb.CdnConfig) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.config = config
+	for _, c := range r.conns {
+		_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_CdnConfig{CdnConfig: config}})
+	}
+}
+
+// vendor is a fake CDN. serve answers a request for window index, or returns false to let the
+// vendor answer as a good one does: the segment once its window ended plus testGrace, else 404.
+type vendor struct {
+	*httptest.Server
+	room     *cdnRoom
+	serve    func(w http.ResponseWriter, index int64) bool
+	requests atomic.Int64
+	lastAt   atomic.Int64 // unix ms of the latest request
+}
+
+func startVendor(t *testing.T, room *cdnRoom, serve func(w http.ResponseWriter, index int64) bool) *vendor {
+	v := &vendor{room: room, serve: serve}
+	v.Server = httptest.NewServer(http.HandlerFunc(v.handle))
+	t.Cleanup(v.Close)
+	return v
+}
+
+func (v *vendor) handle(w http.ResponseWriter, req *http.Request) {
+	v.requests.Add(1)
+	v.lastAt.Store(time.Now().UnixMilli())
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	if len(parts) != 4 || parts[0] != "demo" || parts[1] != "r1" || parts[2] != strconv.Itoa(testWindow) {
+		http.Error(w, "bad path "+req.URL.Path, http.StatusBadRequest)
+		return
+	}
+	index, _ := strconv.ParseInt(parts[3], 10, 64)
+	if v.serve != nil && v.serve(w, index) {
+		return
+	}
+	if v.room.serverNow() < (index+1)*testWindow+testGrace {
+		http.NotFound(w, req)
+		return
+	}
+	writeSegment(w, goodSegment(index))
+}
+
+func goodSegment(index int64) *roomcastpb.Segment {
+	return &roomcastpb.Segment{
+		App: "demo", Room: "r1", WindowMs: testWindow, Index: index, Messages: bulk(index),
+		Sampled: 3, NextAtMs: (index+2)*testWindow + testGrace,
+	}
+}
+
+func writeSegment(w http.ResponseWriter, s *roomcastpb.Segment) {
+	b, err := segment.Encode(s)
+	if err != nil {
+		panic(err)
+	}
+	w.Header().Set("Content-Type", segment.ContentType)
+	w.Header().Set("Content-Encoding", segment.ContentEncoding)
+	_, _ = w.Write(b)
+}
+
+// released keeps what a Client handed on, and when.
+type released struct {
+	mu        sync.Mutex
+	msgs      []*roomcastpb.Message
+	at        []time.Time
+	connected int
+}
+
+func (r *released) config(cfg sdk.Config) sdk.Config {
+	cfg.OnMessage = func(m *roomcastpb.Message) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.msgs = append(r.msgs, m)
+		r.at = append(r.at, time.Now())
+	}
+	cfg.OnEvent = func(ev sdk.Event) {
+		if _, ok := ev.(*sdk.ConnectedEvent); ok {
+			r.mu.Lock()
+			r.connected++
+			r.mu.Unlock()
+		}
+	}
+	return cfg
+}
+
+// check fails t unless the messages handed on so far are in (server time, id) order without a
+// repeated id, and returns them by id with when each came.
+func (r *released) check(t *testing.T) map[string]time.Time {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]time.Time{}
+	for i, m := range r.msgs {
+		if _, dup := seen[m.GetId()]; dup {
+			t.Fatalf("message %s handed on twice", m.GetId())
+		}
+		seen[m.GetId()] = r.at[i]
+		if i > 0 {
+			p := r.msgs[i-1]
+			if p.GetServerTimeMs() > m.GetServerTimeMs() || p.GetServerTimeMs() == m.GetServerTimeMs() && p.GetId() > m.GetId() {
+				t.Fatalf("%s (%d) handed on after %s (%d)", m.GetId(), m.GetServerTimeMs(), p.GetId(), p.GetServerTimeMs())
+			}
+		}
+	}
+	return seen
+}
+
+func dialCdn(t *testing.T, room *cdnRoom, cfg sdk.Config) (*sdk.Client, *released) {
+	t.Helper()
+	rel := &released{}
+	c, err := dialFake(t, sdk.TransportTCP, rel.config(cfg), room.link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, rel
+}
+
+// In CDN mode the Client polls the segments of each window once it is due, merges them with the
+// pushed messages, drops the duplicate, and hands everything on in (server time, id) order,
+// paced: a window's messages come out over the window, each its play delay after its server
+// time. The server's clock may be 30 s off ours either way.
+func TestCDNMergesInOrder(t *testing.T) {
+	for _, skew := range []time.Duration{0, 30 * time.Second, -30 * time.Second} {
+		t.Run(fmt.Sprint("skew ", skew), func(t *testing.T) {
+			t.Parallel()
+			room := startCdnRoom(t, skew, nil)
+			v := startVendor(t, room, nil)
+			room.config = cdnConfig(v.URL)
+			c, rel := dialCdn(t, room, sdk.Config{})
+			start := room.serverNow()
+			first := segment.Index(start, testWindow) + 1 // the first window wholly after the login
+
+			const windows = 10
+			last := first + windows - 1
+			checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+				got := rel.check(t)
+				for i := first; i <= last; i++ {
+					for _, m := range bulk(i) {
+						if _, ok := got[m.Id]; !ok {
+							return fmt.Errorf("bulk %s not handed on", m.Id)
+						}
+					}
+				}
+				return nil
+			})
+			got := rel.check(t)
+			for ms := (first + 1) * testWindow; ms < last*testWindow; ms += 50 {
+				if _, ok := got[fmt.Sprintf("c%d", ms)]; !ok {
+					t.Errorf("critical c%d not handed on", ms)
+				}
+			}
+			// Paced: the bulk messages of a window (150 ms apart at most) come out over about
+			// as long, not at once; and none comes later than its play delay allows.
+			playDelay := (testWindow + testGrace + testJitter + 300 + 100) * time.Millisecond // + slack
+			for i := first; i <= last; i++ {
+				b := bulk(i)
+				if spread := got[b[3].Id].Sub(got[b[0].Id]); spread < 100*time.Millisecond {
+					t.Errorf("window %d handed on within %v: not paced", i, spread)
+				}
+				for _, m := range b {
+					if late := got[m.Id].Sub(time.UnixMilli(m.ServerTimeMs).Add(-skew)); late > playDelay {
+						t.Errorf("%s handed on %v after its server time", m.Id, late)
+					}
+				}
+			}
+			st := c.CDNStats()
+			if st.Hits < windows || st.Messages < 3*windows || st.Duplicates < windows-1 || st.Sampled != 3*st.Hits || st.Late != 0 || st.Failures != 0 {
+				t.Errorf("stats %+v", st)
+			}
+			// About one poll a window: one when due, seldom a second after a 404.
+			if polled := float64(st.Polls) / float64(segment.Index(room.serverNow(), testWindow)-first+2); polled > 1.6 {
+				t.Errorf("%.2f polls per window (%+v)", polled, st)
+			}
+		})
+	}
+}
+
+// Vendors that fail in every way (garbage, a truncated segment, another room's segment, 5xx, a
+// hanging answer) cost the Client failures it counts, not its connection: it falls back to the
+// vendor that works, weight 0 or not. A window whose segment never comes (404 for good) counts
+// as a gap, and the next windows do not wait for it.
+func TestCDNBadVendors(t *testing.T) {
+	t.Parallel()
+	room := startCdnRoom(t, 0, nil)
+	var n atomic.Int64
+	bad := startVendor(t, room, func(w http.ResponseWriter, index int64) bool {
+		switch n.Add(1) % 5 {
+		case 0:
+			_, _ = w.Write([]byte("<html>502 bad gateway</html>"))
+		case 1:
+			b, _ := segment.Encode(goodSegment(index))
+			_, _ = w.Write(b[:len(b)/2])
+		case 2:
+			s := goodSegment(index)
+			s.Room = "another"
+			writeSegment(w, s)
+		case 3:
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+		case 4:
+			time.Sleep(3 * time.Second) // longer than a fetch may take
+			http.Error(w, "too late", http.StatusGatewayTimeout)
+		}
+		return true
+	})
+	var holes sync.Map // indexes that stay 404
+	good := startVendor(t, room, func(w http.ResponseWriter, index int64) bool {
+		if _, ok := holes.Load(index); ok {
+			http.NotFound(w, nil)
+			return true
+		}
+		return false
+	})
+	hole := segment.Index(room.serverNow(), testWindow) + 4
+	holes.Store(hole, true)
+	config := cdnConfig(bad.URL)
+	config.Vendors = append(config.Vendors, &roomcastpb.CdnVendor{UrlTemplate: good.URL + "/{app}/{room}/{window_ms}/{index}"}) // weight 0
+	room.config = config
+	c, rel := dialCdn(t, room, sdk.Config{})
+	after := hole + 3
+	checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		got := rel.check(t)
+		for _, m := range bulk(after) {
+			if _, ok := got[m.Id]; !ok {
+				return fmt.Errorf("bulk %s of window %d not handed on (%+v)", m.Id, after, c.CDNStats())
+			}
+		}
+		return nil
+	})
+	got := rel.check(t)
+	for _, m := range bulk(hole)[1:] { // the first is pushed too
+		if _, ok := got[m.Id]; ok {
+			t.Errorf("%s of the missing window handed on", m.Id)
+		}
+	}
+	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if st := c.CDNStats(); st.Failures == 0 || st.Gaps == 0 || st.Misses == 0 {
+			return fmt.Errorf("stats %+v, want failures, misses and a gap", st)
+		}
+		return nil
+	})
+	if bad.requests.Load() == 0 {
+		t.Error("the bad vendor was never tried")
+	}
+	rel.mu.Lock()
+	defer rel.mu.Unlock()
+	if rel.connected != 1 || c.Err() != nil {
+		t.Errorf("%d connections, err %v: the long link should stay up", rel.connected, c.Err())
+	}
+}
+
+// A CdnConfig frame with other vendors moves the polls to them at once, on the same connection;
+// one with mode off stops the polling, and what was held is handed on.
+func TestCDNLiveChange(t *testing.T) {
+	t.Parallel()
+	room := startCdnRoom(t, 0, nil)
+	a, b := startVendor(t, room, nil), startVendor(t, room, nil)
+	room.config = cdnConfig(a.URL)
+	c, rel := dialCdn(t, room, sdk.Config{})
+	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if c.CDNStats().Hits < 2 {
+			return fmt.Errorf("stats %+v", c.CDNStats())
+		}
+		return nil
+	})
+	room.reconfigure(cdnConfig(b.URL))
+	changed := time.Now()
+	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if b.requests.Load() < 3 {
+			return fmt.Errorf("%d requests to the new vendor", b.requests.Load())
+		}
+		return nil
+	})
+	if at := time.UnixMilli(a.lastAt.Load()); at.After(changed.Add(50 * time.Millisecond)) {
+		t.Errorf("the old vendor was asked %v after the change", at.Sub(changed))
+	}
+
+	off := cdnConfig()
+	off.Mode = roomcastpb.CdnMode_CDN_MODE_OFF
+	room.reconfigure(off)
+	time.Sleep(50 * time.Millisecond) // a poll under way may end
+	before := b.requests.Load()
+	time.Sleep(3 * testWindow * time.Millisecond)
+	if after := b.requests.Load(); after != before {
+		t.Errorf("%d polls with the mode off", after-before)
+	}
+	// Nothing is held any more: the critical messages come as they are pushed.
+	now := room.serverNow()
+	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		rel.mu.Lock()
+		defer rel.mu.Unlock()
+		if len(rel.msgs) == 0 || rel.msgs[len(rel.msgs)-1].GetServerTimeMs() < now {
+			return fmt.Errorf("no message stamped after %d yet", now)
+		}
+		return nil
+	})
+	if delay := time.Since(time.UnixMilli(now)); delay > 500*time.Millisecond {
+		t.Errorf("a pushed message took %v with the mode off", delay)
+	}
+	rel.check(t)
+	rel.mu.Lock()
+	defer rel.mu.Unlock()
+	if rel.connected != 1 {
+		t.Errorf("%d connections: a config change must not reconnect", rel.connected)
+	}
+}
