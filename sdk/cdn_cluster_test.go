@@ -1,0 +1,314 @@
+package sdk_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"roomcast/cdnpusher"
+	"roomcast/internal/bus"
+	"roomcast/internal/clustertest"
+	"roomcast/internal/devcluster"
+	"roomcast/internal/s3test"
+	"roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
+	"roomcast/sdk"
+)
+
+// apiJSON calls the dev cluster's server API over HTTP and decodes the answer into out (when not
+// nil).
+func apiJSON(c *devcluster.Cluster, method, path string, body, out any) error {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(method, c.URL()+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s %s", method, path, resp.Status, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// s3Origin is a CDN origin in front of versitygw: GET /{key} answers with the stored object and
+// its headers, or a 404 that caches for a second, as the dev origin does. It counts requests.
+type s3Origin struct {
+	*httptest.Server
+	requests atomic.Int64
+}
+
+func startS3Origin(t *testing.T, s3 *s3test.Server) *s3Origin {
+	o := &s3Origin{}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.requests.Add(1)
+		resp, body, err := s3.Get(strings.TrimPrefix(r.URL.Path, "/"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			w.Header().Set("Cache-Control", "public, max-age=1")
+			http.NotFound(w, r)
+			return
+		}
+		for _, h := range []string{"Content-Type", "Content-Encoding", "Cache-Control", "ETag"} {
+			w.Header().Set(h, resp.Header.Get(h))
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func vendorsBody(origin string) map[string]any {
+	return map[string]any{"vendors": []map[string]any{{"url_template": origin + "/{app}/{room}/{window_ms}/{index}", "weight": 1}}}
+}
+
+// TestClusterCDN is the CDN path end to end on real engines (NATS, the services, a ChatLink, a
+// pusher writing to versitygw, an origin in front of it): a room in CDN mode gets 1,000 bulk
+// and 20 critical messages a second for 20 s (5 s with -short), and 50 SDK clients in it get
+// the critical messages over their connections and the bulk ones from the segments (at most the
+// cap a window, the rest counted as sampled), each once, in (server time, id) order, at most a
+// window plus a poll interval plus 500 ms after they were published (p99). Then a new vendor
+// list moves every client's polls to the new origin, with no reconnect.
+func TestClusterCDN(t *testing.T) {
+	run := 20 * time.Second
+	if testing.Short() {
+		run = 5 * time.Second
+	}
+	const (
+		clients   = 50
+		room      = "arena"
+		window    = 1000 // ms, the default; the poll interval is the same
+		maxPerSeg = 200  // the pusher's cap
+	)
+	c := clustertest.Start(t, func(cfg *devcluster.Config) {
+		cfg.ChatLinks = 1
+		cfg.NoPusher = true
+		cfg.CDN.Tick = 50 * time.Millisecond
+	})
+	s3 := s3test.Start(t)
+	nc, err := bus.Connect(c.NATSURL(), "test pusher", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pusher, err := cdnpusher.StartService(cdnpusher.ServiceConfig{Bus: nc, ID: "p1", Pusher: cdnpusher.Config{
+		Endpoint: s3.Endpoint, Bucket: s3test.Bucket, AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = pusher.Shutdown(ctx)
+		nc.Close()
+	})
+	origin := startS3Origin(t, s3)
+	if err := apiJSON(c, "PUT", "/v1/cdn", vendorsBody(origin.URL), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiJSON(c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Once the room's segments are being written, from the window the clients start at.
+	checkFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		resp, _, err := s3.Get(segment.Key(devcluster.App, room, window, segment.Index(time.Now().UnixMilli(), window)-1))
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("no segment yet: %s", resp.Status)
+		}
+		return nil
+	})
+
+	rels := make([]*released, clients)
+	cls := make([]*sdk.Client, clients)
+	for i := range clients {
+		rels[i] = &released{}
+		cls[i] = dialCluster(t, c, sdk.TransportTCP, fmt.Sprint("viewer-", i), room, rels[i].config(sdk.Config{}))
+		if m := cls[i].LoginAck().GetCdn().GetMode(); m != roomcastpb.CdnMode_CDN_MODE_BULK {
+			t.Fatalf("client %d: LoginAck's CDN mode %v", i, m)
+		}
+	}
+
+	// Publish, keeping each message's lane and publish time.
+	var mu sync.Mutex
+	published := map[string]time.Time{}
+	critical := map[string]bool{}
+	var firstMs, lastMs atomic.Int64
+	// publish sends rate messages a second of lane, in batches of what is due every tick.
+	publish := func(rate float64, lane string) error {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		start := time.Now()
+		for seq, sent := 0, 0; time.Since(start) < run; seq++ {
+			<-tick.C
+			n := min(int(time.Since(start).Seconds()*rate)-sent, 100)
+			if n <= 0 {
+				continue
+			}
+			sent += n
+			msgs := make([]map[string]string, n)
+			for k := range msgs {
+				msgs[k] = map[string]string{"lane": lane, "type": "danmaku", "body": fmt.Sprint(lane, " ", seq, " ", k)}
+			}
+			at := time.Now()
+			var out struct {
+				IDs          []string `json:"ids"`
+				ServerTimeMs int64    `json:"server_time_ms"`
+			}
+			if err := apiJSON(c, "POST", "/v1/rooms/"+room+"/messages/batch", map[string]any{"messages": msgs}, &out); err != nil {
+				return err
+			}
+			firstMs.CompareAndSwap(0, out.ServerTimeMs)
+			lastMs.Store(max(lastMs.Load(), out.ServerTimeMs))
+			mu.Lock()
+			for _, id := range out.IDs {
+				published[id] = at
+				critical[id] = lane == "critical"
+			}
+			mu.Unlock()
+		}
+		return nil
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- publish(1000, "bulk") }()
+	go func() { errs <- publish(20, "critical") }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The segments of the run, as stored: a late message may be in the window after its own.
+	first, last := segment.Index(firstMs.Load(), window), segment.Index(lastMs.Load(), window)+1
+	inSegments := map[string]bool{}
+	var sampled int
+	for i := first; i <= last; i++ {
+		var s *roomcastpb.Segment
+		checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			resp, body, err := s3.Get(segment.Key(devcluster.App, room, window, i))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("segment %d not written: %v", i, err)
+			}
+			s, err = segment.Decode(body, segment.Want{App: devcluster.App, Room: room, WindowMs: window, Index: i})
+			return err
+		})
+		if len(s.Messages) > maxPerSeg {
+			t.Errorf("segment %d holds %d messages, over the cap", i, len(s.Messages))
+		}
+		sampled += int(s.Sampled)
+		for _, m := range s.Messages {
+			if critical[m.Id] || m.Lane != roomcastpb.Lane_LANE_BULK {
+				t.Errorf("segment %d holds %s of lane %v", i, m.Id, m.Lane)
+			}
+			inSegments[m.Id] = true
+		}
+	}
+	var nBulk, nCritical int
+	for _, crit := range critical {
+		if crit {
+			nCritical++
+		} else {
+			nBulk++
+		}
+	}
+	if len(inSegments)+sampled != nBulk {
+		t.Errorf("%d bulk messages in segments and %d sampled, of %d sent", len(inSegments), sampled, nBulk)
+	}
+	t.Logf("%d bulk messages in %s (%.0f/s), %d in segments, %d sampled; %d critical", nBulk, run,
+		float64(nBulk)/run.Seconds(), len(inSegments), sampled, nCritical)
+
+	// Every client gets every critical message and every bulk message of the segments, once and
+	// in order.
+	for i, rel := range rels {
+		checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			got := rel.check(t)
+			for id, crit := range critical {
+				if _, ok := got[id]; !ok && (crit || inSegments[id]) {
+					return fmt.Errorf("client %d: %s not handed on (%+v)", i, id, cls[i].CDNStats())
+				}
+			}
+			return nil
+		})
+	}
+	budget := time.Duration(window)*time.Millisecond + time.Duration(window)*time.Millisecond + 500*time.Millisecond
+	var latencies []time.Duration
+	for i, rel := range rels {
+		got := rel.check(t)
+		for id, at := range got {
+			if _, ok := published[id]; !ok {
+				t.Errorf("client %d: %s was never published", i, id)
+			}
+			latencies = append(latencies, at.Sub(published[id]))
+		}
+		if st := cls[i].CDNStats(); st.Late != 0 || st.Gaps != 0 || st.Failures != 0 {
+			t.Errorf("client %d: %+v", i, st)
+		}
+	}
+	slices.Sort(latencies)
+	p50, p99 := latencies[len(latencies)/2], latencies[len(latencies)*99/100]
+	t.Logf("publish to release over %d clients: p50 %v, p99 %v, max %v (budget %v); client 0: %+v",
+		clients, p50, p99, latencies[len(latencies)-1], budget, cls[0].CDNStats())
+	if p99 > budget {
+		t.Errorf("publish to release p99 %v, over %v", p99, budget)
+	}
+
+	// A new vendor list moves every client's polls to the new origin, with no reconnect.
+	moved := startS3Origin(t, s3)
+	before := make([]uint64, clients)
+	for i := range cls {
+		before[i] = cls[i].CDNStats().Hits
+	}
+	if err := apiJSON(c, "PUT", "/v1/cdn", vendorsBody(moved.URL), nil); err != nil {
+		t.Fatal(err)
+	}
+	var oldRequests int64
+	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if n := moved.requests.Load(); n < 2*clients {
+			return fmt.Errorf("%d requests to the new origin", n)
+		}
+		oldRequests = origin.requests.Load()
+		return nil
+	})
+	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		for i := range cls {
+			if hits := cls[i].CDNStats().Hits; hits < before[i]+2 {
+				return fmt.Errorf("client %d: %d segments since the change", i, hits-before[i])
+			}
+		}
+		return nil
+	})
+	if n := origin.requests.Load() - oldRequests; n != 0 {
+		t.Errorf("%d requests to the old origin after the change", n)
+	}
+	for i, rel := range rels {
+		rel.mu.Lock()
+		if rel.connected != 1 {
+			t.Errorf("client %d connected %d times", i, rel.connected)
+		}
+		rel.mu.Unlock()
+	}
+}
