@@ -20,6 +20,9 @@ const (
 	// gapAfterWindows is how many windows after its end a segment may still be 404 before it
 	// counts as a gap (docs/cdn.md, missing indexes).
 	gapAfterWindows = 3
+	// storeMarginDiv: a segment is polled a window / storeMarginDiv after its next_at_ms, the
+	// time the pusher starts storing it, for the store to complete.
+	storeMarginDiv = 10
 	// maxLagWindows is how far behind the current window the poller may be (after the machine
 	// slept, say) before it skips to the present: segments that old would only be late.
 	maxLagWindows = 4
@@ -159,12 +162,13 @@ func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
 
 // playDelayLocked is how long after its server time a message is handed on in CDN mode: the
 // wait for its segment (a window, or the poll interval if longer; the time the pusher takes to
-// store it; the poll jitter) and a margin. Caller holds p.mu.
+// store it; the poll jitter) and a margin: 1.7 s with the defaults (1 s windows and interval,
+// 100 ms grace, 200 ms jitter). Caller holds p.mu.
 func (p *cdnPoller) playDelayLocked() time.Duration {
 	window := time.Duration(p.conf.GetWindowMs()) * time.Millisecond
 	interval := time.Duration(p.conf.GetPollIntervalMs()) * time.Millisecond
 	jitter := time.Duration(p.conf.GetPollJitterMs()) * time.Millisecond
-	return max(window, interval) + p.grace + jitter + playMargin
+	return max(window, interval) + p.grace + window/storeMarginDiv + jitter + playMargin
 }
 
 // learnGrace takes a segment's next_at_ms hint: how long after its window ends the pusher

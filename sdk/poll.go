@@ -48,7 +48,10 @@ func (p *cdnPoller) pollLoop() {
 
 // round asks for what is due and returns how long until something else is.
 //
-// Segment i is due at the end of its window plus the pusher's grace (learned from next_at_ms).
+// Segment i is due at the end of its window plus the pusher's grace (learned from next_at_ms)
+// plus a tenth of a window (storeMarginDiv) for the pusher to store it: a poll that comes too
+// early costs a 404 and, behind a CDN that caches the 404 for a second, a segment that comes
+// late.
 // A round asks for every segment due, and the next round comes when the next segment is due or
 // a poll interval after this one, whichever is later, plus a random jitter: one request per
 // window and viewer when the interval is the window, spread so that viewers do not poll in
@@ -63,7 +66,7 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 		interval = w
 	}
 	grace := snap.grace.Milliseconds()
-	due := func(i int64) int64 { return (i+1)*w + grace }
+	due := func(i int64) int64 { return (i+1)*w + grace + w/storeMarginDiv }
 	now := serverNow(snap.offset)
 	current := segment.Index(now, uint32(w))
 	switch {
