@@ -1,6 +1,7 @@
 package cdnmanager_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -8,94 +9,34 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"roomcast/internal/cdnedge"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
 	"roomcast/proto/segment"
 )
 
-// nginxConf is a CDN edge: a cache in front of the origin where concurrent misses of one
-// object wait for the first one's answer (proxy_cache_lock), and where, once the origin's
-// one-second 404 for a segment not written yet has expired, one request asks the origin again
-// while the others get the 404 a little longer (proxy_cache_use_stale updating): the request
-// collapsing a CDN's shield does.
-const nginxConf = `daemon off;
-master_process off;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	client_body_temp_path {dir}/body;
-	proxy_temp_path {dir}/proxy;
-	fastcgi_temp_path {dir}/fastcgi;
-	uwsgi_temp_path {dir}/uwsgi;
-	scgi_temp_path {dir}/scgi;
-	proxy_cache_path {dir}/cache keys_zone=segments:10m;
-	server {
-		listen {listen};
-		location / {
-			proxy_pass {origin};
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_cache segments;
-			proxy_cache_lock on;
-			proxy_cache_lock_timeout 5s;
-			proxy_cache_use_stale updating;
-		}
-	}
-}
-`
-
-// startNginx runs Debian's nginx as a subprocess in front of origin and returns its base URL.
-// The test fails, not skips, without nginx: `make tools` installs it.
+// startNginx runs a CDN edge (internal/cdnedge: Debian's nginx with proxy_cache_lock) in front
+// of origin and returns its base URL. The test fails, not skips, without nginx: `make tools`
+// installs it.
 func startNginx(t *testing.T, origin string) string {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := cdnedge.Start(ctx, cdnedge.Config{Origin: strings.TrimPrefix(origin, "http://"), Dir: t.TempDir()})
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			t.Fatalf("nginx not found (make tools installs Debian's nginx-light): %v", err)
-		}
-		bin = "/usr/sbin/nginx"
-	}
-	dir := t.TempDir()
-	listen := testutil.FreeAddr(t)
-	conf := strings.NewReplacer("{dir}", dir, "{listen}", listen, "{origin}", origin).Replace(nginxConf)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		e.Close()
 		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Logf("nginx error log:\n%.3000s", b)
+			t.Logf("nginx error log:\n%s", e.ErrorLog())
 		}
 	})
-	base := "http://" + listen
-	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
-	return base
+	return e.URL
 }
 
 // Through a real CDN edge (nginx with proxy_cache_lock), 1,000 viewers polling one room's
