@@ -27,6 +27,9 @@ Scenarios:
   fanout   N members in one room, R messages/s through the server API; deliveries/s, losses,
            latency, deliveries per server CPU-second
   login    N logins paced at R/s; logins/s and login latency
+  cdn      a room in CDN mode under R bulk messages/s, N virtual viewers polling its segments
+           through a CDN edge (nginx); the pusher's rate, polls per viewer per window, origin
+           requests per segment, bytes per viewer against the long link's
 
 Run 'roomcast bench <scenario> --help' for its flags. The defaults fit a local 'roomcast dev'.
 `
@@ -41,7 +44,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// collect less often, so that the load generator leaves the shared cores to the server.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	switch scenario {
-	case "conns", "fanout", "login":
+	case "conns", "fanout", "login", "cdn":
 	case "worker": // hidden: a worker process of a bigger run, started by the bench itself
 		if err := loadgen.ServeWorker(ctx, os.Stdin, stdout, nil); err != nil {
 			fmt.Fprintln(stderr, "roomcast bench worker:", err)
@@ -97,6 +100,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the logins over this many rooms")
+	case "cdn":
+		fs.Float64Var(&cfg.Rate, "rate", 1000, "bulk messages per second")
+		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish; the viewers poll its whole windows")
+		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384), padded with random letters")
+		fs.IntVar(&cfg.Batch, "batch", 0, "messages per server API request (0: rate/50, at most 100)")
+		fs.IntVar(&cfg.Conns, "conns", 128, "keep-alive connections the virtual viewers share")
+		fs.StringVar(&cfg.Edge, "edge", "", "base URL of a CDN edge in front of the room's origin (default: run nginx in front of it and count the origin's requests)")
+		fs.IntVar(&cfg.EdgeWorkers, "edge-workers", 1, "worker processes of the bench's nginx")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchScenarioUsage[scenario])
@@ -149,6 +160,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		var r loadgen.LoginResult
 		r, err = loadgen.RunLogin(ctx, cfg)
 		res, ok = r, r.Passed()
+	case "cdn":
+		var r loadgen.CDNResult
+		r, err = loadgen.RunCDN(ctx, cfg)
+		res, ok = r, r.OK()
 	}
 	if cfg.Progress != nil && terminal {
 		fmt.Fprint(stderr, "\r\033[K") // clear the status line
@@ -278,6 +293,28 @@ Starts N logins paced at R per second, each a dispatch, a connection and a login
 its LoginAck, and reports logins/s achieved and p50/p99/max login latency; then closes them.
 
 Exit status: 0 when every login succeeded, 1 otherwise, 2 for bad flags.
+
+`,
+	"cdn": `Usage: roomcast bench cdn [--n VIEWERS] [--rate R] [--duration D] [--size B] [--conns C]
+                        [--edge URL] [--edge-workers W] [target flags]
+
+Pins a fresh room to CDN_MODE_BULK (PUT /v1/rooms/{room}/cdn; the deployment needs a CDN
+pusher, as 'roomcast dev' runs), starts Debian's nginx as a CDN edge (proxy_cache with
+proxy_cache_lock, as the CDN tests run it) in front of the room's origin, behind it a proxy that
+counts the requests reaching the origin, and publishes R bulk messages a second for D through
+the server API. N virtual viewers (cheap HTTP pollers over C shared keep-alive connections,
+pipelined; not SDK clients) poll every whole window of the run through the edge, each when the
+SDK would: the window's end, the pusher's grace and a tenth of a window, plus a random jitter
+below the room's poll_jitter_ms; a 404 is polled again a fifth of a window later.
+
+It reports the pusher's aggregation (messages/s, sampled, segments and bytes, from the server's
+/metrics), polls per viewer per window, origin requests per segment, how late segments reached
+viewers, and the bytes each viewer received per second against what Push frames of the same
+messages would cost over the long link (100 ms frames, WebSocket framing). With --edge URL the
+viewers poll that edge instead, and origin requests are not counted.
+
+Exit status: 0 when every viewer got every window's segment, every message was accepted and no
+segment cost the origin more than 2 requests; 1 otherwise; 2 for bad flags.
 
 `,
 }

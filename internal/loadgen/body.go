@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 )
 
 // A bench message body: a magic, the run id, a sequence number and the send time, padded
@@ -39,4 +40,12 @@ func parseBody(b []byte, run runID) (seq uint64, sentUnixNano int64, ok bool) {
 		return 0, 0, false
 	}
 	return binary.BigEndian.Uint64(b[8:16]), int64(binary.BigEndian.Uint64(b[16:24])), true
+}
+
+// randomText fills b with random lowercase letters and spaces: about as compressible as chat.
+func randomText(b []byte) {
+	const letters = "abcdefghijklmnopqrstuvwxyz     "
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
 }

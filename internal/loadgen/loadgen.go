@@ -98,6 +98,16 @@ type Config struct {
 	// server can be profiled in that state. Zero value means they leave at once.
 	Hold time.Duration
 
+	// Conns is how many keep-alive connections the virtual viewers of cdn share. Zero value
+	// means 128.
+	Conns int
+	// Edge is the base URL of a CDN edge in front of the room's origin for cdn's viewers to
+	// poll. Zero value means the bench runs nginx (internal/cdnedge) in front of the origin, and
+	// counts the requests that reach the origin.
+	Edge string
+	// EdgeWorkers is how many worker processes the bench's nginx runs. Zero value means 1.
+	EdgeWorkers int
+
 	// Concurrency bounds the logins in flight while members join (conns, fanout). Zero value
 	// means 128.
 	Concurrency int

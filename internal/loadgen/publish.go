@@ -28,6 +28,9 @@ type publisher struct {
 	tags   tagging // chooses each message's tag expression
 	batch  int     // messages per request; more than 1 uses the batch send
 	hc     *http.Client
+	// textPad pads bodies with random letters instead of 'x', so that they compress like text
+	// (bench cdn compares compressed segments with the long link).
+	textPad bool
 
 	mu      sync.Mutex // guards the fields below
 	ok      seqSet     // the accepted messages
@@ -115,6 +118,9 @@ func (p *publisher) send(ctx context.Context, seqs []uint64) {
 		msgs[i] = apiSend{
 			Type: "bench", Lane: p.laneOf(seq), BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size),
 			TagExpr: p.tags.target(seq).expr(),
+		}
+		if p.textPad {
+			randomText(msgs[i].BodyBase64[bodyHeader:])
 		}
 	}
 	var err error
