@@ -23,7 +23,7 @@ import (
 // has expired, one request asks the origin again while the others get the 404 a little longer
 // (proxy_cache_use_stale updating): the request collapsing of a CDN's shield.
 const conf = `daemon off;
-master_process {master};
+{user}master_process {master};
 worker_processes {workers};
 worker_rlimit_nofile {nofile};
 pid {dir}/nginx.pid;
@@ -31,6 +31,8 @@ error_log {dir}/error.log warn;
 events { worker_connections {connections}; }
 http {
 	access_log off;
+	sendfile on;
+	tcp_nopush on;
 	keepalive_requests 1000000;
 	client_body_temp_path {dir}/body;
 	proxy_temp_path {dir}/proxy;
@@ -115,8 +117,12 @@ func Start(ctx context.Context, cfg Config) (*Edge, error) {
 	if cfg.WorkerConnections <= 0 {
 		cfg.WorkerConnections = 4096
 	}
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;\n" // else root's workers run as nobody, who may not write to Dir
+	}
 	text := strings.NewReplacer(
-		"{dir}", cfg.Dir, "{listen}", cfg.Listen, "{origin}", cfg.Origin, "{master}", master,
+		"{user}", user, "{dir}", cfg.Dir, "{listen}", cfg.Listen, "{origin}", cfg.Origin, "{master}", master,
 		"{workers}", strconv.Itoa(workers), "{connections}", strconv.Itoa(cfg.WorkerConnections),
 		"{nofile}", strconv.Itoa(2*cfg.WorkerConnections+64),
 	).Replace(conf)
