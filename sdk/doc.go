@@ -8,6 +8,11 @@
 // room to Config.OnMessage once, ordered by (server time, id), and its events (connected,
 // reconnecting, recovered, thinned, kicked, error, closed) to Config.OnEvent, on one goroutine.
 //
+// When the room is in CDN mode (docs/cdn.md), the Client also polls the room's segments from
+// the CDN vendors its config names, following live changes of the config, and hands their
+// messages on merged with the pushed ones, in the same order, each at its play time so that a
+// window's messages are spread over the window; Client.CDNStats counts what it did.
+//
 // When the connection ends for a transient reason (a close code outside 4000–4499, a drop, a
 // silent server, a protocol error, a slow OnMessage) or the server asks the client to move (a
 // draining ChatLink), the Client dispatches again and logs in elsewhere, with backoff and
@@ -16,5 +21,6 @@
 // Close, or any end with Config.NoReconnect stops it: Done is closed and Err says why.
 //
 // The package keeps no global state, starts no goroutine that Close does not wait for, and
-// logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/.
+// logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/
+// (proto/roomcastpb and the segment format, proto/segment).
 package sdk

@@ -89,6 +89,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "fanout", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"bench", "conns", "extra"}, 2, "unexpected arguments"},
 		{[]string{"bench", "login", "--help"}, 0, "logins/s"},
+		{[]string{"bench", "cdn", "--help"}, 0, "origin requests per segment"},
+		{[]string{"bench", "cdn", "--conns", "-1", "--dispatcher", "http://127.0.0.1:1"}, 1, "conns must be 1 to 4096"},
 		{[]string{"bench", "fanout", "--tags", "class", "--dispatcher", "http://127.0.0.1:1"}, 2, "invalid value"},
 		{[]string{"bench", "fanout", "--tags", "-1", "--dispatcher", "http://127.0.0.1:1"}, 1, "tags must be 0 (untargeted)"},
 		{[]string{"bench", "fanout", "--tags", "-1", "--json", "--dispatcher", "http://127.0.0.1:1"}, 1, `"error":`},

@@ -20,8 +20,8 @@ Usage:
   roomcast drain     [flags]   ask a ChatLink to hand its clients to other nodes and stop
   roomcast token     [flags]   mint a login token for a client
   roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
-  roomcast bench     <conns|fanout|login> [flags]   load generator: memory per connection,
-                               room fan-out, login rate
+  roomcast bench     <conns|fanout|login|cdn> [flags]   load generator: memory per
+                               connection, room fan-out, login rate, the CDN path
 
 Run 'roomcast <command> --help' for a command's flags.
 `

@@ -143,7 +143,7 @@ func (c Config) validateCDN() error {
 		return fmt.Errorf("bench: size must be %d to %d bytes, got %d", bodyHeader, maxBodySize, c.Size)
 	case c.Batch < 0 || c.Batch > 100:
 		return fmt.Errorf("bench: batch must be 1 to 100 messages, got %d", c.Batch)
-	case c.Conns < 0 || c.Conns > 4096:
+	case c.Conns < 1 || c.Conns > 4096:
 		return fmt.Errorf("bench: conns must be 1 to 4096, got %d", c.Conns)
 	}
 	return nil
@@ -157,10 +157,10 @@ func (c Config) validateCDN() error {
 // an error.
 func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 	cfg, err := cfg.withDefaults()
-	if cfg.Conns <= 0 {
+	if cfg.Conns == 0 {
 		cfg.Conns = defaultConns
 	}
-	if cfg.Batch <= 0 {
+	if cfg.Batch == 0 {
 		cfg.Batch = min(max(int(cfg.Rate/50), 1), 100) // 50 requests a second
 	}
 	res := CDNResult{
