@@ -27,9 +27,9 @@ import (
 
 // apiJSON calls the dev cluster's server API over HTTP and decodes the answer into out (when not
 // nil).
-func apiJSON(c *devcluster.Cluster, method, path string, body, out any) error {
+func apiJSON(ctx context.Context, c *devcluster.Cluster, method, path string, body, out any) error {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(method, c.URL()+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, method, c.URL()+path, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
@@ -125,10 +125,10 @@ func TestClusterCDN(t *testing.T) {
 		nc.Close()
 	})
 	origin := startS3Origin(t, s3)
-	if err := apiJSON(c, "PUT", "/v1/cdn", vendorsBody(origin.URL), nil); err != nil {
+	if err := apiJSON(context.Background(), c, "PUT", "/v1/cdn", vendorsBody(origin.URL), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := apiJSON(c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
+	if err := apiJSON(context.Background(), c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Once the room's segments are being written, from the window the clients start at.
@@ -179,7 +179,7 @@ func TestClusterCDN(t *testing.T) {
 				IDs          []string `json:"ids"`
 				ServerTimeMs int64    `json:"server_time_ms"`
 			}
-			if err := apiJSON(c, "POST", "/v1/rooms/"+room+"/messages/batch", map[string]any{"messages": msgs}, &out); err != nil {
+			if err := apiJSON(context.Background(), c, "POST", "/v1/rooms/"+room+"/messages/batch", map[string]any{"messages": msgs}, &out); err != nil {
 				return err
 			}
 			firstMs.CompareAndSwap(0, out.ServerTimeMs)
@@ -282,7 +282,7 @@ func TestClusterCDN(t *testing.T) {
 	for i := range cls {
 		before[i] = cls[i].CDNStats().Hits
 	}
-	if err := apiJSON(c, "PUT", "/v1/cdn", vendorsBody(moved.URL), nil); err != nil {
+	if err := apiJSON(context.Background(), c, "PUT", "/v1/cdn", vendorsBody(moved.URL), nil); err != nil {
 		t.Fatal(err)
 	}
 	var oldRequests int64

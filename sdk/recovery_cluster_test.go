@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,21 +26,7 @@ import (
 
 // apiSend sends a critical message with body to room through the server API.
 func apiSend(ctx context.Context, c *devcluster.Cluster, room, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/rooms/"+room+"/messages",
-		strings.NewReader(fmt.Sprintf(`{"type":"notice","lane":"critical","body":%q}`, body)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("send %q: %s", body, resp.Status)
-	}
-	return nil
+	return apiJSON(ctx, c, http.MethodPost, "/v1/rooms/"+room+"/messages", map[string]string{"type": "notice", "lane": "critical", "body": body}, nil)
 }
 
 // numbered returns "0", "1", ... "n-1".

@@ -351,7 +351,7 @@ func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 // the room), returning the config members get.
 func cdnModeOn(ctx context.Context, hc *http.Client, cfg Config, room string) (*roomcastpb.CdnConfig, error) {
 	path := "/v1/rooms/" + url.PathEscape(room) + "/cdn"
-	if err := apiCall(ctx, hc, cfg, http.MethodPut, path, map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
+	if err := apiCall(ctx, hc, cfg.API, cfg.APIKey, http.MethodPut, path, map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -361,7 +361,7 @@ func cdnModeOn(ctx context.Context, hc *http.Client, cfg Config, room string) (*
 			Pusher string          `json:"pusher"`
 			Config json.RawMessage `json:"config"`
 		}
-		if err := apiCall(ctx, hc, cfg, http.MethodGet, path, nil, &state); err != nil {
+		if err := apiCall(ctx, hc, cfg.API, cfg.APIKey, http.MethodGet, path, nil, &state); err != nil {
 			return nil, err
 		}
 		if state.Mode == "CDN_MODE_BULK" && state.Pusher != "" {
@@ -400,18 +400,18 @@ type cdnConfigJSON struct {
 	} `json:"vendors"`
 }
 
-// apiCall calls the server API and decodes its answer into out (when not nil).
-func apiCall(ctx context.Context, hc *http.Client, cfg Config, method, path string, body, out any) error {
+// apiCall calls the server API at api and decodes its answer into out (when not nil).
+func apiCall(ctx context.Context, hc *http.Client, api, apiKey, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, cfg.API+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, api+path, rd)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+cfg.APIKey)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {

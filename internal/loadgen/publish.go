@@ -185,31 +185,10 @@ func (p *publisher) post(ctx context.Context, target string, body []byte) error 
 // putSettings creates the room if need be and sets its delivery settings through the server
 // API (POST /v1/rooms is idempotent; PATCH replaces the settings of an existing room).
 func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string, s roomSettings) error {
-	for _, call := range []struct {
-		method, path string
-		body         any
-	}{
-		{http.MethodPost, "/v1/rooms", map[string]any{"room": room, "settings": s}},
-		{http.MethodPatch, "/v1/rooms/" + url.PathEscape(room), map[string]any{"settings": s}},
-	} {
-		b, _ := json.Marshal(call.body)
-		req, err := http.NewRequestWithContext(ctx, call.method, api+call.path, bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("bench: room settings: %w", err)
-		}
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("bench: room settings: %s %s: %s: %s", call.method, call.path, resp.Status, bytes.TrimSpace(answer))
-		}
+	if err := apiCall(ctx, hc, api, apiKey, http.MethodPost, "/v1/rooms", map[string]any{"room": room, "settings": s}, nil); err != nil {
+		return err
 	}
-	return nil
+	return apiCall(ctx, hc, api, apiKey, http.MethodPatch, "/v1/rooms/"+url.PathEscape(room), map[string]any{"settings": s}, nil)
 }
 
 // roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
