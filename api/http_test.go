@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
 )
 
 func TestAPIBadInput(t *testing.T) {
-	c := startCluster(t)
+	t.Parallel()
+	c := testkit.StartCluster(t, testkit.ChatLinks(1))
 	msgs := "/v1/rooms/lobby/messages"
 	key := devcluster.APIKey
 	cases := []struct {
