@@ -9,6 +9,7 @@ import (
 
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 )
 
 // BenchmarkSendToRoomHTTP measures a message's way in: POST /v1/rooms/{room}/messages through
@@ -16,7 +17,7 @@ import (
 // at a time on a kept-alive connection, to a room with no members (no fan-out). cpu-ns/op is the
 // whole process's CPU per message (RUSAGE_SELF), the HTTP client's included.
 func BenchmarkSendToRoomHTTP(b *testing.B) {
-	c := testkit.StartCluster(b, testkit.ChatLinks(1))
+	c := testcluster.Start(b, testcluster.ChatLinks(1))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	post := func(path, body string, want int) {
 		req, err := http.NewRequest(http.MethodPost, c.URL()+path, strings.NewReader(body))

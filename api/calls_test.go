@@ -19,6 +19,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -26,7 +27,7 @@ import (
 // members see.
 func TestAPICalls(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 2, 100*time.Millisecond })
+	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 2, 100*time.Millisecond })
 	g := grpcClient(t, c)
 	ctx := devCtx()
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
@@ -357,7 +358,7 @@ func grpcErrorCode(err error) string {
 // answers are in TestAPIBadInput and TestAPIBadInputRooms.
 func TestAPIBadInputGRPC(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, testkit.ChatLinks(1), func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
 	})
 	g := grpcClient(t, c)
@@ -436,7 +437,7 @@ func TestAPIBadInputGRPC(t *testing.T) {
 // TestAPIBadInputRooms checks the HTTP answers to bad input on the room calls.
 func TestAPIBadInputRooms(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, testkit.ChatLinks(1), func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
 	})
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"mine"}`)
@@ -475,7 +476,7 @@ func TestAPIBadInputRooms(t *testing.T) {
 // has answered, no session of the user is left, and every later login is refused.
 func TestBanRacesLogin(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.ServiceInstances = 2, 2 })
+	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.ServiceInstances = 2, 2 })
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"arena"}`)
 	tok, _ := c.Mint("racer", "arena", nil, time.Hour)
 	var wg sync.WaitGroup
@@ -546,7 +547,7 @@ func TestBanRacesLogin(t *testing.T) {
 // when the room service's cache has not caught up yet (it reads the store for a first join).
 func TestSettingsBeforeFirstJoin(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, testkit.ChatLinks(1), func(cfg *devcluster.Config) { cfg.ServiceInstances = 2 })
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.ServiceInstances = 2 })
 	nc, err := nats.Connect(c.NATSURL())
 	if err != nil {
 		t.Fatal(err)
@@ -574,7 +575,7 @@ func TestSettingsBeforeFirstJoin(t *testing.T) {
 // the listing fail with that code, rather than count as a node with no members.
 func TestNodeErrorReachesTheCaller(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, testkit.ChatLinks(1))
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	nc, err := nats.Connect(c.NATSURL())
 	if err != nil {
 		t.Fatal(err)

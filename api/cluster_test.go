@@ -8,6 +8,7 @@ import (
 
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestClusterPresenceAndRooms(t *testing.T) {
 	t.Parallel()
 	const lease = 100 * time.Millisecond // the services drop a node after 3 silent leases
-	c := testkit.StartCluster(t, func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, lease
 	})
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()

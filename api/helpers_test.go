@@ -15,6 +15,7 @@ import (
 
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func member(t *testing.T, addr, uid, room string, tags ...string) (*testkit.Client, *pb.LoginAck) {
 	t.Helper()
 	cl := testkit.DialTCP(t, addr)
-	f := cl.LoginAs(testkit.Token(t, uid, room, tags...), "web")
+	f := cl.LoginAs(testcluster.Token(t, uid, room, tags...), "web")
 	if f.GetLoginAck() == nil {
 		t.Fatalf("%s: login answered with %v", uid, f)
 	}

@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 )
 
 func TestAPIBadInput(t *testing.T) {
 	t.Parallel()
-	c := testkit.StartCluster(t, testkit.ChatLinks(1))
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	msgs := "/v1/rooms/lobby/messages"
 	key := devcluster.APIKey
 	cases := []struct {

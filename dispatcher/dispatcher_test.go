@@ -34,6 +34,7 @@ func firstChoices(t *testing.T, d *Dispatcher, req Request, n int) map[string]in
 // The acceptance test of the issue: 10 equal nodes, 100,000 clients between two load reports.
 // A dispatcher that trusted the reports alone would send every one of them to the same node.
 func TestFlashCrowd(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -72,6 +73,7 @@ func TestFlashCrowd(t *testing.T) {
 }
 
 func TestBurstAvoidsBusyNode(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	for _, n := range []string{"a", "b", "c"} {
 		report(d, nodeReport(n, "", "", 0, 1000))
@@ -86,6 +88,7 @@ func TestBurstAvoidsBusyNode(t *testing.T) {
 }
 
 func TestNearEqualRandomises(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	report(d, nodeReport("a", "", "", 0, 1_000_000))
 	report(d, nodeReport("b", "", "", 0, 1_000_000))
@@ -105,6 +108,7 @@ func TestNearEqualRandomises(t *testing.T) {
 }
 
 func TestAnswer(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{TopK: 2, TTL: 5 * time.Second})
 	if _, err := d.Dispatch(Request{}); !errors.Is(err, ErrNoNodes) {
 		t.Fatalf("no nodes at all: err %v, want ErrNoNodes", err)
@@ -126,6 +130,7 @@ func TestAnswer(t *testing.T) {
 }
 
 func TestStaleAndDraining(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
 	r := nodeReport("old", "", "", 0, 0)
 	r.ReportIntervalMs = 1000
@@ -158,6 +163,7 @@ func TestStaleAndDraining(t *testing.T) {
 }
 
 func TestAbsurdReports(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	d, _ := newTest(t, Config{Registry: reg})
 	good := func(mod func(r *pb.LoadReport)) *pb.LoadReport {
@@ -224,6 +230,7 @@ func TestAbsurdReports(t *testing.T) {
 }
 
 func TestBadRegionLabel(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	report(d, nodeReport("x", "Mars/Olympus", "unicom", 0, 0))
 	infos := d.Nodes(noAddr)
@@ -236,6 +243,7 @@ func TestBadRegionLabel(t *testing.T) {
 }
 
 func TestSlowStart(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		slowStart time.Duration
@@ -285,6 +293,7 @@ func TestSlowStart(t *testing.T) {
 
 // A node back after missing its reports, or back from draining, starts slowly again.
 func TestSlowStartOnReturn(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
 	a := func() { report(d, nodeReport("a", "", "", 0, 1000)) }
 	a()
@@ -307,6 +316,7 @@ func TestSlowStartOnReturn(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	bus := &nats.Conn{}
 	weights := DefaultWeights()
 	weights.SameCountry = 500
@@ -356,6 +366,7 @@ func keepReporting(clock *fakeClock, d time.Duration, report func()) {
 
 // The hot path's liveScore and the admin view's load must agree.
 func TestLiveScoreMatchesLoad(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
 	clock.add(time.Minute)
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -16,7 +16,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -149,12 +148,6 @@ func writeFixture(t testing.TB, dir string) (city, isp string) {
 		}
 	}
 	return city, isp
-}
-
-// checkFor polls f until it returns nil or the time is up.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	testutil.CheckFor(t, total, every, f)
 }
 
 // counterValue reads a counter.

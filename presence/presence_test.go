@@ -17,6 +17,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func login(t *testing.T, addr, uid, device string) *testkit.Client {
 	t.Helper()
 	cl := testkit.DialTCP(t, addr)
-	if f := cl.LoginAs(testkit.Token(t, uid, "r1"), device); f.GetLoginAck() == nil {
+	if f := cl.LoginAs(testcluster.Token(t, uid, "r1"), device); f.GetLoginAck() == nil {
 		t.Fatalf("login answered with %v", f)
 	}
 	return cl
@@ -50,7 +51,7 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	}))
 	defer hook.Close()
 
-	c := testkit.StartCluster(t, func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, 100*time.Millisecond
 		cfg.Presence = presence.Config{
 			Policies:     map[string]presence.DevicePolicy{devcluster.App: {MaxSessions: 2, OnePerDevice: true}},

@@ -1,8 +1,8 @@
-// Package testkit is what the module's tests share: an in-process cluster (internal/devcluster)
-// per test, polling instead of sleeping, free ports, process CPU time, tokens for the dev app,
-// and a wire client that speaks the client protocol (docs/protocol.md) by hand over WebSocket
-// and TCP. Only tests import it; it holds plumbing, never a test's logic or assertions about a
-// component.
+// Package testkit is what the module's tests share: polling instead of sleeping, free ports,
+// process CPU time, and a wire client that speaks the client protocol (docs/protocol.md) by hand
+// over WebSocket and TCP; its sub-package testcluster starts an in-process cluster per test.
+// Only tests import it, components' in-package tests included, so it imports no component. It
+// holds plumbing, never a test's logic.
 package testkit
 
 import (

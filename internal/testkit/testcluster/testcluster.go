@@ -1,4 +1,10 @@
-package testkit
+// Package testcluster is the part of the test kit (internal/testkit) that starts a whole
+// in-process Roomcast deployment (internal/devcluster) for a test: real NATS with JetStream, the
+// services, the dispatcher and ChatLinks on free loopback ports, stopped when the test ends. It
+// sits apart from testkit because it imports every component, and the components' own
+// in-package tests import testkit. Only tests import it; it starts clusters, it does not test
+// them.
+package testcluster
 
 import (
 	"context"
@@ -17,11 +23,11 @@ func ChatLinks(n int) Option {
 	return func(c *devcluster.Config) { c.ChatLinks = n }
 }
 
-// StartCluster starts a cluster with its data in t's temporary directory, on free ports; each
+// Start starts a cluster with its data in t's temporary directory, on free ports; each
 // option adjusts the configuration first (zero values are devcluster's defaults: two
 // ChatLinks). Clusters share nothing, so tests that each start their own may run in parallel.
 // The cluster stops when t ends.
-func StartCluster(t testing.TB, opts ...Option) *devcluster.Cluster {
+func Start(t testing.TB, opts ...Option) *devcluster.Cluster {
 	t.Helper()
 	cfg := devcluster.Config{DataDir: t.TempDir()}
 	for _, o := range opts {
