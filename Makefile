@@ -9,6 +9,8 @@ PROTOC_VERSION := 3.21.12
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
+# The S3 server the CDN tests run against (internal/s3test).
+VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test tools proto proto-check lint vet unit
 
@@ -29,6 +31,10 @@ tools:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@if ! go version -m $(GOBIN)/versitygw 2>/dev/null | grep -q "mod.*github.com/versity/versitygw.*$(VERSITYGW_VERSION)"; then \
+		echo "installing versitygw $(VERSITYGW_VERSION)"; \
+		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
 proto: tools

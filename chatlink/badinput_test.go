@@ -18,6 +18,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -244,27 +245,42 @@ func dialTCP2(t *testing.T, addr string) *rawClient {
 	return c
 }
 
+// TestHeartbeat moves the node's clock: beats keep a connection alive past three intervals,
+// and silence closes it once three of its current intervals have passed, not before.
 func TestHeartbeat(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond })
-	cl := dialWS(t, c.Nodes[0].WSURL())
+	clock := testutil.NewClock(time.Now())
+	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
+	node := c.Nodes[0]
+	cl := dialWS(t, node.WSURL())
 	ack := cl.login(token(t, c, "beat", "r1"))
 	if ack.HeartbeatIntervalMs != 100 {
 		t.Fatalf("announced interval %dms, want 100", ack.HeartbeatIntervalMs)
 	}
+	const timeouts = "CLOSE_CODE_HEARTBEAT_TIMEOUT"
 	// Beating keeps the connection alive well past three intervals.
+	var interval time.Duration
 	for i := 0; i < 6; i++ {
+		clock.Add(100 * time.Millisecond)
 		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
-		if a := cl.next().GetHeartbeatAck(); a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs == 0 {
+		a := cl.next().GetHeartbeatAck()
+		if a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs != clock.Now().UnixMilli() {
 			t.Fatalf("heartbeat %d answered with %v", i, a)
 		}
-		time.Sleep(100 * time.Millisecond)
+		interval = time.Duration(a.HeartbeatIntervalMs) * time.Millisecond
+		node.Sweep()
 	}
-	// Silence is not.
-	start := time.Now()
+	if n := closeCount(t, c, node.Name(), timeouts); n != 0 {
+		t.Fatalf("%d connections closed for silence while beating", n)
+	}
+	// Silence is not, once three intervals (the last one granted) have passed.
+	clock.Add(3 * interval)
+	node.Sweep()
+	if n := closeCount(t, c, node.Name(), timeouts); n != 0 {
+		t.Fatalf("closed after exactly three intervals of %v", interval)
+	}
+	clock.Add(time.Millisecond)
+	node.Sweep()
 	cl.expectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, true)
-	if waited := time.Since(start); waited < 200*time.Millisecond {
-		t.Fatalf("closed after %v of silence, before three intervals", waited)
-	}
 	checkFor(t, time.Second, 10*time.Millisecond, func() error {
 		if n := c.Nodes[0].Connections(); n != 0 {
 			return fmt.Errorf("%d connections left", n)

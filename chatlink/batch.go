@@ -2,8 +2,12 @@ package chatlink
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"syscall"
+
+	"roomcast/chatlink/internal/uring"
+	"roomcast/chatlink/internal/wsproto"
 )
 
 // out is the frames one member gets from one write of a room.
@@ -14,12 +18,9 @@ type out struct {
 
 var outPool = sync.Pool{New: func() any { return new([]out) }}
 
-// ringEntries is a ring's size: the most sends one batch, and one system call, carries.
-const ringEntries = 256
-
 // writeOuts writes each member its frames. Members whose socket the node writes itself
 // (sockWriter: the node has io_uring rings) and that have nothing queued are claimed and sent
-// their frames in batches of up to ringEntries, one system call per batch. The others get
+// their frames in batches of up to uring.Entries, one system call per batch. The others get
 // their frames through their transport's write.
 func (n *Node) writeOuts(outs []out) {
 	wires := wireCache{m: wirePool.Get().(map[wireKey][]byte)}
@@ -35,7 +36,7 @@ func (n *Node) writeOuts(outs []out) {
 			continue
 		}
 		b.add(w, wires.of(w.ws, o.fs))
-		if len(b.ws) == ringEntries {
+		if len(b.ws) == uring.Entries {
 			n.sendBatch(b)
 		}
 	}
@@ -102,7 +103,7 @@ func (c *wireCache) of(ws bool, fs [][]byte) []byte {
 
 func appendWire(dst []byte, ws bool, f []byte) []byte {
 	if ws {
-		dst = wsWire(dst, opData, len(f))
+		dst = wsproto.AppendHeader(dst, opData, len(f))
 	} else {
 		dst = tcpWire(dst, len(f))
 	}
@@ -116,6 +117,9 @@ func (b *batch) reset() {
 	b.ws, b.bufs = b.ws[:0], b.bufs[:0]
 	batchPool.Put(b)
 }
+
+// maxRings bounds the node's rings: more writers than cores cannot send at once anyway.
+var maxRings = 2 * runtime.GOMAXPROCS(0)
 
 var errSocketClosed = errors.New("chatlink: socket closed")
 
@@ -136,21 +140,19 @@ func (n *Node) sendBatch(b *batch) {
 	}
 	// bufs[:sub] lines up with fds[:sub] now: the held members, in order.
 	var sendErr error
-	var r *ring
+	var r *uring.Ring
 	if n.rings != nil && sub > 0 {
 		var err error
-		if r, err = n.rings.get(); err != nil && n.ringFailed.CompareAndSwap(false, true) {
+		if r, err = n.rings.Get(); err != nil && n.ringFailed.CompareAndSwap(false, true) {
 			// No ring now (the descriptor limit, say): the members get plain writes.
 			n.log.Warn("io_uring ring unavailable; writing plainly until one is (logged once)", "err", err)
 		}
 	}
 	if r == nil { // no ring: plain writes (nothing to write when sub is 0)
-		for i := range b.fds[:sub] {
-			b.res[i] = plainWrite(b.fds[i], b.bufs[i])
-		}
+		uring.WritePlain(b.fds[:sub], b.bufs[:sub], b.res[:sub])
 	} else {
-		sendErr = r.send(b.fds[:sub], b.bufs[:sub], b.res[:sub])
-		n.rings.put(r)
+		sendErr = r.Send(b.fds[:sub], b.bufs[:sub], b.res[:sub])
+		n.rings.Put(r)
 		if sendErr == nil {
 			n.m.ringSends.Add(float64(sub))
 		} else {

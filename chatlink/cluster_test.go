@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/chatlink"
 	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testutil"
@@ -37,6 +38,19 @@ func startCluster(t *testing.T, n int, opts ...func(*devcluster.Config)) *devclu
 func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
 	testutil.CheckFor(t, total, every, f)
+}
+
+// withClock runs every ChatLink of a cluster on clock (Config.Now).
+func withClock(clock *testutil.Clock) func(*devcluster.Config) {
+	return func(cfg *devcluster.Config) {
+		prev := cfg.ChatLink
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			if prev != nil {
+				prev(cc)
+			}
+			cc.Now = clock.Now
+		}
+	}
 }
 
 // rawClient speaks the wire protocol by hand, so tests can send what no SDK would.

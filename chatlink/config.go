@@ -1,6 +1,8 @@
 package chatlink
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"syscall"
 	"time"
@@ -11,7 +13,8 @@ import (
 	"roomcast/internal/auth"
 )
 
-// Config configures a ChatLink node.
+// Config configures a ChatLink node. New applies the defaults (withDefaults); the node keeps
+// the result.
 type Config struct {
 	// Node names this node; it prefixes every session id, so it must be unique in the
 	// deployment and a valid name (auth.ValidName). Required.
@@ -37,14 +40,15 @@ type Config struct {
 	// gws's ReadLoop does, instead of reading from the node's poller when a socket is
 	// readable. The poller (Linux only; elsewhere this is always true) saves the 2 KiB stack
 	// and runtime bookkeeping of a parked goroutine per idle connection. It applies to TCP
-	// connections alike.
+	// connections alike. Zero value (false) means the poller reads, where there is one.
 	ReaderGoroutines bool
 	// PlainWrites keeps the writers the node had before its io_uring batch sends: gws's
 	// asynchronous writer for WebSocket, a queue and a flush goroutine for TCP, a write(2) per
 	// frame. Without it, on Linux 5.6 and later, the node writes the sockets its poller reads
 	// itself, sending a room's frames in batches through io_uring (batch.go); where io_uring
 	// is missing or forbidden (some container seccomp profiles) the node logs so and writes
-	// as with PlainWrites. ReaderGoroutines implies plain writes.
+	// as with PlainWrites. ReaderGoroutines implies plain writes. Zero value (false) means
+	// io_uring batch sends where the kernel allows them.
 	PlainWrites bool
 	// LoginTimeout is how long a new connection may take to log in. Zero value means 10s.
 	LoginTimeout time.Duration
@@ -73,14 +77,13 @@ type Config struct {
 	// write backlog (bytes queued, not yet taken by its socket) changes what it gets: from the
 	// first it gets no bulk, from the second only critical, and past the third it is closed as
 	// a slow reader. Zero values mean 64 KiB, 256 KiB and 1 MiB.
-	ThinAtPendingBytes, CriticalOnlyAtPendingBytes int
+	ThinAtPendingBytes, CriticalOnlyAtPendingBytes, MaxPendingBytes int
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
 	// MaxInflightSends bounds the sends one connection may have waiting for the room service
 	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
 	// value means 32.
 	MaxInflightSends int
-	MaxPendingBytes  int
 	// MaxConnections is how many client connections the node takes: it reports the number to
 	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
 	// value means the process's open-file limit less 256 for everything else.
@@ -97,9 +100,24 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Log receives the node's logs. Zero value means none.
 	Log *slog.Logger
+	// Now is the node's clock for what it times by the wall clock: the login and heartbeat
+	// deadlines its sweep enforces, the heartbeat intervals it grants, login and logout times,
+	// how long it remembers bans and room closes, and the times in its reports. Tests set it
+	// to move time at will. Tickers, socket deadlines, the fan-out's ticks, budgets and flow
+	// control, and the seed of session ids stay on the real clock. Zero value means time.Now.
+	Now func() time.Time
 }
 
-func (c *Config) setDefaults() {
+// withDefaults checks c and returns it with every zero field set to its default.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case !auth.ValidName(c.Node):
+		return c, fmt.Errorf("chatlink: node name %q must be 1-128 characters of A-Z a-z 0-9 _ -", c.Node)
+	case c.Bus == nil:
+		return c, errors.New("chatlink: Config.Bus is required")
+	case len(c.Keys) == 0:
+		return c, errors.New("chatlink: Config.Keys needs at least one app")
+	}
 	if c.WSListen == "" {
 		c.WSListen = "127.0.0.1:0"
 	}
@@ -163,6 +181,10 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
 }
 
 // FileLimit returns the process's soft limit on open files (at least 1280): what the

@@ -61,14 +61,14 @@ type conn struct {
 	// member's tags (setTags), read by the fan-out at every tick.
 	tags atomic.Pointer[tag.Set]
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
 	state   connState
 	sendq   []*pb.Send // sends waiting for the room service, oldest first
 	sending bool       // sendLoop is running
 }
 
 func (n *Node) newConn(t transport) *conn {
-	c := &conn{node: n, t: t, accepted: time.Now().UnixNano()}
+	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
 	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
@@ -102,7 +102,7 @@ func (c *conn) handleFrame(data []byte) {
 	if c.closing.Load() {
 		return
 	}
-	c.lastSeen.Store(time.Now().UnixNano())
+	c.lastSeen.Store(c.node.now().UnixNano())
 	var f pb.Frame
 	if err := proto.Unmarshal(data, &f); err != nil || f.Kind == nil {
 		c.node.m.frameBad.Inc()
@@ -181,7 +181,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
 	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
-	c.loginMS = time.Now().UnixMilli()
+	c.loginMS = n.now().UnixMilli()
 
 	// One login per room and node asks for the settings fresh from the store (the first to
 	// arrive while the node has no member of the room); roomTable.join applies its answer.
@@ -228,7 +228,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 
 	n.m.logins.WithLabelValues("ok").Inc()
-	now := time.Now()
+	now := n.now()
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{
 		SessionId:           c.session,
 		ServerTimeMs:        now.UnixMilli(),
@@ -250,7 +250,7 @@ func (c *conn) login(l *pb.Login) {
 // interval means fewer wake-ups for a mobile client and fewer frames for the node.
 func (c *conn) heartbeat(h *pb.Heartbeat) {
 	cfg := &c.node.cfg
-	now := time.Now()
+	now := cfg.Now()
 	interval := time.Duration(c.hbInterval.Load()) * time.Millisecond
 	if c.lastBeat != 0 && now.UnixNano()-c.lastBeat > int64(interval*3/2) {
 		interval, c.beatsOnTime = cfg.HeartbeatInterval, 0
@@ -381,7 +381,7 @@ func (c *conn) leave() {
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, time.Now().UnixMilli()))
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()))
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It

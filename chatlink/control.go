@@ -40,30 +40,28 @@ type tombstone struct {
 	reason string
 }
 
-// startControl subscribes to the control subjects, asks the services to take a snapshot if they
-// want one, and starts the lease loop, which unsubscribes when the node stops.
-func (n *Node) startControl() error {
-	n.stream.boot = newBoot()
+// subscribeControl subscribes to the control subjects, before the node's first session report
+// makes the services ask for a snapshot on them. The node unsubscribes when it stops.
+func (n *Node) subscribeControl() error {
 	for _, subject := range []string{bus.NodeSubject(n.cfg.Node), bus.SubjectNodesControl} {
 		sub, err := n.cfg.Bus.Subscribe(subject, n.onControl)
 		if err != nil {
-			n.control.unsubscribe()
 			return fmt.Errorf("chatlink: subscribe %s: %w", subject, err)
 		}
+		n.control.mu.Lock()
 		n.control.subscribed = append(n.control.subscribed, sub)
+		n.control.mu.Unlock()
 	}
 	if err := n.cfg.Bus.Flush(); err != nil {
-		n.control.unsubscribe()
 		return fmt.Errorf("chatlink: subscribe control: %w", err)
 	}
-	n.goAsync(func() {
-		n.leaseLoop()
-		n.control.unsubscribe()
-	})
 	return nil
 }
 
+// unsubscribe ends the control subscriptions.
 func (s *controlState) unsubscribe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, sub := range s.subscribed {
 		_ = sub.Unsubscribe()
 	}
@@ -90,7 +88,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
 			break
 		}
-		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason)
+		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason, n.now())
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_BANNED)
 		rep.Affected = n.kick(&req)
 	case pb.NodeControl_OP_CLOSE_ROOM:
@@ -98,7 +96,7 @@ func (n *Node) onControl(msg *nats.Msg) {
 			n.control.forget(n.control.closed, req.App+"/"+req.Room)
 			break
 		}
-		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason)
+		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason, n.now())
 		req.Uid, req.Sessions = "", nil
 		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 		rep.Affected = n.kick(&req)
@@ -211,13 +209,13 @@ func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
 	return out, more
 }
 
-func (s *controlState) remember(m *map[string]tombstone, key, reason string) {
+func (s *controlState) remember(m *map[string]tombstone, key, reason string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if *m == nil {
 		*m = make(map[string]tombstone)
 	}
-	(*m)[key] = tombstone{until: time.Now().Add(tombstoneTTL), reason: reason}
+	(*m)[key] = tombstone{until: now.Add(tombstoneTTL), reason: reason}
 }
 
 func (s *controlState) forget(m map[string]tombstone, key string) {
@@ -244,8 +242,8 @@ func (s *controlState) expireTombstones(now time.Time) {
 // the kick finds the connection or this check finds the tombstone.
 func (n *Node) refusedLate(c *conn) bool {
 	s := &n.control
+	now := n.now()
 	s.mu.Lock()
-	now := time.Now()
 	code, reason := pb.CloseCode_CLOSE_CODE_UNSPECIFIED, ""
 	if t, ok := s.closed[c.app+"/"+c.room]; ok && now.Before(t.until) {
 		code, reason = pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, t.reason
@@ -279,14 +277,12 @@ func (n *Node) Kill() {
 	n.shutdownOnce.Do(func() {
 		n.draining.Store(true)
 		n.cfg.Bus.Close()
-		if n.wsLn != nil {
-			_ = n.wsLn.Close()
-			_ = n.tcpLn.Close()
-		}
+		n.closeListeners()
 		n.conns.each(func(c *conn) { c.t.forceClose() })
 		n.cancel()
+		n.control.unsubscribe()
 		if n.poll != nil {
-			n.poll.stop()
+			n.poll.Stop()
 		}
 		n.wg.Wait()
 		n.log.Info("chatlink killed")

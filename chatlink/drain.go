@@ -23,7 +23,7 @@ func (n *Node) Drain(ctx context.Context, spread time.Duration) error {
 	if !n.draining.Swap(true) {
 		n.log.Info("draining", "spread", spread)
 		// The dispatcher hears of it now rather than at the next report.
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.loadReport(0)); err != nil {
 			n.log.Warn("draining report not published", "err", err)
 		}
 		n.conns.each(func(c *conn) {

@@ -20,6 +20,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -71,6 +72,36 @@ func (p *publisher) publish(room string, lane pb.Lane, body []byte) {
 	}
 }
 
+// putSettingsSeen sets a room's delivery settings, as putSettings does, and returns once the
+// room service's announcement of them has passed on the room's subject: every ChatLink,
+// subscribed to it on the same NATS server, has it queued before anything p publishes
+// afterwards.
+func (p *publisher) putSettingsSeen(c *devcluster.Cluster, room, settings string, seen func(*pb.RoomSettings) bool) {
+	p.t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := p.nc.ChanSubscribe(bus.RoomSubject(devcluster.App, room), ch)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := p.nc.Flush(); err != nil {
+		p.t.Fatal(err)
+	}
+	putSettings(p.t, c, room, settings)
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			var b pb.RoomBatch
+			if proto.Unmarshal(m.Data, &b) == nil && b.Settings != nil && seen(b.Settings) {
+				return
+			}
+		case <-timeout:
+			p.t.Fatalf("room %s: settings %s not announced", room, settings)
+		}
+	}
+}
+
 // collect reads pushes until want messages have arrived, and returns them and the number of
 // Push frames they came in.
 func (c *rawClient) collect(want int) (msgs []*pb.Message, frames int) {
@@ -112,8 +143,8 @@ func TestMergedAndUnmergedFanout(t *testing.T) {
 	}
 
 	// The room switched to unmerged: every message is its own frame, at once.
-	putSettings(t, c, "m", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`)
-	time.Sleep(50 * time.Millisecond) // the change travels on the room subject; let it land first
+	p.putSettingsSeen(c, "m", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`,
+		func(s *pb.RoomSettings) bool { return s.NoMerge })
 	for i := 0; i < 5; i++ {
 		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
 	}
@@ -242,11 +273,12 @@ func dropCount(t *testing.T, c *devcluster.Cluster, lane, reason string) int {
 }
 
 func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
+	clock := testutil.NewClock(time.Now())
 	c := startCluster(t, 1, func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
 			cc.HeartbeatInterval, cc.HeartbeatStep, cc.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
 		}
-	})
+	}, withClock(clock))
 	cl := dialWS(t, c.Nodes[0].WSURL())
 	cl.login(token(t, c, "beat", "r"))
 	beat := func() uint32 {
@@ -260,13 +292,13 @@ func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
 	var got []uint32
 	for i := 0; i < 9; i++ {
 		got = append(got, beat())
-		time.Sleep(30 * time.Millisecond)
+		clock.Add(30 * time.Millisecond)
 	}
 	want := []uint32{100, 100, 120, 120, 120, 140, 140, 140, 140}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("intervals %v, want %v", got, want)
 	}
-	time.Sleep(250 * time.Millisecond) // a late beat: more than 1.5 intervals
+	clock.Add(250 * time.Millisecond) // a late beat: more than 1.5 intervals
 	if iv := beat(); iv != 100 {
 		t.Fatalf("after a late beat the interval is %d, want 100", iv)
 	}

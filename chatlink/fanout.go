@@ -9,41 +9,7 @@ import (
 
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/tag"
 )
-
-// Default delivery settings of a room, when the room service gives none.
-const (
-	defaultFlushTick      = 100 * time.Millisecond
-	defaultNormalBudget   = 20
-	defaultCriticalBudget = 10
-)
-
-// roomSettings are a room's delivery settings with defaults applied.
-type roomSettings struct {
-	tick           time.Duration
-	merge          bool
-	normalBudget   float64 // messages per member per second; negative: unlimited
-	criticalBudget float64 // counted only; negative: unlimited
-}
-
-func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
-	s := roomSettings{tick: defTick, merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
-	if st == nil {
-		return s
-	}
-	if st.FlushTickMs > 0 {
-		s.tick = time.Duration(st.FlushTickMs) * time.Millisecond
-	}
-	s.merge = !st.NoMerge
-	if st.NormalBudget != 0 {
-		s.normalBudget = float64(st.NormalBudget)
-	}
-	if st.CriticalBudget != 0 {
-		s.criticalBudget = float64(st.CriticalBudget)
-	}
-	return s
-}
 
 // queued is a message waiting for its room's next flush, with the session that sent it.
 type queued struct {
@@ -84,7 +50,7 @@ func phasesFor(size, per int, tick time.Duration) int {
 type roomFanout struct {
 	r *localRoom
 
-	mu             sync.Mutex // guards the fields below
+	mu             sync.Mutex // guards the fields below; lock order: roomFanout.mu -> localRoom.mu
 	settings       roomSettings
 	pending        []queued        // arrived, not yet selected
 	log            []queued        // selected, not yet written to every phase group
@@ -150,13 +116,6 @@ func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
 	f.phases = 1
 	f.refilledAt = now
 	f.normalTokens, f.criticalTokens = tokenCap(f.settings.normalBudget, f.settings.tick), tokenCap(f.settings.criticalBudget, f.settings.tick)
-}
-
-// setSettings replaces the room's settings, as an announcement of a change does.
-func (f *roomFanout) setSettings(st *pb.RoomSettings) {
-	f.mu.Lock()
-	f.settings = resolveSettings(st, f.r.t.n.cfg.FlushTick)
-	f.mu.Unlock()
 }
 
 // stop is called when the room has no local members left.
@@ -304,83 +263,6 @@ func (r *localRoom) flush() {
 	}
 }
 
-// tokenCap is how many messages of a budget may go out at once: one tick's worth (at least
-// 100 ms worth, and at least one), so a burst is spread over the second instead of taking the
-// whole second's budget at its start.
-func tokenCap(budget float64, tick time.Duration) float64 {
-	if budget < 0 {
-		return 0
-	}
-	return max(1, budget*max(tick, 100*time.Millisecond).Seconds())
-}
-
-// selectLocked applies the room's budgets and the node's flow control to a tick's messages and
-// returns those to deliver, in order. Critical messages are never dropped. Over budget, normal
-// messages are kept before bulk ones, and the kept ones are spread evenly over the tick rather
-// than being its first few. Caller holds f.mu.
-func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64) []queued {
-	n := f.r.t.n
-	s := f.settings
-	elapsed := now.Sub(f.refilledAt).Seconds()
-	f.refilledAt = now
-	var count [4]int
-	for _, q := range msgs {
-		count[lane(q.m)]++
-	}
-
-	// Budgets: how many of each lane may go.
-	allowed := count
-	if s.normalBudget >= 0 {
-		f.normalTokens = min(tokenCap(s.normalBudget, s.tick), f.normalTokens+s.normalBudget*elapsed)
-		k := int(f.normalTokens)
-		allowed[pb.Lane_LANE_NORMAL] = min(count[pb.Lane_LANE_NORMAL], k)
-		allowed[pb.Lane_LANE_BULK] = min(count[pb.Lane_LANE_BULK], k-allowed[pb.Lane_LANE_NORMAL])
-		f.normalTokens -= float64(allowed[pb.Lane_LANE_NORMAL] + allowed[pb.Lane_LANE_BULK])
-	}
-	if s.criticalBudget >= 0 {
-		f.criticalTokens = min(tokenCap(s.criticalBudget, s.tick), f.criticalTokens+s.criticalBudget*elapsed)
-		if over := float64(count[pb.Lane_LANE_CRITICAL]) - f.criticalTokens; over > 0 {
-			n.m.criticalOverBudget.Add(over)
-		}
-		f.criticalTokens = max(0, f.criticalTokens-float64(count[pb.Lane_LANE_CRITICAL]))
-	}
-
-	keepNormal, keepBulk := keepFractions(strength)
-	keepFrac := [4]float64{1, 1, keepNormal, keepBulk}
-	kept := msgs[:0] // filtering in place: msgs is not used after
-	var seen [4]int
-	var dropped [4][2]int // by lane: budget, flow control
-	for _, q := range msgs {
-		l := lane(q.m)
-		i := seen[l]
-		seen[l]++
-		// Budget: keep message i of the lane's count[l] when it crosses the next multiple of
-		// count/allowed: an even spread.
-		if allowed[l] < count[l] && (i+1)*allowed[l]/count[l] == i*allowed[l]/count[l] {
-			dropped[l][0]++
-			continue
-		}
-		if l != pb.Lane_LANE_CRITICAL {
-			f.fcCarry[l] += keepFrac[l]
-			if f.fcCarry[l] < 1 {
-				dropped[l][1]++
-				continue
-			}
-			f.fcCarry[l]--
-		}
-		kept = append(kept, q)
-	}
-	for l := range dropped {
-		if d := dropped[l][0]; d > 0 {
-			n.m.drops[l][dropBudget].Add(float64(d))
-		}
-		if d := dropped[l][1]; d > 0 {
-			n.m.drops[l][dropFlowControl].Add(float64(d))
-		}
-	}
-	return kept
-}
-
 func lane(m *pb.Message) pb.Lane {
 	if m.Lane <= pb.Lane_LANE_UNSPECIFIED || m.Lane > pb.Lane_LANE_BULK {
 		return pb.Lane_LANE_NORMAL
@@ -438,20 +320,12 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 	}
 	n := r.t.n
 	var localSenders []string
-	var exprs []*tag.Expr // by message; nil when no message is targeted
-	perMember := false
-	for i, q := range msgs {
+	for _, q := range msgs {
 		if node, ok := ids.SessionNode(q.sender); ok && node == n.cfg.Node {
 			localSenders = append(localSenders, q.sender)
 		}
-		if q.m.TagExpr != "" {
-			if exprs == nil {
-				exprs = make([]*tag.Expr, len(msgs))
-			}
-			exprs[i] = n.expr(q.m.TagExpr)
-			perMember = perMember || exprs[i].UsesUID()
-		}
 	}
+	aud := n.newAudiences(msgs) // audience.go
 
 	variants := make(map[variantKey]*variant, 4)
 	var full *variant // variants[variantKey{}], the one most members get, without a map lookup
@@ -472,10 +346,6 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 		}
 		return v
 	}
-	var audiences map[*tag.Set]string // this tick's audience bitset per tag set
-	if exprs != nil {
-		audiences = make(map[*tag.Set]string)
-	}
 
 	var delivered, slowDropped [4]int
 	var frames, bytes int
@@ -489,14 +359,8 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			return
 		}
 		k := variantKey{level: lvl}
-		if exprs != nil {
-			set := c.tags.Load()
-			aud, ok := audiences[set]
-			if !ok || perMember {
-				aud = audience(exprs, set, c.uid)
-				audiences[set] = aud
-			}
-			k.audience = aud
+		if aud.targeted() {
+			k.audience = aud.of(c)
 		}
 		v := get(k)
 		if lvl > 0 {
@@ -535,27 +399,4 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			n.m.drops[l][dropSlowReader].Add(float64(slowDropped[l]))
 		}
 	}
-}
-
-// audience returns the bitset of the messages a member with tag set set and uid may see: bit i
-// is set when message i has no tag expression or the member satisfies it.
-func audience(exprs []*tag.Expr, set *tag.Set, uid string) string {
-	bits := make([]byte, (len(exprs)+7)/8)
-	for i, e := range exprs {
-		if e == nil || e.Eval(set, uid) {
-			bits[i/8] |= 1 << (i % 8)
-		}
-	}
-	return string(bits)
-}
-
-// levelFilter returns what a member at backlog level lvl still gets.
-func levelFilter(lvl int) func(queued) bool {
-	switch lvl {
-	case levelThin:
-		return func(q queued) bool { return lane(q.m) != pb.Lane_LANE_BULK }
-	case levelCriticalOnly:
-		return func(q queued) bool { return lane(q.m) == pb.Lane_LANE_CRITICAL }
-	}
-	return nil
 }

@@ -2,97 +2,347 @@ package chatlink
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
 )
 
-func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
-	t.Helper()
-	now := time.Unix(1_700_000_000, 0)
-	return &testRoom(Config{Node: "n1"}, st, now).fanout, now
-}
-
-func msgs(lanes ...pb.Lane) []queued {
-	out := make([]queued, len(lanes))
-	for i, l := range lanes {
-		out[i] = queued{m: &pb.Message{Id: fmt.Sprint(i), Lane: l}}
+func TestPhasesFor(t *testing.T) {
+	for _, tc := range []struct {
+		size, per int
+		tick      time.Duration
+		want      int
+	}{
+		{0, 1024, 250 * time.Millisecond, 1},
+		{1024, 1024, 250 * time.Millisecond, 1},
+		{1025, 1024, 250 * time.Millisecond, 2},
+		{15000, 1024, 250 * time.Millisecond, 16}, // 15.6 ms apart
+		{15000, 1024, 100 * time.Millisecond, 8},  // 12.5 ms apart; 16 would be 6.25 ms
+		{15000, 1024, 20 * time.Millisecond, 2},
+		{1 << 20, 1024, time.Second, phaseSlots},
+	} {
+		if got := phasesFor(tc.size, tc.per, tc.tick); got != tc.want {
+			t.Errorf("phasesFor(%d, %d, %v) = %d, want %d", tc.size, tc.per, tc.tick, got, tc.want)
+		}
 	}
-	return out
 }
 
-func repeat(l pb.Lane, n int) []pb.Lane {
-	out := make([]pb.Lane, n)
-	for i := range out {
-		out[i] = l
+// testRoom returns a room of a node with cfg (defaults applied) and room settings st, without
+// NATS or sockets: the tests drive receive and flush themselves.
+func testRoom(cfg Config, st *pb.RoomSettings, now time.Time) *localRoom {
+	n := &Node{cfg: testConfig(cfg)}
+	n.m = newMetrics(nil, n)
+	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	r := &localRoom{t: &roomTable{n: n}}
+	r.fanout.init(r, st, now)
+	return r
+}
+
+// testConfig returns cfg with defaults applied, for tests that run parts of a node without
+// NATS: it names a bus and keys that the parts under test never use.
+func testConfig(cfg Config) Config {
+	cfg.Bus, cfg.Keys = new(nats.Conn), auth.Keyring{"app": []byte("unused")}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		panic(err)
 	}
-	return out
+	return cfg
 }
 
-func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
-	f, now := testFanout(t, nil) // 20 normal a second, 100 ms ticks
-	kept := 0
+// testJoin adds a member whose frames go to t.
+func (r *localRoom) testJoin(t transport) *conn {
+	c := &conn{node: r.t.n, t: t}
+	r.mu.Lock()
+	r.add(c)
+	r.mu.Unlock()
+	return c
+}
+
+// receiveIDs hands the room a batch of critical messages with these ids, as from the bus.
+func (r *localRoom) receiveIDs(ids ...string) {
+	var b pb.RoomBatch
+	for _, id := range ids {
+		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
+	}
+	data, err := proto.Marshal(&b)
+	if err != nil {
+		panic(err)
+	}
+	r.receive(data)
+}
+
+// pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
+type pushRecorder struct {
+	mu     sync.Mutex
+	frames [][]string
+}
+
+func (r *pushRecorder) write(b []byte) {
+	var f pb.Frame
+	if err := proto.Unmarshal(b, &f); err != nil {
+		panic(err)
+	}
 	var ids []string
-	for tick := 0; tick < 10; tick++ {
-		now = now.Add(100 * time.Millisecond)
-		got := f.selectLocked(msgs(repeat(pb.Lane_LANE_NORMAL, 50)...), now, 0)
-		kept += len(got)
-		if tick == 0 {
-			for _, q := range got {
-				ids = append(ids, q.m.Id)
+	for _, m := range f.GetPush().GetMessages() {
+		ids = append(ids, m.Id)
+	}
+	r.mu.Lock()
+	r.frames = append(r.frames, ids)
+	r.mu.Unlock()
+}
+func (r *pushRecorder) pending() int64            { return 0 }
+func (r *pushRecorder) kick(pb.CloseCode, []byte) {}
+func (r *pushRecorder) forceClose()               {}
+func (r *pushRecorder) count() int                { r.mu.Lock(); defer r.mu.Unlock(); return len(r.frames) }
+func (r *pushRecorder) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.frames[len(r.frames)-1]
+}
+func (r *pushRecorder) ids() (out []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.frames {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// TestPhasedFlush drives a room's phases by hand (its tick is an hour, so the timer never
+// fires): a room of 32 members at 4 members a phase flushes in 8 groups, one group per phase;
+// every member gets every message once and in order, including messages that arrived while
+// some groups had already had their share, and across a change in the number of phases.
+func TestPhasedFlush(t *testing.T) {
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
+	defer r.fanout.stop()
+
+	var conns []*conn
+	var recs []*pushRecorder
+	join := func() {
+		rec := &pushRecorder{}
+		conns, recs = append(conns, r.testJoin(rec)), append(recs, rec)
+	}
+	for range 32 {
+		join()
+	}
+	next := 0
+	send := func(k int) {
+		var ids []string
+		for range k {
+			ids = append(ids, strconv.Itoa(next))
+			next++
+		}
+		r.receiveIDs(ids...)
+	}
+	// got returns how many members have had a new frame since counts were taken.
+	counts := func() []int {
+		out := make([]int, len(recs))
+		for i, rec := range recs {
+			out[i] = rec.count()
+		}
+		return out
+	}
+	newFrames := func(before []int) (members []int) {
+		for i, rec := range recs {
+			if i < len(before) && rec.count() > before[i] {
+				members = append(members, i)
 			}
 		}
-		if len(got) > 3 {
-			t.Fatalf("tick %d kept %d of 50: a budget of 20/s allows about 2 a tick", tick, len(got))
+		return members
+	}
+
+	// The first flush finds 32 members where it had 1 phase: everyone gets 0–4 at once, and
+	// the room goes to 8 phases.
+	send(5)
+	before := counts()
+	r.flush()
+	if got := newFrames(before); len(got) != 32 {
+		t.Fatalf("the first flush wrote to %d members, want all 32", len(got))
+	}
+	if r.fanout.phases != 8 {
+		t.Fatalf("phases = %d, want 8", r.fanout.phases)
+	}
+
+	// Each phase writes one group of 4, a different group each time.
+	send(5) // 5–9
+	seen := map[int]bool{}
+	for phase := range 8 {
+		before := counts()
+		r.flush()
+		got := newFrames(before)
+		if len(got) != 4 {
+			t.Fatalf("phase %d wrote to %d members, want 4", phase, len(got))
+		}
+		for _, i := range got {
+			if seen[i] {
+				t.Fatalf("phase %d wrote to member %d a second time", phase, i)
+			}
+			seen[i] = true
+			if want := []string{"5", "6", "7", "8", "9"}; fmt.Sprint(recs[i].last()) != fmt.Sprint(want) {
+				t.Fatalf("member %d got %v, want %v in one frame", i, recs[i].last(), want)
+			}
 		}
 	}
-	if kept < 18 || kept > 22 {
-		t.Fatalf("kept %d in a second, want about 20", kept)
+
+	// Messages that arrive between phases: the groups not yet flushed get them merged with the
+	// earlier ones, the others get them at their next phase.
+	send(3) // 10–12
+	for range 3 {
+		r.flush()
 	}
-	// Not a prefix: the kept ones are spread through the tick.
-	if len(ids) != 2 || ids[0] == "0" || ids[1] != "49" {
-		t.Fatalf("first tick kept %v, want an even spread ending at the last message", ids)
+	send(2) // 13–14
+	for range 8 {
+		r.flush()
+	}
+	if len(r.fanout.log) != 0 {
+		t.Fatalf("the log keeps %d messages every group has had", len(r.fanout.log))
+	}
+
+	// A member joins, 29 leave: the next flush finds 4 members, gives every group what it has
+	// not had and goes back to one phase.
+	join()    // member 32
+	send(1)   // 15
+	r.flush() // one group (of 8) gets 15
+	r.mu.Lock()
+	for _, c := range conns[4:32] {
+		r.remove(c)
+	}
+	r.remove(conns[0])
+	r.mu.Unlock()
+	send(1) // 16
+	r.flush()
+	if r.fanout.phases != 1 {
+		t.Fatalf("phases = %d with %d members, want 1", r.fanout.phases, r.size())
+	}
+	send(1) // 17
+	r.flush()
+
+	ids := func(from, to int) (out []string) {
+		for i := from; i <= to; i++ {
+			out = append(out, strconv.Itoa(i))
+		}
+		return out
+	}
+	for i, rec := range recs {
+		got := rec.ids()
+		var want []string
+		switch {
+		case i == 0 || i >= 4 && i < 32: // left before 16
+			// It had 0–14 at least, and 15 if its group was the one flushed before it left.
+			want = ids(0, 14)
+			if len(got) == 16 {
+				want = ids(0, 15)
+			}
+		case i < 4:
+			want = ids(0, 17)
+		default: // joined before 15
+			want = ids(15, 17)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("member %d got %v, want %v", i, got, want)
+		}
 	}
 }
 
-func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
-	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: 30, FlushTickMs: 100}) // 3 a tick
-	lanes := append(append(repeat(pb.Lane_LANE_BULK, 10), repeat(pb.Lane_LANE_NORMAL, 2)...), repeat(pb.Lane_LANE_CRITICAL, 40)...)
-	got := f.selectLocked(msgs(lanes...), now.Add(100*time.Millisecond), 0)
-	var byLane [4]int
-	for _, q := range got {
-		byLane[q.m.Lane]++
+// blockingRecorder is a pushRecorder whose first write waits for release.
+type blockingRecorder struct {
+	pushRecorder
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingRecorder) write(p []byte) {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.release
+	})
+	b.pushRecorder.write(p)
+}
+
+// TestWritesQueueInOrder: while one goroutine is writing a room's frames, another that has
+// frames for the room queues them and returns at once; they go out after the earlier ones.
+func TestWritesQueueInOrder(t *testing.T) {
+	r := testRoom(Config{Node: "n1"}, &pb.RoomSettings{NoMerge: true}, time.Now())
+	defer r.fanout.stop()
+	rec := &blockingRecorder{entered: make(chan struct{}), release: make(chan struct{})}
+	r.testJoin(rec)
+	send := func(id string) { r.receiveIDs(id) }
+
+	first := make(chan struct{})
+	go func() { defer close(first); send("0") }()
+	<-rec.entered // the first receive is writing, and waits
+	second := make(chan struct{})
+	go func() { defer close(second); send("1"); send("2") }()
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a receive waited for another goroutine's write")
 	}
-	if byLane[pb.Lane_LANE_CRITICAL] != 40 || byLane[pb.Lane_LANE_NORMAL] != 2 || byLane[pb.Lane_LANE_BULK] != 1 {
-		t.Fatalf("kept by lane %v, want all 40 critical, both normal, one bulk", byLane)
-	}
-	for i := 1; i < len(got); i++ {
-		if got[i-1].m.Id >= got[i].m.Id && len(got[i-1].m.Id) >= len(got[i].m.Id) {
-			t.Fatalf("order lost: %s before %s", got[i-1].m.Id, got[i].m.Id)
-		}
+	close(rec.release)
+	<-first
+	if got := fmt.Sprint(rec.ids()); got != "[0 1 2]" {
+		t.Fatalf("frames went out as %s, want [0 1 2]", got)
 	}
 }
 
-func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
-	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: -1, CriticalBudget: -1})
-	lanes := append(append(repeat(pb.Lane_LANE_BULK, 100), repeat(pb.Lane_LANE_NORMAL, 100)...), repeat(pb.Lane_LANE_CRITICAL, 100)...)
-	if got := f.selectLocked(msgs(lanes...), now, 0); len(got) != 300 {
-		t.Fatalf("unlimited budget kept %d of 300", len(got))
+// nullTransport takes frames and drops them.
+type nullTransport struct{ n int }
+
+func (t *nullTransport) write([]byte)              { t.n++ }
+func (t *nullTransport) pending() int64            { return 0 }
+func (t *nullTransport) kick(pb.CloseCode, []byte) {}
+func (t *nullTransport) forceClose()               {}
+
+// BenchmarkRoomWrite measures the fan-out's own work per member and tick, without the socket:
+// a tick of 5 messages written to a room of 1,000 members (one variant, encoded once).
+func BenchmarkRoomWrite(b *testing.B) {
+	r := testRoom(Config{Node: "n1"}, nil, time.Now())
+	const members = 1000
+	for range members {
+		r.testJoin(&nullTransport{})
 	}
-	// At full strength only critical survives, all of it.
-	got := f.selectLocked(msgs(lanes...), now.Add(time.Second), 1)
-	for _, q := range got {
-		if q.m.Lane != pb.Lane_LANE_CRITICAL {
-			t.Fatalf("strength 1 kept a %v message", q.m.Lane)
+	var tick []queued
+	for i := range 5 {
+		tick = append(tick, queued{m: &pb.Message{Id: strconv.Itoa(i), Lane: pb.Lane_LANE_CRITICAL, Body: make([]byte, 64)}})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.write(tick, 0, 1)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*members), "ns/member")
+}
+
+// TestPhasedThenUnmerged: a phased room switched to no_merge gives the groups that have not had
+// the merged messages yet those messages first, then the unmerged one, to every member once.
+func TestPhasedThenUnmerged(t *testing.T) {
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
+	defer r.fanout.stop()
+	var recs []*pushRecorder
+	for range 32 {
+		rec := &pushRecorder{}
+		r.testJoin(rec)
+		recs = append(recs, rec)
+	}
+	send := r.receiveIDs
+	send("0")
+	r.flush() // everyone gets 0; 8 phases from here
+	send("1")
+	r.flush() // one group of 8 gets 1
+	r.flush() // a second
+	r.fanout.setSettings(&pb.RoomSettings{FlushTickMs: 3_600_000, NoMerge: true})
+	send("2")
+	r.flush() // nothing left for it to do
+	for i, rec := range recs {
+		if got := fmt.Sprint(rec.ids()); got != "[0 1 2]" {
+			t.Errorf("member %d got %s, want [0 1 2]", i, got)
 		}
-	}
-	if len(got) != 100 {
-		t.Fatalf("strength 1 kept %d critical of 100", len(got))
-	}
-	// At strength 0.25 half the bulk goes, evenly.
-	got = f.selectLocked(msgs(repeat(pb.Lane_LANE_BULK, 100)...), now.Add(2*time.Second), 0.25)
-	if len(got) != 50 {
-		t.Fatalf("strength 0.25 kept %d of 100 bulk, want 50", len(got))
 	}
 }

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"math"
+	pb "roomcast/proto/roomcastpb"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,7 @@ const (
 	levelClose        = 3 // even critical backs up: close
 )
 
+// backlogLevel returns c's backlog level.
 func (n *Node) backlogLevel(c *conn) int {
 	p := c.t.pending()
 	switch {
@@ -97,6 +99,17 @@ func (n *Node) backlogLevel(c *conn) int {
 		return levelCriticalOnly
 	}
 	return levelClose
+}
+
+// levelFilter returns what a member at backlog level lvl still gets.
+func levelFilter(lvl int) func(queued) bool {
+	switch lvl {
+	case levelThin:
+		return func(q queued) bool { return lane(q.m) != pb.Lane_LANE_BULK }
+	case levelCriticalOnly:
+		return func(q queued) bool { return lane(q.m) == pb.Lane_LANE_CRITICAL }
+	}
+	return nil
 }
 
 // flowLoop observes the egress once a second.

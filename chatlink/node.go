@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"net"
 	"sync"
@@ -22,31 +21,29 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/internal/auth"
+	"roomcast/chatlink/internal/netpoll"
+	"roomcast/chatlink/internal/uring"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
-
-// never is the expression a message gets when its tag expression does not compile: it reaches
-// no one. The room service refuses such messages, so this only guards against a bad publisher.
-var never, _ = tag.Compile("false")
-
-// expr returns the compiled tag expression src.
-func (n *Node) expr(src string) *tag.Expr {
-	e, err := n.exprs.Get(src)
-	if err != nil {
-		n.log.Warn("room message with a bad tag expression reaches no one", "expr", src, "err", err)
-		return never
-	}
-	return e
-}
 
 // wsReadBuffer is the read buffer each client connection keeps (WebSocket and TCP): small, since client frames
 // are small and rare next to what the node writes.
 const wsReadBuffer = 256
 
 // Node is one ChatLink.
+//
+// Lock order, where locks nest (one on the left may be held while taking one on its right,
+// never the other way round):
+//
+//	sessionStream.mu -> eventBatcher.mu
+//	sessionStream.mu -> roomShard.mu -> roomFanout.mu -> localRoom.mu -> a member's writer
+//	sessionStream.mu -> conn.mu -> the tag interner's lock
+//
+// where a member's writer is sockWriter.mu, polled.sockMu and polled.mu, or tcpTransport.mu
+// (localRoom.write closes slow readers while it reads the room). Every other lock is taken
+// alone.
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
@@ -70,10 +67,10 @@ type Node struct {
 
 	ctx        context.Context // ends at the end of Shutdown
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup // every goroutine the node starts
-	poll       *poller        // tells when client sockets are readable; nil with Config.ReaderGoroutines
-	rings      *rings         // io_uring rings for batch sends (batch.go); nil when writes are plain
-	ringFailed atomic.Bool    // a batch found no ring and wrote plainly (logged once)
+	wg         sync.WaitGroup  // every goroutine the node starts
+	poll       *netpoll.Poller // tells when client sockets are readable; nil with Config.ReaderGoroutines
+	rings      *uring.Rings    // io_uring rings for batch sends (batch.go); nil when writes are plain
+	ringFailed atomic.Bool     // a batch found no ring and wrote plainly (logged once)
 
 	js       jetstream.JetStream // node lease, history
 	adminSub *nats.Subscription
@@ -85,15 +82,10 @@ type Node struct {
 
 // New checks cfg and returns a node; Start opens its listeners.
 func New(cfg Config) (*Node, error) {
-	switch {
-	case !auth.ValidName(cfg.Node):
-		return nil, fmt.Errorf("chatlink: node name %q must be 1-128 characters of A-Z a-z 0-9 _ -", cfg.Node)
-	case cfg.Bus == nil:
-		return nil, errors.New("chatlink: Config.Bus is required")
-	case len(cfg.Keys) == 0:
-		return nil, errors.New("chatlink: Config.Keys needs at least one app")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	cfg.setDefaults()
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
 	n.m = newMetrics(cfg.Registry, n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
@@ -116,8 +108,21 @@ func New(cfg Config) (*Node, error) {
 }
 
 // Start opens the listeners and starts serving, reporting load and sweeping dead connections.
+// When it fails it leaves nothing behind: no goroutine of the node runs, no listener or
+// subscription stays open, the name lease is released, and Shutdown has nothing left to do.
 func (n *Node) Start() error {
-	if err := n.startControl(); err != nil { // control subjects and the lease loop (control.go)
+	if err := n.start(); err != nil {
+		n.abortStart()
+		return err
+	}
+	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
+	return nil
+}
+
+// start does Start's work up to its first error; abortStart undoes it.
+func (n *Node) start() error {
+	n.stream.boot = newBoot()
+	if err := n.subscribeControl(); err != nil { // control.go
 		return err
 	}
 	var err error
@@ -125,50 +130,78 @@ func (n *Node) Start() error {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
-		_ = n.wsLn.Close()
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
 	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	lease, err := acquireLease(ctx, n)
+	lease, err := acquireNameLease(ctx, n)
 	cancel()
 	if err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return err
 	}
-	n.goAsync(func() { lease.keep(n.ctx, n) })
+	n.goAsync(func() { lease.renewLoop(n.ctx, n) }) // releases the lease when n.ctx ends
 	if n.adminSub, err = n.cfg.Bus.Subscribe(bus.DrainSubject(n.cfg.Node), n.serveDrain); err != nil {
-		_ = n.wsLn.Close()
-		_ = n.tcpLn.Close()
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
-	if !n.cfg.ReaderGoroutines && pollSupported {
-		if n.poll, err = newPoller(); err != nil {
-			_ = n.wsLn.Close()
-			_ = n.tcpLn.Close()
+	if !n.cfg.ReaderGoroutines && netpoll.Supported {
+		if n.poll, err = netpoll.New(); err != nil {
 			return err
 		}
-		n.goAsync(n.poll.run)
+		n.goAsync(n.poll.Run)
 		if !n.cfg.PlainWrites {
-			if n.rings, err = newRings(); err != nil {
+			if n.rings, err = uring.NewRings(maxRings); err != nil {
 				n.log.Warn("io_uring unavailable: writing as with --plain-writes (a system call per frame)", "err", err)
 				n.rings = nil
 			}
 		}
 	}
+	// Nothing fails from here on: the node reports itself to the services and the dispatcher
+	// only now that it will serve.
+	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.acceptTCP)
-	n.goAsync(n.reportLoop)
+	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
-	n.log.Info("chatlink started", "ws", n.WSURL(), "tcp", n.TCPAddr())
 	return nil
+}
+
+// abortStart undoes what start did before it failed, and marks the node shut down.
+func (n *Node) abortStart() {
+	n.shutdownOnce.Do(func() {
+		n.draining.Store(true)
+		n.closeListeners()
+		n.unsubscribe()
+		n.cancel()
+		if n.poll != nil {
+			n.poll.Stop()
+		}
+		n.wg.Wait()
+		if n.rings != nil {
+			n.rings.Close()
+		}
+	})
+}
+
+// closeListeners closes the listeners Start opened.
+func (n *Node) closeListeners() {
+	if n.wsLn != nil {
+		_ = n.wsLn.Close()
+	}
+	if n.tcpLn != nil {
+		_ = n.tcpLn.Close()
+	}
+}
+
+// unsubscribe ends the node's subscriptions to its admin and control subjects.
+func (n *Node) unsubscribe() {
+	if n.adminSub != nil {
+		_ = n.adminSub.Unsubscribe()
+	}
+	n.control.unsubscribe()
 }
 
 // goAsync runs f in a goroutine the node waits for in Shutdown.
@@ -184,7 +217,7 @@ func (n *Node) goAsync(f func()) {
 func (n *Node) Name() string { return n.cfg.Node }
 
 // WSURL returns the WebSocket URL clients connect to.
-func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + "/v1/ws" }
+func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + wsPath }
 
 // TCPAddr returns the host:port of the TCP transport.
 func (n *Node) TCPAddr() string { return n.publicAddr(n.tcpLn) }
@@ -221,60 +254,6 @@ func (n *Node) acceptTCP() {
 // Connections returns the number of open client connections.
 func (n *Node) Connections() int { return n.conns.len() }
 
-// report describes the node for the dispatcher; busRTT is the last measured round trip to
-// NATS (zero: not measured).
-func (n *Node) report(busRTT time.Duration) *pb.LoadReport {
-	return &pb.LoadReport{
-		Node:                      n.cfg.Node,
-		WsUrl:                     n.WSURL(),
-		TcpAddr:                   n.TCPAddr(),
-		Region:                    n.cfg.Region,
-		Isp:                       n.cfg.ISP,
-		Connections:               int64(n.conns.len()),
-		MaxConnections:            int64(n.cfg.MaxConnections),
-		Rooms:                     int64(n.rooms.count()),
-		EgressBytesPerSec:         int64(n.flow.egressRate()),
-		EgressCapacityBytesPerSec: int64(n.cfg.EgressCapacity),
-		FlowControlStrength:       n.flow.strength(),
-		Cpu:                       n.cpu.usage(),
-		Draining:                  n.draining.Load(),
-		TimeMs:                    time.Now().UnixMilli(),
-
-		BusRttUs:         busRTT.Microseconds(),
-		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
-	}
-}
-
-// measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays
-// neither the next report nor shutdown. It returns zero when the ping fails.
-func (n *Node) measureBusRTT() time.Duration {
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ReportInterval)
-	defer cancel()
-	start := time.Now()
-	if err := n.cfg.Bus.FlushWithContext(ctx); err != nil {
-		return 0
-	}
-	return max(time.Since(start), time.Microsecond)
-}
-
-func (n *Node) reportLoop() {
-	t := time.NewTicker(n.cfg.ReportInterval)
-	defer t.Stop()
-	for {
-		var backlog int64
-		n.conns.each(func(c *conn) { backlog += c.t.pending() })
-		n.m.backlogBytes.Set(float64(backlog))
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(n.measureBusRTT())); err != nil {
-			n.log.Warn("load report not published", "err", err)
-		}
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // sweepLoop closes connections that did not log in in time or went silent.
 func (n *Node) sweepLoop() {
 	period := min(time.Second, n.cfg.LoginTimeout/2, n.cfg.HeartbeatInterval/2)
@@ -284,21 +263,27 @@ func (n *Node) sweepLoop() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case now := <-t.C:
-			nowNS := now.UnixNano()
-			loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
-			n.conns.each(func(c *conn) {
-				switch st := c.getState(); {
-				// The login deadline counts from the connect, not from the last frame: a
-				// client that pings (or sends anything but a Login) must not stay forever.
-				case st == stateNew && c.accepted < loginBy:
-					c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
-				case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
-					c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
-				}
-			})
+		case <-t.C:
+			n.sweep()
 		}
 	}
+}
+
+// sweep closes the connections that, by the node's clock, did not log in in time or went
+// silent.
+func (n *Node) sweep() {
+	nowNS := n.now().UnixNano()
+	loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
+	n.conns.each(func(c *conn) {
+		switch st := c.getState(); {
+		// The login deadline counts from the connect, not from the last frame: a client
+		// that pings (or sends anything but a Login) must not stay forever.
+		case st == stateNew && c.accepted < loginBy:
+			c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
+		case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
+			c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
+		}
+	})
 }
 
 // Shutdown stops taking connections, tells every client to reconnect elsewhere, waits for
@@ -317,7 +302,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.wsLn != nil {
 		_ = n.wsLn.Close()
 		_ = n.tcpLn.Close()
-		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.report(0)); err != nil {
+		if err := bus.Publish(n.cfg.Bus, bus.SubjectLoad, n.loadReport(0)); err != nil {
 			n.log.Warn("final load report not published", "err", err)
 		}
 	}
@@ -334,110 +319,18 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 	}
 	n.cancel()
+	n.control.unsubscribe()
 	if n.poll != nil {
-		n.poll.stop()
+		n.poll.Stop()
 	}
 	n.wg.Wait()
 	if n.rings != nil {
-		n.rings.close()
+		n.rings.Close()
 	}
 	n.presence.flush()
 	n.log.Info("chatlink stopped")
 	return err
 }
 
-// connTable holds every open connection of a node, sharded to keep accept and close from
-// contending.
-type connTable struct {
-	seed   maphash.Seed
-	count  atomic.Int64
-	shards [64]struct {
-		mu    sync.Mutex // guards conns
-		conns map[*conn]struct{}
-	}
-}
-
-func newConnTable() *connTable {
-	t := &connTable{seed: maphash.MakeSeed()}
-	for i := range t.shards {
-		t.shards[i].conns = make(map[*conn]struct{})
-	}
-	return t
-}
-
-func (t *connTable) shardOf(c *conn) int { return int(maphash.Comparable(t.seed, c) % 64) }
-
-func (t *connTable) add(c *conn) {
-	sh := &t.shards[t.shardOf(c)]
-	sh.mu.Lock()
-	sh.conns[c] = struct{}{}
-	sh.mu.Unlock()
-	t.count.Add(1)
-}
-
-func (t *connTable) remove(c *conn) {
-	sh := &t.shards[t.shardOf(c)]
-	sh.mu.Lock()
-	if _, ok := sh.conns[c]; ok {
-		delete(sh.conns, c)
-		t.count.Add(-1)
-	}
-	sh.mu.Unlock()
-}
-
-func (t *connTable) len() int { return int(t.count.Load()) }
-
-// each calls f for every connection; f runs without the table's locks held.
-func (t *connTable) each(f func(*conn)) {
-	var batch []*conn
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		batch = batch[:0]
-		for c := range sh.conns {
-			batch = append(batch, c)
-		}
-		sh.mu.Unlock()
-		for _, c := range batch {
-			f(c)
-		}
-	}
-}
-
-// eventBatcher collects presence events and publishes them in batches.
-type eventBatcher struct {
-	n *Node
-
-	mu      sync.Mutex // guards pending
-	pending []*pb.SessionEvent
-}
-
-const presenceFlushEvery = 100 * time.Millisecond
-
-func (b *eventBatcher) add(ev *pb.SessionEvent) {
-	b.mu.Lock()
-	b.pending = append(b.pending, ev)
-	b.mu.Unlock()
-}
-
-func (b *eventBatcher) loop() {
-	t := time.NewTicker(presenceFlushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.n.ctx.Done():
-			return
-		case <-t.C:
-			b.flush()
-		}
-	}
-}
-
-func (b *eventBatcher) flush() {
-	// Session stream hook (stream.go): events, snapshots and reports share one ordered sequence.
-	b.n.stream.mu.Lock()
-	defer b.n.stream.mu.Unlock()
-	b.flushLocked()
-}
-
-func nowNano() int64 { return time.Now().UnixNano() }
+// now reads the node's clock (Config.Now).
+func (n *Node) now() time.Time { return n.cfg.Now() }

@@ -6,16 +6,17 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/lxzan/gws"
 
+	"roomcast/chatlink/internal/netpoll"
+	"roomcast/chatlink/internal/wsproto"
 	pb "roomcast/proto/roomcastpb"
 )
 
 // polled is a client connection whose frames the node reads when its poller says the socket
 // is readable, on a short-lived goroutine, instead of on a reader goroutine that lives as long
-// as the connection (poll_linux.go). It stands in for the socket inside the transport (gws
+// as the connection (netpoll). It stands in for the socket inside the transport (gws
 // for WebSocket, tcpTransport for TCP), so that every close, whichever side makes it (a kick,
 // a failed write, the node), reaches the node exactly once, after any read in progress.
 type polled struct {
@@ -68,7 +69,7 @@ func newPolled(n *Node, tc *net.TCPConn) (*polled, error) {
 		return nil, err
 	}
 	// reading until start: a close before the conn exists must not finish it.
-	return &polled{TCPConn: tc, n: n, rc: rc, fd: int32(fd), id: n.poll.newID(), reading: true}, nil
+	return &polled{TCPConn: tc, n: n, rc: rc, fd: int32(fd), id: n.poll.NewID(), reading: true}, nil
 }
 
 // closeSocket closes the socket once no batch send is using its descriptor.
@@ -111,7 +112,7 @@ func (p *polled) Close() error {
 
 // finish tells the node the connection is gone. It runs exactly once.
 func (p *polled) finish() {
-	p.n.poll.remove(p.id)
+	p.n.poll.Remove(p.id)
 	p.c.closed()
 	p.n.wg.Done()
 }
@@ -158,9 +159,9 @@ func (p *polled) done(next readNext) {
 	var err error
 	if !p.registered {
 		p.registered = true
-		err = p.n.poll.add(p.rc, p.id, p.readable)
+		err = p.n.poll.Add(p.rc, p.id, p.readable)
 	} else {
-		err = p.n.poll.arm(p.rc, p.id)
+		err = p.n.poll.Arm(p.rc, p.id)
 	}
 	if err != nil {
 		_ = p.Close() // closed meanwhile (then this does nothing), or the poller refused it
@@ -180,7 +181,7 @@ func (p *polled) read() readNext {
 		defer readBufs.Put(bp)
 		buf = (*bp)[:0]
 	}
-	n, eof, err := readRaw(p.rc, buf[len(buf):cap(buf)])
+	n, eof, err := netpoll.ReadNow(p.rc, buf[len(buf):cap(buf)])
 	if err != nil || eof {
 		return readClose
 	}
@@ -220,9 +221,11 @@ type wsFrames struct {
 	p    *polled
 	w    *sockWriter // the node writes (batch sends); or else
 	s    *gws.Conn   // gws writes (Config.PlainWrites, or no io_uring)
-	r    wsReader
+	r    wsproto.Reader
 	stop bool // a close frame came
 }
+
+var _ wsproto.Handler = (*wsFrames)(nil)
 
 // closeWith sends a close frame and returns what the read is to do next.
 func (w *wsFrames) closeWith(code uint16, reason string) readNext {
@@ -243,15 +246,15 @@ func (w *wsFrames) pong(payload []byte) {
 }
 
 func (w *wsFrames) feed(data []byte) (int, int, readNext) {
-	consumed, need, werr := w.r.parse(data, w)
+	consumed, need, werr := w.r.Parse(data, w)
 	switch {
 	case werr != nil:
-		if werr.code == 1009 && !w.p.c.closing.Load() {
+		if werr.Code == 1009 && !w.p.c.closing.Load() {
 			w.p.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
 		} else {
 			w.p.n.m.frameBad.Inc()
 		}
-		return consumed, 0, w.closeWith(werr.code, werr.reason)
+		return consumed, 0, w.closeWith(werr.Code, werr.Reason)
 	case w.stop:
 		if w.w == nil {
 			return consumed, 0, readClose
@@ -261,9 +264,9 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 	return consumed, need, readOn
 }
 
-// message is a complete message from the client (wsFrameHandler).
-func (w *wsFrames) message(op byte, payload []byte) {
-	if op != wsBinary {
+// Message is a complete message from the client.
+func (w *wsFrames) Message(op byte, payload []byte) {
+	if op != wsproto.OpBinary {
 		w.p.n.m.frameBad.Inc()
 		w.p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
 		return
@@ -271,18 +274,18 @@ func (w *wsFrames) message(op byte, payload []byte) {
 	w.p.c.handleFrame(payload)
 }
 
-// control answers a ping and a close (wsFrameHandler).
-func (w *wsFrames) control(op byte, payload []byte) {
+// Control answers a ping and a close.
+func (w *wsFrames) Control(op byte, payload []byte) {
 	switch op {
-	case wsPing:
-		w.p.c.lastSeen.Store(time.Now().UnixNano())
+	case wsproto.OpPing:
+		w.p.c.lastSeen.Store(w.p.n.now().UnixNano())
 		w.pong(append([]byte(nil), payload...))
-	case wsClose:
+	case wsproto.OpClose:
 		// Echo the client's code, as RFC 6455 asks, unless it is not one a peer may send.
 		code := uint16(1000)
 		if len(payload) >= 2 {
 			code = binary.BigEndian.Uint16(payload)
-			if !validCloseCode(code) {
+			if !wsproto.ValidCloseCode(code) {
 				code = 1002
 			}
 		} else if len(payload) == 1 {
@@ -291,17 +294,6 @@ func (w *wsFrames) control(op byte, payload []byte) {
 		w.closeWith(code, "")
 		w.stop = true
 	}
-}
-
-// validCloseCode reports whether a peer may send code in a close frame (RFC 6455 7.4).
-func validCloseCode(code uint16) bool {
-	switch {
-	case code >= 3000 && code < 5000:
-		return true
-	case code < 1000 || code > 1014:
-		return false
-	}
-	return code != 1004 && code != 1005 && code != 1006
 }
 
 // tcpFeed reads length-prefixed frames (a 4-byte big-endian length, then the Frame) for a

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,9 @@ type roomTable struct {
 }
 
 type roomShard struct {
-	mu    sync.Mutex // guards rooms, fresh and the membership changes of every room in this shard
+	// mu guards rooms, fresh and the membership changes of every room in this shard.
+	// Lock order: roomShard.mu -> roomFanout.mu -> localRoom.mu.
+	mu    sync.Mutex
 	rooms map[string]*localRoom
 	fresh map[string]bool // rooms whose fresh settings a login has asked for (claimFresh)
 }
@@ -34,7 +37,9 @@ type localRoom struct {
 	subject string
 	ready   chan struct{} // closed once the subscription is known to the NATS server
 
-	mu       sync.RWMutex                   // guards slots and nextSlot
+	// mu guards slots and nextSlot. Lock order: localRoom.mu -> a member's writer (write
+	// closes slow readers while it reads the room).
+	mu       sync.RWMutex
 	slots    [phaseSlots]map[*conn]struct{} // the members, by c.slot
 	nextSlot uint8
 	sub      *nats.Subscription
@@ -190,4 +195,38 @@ func (t *roomTable) count() int {
 		sh.mu.Unlock()
 	}
 	return total
+}
+
+// counts returns the number of local members of every room with members on this node.
+func (t *roomTable) counts() []*pb.RoomCount {
+	var out []*pb.RoomCount
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for key, r := range sh.rooms {
+			app, room, _ := strings.Cut(key, "/")
+			r.mu.RLock()
+			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(r.size())})
+			r.mu.RUnlock()
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// members returns the local members of a room.
+func (t *roomTable) members(app, room string) []*conn {
+	key := app + "/" + room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	r := sh.rooms[key]
+	sh.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*conn, 0, r.size())
+	r.each(0, 1, func(c *conn) { out = append(out, c) })
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"roomcast/chatlink/internal/netpoll"
+	"roomcast/chatlink/internal/wsproto"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -33,9 +35,9 @@ type sockWriter struct {
 
 // Frame kinds for send; TCP framing has no kinds and ignores them.
 const (
-	opData  = wsBinary
-	opClose = wsClose
-	opPong  = wsPong
+	opData  = wsproto.OpBinary
+	opClose = wsproto.OpClose
+	opPong  = wsproto.OpPong
 )
 
 func newSockWriter(p *polled, ws bool) *sockWriter { return &sockWriter{p: p, ws: ws} }
@@ -43,25 +45,13 @@ func newSockWriter(p *polled, ws bool) *sockWriter { return &sockWriter{p: p, ws
 // header appends the header of a frame of n bytes.
 func (w *sockWriter) header(hdr []byte, op byte, n int) []byte {
 	if w.ws {
-		return wsWire(hdr, op, n)
+		return wsproto.AppendHeader(hdr, op, n)
 	}
 	return tcpWire(hdr, n)
 }
 
 // tcpWire appends the length prefix of a TCP frame of n bytes.
 func tcpWire(hdr []byte, n int) []byte { return binary.BigEndian.AppendUint32(hdr, uint32(n)) }
-
-// wsWire frames server-to-client WebSocket frames: unmasked, FIN set.
-func wsWire(hdr []byte, op byte, n int) []byte {
-	hdr = append(hdr, 0x80|op)
-	switch {
-	case n < 126:
-		return append(hdr, byte(n))
-	case n < 1<<16:
-		return binary.BigEndian.AppendUint16(append(hdr, 126), uint16(n))
-	}
-	return binary.BigEndian.AppendUint64(append(hdr, 127), uint64(n))
-}
 
 func (w *sockWriter) write(b []byte) { w.send(opData, b, false) }
 
@@ -115,7 +105,7 @@ func (w *sockWriter) send(op byte, b []byte, last bool) {
 	w.flushing = true // the socket is this goroutine's until done clears the flag
 	w.mu.Unlock()
 
-	n, err := writevNow(w.p.rc, hdr, b)
+	n, err := netpoll.WritevNow(w.p.rc, hdr, b)
 	w.done(hdr, b, n, err)
 }
 

@@ -3,7 +3,6 @@ package chatlink
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,7 +11,7 @@ import (
 )
 
 // The session stream is everything a node tells the services about its sessions, on the
-// rc.sessions.* subjects: batches of login/logout events (the eventBatcher in node.go), snapshots
+// rc.sessions.* subjects: batches of login/logout events (eventbatcher.go), snapshots
 // of every live session (on request, when a service restarted or its view drifted) and a report
 // every ReportInterval. The report is the node's lease: a service that hears no report from a
 // node for its lease time drops the node's sessions and members, so a node that dies without a
@@ -23,8 +22,10 @@ import (
 // events, so a reader that applies them in order always holds a view that some moment of the
 // node's state matched.
 type sessionStream struct {
-	mu       sync.Mutex // guards the fields below, and orders publishing on the stream
-	boot     string     // random per start: a restarted node with the same name is a new node
+	// mu guards the fields below and orders publishing on the stream. Lock order:
+	// sessionStream.mu -> eventBatcher.mu, roomShard.mu (counts) and conn.mu (states).
+	mu       sync.Mutex
+	boot     string // random per start: a restarted node with the same name is a new node
 	seq      uint64
 	lastSnap time.Time
 }
@@ -88,8 +89,8 @@ func (n *Node) publishSnapshot() {
 	}
 }
 
-// publishReport renews the node's lease and reports its members per room.
-func (n *Node) publishReport() {
+// publishSessionReport renews the node's lease and reports its members per room.
+func (n *Node) publishSessionReport() {
 	n.stream.mu.Lock()
 	defer n.stream.mu.Unlock()
 	n.presence.flushLocked()
@@ -101,7 +102,7 @@ func (n *Node) publishReport() {
 	})
 	rooms := n.rooms.counts()
 	n.stream.seq++
-	now := time.Now().UnixMilli()
+	now := n.now().UnixMilli()
 	for i := 0; ; i += reportChunk {
 		end := min(i+reportChunk, len(rooms))
 		rep := &pb.NodeReport{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, TimeMs: now, Sessions: live, Rooms: rooms[i:end], Last: end == len(rooms)}
@@ -115,65 +116,18 @@ func (n *Node) publishReport() {
 	}
 }
 
-// leaseLoop publishes the node's report every ReportInterval until the node stops.
-func (n *Node) leaseLoop() {
+// sessionReportLoop publishes the node's session report, its lease with the services, every
+// ReportInterval until the node stops, and lets go of expired tombstones (control.go).
+func (n *Node) sessionReportLoop() {
 	t := time.NewTicker(n.cfg.ReportInterval)
 	defer t.Stop()
 	for {
-		n.publishReport()
-		n.control.expireTombstones(time.Now())
+		n.publishSessionReport()
+		n.control.expireTombstones(n.now())
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// counts returns the number of local members of every room with members on this node.
-func (t *roomTable) counts() []*pb.RoomCount {
-	var out []*pb.RoomCount
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		for key, r := range sh.rooms {
-			app, room, _ := strings.Cut(key, "/")
-			r.mu.RLock()
-			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(r.size())})
-			r.mu.RUnlock()
-		}
-		sh.mu.Unlock()
-	}
-	return out
-}
-
-// members returns the local members of a room.
-func (t *roomTable) members(app, room string) []*conn {
-	key := app + "/" + room
-	sh := t.shard(key)
-	sh.mu.Lock()
-	r := sh.rooms[key]
-	sh.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]*conn, 0, r.size())
-	r.each(0, 1, func(c *conn) { out = append(out, c) })
-	return out
-}
-
-// flushLocked publishes the pending events. Caller holds b.n.stream.mu.
-func (b *eventBatcher) flushLocked() {
-	b.mu.Lock()
-	evs := b.pending
-	b.pending = nil
-	b.mu.Unlock()
-	if len(evs) == 0 {
-		return
-	}
-	if err := b.n.publishEventsLocked(evs); err != nil {
-		b.n.log.Warn("presence events not published", "events", len(evs), "err", err)
 	}
 }

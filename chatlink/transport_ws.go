@@ -12,8 +12,12 @@ import (
 
 	"github.com/lxzan/gws"
 
+	"roomcast/chatlink/internal/wsproto"
 	pb "roomcast/proto/roomcastpb"
 )
+
+// wsPath is the path of the WebSocket endpoint.
+const wsPath = "/v1/ws"
 
 // wsHandler receives gws events for every WebSocket connection of a node.
 type wsHandler struct{ n *Node }
@@ -55,7 +59,7 @@ func (h wsHandler) OnClose(socket *gws.Conn, err error) {
 
 func (h wsHandler) OnPing(socket *gws.Conn, payload []byte) {
 	if c := connOf(socket); c != nil {
-		c.lastSeen.Store(nowNano())
+		c.lastSeen.Store(h.n.now().UnixNano())
 	}
 	_ = socket.WritePong(payload)
 }
@@ -105,9 +109,9 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := handshakeReaders.Get().(*bufio.Reader)
 	br.Reset(nc)
-	req, err := readUpgrade(br)
+	req, err := wsproto.ReadUpgrade(br, wsPath)
 	switch {
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, wsproto.ErrNotFound):
 		_, _ = io.WriteString(nc, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		_ = nc.Close()
 		return
@@ -140,7 +144,7 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	f := &wsFrames{p: p, r: wsReader{max: n.cfg.MaxFrameBytes}}
+	f := &wsFrames{p: p, r: wsproto.Reader{Max: n.cfg.MaxFrameBytes}}
 	p.feed = f.feed
 	if n.rings != nil {
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which

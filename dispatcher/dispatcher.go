@@ -58,7 +58,8 @@ type Config struct {
 	// GeoCheckInterval is how often the database files are checked for a change, which
 	// reloads them. Zero value means 10s; negative means never (Reload or SIGHUP only).
 	GeoCheckInterval time.Duration
-	// ReloadOnSIGHUP reloads the databases when the process gets SIGHUP.
+	// ReloadOnSIGHUP reloads the databases when the process gets SIGHUP. Zero value means
+	// SIGHUP is not watched.
 	ReloadOnSIGHUP bool
 	// TrustedProxies are the addresses or CIDRs of proxies whose X-Forwarded-For and X-Real-IP
 	// headers (x-forwarded-for / x-real-ip gRPC metadata) name the client. Zero value means
@@ -129,28 +130,24 @@ const (
 
 // Dispatcher ranks ChatLinks for clients.
 type Dispatcher struct {
-	cfg             Config
-	log             *slog.Logger
-	m               *metrics
-	weights         Weights
-	nearEqual       float64
-	hysteresis      float64 // how far a cached ranking's best may fall below its cutoff
-	slowStart       time.Duration
-	initialGrace    time.Duration
-	linkRTT         time.Duration
-	cacheTTL        int64 // ns
-	defaultCapacity int64
-	cpuFull         float64
-	candidates      int // nodes kept per cached ranking
-	classPoints     [numClasses]float64
-	classOrder      [numClasses]uint8 // classes by points, best first
-	maxQuality      float64           // the most a node's quality terms can add
-	scratch         sync.Pool         // *[]uint8 for rank
-	trusted         trustedProxies
-	in              *interner
-	isps            *ispTable
-	geo             *geoLoader // nil without databases
-	started         int64      // unix ns
+	cfg Config
+	log *slog.Logger // cfg.Log, naming the service
+	m   *metrics
+
+	// Derived from cfg once, in New.
+	hysteresis   float64 // how far a cached ranking's best may fall below its cutoff
+	initialGrace time.Duration
+	candidates   int // nodes kept per cached ranking
+	classPoints  [numClasses]float64
+	classOrder   [numClasses]uint8 // classes by points, best first
+	maxQuality   float64           // the most a node's quality terms can add
+	trusted      trustedProxies
+	isps         *ispTable
+
+	scratch sync.Pool // *[]uint8 for rank
+	in      *interner
+	geo     *geoLoader // nil without databases
+	started int64      // unix ns
 
 	mu        sync.Mutex // guards nodes; publishLive and sweep run with it held
 	nodes     map[string]*node
@@ -166,82 +163,88 @@ type Dispatcher struct {
 	closeOnce sync.Once
 }
 
+// withDefaults returns c with the zero values replaced by the documented defaults, or an error
+// for a Config New cannot use. Negative NearEqual, SlowStart, CacheTTL and GeoCheckInterval
+// stay negative: they mean "never" (see nearEqual and cacheTTL).
+func (c Config) withDefaults() (Config, error) {
+	if c.Bus == nil {
+		return c, errors.New("dispatcher: Config.Bus is required")
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = 3 * time.Second
+	}
+	switch {
+	case c.TopK > maxTopK:
+		return c, fmt.Errorf("dispatcher: TopK %d is more than %d", c.TopK, maxTopK)
+	case c.TopK <= 0:
+		c.TopK = 3
+	}
+	if c.TTL <= 0 {
+		c.TTL = 30 * time.Second
+	}
+	if c.GeoCheckInterval == 0 {
+		c.GeoCheckInterval = 10 * time.Second
+	}
+	if c.ISPGroups == nil {
+		c.ISPGroups = DefaultISPGroups()
+	}
+	if c.Weights == (Weights{}) {
+		c.Weights = DefaultWeights()
+	}
+	if err := c.Weights.validate(); err != nil {
+		return c, err
+	}
+	switch {
+	case math.IsNaN(c.NearEqual) || math.IsInf(c.NearEqual, 0):
+		return c, errors.New("dispatcher: NearEqual must be a finite number")
+	case c.NearEqual == 0:
+		c.NearEqual = 2
+	}
+	if c.SlowStart == 0 {
+		c.SlowStart = 30 * time.Second
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = time.Second
+	}
+	if c.CacheBuckets <= 0 {
+		c.CacheBuckets = 10_000
+	}
+	if c.DefaultCapacity <= 0 {
+		c.DefaultCapacity = 100_000
+	}
+	switch {
+	case math.IsNaN(c.CPUFull) || c.CPUFull < 0 || c.CPUFull > 1:
+		return c, fmt.Errorf("dispatcher: CPUFull %v must be between 0 and 1", c.CPUFull)
+	case c.CPUFull == 0:
+		c.CPUFull = 0.95
+	}
+	if c.LinkRTT <= 0 {
+		c.LinkRTT = 20 * time.Millisecond
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
 // New checks cfg, opens the GeoIP databases it names and returns a dispatcher; Start
 // subscribes it to load reports.
 func New(cfg Config) (*Dispatcher, error) {
-	if cfg.Bus == nil {
-		return nil, errors.New("dispatcher: Config.Bus is required")
-	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 3 * time.Second
-	}
-	switch {
-	case cfg.TopK > maxTopK:
-		return nil, fmt.Errorf("dispatcher: TopK %d is more than %d", cfg.TopK, maxTopK)
-	case cfg.TopK <= 0:
-		cfg.TopK = 3
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = 30 * time.Second
-	}
-	if cfg.GeoCheckInterval == 0 {
-		cfg.GeoCheckInterval = 10 * time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	d := &Dispatcher{
-		cfg: cfg, log: log.With("svc", "dispatcher"),
-		weights: cfg.Weights, nearEqual: cfg.NearEqual, slowStart: cfg.SlowStart,
-		linkRTT: cfg.LinkRTT, defaultCapacity: cfg.DefaultCapacity, cpuFull: cfg.CPUFull,
-		in: newInterner(), nodes: make(map[string]*node), stop: make(chan struct{}),
-	}
-	if d.weights == (Weights{}) {
-		d.weights = DefaultWeights()
-	}
-	if err := d.weights.validate(); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
-	switch {
-	case math.IsNaN(d.nearEqual) || math.IsInf(d.nearEqual, 0):
-		return nil, errors.New("dispatcher: NearEqual must be a finite number")
-	case d.nearEqual == 0:
-		d.nearEqual = 2
-	case d.nearEqual < 0:
-		d.nearEqual = 0
+	d := &Dispatcher{
+		cfg: cfg, log: cfg.Log.With("svc", "dispatcher"),
+		in: newInterner(), nodes: make(map[string]*node), stop: make(chan struct{}),
 	}
-	d.hysteresis = max(d.nearEqual, 1) / 2
-	if d.slowStart == 0 {
-		d.slowStart = 30 * time.Second
-	}
-	if d.linkRTT <= 0 {
-		d.linkRTT = 20 * time.Millisecond
-	}
-	switch {
-	case cfg.CacheTTL == 0:
-		d.cacheTTL = int64(time.Second)
-	case cfg.CacheTTL > 0:
-		d.cacheTTL = int64(cfg.CacheTTL)
-	}
-	if cfg.CacheBuckets <= 0 {
-		cfg.CacheBuckets = 10_000
-	}
+	d.hysteresis = max(d.nearEqual(), 1) / 2
 	d.cache.init(cfg.CacheBuckets)
-	if d.defaultCapacity <= 0 {
-		d.defaultCapacity = 100_000
-	}
-	switch {
-	case math.IsNaN(d.cpuFull) || d.cpuFull < 0 || d.cpuFull > 1:
-		return nil, fmt.Errorf("dispatcher: CPUFull %v must be between 0 and 1", d.cpuFull)
-	case d.cpuFull == 0:
-		d.cpuFull = 0.95
-	}
 	d.candidates = min(max(16, 4*cfg.TopK), maxCandidates)
-	w := d.weights
+	w := cfg.Weights
 	d.maxQuality = w.SpareConnections + w.SpareEgress + w.FlowControl + w.CPU + w.Link
 	for c := range numClasses {
 		d.classPoints[c] = w.locality(matchLevel(c/2), c%2 == 1)
@@ -252,15 +255,10 @@ func New(cfg Config) (*Dispatcher, error) {
 	// Nodes already serving when the dispatcher starts report within this window; they are
 	// not new, so they skip slow start.
 	d.initialGrace = max(cfg.StaleAfter, 3*time.Second)
-	var err error
 	if d.trusted, err = parseTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	groups := cfg.ISPGroups
-	if groups == nil {
-		groups = DefaultISPGroups()
-	}
-	if d.isps, err = newISPTable(groups); err != nil {
+	if d.isps, err = newISPTable(cfg.ISPGroups); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d.started = d.now()
@@ -275,6 +273,14 @@ func New(cfg Config) (*Dispatcher, error) {
 }
 
 func (d *Dispatcher) now() int64 { return d.cfg.Now().UnixNano() }
+
+// nearEqual is the score margin of random picks: Config.NearEqual, or 0 (never) when it is
+// negative.
+func (d *Dispatcher) nearEqual() float64 { return max(d.cfg.NearEqual, 0) }
+
+// cacheTTL is how long a ranking is reused, in ns: Config.CacheTTL, or 0 (no cache) when it is
+// negative.
+func (d *Dispatcher) cacheTTL() int64 { return int64(max(d.cfg.CacheTTL, 0)) }
 
 // Start subscribes to load reports and starts watching the GeoIP databases.
 func (d *Dispatcher) Start() error {
@@ -429,7 +435,7 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 	key := loc.bucket()
 	var buf [maxCandidates]scored
 	var sc []scored
-	r, hit := d.cache.get(key, d.gen.Load(), now, d.cacheTTL)
+	r, hit := d.cache.get(key, d.gen.Load(), now, d.cacheTTL())
 	if r != nil {
 		var ok bool
 		if sc, ok = d.evaluate(r, now, buf[:0]); !ok {
@@ -438,7 +444,7 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 	}
 	if r == nil {
 		r = d.rank(loc, now)
-		if d.cacheTTL > 0 {
+		if d.cacheTTL() > 0 {
 			d.cache.put(key, r)
 		}
 		sc, _ = d.evaluate(r, now, buf[:0])
@@ -580,11 +586,11 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 // TopK-th score so far and the near-equal margin of the best cannot be in the answer, and is
 // skipped: for a located client that leaves the few nodes of its own region and ISP.
 func (d *Dispatcher) evaluate(r *ranking, now int64, out []scored) ([]scored, bool) {
-	k := d.cfg.TopK
+	k, margin := d.cfg.TopK, d.nearEqual()
 	for i := range r.cands {
 		c := &r.cands[i]
 		if len(out) >= k {
-			if ub := c.locality + d.maxQuality; ub < out[k-1].score && ub < out[0].score-d.nearEqual {
+			if ub := c.locality + d.maxQuality; ub < out[k-1].score && ub < out[0].score-margin {
 				continue
 			}
 		}
@@ -621,11 +627,12 @@ func (d *Dispatcher) evaluate(r *ranking, now int64, out []scored) ([]scored, bo
 // score order.
 func (d *Dispatcher) choose(sc []scored) int {
 	k := min(d.cfg.TopK, len(sc))
-	if d.nearEqual <= 0 {
+	margin := d.nearEqual()
+	if margin <= 0 {
 		return k
 	}
-	floor := sc[0].score - d.nearEqual
-	bias := d.nearEqual / 10
+	floor := sc[0].score - margin
+	bias := margin / 10
 	var weights [maxCandidates]float64
 	total := 0.0
 	e := 0

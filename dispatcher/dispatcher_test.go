@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"roomcast/internal/testutil"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -387,4 +389,36 @@ func TestLiveScoreMatchesLoad(t *testing.T) {
 			t.Fatalf("report %v, assigned %d: liveScore %v, load %v", r, assigned, got, want)
 		}
 	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	bus := &nats.Conn{}
+	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+		{Name: "zero values take the defaults", Config: Config{Bus: bus}, Check: func(t *testing.T, c Config) {
+			if c.StaleAfter != 3*time.Second || c.TopK != 3 || c.TTL != 30*time.Second || c.GeoCheckInterval != 10*time.Second ||
+				c.NearEqual != 2 || c.SlowStart != 30*time.Second || c.CacheTTL != time.Second || c.CacheBuckets != 10_000 ||
+				c.DefaultCapacity != 100_000 || c.CPUFull != 0.95 || c.LinkRTT != 20*time.Millisecond || c.Now == nil || c.Log == nil {
+				t.Errorf("defaults not filled: %+v", c)
+			}
+			if c.Weights != DefaultWeights() || !reflect.DeepEqual(c.ISPGroups, DefaultISPGroups()) {
+				t.Error("zero Weights and nil ISPGroups should mean DefaultWeights() and DefaultISPGroups()")
+			}
+		}},
+		{Name: "never stays never", Config: Config{Bus: bus, NearEqual: -1, SlowStart: -1, CacheTTL: -1, GeoCheckInterval: -1, ISPGroups: map[string][]string{}},
+			Check: func(t *testing.T, c Config) {
+				if c.NearEqual != -1 || c.SlowStart != -1 || c.CacheTTL != -1 || c.GeoCheckInterval != -1 || len(c.ISPGroups) != 0 {
+					t.Errorf("a negative (or empty) setting was replaced: %+v", c)
+				}
+			}},
+		{Name: "set values are kept", Config: Config{Bus: bus, TopK: 16, CPUFull: 0.5, DefaultCapacity: 7, CacheBuckets: 9, LinkRTT: time.Second},
+			Check: func(t *testing.T, c Config) {
+				if c.TopK != 16 || c.CPUFull != 0.5 || c.DefaultCapacity != 7 || c.CacheBuckets != 9 || c.LinkRTT != time.Second {
+					t.Errorf("set values changed: %+v", c)
+				}
+			}},
+		{Name: "no bus", Config: Config{}, WantErr: "Bus is required"},
+		{Name: "top k", Config: Config{Bus: bus, TopK: 17}, WantErr: "TopK 17 is more than 16"},
+		{Name: "infinite near-equal", Config: Config{Bus: bus, NearEqual: math.Inf(-1)}, WantErr: "NearEqual must be a finite number"},
+		{Name: "negative cpu full", Config: Config{Bus: bus, CPUFull: -0.1}, WantErr: "CPUFull -0.1 must be between 0 and 1"},
+	})
 }

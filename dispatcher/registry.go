@@ -148,22 +148,22 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 		egressCap:        float64(r.EgressCapacityBytesPerSec),
 		strength:         min(r.FlowControlStrength, 1),
 		cpu:              min(r.Cpu, 1),
-		link:             linkQuality(time.Duration(r.BusRttUs)*time.Microsecond, d.linkRTT),
+		link:             linkQuality(time.Duration(r.BusRttUs)*time.Microsecond, d.cfg.LinkRTT),
 		staleAfter:       int64(d.cfg.StaleAfter),
 	}
 	if !s.capacityReported {
-		s.capacity = float64(d.defaultCapacity)
+		s.capacity = float64(d.cfg.DefaultCapacity)
 	}
 	s.draining = r.Draining
 	s.invCap = 1 / s.capacity
-	w := &d.weights
+	w := &d.cfg.Weights
 	s.static = w.FlowControl*(1-s.strength) + w.CPU*(1-s.cpu) + w.Link*s.link
 	if s.egressCap > 0 {
 		s.invEgress = 1 / s.egressCap
 	} else {
 		s.static += w.SpareEgress * 0.5
 	}
-	s.staticFull = s.strength >= 1 || s.cpu >= d.cpuFull
+	s.staticFull = s.strength >= 1 || s.cpu >= d.cfg.CPUFull
 	if r.Connections > 0 {
 		s.egressPerConn = s.egress / s.conns
 	}
@@ -333,7 +333,7 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 		}
 		if client.IsValid() {
 			level, same := loc.region.match(s.region), loc.matchesISP(s)
-			score := l.score(d.weights.locality(level, same))
+			score := l.score(d.cfg.Weights.locality(level, same))
 			info.Match, info.SameISP, info.Score = level.String(), &same, &score
 		}
 		out = append(out, info)

@@ -140,10 +140,10 @@ type nodeLoad struct {
 // slowStartShare is the fraction of its capacity a node may fill at now: it grows linearly
 // from minWarmShare to 1 over the window.
 func (d *Dispatcher) slowStartShare(s *nodeSnap, now int64) float64 {
-	if s.warmFrom == 0 || d.slowStart <= 0 {
+	if s.warmFrom == 0 || d.cfg.SlowStart <= 0 {
 		return 1
 	}
-	f := float64(now-s.warmFrom) / float64(d.slowStart)
+	f := float64(now-s.warmFrom) / float64(d.cfg.SlowStart)
 	if f >= 1 {
 		return 1
 	}
@@ -152,13 +152,13 @@ func (d *Dispatcher) slowStartShare(s *nodeSnap, now int64) float64 {
 
 // load scores a node's quality at now, counting assigned clients dispatched since its report.
 func (d *Dispatcher) load(s *nodeSnap, assigned int64, now int64) nodeLoad {
-	w := &d.weights
+	w := &d.cfg.Weights
 	l := nodeLoad{share: d.slowStartShare(s, now)}
 	a := float64(assigned)
 	l.predicted = s.conns + a
 	capacity := s.capacity * l.share
 	l.spareConns = clamp01(1 - l.predicted/capacity)
-	l.full = l.predicted >= capacity || s.strength >= 1 || s.cpu >= d.cpuFull
+	l.full = l.predicted >= capacity || s.strength >= 1 || s.cpu >= d.cfg.CPUFull
 	if s.egressCap > 0 {
 		egress := s.egress + a*s.egressPerConn
 		l.spareEgress = clamp01(1 - egress/s.egressCap)
@@ -182,11 +182,11 @@ func (d *Dispatcher) liveScore(s *nodeSnap, assigned, now int64, locality float6
 		spare = 1 - (s.conns+a)*s.invCap/d.slowStartShare(s, now)
 	}
 	full := spare <= 0 || s.staticFull
-	q := locality + s.static + d.weights.SpareConnections*clamp01(spare)
+	q := locality + s.static + d.cfg.Weights.SpareConnections*clamp01(spare)
 	if s.invEgress > 0 {
 		e := 1 - (s.egress+a*s.egressPerConn)*s.invEgress
 		full = full || e <= 0
-		q += d.weights.SpareEgress * clamp01(e)
+		q += d.cfg.Weights.SpareEgress * clamp01(e)
 	}
 	if full {
 		q -= fullPenalty

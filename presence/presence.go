@@ -61,7 +61,7 @@ type Config struct {
 // Service is one instance of the presence service.
 type Service struct {
 	cfg  Config
-	log  *slog.Logger
+	log  *slog.Logger // cfg.Log, naming the service
 	subs []*nats.Subscription
 	hook *webhooks
 
@@ -92,29 +92,38 @@ type nodeView struct {
 	resyncAt   time.Time
 }
 
+// withDefaults returns c with the zero values replaced by the documented defaults, or an error
+// for a Config New cannot use.
+func (c Config) withDefaults() (Config, error) {
+	if c.Bus == nil {
+		return c, errors.New("presence: Config.Bus is required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Queue == "" {
+		c.Queue = "presence"
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 5 * time.Second
+	}
+	if c.WebhookEvery <= 0 {
+		c.WebhookEvery = time.Second
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+	return c, nil
+}
+
 // New returns a presence service; Start subscribes it.
 func New(cfg Config) (*Service, error) {
-	if cfg.Bus == nil {
-		return nil, errors.New("presence: Config.Bus is required")
-	}
-	if cfg.Queue == "" {
-		cfg.Queue = "presence"
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 5 * time.Second
-	}
-	if cfg.WebhookEvery <= 0 {
-		cfg.WebhookEvery = time.Second
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
-	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, log: log.With("svc", "presence"), stop: make(chan struct{}),
+		cfg: cfg, log: cfg.Log.With("svc", "presence"), stop: make(chan struct{}),
 		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*pb.SessionEvent),
 		perApp: make(map[string]*appCount), applied: make(chan struct{}),
 	}

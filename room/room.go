@@ -55,14 +55,14 @@ type Config struct {
 	// RequireCreated refuses logins and sends to rooms that were never created. Zero value
 	// means such a room opens implicitly, with default settings, at its first login.
 	RequireCreated bool
-	// KVReplicas is the replication of the KV buckets. Zero value means 1 (3 in a cluster).
+	// KVReplicas is the replication of the KV buckets (3 suits a cluster). Zero value means 1.
 	KVReplicas int
 }
 
 // Service is one instance of the room service.
 type Service struct {
 	cfg   Config
-	log   *slog.Logger
+	log   *slog.Logger // cfg.Log, naming the service
 	ids   ids.Generator
 	subs  []*nats.Subscription
 	store *Store
@@ -76,25 +76,37 @@ type Service struct {
 	once sync.Once
 }
 
+// withDefaults returns c with the zero values replaced by the documented defaults, or an error
+// for a Config New cannot use.
+func (c Config) withDefaults() (Config, error) {
+	if c.Bus == nil {
+		return c, errors.New("room: Config.Bus is required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Queue == "" {
+		c.Queue = "room"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 5 * time.Second
+	}
+	if c.KVReplicas <= 0 {
+		c.KVReplicas = 1
+	}
+	return c, nil
+}
+
 // New returns a room service; Start subscribes it.
 func New(cfg Config) (*Service, error) {
-	if cfg.Bus == nil {
-		return nil, errors.New("room: Config.Bus is required")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Queue == "" {
-		cfg.Queue = "room"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 5 * time.Second
-	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Service{cfg: cfg, log: log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), stop: make(chan struct{})}, nil
+	return &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), stop: make(chan struct{})}, nil
 }
 
 // Start opens the KV buckets, loads them, and subscribes the service to its subjects.

@@ -75,19 +75,12 @@ type Outgoing struct {
 // ctx bounds only the dialing and login; the Client lives until Close or until the connection
 // ends.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
-	cfg = cfg.withDefaults()
-	if cfg.Transport != TransportWebSocket && cfg.Transport != TransportTCP {
-		return nil, fmt.Errorf("roomcast: unknown transport %q (want %q or %q)", cfg.Transport, TransportWebSocket, TransportTCP)
-	}
-	if cfg.Token == "" {
-		return nil, fmt.Errorf("%w: no token", ErrBadToken)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	endpoints := cfg.Endpoints
 	if len(endpoints) == 0 {
-		if cfg.Dispatcher == "" {
-			return nil, errors.New("roomcast: Config needs Dispatcher or Endpoints")
-		}
-		var err error
 		if endpoints, err = dispatchToken(ctx, cfg.HTTPClient, cfg.closeDispatch, cfg.Dispatcher, cfg.Token); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,11 +38,12 @@ const (
 // Dispatcher or Endpoints are required.
 type Config struct {
 	// Token is the login JWT minted by the app server. Dial reads (without verifying) its app,
-	// uid and room claims for the dispatch query.
+	// uid and room claims for the dispatch query. Required.
 	Token string
 
 	// Dispatcher is the base URL of the dispatcher, e.g. "http://127.0.0.1:8080". Dial asks
-	// GET {Dispatcher}/v1/dispatch for endpoints. Ignored when Endpoints is set.
+	// GET {Dispatcher}/v1/dispatch for endpoints. Required unless Endpoints is set, and then
+	// ignored.
 	Dispatcher string
 
 	// Endpoints, if not empty, are dialed in order instead of asking the dispatcher.
@@ -96,7 +99,8 @@ type Config struct {
 	OnReconnect func(*roomcastpb.Reconnect)
 
 	// OnClose is called once, on the OnMessage goroutine after the last message, when a Client
-	// that Dial returned ends, with the same error as Err. It must not call Close.
+	// that Dial returned ends, with the same error as Err. It must not call Close. Nil means
+	// none.
 	OnClose func(error)
 
 	// Logger receives the Client's few log lines. Nil means no logging.
@@ -115,10 +119,19 @@ type Endpoint struct {
 	TCPAddr string `json:"tcp_addr"`
 }
 
-// withDefaults returns c with the zero values replaced by the documented defaults.
-func (c Config) withDefaults() Config {
+// withDefaults returns c with the zero values replaced by the documented defaults, or an error
+// for a Config Dial cannot use.
+func (c Config) withDefaults() (Config, error) {
 	if c.Transport == "" {
 		c.Transport = TransportWebSocket
+	}
+	switch {
+	case c.Transport != TransportWebSocket && c.Transport != TransportTCP:
+		return c, fmt.Errorf("roomcast: unknown transport %q (want %q or %q)", c.Transport, TransportWebSocket, TransportTCP)
+	case c.Token == "":
+		return c, fmt.Errorf("%w: no token", ErrBadToken)
+	case len(c.Endpoints) == 0 && c.Dispatcher == "":
+		return c, errors.New("roomcast: Config needs Dispatcher or Endpoints")
 	}
 	if c.Device == "" {
 		c.Device = defaultDevice
@@ -142,5 +155,5 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return c
+	return c, nil
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/testutil"
 	"roomcast/proto/roomcastpb"
 )
 
@@ -152,7 +153,10 @@ func TestDispatchConnectionReuse(t *testing.T) {
 		return n
 	}
 
-	def := Config{}.withDefaults()
+	def, err := Config{Token: "t", Dispatcher: srv.URL}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		if _, _, err := dispatch(context.Background(), def.HTTPClient, def.closeDispatch, srv.URL, claims); err != nil {
 			t.Fatal(err)
@@ -164,7 +168,10 @@ func TestDispatchConnectionReuse(t *testing.T) {
 
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	own := Config{HTTPClient: hc}.withDefaults()
+	own, err := Config{Token: "t", Dispatcher: srv.URL, HTTPClient: hc}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		if _, _, err := dispatch(context.Background(), own.HTTPClient, own.closeDispatch, srv.URL, claims); err != nil {
 			t.Fatal(err)
@@ -173,4 +180,32 @@ func TestDispatchConnectionReuse(t *testing.T) {
 	if n := seen(); n != 1 {
 		t.Errorf("caller's client: 3 dispatches used %d connections, want 1 (kept)", n)
 	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	const dispatcher = "http://127.0.0.1:1"
+	hc := &http.Client{}
+	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+		{Name: "zero values take the defaults", Config: Config{Token: "t", Dispatcher: dispatcher}, Check: func(t *testing.T, c Config) {
+			if c.Transport != TransportWebSocket || c.Device != "go" || c.AttemptTimeout != 10*time.Second ||
+				c.WriteTimeout != 10*time.Second || c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {
+				t.Errorf("defaults not filled: %+v", c)
+			}
+			if c.HTTPClient != http.DefaultClient || !c.closeDispatch {
+				t.Error("no HTTPClient should mean http.DefaultClient, closing its dispatch connection")
+			}
+		}},
+		{Name: "set values are kept", Config: Config{Token: "t", Dispatcher: dispatcher, Transport: TransportTCP, Device: "ios",
+			HTTPClient: hc, AttemptTimeout: time.Second, WriteTimeout: 2 * time.Second, MessageBuffer: 7},
+			Check: func(t *testing.T, c Config) {
+				if c.Transport != TransportTCP || c.Device != "ios" || c.HTTPClient != hc || c.closeDispatch ||
+					c.AttemptTimeout != time.Second || c.WriteTimeout != 2*time.Second || c.MessageBuffer != 7 {
+					t.Errorf("set values changed: %+v", c)
+				}
+			}},
+		{Name: "endpoints instead of a dispatcher", Config: Config{Token: "t", Endpoints: []Endpoint{{Node: "cl-1"}}}},
+		{Name: "unknown transport", Config: Config{Token: "t", Dispatcher: dispatcher, Transport: "quic"}, WantErr: `unknown transport "quic"`},
+		{Name: "no token", Config: Config{Dispatcher: dispatcher}, WantErr: "no token"},
+		{Name: "nowhere to dial", Config: Config{Token: "t"}, WantErr: "needs Dispatcher or Endpoints"},
+	})
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/loadgen"
 	"roomcast/sdk"
-	"roomcast/sdk/bench"
 )
 
 const benchUsage = `Usage: roomcast bench <scenario> [flags]
@@ -43,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch scenario {
 	case "conns", "fanout", "login":
 	case "worker": // hidden: a worker process of a bigger run, started by the bench itself
-		if err := bench.ServeWorker(ctx, os.Stdin, stdout, nil); err != nil {
+		if err := loadgen.ServeWorker(ctx, os.Stdin, stdout, nil); err != nil {
 			fmt.Fprintln(stderr, "roomcast bench worker:", err)
 			return 1
 		}
@@ -58,7 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	fs := flag.NewFlagSet("bench "+scenario, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg bench.Config
+	var cfg loadgen.Config
 	fs.StringVar(&cfg.Dispatcher, "dispatcher", "http://127.0.0.1:8080", "dispatcher base URL")
 	fs.StringVar(&cfg.API, "api", "", "server API base URL (default: the dispatcher's)")
 	fs.StringVar(&cfg.APIKey, "api-key", devcluster.APIKey, "server API key, for the room settings and messages of fanout")
@@ -69,7 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Transport, "transport", sdk.TransportWebSocket, "client transport: ws or tcp")
 	fs.IntVar(&cfg.N, "n", 100, "how many clients")
 	fs.StringVar(&cfg.Room, "room", "", "room (default: a fresh room bench-<run id>)")
-	fs.IntVar(&cfg.PerProcess, "per-process", bench.DefaultPerProcess, "clients per process; more are spread over worker processes")
+	fs.IntVar(&cfg.PerProcess, "per-process", loadgen.DefaultPerProcess, "clients per process; more are spread over worker processes")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 128, "logins in flight while members join (conns, fanout)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object on the last line of stdout")
 	cpuProfile := fs.String("cpuprofile", "", "write the bench process's own CPU profile to this file (to check that the load generator stays lean)")
@@ -84,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
 		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
-		fs.StringVar(&cfg.Client, "client", bench.ClientSDK, "members' client: sdk (sdk.Client, as apps use it) or raw (the protocol spoken directly: far less bench CPU per delivery, for big runs on a shared machine)")
+		fs.StringVar(&cfg.Client, "client", loadgen.ClientSDK, "members' client: sdk (sdk.Client, as apps use it) or raw (the protocol spoken directly: far less bench CPU per delivery, for big runs on a shared machine)")
 		fs.IntVar(&cfg.Slow, "slow", 0, "extra members that log in and never read again (a small receive buffer), to show they delay no one")
 		fs.IntVar(&cfg.Tags, "tags", 0, "tag-targeted fanout with this many distinct member tag sets in 10 classes (0: untargeted)")
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
@@ -137,16 +137,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	)
 	switch scenario {
 	case "conns":
-		var r bench.ConnsResult
-		r, err = bench.RunConns(ctx, cfg)
+		var r loadgen.ConnsResult
+		r, err = loadgen.RunConns(ctx, cfg)
 		res, ok = r, r.OK()
 	case "fanout":
-		var r bench.FanoutResult
-		r, err = bench.RunFanout(ctx, cfg)
+		var r loadgen.FanoutResult
+		r, err = loadgen.RunFanout(ctx, cfg)
 		res, ok = r, r.OK()
 	case "login":
-		var r bench.LoginResult
-		r, err = bench.RunLogin(ctx, cfg)
+		var r loadgen.LoginResult
+		r, err = loadgen.RunLogin(ctx, cfg)
 		res, ok = r, r.Passed()
 	}
 	if cfg.Progress != nil && terminal {

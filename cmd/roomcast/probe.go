@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/probe"
 	"roomcast/sdk"
-	"roomcast/sdk/probe"
 )
 
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -1,0 +1,181 @@
+package cdnpusher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"roomcast/cdnpusher/segment"
+	"roomcast/internal/s3test"
+	"roomcast/internal/testutil"
+	pb "roomcast/proto/roomcastpb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is 300 ms into window t0Index of 1 s.
+const (
+	t0Index = 1_764_451_200
+	t0      = t0Index*1000 + 300
+	app     = "app1"
+)
+
+// fakeClock is the pusher's clock in tests: windows close when the test says so.
+type fakeClock struct {
+	mu sync.Mutex // guards ms
+	ms int64
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.UnixMilli(c.ms)
+}
+
+func (c *fakeClock) set(ms int64) {
+	c.mu.Lock()
+	c.ms = ms
+	c.mu.Unlock()
+}
+
+// closeWindow moves the clock past the end (and grace) of window index and writes out what
+// closed: the test does what the sealer's ticker would.
+func (c *fakeClock) closeWindow(p *Pusher, index int64) {
+	c.set((index+1)*int64(p.windowMs) + p.cfg.Grace.Milliseconds())
+	p.seal(false)
+}
+
+// start runs a pusher on srv with cfg's storage fields and clock filled in, closed at the end of
+// the test.
+func start(t *testing.T, srv *s3test.Server, cfg Config) (*Pusher, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{ms: t0}
+	cfg.Endpoint, cfg.Bucket = srv.Endpoint, s3test.Bucket
+	cfg.AccessKey, cfg.SecretKey = s3test.AccessKey, s3test.SecretKey
+	cfg.Now = clock.now
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Registerer = prometheus.NewRegistry()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p, clock
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(string(b))
+	return len(b), nil
+}
+
+// msg is a message of room in lane, stamped ms, with an id that sorts by seq.
+func msg(room string, lane pb.Lane, ms int64, seq int) *pb.Message {
+	return &pb.Message{
+		Id: fmt.Sprintf("01KB%022d", seq), Room: room, Sender: "u1", Type: "danmaku",
+		Lane: lane, Body: fmt.Appendf(nil, "m%d", seq), ServerTimeMs: ms,
+	}
+}
+
+func add(t *testing.T, p *Pusher, msgs ...*pb.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := p.Add(app, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fetch waits until the segment of room and index is on storage, checks the headers clients
+// rely on and decodes it as a client would.
+func fetch(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64) *pb.Segment {
+	t.Helper()
+	key := p.cfg.Prefix + segment.Key(app, room, p.windowMs, index)
+	var s *pb.Segment
+	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		resp, body, err := srv.Get(key)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", key, resp.Status)
+		}
+		for h, want := range map[string]string{
+			"Content-Type":     segment.ContentType,
+			"Content-Encoding": segment.ContentEncoding,
+			"Cache-Control":    segment.CacheControl,
+		} {
+			if got := resp.Header.Get(h); got != want {
+				t.Fatalf("%s: %s = %q, want %q", key, h, got, want)
+			}
+		}
+		s, err = segment.Decode(body, segment.Want{App: app, Room: room, WindowMs: p.windowMs, Index: index})
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return nil
+	})
+	return s
+}
+
+// missing fails t if the segment of room and index is on storage.
+func missing(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64) {
+	t.Helper()
+	key := p.cfg.Prefix + segment.Key(app, room, p.windowMs, index)
+	resp, _, err := srv.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET %s: %s, want 404", key, resp.Status)
+	}
+}
+
+func ids(msgs []*pb.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Id
+	}
+	return out
+}
+
+// seqOf is the seq msg gave m's id.
+func seqOf(t *testing.T, m *pb.Message) int {
+	t.Helper()
+	n, err := strconv.Atoi(m.Id[4:])
+	if err != nil {
+		t.Fatalf("id %q: %v", m.Id, err)
+	}
+	return n
+}
+
+func checkFor(t *testing.T, f func() error) {
+	t.Helper()
+	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
+}
+
+// waitCounter waits until c reaches want.
+func waitCounter(t *testing.T, c prometheus.Counter, want float64) {
+	t.Helper()
+	checkFor(t, func() error {
+		if got := promtest.ToFloat64(c); got != want {
+			return fmt.Errorf("%s is %v, want %v", c.Desc(), got, want)
+		}
+		return nil
+	})
+}

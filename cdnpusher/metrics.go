@@ -1,0 +1,70 @@
+package cdnpusher
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons a segment never reached storage (the gaps metric's label).
+const (
+	gapQueueFull = "queue_full" // the queue was full: the oldest waiting segment made room
+	gapGaveUp    = "gave_up"    // storage failed for longer than GiveUpAfter
+	gapShutdown  = "shutdown"   // Close's context ended before storage took it
+)
+
+// metrics are the pusher's Prometheus instruments, resolved once: Add only increments.
+type metrics struct {
+	messages     prometheus.Counter
+	late         prometheus.Counter
+	sampled      prometheus.Counter
+	segments     prometheus.Counter
+	emptySegs    prometheus.Counter
+	bytes        prometheus.Counter
+	writeSeconds prometheus.Histogram
+	failures     prometheus.Counter
+	retries      prometheus.Counter
+	gaps         map[string]prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "roomcast_cdnpusher_" + name, Help: help})
+	}
+	gaps := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_cdnpusher_gaps_total",
+		Help: "Segments that never reached storage (missing indexes for clients), by reason " +
+			"(queue_full, gave_up, shutdown).",
+	}, []string{"reason"})
+	m := &metrics{
+		messages: counter("messages_total", "Messages handed to the pusher."),
+		late:     counter("late_messages_total", "Messages that arrived after their window was written; they went into the next one."),
+		sampled:  counter("sampled_messages_total", "Messages left out of their segment by the per-window cap."),
+		segments: counter("segments_written_total", "Segments written to storage (empty ones included)."),
+		emptySegs: counter("empty_segments_written_total",
+			"Segments written with no message, for quiet windows of active rooms."),
+		bytes: counter("segment_bytes_total", "Bytes of segments written to storage (compressed)."),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "roomcast_cdnpusher_write_seconds",
+			Help:    "Time of a successful segment write to storage.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 12),
+		}),
+		failures: counter("write_failures_total", "Segment write attempts that failed."),
+		retries:  counter("write_retries_total", "Segment write attempts made again after a failure."),
+		gaps:     map[string]prometheus.Counter{},
+	}
+	for _, r := range []string{gapQueueFull, gapGaveUp, gapShutdown} {
+		m.gaps[r] = gaps.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.messages, m.late, m.sampled, m.segments, m.emptySegs, m.bytes, m.writeSeconds,
+			m.failures, m.retries, gaps,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "roomcast_cdnpusher_queued_segments",
+				Help: "Segments waiting for storage.",
+			}, queued),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "roomcast_cdnpusher_rooms",
+				Help: "Rooms the pusher writes segments for.",
+			}, rooms))
+	}
+	return m
+}

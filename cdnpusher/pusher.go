@@ -1,0 +1,371 @@
+package cdnpusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"roomcast/cdnpusher/segment"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Errors Add and Open return; nothing was taken.
+var (
+	ErrClosed   = errors.New("cdnpusher: closed")
+	ErrTargeted = errors.New("cdnpusher: a message with a tag expression never goes into a public segment")
+	ErrInvalid  = errors.New("cdnpusher: invalid message")
+)
+
+const (
+	// numShards spreads rooms over locks so that callers adding to different rooms rarely meet.
+	numShards = 32
+	// maxAhead is how many windows past the oldest open one a message may be held in: a message
+	// stamped further ahead (a clock far off) goes into the last of them.
+	maxAhead = 8
+)
+
+// Pusher aggregates rooms' messages into one segment per window and writes the segments to S3.
+// Its methods are safe for concurrent use.
+type Pusher struct {
+	cfg         Config
+	windowMs    uint32
+	idleWindows int64
+	seed        maphash.Seed
+	shards      [numShards]shard
+	rooms       atomic.Int64 // rooms across the shards
+	queue       *queue
+	store       store
+	transport   *http.Transport // the store's: Close drops its idle connections
+	metrics     *metrics
+
+	sealMu sync.Mutex // serializes seal: the ticker's and Close's
+
+	storageDown atomic.Bool // the last write failed; logs the outage once and the recovery once
+
+	stopSealer chan struct{}      // closed by Close: the sealer stops
+	abort      context.Context    // ended when Close's context ends: writers give up
+	cancel     context.CancelFunc // ends abort
+	sealer     sync.WaitGroup     // the sealer goroutine
+	writers    sync.WaitGroup     // the writer goroutines
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// shard holds some of the rooms.
+type shard struct {
+	mu     sync.Mutex // guards the fields below
+	rooms  map[roomKey]*room
+	rng    *rand.Rand // for sampling
+	free   []*window  // windows written out, ready for reuse
+	closed bool       // Close has written the rooms out: Add refuses
+}
+
+type roomKey struct{ app, room string }
+
+// room is one room's windows that are not written out yet.
+type room struct {
+	app, name  string
+	open       int64     // the oldest window not yet written out
+	lastActive int64     // the newest window that had a message (or in which Open was called)
+	pending    []*window // pending[i] is window open+i; nil while it has no message
+}
+
+// store is where segments go: an S3 bucket in production.
+type store interface {
+	put(ctx context.Context, key string, body []byte) error
+}
+
+// New returns a pusher that writes to the configured bucket. It does not touch storage: a
+// pusher starts, and takes messages, while storage is down.
+func New(cfg Config) (*Pusher, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	transport, err := minio.DefaultTransport(cfg.Secure)
+	if err != nil {
+		return nil, fmt.Errorf("cdnpusher: %w", err)
+	}
+	client, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:    cfg.Secure,
+		Region:    cfg.Region,
+		Transport: transport,
+		// One attempt per call: the pusher retries itself, counting and bounding it.
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cdnpusher: %w", err)
+	}
+	p := &Pusher{
+		cfg:         cfg,
+		windowMs:    cfg.windowMs(),
+		idleWindows: max(1, int64(cfg.Idle/cfg.Window)),
+		seed:        maphash.MakeSeed(),
+		queue:       newQueue(cfg.Queue),
+		store:       &s3Store{client: client, bucket: cfg.Bucket},
+		transport:   transport,
+		stopSealer:  make(chan struct{}),
+	}
+	for i := range p.shards {
+		p.shards[i].rooms = map[roomKey]*room{}
+		p.shards[i].rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	p.metrics = newMetrics(cfg.Registerer,
+		func() float64 { return float64(p.queue.len()) },
+		func() float64 { return float64(p.rooms.Load()) })
+	p.abort, p.cancel = context.WithCancel(context.Background())
+	p.sealer.Add(1)
+	go p.runSealer()
+	p.writers.Add(cfg.Writers)
+	for range cfg.Writers {
+		go p.runWriter()
+	}
+	return p, nil
+}
+
+// Add hands m, a message of room m.Room of app, to the window of its server time (or, if that
+// window was already written out, to the oldest one still open). It never waits on storage.
+// The pusher keeps m: the caller must not change it afterwards.
+func (p *Pusher) Add(app string, m *pb.Message) error {
+	switch {
+	case m == nil:
+		return fmt.Errorf("%w: nil", ErrInvalid)
+	case m.TagExpr != "":
+		return ErrTargeted
+	case !segment.ValidNames(app, m.Room):
+		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, m.Room)
+	case m.Id == "" || !utf8.ValidString(m.Id) || !utf8.ValidString(m.Sender) || !utf8.ValidString(m.Type):
+		// A string that is not UTF-8 would make the whole segment fail to encode.
+		return fmt.Errorf("%w: id, sender or type", ErrInvalid)
+	}
+	index := segment.Index(m.ServerTimeMs, p.windowMs)
+	sh := p.shard(m.Room)
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return ErrClosed
+	}
+	r := p.roomOf(sh, app, m.Room)
+	switch {
+	case index < r.open:
+		index = r.open
+		p.metrics.late.Inc()
+	case index > r.open+maxAhead:
+		index = r.open + maxAhead
+	}
+	for int64(len(r.pending)) <= index-r.open {
+		r.pending = append(r.pending, nil)
+	}
+	w := r.pending[index-r.open]
+	if w == nil {
+		w = sh.newWindow()
+		r.pending[index-r.open] = w
+	}
+	w.add(m, p.cfg.MaxMessages, sh.rng)
+	r.lastActive = max(r.lastActive, index)
+	sh.mu.Unlock()
+	p.metrics.messages.Inc()
+	return nil
+}
+
+// Open makes a room active without a message: from now on each of its windows gets a segment,
+// empty while quiet, until it has had no message for Config.Idle.
+func (p *Pusher) Open(app, name string) error {
+	if !segment.ValidNames(app, name) {
+		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, name)
+	}
+	sh := p.shard(name)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return ErrClosed
+	}
+	r := p.roomOf(sh, app, name)
+	r.lastActive = max(r.lastActive, r.open)
+	return nil
+}
+
+// Close writes out every window holding messages (the current ones too), waits until storage
+// has taken the queued segments or ctx ends (what is left is counted as gaps and ctx's error
+// returned), and stops the pusher's goroutines. Add and Open fail afterwards. Close may be
+// called more than once; later calls return the first one's result.
+func (p *Pusher) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		close(p.stopSealer)
+		p.sealer.Wait()
+		p.seal(true)
+		p.queue.close()
+		done := make(chan struct{})
+		go func() {
+			p.writers.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			p.closeErr = fmt.Errorf("cdnpusher: close: %w", ctx.Err())
+			p.cancel()
+			<-done
+		}
+		p.cancel()
+		p.transport.CloseIdleConnections()
+	})
+	return p.closeErr
+}
+
+func (p *Pusher) shard(name string) *shard {
+	return &p.shards[maphash.String(p.seed, name)%numShards]
+}
+
+// roomOf returns the room, creating it with the current window as its oldest open one. Caller
+// holds sh.mu.
+func (p *Pusher) roomOf(sh *shard, app, name string) *room {
+	k := roomKey{app, name}
+	r := sh.rooms[k]
+	if r == nil {
+		open := p.currentIndex(p.cfg.Now())
+		r = &room{app: app, name: name, open: open, lastActive: open}
+		sh.rooms[k] = r
+		p.rooms.Add(1)
+	}
+	return r
+}
+
+// newWindow returns an empty window, reusing one written out before. Caller holds sh.mu.
+func (sh *shard) newWindow() *window {
+	if n := len(sh.free); n > 0 {
+		w := sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		return w
+	}
+	return &window{}
+}
+
+// currentIndex is the oldest window still taking messages at now: the one that was current
+// Grace ago.
+func (p *Pusher) currentIndex(now time.Time) int64 {
+	return segment.Index(now.UnixMilli()-p.cfg.Grace.Milliseconds(), p.windowMs)
+}
+
+// runSealer writes out windows as they close, checking the clock twenty times a window.
+func (p *Pusher) runSealer() {
+	defer p.sealer.Done()
+	t := time.NewTicker(max(p.cfg.Window/20, 5*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopSealer:
+			return
+		case <-t.C:
+			p.seal(false)
+		}
+	}
+}
+
+// closedWindow is a window taken out of its room, to be made into a segment outside the lock.
+type closedWindow struct {
+	app, room string
+	index     int64
+	msgs      []*pb.Message
+	sampled   int
+}
+
+// seal writes out every window that has closed by the clock (an empty segment for a window
+// without messages) and forgets rooms idle for Config.Idle. With final (at Close) it also
+// writes out the open windows that hold messages, and the shards refuse Add from then on.
+func (p *Pusher) seal(final bool) {
+	p.sealMu.Lock()
+	defer p.sealMu.Unlock()
+	cur := p.currentIndex(p.cfg.Now())
+	var out []closedWindow
+	for i := range p.shards {
+		sh := &p.shards[i]
+		out = out[:0]
+		sh.mu.Lock()
+		for k, r := range sh.rooms {
+			for r.open < cur {
+				out = append(out, p.closeOldest(sh, r))
+			}
+			if final {
+				for len(r.pending) > 0 {
+					if r.pending[0] != nil {
+						out = append(out, p.closeOldest(sh, r))
+					} else {
+						r.pending = r.pending[1:]
+						r.open++
+					}
+				}
+			}
+			if final || r.open > r.lastActive+p.idleWindows {
+				delete(sh.rooms, k)
+				p.rooms.Add(-1)
+			}
+		}
+		sh.closed = final
+		sh.mu.Unlock()
+		for _, w := range out {
+			p.enqueue(w)
+		}
+	}
+}
+
+// closeOldest takes the room's oldest open window out of it. Caller holds sh.mu.
+func (p *Pusher) closeOldest(sh *shard, r *room) closedWindow {
+	cw := closedWindow{app: r.app, room: r.name, index: r.open}
+	if len(r.pending) > 0 {
+		if w := r.pending[0]; w != nil {
+			cw.msgs, cw.sampled = w.take(p.cfg.MaxMessages, sh.rng)
+			sh.free = append(sh.free, w)
+		}
+		copy(r.pending, r.pending[1:])
+		r.pending[len(r.pending)-1] = nil
+		r.pending = r.pending[:len(r.pending)-1]
+	}
+	r.open++
+	return cw
+}
+
+// enqueue encodes a closed window as a segment and queues it for storage, dropping the oldest
+// queued segment if the queue is full.
+func (p *Pusher) enqueue(w closedWindow) {
+	order(w.msgs)
+	s := &pb.Segment{
+		App: w.app, Room: w.room, WindowMs: p.windowMs, Index: w.index,
+		Messages: w.msgs,
+		Sampled:  uint32(w.sampled),
+		NextAtMs: (w.index+2)*int64(p.windowMs) + p.cfg.Grace.Milliseconds(),
+	}
+	body, err := segment.Encode(s)
+	if err != nil {
+		// Add refuses what cannot be encoded, so this is a bug; the window is a gap.
+		p.cfg.Logger.Error("cdnpusher: encode segment", "app", w.app, "room", w.room, "index", w.index, "err", err)
+		return
+	}
+	p.metrics.sampled.Add(float64(w.sampled))
+	dropped, full := p.queue.push(pending{
+		key:    p.cfg.Prefix + segment.Key(w.app, w.room, p.windowMs, w.index),
+		body:   body,
+		empty:  len(w.msgs) == 0,
+		closed: time.Now(),
+	})
+	if full {
+		p.gap(dropped, gapQueueFull)
+	}
+}
+
+// gap counts a segment that will never be written.
+func (p *Pusher) gap(s pending, reason string) {
+	p.metrics.gaps[reason].Inc()
+	p.cfg.Logger.Debug("cdnpusher: segment dropped", "key", s.key, "reason", reason)
+}

@@ -1,0 +1,98 @@
+package chatlink
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
+	t.Helper()
+	now := time.Unix(1_700_000_000, 0)
+	return &testRoom(Config{Node: "n1"}, st, now).fanout, now
+}
+
+func msgs(lanes ...pb.Lane) []queued {
+	out := make([]queued, len(lanes))
+	for i, l := range lanes {
+		out[i] = queued{m: &pb.Message{Id: fmt.Sprint(i), Lane: l}}
+	}
+	return out
+}
+
+func repeat(l pb.Lane, n int) []pb.Lane {
+	out := make([]pb.Lane, n)
+	for i := range out {
+		out[i] = l
+	}
+	return out
+}
+
+func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
+	f, now := testFanout(t, nil) // 20 normal a second, 100 ms ticks
+	kept := 0
+	var ids []string
+	for tick := 0; tick < 10; tick++ {
+		now = now.Add(100 * time.Millisecond)
+		got := f.selectLocked(msgs(repeat(pb.Lane_LANE_NORMAL, 50)...), now, 0)
+		kept += len(got)
+		if tick == 0 {
+			for _, q := range got {
+				ids = append(ids, q.m.Id)
+			}
+		}
+		if len(got) > 3 {
+			t.Fatalf("tick %d kept %d of 50: a budget of 20/s allows about 2 a tick", tick, len(got))
+		}
+	}
+	if kept < 18 || kept > 22 {
+		t.Fatalf("kept %d in a second, want about 20", kept)
+	}
+	// Not a prefix: the kept ones are spread through the tick.
+	if len(ids) != 2 || ids[0] == "0" || ids[1] != "49" {
+		t.Fatalf("first tick kept %v, want an even spread ending at the last message", ids)
+	}
+}
+
+func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
+	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: 30, FlushTickMs: 100}) // 3 a tick
+	lanes := append(append(repeat(pb.Lane_LANE_BULK, 10), repeat(pb.Lane_LANE_NORMAL, 2)...), repeat(pb.Lane_LANE_CRITICAL, 40)...)
+	got := f.selectLocked(msgs(lanes...), now.Add(100*time.Millisecond), 0)
+	var byLane [4]int
+	for _, q := range got {
+		byLane[q.m.Lane]++
+	}
+	if byLane[pb.Lane_LANE_CRITICAL] != 40 || byLane[pb.Lane_LANE_NORMAL] != 2 || byLane[pb.Lane_LANE_BULK] != 1 {
+		t.Fatalf("kept by lane %v, want all 40 critical, both normal, one bulk", byLane)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1].m.Id >= got[i].m.Id && len(got[i-1].m.Id) >= len(got[i].m.Id) {
+			t.Fatalf("order lost: %s before %s", got[i-1].m.Id, got[i].m.Id)
+		}
+	}
+}
+
+func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
+	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: -1, CriticalBudget: -1})
+	lanes := append(append(repeat(pb.Lane_LANE_BULK, 100), repeat(pb.Lane_LANE_NORMAL, 100)...), repeat(pb.Lane_LANE_CRITICAL, 100)...)
+	if got := f.selectLocked(msgs(lanes...), now, 0); len(got) != 300 {
+		t.Fatalf("unlimited budget kept %d of 300", len(got))
+	}
+	// At full strength only critical survives, all of it.
+	got := f.selectLocked(msgs(lanes...), now.Add(time.Second), 1)
+	for _, q := range got {
+		if q.m.Lane != pb.Lane_LANE_CRITICAL {
+			t.Fatalf("strength 1 kept a %v message", q.m.Lane)
+		}
+	}
+	if len(got) != 100 {
+		t.Fatalf("strength 1 kept %d critical of 100", len(got))
+	}
+	// At strength 0.25 half the bulk goes, evenly.
+	got = f.selectLocked(msgs(repeat(pb.Lane_LANE_BULK, 100)...), now.Add(2*time.Second), 0.25)
+	if len(got) != 50 {
+		t.Fatalf("strength 0.25 kept %d of 100 bulk, want 50", len(got))
+	}
+}

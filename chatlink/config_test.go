@@ -1,0 +1,50 @@
+package chatlink
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/auth"
+)
+
+func TestConfigWithDefaults(t *testing.T) {
+	valid := Config{Node: "n1", Bus: new(nats.Conn), Keys: auth.Keyring{"app": []byte("k")}}
+	for name, tc := range map[string]struct {
+		edit func(*Config)
+		err  string
+	}{
+		"bad name": {func(c *Config) { c.Node = "a b" }, "node name"},
+		"no bus":   {func(c *Config) { c.Bus = nil }, "Bus is required"},
+		"no keys":  {func(c *Config) { c.Keys = nil }, "Keys needs"},
+	} {
+		cfg := valid
+		tc.edit(&cfg)
+		if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want an error about %q", name, err, tc.err)
+		}
+	}
+
+	cfg, err := valid.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HeartbeatInterval != 25*time.Second || cfg.HeartbeatMax != 60*time.Second || cfg.HeartbeatStep != 5*time.Second ||
+		cfg.LoginTimeout != 10*time.Second || cfg.FlushTick != 100*time.Millisecond || cfg.MaxPendingBytes != 1<<20 ||
+		cfg.WSListen != "127.0.0.1:0" || cfg.MaxConnections <= 0 || cfg.Log == nil || cfg.Now == nil {
+		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+	if valid.Now != nil || valid.HeartbeatInterval != 0 {
+		t.Fatal("withDefaults changed the config it was called on")
+	}
+
+	set := valid
+	set.HeartbeatInterval, set.LoginTimeout = 10*time.Second, time.Second
+	set.Now = func() time.Time { return time.Unix(1, 0) }
+	if cfg, _ = set.withDefaults(); cfg.HeartbeatInterval != 10*time.Second || cfg.HeartbeatMax != 24*time.Second ||
+		cfg.LoginTimeout != time.Second || !cfg.Now().Equal(time.Unix(1, 0)) {
+		t.Fatalf("set fields not kept: %+v", cfg)
+	}
+}

@@ -1,0 +1,5 @@
+package chatlink
+
+// Sweep runs the sweep once, as every tick of the node's sweep loop does: a test that moves
+// the node's clock (Config.Now) then knows the sweep has seen the new time.
+func (n *Node) Sweep() { n.sweep() }

@@ -1,0 +1,74 @@
+package chatlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NodesBucket is the JetStream KV bucket where ChatLinks lease their names. A name is the
+// prefix of every session id the node hands out, so two live nodes must never share one.
+const NodesBucket = "rc_nodes"
+
+// leaseTTL is how long a lease lives without a refresh: a crashed node's name is free again
+// after it.
+const leaseTTL = 15 * time.Second
+
+// nameLease holds a node's name in NodesBucket while the node runs. It is the JetStream lease on
+// the name alone, kept so two live nodes never hand out the same session ids; the services'
+// lease on the node's sessions is the session report (stream.go).
+type nameLease struct {
+	kv  jetstream.KeyValue
+	key string
+	rev uint64
+}
+
+func acquireNameLease(ctx context.Context, n *Node) (*nameLease, error) {
+	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Description: "Roomcast ChatLink name leases"})
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: node lease bucket: %w", err)
+	}
+	l := &nameLease{kv: kv, key: n.cfg.Node}
+	l.rev, err = kv.Create(ctx, l.key, []byte(n.WSURL()))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("chatlink: node name %q is leased by another live node (a stopped node's lease ends within %v)", n.cfg.Node, leaseTTL)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: lease node name: %w", err)
+	}
+	return l, nil
+}
+
+// renewLoop renews the name lease every third of its TTL until ctx ends, then releases it.
+func (l *nameLease) renewLoop(ctx context.Context, n *Node) {
+	t := time.NewTicker(leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := l.kv.Delete(rctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
+				n.log.Warn("node lease not released", "err", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rev, err := l.kv.Update(rctx, l.key, []byte(n.WSURL()), l.rev)
+			if err != nil {
+				// Lost it (the bus was out of reach longer than the TTL): take it again, unless
+				// another node has it now, which the operator must hear about.
+				rev, err = l.kv.Create(rctx, l.key, []byte(n.WSURL()))
+			}
+			cancel()
+			if err != nil {
+				n.log.Error("node lease lost: another node may hand out colliding session ids", "err", err)
+				continue
+			}
+			l.rev = rev
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package chatlink
+
+import (
+	"time"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Default delivery settings of a room, when the room service gives none.
+const (
+	defaultFlushTick      = 100 * time.Millisecond
+	defaultNormalBudget   = 20
+	defaultCriticalBudget = 10
+)
+
+// roomSettings are a room's delivery settings with defaults applied.
+type roomSettings struct {
+	tick           time.Duration
+	merge          bool
+	normalBudget   float64 // messages per member per second; negative: unlimited
+	criticalBudget float64 // counted only; negative: unlimited
+}
+
+func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
+	s := roomSettings{tick: defTick, merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
+	if st == nil {
+		return s
+	}
+	if st.FlushTickMs > 0 {
+		s.tick = time.Duration(st.FlushTickMs) * time.Millisecond
+	}
+	s.merge = !st.NoMerge
+	if st.NormalBudget != 0 {
+		s.normalBudget = float64(st.NormalBudget)
+	}
+	if st.CriticalBudget != 0 {
+		s.criticalBudget = float64(st.CriticalBudget)
+	}
+	return s
+}
+
+// setSettings replaces the room's settings, as an announcement of a change does.
+func (f *roomFanout) setSettings(st *pb.RoomSettings) {
+	f.mu.Lock()
+	f.settings = resolveSettings(st, f.r.t.n.cfg.FlushTick)
+	f.mu.Unlock()
+}

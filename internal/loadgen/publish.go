@@ -1,0 +1,213 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"roomcast/proto/roomcastpb"
+)
+
+// publisher sends the bench's messages to a room through the server API, paced at a rate, with
+// several senders on keep-alive connections so that the sender is not the bottleneck.
+type publisher struct {
+	url    string // POST target
+	apiKey string
+	lane   string // critical, normal, bulk or mix
+	size   int
+	id     runID
+	tags   tagging // chooses each message's tag expression
+	batch  int     // messages per request; more than 1 uses the batch send
+	hc     *http.Client
+
+	mu      sync.Mutex // guards the fields below
+	ok      seqSet     // the accepted messages
+	failed  int64
+	errors  []string
+	first   time.Time // first send
+	last    time.Time // last answer
+	sent    int64
+	latency *hdrhistogram.Histogram // request to answer, µs
+}
+
+func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders, batch int) *publisher {
+	return &publisher{
+		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
+		batch:   max(1, batch),
+		latency: newLatencyHistogram(),
+		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
+		}},
+	}
+}
+
+// laneOf is the lane of message seq.
+func (p *publisher) laneOf(seq uint64) string {
+	if p.lane != "mix" {
+		return p.lane
+	}
+	return [...]string{"critical", "normal", "bulk"}[seq%3]
+}
+
+// run publishes rate messages per second for d with senders concurrent senders, and returns
+// once every message has been answered.
+func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, senders int) {
+	total := int64(rate * d.Seconds())
+	jobs := make(chan []uint64, senders)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for seqs := range jobs {
+				p.send(ctx, seqs)
+			}
+		})
+	}
+	start := time.Now()
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for k := int64(0); k < total; k += int64(p.batch) {
+		due := start.Add(time.Duration(float64(k) / rate * float64(time.Second)))
+		if w := time.Until(due); w > 0 {
+			timer.Reset(w)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		seqs := make([]uint64, 0, p.batch)
+		for seq := k; seq < min(k+int64(p.batch), total); seq++ {
+			seqs = append(seqs, uint64(seq))
+		}
+		jobs <- seqs
+	}
+	close(jobs)
+	wg.Wait()
+	p.hc.CloseIdleConnections()
+}
+
+type apiSend struct {
+	Type       string `json:"type"`
+	Lane       string `json:"lane"`
+	BodyBase64 []byte `json:"body_base64"`
+	TagExpr    string `json:"tag_expr,omitempty"`
+}
+
+// send publishes the messages seqs in one request: the single send for one message, the batch
+// send (all or none) for more.
+func (p *publisher) send(ctx context.Context, seqs []uint64) {
+	now := time.Now()
+	msgs := make([]apiSend, len(seqs))
+	for i, seq := range seqs {
+		msgs[i] = apiSend{
+			Type: "bench", Lane: p.laneOf(seq), BodyBase64: appendBody(nil, p.id, seq, now.UnixNano(), p.size),
+			TagExpr: p.tags.target(seq).expr(),
+		}
+	}
+	var err error
+	if len(msgs) == 1 {
+		b, _ := json.Marshal(msgs[0])
+		err = p.post(ctx, p.url, b)
+	} else {
+		b, _ := json.Marshal(struct {
+			Messages []apiSend `json:"messages"`
+		}{msgs})
+		err = p.post(ctx, p.url+"/batch", b)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.first.IsZero() || now.Before(p.first) {
+		p.first = now
+	}
+	p.last = time.Now()
+	p.sent += int64(len(seqs))
+	recordLatency(p.latency, p.last.Sub(now))
+	if err != nil {
+		p.failed += int64(len(seqs))
+		if len(p.errors) < maxErrors {
+			p.errors = append(p.errors, fmt.Sprintf("messages %d-%d: %v", seqs[0], seqs[len(seqs)-1], err))
+		}
+		return
+	}
+	for _, seq := range seqs {
+		p.ok.add(seq)
+	}
+}
+
+func laneValue(lane string) roomcastpb.Lane {
+	switch lane {
+	case "critical":
+		return roomcastpb.Lane_LANE_CRITICAL
+	case "bulk":
+		return roomcastpb.Lane_LANE_BULK
+	}
+	return roomcastpb.Lane_LANE_NORMAL
+}
+
+func (p *publisher) post(ctx context.Context, target string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // read to the end: keep-alive
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
+	}
+	return nil
+}
+
+// putSettings creates the room if need be and sets its delivery settings through the server
+// API (POST /v1/rooms is idempotent; PATCH replaces the settings of an existing room).
+func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string, s roomSettings) error {
+	for _, call := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPost, "/v1/rooms", map[string]any{"room": room, "settings": s}},
+		{http.MethodPatch, "/v1/rooms/" + url.PathEscape(room), map[string]any{"settings": s}},
+	} {
+		b, _ := json.Marshal(call.body)
+		req, err := http.NewRequestWithContext(ctx, call.method, api+call.path, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("bench: room settings: %w", err)
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("bench: room settings: %s %s: %s: %s", call.method, call.path, resp.Status, bytes.TrimSpace(answer))
+		}
+	}
+	return nil
+}
+
+// roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
+type roomSettings struct {
+	FlushTickMS    uint32 `json:"flush_tick_ms"`
+	NoMerge        bool   `json:"no_merge"`
+	NormalBudget   int32  `json:"normal_budget"`
+	CriticalBudget int32  `json:"critical_budget"`
+}
