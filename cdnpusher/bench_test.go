@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -52,7 +52,7 @@ func BenchmarkAggregate(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
-	cpu := testutil.ProcessCPU()
+	cpu := testkit.ProcessCPU()
 	b.ResetTimer()
 	index := int64(t0Index)
 	for i := range b.N {
@@ -69,7 +69,7 @@ func BenchmarkAggregate(b *testing.B) {
 	}
 	clock.closeWindow(p, index)
 	b.StopTimer()
-	used := testutil.ProcessCPU() - cpu
+	used := testkit.ProcessCPU() - cpu
 	b.ReportMetric(float64(b.N)/used.Seconds(), "msgs/cpu-s")
 	b.ReportMetric(float64(index-t0Index+1)*rooms/used.Seconds(), "segments/cpu-s")
 }

@@ -16,7 +16,7 @@ import (
 
 	"roomcast/cdnpusher/segment"
 	"roomcast/internal/s3test"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -107,7 +107,7 @@ func fetch(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64
 	t.Helper()
 	key := p.cfg.Prefix + segment.Key(app, room, p.windowMs, index)
 	var s *pb.Segment
-	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		resp, body, err := srv.Get(key)
 		if err != nil {
 			return err
@@ -166,7 +166,7 @@ func seqOf(t *testing.T, m *pb.Message) int {
 
 func checkFor(t *testing.T, f func() error) {
 	t.Helper()
-	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
 }
 
 // waitCounter waits until c reaches want.

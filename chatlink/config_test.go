@@ -11,6 +11,7 @@ import (
 )
 
 func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
 	valid := Config{Node: "n1", Bus: new(nats.Conn), Keys: auth.Keyring{"app": []byte("k")}}
 	for name, tc := range map[string]struct {
 		edit func(*Config)

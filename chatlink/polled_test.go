@@ -10,6 +10,7 @@ import (
 // TestPolledPendingGrowsWithData: a frame announced large and sent a little at a time is held
 // in a buffer about twice what has arrived, not what was announced.
 func TestPolledPendingGrowsWithData(t *testing.T) {
+	t.Parallel()
 	p := &polled{}
 	var frames int
 	p.feed = func(data []byte) (int, int, readNext) {
@@ -43,6 +44,7 @@ func TestPolledPendingGrowsWithData(t *testing.T) {
 // TestLockFDAfterClose: once the socket is closed, a batch may not have its descriptor (the
 // number may belong to a new connection by then).
 func TestLockFDAfterClose(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -393,7 +393,7 @@ func TestLiveScoreMatchesLoad(t *testing.T) {
 
 func TestConfigWithDefaults(t *testing.T) {
 	bus := &nats.Conn{}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Bus: bus}, Check: func(t *testing.T, c Config) {
 			if c.StaleAfter != 3*time.Second || c.TopK != 3 || c.TTL != 30*time.Second || c.GeoCheckInterval != 10*time.Second ||
 				c.NearEqual != 2 || c.SlowStart != 30*time.Second || c.CacheTTL != time.Second || c.CacheBuckets != 10_000 ||

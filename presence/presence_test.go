@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
@@ -51,8 +52,12 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	}))
 	defer hook.Close()
 
+	// The ChatLinks stamp each login with their clock, and the policy replaces the oldest
+	// sessions first: the test moves the clock on between logins.
+	clock := testkit.NewClock(time.Now())
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, 100*time.Millisecond
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.Now = clock.Now }
 		cfg.Presence = presence.Config{
 			Policies:     map[string]presence.DevicePolicy{devcluster.App: {MaxSessions: 2, OnePerDevice: true}},
 			Webhooks:     map[string]string{devcluster.App: hook.URL},
@@ -79,17 +84,15 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	_ = nc.Flush()
 
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
-	// The policy replaces the oldest sessions by login time, which the ChatLinks stamp in
-	// milliseconds: the sleeps between logins are the scenario, giving each a later time.
 	web1 := login(t, n1, "ann", "web")
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(time.Second)
 	ios := login(t, n2, "ann", "ios")
 	// A second web session replaces the first, on the other node.
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(time.Second)
 	web2 := login(t, n2, "ann", "web")
 	web1.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
 	// A third device would make three sessions: the oldest (ios) goes.
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(time.Second)
 	login(t, n1, "ann", "pc")
 	ios.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
 	// The scenario: the newest web session stays. No event says a kick will not come, so it

@@ -12,22 +12,22 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
 
 func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
 	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
+	return testcluster.Start(t, testcluster.ChatLinks(chatLinks))
 }
 
 // checkFor polls f until it returns nil or the time is up.
 func checkFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	testutil.CheckFor(t, total, every, f)
+	testkit.CheckFor(t, total, every, f)
 }
 
 func dialCluster(t *testing.T, c *devcluster.Cluster, transport, uid, room string, cfg sdk.Config) *sdk.Client {

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 )
 
@@ -185,7 +185,7 @@ func TestDispatchConnectionReuse(t *testing.T) {
 func TestConfigWithDefaults(t *testing.T) {
 	const dispatcher = "http://127.0.0.1:1"
 	hc := &http.Client{}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Token: "t", Dispatcher: dispatcher}, Check: func(t *testing.T, c Config) {
 			if c.Transport != TransportWebSocket || c.Device != "go" || c.AttemptTimeout != 10*time.Second ||
 				c.WriteTimeout != 10*time.Second || c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -260,7 +260,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		edit(&c)
 		return c
 	}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: target, Check: func(t *testing.T, c Config) {
 			if c.Dispatcher != "http://127.0.0.1:8080" || c.API != c.Dispatcher || c.Metrics != c.API+"/metrics" ||
 				c.App != "demo" || c.Transport != sdk.TransportWebSocket || c.Rooms != 1 || c.Duration != 10*time.Second ||

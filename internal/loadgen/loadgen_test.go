@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/loadgen"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T) *devcluster.Cluster {
 	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(1))
+	return testcluster.Start(t, testcluster.ChatLinks(1))
 }
 
 // config is a bench against c with n members; fan-outs pause 100 ms after the joins, not the

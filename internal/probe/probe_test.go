@@ -18,9 +18,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/probe"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
 	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
+	return testcluster.Start(t, testcluster.ChatLinks(chatLinks))
 }
 
 func TestProbeCluster(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,12 +34,17 @@ type Client struct {
 	// closing is closed by Close, so a reader blocked on a full frames buffer lets go.
 	closing   chan struct{}
 	closeOnce sync.Once
-	// pause, held, stops the TCP reader between frames, so the socket's buffers fill.
-	pause sync.Mutex
+
+	mu      sync.Mutex // guards the fields below
+	resumed sync.Cond  // signalled when paused turns false or closed true
+	paused  bool       // the TCP reader waits before its next read
+	closed  bool
 }
 
 func newClient(t testing.TB) *Client {
-	return &Client{t: t, frames: make(chan *pb.Frame, 1024), done: make(chan struct{}), closing: make(chan struct{})}
+	c := &Client{t: t, frames: make(chan *pb.Frame, 1024), done: make(chan struct{}), closing: make(chan struct{})}
+	c.resumed.L = &c.mu
+	return c
 }
 
 // DialWS opens a WebSocket to url (the ChatLink's /v1/ws) and closes it when the test ends.
@@ -78,21 +84,47 @@ func (h wsEvents) OnClose(_ *gws.Conn, err error) {
 	}
 }
 
-// DialTCP opens a connection to the TCP transport at addr and closes it when the test ends.
-func DialTCP(t testing.TB, addr string) *Client {
-	t.Helper()
-	return DialTCPWith(t, addr, &net.Dialer{})
+// DialOption sets how DialTCP connects.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	rcvbuf int
+	paused bool
 }
 
-// DialTCPWith is DialTCP with d's socket options (a small receive buffer, say).
-func DialTCPWith(t testing.TB, addr string, d *net.Dialer) *Client {
+// ReceiveBuffer sets the socket's receive buffer (SO_RCVBUF) to n bytes before it connects, so
+// that what the server sends fills it soon when the client does not read.
+func ReceiveBuffer(n int) DialOption { return func(o *dialOptions) { o.rcvbuf = n } }
+
+// Paused starts the client paused: it reads nothing, not even the answer to its Login, until
+// Resume.
+func Paused() DialOption { return func(o *dialOptions) { o.paused = true } }
+
+// DialTCP opens a connection to the TCP transport at addr and closes it when the test ends.
+func DialTCP(t testing.TB, addr string, opts ...DialOption) *Client {
 	t.Helper()
+	var o dialOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var d net.Dialer
+	if o.rcvbuf > 0 {
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, o.rcvbuf)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
 	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	c := newClient(t)
-	c.nc = nc
+	c.nc, c.paused = nc, o.paused
 	go c.readTCP()
 	t.Cleanup(c.Close)
 	return c
@@ -102,9 +134,15 @@ func (c *Client) readTCP() {
 	defer close(c.done)
 	br := bufio.NewReader(c.nc)
 	for {
-		c.pause.Lock()
-		//lint:ignore SA2001 an empty critical section on purpose: it waits while the test pauses the reader
-		c.pause.Unlock()
+		c.mu.Lock()
+		for c.paused && !c.closed {
+			c.resumed.Wait()
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
 		f, err := ReadFrame(br)
 		switch {
 		case err != nil && f != nil: // the bytes came, but are no Frame
@@ -128,6 +166,10 @@ func (c *Client) deliver(f *pb.Frame) {
 func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		close(c.closing)
+		c.mu.Lock()
+		c.closed = true
+		c.resumed.Broadcast()
+		c.mu.Unlock()
 		_ = c.nc.Close()
 	})
 	<-c.done
@@ -177,10 +219,21 @@ func (c *Client) Ping() error {
 	return c.ws.WritePing(nil)
 }
 
-// Pause stops the TCP reader before the next frame, so what the server sends piles up in the
-// socket's buffers; Resume lets it read on.
-func (c *Client) Pause()  { c.pause.Lock() }
-func (c *Client) Resume() { c.pause.Unlock() }
+// Pause stops the TCP reader before its next frame, so what the server sends piles up in the
+// socket's buffers.
+func (c *Client) Pause() {
+	c.mu.Lock()
+	c.paused = true
+	c.mu.Unlock()
+}
+
+// Resume lets a paused TCP reader read on.
+func (c *Client) Resume() {
+	c.mu.Lock()
+	c.paused = false
+	c.resumed.Broadcast()
+	c.mu.Unlock()
+}
 
 // Login logs in with token from device "test" and fails the test unless the answer is a
 // LoginAck.
@@ -242,6 +295,21 @@ func (c *Client) next(d time.Duration) (*pb.Frame, bool) {
 	case <-timer.C:
 		return nil, false
 	}
+}
+
+// CollectPushes reads frames until n messages have come, failing the test on any frame that is
+// not a Push, and returns the messages and the number of Push frames they came in.
+func (c *Client) CollectPushes(n int) (msgs []*pb.Message, frames int) {
+	c.t.Helper()
+	for len(msgs) < n {
+		f := c.Next()
+		if f.GetPush() == nil {
+			c.t.Fatalf("want a Push, got %v", f)
+		}
+		frames++
+		msgs = append(msgs, f.GetPush().Messages...)
+	}
+	return msgs, frames
 }
 
 // Frames returns the buffer of frames not yet taken, for a test that selects on it.

@@ -3,7 +3,7 @@ package uring
 import (
 	"fmt"
 	"io"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"runtime"
 	"syscall"
 	"testing"
@@ -101,7 +101,7 @@ func BenchmarkRingSend(b *testing.B) {
 func loopbackSockets(b *testing.B, n int) []int {
 	var fds []int
 	for range n {
-		s, c := testutil.TCPPair(b)
+		s, c := testkit.TCPPair(b)
 		go func() { _, _ = io.Copy(io.Discard, c) }()
 		f, err := s.File()
 		if err != nil {

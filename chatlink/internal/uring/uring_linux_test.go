@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +16,7 @@ import (
 // as Go leaves it) and the client's net.Conn.
 func socketPair(t *testing.T) (int32, net.Conn) {
 	t.Helper()
-	s, c := testutil.TCPPair(t)
+	s, c := testkit.TCPPair(t)
 	var fd int32
 	rc, _ := s.SyscallConn()
 	_ = rc.Control(func(d uintptr) { fd = int32(d) })
