@@ -164,15 +164,10 @@ func seqOf(t *testing.T, m *pb.Message) int {
 	return n
 }
 
-func checkFor(t *testing.T, f func() error) {
-	t.Helper()
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
-}
-
 // waitCounter waits until c reaches want.
 func waitCounter(t *testing.T, c prometheus.Counter, want float64) {
 	t.Helper()
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if got := promtest.ToFloat64(c); got != want {
 			return fmt.Errorf("%s is %v, want %v", c.Desc(), got, want)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/s3test"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -247,7 +248,7 @@ func TestStorageOutage(t *testing.T) {
 			t.Fatalf("%d segments queued, cap %d", n, queueLen)
 		}
 	}
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if promtest.ToFloat64(p.metrics.retries) == 0 {
 			return errors.New("no retries yet")
 		}
@@ -267,7 +268,7 @@ func TestStorageOutage(t *testing.T) {
 		}
 	}
 	missing(t, srv, p, "r1", t0Index+outage-queueLen)
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if written := promtest.ToFloat64(p.metrics.segments); written+gaps != outage+1 {
 			return fmt.Errorf("%v written + %v gaps, want %d", written, gaps, outage+1)
 		}

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"roomcast/internal/testkit"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/testkit"
 )
 
 // benchDispatcher is a dispatcher on the real clock with 1,000 nodes spread over Chinese

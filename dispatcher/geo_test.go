@@ -5,12 +5,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"roomcast/internal/testkit"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 func TestLocateWithMaxMindTestDatabases(t *testing.T) {

@@ -41,6 +41,7 @@ func dialFake(t *testing.T, transport string, cfg sdk.Config, links ...*fakeLink
 }
 
 func TestFakeLoginSendAndPush(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		var login atomic.Pointer[roomcastpb.Login]
 		link := startFakeLink(t, func(c fakeConn) {
@@ -98,6 +99,7 @@ func TestFakeLoginSendAndPush(t *testing.T) {
 }
 
 func TestFakeTerminalCloseStopsDial(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		bad := startFakeLink(t, func(c fakeConn) {
 			_, _ = c.recv()
@@ -116,6 +118,7 @@ func TestFakeTerminalCloseStopsDial(t *testing.T) {
 }
 
 func TestFakeTransientCloseTriesNext(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		busy := startFakeLink(t, func(c fakeConn) {
 			_, _ = c.recv()
@@ -134,6 +137,7 @@ func TestFakeTransientCloseTriesNext(t *testing.T) {
 }
 
 func TestFakeDeadEndpointFallsThrough(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -160,6 +164,7 @@ func TestFakeDeadEndpointFallsThrough(t *testing.T) {
 }
 
 func TestFakeAttemptTimeoutFallsThrough(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		silent := startFakeLink(t, func(c fakeConn) {
 			for { // never answer the login
@@ -181,6 +186,7 @@ func TestFakeAttemptTimeoutFallsThrough(t *testing.T) {
 }
 
 func TestFakeDialContextCanceled(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		silent := startFakeLink(t, func(c fakeConn) {
 			for {
@@ -206,6 +212,7 @@ func TestFakeDialContextCanceled(t *testing.T) {
 }
 
 func TestFakeHeartbeat(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		beats := make(chan struct{}, 100)
 		link := startFakeLink(t, func(c fakeConn) {
@@ -246,6 +253,7 @@ func TestFakeHeartbeat(t *testing.T) {
 }
 
 func TestFakeServerSilenceEndsClient(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", 40*time.Millisecond); err != nil {
@@ -278,6 +286,7 @@ func TestFakeServerSilenceEndsClient(t *testing.T) {
 }
 
 func TestFakeKickAfterLogin(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -320,6 +329,7 @@ func TestFakeKickAfterLogin(t *testing.T) {
 }
 
 func TestFakeReconnectSurfaces(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -349,6 +359,7 @@ func TestFakeReconnectSurfaces(t *testing.T) {
 }
 
 func TestFakeSlowConsumer(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -378,6 +389,7 @@ func TestFakeSlowConsumer(t *testing.T) {
 }
 
 func TestFakeSendContextAndSize(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -408,6 +420,7 @@ func TestFakeSendContextAndSize(t *testing.T) {
 	})
 }
 
+// Not parallel: it counts the process's goroutines.
 func TestFakeCloseIsIdempotent(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, serveBasic("cl-1", time.Minute))
@@ -436,6 +449,7 @@ func TestFakeCloseIsIdempotent(t *testing.T) {
 }
 
 func TestDialConfigErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string

@@ -2,7 +2,6 @@ package sdk_test
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/lxzan/gws"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -145,31 +145,12 @@ type tcpFake struct {
 	wmu sync.Mutex
 }
 
-func (c *tcpFake) recv() (*roomcastpb.Frame, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(c.br, b); err != nil {
-		return nil, err
-	}
-	f := new(roomcastpb.Frame)
-	return f, proto.Unmarshal(b, f)
-}
+func (c *tcpFake) recv() (*roomcastpb.Frame, error) { return testkit.ReadFrame(c.br) }
 
 func (c *tcpFake) send(f *roomcastpb.Frame) error {
-	b, err := proto.Marshal(f)
-	if err != nil {
-		return err
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err = c.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
-	if err == nil {
-		_, err = c.nc.Write(b)
-	}
-	return err
+	return testkit.WriteFrame(c.nc, f)
 }
 
 func (c *tcpFake) kick(code uint32, reason string) {

@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"roomcast/internal/testkit/testcluster"
 	"strings"
 	"testing"
+
+	"roomcast/internal/testkit/testcluster"
 )
 
 // TestMain lets the test binary stand in for roomcast as a bench worker process: `roomcast

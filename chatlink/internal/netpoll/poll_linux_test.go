@@ -1,9 +1,10 @@
 package netpoll
 
 import (
-	"roomcast/internal/testkit"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 // TestPollerOneShot: a registered socket's function runs once when data arrives and not again

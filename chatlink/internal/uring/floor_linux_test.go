@@ -3,11 +3,12 @@ package uring
 import (
 	"fmt"
 	"io"
-	"roomcast/internal/testkit"
 	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 // BenchmarkLoopbackWrite measures the floor under a ChatLink's per-write cost on this machine:

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"roomcast/internal/testkit"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"roomcast/internal/testkit"
 )
 
 // socketPair returns the server side's descriptor of a loopback TCP connection (non-blocking,
