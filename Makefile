@@ -12,15 +12,26 @@ STATICCHECK_VERSION := v0.8.2
 # The S3 server the CDN tests run against (internal/s3test).
 VERSITYGW_VERSION := v1.8.0
 
-.PHONY: all build test tools proto proto-check lint vet unit
+.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long
 
 all: build
 
 build:
 	go build ./...
 
-## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, race tests.
+## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
+## test with -race, the load generator's at their -short sizes.
 test: proto-check lint unit
+
+## test-long: the same, with every test at full size (longer load-generator runs).
+test-long: proto-check lint unit-long
+
+# installed succeeds when $(GOBIN)/$(1) was built by this Go from module $(2) at version $(3):
+# `make tools` runs `go install` only for a tool that is missing or stale.
+installed = go version -m $(GOBIN)/$(1) 2>/dev/null | awk -v mod=$(2) -v ver=$(3) -v go=$$(go env GOVERSION) \
+	'NR == 1 && $$2 != go { stale = 1 } $$1 == "mod" && $$2 == mod && $$3 == ver { ok = 1 } END { exit stale || !ok }'
+# go_install installs package $(4) at version $(3) unless it is installed already (see installed).
+go_install = $(call installed,$(1),$(2),$(3)) || { echo "go install $(4)@$(3)"; go install $(4)@$(3); }
 
 tools:
 	@if ! protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)"; then \
@@ -28,13 +39,10 @@ tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; \
 	fi
 	@protoc --version | grep -q "libprotoc $(PROTOC_VERSION)" || { echo "protoc $(PROTOC_VERSION) is required, found: $$(protoc --version)"; exit 1; }
-	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	@if ! go version -m $(GOBIN)/versitygw 2>/dev/null | grep -q "mod.*github.com/versity/versitygw.*$(VERSITYGW_VERSION)"; then \
-		echo "installing versitygw $(VERSITYGW_VERSION)"; \
-		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
-	fi
+	@$(call go_install,protoc-gen-go,google.golang.org/protobuf,$(PROTOC_GEN_GO_VERSION),google.golang.org/protobuf/cmd/protoc-gen-go)
+	@$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION),google.golang.org/grpc/cmd/protoc-gen-go-grpc)
+	@$(call go_install,staticcheck,honnef.co/go/tools,$(STATICCHECK_VERSION),honnef.co/go/tools/cmd/staticcheck)
+	@$(call go_install,versitygw,github.com/versity/versitygw,$(VERSITYGW_VERSION),github.com/versity/versitygw/cmd/versitygw)
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
 proto: tools
@@ -54,4 +62,7 @@ lint: tools
 	staticcheck ./...
 
 unit:
+	go test -race -short -count=1 -timeout 20m ./...
+
+unit-long:
 	go test -race -count=1 -timeout 20m ./...
