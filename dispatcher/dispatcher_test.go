@@ -54,7 +54,7 @@ func TestFlashCrowd(t *testing.T) {
 			got := map[string]int{}
 			for i := range clients {
 				if i%10_000 == 0 {
-					clock.add(50 * time.Millisecond) // the crowd arrives over half a second
+					clock.Add(50 * time.Millisecond) // the crowd arrives over half a second
 				}
 				ans, err := d.Dispatch(Request{})
 				if err != nil {
@@ -143,12 +143,12 @@ func TestStaleAndDraining(t *testing.T) {
 	report(d, drain)
 
 	// "old" reports every second: two missed reports keep it, three take it out.
-	clock.add(2500 * time.Millisecond)
+	clock.Add(2500 * time.Millisecond)
 	report(d, nodeReport("fresh", "", "", 0, 0))
 	if got := firstChoices(t, d, Request{}, 200); got["old"] == 0 || got["draining"] != 0 {
 		t.Fatalf("first choices %v: want old still in, draining never", got)
 	}
-	clock.add(1100 * time.Millisecond)
+	clock.Add(1100 * time.Millisecond)
 	report(d, nodeReport("fresh", "", "", 0, 0))
 	report(d, drain)
 	if got := firstChoices(t, d, Request{}, 50); got["old"] != 0 || got["fresh"] != 50 {
@@ -158,7 +158,7 @@ func TestStaleAndDraining(t *testing.T) {
 		t.Fatalf("LiveNodes = %d, want 2 (fresh and draining)", n)
 	}
 	// Every node stale: no nodes.
-	clock.add(10 * time.Second)
+	clock.Add(10 * time.Second)
 	if _, err := d.Dispatch(Request{}); !errors.Is(err, ErrNoNodes) {
 		t.Fatalf("every node stale: err %v, want ErrNoNodes", err)
 	}
@@ -277,7 +277,7 @@ func TestSlowStart(t *testing.T) {
 				t.Fatalf("new node got %.2f of the first crowd, want some but at most %.2f", share, tc.maxShare)
 			}
 			// Half-way through the window it may fill half of its capacity, and takes more.
-			clock.add(15 * time.Second)
+			clock.Add(15 * time.Second)
 			report(d, nodeReport("new", "", "", int64(got["new"]), 100_000))
 			for i := range 4 {
 				report(d, nodeReport(fmt.Sprintf("old%d", i), "", "", 50_000+int64(got[fmt.Sprintf("old%d", i)]), 100_000))
@@ -359,9 +359,9 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // keepReporting advances the clock by d in one-second steps, calling report after each.
-func keepReporting(clock *fakeClock, d time.Duration, report func()) {
+func keepReporting(clock *testkit.Clock, d time.Duration, report func()) {
 	for ; d > 0; d -= time.Second {
-		clock.add(min(d, time.Second))
+		clock.Add(min(d, time.Second))
 		report()
 	}
 }
@@ -370,7 +370,7 @@ func keepReporting(clock *fakeClock, d time.Duration, report func()) {
 func TestLiveScoreMatchesLoad(t *testing.T) {
 	t.Parallel()
 	d, clock := newTest(t, Config{})
-	clock.add(time.Minute)
+	clock.Add(time.Minute)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 200 {
 		r := nodeReport(fmt.Sprintf("n%d", i), "", "", rng.Int64N(2000), rng.Int64N(3)*1000)
