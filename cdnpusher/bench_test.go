@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
@@ -27,8 +28,8 @@ func BenchmarkAggregate(b *testing.B) {
 		rooms     = 128
 		perWindow = rooms * 512
 	)
-	clock := &fakeClock{ms: t0}
-	p, err := New(Config{Endpoint: "127.0.0.1:1", Bucket: "b", Now: clock.now})
+	clock := testkit.NewClock(time.UnixMilli(t0))
+	p, err := New(Config{Endpoint: "127.0.0.1:1", Bucket: "b", Now: clock.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func BenchmarkAggregate(b *testing.B) {
 	for i := range b.N {
 		k := i % perWindow
 		if k == 0 && i > 0 {
-			clock.closeWindow(p, index)
+			closeWindow(clock, p, index)
 			index++
 		}
 		m := msgs[k]
@@ -67,7 +68,7 @@ func BenchmarkAggregate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	clock.closeWindow(p, index)
+	closeWindow(clock, p, index)
 	b.StopTimer()
 	used := testkit.ProcessCPU() - cpu
 	b.ReportMetric(float64(b.N)/used.Seconds(), "msgs/cpu-s")

@@ -40,7 +40,7 @@ func TestSegmentsLandOrdered(t *testing.T) {
 	p.seal(false)
 	missing(t, srv, p, "r1", t0Index)
 
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	s := fetch(t, srv, p, "r1", t0Index)
 	// The expected order, built another way: stable sorts from the last key to the first.
 	want := slices.Clone(sent)
@@ -89,7 +89,7 @@ func TestCapSamples(t *testing.T) {
 	for range 100 {
 		add(t, p, next(pb.Lane_LANE_NORMAL))
 	}
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	s := fetch(t, srv, p, "big", t0Index)
 
 	var lanes [numClasses]int
@@ -125,11 +125,11 @@ func TestLateMessageGoesToNextWindow(t *testing.T) {
 
 	first := msg("r1", pb.Lane_LANE_BULK, t0, 1)
 	add(t, p, first)
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	late := msg("r1", pb.Lane_LANE_BULK, t0+500, 2) // stamped in t0Index, which is written
 	next := msg("r1", pb.Lane_LANE_BULK, (t0Index+1)*1000+10, 3)
 	add(t, p, late, next)
-	clock.closeWindow(p, t0Index+1)
+	closeWindow(clock, p, t0Index+1)
 
 	if s := fetch(t, srv, p, "r1", t0Index); !slices.Equal(ids(s.Messages), []string{first.Id}) {
 		t.Fatalf("window %d: %v", t0Index, ids(s.Messages))
@@ -155,7 +155,7 @@ func TestEmptyWindows(t *testing.T) {
 	}
 	add(t, p, msg("chatty", pb.Lane_LANE_BULK, t0, 1))
 	for i := range int64(3) {
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 	}
 	for i := range int64(3) {
 		if s := fetch(t, srv, p, "quiet", t0Index+i); len(s.Messages) != 0 || s.Sampled != 0 {
@@ -167,7 +167,7 @@ func TestEmptyWindows(t *testing.T) {
 	}
 	// Idle: 3 windows after the last active one, then nothing.
 	for i := int64(3); i < 6; i++ {
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 	}
 	fetch(t, srv, p, "quiet", t0Index+3)
 	// Both rooms' windows up to t0Index+3 are written: quiet's 4, chatty's 3 after its message.
@@ -236,14 +236,14 @@ func TestStorageOutage(t *testing.T) {
 	p, clock := start(t, srv, Config{Queue: queueLen, Writers: writers, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 0))
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	fetch(t, srv, p, "r1", t0Index)
 
 	srv.Stop()
 	const outage = 40
 	for i := int64(1); i <= outage; i++ {
 		add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+i)*1000+1, int(i)))
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 		if n := p.queue.len(); n > queueLen {
 			t.Fatalf("%d segments queued, cap %d", n, queueLen)
 		}
@@ -276,7 +276,7 @@ func TestStorageOutage(t *testing.T) {
 	})
 	// And it goes on.
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+outage+1)*1000, 99))
-	clock.closeWindow(p, t0Index+outage+1)
+	closeWindow(clock, p, t0Index+outage+1)
 	fetch(t, srv, p, "r1", t0Index+outage+1)
 }
 
@@ -295,7 +295,7 @@ func TestAddNeverWaitsOnStorage(t *testing.T) {
 			add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+w)*1000+int64(i), int(w)*1000+i))
 			slowest = max(slowest, time.Since(start))
 		}
-		clock.closeWindow(p, t0Index+w)
+		closeWindow(clock, p, t0Index+w)
 	}
 	// Under -race on a busy machine an Add takes microseconds; waiting on the frozen store
 	// would take the write timeout, a minute.
@@ -337,7 +337,7 @@ func TestGiveUp(t *testing.T) {
 	p, clock := start(t, srv, Config{RetryMin: 5 * time.Millisecond, GiveUpAfter: 50 * time.Millisecond})
 	srv.Stop()
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 1))
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	waitCounter(t, p.metrics.gaps[gapGaveUp], 1)
 	srv.Restart()
 	missing(t, srv, p, "r1", t0Index)
