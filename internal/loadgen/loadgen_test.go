@@ -46,11 +46,11 @@ func config(c *devcluster.Cluster, n int) loadgen.Config {
 	}
 }
 
-// publishFor is how long a fan-out test publishes: 2s, or 1s under -short (`make test`); what
-// the tests expect scales with it.
+// publishFor is how long a fan-out test publishes: 2s, or 500ms under -short (`make test`);
+// what the tests expect scales with it.
 func publishFor() time.Duration {
 	if testing.Short() {
-		return time.Second
+		return 500 * time.Millisecond
 	}
 	return 2 * time.Second
 }
