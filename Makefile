@@ -9,10 +9,12 @@ PROTOC_VERSION := 3.21.12
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
-# The S3 server the CDN tests run against (internal/s3test).
+# The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
+# nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test test-long tools proto proto-check lint vet unit unit-long
+.PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
 
@@ -22,9 +24,10 @@ build:
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.
 test: proto-check lint unit
+test: web-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long
+test-long: proto-check lint unit-long web-test
 
 # installed succeeds when $(GOBIN)/$(1) was built by this Go from module $(2) at version $(3):
 # `make tools` runs `go install` only for a tool that is missing or stale.
@@ -42,6 +45,10 @@ tools:
 	@$(call go_install,protoc-gen-go,google.golang.org/protobuf,$(PROTOC_GEN_GO_VERSION),google.golang.org/protobuf/cmd/protoc-gen-go)
 	@$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION),google.golang.org/grpc/cmd/protoc-gen-go-grpc)
 	@$(call go_install,staticcheck,honnef.co/go/tools,$(STATICCHECK_VERSION),honnef.co/go/tools/cmd/staticcheck)
+	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
+		echo "installing nginx (Debian nginx-light), the CDN edge of the CDN tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; \
+	fi
 	@$(call go_install,versitygw,github.com/versity/versitygw,$(VERSITYGW_VERSION),github.com/versity/versitygw/cmd/versitygw)
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
@@ -70,3 +77,48 @@ unit:
 
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+# ---- the web SDK (sdk/web) and the demo page built on it ----
+
+WEB := sdk/web
+# Node 20 has a global WebSocket only behind a flag; later versions have it by default.
+NODE_WS := node $(shell node -e 'process.stdout.write(typeof WebSocket === "undefined" ? "--experimental-websocket" : "")' 2>/dev/null)
+
+## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json, and Debian's chromium.
+web-deps:
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "installing chromium (Debian) for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+## web-proto: regenerate sdk/web/src/gen from proto/client.proto, proto/cdn.proto and proto/message.proto.
+web-proto: tools web-deps
+	protoc -I proto --plugin=protoc-gen-es=$(WEB)/node_modules/.bin/protoc-gen-es \
+		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto cdn.proto message.proto
+
+## web-build: build the package (sdk/web/dist) and the demo's bundle (cmd/roomcast/web/demo.js, committed).
+web-build: web-deps
+	cd $(WEB) && node scripts/build.mjs
+
+## web-check: fail if the generated code or the committed demo bundle is not what the pinned tools produce.
+web-check: web-proto
+	@if [ -n "$$(git status --porcelain -- $(WEB)/src/gen)" ]; then \
+		echo "generated code in $(WEB)/src/gen is out of date; run 'make web-proto' and commit:"; \
+		git status --porcelain -- $(WEB)/src/gen; exit 1; \
+	fi
+	cd $(WEB) && node scripts/build.mjs --check
+
+## web-unit: the web SDK's unit tests (node's test runner, a fake ChatLink).
+web-unit: web-check
+	cd $(WEB) && $(NODE_WS) --test test/unit/*.test.mjs
+
+## web-browser: the demo and the SDK in chromium against a real `roomcast dev`, and the packed tarball in a blank project.
+web-browser: web-check
+	cd $(WEB) && $(NODE_WS) --test --test-concurrency=1 test/browser/*.test.mjs
+
+web-test: web-unit web-browser
+
+## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
+web-bench: web-deps
+	cd $(WEB) && node bench/decode.mjs

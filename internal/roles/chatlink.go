@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/chatlink"
+	"roomcast/internal/certfiles"
 )
 
 // ChatLinkConfig configures the ChatLink role.
@@ -20,9 +20,13 @@ type ChatLinkConfig struct {
 	// NATSOptions add to the options of the node's NATS connection (bus.Connect); the dev
 	// assembly passes nats.InProcessServer. Zero value means none.
 	NATSOptions []nats.Option
-	// Node configures the node; its Bus and Registry are set here, and its Log receives the
-	// role's logs too.
+	// Node configures the node; its Bus and Registry are set here (and its TLS from the TLS
+	// files), and its Log receives the role's logs too.
 	Node chatlink.Config
+	// TLS, when it names files, makes the node's listeners wss:// and TLS TCP, with the
+	// certificate re-read when the files change (certfiles). Zero value means Node.TLS as given
+	// (nil: plaintext).
+	TLS certfiles.Config
 	// Registry receives the node's metrics and is served on the ops endpoint. Zero value means
 	// a new registry with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
@@ -50,8 +54,7 @@ type ChatLink struct {
 	Node *chatlink.Node
 
 	bus          *busConns
-	opsLn        net.Listener
-	ops          *httpServer
+	ops          *opsEndpoint
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -69,14 +72,17 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 			_ = c.Shutdown(context.Background())
 		}
 	}()
-	// The ops listener first: an address in use fails the start before the node takes its
-	// name's lease.
-	if cfg.OpsListen != "" {
-		if c.opsLn, err = net.Listen("tcp", cfg.OpsListen); err != nil {
-			return nil, listenError("ops", cfg.OpsListen, err)
+	// The certificate and the ops listener first: a bad file or an address in use fails the
+	// start before the node takes its name's lease.
+	ncfg := cfg.Node
+	if cfg.TLS.Enabled() {
+		if ncfg.TLS, err = serverTLS(cfg.TLS, log); err != nil {
+			return nil, err
 		}
 	}
-	ncfg := cfg.Node
+	if c.ops, err = listenOps(cfg.OpsListen); err != nil {
+		return nil, err
+	}
 	if ncfg.Bus, err = c.bus.connect("chatlink " + ncfg.Node); err != nil {
 		return nil, err
 	}
@@ -90,9 +96,7 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 		return nil, err
 	}
 	c.Node = node
-	if c.opsLn != nil {
-		c.ops = serveHTTP(c.opsLn, newMux(cfg.Registry, c.health, true), log)
-	}
+	c.ops.serve(newMux(cfg.Registry, c.health, true), log)
 	return c, nil
 }
 
@@ -105,12 +109,7 @@ func (c *ChatLink) health(h *Health) error {
 }
 
 // OpsAddr returns the host:port of the ops endpoint, or "" without one.
-func (c *ChatLink) OpsAddr() string {
-	if c.opsLn == nil {
-		return ""
-	}
-	return c.opsLn.Addr().String()
-}
+func (c *ChatLink) OpsAddr() string { return c.ops.addr() }
 
 // Shutdown shuts the node down (chatlink.Node.Shutdown: its clients are told to reconnect
 // elsewhere, and closed when ctx ends), then stops the ops endpoint and closes the NATS
@@ -121,11 +120,7 @@ func (c *ChatLink) Shutdown(ctx context.Context) error {
 		if c.Node != nil {
 			c.shutdownErr = c.Node.Shutdown(ctx)
 		}
-		if c.ops != nil {
-			c.ops.stop()
-		} else if c.opsLn != nil {
-			_ = c.opsLn.Close()
-		}
+		c.ops.stop()
 		c.bus.close()
 	})
 	return c.shutdownErr

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -70,10 +71,12 @@ type httpServer struct {
 	done chan struct{} // closed when Serve has returned
 }
 
-func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
+// serveHTTP serves h on ln: HTTPS with tlsCfg, else plain HTTP.
+func serveHTTP(ln net.Listener, h http.Handler, tlsCfg *tls.Config, log *slog.Logger) *httpServer {
 	s := &httpServer{
 		srv: &http.Server{
 			Handler:           h,
+			TLSConfig:         tlsCfg,
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       2 * time.Minute, // without it an idle keep-alive connection is kept forever
 		},
@@ -81,7 +84,11 @@ func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := s.srv.Serve
+		if tlsCfg != nil {
+			serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") } // the certificate comes from tlsCfg
+		}
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
@@ -130,4 +137,49 @@ func (s *grpcServer) stop() {
 		<-stopped
 	}
 	<-s.done
+}
+
+// opsEndpoint is a role's private HTTP endpoint (/metrics, /healthz, profiles): it listens
+// before the role starts, so that an address in use fails the start early, and serves once the
+// role runs. A nil *opsEndpoint is a role without one.
+type opsEndpoint struct {
+	ln  net.Listener
+	srv *httpServer // nil until serve
+}
+
+// listenOps listens on addr; "" means no endpoint (nil).
+func listenOps(addr string) (*opsEndpoint, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, listenError("ops", addr, err)
+	}
+	return &opsEndpoint{ln: ln}, nil
+}
+
+func (o *opsEndpoint) serve(h http.Handler, log *slog.Logger) {
+	if o != nil {
+		o.srv = serveHTTP(o.ln, h, nil, log)
+	}
+}
+
+// addr returns the endpoint's host:port, or "" without one.
+func (o *opsEndpoint) addr() string {
+	if o == nil {
+		return ""
+	}
+	return o.ln.Addr().String()
+}
+
+// stop stops serving, or closes the listener of an endpoint that never served.
+func (o *opsEndpoint) stop() {
+	switch {
+	case o == nil:
+	case o.srv != nil:
+		o.srv.stop()
+	default:
+		_ = o.ln.Close()
+	}
 }

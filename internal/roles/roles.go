@@ -1,12 +1,14 @@
 // Package roles starts Roomcast's roles from their configs: the services role (the room and
-// presence services, the dispatcher, the server API over HTTP and gRPC, health and metrics) and
-// the ChatLink role (one edge node and its ops endpoint). `roomcast services`, `roomcast
-// chatlink` and the dev assembly (internal/devcluster) all start their roles here, so the wiring
-// is written once. It only wires: no business logic (the components hold it), no flags (cmd/
+// presence services, the dispatcher, the server API over HTTP and gRPC, the CDN manager and
+// optionally a CDN pusher, health and metrics), the ChatLink role (one edge node and its ops
+// endpoint) and the CDN pusher role (one pusher instance and its ops endpoint). `roomcast
+// services`, `roomcast chatlink`, `roomcast cdnpusher` and the dev assembly
+// (internal/devcluster) all start their roles here, so the wiring is written once. It only wires: no business logic (the components hold it), no flags (cmd/
 // parses them) and no NATS server (roles connect to one they are given).
 package roles
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/certfiles"
 )
 
 // busConns dials a role's NATS connections, one per component, and closes them together.
@@ -72,4 +75,15 @@ func newRegistry() *prometheus.Registry {
 // listenError names the listener that could not open.
 func listenError(what, addr string, err error) error {
 	return fmt.Errorf("roles: %s listener on %s: %w", what, addr, err)
+}
+
+// serverTLS loads a role's certificate files: the TLS config of its listeners, whose
+// handshakes take up changed files (certfiles), logging reloads to log.
+func serverTLS(files certfiles.Config, log *slog.Logger) (*tls.Config, error) {
+	files.Log = log
+	src, err := certfiles.New(files)
+	if err != nil {
+		return nil, fmt.Errorf("roles: %w", err)
+	}
+	return src.ServerConfig(), nil
 }

@@ -1,6 +1,8 @@
 package roles
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,12 +10,18 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"roomcast/api"
+	"roomcast/cdnmanager"
+	"roomcast/cdnpusher"
 	"roomcast/dispatcher"
+	"roomcast/internal/certfiles"
 	"roomcast/presence"
 	"roomcast/room"
 )
@@ -51,6 +59,29 @@ type ServicesConfig struct {
 	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
 	// demo page and tokens).
 	Routes func(*http.ServeMux)
+	// CDN configures the CDN manager, which every services process runs (one instance leads);
+	// its Bus, Log and Registerer are set here.
+	CDN cdnmanager.Config
+	// Pusher, when set, runs a CDN pusher instance in this process too; its Bus is set here,
+	// its Logger and Registerer when unset. Zero value means none (pushers run as `roomcast
+	// cdnpusher`).
+	Pusher *cdnpusher.ServiceConfig
+	// CDNOrigin, when set, serves segments under /cdn/ on the HTTP endpoint (the dev
+	// assembly's embedded object store), and the endpoint's /cdn is the CDN's base URL when
+	// CDN.BaseURLs names none.
+	CDNOrigin http.Handler
+	// TLS, when it names files, makes both endpoints TLS: HTTPS and gRPC over TLS, with the
+	// certificate re-read when the files change (certfiles). Zero value means plaintext.
+	TLS certfiles.Config
+	// CORSOrigins are the web origins ("https://app.example.com") whose pages may call the
+	// browser-facing routes from another origin: GET /v1/dispatch and CORSPaths. "*" allows
+	// any; "self" the endpoint's own origins (its scheme and listen address, with localhost,
+	// 127.0.0.1 and ::1 for a loopback one). Preflight OPTIONS requests are answered. Zero
+	// value means none: browsers keep the answers from other origins' pages.
+	CORSOrigins []string
+	// CORSPaths are more paths (exact) CORSOrigins apply to, among those Routes adds. Zero
+	// value means none.
+	CORSPaths []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -84,6 +115,9 @@ type Services struct {
 	Presences  []*presence.Service
 	Dispatcher *dispatcher.Dispatcher
 	API        *api.API
+	CDN        *cdnmanager.Manager
+	// Pusher is the CDN pusher instance of ServicesConfig.Pusher, or nil.
+	Pusher *cdnpusher.Service
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
 
@@ -108,7 +142,14 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 			s.Close()
 		}
 	}()
-	// The listeners first: an address in use fails the start before anything runs.
+	// The certificate and the listeners first: a bad file or an address in use fails the
+	// start before anything runs.
+	var tlsCfg *tls.Config
+	if cfg.TLS.Enabled() {
+		if tlsCfg, err = serverTLS(cfg.TLS, cfg.Log); err != nil {
+			return nil, err
+		}
+	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, listenError("HTTP", cfg.Listen, err)
 	}
@@ -142,6 +183,22 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if err = s.Dispatcher.Start(); err != nil {
 		return nil, err
 	}
+	mcfg := cfg.CDN
+	if mcfg.Bus, err = s.bus.connect("cdnmanager"); err != nil {
+		return nil, err
+	}
+	mcfg.Log, mcfg.Registerer = cfg.Log, cfg.Registry
+	if cfg.CDNOrigin != nil && len(mcfg.BaseURLs) == 0 {
+		mcfg.BaseURLs = []string{s.URL() + "/cdn"}
+	}
+	if s.CDN, err = cdnmanager.Start(mcfg); err != nil {
+		return nil, err
+	}
+	if cfg.Pusher != nil {
+		if s.Pusher, err = startPusherService(s.bus, *cfg.Pusher, cfg.Registry, cfg.Log); err != nil {
+			return nil, err
+		}
+	}
 	acfg := cfg.API
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
@@ -151,11 +208,24 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		return nil, err
 	}
 
-	grpcSrv := s.API.NewGRPCServer()
+	var grpcOpts []grpc.ServerOption
+	if tlsCfg != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	grpcSrv := s.API.NewGRPCServer(grpcOpts...)
 	s.Dispatcher.RegisterGRPC(grpcSrv)
 	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
-	s.http = serveHTTP(s.httpLn, s.routes(), cfg.Log)
+	cors := newCORSPolicy(cfg.CORSOrigins, selfOrigins(s.scheme(), s.httpLn.Addr()), append([]string{"/v1/dispatch"}, cfg.CORSPaths...))
+	s.http = serveHTTP(s.httpLn, cors.wrap(s.routes()), tlsCfg, cfg.Log)
 	return s, nil
+}
+
+// scheme is the HTTP endpoint's URL scheme.
+func (s *Services) scheme() string {
+	if s.cfg.TLS.Enabled() {
+		return "https"
+	}
+	return "http"
 }
 
 // routes is the HTTP endpoint's one route list.
@@ -164,6 +234,9 @@ func (s *Services) routes() *http.ServeMux {
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
 	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
 	s.API.Register(mux)
+	if s.cfg.CDNOrigin != nil {
+		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
+	}
 	if s.cfg.Routes != nil {
 		s.cfg.Routes(mux)
 	}
@@ -184,8 +257,9 @@ func (s *Services) health(h *Health) error {
 	return nil
 }
 
-// URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
-func (s *Services) URL() string { return "http://" + s.httpLn.Addr().String() }
+// URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080 (https:// with
+// TLS).
+func (s *Services) URL() string { return s.scheme() + "://" + s.httpLn.Addr().String() }
 
 // GRPCAddr returns the host:port of the gRPC listener.
 func (s *Services) GRPCAddr() string { return s.grpcLn.Addr().String() }
@@ -254,6 +328,17 @@ func (s *Services) Close() {
 			s.grpc.stop()
 		} else if s.grpcLn != nil {
 			_ = s.grpcLn.Close()
+		}
+		if s.Pusher != nil {
+			// While the manager runs, so that it can hand the pusher's rooms over.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := s.Pusher.Shutdown(ctx); err != nil {
+				s.cfg.Log.Warn("cdn pusher shutdown", "err", err)
+			}
+			cancel()
+		}
+		if s.CDN != nil {
+			s.CDN.Close()
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()
