@@ -70,7 +70,7 @@ lint: tools
 
 # The longest test packages, named first: go test starts packages in the order given, so these
 # run beside the many short ones rather than after them.
-SLOW_TESTS := ./internal/loadgen ./chatlink ./cmd/roomcast
+SLOW_TESTS := ./cdnmanager ./internal/loadgen ./chatlink ./cmd/roomcast
 
 unit:
 	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
