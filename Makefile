@@ -12,6 +12,10 @@ STATICCHECK_VERSION := v0.8.2
 # The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
 # nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
+# gobind, which generates the mobile bindings of sdk/mobile (what `gomobile bind` runs), is
+# pinned by go.mod: its tool directive keeps golang.org/x/mobile there, whose bind packages
+# gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
+GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
 .PHONY: all build test tools proto proto-check lint vet unit
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
@@ -41,6 +45,10 @@ tools:
 	@if ! go version -m $(GOBIN)/versitygw 2>/dev/null | grep -q "mod.*github.com/versity/versitygw.*$(VERSITYGW_VERSION)"; then \
 		echo "installing versitygw $(VERSITYGW_VERSION)"; \
 		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
+	@if ! go version -m $(GOBIN)/gobind 2>/dev/null | grep -q "mod.*golang.org/x/mobile.*$(GOBIND_VERSION)"; then \
+		echo "installing gobind $(GOBIND_VERSION)"; \
+		go install golang.org/x/mobile/cmd/gobind@$(GOBIND_VERSION); \
 	fi
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
