@@ -230,8 +230,10 @@ var _ wsproto.Handler = (*wsFrames)(nil)
 // closeWith sends a close frame and returns what the read is to do next.
 func (w *wsFrames) closeWith(code uint16, reason string) readNext {
 	if w.w == nil {
-		_ = w.s.WriteClose(code, []byte(reason))
-		return readClose
+		// Queued behind the frames already queued (answers to the client's last frames),
+		// as the node's own writer does; gws closes the socket once it is written.
+		w.s.Async(func() { _ = w.s.WriteClose(code, []byte(reason)) })
+		return readStopped
 	}
 	w.w.closeWith(code, reason)
 	return readStopped // the writer closes once the close frame is out
@@ -256,9 +258,6 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 		}
 		return consumed, 0, w.closeWith(werr.Code, werr.Reason)
 	case w.stop:
-		if w.w == nil {
-			return consumed, 0, readClose
-		}
 		return consumed, 0, readStopped // the writer closes once the close frame is out
 	}
 	return consumed, need, readOn
