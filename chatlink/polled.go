@@ -299,6 +299,14 @@ func (w *wsFrames) Control(op byte, payload []byte) {
 // polled TCP connection. A bad length gets a Kick; the transport closes the connection once
 // the Kick is written.
 func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
+	return tcpFrames(data, p.c.refuseTCPLength, p.c.handleFrame)
+}
+
+// tcpFrames hands each complete length-prefixed frame at the start of data to frame, and
+// returns how many bytes it consumed and, when the frame after those is incomplete, how many
+// that one needs in all. It reads no length that refuse refuses (it closes the connection)
+// any further, and stops there.
+func tcpFrames(data []byte, refuse func(size uint32) bool, frame func([]byte)) (int, int, readNext) {
 	consumed := 0
 	for {
 		rest := data[consumed:]
@@ -306,7 +314,7 @@ func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
 			return consumed, 4, readOn
 		}
 		size := binary.BigEndian.Uint32(rest)
-		if p.c.refuseTCPLength(size) {
+		if refuse(size) {
 			return consumed, 0, readStopped
 		}
 		total := 4 + int(size)
@@ -314,6 +322,6 @@ func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
 			return consumed, total, readOn
 		}
 		consumed += total
-		p.c.handleFrame(rest[4:total])
+		frame(rest[4:total])
 	}
 }
