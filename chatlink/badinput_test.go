@@ -319,3 +319,20 @@ func TestUpgradeRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenMaxLifetime: a token that would stay valid longer than its app's maximum lifetime
+// (Config.MaxTokenLifetime, here 2h) is refused at login with 4001, one within it logs in.
+func TestTokenMaxLifetime(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour} }
+	})
+	ok := dialWS(t, c.Nodes[0].WSURL())
+	ok.login(token(t, c, "brief", "r1"))
+	long, err := c.Mint("lasting", "r1", nil, 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	cl.sendFrame(loginFrame(long))
+	cl.expectKick(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, true)
+}

@@ -16,9 +16,11 @@ func TestConfigWithDefaults(t *testing.T) {
 		edit func(*Config)
 		err  string
 	}{
-		"bad name": {func(c *Config) { c.Node = "a b" }, "node name"},
-		"no bus":   {func(c *Config) { c.Bus = nil }, "Bus is required"},
-		"no keys":  {func(c *Config) { c.Keys = nil }, "Keys needs"},
+		"bad name":                   {func(c *Config) { c.Node = "a b" }, "node name"},
+		"no bus":                     {func(c *Config) { c.Bus = nil }, "Bus is required"},
+		"no keys":                    {func(c *Config) { c.Keys = nil }, "Keys needs"},
+		"lifetime of an unknown app": {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"other": time.Hour} }, "MaxTokenLifetime"},
+		"negative lifetime":          {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"app": -time.Hour} }, "MaxTokenLifetime"},
 	} {
 		cfg := valid
 		tc.edit(&cfg)

@@ -159,7 +159,7 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
-	claims, err := n.cfg.Keys.Verify(l.Token)
+	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
 		n.m.logins.WithLabelValues("expired").Inc()
