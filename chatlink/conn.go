@@ -165,6 +165,10 @@ func (c *conn) login(l *pb.Login) {
 		n.m.logins.WithLabelValues("expired").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
 		return
+	case errors.Is(err, auth.ErrLifetime):
+		n.m.logins.WithLabelValues("bad_token").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
+		return
 	case err != nil:
 		n.m.logins.WithLabelValues("bad_token").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")

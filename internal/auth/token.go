@@ -31,6 +31,10 @@ var ErrExpired = errors.New("auth: token expired")
 // ErrInvalid wraps every other reason a token is refused.
 var ErrInvalid = errors.New("auth: invalid token")
 
+// ErrLifetime wraps ErrInvalid for a token whose exp is further ahead than its app's maximum
+// token lifetime (Lifetimes): a reason worth telling the client, whose app mints such tokens.
+var ErrLifetime = fmt.Errorf("%w: valid for longer than the app's maximum token lifetime", ErrInvalid)
+
 // ValidName reports whether s may be used as an app id, room id or uid: 1 to 128 characters of
 // A-Z a-z 0-9 _ -. Names become parts of NATS subjects and URLs, so no dots, spaces or
 // wildcards. (A loop, not a regexp: a login checks three names.)
@@ -167,8 +171,7 @@ func (k Keyring) VerifyWithin(token string, max Lifetimes) (*Claims, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if limit := max.of(c.App); time.Until(c.ExpiresAt.Time) > limit {
-		return nil, fmt.Errorf("%w: exp %s is more than %v ahead, the app's maximum token lifetime",
-			ErrInvalid, c.ExpiresAt.UTC().Format(time.RFC3339), limit)
+		return nil, fmt.Errorf("%w: exp %s is more than %v ahead", ErrLifetime, c.ExpiresAt.UTC().Format(time.RFC3339), limit)
 	}
 	if !ValidName(c.App) || !ValidName(c.UID) || !ValidName(c.Room) {
 		return nil, fmt.Errorf("%w: app, uid and room must be valid names", ErrInvalid)
