@@ -13,6 +13,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test tools proto proto-check lint vet unit fuzz
+.PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
 
@@ -36,6 +37,7 @@ FUZZ_TARGETS := \
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, race tests.
 test: proto-check lint unit
+test: web-test
 
 tools:
 	@if ! protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)"; then \
@@ -81,3 +83,48 @@ fuzz:
 		echo "fuzz $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		go test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
 	done
+
+# ---- the web SDK (sdk/web) and the demo page built on it ----
+
+WEB := sdk/web
+# Node 20 has a global WebSocket only behind a flag; later versions have it by default.
+NODE_WS := node $(shell node -e 'process.stdout.write(typeof WebSocket === "undefined" ? "--experimental-websocket" : "")' 2>/dev/null)
+
+## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json, and Debian's chromium.
+web-deps:
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "installing chromium (Debian) for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+## web-proto: regenerate sdk/web/src/gen from proto/client.proto and proto/message.proto.
+web-proto: tools web-deps
+	protoc -I proto --plugin=protoc-gen-es=$(WEB)/node_modules/.bin/protoc-gen-es \
+		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto message.proto
+
+## web-build: build the package (sdk/web/dist) and the demo's bundle (cmd/roomcast/web/demo.js, committed).
+web-build: web-deps
+	cd $(WEB) && node scripts/build.mjs
+
+## web-check: fail if the generated code or the committed demo bundle is not what the pinned tools produce.
+web-check: web-proto
+	@if [ -n "$$(git status --porcelain -- $(WEB)/src/gen)" ]; then \
+		echo "generated code in $(WEB)/src/gen is out of date; run 'make web-proto' and commit:"; \
+		git status --porcelain -- $(WEB)/src/gen; exit 1; \
+	fi
+	cd $(WEB) && node scripts/build.mjs --check
+
+## web-unit: the web SDK's unit tests (node's test runner, a fake ChatLink).
+web-unit: web-check
+	cd $(WEB) && $(NODE_WS) --test test/unit/*.test.mjs
+
+## web-browser: the demo and the SDK in chromium against a real `roomcast dev`, and the packed tarball in a blank project.
+web-browser: web-check
+	cd $(WEB) && $(NODE_WS) --test --test-concurrency=1 test/browser/*.test.mjs
+
+web-test: web-unit web-browser
+
+## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
+web-bench: web-deps
+	cd $(WEB) && node bench/decode.mjs

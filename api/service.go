@@ -114,9 +114,10 @@ func New(cfg Config) (*API, error) {
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
-// grpcurl). The caller serves it on a listener and stops it.
-func (a *API) NewGRPCServer() *grpc.Server {
-	s := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody))
+// grpcurl); opts add to its options (grpc.Creds for TLS). The caller serves it on a listener
+// and stops it.
+func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.UnaryInterceptor(a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
 	pb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s

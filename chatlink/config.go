@@ -1,9 +1,12 @@
 package chatlink
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -36,6 +39,25 @@ type Config struct {
 	// PublicHost is the host clients reach this node at, put in the load reports the
 	// dispatcher hands out. Zero value means the host of the listeners.
 	PublicHost string
+	// TLS, when set, makes both listeners TLS: the WebSocket one serves wss:// and the TCP
+	// one TLS, every handshake bounded by 5s. TLS connections are read by a reader goroutine
+	// each and written through plain writes (as with ReaderGoroutines and PlainWrites), since
+	// the poller and the io_uring batch sends move plaintext bytes to and from the socket; the
+	// certificate comes from the config's GetCertificate at each handshake (internal/certfiles
+	// re-reads changed files there). Zero value means plaintext: ws:// and plain TCP.
+	TLS *tls.Config
+	// PublicWSURL is the WebSocket URL the node advertises instead of its listener's, for a
+	// node behind a proxy (often one that terminates TLS: wss://chat.example.com/v1/ws). Zero
+	// value means the listener's URL: ws://, or wss:// with TLS, at PublicHost or the
+	// listener's host, its port, path /v1/ws.
+	PublicWSURL string
+	// PublicTCPAddr is the host:port the node advertises for its TCP transport instead of its
+	// listener's. Zero value means the listener's port at PublicHost or the listener's host.
+	PublicTCPAddr string
+	// PublicTCPTLS advertises the TCP transport as TLS although the node serves it plain: a
+	// proxy at PublicTCPAddr terminates TLS. With TLS set the transport is advertised as TLS
+	// anyway. Zero value (false) means as the node serves it.
+	PublicTCPTLS bool
 	// Region and ISP label this node for the dispatcher. Zero values mean unlabelled.
 	Region, ISP string
 	// MaxFrameBytes limits a client frame. Zero value means 65536.
@@ -125,6 +147,17 @@ func (c Config) withDefaults() (Config, error) {
 	for app, d := range c.MaxTokenLifetime {
 		if _, ok := c.Keys[app]; !ok || d < 0 {
 			return c, fmt.Errorf("chatlink: MaxTokenLifetime %v for app %q: want a lifetime of 0 or more for an app in Keys", d, app)
+		}
+	}
+	if c.PublicWSURL != "" {
+		u, err := url.Parse(c.PublicWSURL)
+		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			return c, fmt.Errorf("chatlink: public WebSocket URL %q must be ws:// or wss:// with a host", c.PublicWSURL)
+		}
+	}
+	if c.PublicTCPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PublicTCPAddr); err != nil {
+			return c, fmt.Errorf("chatlink: public TCP address %q: %w", c.PublicTCPAddr, err)
 		}
 	}
 	if c.WSListen == "" {

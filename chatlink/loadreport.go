@@ -20,6 +20,7 @@ func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
 		Node:                      n.cfg.Node,
 		WsUrl:                     n.WSURL(),
 		TcpAddr:                   n.TCPAddr(),
+		TcpTls:                    n.TCPTLS(),
 		Region:                    n.cfg.Region,
 		Isp:                       n.cfg.ISP,
 		Connections:               int64(n.conns.len()),

@@ -63,6 +63,7 @@ type Node struct {
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
+	sse      *sseServer // the HTTP fallback, on wsLn's connections (transport_sse.go)
 	tcpLn    net.Listener
 
 	ctx        context.Context // ends at the end of Shutdown
@@ -132,6 +133,7 @@ func (n *Node) start() error {
 	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
+	n.sse = newSSEServer(n)
 	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
@@ -164,6 +166,7 @@ func (n *Node) start() error {
 	// only now that it will serve.
 	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
+	n.goAsync(n.sse.serve)
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
@@ -194,6 +197,9 @@ func (n *Node) closeListeners() {
 	if n.wsLn != nil {
 		_ = n.wsLn.Close()
 	}
+	if n.sse != nil {
+		n.sse.close()
+	}
 	if n.tcpLn != nil {
 		_ = n.tcpLn.Close()
 	}
@@ -219,11 +225,29 @@ func (n *Node) goAsync(f func()) {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Node }
 
-// WSURL returns the WebSocket URL clients connect to.
-func (n *Node) WSURL() string { return "ws://" + n.publicAddr(n.wsLn) + wsPath }
+// WSURL returns the WebSocket URL clients connect to: Config.PublicWSURL, or the listener's.
+func (n *Node) WSURL() string {
+	if n.cfg.PublicWSURL != "" {
+		return n.cfg.PublicWSURL
+	}
+	scheme := "ws://"
+	if n.cfg.TLS != nil {
+		scheme = "wss://"
+	}
+	return scheme + n.publicAddr(n.wsLn) + wsPath
+}
 
-// TCPAddr returns the host:port of the TCP transport.
-func (n *Node) TCPAddr() string { return n.publicAddr(n.tcpLn) }
+// TCPAddr returns the host:port clients reach the TCP transport at: Config.PublicTCPAddr, or
+// the listener's.
+func (n *Node) TCPAddr() string {
+	if n.cfg.PublicTCPAddr != "" {
+		return n.cfg.PublicTCPAddr
+	}
+	return n.publicAddr(n.tcpLn)
+}
+
+// TCPTLS reports whether clients reach the TCP transport over TLS.
+func (n *Node) TCPTLS() bool { return n.cfg.TLS != nil || n.cfg.PublicTCPTLS }
 
 func (n *Node) publicAddr(ln net.Listener) string {
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -242,6 +266,10 @@ func (n *Node) acceptTCP() {
 			}
 			n.log.Warn("tcp accept", "err", err)
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if n.cfg.TLS != nil {
+			n.goAsync(func() { n.startTLSTCP(nc) })
 			continue
 		}
 		if tc, ok := nc.(*net.TCPConn); ok && n.poll != nil { // Go sets TCP_NODELAY on every TCPConn
@@ -320,6 +348,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 			n.conns.each(func(c *conn) { c.t.forceClose() })
 		case <-poll.C:
 		}
+	}
+	if n.sse != nil {
+		n.sse.close()
 	}
 	n.cancel()
 	n.control.unsubscribe()

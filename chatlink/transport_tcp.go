@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -34,7 +35,8 @@ func (n *Node) startPolledTCP(tc *net.TCPConn) {
 // serveTCP runs one length-prefixed TCP connection: it reads frames until the connection ends.
 func (n *Node) serveTCP(nc net.Conn) {
 	defer n.wg.Done()
-	t := &tcpTransport{n: n, nc: nc}
+	_, overTLS := nc.(*tls.Conn)
+	t := &tcpTransport{n: n, nc: nc, oneWrite: overTLS}
 	c := n.newConn(t)
 	defer c.closed()
 	defer t.forceClose()
@@ -79,6 +81,9 @@ func (c *conn) refuseTCPLength(size uint32) bool {
 type tcpTransport struct {
 	n  *Node
 	nc net.Conn
+	// oneWrite makes each flush one write of one buffer: over TLS every write is at least one
+	// record, and a record per frame and per length prefix would multiply the overhead.
+	oneWrite bool
 
 	mu      sync.Mutex // guards the fields below
 	queue   [][]byte
@@ -139,7 +144,7 @@ func (t *tcpTransport) waitFlushed() {
 }
 
 func (t *tcpTransport) flush() {
-	var hdrs []byte
+	var hdrs, joined []byte
 	var bufs net.Buffers
 	for {
 		t.mu.Lock()
@@ -169,6 +174,13 @@ func (t *tcpTransport) flush() {
 		var size int64
 		for _, b := range q {
 			size += int64(len(b))
+		}
+		if t.oneWrite {
+			joined = joined[:0]
+			for _, b := range bufs {
+				joined = append(joined, b...)
+			}
+			bufs = append(bufs[:0], joined)
 		}
 		_ = t.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := bufs.WriteTo(t.nc)

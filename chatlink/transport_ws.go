@@ -104,11 +104,25 @@ func (n *Node) acceptWS() {
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, wsReadBuffer) }}
 
 // upgradeWS upgrades one connection (GET /v1/ws), on a short-lived goroutine, and hands it to
-// the node's poller (polled.go), or to a reader goroutine of its own without a poller.
+// the node's poller (polled.go), or to a reader goroutine of its own without a poller or over
+// TLS (transport_tls.go).
 func (n *Node) upgradeWS(nc net.Conn) {
+	if n.cfg.TLS != nil {
+		tc := n.handshakeTLS(nc)
+		if tc == nil {
+			return
+		}
+		nc = tc // not a *net.TCPConn: served by serveWSReader, written by gws
+	}
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := handshakeReaders.Get().(*bufio.Reader)
 	br.Reset(nc)
+	if isSSERequest(br) { // the HTTP fallback (transport_sse.go)
+		n.sse.handOver(nc, br)
+		br.Reset(nil)
+		handshakeReaders.Put(br)
+		return
+	}
 	req, err := wsproto.ReadUpgrade(br, wsPath)
 	switch {
 	case errors.Is(err, wsproto.ErrNotFound):
@@ -159,7 +173,7 @@ func (n *Node) upgradeWS(nc net.Conn) {
 }
 
 // serveWSReader upgrades a connection that gets a reader goroutine of its own
-// (Config.ReaderGoroutines, or no poller on this platform).
+// (Config.ReaderGoroutines, no poller on this platform, or TLS).
 func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request) {
 	socket, err := n.upgrader.UpgradeFromConn(nc, br, req)
 	if err != nil {

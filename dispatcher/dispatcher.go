@@ -105,6 +105,8 @@ type Endpoint struct {
 	Node    string `json:"node"`
 	WSURL   string `json:"ws_url"`
 	TCPAddr string `json:"tcp_addr"`
+	// TCPTLS says the TCP transport is TLS; left out of the JSON when false.
+	TCPTLS bool `json:"tcp_tls,omitempty"`
 }
 
 // Answer is the reply to a dispatch request.

@@ -47,7 +47,7 @@ func (g grpcService) Dispatch(ctx context.Context, _ *pb.DispatchRequest) (*pb.D
 	}
 	resp := &pb.DispatchResponse{TtlMs: ans.TTLMS, Nodes: make([]*pb.Endpoint, len(ans.Nodes))}
 	for i, e := range ans.Nodes {
-		resp.Nodes[i] = &pb.Endpoint{Node: e.Node, WsUrl: e.WSURL, TcpAddr: e.TCPAddr}
+		resp.Nodes[i] = &pb.Endpoint{Node: e.Node, WsUrl: e.WSURL, TcpAddr: e.TCPAddr, TcpTls: e.TCPTLS}
 	}
 	return resp, nil
 }

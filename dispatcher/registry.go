@@ -140,7 +140,7 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 			FlowControl: r.FlowControlStrength, CPU: r.Cpu, BusRTTUs: r.BusRttUs,
 			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp,
 		},
-		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr},
+		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr, TCPTLS: r.TcpTls},
 		capacity:         float64(r.MaxConnections),
 		capacityReported: r.MaxConnections > 0,
 		conns:            float64(r.Connections),

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,9 +72,16 @@ type Config struct {
 	HTTPClient *http.Client
 
 	// Dialer opens the TCP connection to a ChatLink, for both transports (for wss the TLS
-	// handshake runs over it), e.g. to choose the local address with net.Dialer.LocalAddr.
+	// handshake runs over it, as for TLS TCP), e.g. to choose the local address with
+	// net.Dialer.LocalAddr.
 	// Nil means a zero net.Dialer.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// TLS configures the TLS client of wss:// endpoints and of TCP endpoints the dispatcher
+	// marks tcp_tls, e.g. RootCAs for a private CA; ServerName is set per endpoint (its host)
+	// when empty. With HTTPClient nil, it also configures the dispatch request over https://.
+	// Nil means the system's roots and TLS 1.2 at least.
+	TLS *tls.Config
 
 	// AttemptTimeout bounds connecting to and logging in at one endpoint, so that a hanging
 	// endpoint gives way to the next. Zero value means 10s.
@@ -117,6 +125,8 @@ type Endpoint struct {
 	WSURL string `json:"ws_url"`
 	// TCPAddr is its TCP address, e.g. "127.0.0.1:9201".
 	TCPAddr string `json:"tcp_addr"`
+	// TCPTLS says the TCP transport at TCPAddr is TLS.
+	TCPTLS bool `json:"tcp_tls,omitempty"`
 }
 
 // withDefaults returns c with the zero values replaced by the documented defaults, or an error
@@ -138,6 +148,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient, c.closeDispatch = http.DefaultClient, true
+		if c.TLS != nil { // the app's TLS settings hold for its dispatcher too
+			c.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: c.TLS.Clone(), Proxy: http.ProxyFromEnvironment}}
+		}
+	}
+	if c.TLS == nil {
+		c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	if c.Dialer == nil {
 		var d net.Dialer

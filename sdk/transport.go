@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 
 	"roomcast/proto/roomcastpb"
 )
@@ -31,7 +33,7 @@ func dialTransport(ctx context.Context, cfg *Config, ep Endpoint) (frameConn, er
 		if ep.TCPAddr == "" {
 			return nil, fmt.Errorf("%w: endpoint %q has no tcp_addr", ErrNoEndpoints, ep.Node)
 		}
-		return dialTCP(ctx, ep.TCPAddr, cfg)
+		return dialTCP(ctx, ep.TCPAddr, ep.TCPTLS, cfg)
 	default:
 		return nil, fmt.Errorf("roomcast: unknown transport %q", cfg.Transport)
 	}
@@ -43,4 +45,20 @@ func endpointAddr(ep Endpoint, transport string) string {
 		return ep.TCPAddr
 	}
 	return ep.WSURL
+}
+
+// handshakeTLS runs the client side of a TLS handshake over nc with host, bounded by ctx; it
+// closes nc when the handshake fails.
+func handshakeTLS(ctx context.Context, nc net.Conn, host string, cfg *Config) (net.Conn, error) {
+	tcfg := cfg.TLS
+	if tcfg.ServerName == "" {
+		tcfg = tcfg.Clone()
+		tcfg.ServerName = host
+	}
+	tc := tls.Client(nc, tcfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	return tc, nil
 }

@@ -30,10 +30,17 @@ type tcpConn struct {
 
 var _ frameConn = (*tcpConn)(nil)
 
-func dialTCP(ctx context.Context, addr string, cfg *Config) (*tcpConn, error) {
+// dialTCP connects to addr, inside TLS when overTLS.
+func dialTCP(ctx context.Context, addr string, overTLS bool, cfg *Config) (*tcpConn, error) {
 	nc, err := cfg.Dialer(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if overTLS {
+		host, _, _ := net.SplitHostPort(addr)
+		if nc, err = handshakeTLS(ctx, nc, host, cfg); err != nil {
+			return nil, err
+		}
 	}
 	return newTCPConn(nc, cfg.WriteTimeout), nil
 }

@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,12 +60,9 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 		return nil, err
 	}
 	if u.Scheme == "wss" {
-		tc := tls.Client(nc, &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
-		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = nc.Close()
-			return nil, fmt.Errorf("tls handshake: %w", err)
+		if nc, err = handshakeTLS(ctx, nc, u.Hostname(), cfg); err != nil {
+			return nil, err
 		}
-		nc = tc
 	}
 
 	w := &wsConn{writeTimeout: cfg.WriteTimeout}

@@ -67,6 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	secret := fs.String("secret", devcluster.Secret, "the app's token secret")
 	fs.StringVar(&cfg.App, "app", devcluster.App, "app id")
 	fs.StringVar(&cfg.Transport, "transport", sdk.TransportWebSocket, "client transport: ws or tcp")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM file of the CA certificates to trust instead of the system's, for https://, wss:// and TLS TCP (a server started with --tls-cert)")
 	fs.IntVar(&cfg.N, "n", 100, "how many clients")
 	fs.StringVar(&cfg.Room, "room", "", "room (default: a fresh room bench-<run id>)")
 	fs.IntVar(&cfg.PerProcess, "per-process", loadgen.DefaultPerProcess, "clients per process; more are spread over worker processes")

@@ -18,7 +18,7 @@ import (
 	"roomcast/internal/devcluster"
 )
 
-//go:embed web
+//go:embed web/index.html web/demo.js
 var webFiles embed.FS
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -30,10 +30,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
+	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
+	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
-		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2]
+		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
 
 Runs everything in one process: an embedded NATS server with JetStream, the room and presence
 services, the dispatcher, the server API and --chatlinks ChatLink nodes (each with a WebSocket
@@ -46,6 +48,7 @@ secret and API key are fixed and printed.
 	if code := parseFlags(flags, args); code >= 0 {
 		return code
 	}
+	cfg.CORSOrigins = corsOrigins()
 	if cfg.ChatLinks < 1 || cfg.ChatLinks > 64 {
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
 		return 2
@@ -103,7 +106,11 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
 	for _, n := range c.Nodes {
-		fmt.Fprintf(&b, "  chatlink %-5s %s   tcp %s\n", n.Name(), n.WSURL(), n.TCPAddr())
+		tcp := "tcp"
+		if n.TCPTLS() {
+			tcp = "tcp+tls"
+		}
+		fmt.Fprintf(&b, "  chatlink %-5s %s   %s %s\n", n.Name(), n.WSURL(), tcp, n.TCPAddr())
 	}
 	fmt.Fprintf(&b, "\n  app %q, token secret %q\n\n", devcluster.App, devcluster.Secret)
 	fmt.Fprintf(&b, "Mint a token:\n  go run ./cmd/roomcast token --secret %s --app %s --uid alice --room lobby\n", devcluster.Secret, devcluster.App)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"roomcast/chatlink"
+	"roomcast/internal/certfiles"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -72,5 +73,26 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	return func(c *chatlink.Config) {
 		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
 		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
+	}
+}
+
+// bindTLSFlags binds --tls-cert and --tls-key, the certificate files of the commands that
+// serve TLS.
+func bindTLSFlags(fs *flag.FlagSet, files *certfiles.Config, what string) {
+	fs.StringVar(&files.CertFile, "tls-cert", "", "PEM certificate chain file: serve "+what+" over TLS; re-read when it changes (checked at a handshake, at most every 2s)")
+	fs.StringVar(&files.KeyFile, "tls-key", "", "PEM private key file of --tls-cert")
+}
+
+// bindCORSFlag binds --cors-origins: after parsing, the returned function lists them.
+func bindCORSFlag(fs *flag.FlagSet, def string) func() []string {
+	origins := fs.String("cors-origins", def, "comma-separated web origins (https://app.example.com) whose pages may call GET /v1/dispatch (and dev's /v1/dev/token) from another origin; * for any, self for this endpoint's own (empty: none)")
+	return func() []string {
+		var out []string
+		for o := range strings.SplitSeq(*origins, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				out = append(out, o)
+			}
+		}
+		return out
 	}
 }

@@ -24,6 +24,10 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&node.WSListen, "ws", "127.0.0.1:9101", "WebSocket listen address (path /v1/ws)")
 	fs.StringVar(&node.TCPListen, "tcp", "127.0.0.1:9201", "TCP transport listen address")
 	fs.StringVar(&node.PublicHost, "public-host", "", "host clients reach this node at (default: the listen host)")
+	fs.StringVar(&node.PublicWSURL, "public-ws-url", "", "WebSocket URL to advertise instead of the listener's, e.g. wss://chat.example.com/v1/ws behind a TLS-terminating proxy")
+	fs.StringVar(&node.PublicTCPAddr, "public-tcp-addr", "", "host:port to advertise for the TCP transport instead of the listener's")
+	fs.BoolVar(&node.PublicTCPTLS, "public-tcp-tls", false, "advertise the TCP transport as TLS although this node serves it plain (a proxy at --public-tcp-addr terminates TLS)")
+	bindTLSFlags(fs, &cfg.TLS, "--ws as wss:// and --tcp")
 	fs.StringVar(&node.Region, "region", "", "region label for the dispatcher, e.g. CN-22")
 	fs.StringVar(&node.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
 	fs.DurationVar(&node.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
@@ -34,7 +38,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	lifetimes := pairs{}
 	fs.Var(lifetimes, "token-max-lifetime", "APP=DURATION: how far ahead a login token of the app may expire; later is refused (repeatable; default 24h)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: roomcast chatlink --nats URL --node NAME --secret APP=SECRET [flags]\n\nRuns one ChatLink edge node. SIGTERM or Ctrl-C drains it: clients are told to reconnect elsewhere.\n\n")
+		fmt.Fprint(stderr, "Usage: roomcast chatlink --nats URL --node NAME --secret APP=SECRET [--tls-cert F --tls-key F] [flags]\n\nRuns one ChatLink edge node. SIGTERM or Ctrl-C drains it: clients are told to reconnect elsewhere.\n\n")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args); code >= 0 {
@@ -86,10 +90,12 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindNATSFlag(fs, &cfg.NATSURL)
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
+	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
+	corsOrigins := bindCORSFlag(fs, "")
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR]\n\nRuns the room and presence services, the dispatcher and the server API (HTTP/JSON and gRPC). Run as\nmany as you like: they share the work through NATS queue groups and JetStream.\n\n")
+		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room and presence services, the dispatcher and the server API (HTTP/JSON and gRPC). Run as\nmany as you like: they share the work through NATS queue groups and JetStream.\n\n")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args); code >= 0 {
@@ -100,6 +106,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	cfg.CORSOrigins = corsOrigins()
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	s, err := roles.StartServices(cfg)
 	if err != nil {

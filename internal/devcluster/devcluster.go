@@ -24,6 +24,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
+	"roomcast/internal/certfiles"
 	"roomcast/internal/devnats"
 	"roomcast/internal/roles"
 	"roomcast/presence"
@@ -52,7 +53,7 @@ type Config struct {
 	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
 	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
 	CityDB, ISPDB string
-	// Home serves GET / (the demo page). Zero value means 404.
+	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
 	Home http.Handler
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
 	// for finding where time goes on a dev machine: never set it where others can reach
@@ -80,6 +81,14 @@ type Config struct {
 	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
 	// means rooms open implicitly, as the demo page needs.
 	RequireCreated bool
+	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
+	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
+	// files are re-read when they change (certfiles). Zero value means plaintext.
+	TLS certfiles.Config
+	// CORSOrigins are the origins whose pages may call GET /v1/dispatch and GET /v1/dev/token
+	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
+	// value means none; `roomcast dev` passes "self".
+	CORSOrigins []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -149,12 +158,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		API:        api.Config{Keys: cfg.APIKeys},
 		Pprof:      cfg.Pprof,
 		Routes: func(mux *http.ServeMux) {
-			mux.HandleFunc("GET /v1/dev/token", devToken)
+			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {
 				mux.Handle("GET /{$}", cfg.Home)
+				mux.Handle("GET /demo.js", cfg.Home)
 			}
 		},
 		Log: log,
+		TLS: cfg.TLS, CORSOrigins: cfg.CORSOrigins, CORSPaths: []string{devTokenPath},
 	})
 	if err != nil {
 		return nil, err
@@ -173,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			cfg.ChatLink(&ncfg)
 		}
 		cl, err := roles.StartChatLink(roles.ChatLinkConfig{
-			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry,
+			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry, TLS: cfg.TLS,
 		})
 		if err != nil {
 			return nil, err
@@ -222,6 +233,9 @@ func (c *Cluster) Close() {
 		c.NATS.WaitForShutdown()
 	}
 }
+
+// devTokenPath is the path of devToken.
+const devTokenPath = "/v1/dev/token"
 
 // devToken mints a token for the dev app: GET /v1/dev/token?uid=U&room=R. It exists only in
 // dev deployments, for the demo page.

@@ -245,7 +245,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		return res, err
 	}
 	tags := tagging{groups: cfg.Tags}
-	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, tags, cfg.Senders, cfg.Batch)
+	pub := newPublisher(cfg.API, cfg.APIKey, r.room, cfg.Lane, cfg.Size, r.id, tags, cfg.Senders, cfg.Batch, tlsConfig(cfg.caPEM))
 	total := int64(cfg.Rate * cfg.Duration.Seconds())
 	stop := r.everySecond(func() {
 		pub.mu.Lock()

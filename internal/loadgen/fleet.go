@@ -40,6 +40,8 @@ type spec struct {
 	Tags int `json:"tags"`
 	// Client is ClientSDK or ClientRaw (fanout).
 	Client string `json:"client"`
+	// CAPEM holds the CA certificates the clients trust (Config.TLSCA); empty: the system's.
+	CAPEM []byte `json:"ca_pem,omitempty"`
 }
 
 func (s spec) tagging() tagging { return tagging{groups: s.Tags} }
@@ -114,7 +116,7 @@ func newFleet(sp spec, log *slog.Logger) *fleet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
+	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count, tlsConfig(sp.CAPEM)), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
 	if sp.Client == ClientRaw {
 		go f.heartbeats()
 		p, err := newRawPollers()
@@ -225,6 +227,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		Device:         "bench",
 		HTTPClient:     f.hc,
 		Dialer:         dialerFrom(sourceAddr(i)),
+		TLS:            tlsConfig(f.spec.CAPEM),
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
 		OnMessage:      m.receive,

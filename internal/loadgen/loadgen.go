@@ -3,6 +3,8 @@ package loadgen
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +39,10 @@ type Config struct {
 	Secret []byte
 	// Transport is sdk.TransportWebSocket or sdk.TransportTCP. Zero value means WebSocket.
 	Transport string
+	// TLSCA is a PEM file of the CA certificates the bench trusts, instead of the system's,
+	// for https:// (dispatcher, API, metrics), wss:// and TLS TCP: the way to measure a
+	// server with a private or self-signed certificate. Zero value means the system's roots.
+	TLSCA string
 
 	// N is how many clients. Required.
 	N int
@@ -108,6 +114,18 @@ type Config struct {
 	Progress func(line string)
 	// Log receives the clients' logs. Nil means none.
 	Log *slog.Logger
+
+	caPEM []byte // TLSCA's contents, read by withDefaults
+}
+
+// tlsConfig trusts the CA certificates in caPEM; nil (the system's roots) without any.
+func tlsConfig(caPEM []byte) *tls.Config {
+	if len(caPEM) == 0 {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
 
 const (
@@ -166,6 +184,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PerProcess <= 0 {
 		c.PerProcess = DefaultPerProcess
 	}
+	if c.TLSCA != "" {
+		b, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return c, fmt.Errorf("bench: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return c, fmt.Errorf("bench: no PEM certificate in %s", c.TLSCA)
+		}
+		c.caPEM = b
+	}
 	switch {
 	case c.Dispatcher == "":
 		return c, errors.New("bench: no dispatcher URL")
@@ -192,7 +220,7 @@ type runner struct {
 }
 
 func newRunner(cfg Config) *runner {
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2, TLSClientConfig: tlsConfig(cfg.caPEM)}}
 	r := &runner{cfg: cfg, hc: hc, server: probeServer{metricsURL: cfg.Metrics, pid: cfg.PID, hc: hc}}
 	_, _ = rand.Read(r.id[:])
 	r.room = cfg.Room
@@ -215,7 +243,7 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 	base := spec{
 		Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
-		MessageBuffer: messageBuffer, Tags: r.cfg.Tags,
+		MessageBuffer: messageBuffer, Tags: r.cfg.Tags, CAPEM: r.cfg.caPEM,
 	}
 	if scenario == "fanout" {
 		base.Client = r.cfg.Client

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,13 +39,14 @@ type publisher struct {
 	latency *hdrhistogram.Histogram // request to answer, µs
 }
 
-func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders, batch int) *publisher {
+func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders, batch int, tlsCfg *tls.Config) *publisher {
 	return &publisher{
 		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
 		batch:   max(1, batch),
 		latency: newLatencyHistogram(),
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: senders, MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, IdleConnTimeout: 30 * time.Second,
+			TLSClientConfig: tlsCfg,
 		}},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +87,9 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 		return nil, err
 	}
 	ep := eps[0] // a successful answer names at least one node
+	if ep.TCPTLS && transport == sdk.TransportTCP || strings.HasPrefix(ep.WSURL, "wss:") && transport != sdk.TransportTCP {
+		return nil, errors.New("raw clients speak plaintext only, and this node serves TLS: use sdk clients")
+	}
 	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
 		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
 	if err != nil {

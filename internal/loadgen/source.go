@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -70,7 +71,7 @@ func isLoopback(addr string) bool {
 // the server, more than the dispatch itself. Up to dispatchConns stay open between
 // requests, enough for the requests in flight at thousands of logins per second; new
 // connections are spread over the fleet's source addresses like the ChatLink connections.
-func dispatchClient(first, count int) *http.Client {
+func dispatchClient(first, count int, tlsCfg *tls.Config) *http.Client {
 	var addrs []net.IP
 	for i := first; i < first+count; i += clientsPerSourceAddr {
 		addrs = append(addrs, sourceAddr(i))
@@ -92,6 +93,7 @@ func dispatchClient(first, count int) *http.Client {
 			MaxIdleConnsPerHost: dispatchConns,
 			MaxConnsPerHost:     dispatchConns,
 			IdleConnTimeout:     5 * time.Second,
+			TLSClientConfig:     tlsCfg,
 		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/chatlink"
+	"roomcast/internal/certfiles"
 )
 
 // ChatLinkConfig configures the ChatLink role.
@@ -20,9 +21,13 @@ type ChatLinkConfig struct {
 	// NATSOptions add to the options of the node's NATS connection (bus.Connect); the dev
 	// assembly passes nats.InProcessServer. Zero value means none.
 	NATSOptions []nats.Option
-	// Node configures the node; its Bus and Registry are set here, and its Log receives the
-	// role's logs too.
+	// Node configures the node; its Bus and Registry are set here (and its TLS from the TLS
+	// files), and its Log receives the role's logs too.
 	Node chatlink.Config
+	// TLS, when it names files, makes the node's listeners wss:// and TLS TCP, with the
+	// certificate re-read when the files change (certfiles). Zero value means Node.TLS as given
+	// (nil: plaintext).
+	TLS certfiles.Config
 	// Registry receives the node's metrics and is served on the ops endpoint. Zero value means
 	// a new registry with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
@@ -69,14 +74,19 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 			_ = c.Shutdown(context.Background())
 		}
 	}()
-	// The ops listener first: an address in use fails the start before the node takes its
-	// name's lease.
+	// The certificate and the ops listener first: a bad file or an address in use fails the
+	// start before the node takes its name's lease.
+	ncfg := cfg.Node
+	if cfg.TLS.Enabled() {
+		if ncfg.TLS, err = serverTLS(cfg.TLS, log); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.OpsListen != "" {
 		if c.opsLn, err = net.Listen("tcp", cfg.OpsListen); err != nil {
 			return nil, listenError("ops", cfg.OpsListen, err)
 		}
 	}
-	ncfg := cfg.Node
 	if ncfg.Bus, err = c.bus.connect("chatlink " + ncfg.Node); err != nil {
 		return nil, err
 	}
@@ -91,7 +101,7 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 	}
 	c.Node = node
 	if c.opsLn != nil {
-		c.ops = serveHTTP(c.opsLn, newMux(cfg.Registry, c.health, true), log)
+		c.ops = serveHTTP(c.opsLn, newMux(cfg.Registry, c.health, true), nil, log)
 	}
 	return c, nil
 }

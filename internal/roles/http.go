@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -70,10 +71,12 @@ type httpServer struct {
 	done chan struct{} // closed when Serve has returned
 }
 
-func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
+// serveHTTP serves h on ln: HTTPS with tlsCfg, else plain HTTP.
+func serveHTTP(ln net.Listener, h http.Handler, tlsCfg *tls.Config, log *slog.Logger) *httpServer {
 	s := &httpServer{
 		srv: &http.Server{
 			Handler:           h,
+			TLSConfig:         tlsCfg,
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       2 * time.Minute, // without it an idle keep-alive connection is kept forever
 		},
@@ -81,7 +84,11 @@ func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := s.srv.Serve
+		if tlsCfg != nil {
+			serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") } // the certificate comes from tlsCfg
+		}
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()

@@ -7,6 +7,7 @@
 package roles
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/certfiles"
 )
 
 // busConns dials a role's NATS connections, one per component, and closes them together.
@@ -72,4 +74,15 @@ func newRegistry() *prometheus.Registry {
 // listenError names the listener that could not open.
 func listenError(what, addr string, err error) error {
 	return fmt.Errorf("roles: %s listener on %s: %w", what, addr, err)
+}
+
+// serverTLS loads a role's certificate files: the TLS config of its listeners, whose
+// handshakes take up changed files (certfiles), logging reloads to log.
+func serverTLS(files certfiles.Config, log *slog.Logger) (*tls.Config, error) {
+	files.Log = log
+	src, err := certfiles.New(files)
+	if err != nil {
+		return nil, fmt.Errorf("roles: %w", err)
+	}
+	return src.ServerConfig(), nil
 }

@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,9 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"roomcast/api"
 	"roomcast/dispatcher"
+	"roomcast/internal/certfiles"
 	"roomcast/presence"
 	"roomcast/room"
 )
@@ -51,6 +55,18 @@ type ServicesConfig struct {
 	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
 	// demo page and tokens).
 	Routes func(*http.ServeMux)
+	// TLS, when it names files, makes both endpoints TLS: HTTPS and gRPC over TLS, with the
+	// certificate re-read when the files change (certfiles). Zero value means plaintext.
+	TLS certfiles.Config
+	// CORSOrigins are the web origins ("https://app.example.com") whose pages may call the
+	// browser-facing routes from another origin: GET /v1/dispatch and CORSPaths. "*" allows
+	// any; "self" the endpoint's own origins (its scheme and listen address, with localhost,
+	// 127.0.0.1 and ::1 for a loopback one). Preflight OPTIONS requests are answered. Zero
+	// value means none: browsers keep the answers from other origins' pages.
+	CORSOrigins []string
+	// CORSPaths are more paths (exact) CORSOrigins apply to, among those Routes adds. Zero
+	// value means none.
+	CORSPaths []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -108,7 +124,14 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 			s.Close()
 		}
 	}()
-	// The listeners first: an address in use fails the start before anything runs.
+	// The certificate and the listeners first: a bad file or an address in use fails the
+	// start before anything runs.
+	var tlsCfg *tls.Config
+	if cfg.TLS.Enabled() {
+		if tlsCfg, err = serverTLS(cfg.TLS, cfg.Log); err != nil {
+			return nil, err
+		}
+	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, listenError("HTTP", cfg.Listen, err)
 	}
@@ -151,11 +174,24 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		return nil, err
 	}
 
-	grpcSrv := s.API.NewGRPCServer()
+	var grpcOpts []grpc.ServerOption
+	if tlsCfg != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	grpcSrv := s.API.NewGRPCServer(grpcOpts...)
 	s.Dispatcher.RegisterGRPC(grpcSrv)
 	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
-	s.http = serveHTTP(s.httpLn, s.routes(), cfg.Log)
+	cors := newCORSPolicy(cfg.CORSOrigins, selfOrigins(s.scheme(), s.httpLn.Addr()), append([]string{"/v1/dispatch"}, cfg.CORSPaths...))
+	s.http = serveHTTP(s.httpLn, cors.wrap(s.routes()), tlsCfg, cfg.Log)
 	return s, nil
+}
+
+// scheme is the HTTP endpoint's URL scheme.
+func (s *Services) scheme() string {
+	if s.cfg.TLS.Enabled() {
+		return "https"
+	}
+	return "http"
 }
 
 // routes is the HTTP endpoint's one route list.
@@ -184,8 +220,9 @@ func (s *Services) health(h *Health) error {
 	return nil
 }
 
-// URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080.
-func (s *Services) URL() string { return "http://" + s.httpLn.Addr().String() }
+// URL returns the base URL of the HTTP endpoint, e.g. http://127.0.0.1:8080 (https:// with
+// TLS).
+func (s *Services) URL() string { return s.scheme() + "://" + s.httpLn.Addr().String() }
 
 // GRPCAddr returns the host:port of the gRPC listener.
 func (s *Services) GRPCAddr() string { return s.grpcLn.Addr().String() }

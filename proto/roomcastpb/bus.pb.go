@@ -1503,9 +1503,10 @@ func (x *PresenceReply) GetUsersOnline() int64 {
 type LoadReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	// WebSocket URL for clients, e.g. ws://127.0.0.1:9001/v1/ws.
+	// WebSocket URL for clients, e.g. ws://127.0.0.1:9001/v1/ws, or wss://...: the node's
+	// public URL when it has one (behind a TLS-terminating proxy), else its listener's.
 	WsUrl string `protobuf:"bytes,2,opt,name=ws_url,json=wsUrl,proto3" json:"ws_url,omitempty"`
-	// host:port of the length-prefixed TCP transport.
+	// host:port of the length-prefixed TCP transport, public or the listener's like ws_url.
 	TcpAddr string `protobuf:"bytes,3,opt,name=tcp_addr,json=tcpAddr,proto3" json:"tcp_addr,omitempty"`
 	// Where the node is: "CONTINENT/COUNTRY/SUBDIVISION" with MaxMind's codes, e.g. "AS/CN/22"
 	// (Jilin); a prefix ("AS/CN", "EU") is fine. Empty: unlabelled.
@@ -1528,8 +1529,10 @@ type LoadReport struct {
 	BusRttUs int64 `protobuf:"varint,15,opt,name=bus_rtt_us,json=busRttUs,proto3" json:"bus_rtt_us,omitempty"`
 	// How often the node reports, in milliseconds; three missed reports take it out.
 	ReportIntervalMs int64 `protobuf:"varint,16,opt,name=report_interval_ms,json=reportIntervalMs,proto3" json:"report_interval_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Clients reach tcp_addr over TLS (the node serves TLS, or a proxy in front of it does).
+	TcpTls        bool `protobuf:"varint,17,opt,name=tcp_tls,json=tcpTls,proto3" json:"tcp_tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -1672,6 +1675,13 @@ func (x *LoadReport) GetReportIntervalMs() int64 {
 		return x.ReportIntervalMs
 	}
 	return 0
+}
+
+func (x *LoadReport) GetTcpTls() bool {
+	if x != nil {
+		return x.TcpTls
+	}
+	return false
 }
 
 // DrainRequest asks a ChatLink to drain (subject rc.admin.<node>.drain): stop taking logins, tell
@@ -1874,7 +1884,7 @@ const file_bus_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
 	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
-	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\x97\x04\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xb0\x04\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -1894,7 +1904,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x0fmax_connections\x18\x0e \x01(\x03R\x0emaxConnections\x12\x1c\n" +
 	"\n" +
 	"bus_rtt_us\x18\x0f \x01(\x03R\bbusRttUs\x12,\n" +
-	"\x12report_interval_ms\x18\x10 \x01(\x03R\x10reportIntervalMs\"L\n" +
+	"\x12report_interval_ms\x18\x10 \x01(\x03R\x10reportIntervalMs\x12\x17\n" +
+	"\atcp_tls\x18\x11 \x01(\bR\x06tcpTls\"L\n" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +

@@ -145,7 +145,10 @@ type Endpoint struct {
 	// WebSocket URL, e.g. ws://127.0.0.1:9001/v1/ws.
 	WsUrl string `protobuf:"bytes,2,opt,name=ws_url,json=wsUrl,proto3" json:"ws_url,omitempty"`
 	// host:port of the length-prefixed TCP transport.
-	TcpAddr       string `protobuf:"bytes,3,opt,name=tcp_addr,json=tcpAddr,proto3" json:"tcp_addr,omitempty"`
+	TcpAddr string `protobuf:"bytes,3,opt,name=tcp_addr,json=tcpAddr,proto3" json:"tcp_addr,omitempty"`
+	// The TCP transport at tcp_addr is TLS: the client makes a TLS connection (server name: the
+	// host of tcp_addr) and speaks the same length-prefixed frames inside it.
+	TcpTls        bool `protobuf:"varint,4,opt,name=tcp_tls,json=tcpTls,proto3" json:"tcp_tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +204,13 @@ func (x *Endpoint) GetTcpAddr() string {
 	return ""
 }
 
+func (x *Endpoint) GetTcpTls() bool {
+	if x != nil {
+		return x.TcpTls
+	}
+	return false
+}
+
 var File_dispatcher_proto protoreflect.FileDescriptor
 
 const file_dispatcher_proto_rawDesc = "" +
@@ -212,11 +222,12 @@ const file_dispatcher_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\"V\n" +
 	"\x10DispatchResponse\x12+\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x15.roomcast.v1.EndpointR\x05nodes\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"P\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"i\n" +
 	"\bEndpoint\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
 	"\x06ws_url\x18\x02 \x01(\tR\x05wsUrl\x12\x19\n" +
-	"\btcp_addr\x18\x03 \x01(\tR\atcpAddr2U\n" +
+	"\btcp_addr\x18\x03 \x01(\tR\atcpAddr\x12\x17\n" +
+	"\atcp_tls\x18\x04 \x01(\bR\x06tcpTls2U\n" +
 	"\n" +
 	"Dispatcher\x12G\n" +
 	"\bDispatch\x12\x1c.roomcast.v1.DispatchRequest\x1a\x1d.roomcast.v1.DispatchResponseB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"

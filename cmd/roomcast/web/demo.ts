@@ -1,0 +1,310 @@
+// The demo page of `roomcast dev`: a video-sized stage with the room's danmaku flying across it,
+// built on the web SDK (sdk/web). sdk/web's build bundles this file into demo.js, which is
+// committed so that `roomcast dev` runs without npm.
+//
+// URL parameters: uid, room, history (messages on join, default 50), density (1–4), join=1 to
+// join at once.
+
+import {
+  Client,
+  CloseCode,
+  CloseError,
+  closeCodeName,
+  ErrorCode,
+  errorCodeName,
+  Lane,
+  type Message,
+  SendError,
+} from "../../../sdk/web/src/index.js";
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const ui = {
+  joinForm: $<HTMLFormElement>("join-form"), uid: $<HTMLInputElement>("uid"), room: $<HTMLInputElement>("room"),
+  join: $<HTMLButtonElement>("join"), status: $("status"), state: $("st-state"), node: $("st-node"),
+  transport: $("st-transport"),
+  session: $("st-session"), received: $("st-received"), drawn: $("st-drawn"), stage: $("stage"),
+  stageNote: $("stage-note"), log: $<HTMLOListElement>("log"), sendForm: $<HTMLFormElement>("send-form"),
+  text: $<HTMLInputElement>("text"), lane: $<HTMLSelectElement>("lane"), send: $<HTMLButtonElement>("send"),
+  density: $<HTMLInputElement>("density"), densityName: $("density-name"), codes: $<HTMLTableElement>("codes"),
+};
+
+const params = new URLSearchParams(location.search);
+ui.uid.value = params.get("uid") || `guest-${1000 + Math.floor(Math.random() * 9000)}`;
+ui.room.value = params.get("room") || "lobby";
+ui.density.value = params.get("density") || ui.density.value;
+const historyOnJoin = Number(params.get("history") ?? 50);
+
+const utf8 = new TextDecoder();
+const laneName = (lane: Lane) => (lane === Lane.CRITICAL ? "critical" : lane === Lane.BULK ? "bulk" : "normal");
+const closeText = (code: number) => `${code} ${closeCodeName(code)}`;
+const errorText = (e: Error) =>
+  e instanceof CloseError ? `closed with ${closeText(e.code)}${e.reason ? ` (${e.reason})` : ""}`
+  : e instanceof SendError ? `${e.code} ${errorCodeName(e.code)}${e.serverMessage ? `: ${e.serverMessage}` : ""}`
+  : e.message;
+
+// ---- the stage ----
+
+/** How much of the stage danmaku may cover, and how long one may wait for room before it is skipped. */
+const densities = [
+  { name: "sparse", rows: 0.3, waitMs: 1000 },
+  { name: "normal", rows: 0.6, waitMs: 1500 },
+  { name: "dense", rows: 1, waitMs: 2500 },
+  { name: "all", rows: 1, waitMs: Infinity },
+];
+
+/**
+ * Stage flies normal and bulk messages right to left at one speed in rows (so none overtakes
+ * another), and pins critical ones at the top centre, styled apart. What finds no free row within
+ * the density's wait is skipped, and the skips are counted on the stage.
+ */
+class Stage {
+  private rows: number[] = []; // when each row takes its next item, ms
+  private queue: { text: string; cls: string; at: number }[] = [];
+  private pinned: (HTMLElement | undefined)[] = [undefined, undefined, undefined]; // the top slots
+  private skipped = 0;
+  private timer = 0;
+
+  constructor(private readonly el: HTMLElement) {}
+
+  private get density() {
+    return densities[Number(ui.density.value) - 1] ?? densities[2]!;
+  }
+
+  private get rowHeight() {
+    return Math.max(24, this.el.clientHeight / 14);
+  }
+
+  add(text: string, lane: Lane, own: boolean) {
+    const cls = `danmaku ${laneName(lane)}${own ? " own" : ""}`;
+    if (lane === Lane.CRITICAL) this.pin(text, cls);
+    else {
+      this.queue.push({ text, cls, at: performance.now() });
+      this.pump();
+    }
+  }
+
+  /** pump starts queued items in free rows. */
+  private pump() {
+    clearTimeout(this.timer);
+    const now = performance.now();
+    const d = this.density;
+    const rowCount = Math.max(1, Math.floor((this.el.clientHeight * d.rows) / this.rowHeight) - 1);
+    this.rows.length = rowCount;
+    while (this.queue.length) {
+      const item = this.queue[0]!;
+      if (now - item.at > d.waitMs) {
+        this.queue.shift();
+        this.skipped++;
+        ui.stageNote.textContent = `${this.skipped} not shown at this density`;
+        continue;
+      }
+      let row = -1;
+      for (let i = 0; i < rowCount; i++) if ((this.rows[i] ?? 0) <= now) { row = i; break; }
+      if (row < 0 && d.waitMs === Infinity) row = Math.floor(Math.random() * rowCount); // "all": overlap
+      if (row < 0) break;
+      this.queue.shift();
+      this.fly(item.text, item.cls, row, now);
+    }
+    if (this.queue.length) this.timer = window.setTimeout(() => this.pump(), 100);
+  }
+
+  private fly(text: string, cls: string, row: number, now: number) {
+    const el = this.make(text, cls);
+    el.style.top = `${(row + 1) * this.rowHeight - this.rowHeight * 0.9 + 6}px`;
+    const stageWidth = this.el.clientWidth, width = el.offsetWidth;
+    const speed = stageWidth / 7000; // px per ms: seven seconds across
+    this.rows[row] = now + (width + 40) / speed;
+    el.animate([{ transform: `translateX(${stageWidth}px)` }, { transform: `translateX(${-width}px)` }],
+      { duration: (stageWidth + width) / speed, easing: "linear" }).onfinish = () => this.remove(el);
+  }
+
+  /** pin shows a critical message in a free top slot for five seconds; with none free, the oldest gives way. */
+  private pin(text: string, cls: string) {
+    let slot = this.pinned.indexOf(undefined);
+    if (slot < 0) {
+      slot = this.pinned.reduce((oldest, el, i) => (Number(el!.dataset.at) < Number(this.pinned[oldest]!.dataset.at) ? i : oldest), 0);
+      this.remove(this.pinned[slot]!);
+    }
+    const el = this.make(text, cls);
+    el.dataset.at = String(performance.now());
+    this.pinned[slot] = el;
+    el.style.top = `${8 + slot * this.rowHeight * 1.2}px`;
+    el.animate([{ transform: "translateX(-50%)", opacity: 1 }, { transform: "translateX(-50%)", opacity: 1, offset: 0.85 },
+      { transform: "translateX(-50%)", opacity: 0 }], { duration: 5000 }).onfinish = () => this.remove(el);
+  }
+
+  private make(text: string, cls: string) {
+    const el = document.createElement("span");
+    el.className = cls;
+    el.textContent = text.length > 80 ? text.slice(0, 79) + "…" : text;
+    this.el.append(el);
+    ui.drawn.textContent = String(this.el.querySelectorAll(".danmaku").length);
+    return el;
+  }
+
+  private remove(el: HTMLElement) {
+    const slot = this.pinned.indexOf(el);
+    if (slot >= 0) this.pinned[slot] = undefined;
+    el.remove();
+    ui.drawn.textContent = String(this.el.querySelectorAll(".danmaku").length);
+  }
+}
+
+const stage = new Stage(ui.stage);
+const showDensity = () => (ui.densityName.textContent = densities[Number(ui.density.value) - 1]!.name);
+ui.density.addEventListener("input", showDensity);
+showDensity();
+
+// ---- the log beside the stage ----
+
+const maxItems = 400;
+let received = 0;
+
+function append(li: HTMLLIElement) {
+  const nearBottom = ui.log.scrollHeight - ui.log.scrollTop - ui.log.clientHeight < 40;
+  ui.log.append(li);
+  while (ui.log.children.length > maxItems) ui.log.firstElementChild!.remove();
+  if (nearBottom) ui.log.scrollTop = ui.log.scrollHeight;
+}
+
+function span(cls: string, text: string) {
+  const s = document.createElement("span");
+  s.className = cls;
+  s.textContent = text;
+  return s;
+}
+
+function timeEl(ms: number) {
+  const t = document.createElement("time");
+  const d = ms ? new Date(ms) : new Date();
+  t.dateTime = d.toISOString();
+  t.textContent = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+  return t;
+}
+
+function note(text: string, kind: "" | "error" = "") {
+  const li = document.createElement("li");
+  li.className = `note ${kind}`;
+  li.append(timeEl(0), span("body", text));
+  append(li);
+}
+
+function messageItem(sender: string, lane: Lane, type: string, text: string, timeMs: number, own: boolean) {
+  const li = document.createElement("li");
+  li.className = `msg ${laneName(lane)}${own ? " own" : ""}`;
+  li.append(timeEl(timeMs), span("sender", own ? `${sender} (you)` : sender || "(app)"));
+  if (type && type !== "chat") li.append(span("tag", type));
+  li.append(span("body", text), span("tag lane", laneName(lane)));
+  return li;
+}
+
+function onMessage(m: Message) {
+  const text = utf8.decode(m.body);
+  const li = messageItem(m.sender, m.lane, m.type, text, Number(m.serverTimeMs), false);
+  li.dataset.id = m.id;
+  append(li);
+  stage.add(text, m.lane, false);
+  ui.received.textContent = String(++received);
+}
+
+// Every close and error code with its name, from the generated enums.
+for (const [title, e] of [["close codes", CloseCode], ["error codes", ErrorCode]] as const) {
+  ui.codes.insertRow().insertCell().textContent = title;
+  for (const [k, v] of Object.entries(e)) {
+    if (typeof v !== "number" || v === 0) continue;
+    const row = ui.codes.insertRow();
+    row.insertCell().textContent = String(v);
+    row.insertCell().textContent = k;
+  }
+}
+
+// ---- joining, leaving, sending ----
+
+let client: Client | undefined;
+
+function setState(state: string) {
+  ui.status.className = `status state-${state}`;
+  ui.state.textContent = state;
+  const live = state === "connected";
+  ui.text.disabled = ui.lane.disabled = ui.send.disabled = !live;
+  ui.text.placeholder = live ? "Say something… (Enter sends)" : "Join a room first";
+  ui.join.textContent = client ? "Leave" : "Join";
+  ui.join.className = client ? "secondary" : "";
+  ui.uid.disabled = ui.room.disabled = !!client;
+  if (!live) ui.node.textContent = ui.session.textContent = ui.transport.textContent = "–";
+}
+
+async function join() {
+  const uid = ui.uid.value.trim(), room = ui.room.value.trim();
+  const res = await fetch(`/v1/dev/token?${new URLSearchParams({ uid, room })}`, { cache: "no-store" });
+  const answer = await res.json().catch(() => ({}));
+  if (!res.ok || !answer.token) throw new Error(`no token: HTTP ${res.status} ${answer.error ?? ""}`);
+
+  const c = new Client({ token: answer.token, dispatcher: "", history: historyOnJoin });
+  client = c;
+  c.on("message", onMessage);
+  c.on("connected", (ev) => {
+    const a = ev.loginAck;
+    ui.node.textContent = a.node;
+    ui.session.textContent = a.sessionId;
+    setState("connected");
+    ui.transport.textContent = ev.transport === "sse" ? "HTTP fallback (SSE)" : "WebSocket";
+    const via = ev.transport === "sse" ? " through the HTTP fallback (no WebSocket)" : "";
+    note(ev.reconnected ? `Reconnected to ${a.node}${via}` : `Joined room “${a.room}” as ${a.uid} on ${a.node}${via}`);
+  });
+  c.on("reconnecting", (ev) => {
+    setState("reconnecting");
+    note(`${errorText(ev.reason)} — reconnecting in ${(ev.delayMs / 1000).toFixed(1)} s (attempt ${ev.attempt})`, "error");
+  });
+  c.on("recovered", (ev) => note(`Recovered ${ev.count} message${ev.count === 1 ? "" : "s"} missed while away`));
+  c.on("kicked", (ev) => note(`Kicked: ${ev.code} ${ev.name}${ev.reason ? ` — ${ev.reason}` : ""}`, "error"));
+  c.on("error", (err) => note(`Error: ${errorText(err)}`, "error"));
+  c.on("closed", (err) => {
+    if (client === c) client = undefined;
+    setState("closed");
+    note(`Left: ${errorText(err)}`, err.name === "ClosedError" ? "" : "error");
+  });
+  setState("connecting");
+  try {
+    await c.connect();
+  } catch (e) {
+    if (client === c) client = undefined;
+    setState("closed");
+    note(`Could not join: ${errorText(e as Error)}`, "error");
+  }
+}
+
+ui.joinForm.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  if (client) {
+    client.close();
+    return;
+  }
+  join().catch((e) => {
+    client = undefined;
+    setState("closed");
+    note(`Could not join: ${(e as Error).message}`, "error");
+  });
+});
+
+ui.sendForm.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const text = ui.text.value;
+  if (!text.trim() || !client) return;
+  const lane = Number(ui.lane.value) as Lane;
+  const li = messageItem(ui.uid.value.trim(), lane, "chat", text, 0, true);
+  append(li);
+  stage.add(text, lane, true);
+  client.send({ body: text, lane }).then(
+    (ack) => (li.dataset.id = ack.messageId),
+    (e: Error) => {
+      li.classList.add("failed");
+      li.append(span("tag", `not sent — ${errorText(e)}`));
+    },
+  );
+  ui.text.value = "";
+  ui.text.focus();
+});
+
+setState("idle");
+if (params.get("join") === "1") ui.joinForm.requestSubmit();

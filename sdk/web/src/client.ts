@@ -1,0 +1,374 @@
+// The client: connects through the dispatcher, keeps the connection up, and hands the app each
+// message once and in order.
+
+import type { Endpoint, Config, Settings } from "./config.js";
+import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
+import { Delivery } from "./delivery.js";
+import { dispatch } from "./dispatch.js";
+import {
+  ClosedError,
+  CloseError,
+  closeCodeName,
+  NotConnectedError,
+  RoomcastError,
+} from "./errors.js";
+import type { LoginAck, Push, Reconnect, SendAck } from "./gen/client_pb.js";
+import { Lane, type Message } from "./gen/message_pb.js";
+import { type LoginOptions, Session, type SessionSink } from "./session.js";
+
+/** A message to send. */
+export interface Outgoing {
+  /** App-defined, e.g. "chat" or "gift"; at most 32 bytes. Default "chat". */
+  type?: string;
+  /** The message's priority class. Default Lane.NORMAL. */
+  lane?: Lane;
+  /** Not empty, at most 16,384 bytes; a string is sent as UTF-8. */
+  body: Uint8Array | string;
+  /** If set, only members whose tags satisfy it receive the message. */
+  tagExpr?: string;
+}
+
+/** The client's state; `state` changes are reported by the events below. */
+export type State = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
+
+/** connected: a login succeeded, the first or after a reconnect. */
+export interface ConnectedEvent {
+  loginAck: LoginAck;
+  endpoint: Endpoint;
+  /** "ws", or "sse" for the HTTP fallback. */
+  transport: "ws" | "sse";
+  /** Whether this is a reconnect (the client recovers what it missed). */
+  reconnected: boolean;
+}
+
+/** reconnecting: the connection ended (or the server asked to move) and the client tries again after delayMs. */
+export interface ReconnectingEvent {
+  /** Consecutive attempts so far, from 1. */
+  attempt: number;
+  delayMs: number;
+  /** Why: the close (a CloseError), an error, or the server's Reconnect request. */
+  reason: RoomcastError;
+}
+
+/** recovered: after a reconnect, the messages missed meanwhile have been delivered. */
+export interface RecoveredEvent {
+  /** The id the client recovered from. */
+  since: string;
+  /** How many missed messages the server sent that had not arrived otherwise. */
+  count: number;
+}
+
+/** kicked: the server sent a Kick before closing the connection. */
+export interface KickedEvent {
+  code: number;
+  /** The code's name, e.g. "KICKED", "SHUTDOWN". */
+  name: string;
+  reason: string;
+  /** Whether the client gives up (4000–4499) rather than reconnects. */
+  terminal: boolean;
+}
+
+/** The events of a Client, by name. */
+export interface ClientEvents {
+  connected: ConnectedEvent;
+  /** Every message of the room, once, in (server time, id) order. */
+  message: Message;
+  reconnecting: ReconnectingEvent;
+  recovered: RecoveredEvent;
+  kicked: KickedEvent;
+  /** Something went wrong that the client handles itself (it reconnects): a protocol error, a failed attempt, a timeout. */
+  error: RoomcastError;
+  /** The client stopped for good: close(), a terminal close code, or reconnect turned off. */
+  closed: RoomcastError;
+}
+
+type Listener<T> = (ev: T) => void;
+
+/**
+ * Client is a connection to a room that stays up: it dispatches, logs in, and after a transient
+ * close, an error or the server's Reconnect it connects again with backoff and jitter, recovering
+ * the messages it missed from the last id it saw.
+ */
+export class Client {
+  private readonly s: Settings;
+  private readonly delivery: Delivery;
+  private readonly listeners = new Map<keyof ClientEvents, Set<Listener<never>>>();
+  private session: Session | undefined;
+  private _state: State = "idle";
+  private seq = 0n;
+  private attempt = 0;
+  private retryTimer: ReturnType<typeof setTimeout> | undefined;
+  private moveTimer: ReturnType<typeof setTimeout> | undefined;
+  private establishing = false; // a reconnect or move is dialing
+  private holdTimer: ReturnType<typeof setTimeout> | undefined;
+  private recovering: { since: string; count: number } | undefined;
+  private dispatched: { endpoints: Endpoint[]; until: number } | undefined;
+  private worked: "ws" | "sse" | undefined; // the transport of the last login
+  private sink: SessionSink;
+
+  constructor(config: Config) {
+    this.s = withDefaults(config);
+    this.delivery = new Delivery(this.s.dedupeWindow, (m) => this.emit("message", m));
+    this.sink = {
+      push: (s, p) => this.onPush(s, p),
+      reconnect: (s, r) => this.onReconnect(s, r),
+      end: (s, err) => this.onEnd(s, err),
+    };
+  }
+
+  /** on adds a listener and returns a function that removes it. */
+  on<K extends keyof ClientEvents>(type: K, fn: Listener<ClientEvents[K]>): () => void {
+    let set = this.listeners.get(type);
+    if (!set) this.listeners.set(type, (set = new Set()));
+    set.add(fn as Listener<never>);
+    return () => set.delete(fn as Listener<never>);
+  }
+
+  get state(): State {
+    return this._state;
+  }
+
+  /** The current session's LoginAck, or undefined while not connected. */
+  get loginAck(): LoginAck | undefined {
+    return this.session?.loginAck;
+  }
+
+  /** The endpoint of the current session. */
+  get endpoint(): Endpoint | undefined {
+    return this.session?.endpoint;
+  }
+
+  /** How the current session reaches its ChatLink: "ws", or "sse" for the HTTP fallback. */
+  get transport(): "ws" | "sse" | undefined {
+    return this.session?.transport;
+  }
+
+  /** The greatest message id seen: what a later session can pass as Config.recoverSince. */
+  get lastId(): string {
+    return this.delivery.lastId;
+  }
+
+  /**
+   * connect finds a ChatLink and logs in, trying the endpoints in order (a failure or a transient
+   * close moves to the next; a terminal close code rejects at once). It resolves with the
+   * LoginAck; from then on the client reconnects by itself until close(). When every endpoint
+   * fails it rejects, and connect may be called again.
+   */
+  async connect(): Promise<LoginAck> {
+    if (this._state !== "idle") throw new RoomcastError(`roomcast: connect while ${this._state}`);
+    this._state = "connecting";
+    const login = { recoverSince: this.s.recoverSince, history: this.s.history };
+    try {
+      const session = await this.establish(login);
+      this.adopt(session, login, false);
+      return session.loginAck!;
+    } catch (e) {
+      if (this._state === "connecting") this._state = "idle";
+      throw e;
+    }
+  }
+
+  /** send sends m to the room and resolves with the server's SendAck, or rejects with a SendError (the connection stays) or the connection's end. */
+  async send(m: Outgoing): Promise<SendAck> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    const body = typeof m.body === "string" ? new TextEncoder().encode(m.body) : m.body;
+    if (body.length > MAX_FRAME_SIZE) throw new RoomcastError(`roomcast: frame too large: body of ${body.length} bytes`);
+    const ack = await s.send(++this.seq, { type: m.type ?? "chat", lane: m.lane ?? Lane.NORMAL, body, tagExpr: m.tagExpr ?? "" });
+    this.delivery.remember(ack.messageId);
+    return ack;
+  }
+
+  /** close ends the connection and stops reconnecting; the closed event follows. It may be called more than once. */
+  close(): void {
+    this.stop(new ClosedError());
+  }
+
+  // A method, not a comparison of _state, so that TypeScript does not narrow it across awaits.
+  private get closed(): boolean {
+    return this._state === "closed";
+  }
+
+  private stop(err: RoomcastError): void {
+    if (this._state === "closed") return;
+    this._state = "closed";
+    clearTimeout(this.retryTimer);
+    clearTimeout(this.moveTimer);
+    this.endHold();
+    const s = this.session;
+    this.session = undefined;
+    s?.close(err);
+    this.emit("closed", err);
+  }
+
+  /** establish tries the endpoints in order and returns the first session that logged in. */
+  private async establish(login: { recoverSince: string; history: number }): Promise<Session> {
+    let endpoints = this.s.endpoints;
+    const fromDispatcher = endpoints.length === 0;
+    if (fromDispatcher) {
+      if (!this.dispatched || Date.now() >= this.dispatched.until) {
+        const d = await dispatch(this.s.fetch, this.s.dispatcher!, this.s.token);
+        this.dispatched = { endpoints: d.endpoints, until: Date.now() + d.ttlMs };
+      }
+      endpoints = this.dispatched.endpoints;
+    }
+    const transports = this.transports();
+    if (transports.length === 0) {
+      throw new RoomcastError("roomcast: this runtime has neither WebSocket nor EventSource (Node 20 has WebSocket with --experimental-websocket)");
+    }
+    const errs: string[] = [];
+    for (const ep of endpoints) {
+      for (const transport of transports) {
+        if (this.closed) throw new ClosedError();
+        const session = new Session(this.s, ep, transport, login, this.sink);
+        try {
+          await session.open();
+          if (this.closed) {
+            session.close(new ClosedError());
+            throw new ClosedError();
+          }
+          this.worked = transport;
+          return session;
+        } catch (e) {
+          if (e instanceof CloseError && e.terminal) throw e;
+          if (!(e instanceof RoomcastError)) throw e;
+          errs.push(`${ep.node || ep.wsUrl} (${transport}): ${e.message}`);
+        }
+      }
+    }
+    if (fromDispatcher) this.dispatched = undefined; // ask again next time
+    throw new RoomcastError(`roomcast: no endpoint could be used: ${errs.join("; ")}`);
+  }
+
+  /**
+   * transports lists how to try an endpoint, in order: with "auto", WebSocket and then the HTTP
+   * fallback, or the fallback first once it is what worked (WebSocket is blocked here).
+   */
+  private transports(): ("ws" | "sse")[] {
+    if (this.s.transport !== "auto") return [this.s.transport];
+    const have = (["ws", "sse"] as const).filter((t) => (t === "ws" ? this.s.WebSocket : this.s.EventSource));
+    return this.worked === "sse" ? [...have].reverse() : [...have];
+  }
+
+  /** adopt makes a logged-in session the current one and hears what it received since its LoginAck. */
+  private adopt(session: Session, login: LoginOptions, reconnected: boolean): void {
+    const old = this.session;
+    this.session = session;
+    // A move (the server's Reconnect) logs in at the new node before leaving the old one.
+    old?.close(new CloseError(1000, "moved to another ChatLink"));
+    this._state = "connected";
+    if (login.recoverSince || login.history > 0) this.startHold(login.recoverSince);
+    this.emit("connected", { loginAck: session.loginAck!, endpoint: session.endpoint, transport: session.transport, reconnected });
+    session.attach();
+  }
+
+  private onPush(s: Session, p: Push): void {
+    if (s !== this.session) return;
+    const n = this.delivery.add(p.messages);
+    if (p.recovered && this.delivery.holding) {
+      if (this.recovering) this.recovering.count += n;
+      this.endHold();
+    }
+  }
+
+  /** The server drains this ChatLink: wait delayMs, dispatch again, log in elsewhere, then leave. */
+  private onReconnect(s: Session, r: Reconnect): void {
+    if (s !== this.session || this.moveTimer !== undefined || this.establishing) return;
+    this.dispatched = undefined;
+    const reason = new RoomcastError(`roomcast: the server asks to move: ${r.reason || "reconnect"}`);
+    this.emit("reconnecting", { attempt: 1, delayMs: r.delayMs, reason });
+    this.moveTimer = setTimeout(() => {
+      this.moveTimer = undefined;
+      void this.reconnectNow();
+    }, r.delayMs);
+  }
+
+  private onEnd(s: Session, err: RoomcastError): void {
+    if (s !== this.session) return;
+    this.session = undefined;
+    if (s.kick) {
+      this.emit("kicked", { code: s.kick.code, name: closeCodeName(s.kick.code), reason: s.kick.reason, terminal: err instanceof CloseError && err.terminal });
+    }
+    if (!(err instanceof CloseError)) this.emit("error", err);
+    // A move waits its delay only while the old connection still serves; without one, the
+    // client reconnects like after any close.
+    clearTimeout(this.moveTimer);
+    this.moveTimer = undefined;
+    if (this.retryTimer !== undefined || this.establishing) {
+      this._state = "reconnecting"; // an attempt is under way or due
+      return;
+    }
+    if (Date.now() - s.openedAt >= this.s.stableAfterMs) this.attempt = 0;
+    this.retry(err);
+  }
+
+  /** retry schedules the next attempt with backoff and jitter, or stops for a terminal code. */
+  private retry(reason: RoomcastError): void {
+    if (this._state === "closed") return;
+    if ((reason instanceof CloseError && reason.terminal) || !this.s.reconnect) {
+      this.stop(reason);
+      return;
+    }
+    clearTimeout(this.retryTimer);
+    this.attempt++;
+    // Equal jitter: half the delay fixed, half random, so that a room's clients spread out.
+    const cap = Math.min(this.s.reconnectMaxDelayMs, this.s.reconnectMinDelayMs * 2 ** Math.min(this.attempt - 1, 20));
+    const delayMs = Math.round(cap / 2 + Math.random() * (cap / 2));
+    this._state = "reconnecting";
+    this.emit("reconnecting", { attempt: this.attempt, delayMs, reason });
+    this.retryTimer = setTimeout(() => void this.reconnectNow(), delayMs);
+  }
+
+  private async reconnectNow(): Promise<void> {
+    this.retryTimer = undefined;
+    if (this.establishing || this.closed) return;
+    const since = this.delivery.lastId || this.s.recoverSince;
+    const login = { recoverSince: since, history: since ? 0 : this.s.history };
+    this.establishing = true;
+    try {
+      const session = await this.establish(login);
+      this.establishing = false;
+      this.adopt(session, login, true);
+    } catch (e) {
+      this.establishing = false;
+      if (this.closed) return;
+      const err = e instanceof RoomcastError ? e : new RoomcastError(String(e));
+      this.emit("error", err);
+      // After a failed move the draining node may still serve; the retry replaces it.
+      this.retry(err);
+    }
+  }
+
+  /** startHold holds live messages until the history asked for at login arrives, or for recoveryWaitMs. */
+  private startHold(since: string): void {
+    this.delivery.hold();
+    this.recovering = since ? { since, count: 0 } : undefined;
+    clearTimeout(this.holdTimer);
+    this.holdTimer = setTimeout(() => this.endHold(), this.s.recoveryWaitMs);
+  }
+
+  private endHold(): void {
+    clearTimeout(this.holdTimer);
+    this.holdTimer = undefined;
+    this.delivery.release();
+    const r = this.recovering;
+    this.recovering = undefined;
+    if (r && this._state !== "closed" && this.session) this.emit("recovered", r);
+  }
+
+  private emit<K extends keyof ClientEvents>(type: K, ev: ClientEvents[K]): void {
+    const set = this.listeners.get(type);
+    if (!set) return;
+    for (const fn of [...set]) {
+      try {
+        (fn as Listener<ClientEvents[K]>)(ev);
+      } catch (e) {
+        // An app's listener must not break the client; report it where the app will see it.
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    }
+  }
+}

@@ -1,0 +1,244 @@
+// One connection to one ChatLink: login, sends matched to their answers, heartbeats.
+
+import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import type { Endpoint, Settings } from "./config.js";
+import { CLIENT_NAME, MAX_FRAME_SIZE } from "./config.js";
+import {
+  CloseError,
+  LoginTimeoutError,
+  ProtocolError,
+  RoomcastError,
+  SendError,
+  ServerTimeoutError,
+} from "./errors.js";
+import {
+  type Frame,
+  FrameSchema,
+  type Kick,
+  type LoginAck,
+  type Push,
+  type Reconnect,
+  type SendAck,
+} from "./gen/client_pb.js";
+import { type ConnHandlers, dialSSE, dialWebSocket, type FrameConn } from "./transport.js";
+
+const defaultHeartbeatMs = 25000;
+const minHeartbeatMs = 10; // a floor against a server's typo
+
+/** What a session tells its client. */
+export interface SessionSink {
+  push(s: Session, p: Push): void;
+  reconnect(s: Session, r: Reconnect): void;
+  /** A logged-in session ended; not called for one that failed before its LoginAck. */
+  end(s: Session, err: RoomcastError): void;
+}
+
+/** What the Login asks for besides the token. */
+export interface LoginOptions {
+  recoverSince: string;
+  history: number;
+}
+
+interface Waiting {
+  resolve(a: SendAck): void;
+  reject(e: Error): void;
+}
+
+/**
+ * Session is one connection and its login. open() resolves with the LoginAck, or rejects with
+ * why the endpoint could not be used; after that the sink hears of pushes, Reconnects and the
+ * end.
+ */
+export class Session {
+  loginAck: LoginAck | undefined;
+  /** The Kick the server sent before closing, if any. */
+  kick: Kick | undefined;
+  readonly openedAt = Date.now();
+
+  private conn: FrameConn | undefined;
+  private ended: RoomcastError | undefined;
+  private readonly waiting = new Map<bigint, Waiting>();
+  private intervalMs = defaultHeartbeatMs;
+  private lastFrameAt = Date.now();
+  private nextBeatAt = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private loginDone: ((err?: RoomcastError) => void) | undefined;
+  // What happened between the LoginAck and attach(): a runtime may hand over several frames
+  // before the client's await of open() resumes.
+  private early: (() => void)[] | undefined = [];
+
+  constructor(
+    private readonly s: Settings,
+    readonly endpoint: Endpoint,
+    /** How this session reaches its ChatLink: "ws" or "sse" (the HTTP fallback). */
+    readonly transport: "ws" | "sse",
+    private readonly login: LoginOptions,
+    private readonly sink: SessionSink,
+  ) {}
+
+  /** open connects and logs in, within Settings.attemptTimeoutMs. */
+  open(): Promise<LoginAck> {
+    return new Promise<LoginAck>((resolve, reject) => {
+      this.loginDone = (err) => {
+        this.loginDone = undefined;
+        clearTimeout(this.timer);
+        if (err) reject(err);
+        else {
+          this.startHeartbeats();
+          resolve(this.loginAck!);
+        }
+      };
+      this.timer = setTimeout(
+        () => this.end(new LoginTimeoutError(`roomcast: no LoginAck from ${this.endpoint.node || this.endpoint.wsUrl} within ${this.s.attemptTimeoutMs} ms`)),
+        this.s.attemptTimeoutMs,
+      );
+      const handlers: ConnHandlers = {
+        open: () => this.write({
+          case: "login",
+          value: {
+            token: this.s.token, device: this.s.device, client: CLIENT_NAME,
+            recoverSince: this.login.recoverSince, history: this.login.recoverSince ? 0 : this.login.history,
+          },
+        }),
+        frame: (data) => this.onFrame(data),
+        end: (err) => this.end(err),
+      };
+      this.conn = this.transport === "sse"
+        ? dialSSE(this.s.EventSource, this.s.fetch, this.endpoint, handlers)
+        : dialWebSocket(this.s.WebSocket, this.endpoint, handlers);
+    });
+  }
+
+  /** attach starts telling the sink, first of what happened since the LoginAck. */
+  attach(): void {
+    const early = this.early ?? [];
+    this.early = undefined;
+    for (const f of early) f();
+  }
+
+  private tell(f: () => void): void {
+    if (this.early) this.early.push(f);
+    else f();
+  }
+
+  /** send writes a Send frame and resolves with its SendAck, or rejects with a SendError or the connection's end. */
+  send(seq: bigint, value: { type: string; lane: number; body: Uint8Array; tagExpr: string }): Promise<SendAck> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<SendAck>((resolve, reject) => {
+      this.waiting.set(seq, { resolve, reject });
+      this.write({ case: "send", value: { ...value, seq } });
+    });
+  }
+
+  /** close ends the session without telling the sink; pending sends fail with err. */
+  close(err: RoomcastError): void {
+    this.end(err, true);
+  }
+
+  private write(kind: MessageInitShape<typeof FrameSchema>["kind"]): void {
+    const bytes = toBinary(FrameSchema, create(FrameSchema, { kind }));
+    if (bytes.length > MAX_FRAME_SIZE) {
+      // Only a Send can be this large; refuse it without harm to the connection.
+      if (kind?.case === "send") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
+      return;
+    }
+    this.conn?.send(bytes);
+  }
+
+  private onFrame(data: Uint8Array): void {
+    if (this.ended) return;
+    this.lastFrameAt = Date.now();
+    let f: Frame;
+    try {
+      f = fromBinary(FrameSchema, data);
+    } catch (e) {
+      this.end(new ProtocolError(`roomcast: protocol error: a frame of ${data.length} bytes does not parse: ${(e as Error).message}`));
+      return;
+    }
+    const k = f.kind;
+    if (k.case === "kick") {
+      this.kick = k.value; // the close follows; it reports the kick's code
+      return;
+    }
+    if (!this.loginAck) {
+      if (k.case === "loginAck") {
+        this.loginAck = k.value;
+        this.setInterval(k.value.heartbeatIntervalMs);
+        this.loginDone?.();
+        return;
+      }
+      if (k.case === "reconnect") return; // a draining node: the login will be refused or moved anyway
+      this.end(new ProtocolError(`roomcast: protocol error: the server answered the Login with ${k.case ?? "an unknown frame"}, not a LoginAck: does it speak Roomcast protocol version 1?`));
+      return;
+    }
+    switch (k.case) {
+      case "push":
+        this.tell(() => this.sink.push(this, k.value));
+        return;
+      case "sendAck":
+        this.answer(k.value.seq, k.value);
+        return;
+      case "error":
+        if (k.value.seq !== 0n) this.answer(k.value.seq, undefined, new SendError(k.value.code, k.value.message));
+        return;
+      case "heartbeatAck":
+        this.setInterval(k.value.heartbeatIntervalMs);
+        return;
+      case "reconnect":
+        this.tell(() => this.sink.reconnect(this, k.value));
+        return;
+      case undefined:
+        return; // a frame kind newer than this SDK
+      default:
+        this.end(new ProtocolError(`roomcast: protocol error: the server sent ${k.case} after the login`));
+    }
+  }
+
+  private answer(seq: bigint, ack?: SendAck, err?: Error): void {
+    const w = this.waiting.get(seq);
+    if (!w) return;
+    this.waiting.delete(seq);
+    if (err) w.reject(err);
+    else w.resolve(ack!);
+  }
+
+  private setInterval(ms: number): void {
+    if (ms > 0) this.intervalMs = Math.max(ms, minHeartbeatMs);
+  }
+
+  /**
+   * Heartbeats go out every interval; a server silent for three intervals (it answers every
+   * Heartbeat, so a live one never is) ends the session.
+   */
+  private startHeartbeats(): void {
+    this.nextBeatAt = Date.now() + this.intervalMs;
+    const tick = () => {
+      if (this.ended) return;
+      const now = Date.now();
+      if (now - this.lastFrameAt >= 3 * this.intervalMs) {
+        this.end(new ServerTimeoutError("roomcast: no frame from the server for three heartbeat intervals"));
+        return;
+      }
+      if (now >= this.nextBeatAt) {
+        this.write({ case: "heartbeat", value: { clientTimeMs: BigInt(now) } });
+        this.nextBeatAt = now + this.intervalMs;
+      }
+      this.timer = setTimeout(tick, Math.max(0, Math.min(this.nextBeatAt, this.lastFrameAt + 3 * this.intervalMs) - now));
+    };
+    this.timer = setTimeout(tick, this.intervalMs);
+  }
+
+  private end(err: RoomcastError, quiet = false): void {
+    if (this.ended) return;
+    if (err instanceof CloseError && this.kick && err.code !== this.kick.code) {
+      err = new CloseError(this.kick.code, this.kick.reason || err.reason);
+    }
+    this.ended = err;
+    clearTimeout(this.timer);
+    this.conn?.close();
+    for (const w of this.waiting.values()) w.reject(err);
+    this.waiting.clear();
+    if (this.loginDone) this.loginDone(err);
+    else if (!quiet) this.tell(() => this.sink.end(this, err));
+  }
+}

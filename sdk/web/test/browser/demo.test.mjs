@@ -1,0 +1,154 @@
+// The demo page and the web SDK in Debian's chromium against a real `roomcast dev`.
+//
+// SCREENSHOTS=1 also writes the screenshots to docs/ (the ones the docs show).
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { launchChromium, repo, sendAsApp, startDev, waitFor } from "./dev.mjs";
+
+let dev, browser;
+
+before(async () => {
+  dev = await startDev(["--chatlinks", "3"]);
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+  await dev?.stop();
+});
+
+/** open loads the demo page as uid in room and waits until it is connected. */
+async function open(uid, room, query = "") {
+  const page = await browser.context.newPage();
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(e));
+  page.problems = problems;
+  await page.goto(`${dev.url}/?uid=${uid}&room=${room}&join=1${query}`);
+  await waitFor(`${uid} connected`, async () => (await page.textContent("#st-state")) === "connected");
+  return page;
+}
+
+/** ids returns the message ids in the page's log, in order. */
+const ids = (page) => page.$$eval("#log li.msg[data-id]", (lis) => lis.map((li) => li.dataset.id));
+const bodies = (page) => page.$$eval("#log li.msg .body", (els) => els.map((e) => e.textContent));
+
+async function say(page, text) {
+  await page.fill("#text", text);
+  await page.press("#text", "Enter");
+}
+
+/**
+ * throughAnOutage sends critical messages to room every 25 ms while stopNode(node) takes the
+ * page's ChatLink away, until the page is connected elsewhere; then it checks that the page has
+ * every message once, in the order sent.
+ */
+async function throughAnOutage(page, room, stopNode) {
+  const node = await page.textContent("#st-node");
+  let sent = 0, stop = false;
+  const sender = (async () => {
+    while (!stop) {
+      await sendAsApp(dev.url, room, `${room}-${++sent}`, "critical");
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  await waitFor("a few messages", async () => (await ids(page)).length >= 5);
+  stopNode(node);
+  await waitFor("connected elsewhere", async () => (await page.textContent("#st-node")) !== node && (await page.textContent("#st-state")) === "connected", 10000);
+  await new Promise((r) => setTimeout(r, 300));
+  stop = true;
+  await sender;
+  await waitFor(`all ${sent} messages`, async () => (await ids(page)).length === sent, 5000);
+  assert.deepEqual(await bodies(page), Array.from({ length: sent }, (_, i) => `${room}-${i + 1}`));
+}
+
+test("two pages chat", async () => {
+  const alice = await open("alice", "chat");
+  const bob = await open("bob", "chat");
+  await say(alice, "hello bob");
+  await waitFor("bob hears alice", async () => (await bodies(bob)).includes("hello bob"));
+  await say(bob, "hi alice");
+  await waitFor("alice hears bob", async () => (await bodies(alice)).includes("hi alice"));
+  // Each sees its own message once (no echo) and the other's once.
+  assert.deepEqual(await bodies(alice), ["hello bob", "hi alice"]);
+  assert.deepEqual(await bodies(bob), ["hello bob", "hi alice"]);
+  assert.deepEqual([...alice.problems, ...bob.problems], []);
+  await alice.close();
+  await bob.close();
+});
+
+test("danmaku fly across the stage, critical ones styled apart; a later page gets the history", async () => {
+  // The room exists while someone is in it; what it kept is the viewer's history on join.
+  const host = await open("host", "show");
+  await sendAsApp(dev.url, "show", "welcome to the show", "critical");
+  const viewer = await open("viewer", "show");
+  await waitFor("history on join", async () => (await bodies(viewer)).includes("welcome to the show"));
+  const lines = ["8888888", "first!", "this goal though", "replay please", "GG", "wow", "LOL", "so close", "what a save", "again!", "who else is watching at 3am", "\\(^o^)/"];
+  for (let i = 0; i < 24; i++) {
+    await sendAsApp(dev.url, "show", i % 8 === 3 ? `gift: rocket ×${i}` : lines[i % lines.length], i % 8 === 3 ? "critical" : "bulk");
+    await new Promise((r) => setTimeout(r, 110)); // a trickle within the room's budget, so they spread out
+  }
+  await waitFor("danmaku on the stage", async () => (await viewer.locator("#stage .danmaku").count()) >= 8, 5000);
+  await new Promise((r) => setTimeout(r, 1000)); // let the last ones enter the stage
+  const drawn = await viewer.locator("#stage .danmaku").count();
+  const critical = await viewer.locator("#stage .danmaku.critical").count();
+  const shot = await viewer.locator("#stage").screenshot({ path: process.env.SCREENSHOTS ? join(repo, "docs/web-demo-stage.png") : undefined });
+  assert.ok(shot.length > 10000, "a screenshot of the stage");
+  console.log(`# stage: ${drawn} danmaku drawn, ${critical} critical`);
+  assert.ok(drawn >= 8 && critical >= 1, `${drawn} drawn, ${critical} critical`);
+  const [normalColor, criticalColor] = await Promise.all([
+    viewer.locator("#stage .danmaku:not(.critical)").first().evaluate((e) => getComputedStyle(e).color),
+    viewer.locator("#stage .danmaku.critical").first().evaluate((e) => getComputedStyle(e).color),
+  ]);
+  assert.notEqual(normalColor, criticalColor);
+  if (process.env.SCREENSHOTS) await viewer.screenshot({ path: join(repo, "docs/web-demo.png") });
+
+  // History on join: the critical and normal lanes are kept (bulk is not).
+  const late = await open("late", "show");
+  await waitFor("history", async () => (await bodies(late)).filter((b) => b.startsWith("gift")).length === 3);
+  assert.deepEqual(viewer.problems, []);
+  await viewer.close();
+  await late.close();
+  await host.close();
+});
+
+test("a page without WebSocket chats through the HTTP fallback", async () => {
+  const blocked = await browser.context.newPage();
+  await blocked.addInitScript(() => {
+    delete window.WebSocket;
+  });
+  await blocked.goto(`${dev.url}/?uid=nows&room=fallback&join=1`);
+  await waitFor("connected without WebSocket", async () => (await blocked.textContent("#st-state")) === "connected");
+  assert.equal(await blocked.evaluate(() => typeof WebSocket), "undefined");
+  assert.match(await blocked.textContent("#st-transport"), /SSE/);
+  const other = await open("withws", "fallback");
+  await say(other, "can you hear me");
+  await waitFor("the fallback page receives", async () => (await bodies(blocked)).includes("can you hear me"));
+  await say(blocked, "loud and clear");
+  await waitFor("the fallback page sends", async () => (await bodies(other)).includes("loud and clear"));
+  const failed = await blocked.locator("#log li.failed").count();
+  assert.equal(failed, 0, "the send was acknowledged");
+  await blocked.close();
+  await other.close();
+});
+
+test("the page follows a draining ChatLink to another one, every message once and in order", async () => {
+  const page = await open("mover", "drain");
+  await throughAnOutage(page, "drain", (node) => dev.drain(node, "300ms"));
+  const got = await ids(page);
+  assert.deepEqual(got, [...got].sort(), "in id order");
+  await page.close();
+});
+
+test("a page whose ChatLink stops reconnects and recovers what it missed", async () => {
+  const page = await open("survivor", "outage");
+  // A long spread and a short deadline: the node closes the page (SHUTDOWN) long before the
+  // page's turn to move, so the page is away for its reconnect backoff and must recover.
+  await throughAnOutage(page, "outage", (node) => dev.drain(node, "600s", "300ms"));
+  const log = await page.textContent("#log");
+  assert.match(log, /4500 SHUTDOWN/, "the close code is named");
+  const recovered = Number(log.match(/Recovered (\d+) message/)?.[1]);
+  assert.ok(recovered > 0, `recovered ${recovered} (log: ${log})`);
+  await page.close();
+});
