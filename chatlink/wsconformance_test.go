@@ -236,22 +236,19 @@ func wsConfCases(max int, readerGoroutines bool) []wsConfCase {
 			writes: []write{once(frame(true, 7, opClose, nil))}, fails: 1002},
 	)
 
-	// 4: reserved opcodes (5.2): fail with 1002.
-	for i, op := range []byte{3, 4, 5, 6, 7} {
-		cases = append(cases, wsConfCase{
-			id: fmt.Sprintf("4.1.%d", i+1), client: fmt.Sprintf("a message, a frame of reserved non-control opcode %d, a ping", op),
-			rfc: "fail with 1002 (5.2); the message may be answered", login: true,
-			writes: []write{once(msg(opBinary, beat(1, 20)), msg(op, []byte("reserved")), msg(opPing, nil))},
-			want:   []string{ack(1)}, fails: 1002,
-		})
-	}
-	for i, op := range []byte{11, 12, 13, 14, 15} {
-		cases = append(cases, wsConfCase{
-			id: fmt.Sprintf("4.2.%d", i+1), client: fmt.Sprintf("a message, a frame of reserved control opcode %d, a ping", op),
-			rfc: "fail with 1002 (5.2); the message may be answered", login: true,
-			writes: []write{once(msg(opBinary, beat(1, 20)), msg(op, []byte("reserved")), msg(opPing, nil))},
-			want:   []string{ack(1)}, fails: 1002,
-		})
+	// 4: reserved opcodes (5.2), non-control (4.1) and control (4.2): fail with 1002.
+	for _, g := range []struct {
+		sub, kind string
+		ops       []byte
+	}{{"4.1", "non-control", []byte{3, 4, 5, 6, 7}}, {"4.2", "control", []byte{11, 12, 13, 14, 15}}} {
+		for i, op := range g.ops {
+			cases = append(cases, wsConfCase{
+				id: fmt.Sprintf("%s.%d", g.sub, i+1), client: fmt.Sprintf("a message, a frame of reserved %s opcode %d, a ping", g.kind, op),
+				rfc: "fail with 1002 (5.2); the message may be answered", login: true,
+				writes: []write{once(msg(opBinary, beat(1, 20)), msg(op, []byte("reserved")), msg(opPing, nil))},
+				want:   []string{ack(1)}, fails: 1002,
+			})
+		}
 	}
 
 	// 5: fragmentation (5.4).
