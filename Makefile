@@ -9,7 +9,8 @@ PROTOC_VERSION := 3.21.12
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
-# The S3 server the CDN tests run against (internal/s3test).
+# The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
+# nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test tools proto proto-check lint vet unit fuzz
@@ -48,6 +49,10 @@ tools:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
+		echo "installing nginx (Debian nginx-light), the CDN edge of the CDN tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; \
+	fi
 	@if ! go version -m $(GOBIN)/versitygw 2>/dev/null | grep -q "mod.*github.com/versity/versitygw.*$(VERSITYGW_VERSION)"; then \
 		echo "installing versitygw $(VERSITYGW_VERSION)"; \
 		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
@@ -98,10 +103,10 @@ web-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-## web-proto: regenerate sdk/web/src/gen from proto/client.proto and proto/message.proto.
+## web-proto: regenerate sdk/web/src/gen from proto/client.proto, proto/cdn.proto and proto/message.proto.
 web-proto: tools web-deps
 	protoc -I proto --plugin=protoc-gen-es=$(WEB)/node_modules/.bin/protoc-gen-es \
-		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto message.proto
+		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto cdn.proto message.proto
 
 ## web-build: build the package (sdk/web/dist) and the demo's bundle (cmd/roomcast/web/demo.js, committed).
 web-build: web-deps

@@ -31,6 +31,10 @@ var fuzzRoutes = []struct{ route, body string }{
 	{"GET /v1/online", ``},
 	{"PUT /v1/users/{uid}/tags", `{"room":"lobby","tags":["vip","class-1"]}`},
 	{"GET /v1/users/{uid}/tags", ``},
+	{"PUT /v1/rooms/{room}/cdn", `{"mode":"CDN_MODE_BULK"}`},
+	{"GET /v1/rooms/{room}/cdn", ``},
+	{"PUT /v1/cdn", `{"vendors":[{"url_template":"https://cdn-a.example.com/rc/{app}/{room}/{window_ms}/{index}","weight":3,"regions":["AS/CN"]}],"online_threshold":5000}`},
+	{"GET /v1/cdn", ``},
 }
 
 // FuzzAPIRequest sends the server API (served by a real services role) requests with any

@@ -59,12 +59,16 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
 		handle("PUT", "/v1/users/{uid}/tags", func() *pb.SetMemberTagsRequest { return new(pb.SetMemberTagsRequest) }, a.SetMemberTags),
 		handle("GET", "/v1/users/{uid}/tags", func() *pb.GetMemberTagsRequest { return new(pb.GetMemberTagsRequest) }, a.GetMemberTags),
+		handle("PUT", "/v1/rooms/{room}/cdn", func() *pb.SetRoomCdnRequest { return new(pb.SetRoomCdnRequest) }, a.SetRoomCdn),
+		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
+		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
+		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
 	}
 }
 
 // Register serves the API's routes on mux, each under its method and path: POST /v1/rooms and
-// what lies under /v1/rooms/, /v1/users/ and /v1/online. It is the one way to serve the API over
-// HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
+// what lies under /v1/rooms/, /v1/users/, /v1/online and /v1/cdn. It is the one way to serve the
+// API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
 func (a *API) Register(mux *http.ServeMux) {
 	for _, r := range a.routes() {
 		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))

@@ -1,11 +1,12 @@
 // Package api is the server API for app backends: the gRPC service roomcast.v1.RoomcastAPI
 // (proto/api.proto) and the same calls over HTTP/JSON (http.go). It manages rooms (rooms.go),
 // lists their members (members.go), sends to rooms and users (messages.go), kicks, mutes and bans
-// (moderation.go), and answers about users, their sessions and tags (users.go).
+// (moderation.go), answers about users, their sessions and tags (users.go), and sets rooms' CDN
+// modes and apps' CDN policies (cdn.go).
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
-// JetStream KV (room.Store) and asks the room and presence services and the ChatLinks over NATS
+// JetStream KV (room.Store, cdnmanager.Store) and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
 // through the bus and the room store.
 package api
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
+	"roomcast/cdnmanager"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
@@ -92,6 +94,7 @@ type API struct {
 	cfg   Config
 	log   *slog.Logger // cfg.Log, naming the API in each record
 	store *room.Store
+	cdn   *cdnmanager.Store
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
 }
@@ -110,7 +113,11 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, exprs: tag.NewCache(exprCacheSize)}, nil
+	cdn, err := cdnmanager.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, exprs: tag.NewCache(exprCacheSize)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for

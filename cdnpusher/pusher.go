@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -24,6 +25,7 @@ var (
 	ErrClosed   = errors.New("cdnpusher: closed")
 	ErrTargeted = errors.New("cdnpusher: a message with a tag expression never goes into a public segment")
 	ErrInvalid  = errors.New("cdnpusher: invalid message")
+	ErrReleased = errors.New("cdnpusher: the message's window was released to another pusher")
 )
 
 const (
@@ -32,6 +34,8 @@ const (
 	// maxAhead is how many windows past the oldest open one a message may be held in: a message
 	// stamped further ahead (a clock far off) goes into the last of them.
 	maxAhead = 8
+	// noEnd is the end of a room that was not released.
+	noEnd = math.MaxInt64
 )
 
 // Pusher aggregates rooms' messages into one segment per window and writes the segments to S3.
@@ -63,11 +67,14 @@ type Pusher struct {
 
 // shard holds some of the rooms.
 type shard struct {
-	mu     sync.Mutex // guards the fields below
-	rooms  map[roomKey]*room
-	rng    *rand.Rand // for sampling
-	free   []*window  // windows written out, ready for reuse
-	closed bool       // Close has written the rooms out: Add refuses
+	mu    sync.Mutex // guards the fields below
+	rooms map[roomKey]*room
+	// released are the rooms given away (Release) and written out up to their end: the end,
+	// kept for Config.Idle so that a straggling message cannot open the room again here.
+	released map[roomKey]int64
+	rng      *rand.Rand // for sampling
+	free     []*window  // windows written out, ready for reuse
+	closed   bool       // Close has written the rooms out: Add refuses
 }
 
 type roomKey struct{ app, room string }
@@ -77,6 +84,7 @@ type room struct {
 	app, name  string
 	open       int64     // the oldest window not yet written out
 	lastActive int64     // the newest window that had a message (or in which Open was called)
+	end        int64     // Release: windows from here on are another pusher's; noEnd if none
 	pending    []*window // pending[i] is window open+i; nil while it has no message
 }
 
@@ -119,6 +127,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	for i := range p.shards {
 		p.shards[i].rooms = map[roomKey]*room{}
+		p.shards[i].released = map[roomKey]int64{}
 		p.shards[i].rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	p.metrics = newMetrics(cfg.Registerer,
@@ -156,13 +165,23 @@ func (p *Pusher) Add(app string, m *pb.Message) error {
 		sh.mu.Unlock()
 		return ErrClosed
 	}
-	r := p.roomOf(sh, app, m.Room)
+	if end, ok := sh.released[roomKey{app, m.Room}]; ok && index >= end {
+		sh.mu.Unlock()
+		return ErrReleased
+	}
+	// A room's first message opens it at its own window, not before: after a handoff
+	// (Assign's from) the windows before it are another pusher's.
+	r := p.roomOf(sh, app, m.Room, index)
 	switch {
 	case index < r.open:
 		index = r.open
 		p.metrics.late.Inc()
 	case index > r.open+maxAhead:
 		index = r.open + maxAhead
+	}
+	if index >= r.end {
+		sh.mu.Unlock()
+		return ErrReleased
 	}
 	for int64(len(r.pending)) <= index-r.open {
 		r.pending = append(r.pending, nil)
@@ -181,7 +200,12 @@ func (p *Pusher) Add(app string, m *pb.Message) error {
 
 // Open makes a room active without a message: from now on each of its windows gets a segment,
 // empty while quiet, until it has had no message for Config.Idle.
-func (p *Pusher) Open(app, name string) error {
+func (p *Pusher) Open(app, name string) error { return p.Assign(app, name, math.MinInt64) }
+
+// Assign makes the room this pusher's from window from on (or from the current window, if that
+// is later), as Open does: the windows before from are left to the pusher that had the room,
+// and a Release of the room is undone.
+func (p *Pusher) Assign(app, name string, from int64) error {
 	if !segment.ValidNames(app, name) {
 		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, name)
 	}
@@ -191,10 +215,28 @@ func (p *Pusher) Open(app, name string) error {
 	if sh.closed {
 		return ErrClosed
 	}
-	r := p.roomOf(sh, app, name)
+	delete(sh.released, roomKey{app, name})
+	r := p.roomOf(sh, app, name, from)
+	r.end = noEnd
 	r.lastActive = max(r.lastActive, r.open)
 	return nil
 }
+
+// Release gives the room's windows from until on to another pusher: this one writes the windows
+// before until (a window holding no message, empty), then forgets the room; messages stamped
+// from until on are refused with ErrReleased. A room the pusher does not have is left alone.
+func (p *Pusher) Release(app, name string, until int64) {
+	sh := p.shard(name)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if r := sh.rooms[roomKey{app, name}]; r != nil {
+		r.end = until
+		r.lastActive = max(r.lastActive, until-1) // written up to the handoff, not idled out
+	}
+}
+
+// Rooms returns how many rooms the pusher writes segments for.
+func (p *Pusher) Rooms() int { return int(p.rooms.Load()) }
 
 // Close writes out every window holding messages (the current ones too), waits until storage
 // has taken the queued segments or ctx ends (what is left is counted as gaps and ctx's error
@@ -228,14 +270,18 @@ func (p *Pusher) shard(name string) *shard {
 	return &p.shards[maphash.String(p.seed, name)%numShards]
 }
 
-// roomOf returns the room, creating it with the current window as its oldest open one. Caller
-// holds sh.mu.
-func (p *Pusher) roomOf(sh *shard, app, name string) *room {
+// roomOf returns the room, creating it with the current window or from, whichever is later, as
+// its oldest open one (from more than maxAhead windows ahead, a clock far off, is not believed).
+// Caller holds sh.mu.
+func (p *Pusher) roomOf(sh *shard, app, name string, from int64) *room {
 	k := roomKey{app, name}
 	r := sh.rooms[k]
 	if r == nil {
 		open := p.currentIndex(p.cfg.Now())
-		r = &room{app: app, name: name, open: open, lastActive: open}
+		if from > open && from <= open+maxAhead {
+			open = from
+		}
+		r = &room{app: app, name: name, open: open, lastActive: open, end: noEnd}
 		sh.rooms[k] = r
 		p.rooms.Add(1)
 	}
@@ -294,11 +340,11 @@ func (p *Pusher) seal(final bool) {
 		out = out[:0]
 		sh.mu.Lock()
 		for k, r := range sh.rooms {
-			for r.open < cur {
+			for r.open < cur && r.open < r.end {
 				out = append(out, p.closeOldest(sh, r))
 			}
 			if final {
-				for len(r.pending) > 0 {
+				for len(r.pending) > 0 && r.open < r.end {
 					if r.pending[0] != nil {
 						out = append(out, p.closeOldest(sh, r))
 					} else {
@@ -307,9 +353,17 @@ func (p *Pusher) seal(final bool) {
 					}
 				}
 			}
-			if final || r.open > r.lastActive+p.idleWindows {
+			if final || r.open >= r.end || r.open > r.lastActive+p.idleWindows {
+				if r.end != noEnd {
+					sh.released[k] = r.end
+				}
 				delete(sh.rooms, k)
 				p.rooms.Add(-1)
+			}
+		}
+		for k, end := range sh.released {
+			if cur > end+p.idleWindows {
+				delete(sh.released, k)
 			}
 		}
 		sh.closed = final

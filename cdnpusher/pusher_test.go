@@ -341,3 +341,41 @@ func TestGiveUp(t *testing.T) {
 	srv.Restart()
 	missing(t, srv, p, "r1", t0Index)
 }
+
+// A handoff between two pushers at an index: the one that had the room writes the windows
+// before it and forgets the room (a message stamped later is refused, and a straggler does not
+// open the room again); the one that gets it writes from that index on, never before.
+func TestHandoff(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	old, clock := start(t, srv, Config{})
+	next, nextClock := start(t, srv, Config{})
+	const at = t0Index + 2
+
+	add(t, old, msg("r", pb.Lane_LANE_BULK, t0, 1))
+	if err := next.Assign(app, "r", at); err != nil {
+		t.Fatal(err)
+	}
+	old.Release(app, "r", at)
+	add(t, old, msg("r", pb.Lane_LANE_BULK, t0+1000, 2))
+	if err := old.Add(app, msg("r", pb.Lane_LANE_BULK, at*1000+5, 3)); !errors.Is(err, ErrReleased) {
+		t.Fatalf("a message of the new pusher's window: %v, want ErrReleased", err)
+	}
+	add(t, next, msg("r", pb.Lane_LANE_BULK, at*1000+5, 4))
+	for i := int64(0); i < 4; i++ {
+		clock.closeWindow(old, t0Index+i)
+		nextClock.closeWindow(next, t0Index+i)
+	}
+	for i, wantID := range map[int64]string{t0Index: "m1", t0Index + 1: "m2", at: "m4"} {
+		if s := fetch(t, srv, old, "r", i); len(s.Messages) != 1 || string(s.Messages[0].Body) != wantID {
+			t.Errorf("window %d: %v, want %s", i, s.Messages, wantID)
+		}
+	}
+	waitCounter(t, next.metrics.segments, 2) // windows at and at+1 only
+	if got := promtest.ToFloat64(old.metrics.segments); got != 2 {
+		t.Errorf("the old pusher wrote %v segments, want 2 (the windows before the handoff)", got)
+	}
+	if err := old.Add(app, msg("r", pb.Lane_LANE_BULK, at*1000+900, 5)); !errors.Is(err, ErrReleased) || old.Rooms() != 0 {
+		t.Fatalf("a straggler after the handoff: %v, %d rooms", err, old.Rooms())
+	}
+}

@@ -52,6 +52,9 @@ type conn struct {
 	beatsOnTime uint8
 
 	slot uint8 // the member's phase slot in its room (fanout.go); set at join, under the room's lock
+	// cdnAcked: the LoginAck is written, the room's CDN config changes may follow (cdn.go).
+	// Guarded by the room's lock.
+	cdnAcked bool
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -217,7 +220,7 @@ func (c *conn) login(l *pb.Login) {
 		tags = stored.Tags
 	}
 	c.tags.Store(n.tags.Intern(tags))
-	n.rooms.join(c, rep.Settings, fresh)
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
@@ -233,7 +236,7 @@ func (c *conn) login(l *pb.Login) {
 
 	n.m.logins.WithLabelValues("ok").Inc()
 	now := n.now()
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{
+	ack := &pb.LoginAck{
 		SessionId:           c.session,
 		ServerTimeMs:        now.UnixMilli(),
 		HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
@@ -241,7 +244,10 @@ func (c *conn) login(l *pb.Login) {
 		Room:                c.room,
 		Uid:                 c.uid,
 		Node:                n.cfg.Node,
-	}}})
+		Cdn:                 r.cdnConfig(),
+	}
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
+	c.afterLoginAck(r, ack.Cdn)
 	if l.RecoverSince != "" || l.History > 0 {
 		last := min(int(l.History), bus.HistoryPerRoom)
 		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })

@@ -137,6 +137,9 @@ func (r *localRoom) receive(data []byte) {
 		n.log.Warn("dropping room batch that does not parse", "subject", r.subject)
 		return
 	}
+	if batch.Cdn != nil {
+		r.setCdn(batch.Cdn)
+	}
 	f := &r.fanout
 	f.mu.Lock()
 	if f.stopped {

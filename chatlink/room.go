@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,6 +44,8 @@ type localRoom struct {
 	slots    [phaseSlots]map[*conn]struct{} // the members, by c.slot
 	nextSlot uint8
 	sub      *nats.Subscription
+
+	cdn atomic.Pointer[pb.CdnConfig] // the room's CDN config (cdn.go); nil or mode off: none
 
 	fanout roomFanout
 }
@@ -86,11 +89,11 @@ func (t *roomTable) unclaimFresh(app, room string) {
 }
 
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member; settings are the room's, as the room service gave them at c's join, fresh from its
-// store if c claimed that (claimFresh): they then replace the settings of a room that another
-// login's answer, read from the cache, created meanwhile. It returns once the subscription is
-// in place, so c misses nothing sent after.
-func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
+// member; settings and cdn are the room's, as the room service gave them at c's join, fresh
+// from its store if c claimed that (claimFresh): they then replace those of a room that another
+// login's answer, read from the cache, created meanwhile. It returns the room once the
+// subscription is in place, so c misses nothing sent after.
+func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -101,9 +104,11 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
 	first := r == nil
 	if !first && fresh {
 		r.fanout.setSettings(settings)
+		r.cdn.Store(cdn)
 	}
 	if first {
 		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
+		r.cdn.Store(cdn)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
 		if err != nil {
@@ -126,6 +131,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, fresh bool) {
 		close(r.ready)
 	}
 	<-r.ready
+	return r
 }
 
 // leave removes c from its room and drops the room when c was its last local member.

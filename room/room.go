@@ -9,6 +9,10 @@
 // ChatLinks: their reports tell every instance the members per room and node
 // (distribution.go), and member lists are asked of the nodes by the server API. Any number of
 // instances share the work in a queue group; none holds state that only it has.
+//
+// A room in CDN mode has a route, written by the CDN manager (cdn.go): its CDN lanes go to the
+// pusher that route names instead of the room's subject. The service does not decide the mode
+// or the pusher.
 package room
 
 import (
@@ -69,6 +73,7 @@ type Service struct {
 	cache *cache
 	dist  *distribution
 	hist  *history
+	cdn   *cdnRoutes
 	exprs *tag.Cache // tag expressions checked, compiled once
 
 	stop chan struct{}
@@ -124,6 +129,10 @@ func (s *Service) Start() error {
 		s.cache.stop()
 		return err
 	}
+	if s.cdn, err = openCdnRoutes(ctx, s); err != nil {
+		s.cache.stop()
+		return err
+	}
 	sub, err := s.cfg.Bus.Subscribe(bus.SubjectSessionsReport, s.dist.onReport)
 	if err != nil {
 		s.Close()
@@ -161,6 +170,9 @@ func (s *Service) Close() {
 		close(s.stop)
 		if s.cache != nil {
 			s.cache.stop()
+		}
+		if s.cdn != nil {
+			s.cdn.stop()
 		}
 	})
 	s.wg.Wait()
@@ -217,21 +229,27 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		return
 	}
 	settings := meta.GetSettings()
+	route := s.cdn.get(req.App, req.Room)
 	if req.FirstOnNode {
-		// The cache follows the store a little behind; the node's copy of the settings is
-		// kept current from here on by the announcements of changes (API.announceSettings).
+		// The cache follows the store a little behind; the node's copy of the settings (and
+		// of the CDN config) is kept current from here on by the announcements of changes
+		// (API.announceSettings, the CDN manager's).
 		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
 		r, _, err := s.store.Room(ctx, req.App, req.Room)
-		cancel()
 		if err == nil {
 			settings = r.GetSettings()
 		} else {
 			s.log.Warn("room settings read from the cache", "app", req.App, "room", req.Room, "err", err)
 		}
+		if route, err = s.cdn.fresh(ctx, req.App, req.Room); err != nil {
+			s.log.Warn("CDN route read from the cache", "app", req.App, "room", req.Room, "err", err)
+		}
+		cancel()
 	}
 	bus.Respond(s.log, msg, &pb.Reply{
 		Settings:   settings,
 		MemberTags: s.cache.memberTags(req.App, req.Uid),
+		Cdn:        route.GetConfig(),
 	})
 }
 
@@ -370,7 +388,16 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 		batch.Messages[i], batch.SenderSessions[i] = m, req.SessionId
 	}
 	app, room := reqs[0].App, reqs[0].Room
-	if err := bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), batch); err != nil {
+	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
+	long, toPushers := s.cdn.split(app, room, batch)
+	var err error
+	if len(long.Messages) > 0 {
+		err = bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), long)
+	}
+	for pusher, b := range toPushers {
+		err = errors.Join(err, bus.Publish(s.cfg.Bus, bus.CdnPushSubject(pusher), b))
+	}
+	if err != nil {
 		s.log.Warn("broadcast failed", "app", app, "room", room, "err", err)
 		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
 	}

@@ -337,6 +337,9 @@ func (c *Client) handleFrame(f *roomcastpb.Frame) {
 		}
 	case *roomcastpb.Frame_HeartbeatAck:
 		c.setInterval(k.HeartbeatAck.GetHeartbeatIntervalMs())
+	case *roomcastpb.Frame_CdnConfig:
+		// The room's CDN lanes moved to segments (or back): this SDK does not poll them yet.
+		c.log.Debug("roomcast: CDN config changed", "mode", k.CdnConfig.GetMode())
 	default:
 		c.fail(fmt.Errorf("%w: the server sent a client frame %T", ErrProtocol, f.Kind))
 	}

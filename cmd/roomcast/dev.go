@@ -33,13 +33,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
+	bindCDNWindowFlag(flags, &cfg.CDN.Window)
+	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; no SDK polls segments yet)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
 
 Runs everything in one process: an embedded NATS server with JetStream, the room and presence
-services, the dispatcher, the server API and --chatlinks ChatLink nodes (each with a WebSocket
-and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
+services, the dispatcher, the server API, the CDN manager and a CDN pusher writing to an embedded
+S3 store (in memory, served as a CDN origin under /cdn/), and --chatlinks ChatLink nodes (each
+with a WebSocket and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
 secret and API key are fixed and printed.
 
 `)
@@ -105,6 +108,8 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)
+	fmt.Fprintf(&b, "  CDN origin    %s/{app}/{room}/{window_ms}/{index}   (segments; embedded S3 %s, bucket %s; docs/cdn.md)\n",
+		c.CDNOrigin(), c.S3.Endpoint(), c.S3.Bucket())
 	for _, n := range c.Nodes {
 		tcp := "tcp"
 		if n.TCPTLS() {
@@ -115,6 +120,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "\n  app %q, token secret %q\n\n", devcluster.App, devcluster.Secret)
 	fmt.Fprintf(&b, "Mint a token:\n  go run ./cmd/roomcast token --secret %s --app %s --uid alice --room lobby\n", devcluster.Secret, devcluster.App)
 	fmt.Fprintf(&b, "Send to a room:\n  curl -H 'Authorization: Bearer %s' -d '{\"body\":\"hello\"}' %s/v1/rooms/lobby/messages\n", devcluster.APIKey, c.URL())
+	fmt.Fprintf(&b, "Put a room's bulk lane on the CDN:\n  curl -X PUT -H 'Authorization: Bearer %s' -d '{\"mode\":\"CDN_MODE_BULK\"}' %s/v1/rooms/lobby/cdn\n", devcluster.APIKey, c.URL())
 	fmt.Fprintf(&b, "Check it end to end:\n  go run ./cmd/roomcast probe --dispatcher %s --room r1 --clients 4 --messages 25\n\nCtrl-C stops.\n", c.URL())
 	fmt.Fprint(w, b.String())
 }

@@ -15,7 +15,8 @@ const usage = `roomcast: large-room chat and danmaku distribution.
 Usage:
   roomcast dev       [flags]   everything in one process, with a demo page
   roomcast chatlink  [flags]   one ChatLink edge node
-  roomcast services  [flags]   room and presence services, dispatcher and server API
+  roomcast services  [flags]   room and presence services, dispatcher, server API, CDN manager
+  roomcast cdnpusher [flags]   one CDN pusher: rooms' CDN lanes as segments on S3
   roomcast drain     [flags]   ask a ChatLink to hand its clients to other nodes and stop
   roomcast token     [flags]   mint a login token for a client
   roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runChatLink(ctx, rest, stdout, stderr)
 	case "services":
 		return runServices(ctx, rest, stdout, stderr)
+	case "cdnpusher":
+		return runCdnPusher(ctx, rest, stdout, stderr)
 	case "drain":
 		return runDrain(ctx, rest, stdout, stderr)
 	case "token":

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"roomcast/cdnpusher"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/roles"
@@ -92,10 +93,14 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
+	bindCDNManagerFlags(fs, &cfg.CDN)
+	bindCDNWindowFlag(fs, &cfg.CDN.Window)
+	var pusher cdnpusher.ServiceConfig
+	bindS3Flags(fs, &pusher.Pusher)
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room and presence services, the dispatcher and the server API (HTTP/JSON and gRPC). Run as\nmany as you like: they share the work through NATS queue groups and JetStream.\n\n")
+		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room and presence services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args); code >= 0 {
@@ -106,6 +111,10 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	if pusher.Pusher.Endpoint != "" {
+		pusher.Pusher.Window = cfg.CDN.Window
+		cfg.Pusher = &pusher
+	}
 	cfg.CORSOrigins = corsOrigins()
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	s, err := roles.StartServices(cfg)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -39,7 +40,75 @@ const (
 	SubjectNodesControl = "rc.nodes.control"
 
 	SubjectLoad = "rc.load"
+
+	// SubjectCdnPushers carries the CDN pushers' reports (PusherReport): their leases.
+	SubjectCdnPushers = "rc.cdn.pushers"
 )
+
+// CdnPushSubject is where the room service hands a pusher instance the CDN-lane messages of the
+// rooms it writes (CdnBatch).
+func CdnPushSubject(pusher string) string { return "rc.cdn.push." + pusher }
+
+// BucketCdnRoutes is the JetStream KV bucket of the rooms in CDN mode: one CdnRoute per room,
+// under "<app>.<room>", written by the CDN manager, followed by the room service and the pushers.
+const BucketCdnRoutes = "rc_cdn_rooms"
+
+// CdnRouteKey is a room's key in BucketCdnRoutes.
+func CdnRouteKey(app, room string) string { return app + "." + room }
+
+// CdnRoutes creates BucketCdnRoutes, or binds to it, with replicas copies (zero means 1). The
+// manager, the room service and the pushers each call it, so none depends on who starts first.
+func CdnRoutes(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BucketCdnRoutes, History: 1, Replicas: max(1, replicas),
+		Description: "Roomcast rooms in CDN mode (cdnmanager)",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: KV bucket %s: %w", BucketCdnRoutes, err)
+	}
+	return kv, nil
+}
+
+// FollowKV calls apply with every key's current value, then with every change (a nil value for
+// a deleted key), from one goroutine, in order. It returns once the current values are applied,
+// or with an error when that takes longer than ctx allows. stop ends the watch and waits for
+// the goroutine.
+func FollowKV(ctx context.Context, kv jetstream.KeyValue, apply func(key string, value []byte)) (stop func(), err error) {
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("bus: watch %s: %w", kv.Bucket(), err)
+	}
+	loaded := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			switch {
+			case e == nil: // the end of the current values
+				close(loaded)
+			case e.Operation() == jetstream.KeyValuePut:
+				apply(e.Key(), e.Value())
+			default:
+				apply(e.Key(), nil)
+			}
+		}
+	}()
+	stop = func() {
+		_ = w.Stop()
+		<-done
+	}
+	select {
+	case <-loaded:
+		return stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, fmt.Errorf("bus: loading %s: %w", kv.Bucket(), ctx.Err())
+	}
+}
 
 // AppEventsSubject carries an app's online/offline events (SessionEvents) for app backends.
 func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" }

@@ -1,7 +1,9 @@
 // Package devcluster starts a whole Roomcast deployment in one process: an embedded NATS server
-// with JetStream (internal/devnats), the services role (the room and presence services, any
-// number of instances of each, the dispatcher and the server API over HTTP/JSON and gRPC) and a
-// number of ChatLinks, each role started by internal/roles as production starts it. `roomcast
+// with JetStream (internal/devnats), an embedded S3 store (internal/devs3), the services role
+// (the room and presence services, any number of instances of each, the dispatcher, the server
+// API over HTTP/JSON and gRPC, the CDN manager and a CDN pusher writing to the embedded store,
+// whose segments the HTTP endpoint serves under /cdn/ as a CDN origin) and a number of
+// ChatLinks, each role started by internal/roles as production starts it. `roomcast
 // dev` runs it, and tests use it as their cluster. It only assembles: the roles hold the wiring
 // and the components the logic.
 package devcluster
@@ -21,11 +23,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/api"
+	"roomcast/cdnmanager"
+	"roomcast/cdnpusher"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
 	"roomcast/internal/devnats"
+	"roomcast/internal/devs3"
 	"roomcast/internal/roles"
 	"roomcast/presence"
 	"roomcast/room"
@@ -81,6 +86,12 @@ type Config struct {
 	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
 	// means rooms open implicitly, as the demo page needs.
 	RequireCreated bool
+	// CDN configures the CDN manager (its Bus, Log and Registerer are set by the services
+	// role). Its BaseURLs default to the HTTP endpoint's /cdn, the embedded store's origin.
+	CDN cdnmanager.Config
+	// NoPusher runs no CDN pusher in the services: a test starts its own against S3. Zero value
+	// means one pusher, writing to the embedded store with CDN.Window.
+	NoPusher bool
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -119,6 +130,8 @@ type Cluster struct {
 	*roles.Services
 	NATS  *server.Server
 	Nodes []*chatlink.Node
+	// S3 is the embedded object store the CDN pushers write to.
+	S3 *devs3.Server
 
 	log       *slog.Logger
 	chatlinks []*roles.ChatLink
@@ -145,6 +158,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	// In the server's own process: a pipe instead of a loopback TCP connection, so what a dev
 	// deployment spends on its bus is not the kernel's loopback round trips.
 	inProcess := []nats.Option{nats.InProcessServer(c.NATS)}
+	if c.S3, err = devs3.Start(devs3.Config{Log: log}); err != nil {
+		return nil, err
+	}
+	var pusher *cdnpusher.ServiceConfig
+	if !cfg.NoPusher {
+		pusher = &cdnpusher.ServiceConfig{Pusher: c.PusherStorage()}
+		pusher.Pusher.Window = cfg.CDN.Window
+	}
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
@@ -157,6 +178,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},
 		Pprof:      cfg.Pprof,
+		CDN:        cfg.CDN,
+		Pusher:     pusher,
+		CDNOrigin:  c.S3.Origin(),
 		Routes: func(mux *http.ServeMux) {
 			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {
@@ -203,6 +227,15 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// PusherStorage returns a pusher config with the embedded store's endpoint and bucket, for a
+// pusher of this cluster.
+func (c *Cluster) PusherStorage() cdnpusher.Config {
+	return cdnpusher.Config{Endpoint: c.S3.Endpoint(), Bucket: c.S3.Bucket(), AccessKey: "dev", SecretKey: "dev-secret"}
+}
+
+// CDNOrigin returns the base URL under which the HTTP endpoint serves the segments.
+func (c *Cluster) CDNOrigin() string { return c.URL() + "/cdn" }
+
 // NATSURL returns the embedded NATS server's client URL.
 func (c *Cluster) NATSURL() string { return c.NATS.ClientURL() }
 
@@ -231,6 +264,9 @@ func (c *Cluster) Close() {
 	if c.NATS != nil {
 		c.NATS.Shutdown()
 		c.NATS.WaitForShutdown()
+	}
+	if c.S3 != nil {
+		c.S3.Close()
 	}
 }
 

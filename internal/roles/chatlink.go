@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -55,8 +54,7 @@ type ChatLink struct {
 	Node *chatlink.Node
 
 	bus          *busConns
-	opsLn        net.Listener
-	ops          *httpServer
+	ops          *opsEndpoint
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -82,10 +80,8 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 			return nil, err
 		}
 	}
-	if cfg.OpsListen != "" {
-		if c.opsLn, err = net.Listen("tcp", cfg.OpsListen); err != nil {
-			return nil, listenError("ops", cfg.OpsListen, err)
-		}
+	if c.ops, err = listenOps(cfg.OpsListen); err != nil {
+		return nil, err
 	}
 	if ncfg.Bus, err = c.bus.connect("chatlink " + ncfg.Node); err != nil {
 		return nil, err
@@ -100,9 +96,7 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 		return nil, err
 	}
 	c.Node = node
-	if c.opsLn != nil {
-		c.ops = serveHTTP(c.opsLn, newMux(cfg.Registry, c.health, true), nil, log)
-	}
+	c.ops.serve(newMux(cfg.Registry, c.health, true), log)
 	return c, nil
 }
 
@@ -115,12 +109,7 @@ func (c *ChatLink) health(h *Health) error {
 }
 
 // OpsAddr returns the host:port of the ops endpoint, or "" without one.
-func (c *ChatLink) OpsAddr() string {
-	if c.opsLn == nil {
-		return ""
-	}
-	return c.opsLn.Addr().String()
-}
+func (c *ChatLink) OpsAddr() string { return c.ops.addr() }
 
 // Shutdown shuts the node down (chatlink.Node.Shutdown: its clients are told to reconnect
 // elsewhere, and closed when ctx ends), then stops the ops endpoint and closes the NATS
@@ -131,11 +120,7 @@ func (c *ChatLink) Shutdown(ctx context.Context) error {
 		if c.Node != nil {
 			c.shutdownErr = c.Node.Shutdown(ctx)
 		}
-		if c.ops != nil {
-			c.ops.stop()
-		} else if c.opsLn != nil {
-			_ = c.opsLn.Close()
-		}
+		c.ops.stop()
 		c.bus.close()
 	})
 	return c.shutdownErr

@@ -138,3 +138,48 @@ func (s *grpcServer) stop() {
 	}
 	<-s.done
 }
+
+// opsEndpoint is a role's private HTTP endpoint (/metrics, /healthz, profiles): it listens
+// before the role starts, so that an address in use fails the start early, and serves once the
+// role runs. A nil *opsEndpoint is a role without one.
+type opsEndpoint struct {
+	ln  net.Listener
+	srv *httpServer // nil until serve
+}
+
+// listenOps listens on addr; "" means no endpoint (nil).
+func listenOps(addr string) (*opsEndpoint, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, listenError("ops", addr, err)
+	}
+	return &opsEndpoint{ln: ln}, nil
+}
+
+func (o *opsEndpoint) serve(h http.Handler, log *slog.Logger) {
+	if o != nil {
+		o.srv = serveHTTP(o.ln, h, nil, log)
+	}
+}
+
+// addr returns the endpoint's host:port, or "" without one.
+func (o *opsEndpoint) addr() string {
+	if o == nil {
+		return ""
+	}
+	return o.ln.Addr().String()
+}
+
+// stop stops serving, or closes the listener of an endpoint that never served.
+func (o *opsEndpoint) stop() {
+	switch {
+	case o == nil:
+	case o.srv != nil:
+		o.srv.stop()
+	default:
+		_ = o.ln.Close()
+	}
+}

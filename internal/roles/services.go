@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"roomcast/api"
+	"roomcast/cdnmanager"
+	"roomcast/cdnpusher"
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -55,6 +59,17 @@ type ServicesConfig struct {
 	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
 	// demo page and tokens).
 	Routes func(*http.ServeMux)
+	// CDN configures the CDN manager, which every services process runs (one instance leads);
+	// its Bus, Log and Registerer are set here.
+	CDN cdnmanager.Config
+	// Pusher, when set, runs a CDN pusher instance in this process too; its Bus is set here,
+	// its Logger and Registerer when unset. Zero value means none (pushers run as `roomcast
+	// cdnpusher`).
+	Pusher *cdnpusher.ServiceConfig
+	// CDNOrigin, when set, serves segments under /cdn/ on the HTTP endpoint (the dev
+	// assembly's embedded object store), and the endpoint's /cdn is the CDN's base URL when
+	// CDN.BaseURLs names none.
+	CDNOrigin http.Handler
 	// TLS, when it names files, makes both endpoints TLS: HTTPS and gRPC over TLS, with the
 	// certificate re-read when the files change (certfiles). Zero value means plaintext.
 	TLS certfiles.Config
@@ -100,6 +115,9 @@ type Services struct {
 	Presences  []*presence.Service
 	Dispatcher *dispatcher.Dispatcher
 	API        *api.API
+	CDN        *cdnmanager.Manager
+	// Pusher is the CDN pusher instance of ServicesConfig.Pusher, or nil.
+	Pusher *cdnpusher.Service
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
 
@@ -165,6 +183,22 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if err = s.Dispatcher.Start(); err != nil {
 		return nil, err
 	}
+	mcfg := cfg.CDN
+	if mcfg.Bus, err = s.bus.connect("cdnmanager"); err != nil {
+		return nil, err
+	}
+	mcfg.Log, mcfg.Registerer = cfg.Log, cfg.Registry
+	if cfg.CDNOrigin != nil && len(mcfg.BaseURLs) == 0 {
+		mcfg.BaseURLs = []string{s.URL() + "/cdn"}
+	}
+	if s.CDN, err = cdnmanager.Start(mcfg); err != nil {
+		return nil, err
+	}
+	if cfg.Pusher != nil {
+		if s.Pusher, err = startPusherService(s.bus, *cfg.Pusher, cfg.Registry, cfg.Log); err != nil {
+			return nil, err
+		}
+	}
 	acfg := cfg.API
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
@@ -200,6 +234,9 @@ func (s *Services) routes() *http.ServeMux {
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
 	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
 	s.API.Register(mux)
+	if s.cfg.CDNOrigin != nil {
+		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
+	}
 	if s.cfg.Routes != nil {
 		s.cfg.Routes(mux)
 	}
@@ -291,6 +328,17 @@ func (s *Services) Close() {
 			s.grpc.stop()
 		} else if s.grpcLn != nil {
 			_ = s.grpcLn.Close()
+		}
+		if s.Pusher != nil {
+			// While the manager runs, so that it can hand the pusher's rooms over.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := s.Pusher.Shutdown(ctx); err != nil {
+				s.cfg.Log.Warn("cdn pusher shutdown", "err", err)
+			}
+			cancel()
+		}
+		if s.CDN != nil {
+			s.CDN.Close()
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()

@@ -139,8 +139,6 @@ type RoomSettings struct {
 	// never dropped: going over this budget is only counted. 0: the default (10). Negative:
 	// unlimited.
 	CriticalBudget int32 `protobuf:"varint,3,opt,name=critical_budget,json=criticalBudget,proto3" json:"critical_budget,omitempty"`
-	// Bulk danmaku go through the CDN path.
-	CdnMode bool `protobuf:"varint,4,opt,name=cdn_mode,json=cdnMode,proto3" json:"cdn_mode,omitempty"`
 	// Logins beyond this many members are refused (close code 4505 ROOM_FULL). 0: no limit.
 	MaxMembers int64      `protobuf:"varint,5,opt,name=max_members,json=maxMembers,proto3" json:"max_members,omitempty"`
 	WhoMaySend SendPolicy `protobuf:"varint,6,opt,name=who_may_send,json=whoMaySend,proto3,enum=roomcast.v1.SendPolicy" json:"who_may_send,omitempty"`
@@ -210,13 +208,6 @@ func (x *RoomSettings) GetCriticalBudget() int32 {
 		return x.CriticalBudget
 	}
 	return 0
-}
-
-func (x *RoomSettings) GetCdnMode() bool {
-	if x != nil {
-		return x.CdnMode
-	}
-	return false
 }
 
 func (x *RoomSettings) GetMaxMembers() int64 {
@@ -2357,16 +2348,350 @@ func (x *GetMemberTagsRequest) GetUid() string {
 	return ""
 }
 
+type SetRoomCdnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// The mode to pin; ignored when automatic is set.
+	Mode CdnMode `protobuf:"varint,2,opt,name=mode,proto3,enum=roomcast.v1.CdnMode" json:"mode,omitempty"`
+	// Let the app's rules (CdnPolicy) decide the room's mode instead of a pinned one.
+	Automatic     bool `protobuf:"varint,3,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRoomCdnRequest) Reset() {
+	*x = SetRoomCdnRequest{}
+	mi := &file_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRoomCdnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRoomCdnRequest) ProtoMessage() {}
+
+func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRoomCdnRequest.ProtoReflect.Descriptor instead.
+func (*SetRoomCdnRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SetRoomCdnRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *SetRoomCdnRequest) GetMode() CdnMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CdnMode_CDN_MODE_OFF
+}
+
+func (x *SetRoomCdnRequest) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
+}
+
+type GetRoomCdnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoomCdnRequest) Reset() {
+	*x = GetRoomCdnRequest{}
+	mi := &file_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoomCdnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoomCdnRequest) ProtoMessage() {}
+
+func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoomCdnRequest.ProtoReflect.Descriptor instead.
+func (*GetRoomCdnRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetRoomCdnRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+// RoomCdn is a room's CDN state.
+type RoomCdn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// What the app asked for: the rules decide (the default for a room never set), or
+	// pinned_mode holds.
+	Automatic  bool    `protobuf:"varint,2,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	PinnedMode CdnMode `protobuf:"varint,3,opt,name=pinned_mode,json=pinnedMode,proto3,enum=roomcast.v1.CdnMode" json:"pinned_mode,omitempty"`
+	// The mode in force: what members are told. It is off while no pusher is live, whatever was
+	// asked.
+	Mode CdnMode `protobuf:"varint,4,opt,name=mode,proto3,enum=roomcast.v1.CdnMode" json:"mode,omitempty"`
+	// The pusher instance that writes the room's segments; empty when the mode is off.
+	Pusher string `protobuf:"bytes,5,opt,name=pusher,proto3" json:"pusher,omitempty"`
+	// The config members have (absent when the mode is off).
+	Config        *CdnConfig `protobuf:"bytes,6,opt,name=config,proto3" json:"config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomCdn) Reset() {
+	*x = RoomCdn{}
+	mi := &file_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomCdn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomCdn) ProtoMessage() {}
+
+func (x *RoomCdn) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomCdn.ProtoReflect.Descriptor instead.
+func (*RoomCdn) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RoomCdn) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomCdn) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
+}
+
+func (x *RoomCdn) GetPinnedMode() CdnMode {
+	if x != nil {
+		return x.PinnedMode
+	}
+	return CdnMode_CDN_MODE_OFF
+}
+
+func (x *RoomCdn) GetMode() CdnMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CdnMode_CDN_MODE_OFF
+}
+
+func (x *RoomCdn) GetPusher() string {
+	if x != nil {
+		return x.Pusher
+	}
+	return ""
+}
+
+func (x *RoomCdn) GetConfig() *CdnConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// CdnPolicy is an app's CDN strategy, kept in JetStream KV. Zero values mean the deployment's
+// defaults (docs/cdn.md).
+type CdnPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where members fetch segments. Empty: the deployment's public base URLs, equal weights.
+	Vendors []*CdnVendor `protobuf:"bytes,1,rep,name=vendors,proto3" json:"vendors,omitempty"`
+	// Rule: a room not pinned goes to rule_mode while at least this many members are online.
+	// 0: the deployment's default; negative: never by count.
+	OnlineThreshold int64 `protobuf:"varint,2,opt,name=online_threshold,json=onlineThreshold,proto3" json:"online_threshold,omitempty"`
+	// Rule: a room not pinned goes to rule_mode while a ChatLink holding its members reports a
+	// flow-control strength (0 to 1) at or above this level. 0: the deployment's default;
+	// negative: never by flow control.
+	FlowControlLevel float64 `protobuf:"fixed64,3,opt,name=flow_control_level,json=flowControlLevel,proto3" json:"flow_control_level,omitempty"`
+	// The mode the rules turn on. CDN_MODE_OFF means the default, CDN_MODE_BULK.
+	RuleMode CdnMode `protobuf:"varint,4,opt,name=rule_mode,json=ruleMode,proto3,enum=roomcast.v1.CdnMode" json:"rule_mode,omitempty"`
+	// How often members poll, and the jitter they add. 0: the deployment's defaults.
+	PollIntervalMs uint32 `protobuf:"varint,5,opt,name=poll_interval_ms,json=pollIntervalMs,proto3" json:"poll_interval_ms,omitempty"`
+	PollJitterMs   uint32 `protobuf:"varint,6,opt,name=poll_jitter_ms,json=pollJitterMs,proto3" json:"poll_jitter_ms,omitempty"`
+	UpdatedMs      int64  `protobuf:"varint,7,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CdnPolicy) Reset() {
+	*x = CdnPolicy{}
+	mi := &file_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CdnPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CdnPolicy) ProtoMessage() {}
+
+func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CdnPolicy.ProtoReflect.Descriptor instead.
+func (*CdnPolicy) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CdnPolicy) GetVendors() []*CdnVendor {
+	if x != nil {
+		return x.Vendors
+	}
+	return nil
+}
+
+func (x *CdnPolicy) GetOnlineThreshold() int64 {
+	if x != nil {
+		return x.OnlineThreshold
+	}
+	return 0
+}
+
+func (x *CdnPolicy) GetFlowControlLevel() float64 {
+	if x != nil {
+		return x.FlowControlLevel
+	}
+	return 0
+}
+
+func (x *CdnPolicy) GetRuleMode() CdnMode {
+	if x != nil {
+		return x.RuleMode
+	}
+	return CdnMode_CDN_MODE_OFF
+}
+
+func (x *CdnPolicy) GetPollIntervalMs() uint32 {
+	if x != nil {
+		return x.PollIntervalMs
+	}
+	return 0
+}
+
+func (x *CdnPolicy) GetPollJitterMs() uint32 {
+	if x != nil {
+		return x.PollJitterMs
+	}
+	return 0
+}
+
+func (x *CdnPolicy) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
+type GetCdnPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCdnPolicyRequest) Reset() {
+	*x = GetCdnPolicyRequest{}
+	mi := &file_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCdnPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCdnPolicyRequest) ProtoMessage() {}
+
+func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCdnPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{38}
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\"\xf9\x02\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\xee\x02\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
-	"\x0fcritical_budget\x18\x03 \x01(\x05R\x0ecriticalBudget\x12\x19\n" +
-	"\bcdn_mode\x18\x04 \x01(\bR\acdnMode\x12\x1f\n" +
+	"\x0fcritical_budget\x18\x03 \x01(\x05R\x0ecriticalBudget\x12\x1f\n" +
 	"\vmax_members\x18\x05 \x01(\x03R\n" +
 	"maxMembers\x129\n" +
 	"\fwho_may_send\x18\x06 \x01(\x0e2\x17.roomcast.v1.SendPolicyR\n" +
@@ -2375,7 +2700,7 @@ const file_api_proto_rawDesc = "" +
 	"\tsend_expr\x18\b \x01(\tR\bsendExpr\x12%\n" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
-	" \x01(\tR\vscopePrefix\"\xa3\x02\n" +
+	" \x01(\tR\vscopePrefixJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2535,7 +2860,31 @@ const file_api_proto_rawDesc = "" +
 	"\x04tags\x18\x01 \x01(\v2\x17.roomcast.v1.MemberTagsR\x04tags\x12)\n" +
 	"\x10sessions_updated\x18\x02 \x01(\x03R\x0fsessionsUpdated\"(\n" +
 	"\x14GetMemberTagsRequest\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid*W\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\"o\n" +
+	"\x11SetRoomCdnRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12(\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x14.roomcast.v1.CdnModeR\x04mode\x12\x1c\n" +
+	"\tautomatic\x18\x03 \x01(\bR\tautomatic\"'\n" +
+	"\x11GetRoomCdnRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"\xe4\x01\n" +
+	"\aRoomCdn\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x1c\n" +
+	"\tautomatic\x18\x02 \x01(\bR\tautomatic\x125\n" +
+	"\vpinned_mode\x18\x03 \x01(\x0e2\x14.roomcast.v1.CdnModeR\n" +
+	"pinnedMode\x12(\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x14.roomcast.v1.CdnModeR\x04mode\x12\x16\n" +
+	"\x06pusher\x18\x05 \x01(\tR\x06pusher\x12.\n" +
+	"\x06config\x18\x06 \x01(\v2\x16.roomcast.v1.CdnConfigR\x06config\"\xb8\x02\n" +
+	"\tCdnPolicy\x120\n" +
+	"\avendors\x18\x01 \x03(\v2\x16.roomcast.v1.CdnVendorR\avendors\x12)\n" +
+	"\x10online_threshold\x18\x02 \x01(\x03R\x0fonlineThreshold\x12,\n" +
+	"\x12flow_control_level\x18\x03 \x01(\x01R\x10flowControlLevel\x121\n" +
+	"\trule_mode\x18\x04 \x01(\x0e2\x14.roomcast.v1.CdnModeR\bruleMode\x12(\n" +
+	"\x10poll_interval_ms\x18\x05 \x01(\rR\x0epollIntervalMs\x12$\n" +
+	"\x0epoll_jitter_ms\x18\x06 \x01(\rR\fpollJitterMs\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\a \x01(\x03R\tupdatedMs\"\x15\n" +
+	"\x13GetCdnPolicyRequest*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -2545,7 +2894,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xdd\t\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xef\v\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -2566,7 +2915,13 @@ const file_api_proto_rawDesc = "" +
 	"\x0fGetUserSessions\x12#.roomcast.v1.GetUserSessionsRequest\x1a$.roomcast.v1.GetUserSessionsResponse\x12P\n" +
 	"\vCountOnline\x12\x1f.roomcast.v1.CountOnlineRequest\x1a .roomcast.v1.CountOnlineResponse\x12V\n" +
 	"\rSetMemberTags\x12!.roomcast.v1.SetMemberTagsRequest\x1a\".roomcast.v1.SetMemberTagsResponse\x12K\n" +
-	"\rGetMemberTags\x12!.roomcast.v1.GetMemberTagsRequest\x1a\x17.roomcast.v1.MemberTagsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\rGetMemberTags\x12!.roomcast.v1.GetMemberTagsRequest\x1a\x17.roomcast.v1.MemberTags\x12B\n" +
+	"\n" +
+	"SetRoomCdn\x12\x1e.roomcast.v1.SetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12B\n" +
+	"\n" +
+	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
+	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicyB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2581,7 +2936,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -2619,7 +2974,15 @@ var file_api_proto_goTypes = []any{
 	(*SetMemberTagsRequest)(nil),    // 33: roomcast.v1.SetMemberTagsRequest
 	(*SetMemberTagsResponse)(nil),   // 34: roomcast.v1.SetMemberTagsResponse
 	(*GetMemberTagsRequest)(nil),    // 35: roomcast.v1.GetMemberTagsRequest
-	nil,                             // 36: roomcast.v1.GetRoomResponse.NodesEntry
+	(*SetRoomCdnRequest)(nil),       // 36: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),       // 37: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                 // 38: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),               // 39: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),     // 40: roomcast.v1.GetCdnPolicyRequest
+	nil,                             // 41: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 42: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 43: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 44: roomcast.v1.CdnVendor
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -2629,50 +2992,64 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	36, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	41, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	14, // 10: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
 	25, // 11: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	28, // 12: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
 	32, // 13: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	4,  // 14: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	6,  // 15: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	7,  // 16: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	9,  // 17: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	11, // 18: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	14, // 19: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	16, // 20: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
-	18, // 21: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	20, // 22: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	22, // 23: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	23, // 24: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	24, // 25: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	27, // 26: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	30, // 27: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	33, // 28: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	35, // 29: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	5,  // 30: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 31: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 32: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 33: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 34: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 35: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 36: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	19, // 37: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	21, // 38: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 39: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	25, // 40: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	26, // 41: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	29, // 42: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	31, // 43: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	34, // 44: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	32, // 45: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	30, // [30:46] is the sub-list for method output_type
-	14, // [14:30] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	42, // 14: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	42, // 15: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	42, // 16: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	43, // 17: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	44, // 18: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	42, // 19: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	4,  // 20: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	6,  // 21: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	7,  // 22: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	9,  // 23: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	11, // 24: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	14, // 25: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	16, // 26: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	18, // 27: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	20, // 28: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	22, // 29: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	23, // 30: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	24, // 31: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	27, // 32: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	30, // 33: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	33, // 34: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	35, // 35: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	36, // 36: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	37, // 37: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	39, // 38: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	40, // 39: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	5,  // 40: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 41: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	8,  // 42: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	10, // 43: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	12, // 44: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	15, // 45: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	17, // 46: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	19, // 47: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	21, // 48: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 49: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	25, // 50: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	26, // 51: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	29, // 52: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	31, // 53: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	34, // 54: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	32, // 55: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	38, // 56: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	38, // 57: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	39, // 58: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	39, // 59: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	40, // [40:60] is the sub-list for method output_type
+	20, // [20:40] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -2680,6 +3057,7 @@ func file_api_proto_init() {
 	if File_api_proto != nil {
 		return
 	}
+	file_cdn_proto_init()
 	file_api_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2687,7 +3065,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

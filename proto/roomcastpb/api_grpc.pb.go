@@ -38,6 +38,10 @@ const (
 	RoomcastAPI_CountOnline_FullMethodName     = "/roomcast.v1.RoomcastAPI/CountOnline"
 	RoomcastAPI_SetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/SetMemberTags"
 	RoomcastAPI_GetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/GetMemberTags"
+	RoomcastAPI_SetRoomCdn_FullMethodName      = "/roomcast.v1.RoomcastAPI/SetRoomCdn"
+	RoomcastAPI_GetRoomCdn_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
+	RoomcastAPI_SetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
+	RoomcastAPI_GetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
 )
 
 // RoomcastAPIClient is the client API for RoomcastAPI service.
@@ -89,6 +93,17 @@ type RoomcastAPIClient interface {
 	SetMemberTags(ctx context.Context, in *SetMemberTagsRequest, opts ...grpc.CallOption) (*SetMemberTagsResponse, error)
 	// Returns a user's stored tags.
 	GetMemberTags(ctx context.Context, in *GetMemberTagsRequest, opts ...grpc.CallOption) (*MemberTags, error)
+	// SetRoomCdn pins a room's CDN mode (off, bulk, normal and bulk) or hands it back to the app's
+	// rules (automatic). The mode in force reaches every member live, in a CdnConfig frame.
+	SetRoomCdn(ctx context.Context, in *SetRoomCdnRequest, opts ...grpc.CallOption) (*RoomCdn, error)
+	// GetRoomCdn returns what was asked for a room and what is in force: mode, pusher, and the
+	// config members have.
+	GetRoomCdn(ctx context.Context, in *GetRoomCdnRequest, opts ...grpc.CallOption) (*RoomCdn, error)
+	// SetCdnPolicy replaces the app's CDN policy: vendors, the rules that put rooms in CDN mode,
+	// polling. Members of every room in CDN mode get the new config live.
+	SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error)
+	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
+	GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error)
 }
 
 type roomcastAPIClient struct {
@@ -259,6 +274,46 @@ func (c *roomcastAPIClient) GetMemberTags(ctx context.Context, in *GetMemberTags
 	return out, nil
 }
 
+func (c *roomcastAPIClient) SetRoomCdn(ctx context.Context, in *SetRoomCdnRequest, opts ...grpc.CallOption) (*RoomCdn, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RoomCdn)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SetRoomCdn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) GetRoomCdn(ctx context.Context, in *GetRoomCdnRequest, opts ...grpc.CallOption) (*RoomCdn, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RoomCdn)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetRoomCdn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CdnPolicy)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SetCdnPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CdnPolicy)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetCdnPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RoomcastAPIServer is the server API for RoomcastAPI service.
 // All implementations must embed UnimplementedRoomcastAPIServer
 // for forward compatibility.
@@ -308,6 +363,17 @@ type RoomcastAPIServer interface {
 	SetMemberTags(context.Context, *SetMemberTagsRequest) (*SetMemberTagsResponse, error)
 	// Returns a user's stored tags.
 	GetMemberTags(context.Context, *GetMemberTagsRequest) (*MemberTags, error)
+	// SetRoomCdn pins a room's CDN mode (off, bulk, normal and bulk) or hands it back to the app's
+	// rules (automatic). The mode in force reaches every member live, in a CdnConfig frame.
+	SetRoomCdn(context.Context, *SetRoomCdnRequest) (*RoomCdn, error)
+	// GetRoomCdn returns what was asked for a room and what is in force: mode, pusher, and the
+	// config members have.
+	GetRoomCdn(context.Context, *GetRoomCdnRequest) (*RoomCdn, error)
+	// SetCdnPolicy replaces the app's CDN policy: vendors, the rules that put rooms in CDN mode,
+	// polling. Members of every room in CDN mode get the new config live.
+	SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error)
+	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
+	GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error)
 	mustEmbedUnimplementedRoomcastAPIServer()
 }
 
@@ -365,6 +431,18 @@ func (UnimplementedRoomcastAPIServer) SetMemberTags(context.Context, *SetMemberT
 }
 func (UnimplementedRoomcastAPIServer) GetMemberTags(context.Context, *GetMemberTagsRequest) (*MemberTags, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetMemberTags not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SetRoomCdn(context.Context, *SetRoomCdnRequest) (*RoomCdn, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetRoomCdn not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetRoomCdn(context.Context, *GetRoomCdnRequest) (*RoomCdn, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetRoomCdn not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetCdnPolicy not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetCdnPolicy not implemented")
 }
 func (UnimplementedRoomcastAPIServer) mustEmbedUnimplementedRoomcastAPIServer() {}
 func (UnimplementedRoomcastAPIServer) testEmbeddedByValue()                     {}
@@ -675,6 +753,78 @@ func _RoomcastAPI_GetMemberTags_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_SetRoomCdn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRoomCdnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SetRoomCdn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SetRoomCdn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SetRoomCdn(ctx, req.(*SetRoomCdnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_GetRoomCdn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRoomCdnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetRoomCdn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetRoomCdn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetRoomCdn(ctx, req.(*GetRoomCdnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_SetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CdnPolicy)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SetCdnPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SetCdnPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SetCdnPolicy(ctx, req.(*CdnPolicy))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_GetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCdnPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetCdnPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetCdnPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetCdnPolicy(ctx, req.(*GetCdnPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RoomcastAPI_ServiceDesc is the grpc.ServiceDesc for RoomcastAPI service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -745,6 +895,22 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMemberTags",
 			Handler:    _RoomcastAPI_GetMemberTags_Handler,
+		},
+		{
+			MethodName: "SetRoomCdn",
+			Handler:    _RoomcastAPI_SetRoomCdn_Handler,
+		},
+		{
+			MethodName: "GetRoomCdn",
+			Handler:    _RoomcastAPI_GetRoomCdn_Handler,
+		},
+		{
+			MethodName: "SetCdnPolicy",
+			Handler:    _RoomcastAPI_SetCdnPolicy_Handler,
+		},
+		{
+			MethodName: "GetCdnPolicy",
+			Handler:    _RoomcastAPI_GetCdnPolicy_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

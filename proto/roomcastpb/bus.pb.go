@@ -419,7 +419,9 @@ type Reply struct {
 	// token's.
 	MemberTags *MemberTags `protobuf:"bytes,8,opt,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
 	// Set by a successful batch send: the messages' ids, in order.
-	MessageIds    []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Set by a successful join of a room in CDN mode: what the member is told in its LoginAck.
+	Cdn           *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +519,13 @@ func (x *Reply) GetMessageIds() []string {
 	return nil
 }
 
+func (x *Reply) GetCdn() *CdnConfig {
+	if x != nil {
+		return x.Cdn
+	}
+	return nil
+}
+
 type RoomInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -595,7 +604,10 @@ type RoomBatch struct {
 	Messages       []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	SenderSessions []string               `protobuf:"bytes,2,rep,name=sender_sessions,json=senderSessions,proto3" json:"sender_sessions,omitempty"`
 	// When set, the room's settings changed: ChatLinks apply them from this batch on.
-	Settings      *RoomSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	Settings *RoomSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	// When set, the room's CDN config changed (the CDN manager): ChatLinks send it to every
+	// member in a CdnConfig frame and give it to later logins. Mode off ends CDN mode.
+	Cdn           *CdnConfig `protobuf:"bytes,4,opt,name=cdn,proto3" json:"cdn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +659,13 @@ func (x *RoomBatch) GetSenderSessions() []string {
 func (x *RoomBatch) GetSettings() *RoomSettings {
 	if x != nil {
 		return x.Settings
+	}
+	return nil
+}
+
+func (x *RoomBatch) GetCdn() *CdnConfig {
+	if x != nil {
+		return x.Cdn
 	}
 	return nil
 }
@@ -1740,11 +1759,265 @@ func (x *DrainRequest) GetDeadlineMs() uint32 {
 	return 0
 }
 
+// CdnRoute is a room's CDN state as the CDN manager decided it, kept in JetStream KV (bucket
+// rc_cdn_rooms, key "<app>.<room>"); only rooms in CDN mode have one. The room service routes by
+// it, pushers follow it, ChatLinks learn its config.
+type CdnRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room  string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	// Never CDN_MODE_OFF: a room leaving CDN mode loses its route.
+	Mode CdnMode `protobuf:"varint,3,opt,name=mode,proto3,enum=roomcast.v1.CdnMode" json:"mode,omitempty"`
+	// The pusher that writes the room's windows from from_index on.
+	Pusher    string `protobuf:"bytes,4,opt,name=pusher,proto3" json:"pusher,omitempty"`
+	FromIndex int64  `protobuf:"varint,5,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	// The pusher that writes the windows before from_index, during a handoff (a rebalance, or a
+	// pusher leaving); empty for a new route. A lost pusher is named here too: what it did not
+	// write before it was lost is a gap.
+	PrevPusher string `protobuf:"bytes,6,opt,name=prev_pusher,json=prevPusher,proto3" json:"prev_pusher,omitempty"`
+	// What members are told.
+	Config *CdnConfig `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
+	// The mode comes from the app's rules, not a pin.
+	Automatic     bool  `protobuf:"varint,8,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	UpdatedMs     int64 `protobuf:"varint,9,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CdnRoute) Reset() {
+	*x = CdnRoute{}
+	mi := &file_bus_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CdnRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CdnRoute) ProtoMessage() {}
+
+func (x *CdnRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
+func (*CdnRoute) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CdnRoute) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CdnRoute) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *CdnRoute) GetMode() CdnMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CdnMode_CDN_MODE_OFF
+}
+
+func (x *CdnRoute) GetPusher() string {
+	if x != nil {
+		return x.Pusher
+	}
+	return ""
+}
+
+func (x *CdnRoute) GetFromIndex() int64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *CdnRoute) GetPrevPusher() string {
+	if x != nil {
+		return x.PrevPusher
+	}
+	return ""
+}
+
+func (x *CdnRoute) GetConfig() *CdnConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *CdnRoute) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
+}
+
+func (x *CdnRoute) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
+// CdnBatch carries a room's CDN-lane messages from the room service to the pusher that writes
+// them (subject rc.cdn.push.<pusher>).
+type CdnBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Messages      []*Message             `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CdnBatch) Reset() {
+	*x = CdnBatch{}
+	mi := &file_bus_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CdnBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CdnBatch) ProtoMessage() {}
+
+func (x *CdnBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
+func (*CdnBatch) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CdnBatch) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CdnBatch) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// PusherReport is a pusher instance's heartbeat and lease (subject rc.cdn.pushers): a pusher
+// whose reports stop for the manager's lease time is lost, and its rooms go to others.
+type PusherReport struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pusher string                 `protobuf:"bytes,1,opt,name=pusher,proto3" json:"pusher,omitempty"`
+	TimeMs int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// The pusher's window: the manager assigns rooms only to pushers with its own window.
+	WindowMs uint32 `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	// Rooms the pusher writes segments for.
+	Rooms int64 `protobuf:"varint,4,opt,name=rooms,proto3" json:"rooms,omitempty"`
+	// The pusher is shutting down: its rooms are handed to others, and it writes their windows
+	// up to the handoff.
+	Leaving       bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PusherReport) Reset() {
+	*x = PusherReport{}
+	mi := &file_bus_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PusherReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PusherReport) ProtoMessage() {}
+
+func (x *PusherReport) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
+func (*PusherReport) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PusherReport) GetPusher() string {
+	if x != nil {
+		return x.Pusher
+	}
+	return ""
+}
+
+func (x *PusherReport) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *PusherReport) GetWindowMs() uint32 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *PusherReport) GetRooms() int64 {
+	if x != nil {
+		return x.Rooms
+	}
+	return 0
+}
+
+func (x *PusherReport) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\rmessage.proto\"\xb0\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xb0\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -1767,7 +2040,7 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xd6\x02\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x80\x03\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -1781,7 +2054,9 @@ const file_bus_proto_rawDesc = "" +
 	"\vmember_tags\x18\b \x01(\v2\x17.roomcast.v1.MemberTagsR\n" +
 	"memberTags\x12\x1f\n" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
-	"messageIds\"\xba\x01\n" +
+	"messageIds\x12(\n" +
+	"\x03cdn\x18\n" +
+	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -1790,11 +2065,12 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc7\x01\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
-	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\"\x9d\x02\n" +
+	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12(\n" +
+	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\x9d\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
@@ -1909,7 +2185,29 @@ const file_bus_proto_rawDesc = "" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
-	"deadlineMsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"deadlineMs\"\x9f\x02\n" +
+	"\bCdnRoute\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12(\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x14.roomcast.v1.CdnModeR\x04mode\x12\x16\n" +
+	"\x06pusher\x18\x04 \x01(\tR\x06pusher\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x05 \x01(\x03R\tfromIndex\x12\x1f\n" +
+	"\vprev_pusher\x18\x06 \x01(\tR\n" +
+	"prevPusher\x12.\n" +
+	"\x06config\x18\a \x01(\v2\x16.roomcast.v1.CdnConfigR\x06config\x12\x1c\n" +
+	"\tautomatic\x18\b \x01(\bR\tautomatic\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\t \x01(\x03R\tupdatedMs\"N\n" +
+	"\bCdnBatch\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x120\n" +
+	"\bmessages\x18\x02 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\"\x8c\x01\n" +
+	"\fPusherReport\x12\x16\n" +
+	"\x06pusher\x18\x01 \x01(\tR\x06pusher\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x1b\n" +
+	"\twindow_ms\x18\x03 \x01(\rR\bwindowMs\x12\x14\n" +
+	"\x05rooms\x18\x04 \x01(\x03R\x05rooms\x12\x18\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleavingB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -1924,7 +2222,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -1946,34 +2244,44 @@ var file_bus_proto_goTypes = []any{
 	(*PresenceReply)(nil),    // 17: roomcast.v1.PresenceReply
 	(*LoadReport)(nil),       // 18: roomcast.v1.LoadReport
 	(*DrainRequest)(nil),     // 19: roomcast.v1.DrainRequest
-	nil,                      // 20: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),                // 21: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 22: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 23: roomcast.v1.MemberTags
-	(*Message)(nil),          // 24: roomcast.v1.Message
+	(*CdnRoute)(nil),         // 20: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),         // 21: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),     // 22: roomcast.v1.PusherReport
+	nil,                      // 23: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),                // 24: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 25: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 26: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 27: roomcast.v1.CdnConfig
+	(*Message)(nil),          // 28: roomcast.v1.Message
+	(CdnMode)(0),             // 29: roomcast.v1.CdnMode
 }
 var file_bus_proto_depIdxs = []int32{
-	21, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	24, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	22, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	23, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	20, // 5: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	24, // 6: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	22, // 7: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	0,  // 8: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 9: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 10: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 11: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 12: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	24, // 13: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 14: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	8,  // 15: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	25, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	26, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	27, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	23, // 6: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	28, // 7: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	25, // 8: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	27, // 9: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 10: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 11: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	8,  // 12: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 13: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 14: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	28, // 15: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 16: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	8,  // 17: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	29, // 18: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	27, // 19: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	28, // 20: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -1982,6 +2290,7 @@ func file_bus_proto_init() {
 		return
 	}
 	file_api_proto_init()
+	file_cdn_proto_init()
 	file_message_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1989,7 +2298,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

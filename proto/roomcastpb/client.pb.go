@@ -239,6 +239,7 @@ type Frame struct {
 	//	*Frame_Error
 	//	*Frame_Kick
 	//	*Frame_Reconnect
+	//	*Frame_CdnConfig
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -371,6 +372,15 @@ func (x *Frame) GetReconnect() *Reconnect {
 	return nil
 }
 
+func (x *Frame) GetCdnConfig() *CdnConfig {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_CdnConfig); ok {
+			return x.CdnConfig
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -415,6 +425,10 @@ type Frame_Reconnect struct {
 	Reconnect *Reconnect `protobuf:"bytes,10,opt,name=reconnect,proto3,oneof"` // server -> client: go to another ChatLink
 }
 
+type Frame_CdnConfig struct {
+	CdnConfig *CdnConfig `protobuf:"bytes,11,opt,name=cdn_config,json=cdnConfig,proto3,oneof"` // server -> client: the room's CDN config changed
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -434,6 +448,8 @@ func (*Frame_Error) isFrame_Kind() {}
 func (*Frame_Kick) isFrame_Kind() {}
 
 func (*Frame_Reconnect) isFrame_Kind() {}
+
+func (*Frame_CdnConfig) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -530,7 +546,11 @@ type LoginAck struct {
 	Room                string `protobuf:"bytes,5,opt,name=room,proto3" json:"room,omitempty"`
 	Uid                 string `protobuf:"bytes,6,opt,name=uid,proto3" json:"uid,omitempty"`
 	// The ChatLink node that holds this connection.
-	Node          string `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
+	// The room's CDN config when the room is in CDN mode (docs/cdn.md): its CDN lanes come as
+	// segments to poll, not over this connection. Absent when every lane rides the connection.
+	// A CdnConfig frame replaces it whenever it changes.
+	Cdn           *CdnConfig `protobuf:"bytes,8,opt,name=cdn,proto3" json:"cdn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +632,13 @@ func (x *LoginAck) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *LoginAck) GetCdn() *CdnConfig {
+	if x != nil {
+		return x.Cdn
+	}
+	return nil
 }
 
 type Send struct {
@@ -1086,7 +1113,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xfd\x03\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xb6\x04\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1098,14 +1125,16 @@ const file_client_proto_rawDesc = "" +
 	"\x05error\x18\b \x01(\v2\x12.roomcast.v1.ErrorH\x00R\x05error\x12'\n" +
 	"\x04kick\x18\t \x01(\v2\x11.roomcast.v1.KickH\x00R\x04kick\x126\n" +
 	"\treconnect\x18\n" +
-	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnectB\x06\n" +
+	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
+	"\n" +
+	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfigB\x06\n" +
 	"\x04kind\"\x8c\x01\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\tR\x06client\x12#\n" +
 	"\rrecover_since\x18\x04 \x01(\tR\frecoverSince\x12\x18\n" +
-	"\ahistory\x18\x05 \x01(\rR\ahistory\"\xcf\x01\n" +
+	"\ahistory\x18\x05 \x01(\rR\ahistory\"\xf9\x01\n" +
 	"\bLoginAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -1114,7 +1143,8 @@ const file_client_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x05 \x01(\tR\x04room\x12\x10\n" +
 	"\x03uid\x18\x06 \x01(\tR\x03uid\x12\x12\n" +
-	"\x04node\x18\a \x01(\tR\x04node\"\x82\x01\n" +
+	"\x04node\x18\a \x01(\tR\x04node\x12(\n" +
+	"\x03cdn\x18\b \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\x82\x01\n" +
 	"\x04Send\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12%\n" +
@@ -1204,8 +1234,9 @@ var file_client_proto_goTypes = []any{
 	(*Error)(nil),        // 10: roomcast.v1.Error
 	(*Kick)(nil),         // 11: roomcast.v1.Kick
 	(*Reconnect)(nil),    // 12: roomcast.v1.Reconnect
-	(Lane)(0),            // 13: roomcast.v1.Lane
-	(*Message)(nil),      // 14: roomcast.v1.Message
+	(*CdnConfig)(nil),    // 13: roomcast.v1.CdnConfig
+	(Lane)(0),            // 14: roomcast.v1.Lane
+	(*Message)(nil),      // 15: roomcast.v1.Message
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1218,13 +1249,15 @@ var file_client_proto_depIdxs = []int32{
 	10, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
 	11, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
 	12, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	13, // 10: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	14, // 11: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	13, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	14, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	15, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1232,6 +1265,7 @@ func file_client_proto_init() {
 	if File_client_proto != nil {
 		return
 	}
+	file_cdn_proto_init()
 	file_message_proto_init()
 	file_client_proto_msgTypes[0].OneofWrappers = []any{
 		(*Frame_Login)(nil),
@@ -1244,6 +1278,7 @@ func file_client_proto_init() {
 		(*Frame_Error)(nil),
 		(*Frame_Kick)(nil),
 		(*Frame_Reconnect)(nil),
+		(*Frame_CdnConfig)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -187,6 +187,8 @@ export class Session {
       case "reconnect":
         this.tell(() => this.sink.reconnect(this, k.value));
         return;
+      case "cdnConfig":
+        return; // the room's CDN lanes moved to segments (or back): this SDK does not poll them yet
       case undefined:
         return; // a frame kind newer than this SDK
       default:

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"roomcast/cdnmanager"
+	"roomcast/internal/auth"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// CDN calls: a room's CDN mode and an app's CDN policy. The API stores what the app asks for
+// (cdnmanager.Store); the CDN manager decides what is in force and tells the members.
+
+// SetRoomCdn implements RoomcastAPI. A room need not exist yet: a pin set before an event holds
+// from its first login.
+func (a *API) SetRoomCdn(ctx context.Context, req *pb.SetRoomCdnRequest) (*pb.RoomCdn, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	if pb.CdnMode_name[int32(req.Mode)] == "" {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown mode %d", req.Mode)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	if err := a.cdn.SetRoomCdn(ctx, app, req.Room, req.Automatic, req.Mode); err != nil {
+		return nil, a.internal("set room CDN mode", err)
+	}
+	return a.roomCdn(ctx, app, req.Room)
+}
+
+// GetRoomCdn implements RoomcastAPI.
+func (a *API) GetRoomCdn(ctx context.Context, req *pb.GetRoomCdnRequest) (*pb.RoomCdn, error) {
+	if !auth.ValidName(req.Room) {
+		return nil, badName("room", req.Room)
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	return a.roomCdn(ctx, appOf(ctx), req.Room)
+}
+
+func (a *API) roomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error) {
+	rc, err := a.cdn.RoomCdn(ctx, app, room)
+	if err != nil {
+		return nil, a.internal("read room CDN mode", err)
+	}
+	return rc, nil
+}
+
+// SetCdnPolicy implements RoomcastAPI.
+func (a *API) SetCdnPolicy(ctx context.Context, req *pb.CdnPolicy) (*pb.CdnPolicy, error) {
+	if err := cdnmanager.CheckPolicy(req); err != nil {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+	}
+	app := appOf(ctx)
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	req.UpdatedMs = time.Now().UnixMilli()
+	if err := a.cdn.SetPolicy(ctx, app, req); err != nil {
+		return nil, a.internal("set CDN policy", err)
+	}
+	return req, nil
+}
+
+// GetCdnPolicy implements RoomcastAPI.
+func (a *API) GetCdnPolicy(ctx context.Context, _ *pb.GetCdnPolicyRequest) (*pb.CdnPolicy, error) {
+	app := appOf(ctx)
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	p, err := a.cdn.Policy(ctx, app)
+	if err != nil {
+		return nil, a.internal("read CDN policy", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,155 @@
+package cdnmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// BucketPolicy holds what apps asked for: one CdnPolicy per app under "<app>", and one RoomCdn
+// (automatic, pinned_mode) per room the app set, under "<app>.<room>". The server API writes
+// it; the manager watches it. App and room names have no dots (auth.ValidName), so the keys
+// cannot collide.
+const BucketPolicy = "rc_cdn_policy"
+
+// Limits of a policy.
+const (
+	MaxVendors      = 16
+	MaxRegions      = 16
+	MaxPollInterval = 60_000 // ms
+)
+
+// Store reads and writes the apps' CDN policies and rooms' pins, and reads the routes: the
+// server API's view of the CDN manager.
+type Store struct {
+	policy, routes jetstream.KeyValue
+}
+
+// OpenStore creates the KV buckets, or binds to them, with replicas copies each (zero means 1).
+func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("cdnmanager: jetstream: %w", err)
+	}
+	policy, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BucketPolicy, History: 1, Replicas: max(1, replicas),
+		Description: "Roomcast CDN policies and room pins (cdnmanager)",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cdnmanager: KV bucket %s: %w", BucketPolicy, err)
+	}
+	routes, err := bus.CdnRoutes(ctx, nc, replicas)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{policy: policy, routes: routes}, nil
+}
+
+// get reads key into m; it reports false for a key never written.
+func get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message) (bool, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cdnmanager: read %s: %w", key, err)
+	}
+	if err := proto.Unmarshal(e.Value(), m); err != nil {
+		return false, fmt.Errorf("cdnmanager: decode %s: %w", key, err)
+	}
+	return true, nil
+}
+
+func put(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("cdnmanager: write %s: %w", key, err)
+	}
+	return nil
+}
+
+// Policy returns an app's policy as stored: empty if the app never set one.
+func (s *Store) Policy(ctx context.Context, app string) (*pb.CdnPolicy, error) {
+	p := &pb.CdnPolicy{}
+	_, err := get(ctx, s.policy, app, p)
+	return p, err
+}
+
+// SetPolicy stores an app's policy (CheckPolicy first).
+func (s *Store) SetPolicy(ctx context.Context, app string, p *pb.CdnPolicy) error {
+	return put(ctx, s.policy, app, p)
+}
+
+// SetRoomCdn stores what the app asked for a room: automatic, or mode pinned.
+func (s *Store) SetRoomCdn(ctx context.Context, app, room string, automatic bool, mode pb.CdnMode) error {
+	if automatic {
+		mode = pb.CdnMode_CDN_MODE_OFF
+	}
+	return put(ctx, s.policy, app+"."+room, &pb.RoomCdn{Room: room, Automatic: automatic, PinnedMode: mode})
+}
+
+// RoomCdn returns what the app asked for a room (automatic for a room never set) and what is in
+// force, from the room's route.
+func (s *Store) RoomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error) {
+	rc := &pb.RoomCdn{}
+	found, err := get(ctx, s.policy, app+"."+room, rc)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		rc.Automatic = true
+	}
+	rc.Room = room
+	var route pb.CdnRoute
+	if found, err = get(ctx, s.routes, bus.CdnRouteKey(app, room), &route); err != nil {
+		return nil, err
+	}
+	if found {
+		rc.Mode, rc.Pusher, rc.Config = route.Mode, route.Pusher, route.Config
+	}
+	return rc, nil
+}
+
+// CheckPolicy returns why p cannot be an app's policy, or nil.
+func CheckPolicy(p *pb.CdnPolicy) error {
+	switch {
+	case len(p.Vendors) > MaxVendors:
+		return fmt.Errorf("at most %d vendors", MaxVendors)
+	case p.PollIntervalMs > MaxPollInterval || p.PollJitterMs > MaxPollInterval:
+		return fmt.Errorf("poll_interval_ms and poll_jitter_ms must be at most %d", MaxPollInterval)
+	case p.FlowControlLevel > 1 || math.IsNaN(p.FlowControlLevel):
+		return errors.New("flow_control_level must be at most 1")
+	case pb.CdnMode_name[int32(p.RuleMode)] == "":
+		return fmt.Errorf("unknown rule_mode %d", p.RuleMode)
+	}
+	for i, v := range p.Vendors {
+		switch {
+		case v == nil:
+			return fmt.Errorf("vendor %d is empty", i)
+		case checkURL(v.UrlTemplate) != nil:
+			return fmt.Errorf("vendor %d: url_template %q is not an http(s) URL of at most 512 bytes", i, v.UrlTemplate)
+		case !strings.Contains(v.UrlTemplate, "{index}"):
+			return fmt.Errorf("vendor %d: url_template has no {index}", i)
+		case len(v.Regions) > MaxRegions:
+			return fmt.Errorf("vendor %d: at most %d regions", i, MaxRegions)
+		}
+		for _, r := range v.Regions {
+			if r == "" || len(r) > 64 {
+				return fmt.Errorf("vendor %d: a region of 1-64 bytes, not %q", i, r)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package chatlink
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	pb "roomcast/proto/roomcastpb"
+)
+
+// A room in CDN mode (docs/cdn.md) has a CdnConfig: its CDN lanes come to members as segments
+// they poll, not over their connections. The node learns the config with the room's first
+// login (the room service's answer) and keeps it current from the CDN manager's announcements
+// on the room's subject; it gives it to each login in the LoginAck and tells every member when it
+// changes, in a CdnConfig frame. The node never carries the CDN lanes themselves: the room
+// service sends them to a pusher.
+
+// cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode.
+func (r *localRoom) cdnConfig() *pb.CdnConfig {
+	if cfg := r.cdn.Load(); cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF {
+		return cfg
+	}
+	return nil
+}
+
+// setCdn takes a change of the room's CDN config and sends it to every member that has had its
+// LoginAck (the others get it in theirs, or from afterLoginAck).
+func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
+	r.cdn.Store(cfg)
+	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: cfg}})
+	if err != nil {
+		r.t.n.log.Error("encode CDN config", "err", err)
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.each(0, 1, func(c *conn) {
+		if c.cdnAcked {
+			c.write(b)
+		}
+	})
+}
+
+// afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn
+// tells c of changes, and a change that came between the LoginAck and now is sent at once.
+// (Both may send the same config; a client applies it twice to no effect.)
+func (c *conn) afterLoginAck(r *localRoom, sent *pb.CdnConfig) {
+	r.mu.Lock()
+	c.cdnAcked = true
+	now := r.cdnConfig()
+	r.mu.Unlock()
+	if !proto.Equal(now, sent) {
+		if now == nil {
+			now = &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}
+		}
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: now}})
+	}
+}
