@@ -17,13 +17,28 @@ VERSITYGW_VERSION := v1.8.0
 # gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test tools proto proto-check lint vet unit
+.PHONY: all build test tools proto proto-check lint vet unit fuzz
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
 
 build:
 	go build ./...
+
+# Every fuzz target, as package:Target; `make fuzz` fails on one that is missing here.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := \
+	./chatlink/internal/wsproto:FuzzWSReader \
+	./chatlink/internal/wsproto:FuzzReadUpgrade \
+	./chatlink:FuzzTCPFrames \
+	./internal/auth:FuzzVerify \
+	./tag:FuzzCompile \
+	./api:FuzzAPIRequest \
+	./cdnpusher/segment:FuzzSegmentDecode \
+	./dispatcher:FuzzClientAddr \
+	./sdk:FuzzReadClaims \
+	./sdk:FuzzReadTCPFrame \
+	./internal/loadgen:FuzzParseMetrics
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, race tests.
 test: proto-check lint unit
@@ -70,6 +85,17 @@ lint: tools
 
 unit:
 	go test -race -count=1 -timeout 20m ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
+## package's testdata/fuzz, to fix and commit.
+fuzz:
+	@missing=$$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/^func //' | sort -u | \
+		while read -r f; do case " $(FUZZ_TARGETS) " in *":$$f "*) ;; *) echo "$$f";; esac; done); \
+	if [ -n "$$missing" ]; then echo "fuzz targets missing from FUZZ_TARGETS in the Makefile:" $$missing; exit 1; fi
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 # ---- the web SDK (sdk/web) and the demo page built on it ----
 

@@ -319,3 +319,25 @@ func TestUpgradeRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenMaxLifetime: a token that would stay valid longer than its app's maximum lifetime
+// (Config.MaxTokenLifetime, here 2h) is refused at login with 4001 and a reason that says so;
+// one within it logs in.
+func TestTokenMaxLifetime(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour} }
+	})
+	ok := dialWS(t, c.Nodes[0].WSURL())
+	ok.login(token(t, c, "brief", "r1"))
+	long, err := c.Mint("lasting", "r1", nil, 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialWS(t, c.Nodes[0].WSURL())
+	cl.sendFrame(loginFrame(long))
+	f := cl.next()
+	if k := f.GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) || !strings.Contains(k.GetReason(), "maximum token lifetime") {
+		t.Fatalf("want Kick BAD_TOKEN naming the maximum token lifetime, got %v", f)
+	}
+	cl.expectClose(uint16(pb.CloseCode_CLOSE_CODE_BAD_TOKEN))
+}
