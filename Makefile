@@ -12,14 +12,33 @@ STATICCHECK_VERSION := v0.8.2
 # The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
 # nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
+# gobind, which generates the mobile bindings of sdk/mobile (what `gomobile bind` runs), is
+# pinned by go.mod: its tool directive keeps golang.org/x/mobile there, whose bind packages
+# gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
+GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long
+.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
 
 build:
 	go build ./...
+
+# Every fuzz target, as package:Target; `make fuzz` fails on one that is missing here.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := \
+	./chatlink/internal/wsproto:FuzzWSReader \
+	./chatlink/internal/wsproto:FuzzReadUpgrade \
+	./chatlink:FuzzTCPFrames \
+	./internal/auth:FuzzVerify \
+	./tag:FuzzCompile \
+	./api:FuzzAPIRequest \
+	./cdnpusher/segment:FuzzSegmentDecode \
+	./dispatcher:FuzzClientAddr \
+	./sdk:FuzzReadClaims \
+	./sdk:FuzzReadTCPFrame \
+	./internal/loadgen:FuzzParseMetrics
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.
@@ -50,6 +69,7 @@ tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; \
 	fi
 	@$(call go_install,versitygw,github.com/versity/versitygw,$(VERSITYGW_VERSION),github.com/versity/versitygw/cmd/versitygw)
+	@$(call go_install,gobind,golang.org/x/mobile,$(GOBIND_VERSION),golang.org/x/mobile/cmd/gobind)
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
 proto: tools
@@ -77,6 +97,17 @@ unit:
 
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
+## package's testdata/fuzz, to fix and commit.
+fuzz:
+	@missing=$$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/^func //' | sort -u | \
+		while read -r f; do case " $(FUZZ_TARGETS) " in *":$$f "*) ;; *) echo "$$f";; esac; done); \
+	if [ -n "$$missing" ]; then echo "fuzz targets missing from FUZZ_TARGETS in the Makefile:" $$missing; exit 1; fi
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 # ---- the web SDK (sdk/web) and the demo page built on it ----
 

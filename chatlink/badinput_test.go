@@ -315,3 +315,25 @@ func TestUpgradeRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenMaxLifetime: a token that would stay valid longer than its app's maximum lifetime
+// (Config.MaxTokenLifetime, here 2h) is refused at login with 4001 and a reason that says so;
+// one within it logs in.
+func TestTokenMaxLifetime(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour} }
+	})
+	ok := testkit.DialWS(t, c.Nodes[0].WSURL())
+	ok.Login(testcluster.Token(t, "brief", "r1"))
+	long, err := c.Mint("lasting", "r1", nil, 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Send(loginFrame(long))
+	f := cl.Next()
+	if k := f.GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) || !strings.Contains(k.GetReason(), "maximum token lifetime") {
+		t.Fatalf("want Kick BAD_TOKEN naming the maximum token lifetime, got %v", f)
+	}
+	cl.ExpectClose(uint16(pb.CloseCode_CLOSE_CODE_BAD_TOKEN))
+}

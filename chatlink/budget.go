@@ -19,7 +19,8 @@ func tokenCap(budget float64, tick time.Duration) float64 {
 // selectLocked applies the room's budgets and the node's flow control to a tick's messages and
 // returns those to deliver, in order. Critical messages are never dropped. Over budget, normal
 // messages are kept before bulk ones, and the kept ones are spread evenly over the tick rather
-// than being its first few. Caller holds f.mu.
+// than being its first few. What it leaves out, by lane, is in f.dropped until the next call.
+// Caller holds f.mu.
 func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64) []queued {
 	n := f.r.t.n
 	s := f.settings
@@ -73,6 +74,7 @@ func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64
 		kept = append(kept, q)
 	}
 	for l := range dropped {
+		f.dropped[l] = dropped[l][0] + dropped[l][1]
 		if d := dropped[l][0]; d > 0 {
 			n.m.drops[l][dropBudget].Add(float64(d))
 		}

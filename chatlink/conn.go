@@ -3,6 +3,7 @@ package chatlink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,10 @@ import (
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
+
+// ProtocolVersion is the version of the client protocol (docs/protocol.md) a ChatLink speaks,
+// sent in every LoginAck.
+const ProtocolVersion = 1
 
 // transport is what a conn needs of its WebSocket or TCP connection.
 type transport interface {
@@ -162,11 +167,15 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
-	claims, err := n.cfg.Keys.Verify(l.Token)
+	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
 		n.m.logins.WithLabelValues("expired").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
+		return
+	case errors.Is(err, auth.ErrLifetime):
+		n.m.logins.WithLabelValues("bad_token").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
 		return
 	case err != nil:
 		n.m.logins.WithLabelValues("bad_token").Inc()
@@ -175,6 +184,10 @@ func (c *conn) login(l *pb.Login) {
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
 		n.m.logins.WithLabelValues("bad_frame").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
+		return
+	case l.ProtocolVersion > ProtocolVersion:
+		n.m.logins.WithLabelValues("bad_frame").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
 		return
 	}
 	if err := tag.Validate(claims.Tags); err != nil {
@@ -241,12 +254,17 @@ func (c *conn) login(l *pb.Login) {
 		Uid:                 c.uid,
 		Node:                n.cfg.Node,
 		Cdn:                 r.cdnConfig(),
+		ProtocolVersion:     ProtocolVersion,
 	}
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
 	c.afterLoginAck(r, ack.Cdn)
-	if l.RecoverSince != "" || l.History > 0 {
-		last := min(int(l.History), bus.HistoryPerRoom)
-		n.goAsync(func() { n.recoverHistory(c, l.RecoverSince, last) })
+	switch ask := askOf(l); {
+	case ask.since != "" && !checkSince(ask.since, now):
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+			Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE), Message: "recover_since is not a message id",
+		}}})
+	case ask.wanted():
+		n.goAsync(func() { n.recoverHistory(c, ask) })
 	}
 	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 }

@@ -11,10 +11,48 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// queued is a message waiting for its room's next flush, with the session that sent it.
+// queued is a message waiting for its room's next flush, with the session that sent it. In the
+// log, an entry without a message is a marker: thinned counts the messages the budgets and flow
+// control left out there, which the members learn of in their next Push (Push.thinned).
 type queued struct {
-	m      *pb.Message
-	sender string
+	m       *pb.Message
+	sender  string
+	thinned *pb.Thinned
+}
+
+// thinnedMarker returns the log entry for the normal and bulk messages of dropped (by lane), or
+// false when there were none.
+func thinnedMarker(dropped [4]int) (queued, bool) {
+	normal, bulk := dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK]
+	if normal == 0 && bulk == 0 {
+		return queued{}, false
+	}
+	return queued{thinned: &pb.Thinned{Normal: uint32(normal), Bulk: uint32(bulk)}}, true
+}
+
+// splitThinned returns the messages of a write without its markers, and what the markers
+// counted (nil for none). Without markers msgs itself is returned.
+func splitThinned(msgs []queued) ([]queued, *pb.Thinned) {
+	var thinned *pb.Thinned
+	var kept []queued
+	for i, q := range msgs {
+		if q.m != nil {
+			if kept != nil {
+				kept = append(kept, q)
+			}
+			continue
+		}
+		if thinned == nil {
+			thinned = &pb.Thinned{}
+			kept = append(make([]queued, 0, len(msgs)), msgs[:i]...)
+		}
+		thinned.Normal += q.thinned.Normal
+		thinned.Bulk += q.thinned.Bulk
+	}
+	if thinned == nil {
+		return msgs, nil
+	}
+	return kept, thinned
 }
 
 // Phases: a big room's members on a node are split into phase groups, each flushed at its own
@@ -65,6 +103,7 @@ type roomFanout struct {
 	criticalTokens float64
 	refilledAt     time.Time
 	fcCarry        [4]float64 // flow-control sampling carry, by lane
+	dropped        [4]int     // by lane: what the last selectLocked left out
 
 	// The room's writes, in the order flush and receive made them. Whoever queues writes
 	// while no writer runs becomes the writer (drainWrites) until the queue is empty, so the
@@ -165,6 +204,9 @@ func (r *localRoom) receive(data []byte) {
 		// ago) get it first.
 		jobs := f.catchUpLocked()
 		msgs := f.selectLocked(f.pending, time.Now(), n.flow.strength())
+		if q, ok := thinnedMarker(f.dropped); ok {
+			msgs = append(msgs, q)
+		}
 		f.pending = nil
 		for i := range msgs {
 			jobs = append(jobs, writeJob{msgs: msgs[i : i+1], p: 1})
@@ -221,6 +263,9 @@ func (r *localRoom) flush() {
 	}
 	if len(f.pending) > 0 {
 		f.log = append(f.log, f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())...)
+		if q, ok := thinnedMarker(f.dropped); ok {
+			f.log = append(f.log, q)
+		}
 		clear(f.pending)
 		f.pending = f.pending[:0]
 	}
@@ -277,7 +322,9 @@ func lane(m *pb.Message) pb.Lane {
 type variant struct {
 	msgs    []queued
 	byLane  [4]int
+	thinned *pb.Thinned // left out since the group's previous write: by the room, and by the level
 	encoded [][]byte
+	done    bool // encoded is set
 }
 
 func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
@@ -291,16 +338,25 @@ func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
 	return v
 }
 
-// frames returns the variant's Push frames (usually one), encoded at the first call.
+// frames returns the variant's Push frames (usually one; one without messages when it has only
+// a thinned count; none when it has neither), encoded at the first call.
 func (v *variant) frames() [][]byte {
-	if v.encoded == nil && len(v.msgs) > 0 {
+	if !v.done {
 		msgs := make([]*pb.Message, len(v.msgs))
 		for i, q := range v.msgs {
 			msgs[i] = q.m
 		}
-		v.encoded = pushFrames(msgs, false)
+		v.encoded, v.done = pushFrames(msgs, pushMeta{thinned: v.thinned}), true
 	}
 	return v.encoded
+}
+
+// addThinned returns a plus normal and bulk (nil when all are zero).
+func addThinned(a *pb.Thinned, normal, bulk int) *pb.Thinned {
+	if normal == 0 && bulk == 0 {
+		return a
+	}
+	return &pb.Thinned{Normal: a.GetNormal() + uint32(normal), Bulk: a.GetBulk() + uint32(bulk)}
 }
 
 // variantKey names a variant: which of the tick's messages the member may see (a bitset, ""
@@ -315,10 +371,12 @@ type variantKey struct {
 // members whose tags satisfy it; the expression is evaluated once per distinct tag set in the
 // room (once per member only if it reads uid). Members whose write backlog grows get thinner
 // variants (no bulk, then critical only); a member that sent some of the messages gets them
-// left out, so a sender sees a SendAck and no echo. Only the room's writer calls it
-// (drainWrites).
+// left out, so a sender sees a SendAck and no echo. Each variant's first frame counts what the
+// room's budgets and flow control (the markers among msgs) and the variant's level left out.
+// Only the room's writer calls it (drainWrites).
 func (r *localRoom) write(msgs []queued, g, p int) {
-	if len(msgs) == 0 {
+	msgs, roomThinned := splitThinned(msgs)
+	if len(msgs) == 0 && roomThinned == nil {
 		return
 	}
 	n := r.t.n
@@ -331,8 +389,9 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 	aud := n.newAudiences(msgs) // audience.go
 
 	variants := make(map[variantKey]*variant, 4)
-	var full *variant // variants[variantKey{}], the one most members get, without a map lookup
-	get := func(k variantKey) *variant {
+	var full *variant                   // variants[variantKey{}], the one most members get, without a map lookup
+	var get func(k variantKey) *variant // recursive: a level's variant is counted against the full one
+	get = func(k variantKey) *variant {
 		if k == (variantKey{}) && full != nil {
 			return full
 		}
@@ -342,6 +401,12 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			v = newVariant(msgs, func(i int, q queued) bool {
 				return (k.audience == "" || k.audience[i/8]&(1<<(i%8)) != 0) && (keepLevel == nil || keepLevel(q))
 			})
+			v.thinned = roomThinned
+			if k.level > 0 {
+				all := get(variantKey{audience: k.audience})
+				v.thinned = addThinned(roomThinned,
+					all.byLane[pb.Lane_LANE_NORMAL]-v.byLane[pb.Lane_LANE_NORMAL], all.byLane[pb.Lane_LANE_BULK]-v.byLane[pb.Lane_LANE_BULK])
+			}
 			variants[k] = v
 		}
 		if k == (variantKey{}) {
@@ -373,7 +438,9 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			}
 		}
 		if len(localSenders) > 0 && slices.Contains(localSenders, c.session) {
-			v = newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
+			own := newVariant(v.msgs, func(_ int, q queued) bool { return q.sender != c.session })
+			own.thinned = v.thinned
+			v = own
 		}
 		if fs := v.frames(); fs != nil {
 			outs = append(outs, out{c, fs})

@@ -11,13 +11,31 @@ import (
 // ways (docs/protocol.md; sdk.MaxFrameSize), which clients enforce when they read.
 const maxPushFrame = 65536
 
+// pushMeta is what a run of Push frames says besides its messages.
+type pushMeta struct {
+	history  bool         // on every frame: the messages are history asked for at login
+	recovery *pb.Recovery // on the last frame: the end of that history
+	thinned  *pb.Thinned  // on the first frame: messages left out since the previous Push
+}
+
+func (m pushMeta) empty() bool { return !m.history && m.recovery == nil && m.thinned == nil }
+
 // pushFrames encodes msgs as Push frames of at most maxPushFrame bytes each, in order: a tick
 // of large messages, or a long history, goes out as several frames rather than one a client
-// would refuse. A message alone always fits: bodies are limited to 16 KiB.
-func pushFrames(msgs []*pb.Message, recovered bool) [][]byte {
-	// Frame{push: Push{messages..., recovered}}: the two outer headers take at most 1+3 bytes
-	// each below the limit, recovered 2.
-	const room = maxPushFrame - 2*(1+3) - 2
+// would refuse. A message alone always fits: bodies are limited to 16 KiB. Without messages it
+// returns one frame when meta has something to say (nothing to recover, a thinned count), else
+// none.
+func pushFrames(msgs []*pb.Message, meta pushMeta) [][]byte {
+	// Frame{push: Push{messages..., meta}}: the two outer headers take at most 1+3 bytes each
+	// below the limit, and the meta fields at most 32 (history 2, recovery 2+2+11, thinned
+	// 2+6+6).
+	const room = maxPushFrame - 2*(1+3) - 32
+	if len(msgs) == 0 {
+		if meta.empty() {
+			return nil
+		}
+		return [][]byte{encodePush(nil, meta.history, meta.recovery, meta.thinned)}
+	}
 	var frames [][]byte
 	for start := 0; start < len(msgs); {
 		end, size := start, 0
@@ -29,9 +47,23 @@ func pushFrames(msgs []*pb.Message, recovered bool) [][]byte {
 			size += n
 			end++
 		}
-		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: msgs[start:end], Recovered: recovered}}})
-		frames = append(frames, b)
+		var rec *pb.Recovery
+		var thinned *pb.Thinned
+		if start == 0 {
+			thinned = meta.thinned
+		}
+		if end == len(msgs) {
+			rec = meta.recovery
+		}
+		frames = append(frames, encodePush(msgs[start:end], meta.history, rec, thinned))
 		start = end
 	}
 	return frames
+}
+
+func encodePush(msgs []*pb.Message, history bool, rec *pb.Recovery, thinned *pb.Thinned) []byte {
+	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{
+		Messages: msgs, History: history, Recovery: rec, Thinned: thinned,
+	}}})
+	return b
 }

@@ -20,17 +20,22 @@ func TestPushFramesSplit(t *testing.T) {
 		msgs      []*pb.Message
 		wantFrame int
 	}{{msgs[:1], 1}, {msgs[:3], 1}, {msgs, 34}} {
-		frames := pushFrames(tc.msgs, true)
+		meta := pushMeta{history: true, recovery: &pb.Recovery{Missing: 7}, thinned: &pb.Thinned{Bulk: 3}}
+		frames := pushFrames(tc.msgs, meta)
 		var got []*pb.Message
-		for _, b := range frames {
+		for i, b := range frames {
 			if len(b) > maxPushFrame {
 				t.Fatalf("frame of %d bytes", len(b))
 			}
 			var f pb.Frame
-			if err := proto.Unmarshal(b, &f); err != nil || !f.GetPush().GetRecovered() {
-				t.Fatalf("frame does not parse as a recovered Push: %v", err)
+			if err := proto.Unmarshal(b, &f); err != nil || !f.GetPush().GetHistory() {
+				t.Fatalf("frame does not parse as a history Push: %v", err)
 			}
-			got = append(got, f.GetPush().GetMessages()...)
+			p := f.GetPush()
+			if first, last := i == 0, i == len(frames)-1; (p.Thinned != nil) != first || (p.Recovery != nil) != last {
+				t.Fatalf("frame %d of %d: thinned %v, recovery %v; want thinned on the first, recovery on the last", i, len(frames), p.Thinned, p.Recovery)
+			}
+			got = append(got, p.GetMessages()...)
 		}
 		if len(frames) != tc.wantFrame || len(got) != len(tc.msgs) {
 			t.Fatalf("%d messages: %d frames with %d messages, want %d frames", len(tc.msgs), len(frames), len(got), tc.wantFrame)
@@ -41,7 +46,12 @@ func TestPushFramesSplit(t *testing.T) {
 			}
 		}
 	}
-	if pushFrames(nil, false) != nil {
+	if pushFrames(nil, pushMeta{}) != nil {
 		t.Fatal("frames for no messages")
+	}
+	frames := pushFrames(nil, pushMeta{history: true, recovery: &pb.Recovery{Recovered: true}})
+	var f pb.Frame
+	if len(frames) != 1 || proto.Unmarshal(frames[0], &f) != nil || !f.GetPush().GetRecovery().GetRecovered() {
+		t.Fatalf("nothing to recover: %d frames, %v; want one Push with its Recovery", len(frames), &f)
 	}
 }

@@ -9,43 +9,103 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
 )
 
 // recoverTimeout bounds reading a room's history for one login.
 const recoverTimeout = 2 * time.Second
 
-// recoverHistory sends a member, after its LoginAck, the room's kept messages it asked for:
-// those after since (a message id), or else the last n. Only the messages the member's tags
-// allow are sent, in one Push marked recovered.
-func (n *Node) recoverHistory(c *conn, since string, last int) {
+// maxFutureSince is how far ahead of the node's clock a recover_since may be: ids are stamped
+// by the room service's clock, which may run a little ahead of this node's.
+const maxFutureSince = time.Minute
+
+// historyAsk is what a login asked of the room's history: the messages after since (with the
+// client's last room_seq, sinceSeq), or else the last n.
+type historyAsk struct {
+	since    string
+	sinceSeq uint64
+	last     int
+}
+
+func askOf(l *pb.Login) historyAsk {
+	return historyAsk{since: l.RecoverSince, sinceSeq: l.RecoverSinceRoomSeq, last: min(int(l.History), bus.HistoryPerRoom)}
+}
+
+func (a historyAsk) wanted() bool { return a.since != "" || a.last > 0 }
+
+// checkSince reports whether recover_since is a message id from the past (or at most
+// maxFutureSince ahead of now).
+func checkSince(since string, now time.Time) bool {
+	at, ok := ids.MessageTime(since)
+	return ok && !at.After(now.Add(maxFutureSince))
+}
+
+// recoverHistory answers a login's history request, after its LoginAck: the room's kept
+// messages it asked for that the member's tags allow, in Push frames marked history, the last
+// with a Recovery that says whether that was all. If the history cannot be read it answers with
+// an Error (503) instead, so that the client does not wait for it.
+func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 	defer cancel()
-	msgs, err := n.history(ctx, c.app, c.room)
+	kept, err := n.history(ctx, c.app, c.room)
 	if err != nil {
 		n.log.Warn("history not read", "session", c.session, "err", err)
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+			Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the room's history could not be read",
+		}}})
 		return
 	}
 	set := c.tags.Load()
 	if set == nil {
 		return // closed meanwhile
 	}
-	var out []*pb.Message
-	for _, m := range msgs {
-		if since != "" && m.Id <= since {
-			continue
-		}
-		if m.TagExpr != "" && !n.expr(m.TagExpr).Eval(set, c.uid) {
-			continue
-		}
-		out = append(out, m)
-	}
-	if since == "" && len(out) > last {
-		out = out[len(out)-last:]
-	}
-	for _, b := range pushFrames(out, true) {
+	allow := func(m *pb.Message) bool { return m.TagExpr == "" || n.expr(m.TagExpr).Eval(set, c.uid) }
+	out, rec := selectHistory(kept, ask, allow)
+	for _, b := range pushFrames(out, pushMeta{history: true, recovery: rec}) {
 		c.write(b)
 	}
+}
+
+// selectHistory picks, from a room's kept messages (oldest first), those a history request
+// gets that allow lets the member see, and says whether that was everything.
+//
+// After since, the history is complete when no numbered message after the client's last
+// (sinceSeq) is missing from what is kept: the kept messages numbered above sinceSeq are
+// counted against the numbers up to the highest kept. Messages kept but not allowed are not
+// missing: they were never for this member. Without sinceSeq (or with one from before the
+// room's counter started again) the ids decide: complete when the history reaches back to
+// since or still holds the room's first message; otherwise missing is not known and is 0.
+func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) bool) ([]*pb.Message, *pb.Recovery) {
+	var out []*pb.Message
+	for _, m := range kept {
+		if (ask.since == "" || m.Id > ask.since) && allow(m) {
+			out = append(out, m)
+		}
+	}
+	if ask.since == "" {
+		if len(out) > ask.last {
+			out = out[len(out)-ask.last:]
+		}
+		return out, &pb.Recovery{Recovered: true}
+	}
+
+	var top, above uint64 // the highest kept room_seq; how many kept are numbered above sinceSeq
+	for _, m := range kept {
+		top = max(top, m.RoomSeq)
+		if m.RoomSeq > ask.sinceSeq {
+			above++
+		}
+	}
+	if ask.sinceSeq > 0 && ask.sinceSeq <= top {
+		var missing uint64
+		if want := top - ask.sinceSeq; want > above {
+			missing = want - above
+		}
+		return out, &pb.Recovery{Recovered: missing == 0, Missing: missing}
+	}
+	complete := len(kept) == 0 || kept[0].Id <= ask.since || kept[0].RoomSeq == 1
+	return out, &pb.Recovery{Recovered: complete}
 }
 
 // history reads the messages kept for a room, oldest first.

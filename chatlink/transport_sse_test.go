@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -249,5 +250,29 @@ func TestIsSSERequest(t *testing.T) {
 		if got := chatlink.IsSSERequest(bufio.NewReader(strings.NewReader(req))); got != want {
 			t.Errorf("%q: %v, want %v", req, got, want)
 		}
+	}
+}
+
+// A POST that announces a body and never sends it is answered and closed after the handshake
+// timeout (5 s) instead of holding its connection open.
+func TestSSESlowBody(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	node := c.Nodes[0]
+	viewer := dialSSE(t, node.WSURL(), loginFrame(testcluster.Token(t, "viewer", "slow")))
+	if viewer.next().GetLoginAck() == nil {
+		t.Fatal("no LoginAck")
+	}
+	host, _, _ := strings.Cut(strings.TrimPrefix(viewer.base, "http://"), "/")
+	nc, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fmt.Fprintf(nc, "POST /v1/sse/%s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", viewer.key)
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	_, err = io.ReadAll(nc) // an answer, then the close; or the deadline
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the connection was still open after %v", time.Since(start))
 	}
 }

@@ -59,8 +59,14 @@ type Config struct {
 	// RequireCreated refuses logins and sends to rooms that were never created. Zero value
 	// means such a room opens implicitly, with default settings, at its first login.
 	RequireCreated bool
-	// KVReplicas is the replication of the KV buckets (3 suits a cluster). Zero value means 1.
+	// KVReplicas is the replication of the KV buckets and of the history streams (3 suits a
+	// cluster). Zero value means 1.
 	KVReplicas int
+	// HistoryPerRoom is how many of a room's critical and normal messages are kept for
+	// recovery after a reconnect (for 24 hours at most). It is a setting of the stream all
+	// instances share: the last instance to start sets it. Zero value means bus.HistoryPerRoom
+	// (100).
+	HistoryPerRoom int
 }
 
 // Service is one instance of the room service.
@@ -102,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KVReplicas <= 0 {
 		c.KVReplicas = 1
 	}
+	if c.HistoryPerRoom <= 0 {
+		c.HistoryPerRoom = bus.HistoryPerRoom
+	}
 	return c, nil
 }
 
@@ -125,7 +134,7 @@ func (s *Service) Start() error {
 	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
 		return err
 	}
-	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.log); err != nil {
+	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.log); err != nil {
 		s.cache.stop()
 		return err
 	}
@@ -388,6 +397,7 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 		batch.Messages[i], batch.SenderSessions[i] = m, req.SessionId
 	}
 	app, room := reqs[0].App, reqs[0].Room
+	s.hist.number(app, room, batch.Messages)
 	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
 	long, toPushers := s.cdn.split(app, room, batch)
 	var err error

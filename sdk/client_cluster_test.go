@@ -13,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
@@ -252,40 +251,24 @@ func TestClusterCloseNoLeaks(t *testing.T) {
 	})
 }
 
+// TestClusterShutdownSurfaces: a ChatLink that shuts down closes its clients with a transient
+// code; a Client without reconnecting stops with it.
 func TestClusterShutdownSurfaces(t *testing.T) {
-	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
-	closed := make(chan error, 1)
-	reconnect := make(chan *roomcastpb.Reconnect, 1)
-	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", sdk.Config{
-		OnClose:     func(err error) { closed <- err },
-		OnReconnect: func(r *roomcastpb.Reconnect) { reconnect <- r },
-	})
+	rec := newRecorder()
+	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", rec.config(sdk.Config{NoReconnect: true}))
 	c.Close()
-	select {
-	case err := <-closed:
-		var ce *sdk.CloseError
-		if !errors.As(err, &ce) || ce.Terminal() {
-			t.Errorf("after cluster shutdown: err = %v, want a transient *CloseError", err)
-		}
-		t.Logf("close after shutdown: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("client not closed when the cluster shut down")
+	err := rec.waitClosed(t, 10*time.Second)
+	var ce *sdk.CloseError
+	if !errors.As(err, &ce) || ce.Terminal() {
+		t.Errorf("after cluster shutdown: err = %v, want a transient *CloseError", err)
 	}
+	t.Logf("close after shutdown: %v; events %q", err, rec.order())
 	select {
-	case r := <-reconnect:
-		t.Logf("reconnect before shutdown: %v", r)
+	case <-cl.Done():
 	default:
-		t.Log("no Reconnect before shutdown")
+		t.Error("Done not closed")
 	}
-	testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
-		select {
-		case <-cl.Done():
-			return nil
-		default:
-			return errors.New("Done not closed")
-		}
-	})
 }
 
 // TestClusterCustomDialer checks that Config.Dialer opens the ChatLink connection for both

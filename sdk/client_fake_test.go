@@ -3,7 +3,9 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeServerEnv) != "" {
+		os.Exit(serveFakeProcess())
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -265,8 +270,8 @@ func TestFakeServerSilenceEndsClient(t *testing.T) {
 				}
 			}
 		})
-		closed := make(chan error, 1)
-		c, err := dialFake(t, transport, sdk.Config{OnClose: func(err error) { closed <- err }}, link)
+		rec := newRecorder()
+		c, err := dialFake(t, transport, rec.config(sdk.Config{NoReconnect: true}), link)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,8 +284,8 @@ func TestFakeServerSilenceEndsClient(t *testing.T) {
 		if !errors.Is(c.Err(), sdk.ErrServerTimeout) {
 			t.Errorf("Err = %v, want ErrServerTimeout", c.Err())
 		}
-		if err := <-closed; !errors.Is(err, sdk.ErrServerTimeout) {
-			t.Errorf("OnClose got %v, want ErrServerTimeout", err)
+		if err := rec.waitClosed(t, time.Second); !errors.Is(err, sdk.ErrServerTimeout) {
+			t.Errorf("closed event: %v, want ErrServerTimeout", err)
 		}
 	})
 }
@@ -295,32 +300,22 @@ func TestFakeKickAfterLogin(t *testing.T) {
 			_ = c.send(pushFrame(&roomcastpb.Message{Id: "a", Body: []byte("before kick")}))
 			c.kick(4007, "kicked by app")
 		})
-		var (
-			mu    sync.Mutex
-			order []string
-		)
-		closed := make(chan struct{})
-		c, err := dialFake(t, transport, sdk.Config{
-			OnMessage: func(m *roomcastpb.Message) { mu.Lock(); order = append(order, string(m.GetBody())); mu.Unlock() },
-			OnClose:   func(error) { mu.Lock(); order = append(order, "closed"); mu.Unlock(); close(closed) },
-		}, link)
+		rec := newRecorder()
+		c, err := dialFake(t, transport, rec.config(sdk.Config{}), link)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		select {
-		case <-closed:
-		case <-time.After(3 * time.Second):
-			t.Fatal("OnClose not called after a kick")
-		}
+		rec.waitClosed(t, 3*time.Second) // 4007 is terminal: no reconnect
 		var ce *sdk.CloseError
 		if !errors.As(c.Err(), &ce) || ce.Code != 4007 || ce.Reason != "kicked by app" {
 			t.Errorf("Err = %v, want *CloseError 4007", c.Err())
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(order) != 2 || order[0] != "before kick" || order[1] != "closed" {
-			t.Errorf("callbacks ran as %q, want the message then OnClose", order)
+		if got := fmt.Sprint(rec.order()); got != "[connected before kick kicked closed]" {
+			t.Errorf("callbacks ran as %s, want [connected before kick kicked closed]", got)
+		}
+		if k := all[*sdk.KickedEvent](rec); len(k) != 1 || k[0].Code != 4007 || !k[0].Terminal {
+			t.Errorf("kicked events %+v, want one terminal 4007", k)
 		}
 		if _, err := c.Send(context.Background(), sdk.Outgoing{Body: []byte("x")}); !errors.As(err, &ce) {
 			t.Errorf("Send after kick: err = %v, want the CloseError", err)
@@ -328,32 +323,53 @@ func TestFakeKickAfterLogin(t *testing.T) {
 	})
 }
 
-func TestFakeReconnectSurfaces(t *testing.T) {
-	t.Parallel()
+// TestFakeReconnectMoves: the server's Reconnect makes the client log in again after the delay
+// (a draining node: here the same fake), recovering from the last message, and leave the old
+// connection.
+func TestFakeReconnectMoves(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
+		var logins atomic.Int32
+		second := make(chan *roomcastpb.Login, 1)
 		link := startFakeLink(t, func(c fakeConn) {
-			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
+			l, err := acceptLogin(c, "cl-1", time.Minute)
+			if err != nil {
 				return
 			}
-			_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{DelayMs: 1500, Reason: "draining"}}})
+			if logins.Add(1) == 1 {
+				_ = c.send(pushFrame(&roomcastpb.Message{Id: "01KB0000000000000000000001", RoomSeq: 7, Body: []byte("one")}))
+				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{DelayMs: 200, Reason: "draining"}}})
+			} else {
+				second <- l
+				_ = c.send(historyEnd(true, 0))
+			}
 			answerLoop(c)
 		})
-		got := make(chan *roomcastpb.Reconnect, 1)
-		c, err := dialFake(t, transport, sdk.Config{OnReconnect: func(r *roomcastpb.Reconnect) { got <- r }}, link)
+		rec := newRecorder()
+		c, err := dialFake(t, transport, rec.config(sdk.Config{}), link)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		r := waitFor[*sdk.ReconnectingEvent](t, rec, 3*time.Second)
+		if r.Delay != 200*time.Millisecond || !errors.Is(r.Err, sdk.ErrMoved) {
+			t.Errorf("reconnecting event %+v, want 200ms and ErrMoved", r)
+		}
 		select {
-		case r := <-got:
-			if r.GetDelayMs() != 1500 {
-				t.Errorf("Reconnect = %v", r)
+		case l := <-second:
+			if l.GetRecoverSince() != "01KB0000000000000000000001" || l.GetRecoverSinceRoomSeq() != 7 {
+				t.Errorf("the move's login recovers since %q (room_seq %d), want the last message", l.GetRecoverSince(), l.GetRecoverSinceRoomSeq())
 			}
 		case <-time.After(3 * time.Second):
-			t.Fatal("OnReconnect not called")
+			t.Fatal("no second login after the Reconnect")
+		}
+		if got := waitFor[*sdk.RecoveredEvent](t, rec, 3*time.Second); !got.Recovered {
+			t.Errorf("recovered event %+v", got)
 		}
 		if _, err := c.Send(context.Background(), sdk.Outgoing{Body: []byte("still up")}); err != nil {
-			t.Errorf("Send after Reconnect: %v", err)
+			t.Errorf("Send after the move: %v", err)
+		}
+		if got := fmt.Sprint(rec.order()); got != "[connected one reconnecting connected recovered]" {
+			t.Errorf("callbacks ran as %s", got)
 		}
 	})
 }
@@ -371,7 +387,7 @@ func TestFakeSlowConsumer(t *testing.T) {
 			answerLoop(c)
 		})
 		release := make(chan struct{})
-		c, err := dialFake(t, transport, sdk.Config{MessageBuffer: 2, OnMessage: func(*roomcastpb.Message) { <-release }}, link)
+		c, err := dialFake(t, transport, sdk.Config{NoReconnect: true, MessageBuffer: 2, OnMessage: func(*roomcastpb.Message) { <-release }}, link)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +441,11 @@ func TestFakeCloseIsIdempotent(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, serveBasic("cl-1", time.Minute))
 		var closes atomic.Int32
-		c, err := dialFake(t, transport, sdk.Config{OnClose: func(error) { closes.Add(1) }}, link)
+		c, err := dialFake(t, transport, sdk.Config{OnEvent: func(ev sdk.Event) {
+			if _, ok := ev.(*sdk.ClosedEvent); ok {
+				closes.Add(1)
+			}
+		}}, link)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +459,7 @@ func TestFakeCloseIsIdempotent(t *testing.T) {
 			t.Errorf("Err = %v, want ErrClosed", c.Err())
 		}
 		if n := closes.Load(); n != 1 {
-			t.Errorf("OnClose called %d times, want 1", n)
+			t.Errorf("%d closed events, want 1", n)
 		}
 		if _, err := c.Send(context.Background(), sdk.Outgoing{Body: []byte("x")}); !errors.Is(err, sdk.ErrClosed) {
 			t.Errorf("Send after Close: %v, want ErrClosed", err)

@@ -20,7 +20,10 @@ const (
 )
 
 // ClientName is what the SDK reports in Login.client.
-const ClientName = "roomcast-go/0.1"
+const ClientName = "roomcast-go/0.2"
+
+// ProtocolVersion is the version of the wire protocol (docs/protocol.md) the SDK speaks.
+const ProtocolVersion = 1
 
 // MaxFrameSize is the largest frame either side may send: the protobuf bytes of one Frame,
 // without the TCP length prefix.
@@ -33,6 +36,12 @@ const (
 	minHeartbeatInterval     = 10 * time.Millisecond // a floor against a server's typo
 	defaultMessageBuffer     = 4096
 	defaultDevice            = "go"
+	defaultReconnectMinDelay = 500 * time.Millisecond
+	defaultReconnectMaxDelay = 20 * time.Second
+	defaultStableAfter       = 10 * time.Second
+	defaultRecoveryWait      = 5 * time.Second
+	defaultDedupeWindow      = 1000
+	maxHistory               = 100 // Login.history's limit
 )
 
 // Config says where and how a Client connects and where its events go. Only Token and one of
@@ -55,14 +64,37 @@ type Config struct {
 
 	// Device is sent in Login.device, e.g. "web", "ios", "pc". Zero value means "go".
 	Device string
-	// RecoverSince, the id of the last message the client has, asks for the room's kept
-	// messages after it (critical and normal lanes, those the member's tags allow) right after
-	// login; they come through OnMessage like live ones, possibly after some live ones: order
-	// by id and drop duplicates. Zero value means none.
+	// RecoverSince, the id of the last message the app has from an earlier Client
+	// (Client.LastID), makes the first login recover the room's kept messages after it
+	// (critical and normal lanes, those the member's tags allow); a RecoveredEvent follows them.
+	// Reconnects recover from the last message received, whatever this says. Zero value means
+	// none.
 	RecoverSince string
-	// History, without RecoverSince, asks for the room's last History kept messages (at most
-	// 100) after login. Zero value means none.
+	// History, without RecoverSince, asks the first login for the room's last History kept
+	// messages (at most 100); a RecoveredEvent follows them. Zero value means none.
 	History int
+
+	// NoReconnect makes the Client stop when its connection ends, for whatever reason, instead
+	// of reconnecting (tools that count what a connection gets want that). Zero value means the
+	// Client reconnects after every end but a terminal close code (4000–4499) or Close.
+	NoReconnect bool
+	// ReconnectMinDelay is about the wait before the first reconnect; each failed attempt
+	// doubles it, up to ReconnectMaxDelay. Each wait is half fixed, half random. Zero values
+	// mean 500ms and 20s.
+	ReconnectMinDelay, ReconnectMaxDelay time.Duration
+	// StableAfter is how long a connection must have stayed up for its end to start the backoff
+	// afresh; a server that accepts logins and then fails keeps the client backing off. Zero
+	// value means 10s.
+	StableAfter time.Duration
+	// RecoveryWait bounds the wait for a login's history: live messages are held meanwhile, so
+	// that everything is handed on in order. Zero value means 5s (the ChatLink gives up reading
+	// the history after 2s and says so).
+	RecoveryWait time.Duration
+	// DedupeWindow is how many of the latest message ids the Client remembers to drop
+	// duplicates, which arrive only within a recovery's reach: keep it above the room's history
+	// (100 unless the deployment keeps more). Zero value means 1,000; a negative one turns
+	// de-duplication off (tools that check the server want to see its duplicates).
+	DedupeWindow int
 
 	// HTTPClient is used for the dispatch request, and its Transport decides whether the
 	// connection to the dispatcher is kept for the next request: a process that dials many
@@ -91,25 +123,21 @@ type Config struct {
 	// connection. Zero value means 10s.
 	WriteTimeout time.Duration
 
-	// MessageBuffer is how many pushed messages may wait for OnMessage. When it is full the
-	// Client closes with ErrSlowConsumer rather than stall its reader (which would delay acks
-	// and heartbeats) or drop messages silently. Zero value means 4096.
+	// MessageBuffer is about how many messages may wait for OnMessage. Past it the connection
+	// ends with ErrSlowConsumer rather than stall its reader (which would delay acks and
+	// heartbeats) or drop messages silently; the Client reconnects and recovers what it missed
+	// meanwhile (with NoReconnect it stops). Zero value means 4096.
 	MessageBuffer int
 
-	// OnMessage receives every pushed message, in the order the server sent them, on one
-	// goroutine owned by the Client. It must not call Close (Close waits for it); a slow
-	// OnMessage fills MessageBuffer. Nil means pushed messages are discarded.
+	// OnMessage receives every message of the room once, ordered by (server time, id), on one
+	// goroutine owned by the Client, the same that calls OnEvent. It must not call Close (Close
+	// waits for it); a slow OnMessage fills MessageBuffer. Nil means messages are discarded.
 	OnMessage func(*roomcastpb.Message)
 
-	// OnReconnect is called (on the OnMessage goroutine) when the ChatLink asks the client to
-	// move: dispatch again and Dial after the delay. The connection stays open until the server
-	// closes it. Nil means the request is only logged.
-	OnReconnect func(*roomcastpb.Reconnect)
-
-	// OnClose is called once, on the OnMessage goroutine after the last message, when a Client
-	// that Dial returned ends, with the same error as Err. It must not call Close. Nil means
-	// none.
-	OnClose func(error)
+	// OnEvent receives the Client's events (connected, reconnecting, recovered, thinned,
+	// kicked, error, closed; see Event) on the OnMessage goroutine, in order with the
+	// messages. The last is a *ClosedEvent. It must not call Close. Nil means none.
+	OnEvent func(Event)
 
 	// Logger receives the Client's few log lines. Nil means no logging.
 	Logger *slog.Logger
@@ -167,6 +195,22 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MessageBuffer <= 0 {
 		c.MessageBuffer = defaultMessageBuffer
+	}
+	if c.ReconnectMinDelay <= 0 {
+		c.ReconnectMinDelay = defaultReconnectMinDelay
+	}
+	if c.ReconnectMaxDelay <= 0 {
+		c.ReconnectMaxDelay = defaultReconnectMaxDelay
+	}
+	c.ReconnectMaxDelay = max(c.ReconnectMaxDelay, c.ReconnectMinDelay)
+	if c.StableAfter <= 0 {
+		c.StableAfter = defaultStableAfter
+	}
+	if c.RecoveryWait <= 0 {
+		c.RecoveryWait = defaultRecoveryWait
+	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = defaultDedupeWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

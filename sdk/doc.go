@@ -1,14 +1,20 @@
 // Package sdk is the Go client for Roomcast and the reference implementation of the wire
-// protocol in docs/protocol.md.
+// protocol in docs/protocol.md; docs/go-sdk.md is its guide.
 //
-// A Client is one logged-in connection to a ChatLink. Dial asks the dispatcher where to connect
-// (or uses Config.Endpoints), tries the endpoints in order over WebSocket or TCP, logs in with
-// the token, and returns once the LoginAck arrived. After that the Client sends heartbeats,
-// answers Send with the matching SendAck or Error, and hands pushed messages to
-// Config.OnMessage. When the connection ends, for whatever reason, Done is closed, Err says why
-// (a *CloseError for server closes) and Config.OnClose is called once.
+// A Client is a member's connection to its room that stays up. Dial asks the dispatcher where
+// to connect (or uses Config.Endpoints), tries the endpoints in order over WebSocket or TCP,
+// logs in with the token, and returns once the LoginAck arrived. From then on the Client sends
+// heartbeats, answers Send with the matching SendAck or Error, and hands every message of the
+// room to Config.OnMessage once, ordered by (server time, id), and its events (connected,
+// reconnecting, recovered, thinned, kicked, error, closed) to Config.OnEvent, on one goroutine.
 //
-// The package does not reconnect by itself: a Reconnect frame is reported through
-// Config.OnReconnect, and the caller decides when to Dial again. It keeps no global state and
-// logs only through the injected Config.Logger.
+// When the connection ends for a transient reason (a close code outside 4000–4499, a drop, a
+// silent server, a protocol error, a slow OnMessage) or the server asks the client to move (a
+// draining ChatLink), the Client dispatches again and logs in elsewhere, with backoff and
+// jitter, asking to recover the messages after the last one it received; a RecoveredEvent says
+// whether that was all of them or how many the room no longer keeps. A terminal close code,
+// Close, or any end with Config.NoReconnect stops it: Done is closed and Err says why.
+//
+// The package keeps no global state, starts no goroutine that Close does not wait for, and
+// logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/.
 package sdk

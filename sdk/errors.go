@@ -37,6 +37,18 @@ var (
 	// not verified by the client; the server does that.
 	ErrBadToken = errors.New("roomcast: malformed token")
 
+	// ErrVersion wraps ErrProtocol: the server answered the login with a protocol version
+	// this SDK does not speak.
+	ErrVersion = fmt.Errorf("%w: unsupported protocol version", ErrProtocol)
+
+	// ErrMoved is why a connection was left when the server asked the client to move to
+	// another ChatLink (a Reconnect frame, sent by a draining node).
+	ErrMoved = errors.New("roomcast: the server asked to move to another ChatLink")
+
+	// ErrHistoryUnavailable means the history a login asked for did not come: the server
+	// could not read it, or did not answer within Config.RecoveryWait.
+	ErrHistoryUnavailable = errors.New("roomcast: the room's history is unavailable")
+
 	// ErrNoEndpoints means the dispatcher (or Config.Endpoints) offered nothing to dial with the
 	// configured transport.
 	ErrNoEndpoints = errors.New("roomcast: no endpoints")
@@ -95,14 +107,4 @@ func (e *SendError) Error() string {
 // 1xx codes other than RATE_LIMITED fail again unchanged.
 func (e *SendError) Temporary() bool {
 	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_RATE_LIMITED)
-}
-
-// terminal reports whether err ends Dial's search for a working endpoint: a terminal close code
-// means every ChatLink would refuse the same login.
-func terminal(err error) bool {
-	var ce *CloseError
-	if errors.As(err, &ce) {
-		return ce.Terminal()
-	}
-	return false
 }

@@ -20,10 +20,14 @@ func ExampleDial() {
 		OnMessage: func(m *roomcastpb.Message) {
 			fmt.Printf("%s: %s\n", m.GetSender(), m.GetBody())
 		},
-		OnClose: func(err error) {
-			var ce *sdk.CloseError
-			if errors.As(err, &ce) && !ce.Terminal() {
-				log.Print("connection lost, dial again later: ", err)
+		OnEvent: func(ev sdk.Event) {
+			switch e := ev.(type) {
+			case *sdk.RecoveredEvent:
+				if !e.Recovered {
+					log.Printf("%d messages were lost while reconnecting", e.Missing)
+				}
+			case *sdk.ClosedEvent:
+				log.Print("stopped: ", e.Err)
 			}
 		},
 	})

@@ -24,14 +24,13 @@ import (
 // for each connection, so tests can provoke what a real server rarely does (kicks at login,
 // silence, floods).
 type fakeLink struct {
-	t        *testing.T
 	handler  func(fakeConn)
 	ln       net.Listener
 	http     *httptest.Server
 	wg       sync.WaitGroup
 	mu       sync.Mutex // guards conns
 	conns    map[io.Closer]struct{}
-	accepted chan struct{} // one value per connection
+	accepted chan struct{} // one value per connection (the first 100 not taken)
 }
 
 // fakeConn is one server-side connection, with blocking reads whatever the transport.
@@ -40,22 +39,35 @@ type fakeConn interface {
 	send(*roomcastpb.Frame) error
 	// kick sends a Kick and closes the connection with its code.
 	kick(code uint32, reason string)
+	// sendPayload sends payload as one frame's bytes, whatever they are.
+	sendPayload(payload []byte) error
+	// wire writes b to the socket as it is, past the framing.
+	wire(b []byte) error
 	close()
 }
 
 func startFakeLink(t *testing.T, handler func(fakeConn)) *fakeLink {
 	t.Helper()
-	f := &fakeLink{t: t, handler: handler, conns: map[io.Closer]struct{}{}, accepted: make(chan struct{}, 100)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	f, err := newFakeLink(handler)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// newFakeLink starts a fake; stop stops it.
+func newFakeLink(handler func(fakeConn)) (*fakeLink, error) {
+	f := &fakeLink{handler: handler, conns: map[io.Closer]struct{}{}, accepted: make(chan struct{}, 100)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	f.ln = ln
 	f.wg.Add(1)
 	go f.acceptTCP()
 	f.http = httptest.NewServer(http.HandlerFunc(f.serveWS))
-	t.Cleanup(f.stop)
-	return f
+	return f, nil
 }
 
 func (f *fakeLink) endpoint(node string) sdk.Endpoint {
@@ -73,7 +85,10 @@ func (f *fakeLink) track(c io.Closer) bool {
 		return false
 	}
 	f.conns[c] = struct{}{}
-	f.accepted <- struct{}{}
+	select {
+	case f.accepted <- struct{}{}:
+	default: // a client that reconnects in a loop must not stop the fake
+	}
 	return true
 }
 
@@ -153,6 +168,20 @@ func (c *tcpFake) send(f *roomcastpb.Frame) error {
 	return testkit.WriteFrame(c.nc, f)
 }
 
+func (c *tcpFake) wire(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (c *tcpFake) sendPayload(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.nc.Write(testkit.TCPFrame(b))
+	return err
+}
+
 func (c *tcpFake) kick(code uint32, reason string) {
 	_ = c.send(kickFrame(code, reason))
 	c.close()
@@ -197,7 +226,14 @@ func (c *wsFake) send(f *roomcastpb.Frame) error {
 	if err != nil {
 		return err
 	}
-	return c.socket.WriteMessage(gws.OpcodeBinary, b)
+	return c.sendPayload(b)
+}
+
+func (c *wsFake) sendPayload(b []byte) error { return c.socket.WriteMessage(gws.OpcodeBinary, b) }
+
+func (c *wsFake) wire(b []byte) error {
+	_, err := c.socket.NetConn().Write(b)
+	return err
 }
 
 func (c *wsFake) kick(code uint32, reason string) {
@@ -265,6 +301,13 @@ func answerLoop(c fakeConn) {
 			}}})
 		}
 	}
+}
+
+// historyEnd is the Push that ends a history answer.
+func historyEnd(recovered bool, missing uint64, msgs ...*roomcastpb.Message) *roomcastpb.Frame {
+	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
+		Messages: msgs, History: true, Recovery: &roomcastpb.Recovery{Recovered: recovered, Missing: missing},
+	}}}
 }
 
 func pushFrame(msgs ...*roomcastpb.Message) *roomcastpb.Frame {

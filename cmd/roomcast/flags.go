@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"roomcast/chatlink"
+	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 )
 
@@ -53,6 +54,11 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(grpcListen, "grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
 	fs.StringVar(cityDB, "geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
+}
+
+// bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
+func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
+	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -114,15 +114,24 @@ func FollowKV(ctx context.Context, kv jetstream.KeyValue, apply func(key string,
 func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" }
 
 // HistoryStream is the JetStream stream of rooms' recent messages (critical and normal lanes),
-// one subject per room (HistorySubject), at most HistoryPerRoom messages each. The room service
-// writes it; ChatLinks read it to recover a reconnecting member's missed messages.
+// one subject per room (HistorySubject), HistoryPerRoom messages each unless the room service is
+// configured otherwise. The room service writes it; ChatLinks read it to recover a reconnecting
+// member's missed messages. HistoryPerRoom is also the most a login may ask for (Login.history).
+//
+// RoomSeqStream holds one JetStream counter per room (RoomSeqSubject): how many of the room's
+// critical and normal messages have been numbered (Message.room_seq), so that a recovery can
+// count the messages that are no longer kept.
 const (
 	HistoryStream  = "rc_history"
 	HistoryPerRoom = 100
+	RoomSeqStream  = "rc_room_seq"
 )
 
 // HistorySubject is a room's subject in HistoryStream.
 func HistorySubject(app, room string) string { return "rc.history." + app + "." + room }
+
+// RoomSeqSubject is a room's counter in RoomSeqStream.
+func RoomSeqSubject(app, room string) string { return "rc.roomseq." + app + "." + room }
 
 // RoomSubject is the broadcast subject of a room. app and room must be valid names
 // (auth.ValidName), which keeps dots and wildcards out.

@@ -92,6 +92,9 @@ type Config struct {
 	// NoPusher runs no CDN pusher in the services: a test starts its own against S3. Zero value
 	// means one pusher, writing to the embedded store with CDN.Window.
 	NoPusher bool
+	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
+	// means the room service's default (100).
+	HistoryPerRoom int
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -173,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances:  cfg.ServiceInstances,
-		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated},
+		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},

@@ -73,3 +73,22 @@ func SessionNode(session string) (string, bool) {
 	}
 	return session[:i], true
 }
+
+// MessageTime returns the time a message id was made at, to the millisecond, and whether id is
+// one: 26 characters of Crockford base32 (upper case) whose value fits in 128 bits.
+func MessageTime(id string) (time.Time, bool) {
+	if len(id) != 26 || id[0] > '7' {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for i := range len(id) {
+		d := strings.IndexByte(crockford, id[i])
+		if d < 0 {
+			return time.Time{}, false
+		}
+		if i < 10 { // the first 10 digits hold 50 bits: the top 2 are 0, then the 48 of ms
+			ms = ms<<5 | uint64(d)
+		}
+	}
+	return time.UnixMilli(int64(ms)), true
+}

@@ -80,3 +80,17 @@ func TestSessionNode(t *testing.T) {
 		t.Fatal("SessionNode accepted an id without a node")
 	}
 }
+
+func TestMessageTime(t *testing.T) {
+	var g Generator
+	now := time.UnixMilli(1764451200123)
+	got, ok := MessageTime(g.New(now))
+	if !ok || !got.Equal(now) {
+		t.Fatalf("MessageTime of a new id = %v, %v; want %v", got, ok, now)
+	}
+	for _, bad := range []string{"", "01KB", "01KBZZZZZZZZZZZZZZZZZZZZZZ0", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01kbzzzzzzzzzzzzzzzzzzzzzz", "01KBZZZZZZZZZZZZZZZZZZZZZU"} {
+		if _, ok := MessageTime(bad); ok {
+			t.Errorf("MessageTime(%q) accepted", bad)
+		}
+	}
+}

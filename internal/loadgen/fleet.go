@@ -197,7 +197,7 @@ func (f *fleet) token(j int) string {
 	i := f.spec.First + j
 	uid := fmt.Sprintf("bench-%x-%d", f.spec.Run, i)
 	tags := f.spec.tagging()
-	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), tags.memberTags(i), 24*time.Hour)
+	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), tags.memberTags(i), 12*time.Hour) // well under the ChatLink's 24h maximum token lifetime
 	if err != nil {
 		f.addError(fmt.Errorf("mint token for %s: %w", uid, err))
 		return ""
@@ -230,6 +230,8 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		TLS:            tlsConfig(f.spec.CAPEM),
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
+		NoReconnect:    true, // a member that dropped counts as one
+		DedupeWindow:   -1,   // and the server's duplicates are counted
 		OnMessage:      m.receive,
 		Logger:         f.log,
 	})

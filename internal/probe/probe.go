@@ -190,8 +190,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				Dispatcher: cfg.Dispatcher,
 				Transport:  cfg.Transport,
 				Device:     "probe",
-				OnMessage:  func(m *roomcastpb.Message) { rec.receive(i, m) },
-				Logger:     cfg.Logger,
+				// A dropped client and a duplicate are findings, not something to hide.
+				NoReconnect:  true,
+				DedupeWindow: -1,
+				OnMessage:    func(m *roomcastpb.Message) { rec.receive(i, m) },
+				Logger:       cfg.Logger,
 			})
 		})
 	}

@@ -193,7 +193,7 @@ func (c *Client) SendPayload(b []byte) error {
 	if c.ws != nil {
 		return c.ws.WriteMessage(gws.OpcodeBinary, b)
 	}
-	_, err := c.nc.Write(tcpFrame(b))
+	_, err := c.nc.Write(TCPFrame(b))
 	return err
 }
 

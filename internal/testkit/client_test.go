@@ -71,7 +71,7 @@ func TestClientTCP(t *testing.T) {
 func TestReadFrameRefusesGarbage(t *testing.T) {
 	t.Parallel()
 	server, client := TCPPair(t)
-	if _, err := client.Write(tcpFrame([]byte{0xff, 0xff, 0xff})); err != nil {
+	if _, err := client.Write(TCPFrame([]byte{0xff, 0xff, 0xff})); err != nil {
 		t.Fatal(err)
 	}
 	client.Close()

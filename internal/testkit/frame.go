@@ -30,11 +30,11 @@ func WriteFrame(w io.Writer, f *pb.Frame) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(tcpFrame(b))
+	_, err = w.Write(TCPFrame(b))
 	return err
 }
 
-// tcpFrame returns payload with the TCP transport's length prefix.
-func tcpFrame(payload []byte) []byte {
+// TCPFrame returns payload behind the TCP transport's length prefix: one frame on the wire.
+func TCPFrame(payload []byte) []byte {
 	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(payload)), uint32(len(payload))), payload...)
 }

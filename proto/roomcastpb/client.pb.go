@@ -52,6 +52,8 @@ const (
 	ErrorCode_ERROR_CODE_USER_NOT_FOUND ErrorCode = 107
 	// The request conflicts with the state of the room (e.g. an update of a closed room).
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
+	// Login.recover_since is not a message id: no history follows (the session goes on).
+	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -71,6 +73,7 @@ var (
 		106: "ERROR_CODE_UNAUTHORIZED",
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
+		109: "ERROR_CODE_BAD_RECOVER_SINCE",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -85,6 +88,7 @@ var (
 		"ERROR_CODE_UNAUTHORIZED":      106,
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
+		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -459,15 +463,24 @@ type Login struct {
 	Device string `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
 	// SDK name and version, for logs and metrics, e.g. "roomcast-go/0.1".
 	Client string `protobuf:"bytes,3,opt,name=client,proto3" json:"client,omitempty"`
-	// Recovery after a reconnect: the id of the last message the client has; the messages of the
-	// room after it (critical and normal lanes, those the member's tags allow, at most the room's
-	// last 100) follow the LoginAck in a Push with recovered set.
+	// Recovery after a reconnect: the id of the last message the client has (of any lane). The
+	// room's kept messages after it (critical and normal lanes, those the member's tags allow)
+	// follow the LoginAck in Push frames with history set, the last of which carries a Recovery
+	// saying whether that was everything. Not a message id (26 characters of Crockford base32):
+	// an Error with code 109 answers instead, and the session goes on without history.
 	RecoverSince string `protobuf:"bytes,4,opt,name=recover_since,json=recoverSince,proto3" json:"recover_since,omitempty"`
-	// Without recover_since: how many of the room's most recent messages to receive after the
-	// LoginAck (at most 100). 0: none.
-	History       uint32 `protobuf:"varint,5,opt,name=history,proto3" json:"history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Without recover_since: how many of the room's most recent kept messages to receive after
+	// the LoginAck (at most 100). 0: none. Answered like recover_since, with a Recovery at the end.
+	History uint32 `protobuf:"varint,5,opt,name=history,proto3" json:"history,omitempty"`
+	// With recover_since: the room_seq of the last message the client has that had one (critical
+	// and normal lanes). It lets the server count the messages that are no longer kept
+	// (Recovery.missing) when the gap is larger than the room's history. 0: unknown.
+	RecoverSinceRoomSeq uint64 `protobuf:"varint,6,opt,name=recover_since_room_seq,json=recoverSinceRoomSeq,proto3" json:"recover_since_room_seq,omitempty"`
+	// The protocol version the client speaks. 0 means 1, the only version so far. A ChatLink
+	// closes a connection asking for a version it does not speak with 4003 (BAD_FRAME).
+	ProtocolVersion uint32 `protobuf:"varint,7,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Login) Reset() {
@@ -535,6 +548,20 @@ func (x *Login) GetHistory() uint32 {
 	return 0
 }
 
+func (x *Login) GetRecoverSinceRoomSeq() uint64 {
+	if x != nil {
+		return x.RecoverSinceRoomSeq
+	}
+	return 0
+}
+
+func (x *Login) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
 type LoginAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Session id: unique across all ChatLinks; it names this connection in the server API.
@@ -550,9 +577,11 @@ type LoginAck struct {
 	// The room's CDN config when the room is in CDN mode (docs/cdn.md): its CDN lanes come as
 	// segments to poll, not over this connection. Absent when every lane rides the connection.
 	// A CdnConfig frame replaces it whenever it changes.
-	Cdn           *CdnConfig `protobuf:"bytes,8,opt,name=cdn,proto3" json:"cdn,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cdn *CdnConfig `protobuf:"bytes,8,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// The protocol version of this session: 1. A client that does not speak it must close.
+	ProtocolVersion uint32 `protobuf:"varint,9,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LoginAck) Reset() {
@@ -639,6 +668,13 @@ func (x *LoginAck) GetCdn() *CdnConfig {
 		return x.Cdn
 	}
 	return nil
+}
+
+func (x *LoginAck) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
 }
 
 type Send struct {
@@ -785,8 +821,16 @@ type Push struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Messages []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The messages are history asked for at login (Login.recover_since or Login.history), not
-	// live ones. Live messages may arrive before them: order by id and drop duplicates.
-	Recovered     bool `protobuf:"varint,2,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	// live ones. Live messages may arrive before them: order by (server_time_ms, id) and drop
+	// duplicates by id.
+	History bool `protobuf:"varint,2,opt,name=history,proto3" json:"history,omitempty"`
+	// Set on the last Push of the answer to Login.recover_since or Login.history, and only
+	// there: the history is complete. That Push may carry no messages (nothing to recover).
+	Recovery *Recovery `protobuf:"bytes,3,opt,name=recovery,proto3" json:"recovery,omitempty"`
+	// How many of the room's messages were left out of this member's stream since the previous
+	// Push, per lane: the room's budget, the node's flow control, or this member's slow reading.
+	// Unset when none were. A Push with no messages may carry only this.
+	Thinned       *Thinned `protobuf:"bytes,4,opt,name=thinned,proto3" json:"thinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,11 +872,138 @@ func (x *Push) GetMessages() []*Message {
 	return nil
 }
 
-func (x *Push) GetRecovered() bool {
+func (x *Push) GetHistory() bool {
+	if x != nil {
+		return x.History
+	}
+	return false
+}
+
+func (x *Push) GetRecovery() *Recovery {
+	if x != nil {
+		return x.Recovery
+	}
+	return nil
+}
+
+func (x *Push) GetThinned() *Thinned {
+	if x != nil {
+		return x.Thinned
+	}
+	return nil
+}
+
+// Recovery ends the history a login asked for.
+type Recovery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// For recover_since: true when every kept message after it that the member may see was sent
+	// (also when there was none: nothing to recover); false when some are no longer kept, because
+	// the gap is larger than the room's history (its count or age). For history: always true.
+	Recovered bool `protobuf:"varint,1,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	// When recovered is false: how many of the room's critical and normal messages after
+	// recover_since are no longer kept. Counted from Login.recover_since_room_seq; 0 when the
+	// client did not give it. It may include messages the member's tags would not have allowed.
+	Missing       uint64 `protobuf:"varint,2,opt,name=missing,proto3" json:"missing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recovery) Reset() {
+	*x = Recovery{}
+	mi := &file_client_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recovery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recovery) ProtoMessage() {}
+
+func (x *Recovery) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
+func (*Recovery) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Recovery) GetRecovered() bool {
 	if x != nil {
 		return x.Recovered
 	}
 	return false
+}
+
+func (x *Recovery) GetMissing() uint64 {
+	if x != nil {
+		return x.Missing
+	}
+	return 0
+}
+
+// Thinned counts the messages left out of a member's stream, per lane. Critical messages are
+// never left out (a member that cannot take them is closed with 4503).
+type Thinned struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Normal        uint32                 `protobuf:"varint,1,opt,name=normal,proto3" json:"normal,omitempty"`
+	Bulk          uint32                 `protobuf:"varint,2,opt,name=bulk,proto3" json:"bulk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Thinned) Reset() {
+	*x = Thinned{}
+	mi := &file_client_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Thinned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Thinned) ProtoMessage() {}
+
+func (x *Thinned) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
+func (*Thinned) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Thinned) GetNormal() uint32 {
+	if x != nil {
+		return x.Normal
+	}
+	return 0
+}
+
+func (x *Thinned) GetBulk() uint32 {
+	if x != nil {
+		return x.Bulk
+	}
+	return 0
 }
 
 type Heartbeat struct {
@@ -844,7 +1015,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[6]
+	mi := &file_client_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1027,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[6]
+	mi := &file_client_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1040,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{6}
+	return file_client_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -891,7 +1062,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[7]
+	mi := &file_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1074,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[7]
+	mi := &file_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1087,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{7}
+	return file_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -945,7 +1116,9 @@ type Error struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	// The seq of the Send this answers, or 0.
+	// The seq of the Send this answers, or 0: then it answers the login's history request
+	// (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
+	// follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
 	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -953,7 +1126,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[8]
+	mi := &file_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1138,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[8]
+	mi := &file_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1151,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{8}
+	return file_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -1014,7 +1187,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1199,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1212,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{9}
+	return file_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -1067,7 +1240,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1252,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1265,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{10}
+	return file_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1128,13 +1301,15 @@ const file_client_proto_rawDesc = "" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
 	"\n" +
 	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfigB\x06\n" +
-	"\x04kind\"\x8c\x01\n" +
+	"\x04kind\"\xec\x01\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\tR\x06client\x12#\n" +
 	"\rrecover_since\x18\x04 \x01(\tR\frecoverSince\x12\x18\n" +
-	"\ahistory\x18\x05 \x01(\rR\ahistory\"\xf9\x01\n" +
+	"\ahistory\x18\x05 \x01(\rR\ahistory\x123\n" +
+	"\x16recover_since_room_seq\x18\x06 \x01(\x04R\x13recoverSinceRoomSeq\x12)\n" +
+	"\x10protocol_version\x18\a \x01(\rR\x0fprotocolVersion\"\xa4\x02\n" +
 	"\bLoginAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -1144,7 +1319,8 @@ const file_client_proto_rawDesc = "" +
 	"\x04room\x18\x05 \x01(\tR\x04room\x12\x10\n" +
 	"\x03uid\x18\x06 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\a \x01(\tR\x04node\x12(\n" +
-	"\x03cdn\x18\b \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\x82\x01\n" +
+	"\x03cdn\x18\b \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x12)\n" +
+	"\x10protocol_version\x18\t \x01(\rR\x0fprotocolVersion\"\x82\x01\n" +
 	"\x04Send\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12%\n" +
@@ -1155,10 +1331,18 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12$\n" +
-	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\"V\n" +
+	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\"\xb5\x01\n" +
 	"\x04Push\x120\n" +
-	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x1c\n" +
-	"\trecovered\x18\x02 \x01(\bR\trecovered\"1\n" +
+	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x18\n" +
+	"\ahistory\x18\x02 \x01(\bR\ahistory\x121\n" +
+	"\brecovery\x18\x03 \x01(\v2\x15.roomcast.v1.RecoveryR\brecovery\x12.\n" +
+	"\athinned\x18\x04 \x01(\v2\x14.roomcast.v1.ThinnedR\athinned\"B\n" +
+	"\bRecovery\x12\x1c\n" +
+	"\trecovered\x18\x01 \x01(\bR\trecovered\x12\x18\n" +
+	"\amissing\x18\x02 \x01(\x04R\amissing\"5\n" +
+	"\aThinned\x12\x16\n" +
+	"\x06normal\x18\x01 \x01(\rR\x06normal\x12\x12\n" +
+	"\x04bulk\x18\x02 \x01(\rR\x04bulk\"1\n" +
 	"\tHeartbeat\x12$\n" +
 	"\x0eclient_time_ms\x18\x01 \x01(\x03R\fclientTimeMs\"\x8e\x01\n" +
 	"\fHeartbeatAck\x12$\n" +
@@ -1174,7 +1358,7 @@ const file_client_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xdb\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*\xfd\x02\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1185,7 +1369,8 @@ const file_client_proto_rawDesc = "" +
 	"\x19ERROR_CODE_ROOM_NOT_FOUND\x10i\x12\x1b\n" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
-	"\x13ERROR_CODE_CONFLICT\x10l\x12\x18\n" +
+	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -1219,7 +1404,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),       // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),       // 1: roomcast.v1.CloseCode
@@ -1229,14 +1414,16 @@ var file_client_proto_goTypes = []any{
 	(*Send)(nil),         // 5: roomcast.v1.Send
 	(*SendAck)(nil),      // 6: roomcast.v1.SendAck
 	(*Push)(nil),         // 7: roomcast.v1.Push
-	(*Heartbeat)(nil),    // 8: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil), // 9: roomcast.v1.HeartbeatAck
-	(*Error)(nil),        // 10: roomcast.v1.Error
-	(*Kick)(nil),         // 11: roomcast.v1.Kick
-	(*Reconnect)(nil),    // 12: roomcast.v1.Reconnect
-	(*CdnConfig)(nil),    // 13: roomcast.v1.CdnConfig
-	(Lane)(0),            // 14: roomcast.v1.Lane
-	(*Message)(nil),      // 15: roomcast.v1.Message
+	(*Recovery)(nil),     // 8: roomcast.v1.Recovery
+	(*Thinned)(nil),      // 9: roomcast.v1.Thinned
+	(*Heartbeat)(nil),    // 10: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil), // 11: roomcast.v1.HeartbeatAck
+	(*Error)(nil),        // 12: roomcast.v1.Error
+	(*Kick)(nil),         // 13: roomcast.v1.Kick
+	(*Reconnect)(nil),    // 14: roomcast.v1.Reconnect
+	(*CdnConfig)(nil),    // 15: roomcast.v1.CdnConfig
+	(Lane)(0),            // 16: roomcast.v1.Lane
+	(*Message)(nil),      // 17: roomcast.v1.Message
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1244,20 +1431,22 @@ var file_client_proto_depIdxs = []int32{
 	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	8,  // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	9,  // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	10, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	11, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	12, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	13, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	13, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	14, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	15, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	10, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	11, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	13, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	14, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	15, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	15, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	16, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	17, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	8,  // 14: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	9,  // 15: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1286,7 +1475,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

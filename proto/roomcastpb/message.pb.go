@@ -86,12 +86,17 @@ type Message struct {
 	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Room string `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
 	// The sender's uid; empty for messages sent by the app server without a sender.
-	Sender        string `protobuf:"bytes,3,opt,name=sender,proto3" json:"sender,omitempty"`
-	Type          string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
-	Lane          Lane   `protobuf:"varint,5,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
-	TagExpr       string `protobuf:"bytes,6,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
-	Body          []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
-	ServerTimeMs  int64  `protobuf:"varint,8,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	Sender       string `protobuf:"bytes,3,opt,name=sender,proto3" json:"sender,omitempty"`
+	Type         string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	Lane         Lane   `protobuf:"varint,5,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
+	TagExpr      string `protobuf:"bytes,6,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	Body         []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	ServerTimeMs int64  `protobuf:"varint,8,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	// The message's number in its room's history: the room's critical and normal messages are
+	// numbered 1, 2, 3, ... as the room service stamps them. 0 for bulk messages (not kept) and
+	// when the number could not be assigned. A client keeps the last one it saw for
+	// Login.recover_since_room_seq.
+	RoomSeq       uint64 `protobuf:"varint,9,opt,name=room_seq,json=roomSeq,proto3" json:"room_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -182,11 +187,18 @@ func (x *Message) GetServerTimeMs() int64 {
 	return 0
 }
 
+func (x *Message) GetRoomSeq() uint64 {
+	if x != nil {
+		return x.RoomSeq
+	}
+	return 0
+}
+
 var File_message_proto protoreflect.FileDescriptor
 
 const file_message_proto_rawDesc = "" +
 	"\n" +
-	"\rmessage.proto\x12\vroomcast.v1\"\xd5\x01\n" +
+	"\rmessage.proto\x12\vroomcast.v1\"\xf0\x01\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -195,7 +207,8 @@ const file_message_proto_rawDesc = "" +
 	"\x04lane\x18\x05 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\x12\x19\n" +
 	"\btag_expr\x18\x06 \x01(\tR\atagExpr\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12$\n" +
-	"\x0eserver_time_ms\x18\b \x01(\x03R\fserverTimeMs*O\n" +
+	"\x0eserver_time_ms\x18\b \x01(\x03R\fserverTimeMs\x12\x19\n" +
+	"\broom_seq\x18\t \x01(\x04R\aroomSeq*O\n" +
 	"\x04Lane\x12\x14\n" +
 	"\x10LANE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rLANE_CRITICAL\x10\x01\x12\x0f\n" +

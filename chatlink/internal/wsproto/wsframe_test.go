@@ -116,6 +116,9 @@ func TestWSReaderRefuses(t *testing.T) {
 			clientFrame(true, OpContinuation, make([]byte, 40000))...), 1009},
 		"announced 2^63":   {[]byte{0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0}, 1009},
 		"bad close reason": {clientFrame(true, OpClose, []byte{0x03, 0xe8, 0xff}), 1007},
+		"text not UTF-8":   {clientFrame(true, OpText, []byte("ok\xed\xa0\x80")), 1007},
+		"text not UTF-8 in pieces": {append(clientFrame(false, OpText, []byte("ok\xe2")),
+			clientFrame(true, OpContinuation, []byte("\x82"))...), 1007},
 	} {
 		_, err := feed(t, tc.stream, 5)
 		if err == nil || err.Code != tc.code {

@@ -266,9 +266,9 @@ export class Client {
   private onPush(s: Session, p: Push): void {
     if (s !== this.session) return;
     const n = this.delivery.add(p.messages);
-    if (p.recovered && this.delivery.holding) {
+    if (p.history && this.delivery.holding) {
       if (this.recovering) this.recovering.count += n;
-      this.endHold();
+      if (p.recovery) this.endHold(); // the last Push of the history
     }
   }
 

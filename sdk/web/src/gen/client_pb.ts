@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxItQDCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIAEIGCgRraW5kIl4KBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNIrABCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWciYgoEU2VuZBILCgNzZXEYASABKAQSDAoEdHlwZRgCIAEoCRIfCgRsYW5lGAMgASgOMhEucm9vbWNhc3QudjEuTGFuZRIMCgRib2R5GAQgASgMEhAKCHRhZ19leHByGAUgASgJIkIKB1NlbmRBY2sSCwoDc2VxGAEgASgEEhIKCm1lc3NhZ2VfaWQYAiABKAkSFgoOc2VydmVyX3RpbWVfbXMYAyABKAMiQQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEQoJcmVjb3ZlcmVkGAIgASgIIiMKCUhlYXJ0YmVhdBIWCg5jbGllbnRfdGltZV9tcxgBIAEoAyJdCgxIZWFydGJlYXRBY2sSFgoOY2xpZW50X3RpbWVfbXMYASABKAMSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIjMKBUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRILCgNzZXEYAyABKAQiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJKtsCCglFcnJvckNvZGUSEQoNRVJST1JfQ09ERV9PSxAAEhoKFkVSUk9SX0NPREVfQkFEX1JFUVVFU1QQZBIgChxFUlJPUl9DT0RFX01FU1NBR0VfVE9PX0xBUkdFEGUSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQZhIYChRFUlJPUl9DT0RFX0ZPUkJJRERFThBnEhsKF0VSUk9SX0NPREVfQkFEX1RBR19FWFBSEGgSHQoZRVJST1JfQ09ERV9ST09NX05PVF9GT1VORBBpEhsKF0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEGoSHQoZRVJST1JfQ09ERV9VU0VSX05PVF9GT1VORBBrEhcKE0VSUk9SX0NPREVfQ09ORkxJQ1QQbBIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq1AMKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxItQDCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIAEIGCgRraW5kIpgBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0iygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIiQKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSr9AgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrUAwoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -155,21 +155,40 @@ export type Login = Message<"roomcast.v1.Login"> & {
   client: string;
 
   /**
-   * Recovery after a reconnect: the id of the last message the client has; the messages of the
-   * room after it (critical and normal lanes, those the member's tags allow, at most the room's
-   * last 100) follow the LoginAck in a Push with recovered set.
+   * Recovery after a reconnect: the id of the last message the client has (of any lane). The
+   * room's kept messages after it (critical and normal lanes, those the member's tags allow)
+   * follow the LoginAck in Push frames with history set, the last of which carries a Recovery
+   * saying whether that was everything. Not a message id (26 characters of Crockford base32):
+   * an Error with code 109 answers instead, and the session goes on without history.
    *
    * @generated from field: string recover_since = 4;
    */
   recoverSince: string;
 
   /**
-   * Without recover_since: how many of the room's most recent messages to receive after the
-   * LoginAck (at most 100). 0: none.
+   * Without recover_since: how many of the room's most recent kept messages to receive after
+   * the LoginAck (at most 100). 0: none. Answered like recover_since, with a Recovery at the end.
    *
    * @generated from field: uint32 history = 5;
    */
   history: number;
+
+  /**
+   * With recover_since: the room_seq of the last message the client has that had one (critical
+   * and normal lanes). It lets the server count the messages that are no longer kept
+   * (Recovery.missing) when the gap is larger than the room's history. 0: unknown.
+   *
+   * @generated from field: uint64 recover_since_room_seq = 6;
+   */
+  recoverSinceRoomSeq: bigint;
+
+  /**
+   * The protocol version the client speaks. 0 means 1, the only version so far. A ChatLink
+   * closes a connection asking for a version it does not speak with 4003 (BAD_FRAME).
+   *
+   * @generated from field: uint32 protocol_version = 7;
+   */
+  protocolVersion: number;
 };
 
 /**
@@ -232,6 +251,13 @@ export type LoginAck = Message<"roomcast.v1.LoginAck"> & {
    * @generated from field: roomcast.v1.CdnConfig cdn = 8;
    */
   cdn?: CdnConfig | undefined;
+
+  /**
+   * The protocol version of this session: 1. A client that does not speak it must close.
+   *
+   * @generated from field: uint32 protocol_version = 9;
+   */
+  protocolVersion: number;
 };
 
 /**
@@ -324,11 +350,29 @@ export type Push = Message<"roomcast.v1.Push"> & {
 
   /**
    * The messages are history asked for at login (Login.recover_since or Login.history), not
-   * live ones. Live messages may arrive before them: order by id and drop duplicates.
+   * live ones. Live messages may arrive before them: order by (server_time_ms, id) and drop
+   * duplicates by id.
    *
-   * @generated from field: bool recovered = 2;
+   * @generated from field: bool history = 2;
    */
-  recovered: boolean;
+  history: boolean;
+
+  /**
+   * Set on the last Push of the answer to Login.recover_since or Login.history, and only
+   * there: the history is complete. That Push may carry no messages (nothing to recover).
+   *
+   * @generated from field: roomcast.v1.Recovery recovery = 3;
+   */
+  recovery?: Recovery | undefined;
+
+  /**
+   * How many of the room's messages were left out of this member's stream since the previous
+   * Push, per lane: the room's budget, the node's flow control, or this member's slow reading.
+   * Unset when none were. A Push with no messages may carry only this.
+   *
+   * @generated from field: roomcast.v1.Thinned thinned = 4;
+   */
+  thinned?: Thinned | undefined;
 };
 
 /**
@@ -337,6 +381,63 @@ export type Push = Message<"roomcast.v1.Push"> & {
  */
 export const PushSchema: GenMessage<Push> = /*@__PURE__*/
   messageDesc(file_client, 5);
+
+/**
+ * Recovery ends the history a login asked for.
+ *
+ * @generated from message roomcast.v1.Recovery
+ */
+export type Recovery = Message<"roomcast.v1.Recovery"> & {
+  /**
+   * For recover_since: true when every kept message after it that the member may see was sent
+   * (also when there was none: nothing to recover); false when some are no longer kept, because
+   * the gap is larger than the room's history (its count or age). For history: always true.
+   *
+   * @generated from field: bool recovered = 1;
+   */
+  recovered: boolean;
+
+  /**
+   * When recovered is false: how many of the room's critical and normal messages after
+   * recover_since are no longer kept. Counted from Login.recover_since_room_seq; 0 when the
+   * client did not give it. It may include messages the member's tags would not have allowed.
+   *
+   * @generated from field: uint64 missing = 2;
+   */
+  missing: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.Recovery.
+ * Use `create(RecoverySchema)` to create a new message.
+ */
+export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
+  messageDesc(file_client, 6);
+
+/**
+ * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
+ * never left out (a member that cannot take them is closed with 4503).
+ *
+ * @generated from message roomcast.v1.Thinned
+ */
+export type Thinned = Message<"roomcast.v1.Thinned"> & {
+  /**
+   * @generated from field: uint32 normal = 1;
+   */
+  normal: number;
+
+  /**
+   * @generated from field: uint32 bulk = 2;
+   */
+  bulk: number;
+};
+
+/**
+ * Describes the message roomcast.v1.Thinned.
+ * Use `create(ThinnedSchema)` to create a new message.
+ */
+export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
+  messageDesc(file_client, 7);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -353,7 +454,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 6);
+  messageDesc(file_client, 8);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -382,7 +483,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 7);
+  messageDesc(file_client, 9);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -401,7 +502,9 @@ export type Error = Message<"roomcast.v1.Error"> & {
   message: string;
 
   /**
-   * The seq of the Send this answers, or 0.
+   * The seq of the Send this answers, or 0: then it answers the login's history request
+   * (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
+   * follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
    *
    * @generated from field: uint64 seq = 3;
    */
@@ -413,7 +516,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 8);
+  messageDesc(file_client, 10);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -438,7 +541,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 9);
+  messageDesc(file_client, 11);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -462,7 +565,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 10);
+  messageDesc(file_client, 12);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -539,6 +642,13 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_CONFLICT = 108;
    */
   CONFLICT = 108,
+
+  /**
+   * Login.recover_since is not a message id: no history follows (the session goes on).
+   *
+   * @generated from enum value: ERROR_CODE_BAD_RECOVER_SINCE = 109;
+   */
+  BAD_RECOVER_SINCE = 109,
 
   /**
    * A bug on our side.

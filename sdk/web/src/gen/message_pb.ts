@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file message.proto.
  */
 export const file_message: GenFile = /*@__PURE__*/
-  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSKaAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMqTwoETGFuZRIUChBMQU5FX1VOU1BFQ0lGSUVEEAASEQoNTEFORV9DUklUSUNBTBABEg8KC0xBTkVfTk9STUFMEAISDQoJTEFORV9CVUxLEANCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
+  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSKsAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQqTwoETGFuZRIUChBMQU5FX1VOU1BFQ0lGSUVEEAASEQoNTEFORV9DUklUSUNBTBABEg8KC0xBTkVfTk9STUFMEAISDQoJTEFORV9CVUxLEANCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
 
 /**
  * @generated from message roomcast.v1.Message
@@ -61,6 +61,16 @@ export type Message = Message$1<"roomcast.v1.Message"> & {
    * @generated from field: int64 server_time_ms = 8;
    */
   serverTimeMs: bigint;
+
+  /**
+   * The message's number in its room's history: the room's critical and normal messages are
+   * numbered 1, 2, 3, ... as the room service stamps them. 0 for bulk messages (not kept) and
+   * when the number could not be assigned. A client keeps the last one it saw for
+   * Login.recover_since_room_seq.
+   *
+   * @generated from field: uint64 room_seq = 9;
+   */
+  roomSeq: bigint;
 };
 
 /**

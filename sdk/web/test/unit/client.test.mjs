@@ -166,7 +166,7 @@ test("a terminal kick stops the client; a transient one reconnects and recovers 
       assert.equal(login.recoverSince, "01B");
       // Live first, then the history the login asked for, overlapping what the client has.
       c.send("push", { messages: [message("01E", 5)] });
-      c.send("push", { messages: [message("01B", 2), message("01C", 3), message("01D", 4)], recovered: true });
+      c.send("push", { messages: [message("01B", 2), message("01C", 3), message("01D", 4)], history: true, recovery: { recovered: true } });
       setTimeout(() => c.close(4007, "bye"), 50);
     }
   });
@@ -191,7 +191,7 @@ test("the server's Reconnect: log in elsewhere after the delay, then leave the o
   const next = await server(async (c) => {
     const login = await c.acceptLogin({ node: "new" });
     assert.equal(login.recoverSince, "01A");
-    c.send("push", { messages: [], recovered: true });
+    c.send("push", { messages: [], history: true, recovery: { recovered: true } });
   });
   let calls = 0;
   const fetch = async () => {

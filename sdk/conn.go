@@ -1,0 +1,374 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/proto/roomcastpb"
+)
+
+// conn is one logged-in connection to a ChatLink: a Client has one at a time (two for a moment
+// while it moves).
+//
+// A conn runs two goroutines, both of which close waits for: a reader that answers Sends and
+// hands pushes to the Client's delivery, and a heartbeat sender that also notices a silent
+// server.
+type conn struct {
+	cfg   *Config
+	log   *slog.Logger
+	fc    frameConn
+	ep    Endpoint
+	gen   uint64 // numbers the Client's connections; the delivery listens to the latest
+	d     *delivery
+	login *roomcastpb.Login
+	ack   *roomcastpb.LoginAck // set before connect returns it, then read-only
+	since time.Time            // when the login succeeded
+
+	loginAck    chan *roomcastpb.LoginAck  // reader -> connect, at most one value
+	moves       chan *roomcastpb.Reconnect // reader -> the Client, at most one value
+	reconnected bool                       // for the ConnectedEvent
+
+	loggedIn  atomic.Bool
+	nextSeq   atomic.Uint64
+	lastFrame atomic.Int64 // when the last frame arrived, unix nanoseconds
+	interval  atomic.Int64 // heartbeat interval, nanoseconds
+
+	done chan struct{} // closed when the connection has ended; err is set by then
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex // guards the fields below
+	err     error
+	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
+	pending map[uint64]chan sendResult // Sends waiting for their SendAck or Error, by seq
+}
+
+type sendResult struct {
+	ack *roomcastpb.SendAck
+	err error
+}
+
+// Outgoing is a message to Send.
+type Outgoing struct {
+	// Type is app-defined, e.g. "chat" or "gift"; at most 32 bytes.
+	Type string
+	// Lane is the message's priority class. LANE_UNSPECIFIED means LANE_NORMAL.
+	Lane roomcastpb.Lane
+	// Body must not be empty and may be at most 16,384 bytes.
+	Body []byte
+	// TagExpr, if not empty, limits delivery to members whose tags satisfy it.
+	TagExpr string
+}
+
+// connect dials ep and logs in with login. On success the conn's goroutines are running and its
+// pushes go to d.
+func connect(ctx context.Context, cfg *Config, d *delivery, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
+	defer cancel()
+	fc, err := dialTransport(ctx, cfg, ep)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	c := &conn{
+		cfg: cfg, log: cfg.Logger, fc: fc, ep: ep, gen: gen, d: d, login: login, reconnected: reconnected,
+		loginAck: make(chan *roomcastpb.LoginAck, 1),
+		moves:    make(chan *roomcastpb.Reconnect, 1),
+		done:     make(chan struct{}),
+		pending:  make(map[uint64]chan sendResult),
+	}
+	c.lastFrame.Store(time.Now().UnixNano())
+	c.wg.Add(1)
+	go c.readLoop()
+
+	if err := c.writeFrame(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: login}}); err != nil {
+		c.close(err)
+		return nil, fmt.Errorf("login: %w", err)
+	}
+	select {
+	case ack := <-c.loginAck:
+		c.start(ack)
+		return c, nil
+	case <-c.done:
+		select {
+		case ack := <-c.loginAck:
+			// Logged in, then closed at once (a kick right after the LoginAck): the login
+			// succeeded, and the Client learns of the close like of any later one.
+			c.start(ack)
+			return c, nil
+		default:
+		}
+		c.wg.Wait()
+		return nil, fmt.Errorf("login: %w", c.Err())
+	case <-ctx.Done():
+		c.close(ctx.Err())
+		return nil, fmt.Errorf("login: %w", ctx.Err())
+	}
+}
+
+// start runs the heartbeats of a logged-in conn.
+func (c *conn) start(ack *roomcastpb.LoginAck) {
+	c.ack = ack
+	c.since = time.Now()
+	c.setInterval(ack.GetHeartbeatIntervalMs())
+	c.wg.Add(1)
+	go c.heartbeatLoop()
+}
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// kicked returns the Kick that ended the connection, if one did.
+func (c *conn) kicked() *roomcastpb.Kick {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kick
+}
+
+// close ends the connection with err (unless it has ended) and waits for its goroutines.
+func (c *conn) close(err error) {
+	c.fail(err)
+	c.wg.Wait()
+}
+
+// fail ends the connection with err, unless it has already ended. Pending Sends return err.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	close(c.done)
+	c.mu.Unlock()
+	c.fc.close()
+}
+
+// send sends m and waits for the server's answer.
+func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
+	seq := c.nextSeq.Add(1)
+	answer := make(chan sendResult, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, fmt.Errorf("roomcast: send: %w", err)
+	}
+	c.pending[seq] = answer
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, seq)
+		c.mu.Unlock()
+	}()
+
+	f := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
+		Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
+	}}}
+	if err := c.writeFrame(f); err != nil {
+		return nil, fmt.Errorf("roomcast: send: %w", err)
+	}
+	select {
+	case r := <-answer:
+		return r.ack, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("roomcast: send: %w", ctx.Err())
+	case <-c.done:
+		select {
+		case r := <-answer: // answered just before the end
+			return r.ack, r.err
+		default:
+			return nil, fmt.Errorf("roomcast: send: %w", c.Err())
+		}
+	}
+}
+
+// writeFrame sends f. A frame over MaxFrameSize is refused without harm to the connection; a
+// failed write ends the connection.
+func (c *conn) writeFrame(f *roomcastpb.Frame) error {
+	if n := proto.Size(f); n > MaxFrameSize {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
+	}
+	select {
+	case <-c.done:
+		return c.Err()
+	default:
+	}
+	if err := c.fc.write(f); err != nil {
+		c.fail(fmt.Errorf("roomcast: write: %w", err))
+		return c.Err()
+	}
+	return nil
+}
+
+// readLoop runs the transport's reader until the connection ends.
+func (c *conn) readLoop() {
+	defer c.wg.Done()
+	err := c.fc.serve(c.handleFrame)
+	c.fail(err)
+}
+
+// handleFrame acts on one frame from the server. It runs on the reader goroutine and never
+// blocks: pushes go to the delivery's queue.
+func (c *conn) handleFrame(f *roomcastpb.Frame) {
+	select {
+	case <-c.done:
+		return // frames still buffered after the end
+	default:
+	}
+	c.lastFrame.Store(time.Now().UnixNano())
+
+	loggedIn := c.loggedIn.Load()
+	switch k := f.Kind.(type) {
+	case *roomcastpb.Frame_LoginAck:
+		c.loggedInWith(k.LoginAck)
+		return
+	case *roomcastpb.Frame_Kick:
+		c.mu.Lock()
+		c.kick = k.Kick
+		c.mu.Unlock()
+		c.fail(&CloseError{Code: k.Kick.GetCode(), Reason: k.Kick.GetReason()})
+		return
+	case *roomcastpb.Frame_Reconnect:
+		c.log.Info("roomcast: server asks to reconnect",
+			"node", c.ep.Node, "delay_ms", k.Reconnect.GetDelayMs(), "reason", k.Reconnect.GetReason())
+		select {
+		case c.moves <- k.Reconnect:
+		default: // asked already
+		}
+		return
+	case nil:
+		return // a frame kind newer than this SDK
+	}
+	if !loggedIn {
+		c.fail(fmt.Errorf("%w: %T before LoginAck", ErrProtocol, f.Kind))
+		return
+	}
+	switch k := f.Kind.(type) {
+	case *roomcastpb.Frame_SendAck:
+		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
+	case *roomcastpb.Frame_Error:
+		e := k.Error
+		if e.GetSeq() == 0 { // the answer to the login's history request
+			c.log.Warn("roomcast: history not sent", "code", e.GetCode(), "message", e.GetMessage())
+			err := error(&SendError{Code: e.GetCode(), Message: e.GetMessage()})
+			if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
+				err = fmt.Errorf("%w: %s", ErrHistoryUnavailable, e.GetMessage())
+			}
+			c.d.historyFailed(c.gen, err)
+			return
+		}
+		c.answer(e.GetSeq(), sendResult{err: &SendError{Code: e.GetCode(), Message: e.GetMessage()}})
+	case *roomcastpb.Frame_Push:
+		if !c.d.push(c.gen, k.Push) {
+			c.fail(ErrSlowConsumer)
+		}
+	case *roomcastpb.Frame_HeartbeatAck:
+		c.setInterval(k.HeartbeatAck.GetHeartbeatIntervalMs())
+	case *roomcastpb.Frame_CdnConfig:
+		// The room's CDN lanes moved to segments (or back): this SDK does not poll them yet.
+		c.log.Debug("roomcast: CDN config changed", "mode", k.CdnConfig.GetMode())
+	default:
+		c.fail(fmt.Errorf("%w: the server sent a client frame %T", ErrProtocol, f.Kind))
+	}
+}
+
+// loggedInWith takes the LoginAck: a second one, or one of a protocol version this SDK does not
+// speak, ends the connection.
+func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
+	if v := ack.GetProtocolVersion(); v > ProtocolVersion {
+		c.fail(fmt.Errorf("%w: the server speaks protocol version %d, this SDK %d", ErrVersion, v, ProtocolVersion))
+		return
+	}
+	if !c.loggedIn.CompareAndSwap(false, true) {
+		c.fail(fmt.Errorf("%w: a second LoginAck", ErrProtocol))
+		return
+	}
+	// The delivery switches to this connection before any of its pushes, which follow on this
+	// goroutine.
+	c.d.loggedIn(c.gen, &ConnectedEvent{LoginAck: ack, Endpoint: c.ep, Reconnected: c.reconnected}, c.login)
+	c.loginAck <- ack
+}
+
+// answer hands r to the Send waiting for seq, if it still waits.
+func (c *conn) answer(seq uint64, r sendResult) {
+	c.mu.Lock()
+	ch := c.pending[seq]
+	delete(c.pending, seq)
+	c.mu.Unlock()
+	if ch != nil {
+		ch <- r // buffered, and answered at most once
+	}
+}
+
+func (c *conn) setInterval(ms uint32) {
+	if ms == 0 {
+		if c.interval.Load() != 0 {
+			return // keep the interval we have
+		}
+		c.interval.Store(int64(defaultHeartbeatInterval))
+		return
+	}
+	c.interval.Store(int64(max(time.Duration(ms)*time.Millisecond, minHeartbeatInterval)))
+}
+
+// heartbeatLoop sends a Heartbeat every interval and ends the connection with ErrServerTimeout
+// when nothing has arrived for three intervals (the server answers every Heartbeat, so a live
+// server is never silent that long).
+func (c *conn) heartbeatLoop() {
+	defer c.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	nextBeat := time.Now().Add(time.Duration(c.interval.Load()))
+	for {
+		interval := time.Duration(c.interval.Load())
+		deadline := time.Unix(0, c.lastFrame.Load()).Add(3 * interval)
+		timer.Reset(time.Until(earliest(nextBeat, deadline)))
+		select {
+		case <-c.done:
+			return
+		case <-timer.C:
+		}
+		now := time.Now()
+		interval = time.Duration(c.interval.Load())
+		if now.Sub(time.Unix(0, c.lastFrame.Load())) >= 3*interval {
+			c.fail(ErrServerTimeout)
+			return
+		}
+		if !now.Before(nextBeat) {
+			hb := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{
+				ClientTimeMs: now.UnixMilli(),
+			}}}
+			if err := c.writeFrame(hb); err != nil {
+				return // writeFrame ended the connection
+			}
+			nextBeat = now.Add(interval)
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// terminal reports whether err ends the search for a working endpoint and the reconnecting: a
+// terminal close code means every ChatLink would refuse the same login.
+func terminal(err error) bool {
+	var ce *CloseError
+	return errors.As(err, &ce) && ce.Terminal()
+}
