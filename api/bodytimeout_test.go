@@ -28,7 +28,7 @@ func TestBodyTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	a, err := api.New(api.Config{Bus: nc, Keys: auth.APIKeys{"k": "demo"}, BodyTimeout: 300 * time.Millisecond})
+	a, err := api.New(api.Config{Bus: nc, Keys: auth.APIKeys{"k": "demo"}, BodyTimeout: time.Second}) // long enough beside the 100 ms slow client on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestBodyTimeout(t *testing.T) {
 			if tc.status == "200" {
 				// The deadline does not outlive its request: the connection serves a next one
 				// after it has passed.
-				time.Sleep(400 * time.Millisecond)
+				time.Sleep(1200 * time.Millisecond)
 				_, _ = io.WriteString(nc, "GET /v1/rooms/lobby HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n")
 				if _, err := http.ReadResponse(br, nil); err != nil {
 					t.Fatalf("next request on the connection: %v", err)
