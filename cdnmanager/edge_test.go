@@ -43,6 +43,7 @@ func startNginx(t *testing.T, origin string) string {
 // segments as clients do (at the next segment's time plus jitter, again after a 404) cost the
 // origin at most 2 requests per segment.
 func TestEdgeShieldsOrigin(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	const room = "arena"
 	api(t, c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil)

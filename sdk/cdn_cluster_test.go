@@ -17,9 +17,10 @@ import (
 
 	"roomcast/cdnpusher"
 	"roomcast/internal/bus"
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/s3test"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
 	"roomcast/sdk"
@@ -102,7 +103,7 @@ func TestClusterCDN(t *testing.T) {
 		window    = 1000 // ms, the default; the poll interval is the same
 		maxPerSeg = 200  // the pusher's cap
 	)
-	c := clustertest.Start(t, func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks = 1
 		cfg.NoPusher = true
 		cfg.CDN.Tick = 50 * time.Millisecond
@@ -132,7 +133,7 @@ func TestClusterCDN(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once the room's segments are being written, from the window the clients start at.
-	checkFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
 		resp, _, err := s3.Get(segment.Key(devcluster.App, room, window, segment.Index(time.Now().UnixMilli(), window)-1))
 		if err != nil {
 			return err
@@ -208,7 +209,7 @@ func TestClusterCDN(t *testing.T) {
 	var sampled int
 	for i := first; i <= last; i++ {
 		var s *roomcastpb.Segment
-		checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 			resp, body, err := s3.Get(segment.Key(devcluster.App, room, window, i))
 			if err != nil || resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("segment %d not written: %v", i, err)
@@ -244,7 +245,7 @@ func TestClusterCDN(t *testing.T) {
 	// Every client gets every critical message and every bulk message of the segments, once and
 	// in order.
 	for i, rel := range rels {
-		checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 			got := rel.check(t)
 			for id, crit := range critical {
 				if _, ok := got[id]; !ok && (crit || inSegments[id]) {
@@ -286,14 +287,14 @@ func TestClusterCDN(t *testing.T) {
 		t.Fatal(err)
 	}
 	var oldRequests int64
-	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if n := moved.requests.Load(); n < 2*clients {
 			return fmt.Errorf("%d requests to the new origin", n)
 		}
 		oldRequests = origin.requests.Load()
 		return nil
 	})
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
 		for i := range cls {
 			if hits := cls[i].CDNStats().Hits; hits < before[i]+2 {
 				return fmt.Errorf("client %d: %d segments since the change", i, hits-before[i])

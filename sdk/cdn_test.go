@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
 	"roomcast/sdk"
@@ -264,7 +265,7 @@ func TestCDNMergesInOrder(t *testing.T) {
 
 			const windows = 10
 			last := first + windows - 1
-			checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 				got := rel.check(t)
 				for i := first; i <= last; i++ {
 					for _, m := range bulk(i) {
@@ -349,7 +350,7 @@ func TestCDNBadVendors(t *testing.T) {
 	room.config = config
 	c, rel := dialCdn(t, room, sdk.Config{})
 	after := hole + 3
-	checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
 		got := rel.check(t)
 		for _, m := range bulk(after) {
 			if _, ok := got[m.Id]; !ok {
@@ -364,7 +365,7 @@ func TestCDNBadVendors(t *testing.T) {
 			t.Errorf("%s of the missing window handed on", m.Id)
 		}
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if st := c.CDNStats(); st.Failures == 0 || st.Gaps == 0 || st.Misses == 0 {
 			return fmt.Errorf("stats %+v, want failures, misses and a gap", st)
 		}
@@ -388,14 +389,14 @@ func TestCDNLiveChange(t *testing.T) {
 	a, b := startVendor(t, room, nil), startVendor(t, room, nil)
 	room.config = cdnConfig(a.URL)
 	c, rel := dialCdn(t, room, sdk.Config{})
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if c.CDNStats().Hits < 2 {
 			return fmt.Errorf("stats %+v", c.CDNStats())
 		}
 		return nil
 	})
 	room.reconfigure(cdnConfig(b.URL))
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if b.requests.Load() < 3 {
 			return fmt.Errorf("%d requests to the new vendor", b.requests.Load())
 		}
@@ -418,7 +419,7 @@ func TestCDNLiveChange(t *testing.T) {
 	}
 	// Nothing is held any more: the critical messages come as they are pushed.
 	now := room.serverNow()
-	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		rel.mu.Lock()
 		defer rel.mu.Unlock()
 		if len(rel.msgs) == 0 || rel.msgs[len(rel.msgs)-1].GetServerTimeMs() < now {
