@@ -105,3 +105,48 @@ func TestIDFloor(t *testing.T) {
 		t.Errorf("idFloor(%d) = %s, want 01KB8QSB3V0000000000000000, below %s and above the millisecond before", ms, f, id)
 	}
 }
+
+// TestDeliveryPlayout: in CDN mode pushed and segment messages wait for their play time and
+// come out merged in (server time, id) order, a duplicate dropped and one that comes after a
+// later one counted late; the segment's messages do not move where a reconnect recovers from.
+// Mode off hands on what is held at once.
+func TestDeliveryPlayout(t *testing.T) {
+	d := newDelivery(&Config{DedupeWindow: 100, MessageBuffer: 100, RecoveryWait: time.Minute})
+	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{ServerTimeMs: 1}}, &roomcastpb.Login{})
+	drain(d)
+	now := time.Now().UnixMilli()
+	d.setPlayout(time.Hour, 0)
+	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("c2", now+20), msg("c1", now-10)}})
+	d.segment([]*roomcastpb.Message{msg("z1", now), msg("z2", now+30), msg("c1", now-10)})
+	if got := fmt.Sprint(drain(d)); got != "[]" {
+		t.Fatalf("handed on before their play time: %s", got)
+	}
+	at := time.UnixMilli(now).Add(time.Hour + 5*time.Millisecond) // the first two are due
+	play := func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.playLocked(at)
+	}
+	play()
+	if got := fmt.Sprint(drain(d)); got != "[c1 z1]" {
+		t.Fatalf("at the play time of the first two: %s", got)
+	}
+	d.segment([]*roomcastpb.Message{msg("z0", now-50)}) // after its play time, and after z1
+	play()
+	if got := fmt.Sprint(drain(d)); got != "[z0]" {
+		t.Fatalf("a late message: %s", got)
+	}
+	if since, _ := d.recoverFrom(); since != "c2" {
+		t.Errorf("recover from %q, want c2 (the pushed ones only)", since)
+	}
+	d.setPlayout(0, 0)
+	if got := fmt.Sprint(drain(d)); got != "[c2 z2]" {
+		t.Fatalf("mode off: %s", got)
+	}
+	if late, dup, fromSegments := d.playStats(); late != 1 || dup != 1 || fromSegments != 3 {
+		t.Errorf("late %d, duplicates %d, from segments %d; want 1, 1, 3", late, dup, fromSegments)
+	}
+	if since, _ := d.recoverFrom(); since != "c2" {
+		t.Errorf("recover from %q after the playout, want c2", since)
+	}
+}
