@@ -12,8 +12,12 @@ STATICCHECK_VERSION := v0.8.2
 # The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
 # nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
+# gobind, which generates the mobile bindings of sdk/mobile (what `gomobile bind` runs), is
+# pinned by go.mod: its tool directive keeps golang.org/x/mobile there, whose bind packages
+# gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
+GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test tools proto proto-check lint vet unit
+.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
@@ -21,9 +25,35 @@ all: build
 build:
 	go build ./...
 
-## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, race tests.
+# Every fuzz target, as package:Target; `make fuzz` fails on one that is missing here.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := \
+	./chatlink/internal/wsproto:FuzzWSReader \
+	./chatlink/internal/wsproto:FuzzReadUpgrade \
+	./chatlink:FuzzTCPFrames \
+	./internal/auth:FuzzVerify \
+	./tag:FuzzCompile \
+	./api:FuzzAPIRequest \
+	./cdnpusher/segment:FuzzSegmentDecode \
+	./dispatcher:FuzzClientAddr \
+	./sdk:FuzzReadClaims \
+	./sdk:FuzzReadTCPFrame \
+	./internal/loadgen:FuzzParseMetrics
+
+## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
+## test with -race, the load generator's at their -short sizes.
 test: proto-check lint unit
 test: web-test
+
+## test-long: the same, with every test at full size (longer load-generator runs).
+test-long: proto-check lint unit-long web-test
+
+# installed succeeds when $(GOBIN)/$(1) was built by this Go from module $(2) at version $(3):
+# `make tools` runs `go install` only for a tool that is missing or stale.
+installed = go version -m $(GOBIN)/$(1) 2>/dev/null | awk -v mod=$(2) -v ver=$(3) -v go=$$(go env GOVERSION) \
+	'NR == 1 && $$2 != go { stale = 1 } $$1 == "mod" && $$2 == mod && $$3 == ver { ok = 1 } END { exit stale || !ok }'
+# go_install installs package $(4) at version $(3) unless it is installed already (see installed).
+go_install = $(call installed,$(1),$(2),$(3)) || { echo "go install $(4)@$(3)"; go install $(4)@$(3); }
 
 tools:
 	@if ! protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)"; then \
@@ -31,17 +61,15 @@ tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; \
 	fi
 	@protoc --version | grep -q "libprotoc $(PROTOC_VERSION)" || { echo "protoc $(PROTOC_VERSION) is required, found: $$(protoc --version)"; exit 1; }
-	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@$(call go_install,protoc-gen-go,google.golang.org/protobuf,$(PROTOC_GEN_GO_VERSION),google.golang.org/protobuf/cmd/protoc-gen-go)
+	@$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION),google.golang.org/grpc/cmd/protoc-gen-go-grpc)
+	@$(call go_install,staticcheck,honnef.co/go/tools,$(STATICCHECK_VERSION),honnef.co/go/tools/cmd/staticcheck)
 	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
 		echo "installing nginx (Debian nginx-light), the CDN edge of the CDN tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; \
 	fi
-	@if ! go version -m $(GOBIN)/versitygw 2>/dev/null | grep -q "mod.*github.com/versity/versitygw.*$(VERSITYGW_VERSION)"; then \
-		echo "installing versitygw $(VERSITYGW_VERSION)"; \
-		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
-	fi
+	@$(call go_install,versitygw,github.com/versity/versitygw,$(VERSITYGW_VERSION),github.com/versity/versitygw/cmd/versitygw)
+	@$(call go_install,gobind,golang.org/x/mobile,$(GOBIND_VERSION),golang.org/x/mobile/cmd/gobind)
 
 ## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
 proto: tools
@@ -60,8 +88,26 @@ lint: tools
 	go vet ./...
 	staticcheck ./...
 
+# The longest test packages, named first: go test starts packages in the order given, so these
+# run beside the many short ones rather than after them.
+SLOW_TESTS := ./cdnmanager ./internal/loadgen ./chatlink ./cmd/roomcast
+
 unit:
-	go test -race -count=1 -timeout 20m ./...
+	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+unit-long:
+	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
+## package's testdata/fuzz, to fix and commit.
+fuzz:
+	@missing=$$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/^func //' | sort -u | \
+		while read -r f; do case " $(FUZZ_TARGETS) " in *":$$f "*) ;; *) echo "$$f";; esac; done); \
+	if [ -n "$$missing" ]; then echo "fuzz targets missing from FUZZ_TARGETS in the Makefile:" $$missing; exit 1; fi
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 # ---- the web SDK (sdk/web) and the demo page built on it ----
 

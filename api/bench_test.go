@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 )
 
 // BenchmarkSendToRoomHTTP measures a message's way in: POST /v1/rooms/{room}/messages through
@@ -17,7 +17,7 @@ import (
 // at a time on a kept-alive connection, to a room with no members (no fan-out). cpu-ns/op is the
 // whole process's CPU per message (RUSAGE_SELF), the HTTP client's included.
 func BenchmarkSendToRoomHTTP(b *testing.B) {
-	c := clustertest.Start(b, clustertest.ChatLinks(1))
+	c := testcluster.Start(b, testcluster.ChatLinks(1))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	post := func(path, body string, want int) {
 		req, err := http.NewRequest(http.MethodPost, c.URL()+path, strings.NewReader(body))
@@ -36,11 +36,11 @@ func BenchmarkSendToRoomHTTP(b *testing.B) {
 		}
 	}
 	post("/v1/rooms", `{"room":"bench"}`, http.StatusCreated)
-	before := testutil.ProcessCPU()
+	before := testkit.ProcessCPU()
 	b.ResetTimer()
 	for range b.N {
 		post("/v1/rooms/bench/messages", `{"body":"hello","lane":"critical"}`, http.StatusOK)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((testutil.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((testkit.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

@@ -18,13 +18,16 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
 // TestAPICalls exercises every server API call over gRPC and over HTTP, and checks what the
 // members see.
 func TestAPICalls(t *testing.T) {
-	c := startClusterWith(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 2, 100*time.Millisecond })
+	t.Parallel()
+	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 2, 100*time.Millisecond })
 	g := grpcClient(t, c)
 	ctx := devCtx()
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
@@ -59,20 +62,20 @@ func TestAPICalls(t *testing.T) {
 	}
 
 	// Members in both rooms, on both nodes.
-	ga, _ := member(t, c, n1, "ga", "g1", "team:red")
-	gb, _ := member(t, c, n2, "gb", "g1", "team:blue")
-	ha, _ := member(t, c, n1, "ha", "h1")
-	hb, _ := member(t, c, n2, "hb", "h1")
+	ga, _ := member(t, n1, "ga", "g1", "team:red")
+	gb, _ := member(t, n2, "gb", "g1", "team:blue")
+	ha, _ := member(t, n1, "ha", "h1")
+	hb, _ := member(t, n2, "hb", "h1")
 
 	// GetRoom.
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		gr, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "g1"})
 		if err != nil || gr.Online != 2 || gr.Nodes["cl-1"] != 1 || gr.Nodes["cl-2"] != 1 || gr.Meta.GetName() != "renamed" {
 			return fmt.Errorf("GetRoom: %v %v", gr, err)
 		}
 		return nil
 	})
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		out := mustHTTP(t, c, 200, "GET", "/v1/rooms/h1", "")
 		if out["online"].(float64) != 2 || out["meta"].(map[string]any)["owner"] != "boss" {
 			return fmt.Errorf("GET /v1/rooms/h1: %v", out)
@@ -95,14 +98,14 @@ func TestAPICalls(t *testing.T) {
 	if err != nil || len(sr.Id) != 26 {
 		t.Fatalf("SendToRoom: %v %v", sr, err)
 	}
-	for _, m := range []*client{ga, gb} {
-		if msgs := m.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "hello g1" || msgs[0].Id != sr.Id {
+	for _, m := range []*testkit.Client{ga, gb} {
+		if msgs := m.Next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "hello g1" || msgs[0].Id != sr.Id {
 			t.Fatalf("want the gRPC notice, got %v", msgs)
 		}
 	}
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/messages", `{"body":"hello h1","sender":"host"}`)
-	for _, m := range []*client{ha, hb} {
-		if msgs := m.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "hello h1" || msgs[0].Id != out["id"] {
+	for _, m := range []*testkit.Client{ha, hb} {
+		if msgs := m.Next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "hello h1" || msgs[0].Id != out["id"] {
 			t.Fatalf("want the HTTP message, got %v", msgs)
 		}
 	}
@@ -114,10 +117,10 @@ func TestAPICalls(t *testing.T) {
 	if err != nil || len(br.Ids) != 3 || br.Ids[0] >= br.Ids[1] || br.Ids[1] >= br.Ids[2] {
 		t.Fatalf("SendBatchToRoom: %v %v", br, err)
 	}
-	for _, m := range []*client{ga, gb} {
+	for _, m := range []*testkit.Client{ga, gb} {
 		var got []string
 		for len(got) < 3 {
-			for _, msg := range m.next().GetPush().GetMessages() {
+			for _, msg := range m.Next().GetPush().GetMessages() {
 				got = append(got, string(msg.Body)+"="+msg.Id)
 			}
 		}
@@ -129,10 +132,10 @@ func TestAPICalls(t *testing.T) {
 	if ids := out["ids"].([]any); len(ids) != 2 {
 		t.Fatalf("POST /v1/rooms/h1/messages/batch: %v", out)
 	}
-	for _, m := range []*client{ha, hb} {
+	for _, m := range []*testkit.Client{ha, hb} {
 		var got []string
 		for len(got) < 2 {
-			for _, msg := range m.next().GetPush().GetMessages() {
+			for _, msg := range m.Next().GetPush().GetMessages() {
 				got = append(got, string(msg.Body))
 			}
 		}
@@ -153,14 +156,14 @@ func TestAPICalls(t *testing.T) {
 	if err != nil || su.Sessions != 1 || len(su.Offline) != 1 || su.Offline[0] != "nobody" {
 		t.Fatalf("SendToUsers: %v %v", su, err)
 	}
-	if msgs := gb.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "psst" || msgs[0].Room != "" {
+	if msgs := gb.Next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "psst" || msgs[0].Room != "" {
 		t.Fatalf("gb wants the direct message, got %v", msgs)
 	}
 	out = mustHTTP(t, c, 200, "POST", "/v1/users/messages", `{"uids":["ha"],"body_base64":"AAE="}`)
 	if out["sessions"].(float64) != 1 {
 		t.Fatalf("POST /v1/users/messages: %v", out)
 	}
-	if msgs := ha.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "\x00\x01" {
+	if msgs := ha.Next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "\x00\x01" {
 		t.Fatalf("ha wants the direct message, got %v", msgs)
 	}
 
@@ -231,51 +234,51 @@ func TestAPICalls(t *testing.T) {
 	if err != nil || k.Kicked != 1 {
 		t.Fatalf("Kick: %v %v", k, err)
 	}
-	gb.expectKick(pb.CloseCode_CLOSE_CODE_KICKED)
+	gb.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/users/hb/kick", `{"room":"h1"}`)
 	if out["kicked"].(float64) != 1 {
 		t.Fatalf("POST kick: %v", out)
 	}
-	hb.expectKick(pb.CloseCode_CLOSE_CODE_KICKED)
+	hb.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
 
 	// BanMember.
 	b, err := g.BanMember(ctx, &pb.BanMemberRequest{Room: "g1", Uid: "ga", Reason: "spam"})
 	if err != nil || !b.Restriction.Banned || b.Kicked != 1 {
 		t.Fatalf("BanMember: %v %v", b, err)
 	}
-	ga.expectKick(pb.CloseCode_CLOSE_CODE_BANNED)
+	ga.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_BANNED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/members/ha/ban", `{"duration_ms":60000}`)
 	if out["restriction"].(map[string]any)["banned"] != true {
 		t.Fatalf("POST ban: %v", out)
 	}
-	ha.expectKick(pb.CloseCode_CLOSE_CODE_BANNED)
+	ha.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_BANNED)
 	// Lifted, the user gets in again.
 	if _, err := g.BanMember(ctx, &pb.BanMemberRequest{Room: "g1", Uid: "ga", Lift: true}); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		tok, _ := c.Mint("ga", "g1", nil, time.Hour)
-		if f := dial(t, n1).loginAs(tok, "web"); f.GetLoginAck() == nil {
+		if f := testkit.DialTCP(t, n1).LoginAs(tok, "web"); f.GetLoginAck() == nil {
 			return fmt.Errorf("ga after the ban was lifted: %v", f)
 		}
 		return nil
 	})
 
 	// CloseRoom: every member goes with ROOM_CLOSED, and logins are refused.
-	gc, _ := member(t, c, n2, "gc", "g1")
-	hc, _ := member(t, c, n1, "hc", "h1")
+	gc, _ := member(t, n2, "gc", "g1")
+	hc, _ := member(t, n1, "hc", "h1")
 	cl, err := g.CloseRoom(ctx, &pb.CloseRoomRequest{Room: "g1", Reason: "show is over"})
 	if err != nil || cl.Room.Status != pb.RoomStatus_ROOM_STATUS_CLOSED {
 		t.Fatalf("CloseRoom: %v %v", cl, err)
 	}
-	gc.expectKick(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+	gc.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/close", ``)
 	if out["room"].(map[string]any)["status"] != "ROOM_STATUS_CLOSED" {
 		t.Fatalf("POST close: %v", out)
 	}
-	hc.expectKick(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+	hc.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 	tok, _ := c.Mint("late", "h1", nil, time.Hour)
-	if f := dial(t, n2).loginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED) {
+	if f := testkit.DialTCP(t, n2).LoginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED) {
 		t.Fatalf("login to a closed room answered with %v", f)
 	}
 	if _, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "g1", Body: "anyone?"}); status.Code(err) != codes.NotFound {
@@ -289,11 +292,11 @@ func TestAPICalls(t *testing.T) {
 var sendSeq atomic.Uint64
 
 // answerTo returns the frame that answers the Send with seq, skipping pushes.
-func answerTo(m *client, seq uint64) *pb.Frame {
+func answerTo(m *testkit.Client, seq uint64) *pb.Frame {
 	for {
-		f := m.next()
+		f := m.Next()
 		if f.GetPush() == nil {
-			if f.GetSendAck().GetSeq() == seq || f.GetError().GetSeq() == seq || f.GetKick() != nil || f == nil {
+			if f.GetSendAck().GetSeq() == seq || f.GetError().GetSeq() == seq || f.GetKick() != nil {
 				return f
 			}
 		}
@@ -302,11 +305,11 @@ func answerTo(m *client, seq uint64) *pb.Frame {
 
 // expectSendRefused checks that a send from m is refused with code. A mute reaches every room
 // instance a moment after the API answered, so it tries for a while.
-func expectSendRefused(t *testing.T, m *client, code pb.ErrorCode) {
+func expectSendRefused(t *testing.T, m *testkit.Client, code pb.ErrorCode) {
 	t.Helper()
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		seq := sendSeq.Add(1)
-		m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte("may I?")}}})
+		m.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte("may I?")}}})
 		if f := answerTo(m, seq); f.GetError().GetCode() != uint32(code) {
 			return fmt.Errorf("want Error %v, got %v", code, f)
 		}
@@ -316,21 +319,21 @@ func expectSendRefused(t *testing.T, m *client, code pb.ErrorCode) {
 
 // expectSendAccepted checks that a send from m is acknowledged and reaches other. A mute lifted
 // reaches every room instance a moment later, so it tries for a while.
-func expectSendAccepted(t *testing.T, m, other *client) {
+func expectSendAccepted(t *testing.T, m, other *testkit.Client) {
 	t.Helper()
 	var body string
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		seq := sendSeq.Add(1)
 		body = fmt.Sprintf("hello %d", seq)
-		m.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte(body)}}})
+		m.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte(body)}}})
 		if f := answerTo(m, seq); f.GetSendAck() == nil {
 			return fmt.Errorf("send answered with %v", f)
 		}
 		return nil
 	})
 	for {
-		f := other.next()
-		if f == nil || f.GetKick() != nil {
+		f := other.Next()
+		if f.GetKick() != nil {
 			t.Fatalf("want %q, got %v", body, f)
 		}
 		for _, m := range f.GetPush().GetMessages() { // pushes merge a tick's messages
@@ -354,7 +357,8 @@ func grpcErrorCode(err error) string {
 // TestAPIBadInputGRPC checks the defined answer to each kind of bad input over gRPC; the HTTP
 // answers are in TestAPIBadInput and TestAPIBadInputRooms.
 func TestAPIBadInputGRPC(t *testing.T) {
-	c := startClusterWith(t, func(cfg *devcluster.Config) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
 	})
 	g := grpcClient(t, c)
@@ -432,7 +436,8 @@ func TestAPIBadInputGRPC(t *testing.T) {
 
 // TestAPIBadInputRooms checks the HTTP answers to bad input on the room calls.
 func TestAPIBadInputRooms(t *testing.T) {
-	c := startClusterWith(t, func(cfg *devcluster.Config) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
 	})
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"mine"}`)
@@ -470,13 +475,14 @@ func TestAPIBadInputRooms(t *testing.T) {
 // TestBanRacesLogin bans a user while it logs in again and again on both nodes: once the ban call
 // has answered, no session of the user is left, and every later login is refused.
 func TestBanRacesLogin(t *testing.T) {
-	c := startClusterWith(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.ServiceInstances = 2, 2 })
+	t.Parallel()
+	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.ServiceInstances = 2, 2 })
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"arena"}`)
 	tok, _ := c.Mint("racer", "arena", nil, time.Hour)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var mu sync.Mutex
-	var clients []*client
+	var clients []*testkit.Client
 	for _, node := range c.Nodes {
 		addr := node.TCPAddr()
 		wg.Add(1)
@@ -488,16 +494,24 @@ func TestBanRacesLogin(t *testing.T) {
 					return
 				default:
 				}
-				cl := dial(t, addr)
-				cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: "web"}}})
+				cl := testkit.DialTCP(t, addr)
+				cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: "web"}}})
 				mu.Lock()
 				clients = append(clients, cl)
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // the scenario: a steady stream of logins
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let logins be in flight when the ban comes
+	// Let a stream of logins be in flight when the ban comes.
+	testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(clients) < 20 {
+			return fmt.Errorf("%d logins sent", len(clients))
+		}
+		return nil
+	})
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/arena/members/racer/ban", `{"reason":"cheating"}`)
 	close(stop)
 	wg.Wait()
@@ -508,12 +522,12 @@ func TestBanRacesLogin(t *testing.T) {
 	mu.Unlock()
 	for _, cl := range all {
 		select {
-		case <-cl.done:
+		case <-cl.Done():
 		case <-time.After(5 * time.Second):
 			t.Fatalf("a connection of the banned user is still open (%d tried)", len(all))
 		}
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		out := mustHTTP(t, c, 200, "GET", "/v1/users/racer/sessions", "")
 		if out["online"] != false {
 			return fmt.Errorf("banned user still has sessions: %v", out)
@@ -521,7 +535,7 @@ func TestBanRacesLogin(t *testing.T) {
 		return nil
 	})
 	for _, node := range c.Nodes {
-		if f := dial(t, node.TCPAddr()).loginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
+		if f := testkit.DialTCP(t, node.TCPAddr()).LoginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
 			t.Fatalf("login after the ban answered with %v", f)
 		}
 	}
@@ -532,7 +546,8 @@ func TestBanRacesLogin(t *testing.T) {
 // room's first member on a node, as a ChatLink does: the answer carries the new settings even
 // when the room service's cache has not caught up yet (it reads the store for a first join).
 func TestSettingsBeforeFirstJoin(t *testing.T) {
-	c := startClusterWith(t, func(cfg *devcluster.Config) { cfg.ServiceInstances = 2 })
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.ServiceInstances = 2 })
 	nc, err := nats.Connect(c.NATSURL())
 	if err != nil {
 		t.Fatal(err)
@@ -559,7 +574,8 @@ func TestSettingsBeforeFirstJoin(t *testing.T) {
 // TestNodeErrorReachesTheCaller: a node that answers a member listing with an error code makes
 // the listing fail with that code, rather than count as a node with no members.
 func TestNodeErrorReachesTheCaller(t *testing.T) {
-	c := startCluster(t)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	nc, err := nats.Connect(c.NATSURL())
 	if err != nil {
 		t.Fatal(err)
@@ -577,7 +593,7 @@ func TestNodeErrorReachesTheCaller(t *testing.T) {
 	report, _ := proto.Marshal(&pb.NodeReport{Node: "ghost", Boot: "b1", Seq: 1, TimeMs: time.Now().UnixMilli(), Sessions: 1,
 		Rooms: []*pb.RoomCount{{App: devcluster.App, Room: "n1", Members: 1}}, Last: true})
 	g := grpcClient(t, c)
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
 		if err := nc.Publish(bus.SubjectSessionsReport, report); err != nil {
 			return err
 		}

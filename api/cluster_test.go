@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -15,15 +17,16 @@ import (
 // their counts after a restart, and a ChatLink that dies without a goodbye leaves nothing behind
 // once its lease runs out.
 func TestClusterPresenceAndRooms(t *testing.T) {
+	t.Parallel()
 	const lease = 100 * time.Millisecond // the services drop a node after 3 silent leases
-	c := startClusterWith(t, func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, lease
 	})
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
-	member(t, c, n1, "alice", "r1", "class:1")
-	member(t, c, n2, "bob", "r1", "class:2")
-	member(t, c, n1, "carol", "r1", "class:2", "role:assistant")
-	member(t, c, n2, "dave", "r2")
+	member(t, n1, "alice", "r1", "class:1")
+	member(t, n2, "bob", "r1", "class:2")
+	member(t, n1, "carol", "r1", "class:2", "role:assistant")
+	member(t, n2, "dave", "r2")
 
 	wantRoom := func(room string, online int, nodes map[string]int) func() error {
 		return func() error {
@@ -56,9 +59,9 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 			return nil
 		}
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r1", 3, map[string]int{"cl-1": 2, "cl-2": 1}))
-	checkFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r2", 1, map[string]int{"cl-2": 1}))
-	checkFor(t, 5*time.Second, 20*time.Millisecond, wantOnline(4))
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r1", 3, map[string]int{"cl-1": 2, "cl-2": 1}))
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r2", 1, map[string]int{"cl-2": 1}))
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantOnline(4))
 
 	// Member lists page across the nodes, and filter by tag.
 	var uids []string
@@ -93,7 +96,7 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/r1/members/eve/ban", `{"reason":"spam"}`)
 	for _, addr := range []string{n1, n2} {
 		tok, _ := c.Mint("eve", "r1", nil, time.Hour)
-		if f := dial(t, addr).loginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
+		if f := testkit.DialTCP(t, addr).LoginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
 			t.Fatalf("banned eve's login on %s answered with %v", addr, f)
 		}
 	}
@@ -102,19 +105,19 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 	if err := c.RestartRooms(); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r1", 3, map[string]int{"cl-1": 2, "cl-2": 1}))
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r1", 3, map[string]int{"cl-1": 2, "cl-2": 1}))
 	// ... and the ban, from JetStream.
 	tok, _ := c.Mint("eve", "r1", nil, time.Hour)
-	if f := dial(t, n2).loginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
+	if f := testkit.DialTCP(t, n2).LoginAs(tok, "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BANNED) {
 		t.Fatalf("after the restart, banned eve's login answered with %v", f)
 	}
 	// Restarted presence instances get the sessions again from the ChatLinks' snapshots.
 	if err := c.RestartPresence(); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 20*time.Millisecond, wantOnline(4))
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantOnline(4))
 	for _, p := range c.Presences {
-		checkFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 			if n := p.Sessions(); n != 4 {
 				return fmt.Errorf("a presence instance knows %d sessions, want 4", n)
 			}
@@ -125,11 +128,11 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 	// Node 2 dies without a goodbye: within its lease its sessions and members are gone.
 	killed := time.Now()
 	c.Nodes[1].Kill()
-	checkFor(t, 3*lease+time.Second, 10*time.Millisecond, wantOnline(2))
-	checkFor(t, time.Second, 10*time.Millisecond, wantRoom("r1", 2, map[string]int{"cl-1": 2}))
-	checkFor(t, time.Second, 10*time.Millisecond, wantRoom("r2", 0, nil))
+	testkit.CheckFor(t, 3*lease+time.Second, 10*time.Millisecond, wantOnline(2))
+	testkit.CheckFor(t, time.Second, 10*time.Millisecond, wantRoom("r1", 2, map[string]int{"cl-1": 2}))
+	testkit.CheckFor(t, time.Second, 10*time.Millisecond, wantRoom("r2", 0, nil))
 	// Each presence instance expires the lease on its own clock: ask until both have.
-	checkFor(t, time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
 		for range 4 {
 			if out := mustHTTP(t, c, 200, "GET", "/v1/users/bob/sessions", ""); out["online"].(bool) {
 				return fmt.Errorf("bob still online after his node died: %v", out)

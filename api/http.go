@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -76,6 +78,14 @@ func (a *API) Register(mux *http.ServeMux) {
 func (a *API) serveRoute(rt route) http.HandlerFunc {
 	pathParams := []string{"room", "uid"}
 	return func(w http.ResponseWriter, r *http.Request) {
+		// The body must arrive within BodyTimeout, or a client announcing one and sending
+		// nothing holds the connection. When the body is not read to its end (a refused key,
+		// a body too large) the deadline also bounds net/http's reading of the rest after the
+		// answer. net/http sets the connection's next deadline when it reads the next request.
+		if r.Body != nil && r.Body != http.NoBody {
+			// Not supported by a test's ResponseRecorder: then there is no connection to hold.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
+		}
 		app, err := a.appFor(r.Header.Get("Authorization"))
 		if err != nil {
 			writeError(w, err)
@@ -85,11 +95,14 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
+			switch {
+			case errors.As(err, &tooBig):
 				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody))
-				return
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "the body did not arrive within %v", a.cfg.BodyTimeout))
+			default:
+				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reading the body: %v", err))
 			}
-			writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reading the body: %v", err))
 			return
 		}
 		if len(body) > 0 {

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit/testcluster"
 )
 
 func TestAPIBadInput(t *testing.T) {
-	c := startCluster(t)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	msgs := "/v1/rooms/lobby/messages"
 	key := devcluster.APIKey
 	cases := []struct {

@@ -12,6 +12,7 @@ import (
 // TestRegister checks that Register mounts every route of docs/api.md beside the caller's own
 // handlers: without an API key each answers the API's 401, before it asks any service.
 func TestRegister(t *testing.T) {
+	t.Parallel()
 	a := &API{cfg: Config{Keys: auth.APIKeys{"k": "app"}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/dispatch", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })

@@ -52,6 +52,10 @@ type Config struct {
 	Keys auth.APIKeys
 	// Timeout bounds each request to a service or a node. Zero value means 3s.
 	Timeout time.Duration
+	// BodyTimeout bounds how long an HTTP request's body may take to arrive: a client that
+	// announces a body and sends it slowly, or not at all, gets 400 and its connection is
+	// closed. Zero value means 10s.
+	BodyTimeout time.Duration
 	// Log receives the API's logs. Zero value means none.
 	Log *slog.Logger
 	// KVReplicas is the replication of the KV buckets, when the API creates them. Zero value
@@ -69,6 +73,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 3 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 10 * time.Second
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

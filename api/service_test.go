@@ -10,6 +10,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	keys := auth.APIKeys{"k": "app"}
 	if _, err := (Config{Keys: keys}).withDefaults(); err == nil {
 		t.Error("a config without Bus was accepted")

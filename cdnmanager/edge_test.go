@@ -18,7 +18,7 @@ import (
 
 	"roomcast/cdnpusher/segment"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 // nginxConf is a CDN edge: a cache in front of the origin where concurrent misses of one
@@ -67,7 +67,7 @@ func startNginx(t *testing.T, origin string) string {
 		bin = "/usr/sbin/nginx"
 	}
 	dir := t.TempDir()
-	listen := testutil.FreeAddr(t)
+	listen := testkit.FreeAddr(t)
 	conf := strings.NewReplacer("{dir}", dir, "{listen}", listen, "{origin}", origin).Replace(nginxConf)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -87,7 +87,7 @@ func startNginx(t *testing.T, origin string) string {
 		}
 	})
 	base := "http://" + listen
-	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		resp, err := http.Get(base + "/")
 		if err != nil {
 			return err
@@ -102,6 +102,7 @@ func startNginx(t *testing.T, origin string) string {
 // segments as clients do (at the next segment's time plus jitter, again after a 404) cost the
 // origin at most 2 requests per segment.
 func TestEdgeShieldsOrigin(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	const room = "arena"
 	api(t, c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil)

@@ -102,6 +102,7 @@ func nowIndex() int64 { return segment.Index(time.Now().UnixMilli(), 1000) }
 // pusher's and its segments resume; the windows in between are never written, missing indexes
 // a client skips (docs/cdn.md), and the manager counts the change as a lost pusher.
 func TestPusherLostRoomMoves(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, func(cfg *devcluster.Config) { cfg.NoPusher = true })
 	s3 := s3test.Start(t)
 	storage := cdnpusher.Config{Endpoint: s3.Endpoint, Bucket: s3test.Bucket, AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey}
@@ -169,6 +170,8 @@ func TestPusherLostRoomMoves(t *testing.T) {
 // Object storage down for 10 s (3 s with -short): the long connection delivers critical
 // messages as fast as before, the pusher retries and, once storage is back, catches up: every
 // window's segment is written and holds its bulk messages.
+// Not parallel: it compares critical latency before and during the outage, which other
+// tests' load would blur.
 func TestStorageOutage(t *testing.T) {
 	outage := 10 * time.Second
 	if testing.Short() {

@@ -22,17 +22,17 @@ import (
 	"roomcast/cdnpusher"
 	"roomcast/cdnpusher/segment"
 	"roomcast/internal/bus"
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startCluster starts a dev cluster with one ChatLink and a quick CDN manager.
-func startCluster(t *testing.T, mutate ...func(*devcluster.Config)) *devcluster.Cluster {
-	return clustertest.Start(t, append([]func(*devcluster.Config){func(c *devcluster.Config) {
+func startCluster(t *testing.T, mutate ...testcluster.Option) *devcluster.Cluster {
+	return testcluster.Start(t, append([]testcluster.Option{func(c *devcluster.Config) {
 		c.ChatLinks = 1
 		c.CDN.Tick = 50 * time.Millisecond
 	}}, mutate...)...)
@@ -226,7 +226,7 @@ func getRoomCdn(t testing.TB, c *devcluster.Cluster, room string) roomCdn {
 func waitMode(t testing.TB, c *devcluster.Cluster, room, mode string) roomCdn {
 	t.Helper()
 	var rc roomCdn
-	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if rc = getRoomCdn(t, c, room); rc.Mode != mode || (mode != "CDN_MODE_OFF" && rc.Pusher == "") {
 			return fmt.Errorf("room %s: %+v, want %s", room, rc, mode)
 		}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -27,8 +28,8 @@ func BenchmarkAggregate(b *testing.B) {
 		rooms     = 128
 		perWindow = rooms * 512
 	)
-	clock := &fakeClock{ms: t0}
-	p, err := New(Config{Endpoint: "127.0.0.1:1", Bucket: "b", Now: clock.now})
+	clock := testkit.NewClock(time.UnixMilli(t0))
+	p, err := New(Config{Endpoint: "127.0.0.1:1", Bucket: "b", Now: clock.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,13 +53,13 @@ func BenchmarkAggregate(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
-	cpu := testutil.ProcessCPU()
+	cpu := testkit.ProcessCPU()
 	b.ResetTimer()
 	index := int64(t0Index)
 	for i := range b.N {
 		k := i % perWindow
 		if k == 0 && i > 0 {
-			clock.closeWindow(p, index)
+			closeWindow(clock, p, index)
 			index++
 		}
 		m := msgs[k]
@@ -67,9 +68,9 @@ func BenchmarkAggregate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	clock.closeWindow(p, index)
+	closeWindow(clock, p, index)
 	b.StopTimer()
-	used := testutil.ProcessCPU() - cpu
+	used := testkit.ProcessCPU() - cpu
 	b.ReportMetric(float64(b.N)/used.Seconds(), "msgs/cpu-s")
 	b.ReportMetric(float64(index-t0Index+1)*rooms/used.Seconds(), "segments/cpu-s")
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 
 	"roomcast/cdnpusher/segment"
 	"roomcast/internal/s3test"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -29,39 +28,21 @@ const (
 	app     = "app1"
 )
 
-// fakeClock is the pusher's clock in tests: windows close when the test says so.
-type fakeClock struct {
-	mu sync.Mutex // guards ms
-	ms int64
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.UnixMilli(c.ms)
-}
-
-func (c *fakeClock) set(ms int64) {
-	c.mu.Lock()
-	c.ms = ms
-	c.mu.Unlock()
-}
-
-// closeWindow moves the clock past the end (and grace) of window index and writes out what
-// closed: the test does what the sealer's ticker would.
-func (c *fakeClock) closeWindow(p *Pusher, index int64) {
-	c.set((index+1)*int64(p.windowMs) + p.cfg.Grace.Milliseconds())
+// closeWindow moves clock past the end (and grace) of window index and writes out what closed:
+// the test does what the sealer's ticker would.
+func closeWindow(clock *testkit.Clock, p *Pusher, index int64) {
+	clock.Set(time.UnixMilli((index+1)*int64(p.windowMs) + p.cfg.Grace.Milliseconds()))
 	p.seal(false)
 }
 
 // start runs a pusher on srv with cfg's storage fields and clock filled in, closed at the end of
 // the test.
-func start(t *testing.T, srv *s3test.Server, cfg Config) (*Pusher, *fakeClock) {
+func start(t *testing.T, srv *s3test.Server, cfg Config) (*Pusher, *testkit.Clock) {
 	t.Helper()
-	clock := &fakeClock{ms: t0}
+	clock := testkit.NewClock(time.UnixMilli(t0))
 	cfg.Endpoint, cfg.Bucket = srv.Endpoint, s3test.Bucket
 	cfg.AccessKey, cfg.SecretKey = s3test.AccessKey, s3test.SecretKey
-	cfg.Now = clock.now
+	cfg.Now = clock.Now
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.Registerer = prometheus.NewRegistry()
 	p, err := New(cfg)
@@ -107,7 +88,7 @@ func fetch(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64
 	t.Helper()
 	key := p.cfg.Prefix + segment.Key(app, room, p.windowMs, index)
 	var s *pb.Segment
-	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		resp, body, err := srv.Get(key)
 		if err != nil {
 			return err
@@ -164,15 +145,10 @@ func seqOf(t *testing.T, m *pb.Message) int {
 	return n
 }
 
-func checkFor(t *testing.T, f func() error) {
-	t.Helper()
-	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, f)
-}
-
 // waitCounter waits until c reaches want.
 func waitCounter(t *testing.T, c prometheus.Counter, want float64) {
 	t.Helper()
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if got := promtest.ToFloat64(c); got != want {
 			return fmt.Errorf("%s is %v, want %v", c.Desc(), got, want)
 		}

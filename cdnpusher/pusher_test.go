@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/s3test"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -39,7 +40,7 @@ func TestSegmentsLandOrdered(t *testing.T) {
 	p.seal(false)
 	missing(t, srv, p, "r1", t0Index)
 
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	s := fetch(t, srv, p, "r1", t0Index)
 	// The expected order, built another way: stable sorts from the last key to the first.
 	want := slices.Clone(sent)
@@ -88,7 +89,7 @@ func TestCapSamples(t *testing.T) {
 	for range 100 {
 		add(t, p, next(pb.Lane_LANE_NORMAL))
 	}
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	s := fetch(t, srv, p, "big", t0Index)
 
 	var lanes [numClasses]int
@@ -124,11 +125,11 @@ func TestLateMessageGoesToNextWindow(t *testing.T) {
 
 	first := msg("r1", pb.Lane_LANE_BULK, t0, 1)
 	add(t, p, first)
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	late := msg("r1", pb.Lane_LANE_BULK, t0+500, 2) // stamped in t0Index, which is written
 	next := msg("r1", pb.Lane_LANE_BULK, (t0Index+1)*1000+10, 3)
 	add(t, p, late, next)
-	clock.closeWindow(p, t0Index+1)
+	closeWindow(clock, p, t0Index+1)
 
 	if s := fetch(t, srv, p, "r1", t0Index); !slices.Equal(ids(s.Messages), []string{first.Id}) {
 		t.Fatalf("window %d: %v", t0Index, ids(s.Messages))
@@ -154,7 +155,7 @@ func TestEmptyWindows(t *testing.T) {
 	}
 	add(t, p, msg("chatty", pb.Lane_LANE_BULK, t0, 1))
 	for i := range int64(3) {
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 	}
 	for i := range int64(3) {
 		if s := fetch(t, srv, p, "quiet", t0Index+i); len(s.Messages) != 0 || s.Sampled != 0 {
@@ -166,7 +167,7 @@ func TestEmptyWindows(t *testing.T) {
 	}
 	// Idle: 3 windows after the last active one, then nothing.
 	for i := int64(3); i < 6; i++ {
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 	}
 	fetch(t, srv, p, "quiet", t0Index+3)
 	// Both rooms' windows up to t0Index+3 are written: quiet's 4, chatty's 3 after its message.
@@ -235,19 +236,19 @@ func TestStorageOutage(t *testing.T) {
 	p, clock := start(t, srv, Config{Queue: queueLen, Writers: writers, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 0))
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	fetch(t, srv, p, "r1", t0Index)
 
 	srv.Stop()
 	const outage = 40
 	for i := int64(1); i <= outage; i++ {
 		add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+i)*1000+1, int(i)))
-		clock.closeWindow(p, t0Index+i)
+		closeWindow(clock, p, t0Index+i)
 		if n := p.queue.len(); n > queueLen {
 			t.Fatalf("%d segments queued, cap %d", n, queueLen)
 		}
 	}
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if promtest.ToFloat64(p.metrics.retries) == 0 {
 			return errors.New("no retries yet")
 		}
@@ -267,7 +268,7 @@ func TestStorageOutage(t *testing.T) {
 		}
 	}
 	missing(t, srv, p, "r1", t0Index+outage-queueLen)
-	checkFor(t, func() error {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if written := promtest.ToFloat64(p.metrics.segments); written+gaps != outage+1 {
 			return fmt.Errorf("%v written + %v gaps, want %d", written, gaps, outage+1)
 		}
@@ -275,7 +276,7 @@ func TestStorageOutage(t *testing.T) {
 	})
 	// And it goes on.
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+outage+1)*1000, 99))
-	clock.closeWindow(p, t0Index+outage+1)
+	closeWindow(clock, p, t0Index+outage+1)
 	fetch(t, srv, p, "r1", t0Index+outage+1)
 }
 
@@ -294,7 +295,7 @@ func TestAddNeverWaitsOnStorage(t *testing.T) {
 			add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+w)*1000+int64(i), int(w)*1000+i))
 			slowest = max(slowest, time.Since(start))
 		}
-		clock.closeWindow(p, t0Index+w)
+		closeWindow(clock, p, t0Index+w)
 	}
 	// Under -race on a busy machine an Add takes microseconds; waiting on the frozen store
 	// would take the write timeout, a minute.
@@ -336,7 +337,7 @@ func TestGiveUp(t *testing.T) {
 	p, clock := start(t, srv, Config{RetryMin: 5 * time.Millisecond, GiveUpAfter: 50 * time.Millisecond})
 	srv.Stop()
 	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 1))
-	clock.closeWindow(p, t0Index)
+	closeWindow(clock, p, t0Index)
 	waitCounter(t, p.metrics.gaps[gapGaveUp], 1)
 	srv.Restart()
 	missing(t, srv, p, "r1", t0Index)
@@ -363,8 +364,8 @@ func TestHandoff(t *testing.T) {
 	}
 	add(t, next, msg("r", pb.Lane_LANE_BULK, at*1000+5, 4))
 	for i := int64(0); i < 4; i++ {
-		clock.closeWindow(old, t0Index+i)
-		nextClock.closeWindow(next, t0Index+i)
+		closeWindow(clock, old, t0Index+i)
+		closeWindow(nextClock, next, t0Index+i)
 	}
 	for i, wantID := range map[int64]string{t0Index: "m1", t0Index + 1: "m2", at: "m4"} {
 		if s := fetch(t, srv, old, "r", i); len(s.Messages) != 1 || string(s.Messages[0].Body) != wantID {

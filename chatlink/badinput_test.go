@@ -18,7 +18,8 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -65,12 +66,13 @@ func loginFrame(tok string) *pb.Frame {
 // TestBadInput sends each kind of bad input over each transport and checks the documented close
 // code, that it is counted in the metrics, and that the node serves others normally afterwards.
 func TestBadInput(t *testing.T) {
-	t.Run("poller", func(t *testing.T) { testBadInput(t, false) })
-	t.Run("reader goroutines", func(t *testing.T) { testBadInput(t, true) })
+	t.Parallel()
+	t.Run("poller", func(t *testing.T) { t.Parallel(); testBadInput(t, false) })
+	t.Run("reader goroutines", func(t *testing.T) { t.Parallel(); testBadInput(t, true) })
 }
 
 func testBadInput(t *testing.T, readerGoroutines bool) {
-	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.LoginTimeout = 300 * time.Millisecond
 		cfg.ChatLink = func(cc *chatlink.Config) { cc.ReaderGoroutines = readerGoroutines }
 	})
@@ -81,45 +83,44 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 	}
 
 	// A healthy member of the room watches throughout: bad clients must not disturb it.
-	watcher := dialWS(t, node.WSURL())
-	watcher.login(token(t, c, "watcher", "r1"))
+	watcher := testkit.DialWS(t, node.WSURL())
+	watcher.Login(testcluster.Token(t, "watcher", "r1"))
 
 	cases := []struct {
 		name string
 		code pb.CloseCode
-		act  func(c *rawClient)
+		act  func(c *testkit.Client)
 	}{
-		{"bad signature", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *rawClient) { cl.sendFrame(loginFrame(wrongSecret)) }},
-		{"token not a JWT", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *rawClient) { cl.sendFrame(loginFrame("not.a.token")) }},
-		{"expired token", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, func(cl *rawClient) { cl.sendFrame(loginFrame(expiredToken(t))) }},
-		{"garbage frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) { _ = cl.send([]byte{0xff, 0xff, 0xff, 0x01, 0x02}) }},
-		{"empty frame kind", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) { cl.sendFrame(&pb.Frame{}) }},
-		{"send before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *rawClient) { cl.sendFrame(sendFrame(1, "hi")) }},
-		{"heartbeat before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *rawClient) {
-			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		{"bad signature", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame(wrongSecret)) }},
+		{"token not a JWT", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame("not.a.token")) }},
+		{"expired token", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, func(cl *testkit.Client) { cl.Send(loginFrame(expiredToken(t))) }},
+		{"garbage frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { _ = cl.SendPayload([]byte{0xff, 0xff, 0xff, 0x01, 0x02}) }},
+		{"empty frame kind", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { cl.Send(&pb.Frame{}) }},
+		{"send before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) { cl.Send(sendFrame(1, "hi")) }},
+		{"heartbeat before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) {
+			cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 		}},
-		{"server-only frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) {
-			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{}}})
+		{"server-only frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
+			cl.Send(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{}}})
 		}},
-		{"second login", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *rawClient) {
-			cl.login(token(t, c, "twice", "r1"))
-			cl.sendFrame(loginFrame(token(t, c, "twice", "r1")))
+		{"second login", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
+			cl.Login(testcluster.Token(t, "twice", "r1"))
+			cl.Send(loginFrame(testcluster.Token(t, "twice", "r1")))
 		}},
-		{"no login in time", pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, func(*rawClient) {}},
+		{"no login in time", pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, func(*testkit.Client) {}},
 	}
 	for _, tc := range cases {
 		for _, transport := range []string{"ws", "tcp"} {
 			t.Run(tc.name+"/"+transport, func(t *testing.T) {
 				before := closeCount(t, c, node.Name(), tc.code.String())
-				var cl *rawClient
+				var cl *testkit.Client
 				if transport == "ws" {
-					cl = dialWS(t, node.WSURL())
+					cl = testkit.DialWS(t, node.WSURL())
 				} else {
-					cl, _ = dialTCP(t, node.TCPAddr())
+					cl = testkit.DialTCP(t, node.TCPAddr())
 				}
-				cl.t = t
 				tc.act(cl)
-				cl.expectKick(tc.code, transport == "ws")
+				cl.ExpectKick(tc.code)
 				if after := closeCount(t, c, node.Name(), tc.code.String()); after != before+1 {
 					t.Fatalf("closes_total{code=%s} went from %d to %d, want +1", tc.code, before, after)
 				}
@@ -128,56 +129,55 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 	}
 
 	t.Run("websocket text message", func(t *testing.T) {
-		tc := dialWSText(t, node.WSURL())
-		tc.expectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME, true)
+		tc := testkit.DialWS(t, node.WSURL())
+		if err := tc.SendText("hello?"); err != nil {
+			t.Fatal(err)
+		}
+		tc.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
 	})
 
 	t.Run("oversize frame/ws", func(t *testing.T) {
 		before := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE")
 		defer func() {
-			checkFor(t, time.Second, 10*time.Millisecond, func() error {
+			testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
 				if after := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE"); after != before+1 {
 					return fmt.Errorf("FRAME_TOO_LARGE closes went from %d to %d", before, after)
 				}
 				return nil
 			})
 		}()
-		cl := dialWS(t, node.WSURL())
-		cl.t = t
-		cl.login(token(t, c, "big", "r1"))
-		_ = cl.send(bytes.Repeat([]byte{1}, 65537))
-		cl.expectClose(1009) // RFC 6455 "message too big", sent by the WebSocket layer
+		cl := testkit.DialWS(t, node.WSURL())
+		cl.Login(testcluster.Token(t, "big", "r1"))
+		_ = cl.SendPayload(bytes.Repeat([]byte{1}, 65537))
+		cl.ExpectClose(1009) // RFC 6455 "message too big", sent by the WebSocket layer
 	})
 
 	t.Run("oversize frame/tcp", func(t *testing.T) {
 		before := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE")
-		cl, nc := dialTCP(t, node.TCPAddr())
-		cl.t = t
+		cl := testkit.DialTCP(t, node.TCPAddr())
 		// Only the length prefix: the node must refuse it without waiting for (or buffering)
 		// the 1 GiB it announces.
-		if _, err := nc.Write([]byte{0x40, 0, 0, 0}); err != nil {
+		if err := cl.Write([]byte{0x40, 0, 0, 0}); err != nil {
 			t.Fatal(err)
 		}
-		cl.expectKick(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, false)
+		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE)
 		if after := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE"); after != before+1 {
 			t.Fatalf("FRAME_TOO_LARGE closes went from %d to %d", before, after)
 		}
 	})
 
 	t.Run("partial frame then silence", func(t *testing.T) {
-		cl, nc := dialTCP(t, node.TCPAddr())
-		cl.t = t
-		if _, err := nc.Write([]byte{0, 0, 0, 10, 1, 2}); err != nil { // 2 of 10 announced bytes
+		cl := testkit.DialTCP(t, node.TCPAddr())
+		if err := cl.Write([]byte{0, 0, 0, 10, 1, 2}); err != nil { // 2 of 10 announced bytes
 			t.Fatal(err)
 		}
-		cl.expectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, false)
+		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
 	})
 
 	t.Run("pings do not extend the login deadline", func(t *testing.T) {
 		// The deadline runs from the connect: before, every frame restarted it, so a client
 		// that pinged every 2 s stayed unauthenticated forever.
-		cl := dialWS(t, node.WSURL())
-		cl.t = t
+		cl := testkit.DialWS(t, node.WSURL())
 		start := time.Now()
 		stop := make(chan struct{})
 		pinged := make(chan struct{})
@@ -190,49 +190,48 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 				case <-stop:
 					return
 				case <-tick.C:
-					if cl.ping() != nil {
+					if cl.Ping() != nil {
 						return
 					}
 				}
 			}
 		}()
 		defer func() { close(stop); <-pinged }()
-		cl.expectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, true)
+		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
 		if took := time.Since(start); took > 2*time.Second {
 			t.Fatalf("closed after %v with a 300ms login deadline", took)
 		}
 	})
 
 	t.Run("bad sends get errors, connection stays", func(t *testing.T) {
-		cl := dialWS(t, node.WSURL())
-		cl.t = t
-		cl.login(token(t, c, "sender", "r1"))
+		cl := testkit.DialWS(t, node.WSURL())
+		cl.Login(testcluster.Token(t, "sender", "r1"))
 		for i, s := range []*pb.Send{
 			{Seq: 1, Body: nil},
 			{Seq: 2, Body: bytes.Repeat([]byte("x"), 16<<10+1)},
 			{Seq: 3, Body: []byte("x"), Lane: 9},
 			{Seq: 4, Body: []byte("x"), TagExpr: `"a" in`},
 		} {
-			cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Send{Send: s}})
-			e := cl.next().GetError()
+			cl.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: s}})
+			e := cl.Next().GetError()
 			want := []pb.ErrorCode{pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE,
 				pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR}[i]
 			if e == nil || e.Seq != s.Seq || e.Code != uint32(want) {
 				t.Fatalf("send %d: want Error %v, got %v", s.Seq, want, e)
 			}
 		}
-		cl.expectSilence(0)
-		watcher.expectSilence(100 * time.Millisecond) // nothing bad reached the room
+		cl.ExpectSilence(0)
+		watcher.ExpectSilence(100 * time.Millisecond) // nothing bad reached the room
 	})
 
 	// After all that the node still serves: a fresh member's message reaches the watcher.
-	ok := dialTCP2(t, node.TCPAddr())
-	ok.login(token(t, c, "fine", "r1"))
-	ok.sendFrame(sendFrame(1, "still here"))
-	if ok.next().GetSendAck() == nil {
+	ok := testkit.DialTCP(t, node.TCPAddr())
+	ok.Login(testcluster.Token(t, "fine", "r1"))
+	ok.Send(sendFrame(1, "still here"))
+	if ok.Next().GetSendAck() == nil {
 		t.Fatal("no SendAck after the bad input")
 	}
-	if msgs := watcher.next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "still here" {
+	if msgs := watcher.Next().GetPush().GetMessages(); len(msgs) != 1 || string(msgs[0].Body) != "still here" {
 		t.Fatalf("watcher got %v", msgs)
 	}
 	if got := node.Connections(); got != 2 {
@@ -240,19 +239,15 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 	}
 }
 
-func dialTCP2(t *testing.T, addr string) *rawClient {
-	c, _ := dialTCP(t, addr)
-	return c
-}
-
 // TestHeartbeat moves the node's clock: beats keep a connection alive past three intervals,
 // and silence closes it once three of its current intervals have passed, not before.
 func TestHeartbeat(t *testing.T) {
-	clock := testutil.NewClock(time.Now())
-	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
 	node := c.Nodes[0]
-	cl := dialWS(t, node.WSURL())
-	ack := cl.login(token(t, c, "beat", "r1"))
+	cl := testkit.DialWS(t, node.WSURL())
+	ack := cl.Login(testcluster.Token(t, "beat", "r1"))
 	if ack.HeartbeatIntervalMs != 100 {
 		t.Fatalf("announced interval %dms, want 100", ack.HeartbeatIntervalMs)
 	}
@@ -261,8 +256,8 @@ func TestHeartbeat(t *testing.T) {
 	var interval time.Duration
 	for i := 0; i < 6; i++ {
 		clock.Add(100 * time.Millisecond)
-		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
-		a := cl.next().GetHeartbeatAck()
+		cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
+		a := cl.Next().GetHeartbeatAck()
 		if a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs != clock.Now().UnixMilli() {
 			t.Fatalf("heartbeat %d answered with %v", i, a)
 		}
@@ -280,8 +275,8 @@ func TestHeartbeat(t *testing.T) {
 	}
 	clock.Add(time.Millisecond)
 	node.Sweep()
-	cl.expectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, true)
-	checkFor(t, time.Second, 10*time.Millisecond, func() error {
+	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT)
+	testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
 		if n := c.Nodes[0].Connections(); n != 0 {
 			return fmt.Errorf("%d connections left", n)
 		}
@@ -292,7 +287,8 @@ func TestHeartbeat(t *testing.T) {
 // TestUpgradeRequests sends raw upgrade requests: another path is 404, a malformed request
 // or another method 400, and a browser-like request with a large cookie upgrades.
 func TestUpgradeRequests(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	addr := strings.TrimSuffix(strings.TrimPrefix(c.Nodes[0].WSURL(), "ws://"), "/v1/ws")
 	const upgrade = "Host: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
@@ -318,4 +314,26 @@ func TestUpgradeRequests(t *testing.T) {
 			t.Errorf("%s: answer %q (%v), want %s", tc.name, line, err, tc.status)
 		}
 	}
+}
+
+// TestTokenMaxLifetime: a token that would stay valid longer than its app's maximum lifetime
+// (Config.MaxTokenLifetime, here 2h) is refused at login with 4001 and a reason that says so;
+// one within it logs in.
+func TestTokenMaxLifetime(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour} }
+	})
+	ok := testkit.DialWS(t, c.Nodes[0].WSURL())
+	ok.Login(testcluster.Token(t, "brief", "r1"))
+	long, err := c.Mint("lasting", "r1", nil, 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Send(loginFrame(long))
+	f := cl.Next()
+	if k := f.GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) || !strings.Contains(k.GetReason(), "maximum token lifetime") {
+		t.Fatalf("want Kick BAD_TOKEN naming the maximum token lifetime, got %v", f)
+	}
+	cl.ExpectClose(uint16(pb.CloseCode_CLOSE_CODE_BAD_TOKEN))
 }

@@ -31,6 +31,7 @@ func repeat(l pb.Lane, n int) []pb.Lane {
 }
 
 func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
+	t.Parallel()
 	f, now := testFanout(t, nil) // 20 normal a second, 100 ms ticks
 	kept := 0
 	var ids []string
@@ -57,6 +58,7 @@ func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
 }
 
 func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
+	t.Parallel()
 	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: 30, FlushTickMs: 100}) // 3 a tick
 	lanes := append(append(repeat(pb.Lane_LANE_BULK, 10), repeat(pb.Lane_LANE_NORMAL, 2)...), repeat(pb.Lane_LANE_CRITICAL, 40)...)
 	got := f.selectLocked(msgs(lanes...), now.Add(100*time.Millisecond), 0)
@@ -75,6 +77,7 @@ func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
 }
 
 func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
+	t.Parallel()
 	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: -1, CriticalBudget: -1})
 	lanes := append(append(repeat(pb.Lane_LANE_BULK, 100), repeat(pb.Lane_LANE_NORMAL, 100)...), repeat(pb.Lane_LANE_CRITICAL, 100)...)
 	if got := f.selectLocked(msgs(lanes...), now, 0); len(got) != 300 {

@@ -26,6 +26,10 @@ type Config struct {
 	Bus *nats.Conn
 	// Keys verify login tokens, by app. Required.
 	Keys auth.Keyring
+	// MaxTokenLifetime bounds, per app, how far ahead of now a login token's exp may be; a
+	// token that would stay valid longer is refused (4001 BAD_TOKEN). Its apps must be in
+	// Keys. An app not in it, and the zero value, mean 24h (auth.DefaultMaxLifetime).
+	MaxTokenLifetime auth.Lifetimes
 	// WSListen is the address of the WebSocket listener (path /v1/ws). Zero value means
 	// 127.0.0.1:0, a free port.
 	WSListen string
@@ -139,6 +143,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("chatlink: Config.Bus is required")
 	case len(c.Keys) == 0:
 		return c, errors.New("chatlink: Config.Keys needs at least one app")
+	}
+	for app, d := range c.MaxTokenLifetime {
+		if _, ok := c.Keys[app]; !ok || d < 0 {
+			return c, fmt.Errorf("chatlink: MaxTokenLifetime %v for app %q: want a lifetime of 0 or more for an app in Keys", d, app)
+		}
 	}
 	if c.PublicWSURL != "" {
 		u, err := url.Parse(c.PublicWSURL)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
 	valid := Config{Node: "n1", Bus: new(nats.Conn), Keys: auth.Keyring{"app": []byte("k")}}
 	for name, tc := range map[string]struct {
 		edit func(*Config)
@@ -19,6 +20,8 @@ func TestConfigWithDefaults(t *testing.T) {
 		"bad name":                        {func(c *Config) { c.Node = "a b" }, "node name"},
 		"no bus":                          {func(c *Config) { c.Bus = nil }, "Bus is required"},
 		"no keys":                         {func(c *Config) { c.Keys = nil }, "Keys needs"},
+		"lifetime of an unknown app":      {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"other": time.Hour} }, "MaxTokenLifetime"},
+		"negative lifetime":               {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"app": -time.Hour} }, "MaxTokenLifetime"},
 		"public URL not a WebSocket URL":  {func(c *Config) { c.PublicWSURL = "https://edge.example.com/v1/ws" }, "public WebSocket URL"},
 		"public URL without a host":       {func(c *Config) { c.PublicWSURL = "wss:///v1/ws" }, "public WebSocket URL"},
 		"public TCP address without port": {func(c *Config) { c.PublicTCPAddr = "edge.example.com" }, "public TCP address"},

@@ -167,11 +167,15 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
-	claims, err := n.cfg.Keys.Verify(l.Token)
+	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
 		n.m.logins.WithLabelValues("expired").Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
+		return
+	case errors.Is(err, auth.ErrLifetime):
+		n.m.logins.WithLabelValues("bad_token").Inc()
+		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
 		return
 	case err != nil:
 		n.m.logins.WithLabelValues("bad_token").Inc()

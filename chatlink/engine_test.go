@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +18,8 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -102,36 +101,22 @@ func (p *publisher) putSettingsSeen(c *devcluster.Cluster, room, settings string
 	}
 }
 
-// collect reads pushes until want messages have arrived, and returns them and the number of
-// Push frames they came in.
-func (c *rawClient) collect(want int) (msgs []*pb.Message, frames int) {
-	c.t.Helper()
-	for len(msgs) < want {
-		f := c.next()
-		if f.GetPush() == nil {
-			c.t.Fatalf("want a Push, got %v", f)
-		}
-		frames++
-		msgs = append(msgs, f.GetPush().Messages...)
-	}
-	return msgs, frames
-}
-
 func TestMergedAndUnmergedFanout(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	putSettings(t, c, "m", `{"flush_tick_ms":200,"normal_budget":-1,"critical_budget":-1}`)
-	a := dialWS(t, c.Nodes[0].WSURL())
-	a.login(token(t, c, "a", "m"))
-	b, _ := dialTCP(t, c.Nodes[0].TCPAddr())
-	b.login(token(t, c, "b", "m"))
+	a := testkit.DialWS(t, c.Nodes[0].WSURL())
+	a.Login(testcluster.Token(t, "a", "m"))
+	b := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
+	b.Login(testcluster.Token(t, "b", "m"))
 	p := newPublisher(t, c)
 
 	// 20 messages within a tick arrive merged: far fewer frames than messages, in order.
 	for i := 0; i < 20; i++ {
 		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
 	}
-	for _, cl := range []*rawClient{a, b} {
-		msgs, frames := cl.collect(20)
+	for _, cl := range []*testkit.Client{a, b} {
+		msgs, frames := cl.CollectPushes(20)
 		if frames > 2 {
 			t.Fatalf("20 messages in one tick came in %d frames", frames)
 		}
@@ -148,18 +133,19 @@ func TestMergedAndUnmergedFanout(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
 	}
-	for _, cl := range []*rawClient{a, b} {
-		if msgs, frames := cl.collect(5); frames != 5 || len(msgs) != 5 {
+	for _, cl := range []*testkit.Client{a, b} {
+		if msgs, frames := cl.CollectPushes(5); frames != 5 || len(msgs) != 5 {
 			t.Fatalf("unmerged: %d messages in %d frames, want 5 in 5", len(msgs), frames)
 		}
 	}
 }
 
 func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	putSettings(t, c, "busy", `{"flush_tick_ms":100,"normal_budget":10}`)
-	cl := dialWS(t, c.Nodes[0].WSURL())
-	cl.login(token(t, c, "viewer", "busy"))
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Login(testcluster.Token(t, "viewer", "busy"))
 	p := newPublisher(t, c)
 	for i := 0; i < 50; i++ {
 		p.publish("busy", pb.Lane_LANE_NORMAL, []byte("chat"))
@@ -170,7 +156,7 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 	deadline := time.After(1500 * time.Millisecond)
 	for critical < 50 || normal+thinned < 50 {
 		select {
-		case f := <-cl.frames:
+		case f := <-cl.Frames():
 			for _, m := range f.GetPush().GetMessages() {
 				if m.Lane == pb.Lane_LANE_CRITICAL {
 					critical++
@@ -194,7 +180,8 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 // TestSlowReader: one member stops reading while others receive. The slow one is thinned, then
 // gets critical only, then is closed; the others get everything, in order.
 func TestSlowReader(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
 			cc.ThinAtPendingBytes, cc.CriticalOnlyAtPendingBytes, cc.MaxPendingBytes = 32<<10, 128<<10, 512<<10
 		}
@@ -202,27 +189,17 @@ func TestSlowReader(t *testing.T) {
 	putSettings(t, c, "s", `{"flush_tick_ms":20,"normal_budget":-1,"critical_budget":-1}`)
 	node := c.Nodes[0]
 
-	// The slow member: logs in over TCP with a tiny receive buffer, then never reads again.
-	slowConn, err := net.Dial("tcp", node.TCPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slowConn.Close()
-	_ = slowConn.(*net.TCPConn).SetReadBuffer(4096)
-	slow := &rawClient{t: t}
-	slow.send = func(b []byte) error {
-		_, err := slowConn.Write(append(lengthPrefix(len(b)), b...))
-		return err
-	}
-	slow.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token(t, c, "slow", "s")}}})
+	// The slow member: logs in over TCP with a tiny receive buffer, and never reads.
+	slow := testkit.DialTCP(t, node.TCPAddr(), testkit.ReceiveBuffer(4096), testkit.Paused())
+	slow.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "slow", "s")}}})
 
-	var fast []*rawClient
+	var fast []*testkit.Client
 	for i := 0; i < 10; i++ {
-		cl := dialWS(t, node.WSURL())
-		cl.login(token(t, c, fmt.Sprint("fast", i), "s"))
+		cl := testkit.DialWS(t, node.WSURL())
+		cl.Login(testcluster.Token(t, fmt.Sprint("fast", i), "s"))
 		fast = append(fast, cl)
 	}
-	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		if n := node.Connections(); n != 11 {
 			return fmt.Errorf("%d connections", n)
 		}
@@ -249,7 +226,7 @@ func TestSlowReader(t *testing.T) {
 		}
 		for i, cl := range fast {
 			for received[i] < sent {
-				msgs, _ := cl.collect(1)
+				msgs, _ := cl.CollectPushes(1)
 				received[i] += len(msgs)
 			}
 		}
@@ -262,7 +239,7 @@ func TestSlowReader(t *testing.T) {
 	if drops := dropCount(t, c, "bulk", "slow_reader"); drops == 0 {
 		t.Fatal("no bulk messages counted as dropped for the slow reader before it was closed")
 	}
-	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		if n := node.Connections(); n != 10 {
 			return fmt.Errorf("%d connections, want the 10 fast ones", n)
 		}
@@ -270,26 +247,25 @@ func TestSlowReader(t *testing.T) {
 	})
 }
 
-func lengthPrefix(n int) []byte { return []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} }
-
 func dropCount(t *testing.T, c *devcluster.Cluster, lane, reason string) int {
 	t.Helper()
 	return metricValue(t, c, `roomcast_chatlink_drops_total{lane="`+lane+`",node="cl-1",reason="`+reason+`"}`)
 }
 
 func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
-	clock := testutil.NewClock(time.Now())
-	c := startCluster(t, 1, func(cfg *devcluster.Config) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
 			cc.HeartbeatInterval, cc.HeartbeatStep, cc.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
 		}
 	}, withClock(clock))
-	cl := dialWS(t, c.Nodes[0].WSURL())
-	cl.login(token(t, c, "beat", "r"))
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Login(testcluster.Token(t, "beat", "r"))
 	beat := func() uint32 {
-		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 		for {
-			if a := cl.next().GetHeartbeatAck(); a != nil {
+			if a := cl.Next().GetHeartbeatAck(); a != nil {
 				return a.HeartbeatIntervalMs
 			}
 		}
@@ -310,12 +286,13 @@ func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
 }
 
 func TestDrain(t *testing.T) {
-	c := startCluster(t, 2)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	n1 := c.Nodes[0]
-	var clients []*rawClient
+	var clients []*testkit.Client
 	for i := 0; i < 5; i++ {
-		cl := dialWS(t, n1.WSURL())
-		cl.login(token(t, c, fmt.Sprint("d", i), "r"))
+		cl := testkit.DialWS(t, n1.WSURL())
+		cl.Login(testcluster.Token(t, fmt.Sprint("d", i), "r"))
 		clients = append(clients, cl)
 	}
 	// Ask over the bus, as `roomcast drain` does.
@@ -332,7 +309,7 @@ func TestDrain(t *testing.T) {
 	}
 	delays := map[uint32]bool{}
 	for _, cl := range clients {
-		r := cl.next().GetReconnect()
+		r := cl.Next().GetReconnect()
 		if r == nil || r.DelayMs >= 1000 {
 			t.Fatalf("want Reconnect with a delay under 1s, got %v", r)
 		}
@@ -342,19 +319,19 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("all clients were told the same delay %v: no spread", delays)
 	}
 	// The dispatcher stops sending clients to the draining node, and it takes no logins.
-	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		ans, err := c.Dispatcher.Dispatch(dispatcher.Request{})
 		if err != nil || len(ans.Nodes) != 1 || ans.Nodes[0].Node != "cl-2" {
 			return fmt.Errorf("dispatch answers %+v, %v", ans, err)
 		}
 		return nil
 	})
-	late := dialTCP2(t, n1.TCPAddr())
-	late.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token(t, c, "late", "r")}}})
-	late.expectKick(pb.CloseCode_CLOSE_CODE_SHUTDOWN, false)
+	late := testkit.DialTCP(t, n1.TCPAddr())
+	late.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "late", "r")}}})
+	late.ExpectKick(pb.CloseCode_CLOSE_CODE_SHUTDOWN)
 
 	for _, cl := range clients { // the clients leave as told
-		cl.stop()
+		cl.Close()
 	}
 	select {
 	case <-n1.Drained():
@@ -364,7 +341,8 @@ func TestDrain(t *testing.T) {
 }
 
 func TestNodeNameLease(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	nc, err := bus.Connect(c.NATSURL(), "second cl-1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +393,8 @@ func apiSend(t *testing.T, c *devcluster.Cluster, room, body string) string {
 // TestRecoveryHonoursTags: a member that logs in asking for history gets the room's kept
 // messages that its tags allow, and after a given id only the later ones.
 func TestRecoveryHonoursTags(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	first := apiSend(t, c, "hist", `{"body":"for class 1","tag_expr":"\"class:1\" in tags"}`)
 	apiSend(t, c, "hist", `{"body":"for class 2","tag_expr":"\"class:2\" in tags"}`)
 	apiSend(t, c, "hist", `{"body":"bulk is not kept","lane":"bulk"}`)
@@ -427,14 +406,14 @@ func TestRecoveryHonoursTags(t *testing.T) {
 			t.Fatal(err)
 		}
 		login.Token = tok
-		cl := dialWS(t, c.Nodes[0].WSURL())
-		cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
-		if cl.next().GetLoginAck() == nil {
+		cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
+		if cl.Next().GetLoginAck() == nil {
 			t.Fatal("no LoginAck")
 		}
 		var bodies []string
 		select {
-		case f := <-cl.frames:
+		case f := <-cl.Frames():
 			if !f.GetPush().GetHistory() || !f.GetPush().GetRecovery().GetRecovered() {
 				t.Fatalf("want a complete history Push, got %v", f)
 			}
@@ -443,10 +422,10 @@ func TestRecoveryHonoursTags(t *testing.T) {
 			}
 		case <-time.After(time.Second):
 		}
-		cl.stop()
+		cl.Close()
 		return bodies
 	}
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error { // history is written asynchronously
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error { // history is written asynchronously
 		if got := recover("a", &pb.Login{History: 10}); fmt.Sprint(got) != "[for class 1 for everyone]" {
 			return fmt.Errorf("recovered %q", got)
 		}
@@ -463,10 +442,11 @@ func TestRecoveryHonoursTags(t *testing.T) {
 // TestPushFramesStayUnderTheLimit: a tick of large messages goes out as several Push frames,
 // each within the protocol's 64 KiB frame limit, and in order.
 func TestPushFramesStayUnderTheLimit(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	putSettings(t, c, "big", `{"flush_tick_ms":500,"normal_budget":-1,"critical_budget":-1}`)
-	cl := dialWS(t, c.Nodes[0].WSURL())
-	cl.login(token(t, c, "reader", "big"))
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Login(testcluster.Token(t, "reader", "big"))
 	p := newPublisher(t, c)
 	const n = 10
 	for i := range n {
@@ -475,7 +455,7 @@ func TestPushFramesStayUnderTheLimit(t *testing.T) {
 	var got []byte
 	frames := 0
 	for len(got) < n {
-		f := cl.next()
+		f := cl.Next()
 		if size := proto.Size(f); size > 65536 {
 			t.Fatalf("a Push frame of %d bytes, over the 64 KiB limit", size)
 		}
@@ -495,35 +475,34 @@ func TestPushFramesStayUnderTheLimit(t *testing.T) {
 // message whole and in order; a member beside it gets each message meanwhile. Both ways of
 // writing are checked: batches through io_uring (the default) and a system call per frame.
 func TestSendsBehindAFullSocket(t *testing.T) {
+	t.Parallel()
 	for _, plain := range []bool{false, true} {
 		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
-			c := startCluster(t, 1, func(dc *devcluster.Config) {
+			t.Parallel()
+			c := testcluster.Start(t, testcluster.ChatLinks(1), func(dc *devcluster.Config) {
 				dc.ChatLink = func(cc *chatlink.Config) {
 					cc.PlainWrites = plain
 					cc.MaxPendingBytes = 64 << 20 // the backlog may grow: this member is not to be closed
 				}
 			})
 			putSettings(t, c, "f", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`)
-			small := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-				return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-			}}
-			slow, _ := dialTCPWith(t, c.Nodes[0].TCPAddr(), small)
-			slow.login(token(t, c, "slow", "f"))
-			other := dialWS(t, c.Nodes[0].WSURL())
-			other.login(token(t, c, "other", "f"))
+			slow := testkit.DialTCP(t, c.Nodes[0].TCPAddr(), testkit.ReceiveBuffer(4096))
+			slow.Login(testcluster.Token(t, "slow", "f"))
+			other := testkit.DialWS(t, c.Nodes[0].WSURL())
+			other.Login(testcluster.Token(t, "other", "f"))
 			p := newPublisher(t, c)
 
 			const count = 3000 // 3 MB: well past what the kernel's buffers hold
 			body := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1000) }
-			slow.pause.Lock()
+			slow.Pause()
 			for i := range count {
 				p.publish("f", pb.Lane_LANE_CRITICAL, body(i))
-				if m, _ := other.collect(1); !bytes.Equal(m[0].Body, body(i)) {
+				if m, _ := other.CollectPushes(1); !bytes.Equal(m[0].Body, body(i)) {
 					t.Fatalf("other member: message %d is wrong", i)
 				}
 			}
-			slow.pause.Unlock()
-			msgs, _ := slow.collect(count)
+			slow.Resume()
+			msgs, _ := slow.CollectPushes(count)
 			for i, m := range msgs {
 				if !bytes.Equal(m.Body, body(i)) {
 					t.Fatalf("slow member: message %d is %.10q..., want %.10q...", i, m.Body, body(i))

@@ -15,6 +15,7 @@ import (
 )
 
 func TestPhasesFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		size, per int
 		tick      time.Duration
@@ -120,6 +121,7 @@ func (r *pushRecorder) ids() (out []string) {
 // every member gets every message once and in order, including messages that arrived while
 // some groups had already had their share, and across a change in the number of phases.
 func TestPhasedFlush(t *testing.T) {
+	t.Parallel()
 	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
 	defer r.fanout.stop()
 
@@ -269,6 +271,7 @@ func (b *blockingRecorder) write(p []byte) {
 // TestWritesQueueInOrder: while one goroutine is writing a room's frames, another that has
 // frames for the room queues them and returns at once; they go out after the earlier ones.
 func TestWritesQueueInOrder(t *testing.T) {
+	t.Parallel()
 	r := testRoom(Config{Node: "n1"}, &pb.RoomSettings{NoMerge: true}, time.Now())
 	defer r.fanout.stop()
 	rec := &blockingRecorder{entered: make(chan struct{}), release: make(chan struct{})}
@@ -323,6 +326,7 @@ func BenchmarkRoomWrite(b *testing.B) {
 // TestPhasedThenUnmerged: a phased room switched to no_merge gives the groups that have not had
 // the merged messages yet those messages first, then the unmerged one, to every member once.
 func TestPhasedThenUnmerged(t *testing.T) {
+	t.Parallel()
 	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
 	defer r.fanout.stop()
 	var recs []*pushRecorder

@@ -25,6 +25,7 @@ func simulate(f *flowController, start time.Time, total *uint64, load offered, s
 }
 
 func TestFlowControlSettlesBetweenThresholds(t *testing.T) {
+	t.Parallel()
 	const capacity = 100e6 // 100 MB/s
 	for _, mix := range []struct {
 		name string
@@ -58,6 +59,7 @@ func TestFlowControlSettlesBetweenThresholds(t *testing.T) {
 }
 
 func TestKeepFractionsNeverTouchCritical(t *testing.T) {
+	t.Parallel()
 	prevN, prevB := 2.0, 2.0
 	for s := 0.0; s <= 1.0; s += 0.05 {
 		n, b := keepFractions(s)
@@ -75,6 +77,7 @@ func TestKeepFractionsNeverTouchCritical(t *testing.T) {
 }
 
 func TestFlowControlDisabledWithoutCapacity(t *testing.T) {
+	t.Parallel()
 	f := newFlowController(0, 0.70, 0.85)
 	start := time.Unix(1_700_000_000, 0)
 	var total uint64

@@ -103,7 +103,10 @@ func New(cfg Config) (*Node, error) {
 	n.upgrader = gws.NewUpgrader(wsHandler{n}, &gws.ServerOption{
 		ReadBufferSize:     wsReadBuffer,
 		ReadMaxPayloadSize: cfg.MaxFrameBytes,
-		NewSession:         func() gws.SessionStorage { return &wsSlot{} },
+		// A close reason, and a text message, that is not UTF-8 fails the connection with
+		// 1007 (RFC 6455 8.1), as the poller's reader (wsproto) does.
+		CheckUtf8Enabled: true,
+		NewSession:       func() gws.SessionStorage { return &wsSlot{} },
 	})
 	return n, nil
 }

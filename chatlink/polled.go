@@ -230,8 +230,10 @@ var _ wsproto.Handler = (*wsFrames)(nil)
 // closeWith sends a close frame and returns what the read is to do next.
 func (w *wsFrames) closeWith(code uint16, reason string) readNext {
 	if w.w == nil {
-		_ = w.s.WriteClose(code, []byte(reason))
-		return readClose
+		// Queued behind the frames already queued (answers to the client's last frames),
+		// as the node's own writer does; gws closes the socket once it is written.
+		w.s.Async(func() { _ = w.s.WriteClose(code, []byte(reason)) })
+		return readStopped
 	}
 	w.w.closeWith(code, reason)
 	return readStopped // the writer closes once the close frame is out
@@ -256,9 +258,6 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 		}
 		return consumed, 0, w.closeWith(werr.Code, werr.Reason)
 	case w.stop:
-		if w.w == nil {
-			return consumed, 0, readClose
-		}
 		return consumed, 0, readStopped // the writer closes once the close frame is out
 	}
 	return consumed, need, readOn
@@ -300,6 +299,14 @@ func (w *wsFrames) Control(op byte, payload []byte) {
 // polled TCP connection. A bad length gets a Kick; the transport closes the connection once
 // the Kick is written.
 func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
+	return tcpFrames(data, p.c.refuseTCPLength, p.c.handleFrame)
+}
+
+// tcpFrames hands each complete length-prefixed frame at the start of data to frame, and
+// returns how many bytes it consumed and, when the frame after those is incomplete, how many
+// that one needs in all. It reads no length that refuse refuses (it closes the connection)
+// any further, and stops there.
+func tcpFrames(data []byte, refuse func(size uint32) bool, frame func([]byte)) (int, int, readNext) {
 	consumed := 0
 	for {
 		rest := data[consumed:]
@@ -307,7 +314,7 @@ func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
 			return consumed, 4, readOn
 		}
 		size := binary.BigEndian.Uint32(rest)
-		if p.c.refuseTCPLength(size) {
+		if refuse(size) {
 			return consumed, 0, readStopped
 		}
 		total := 4 + int(size)
@@ -315,6 +322,6 @@ func (p *polled) tcpFeed(data []byte) (int, int, readNext) {
 			return consumed, total, readOn
 		}
 		consumed += total
-		p.c.handleFrame(rest[4:total])
+		frame(rest[4:total])
 	}
 }

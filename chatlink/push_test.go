@@ -10,6 +10,7 @@ import (
 )
 
 func TestPushFramesSplit(t *testing.T) {
+	t.Parallel()
 	var msgs []*pb.Message
 	for i := range 100 { // a full room history of the largest messages
 		msgs = append(msgs, &pb.Message{Id: string(rune('a' + i%26)), Room: "r", Sender: "u", Lane: pb.Lane_LANE_NORMAL,

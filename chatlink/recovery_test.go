@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -13,15 +15,15 @@ import (
 // of the Pushes marked history, then the Recovery that ends them, or an Error with seq 0.
 func historyAnswer(t *testing.T, c *devcluster.Cluster, uid string, login *pb.Login) (msgs []*pb.Message, rec *pb.Recovery, e *pb.Error) {
 	t.Helper()
-	cl := dialWS(t, c.Nodes[0].WSURL())
-	defer cl.stop()
-	login.Token = token(t, c, uid, "rec")
-	cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
-	if ack := cl.next().GetLoginAck(); ack == nil || ack.ProtocolVersion != 1 {
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	defer cl.Close()
+	login.Token = testcluster.Token(t, uid, "rec")
+	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
+	if ack := cl.Next().GetLoginAck(); ack == nil || ack.ProtocolVersion != 1 {
 		t.Fatalf("LoginAck %v, want one with protocol_version 1", ack)
 	}
 	for {
-		f := cl.next()
+		f := cl.Next()
 		if e := f.GetError(); e != nil {
 			return msgs, nil, e
 		}
@@ -39,13 +41,13 @@ func historyAnswer(t *testing.T, c *devcluster.Cluster, uid string, login *pb.Lo
 // the first learns that 2 are gone; since the 4th, that it got everything; since the last, that
 // there was nothing to recover; with a recover_since that is not an id, an Error 109.
 func TestRecoverySaysWhatItDid(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 5 })
-	watcher := dialWS(t, c.Nodes[0].WSURL())
-	watcher.login(token(t, c, "watcher", "rec"))
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 5 })
+	watcher := testkit.DialWS(t, c.Nodes[0].WSURL())
+	watcher.Login(testcluster.Token(t, "watcher", "rec"))
 	for i := 1; i <= 8; i++ {
 		apiSend(t, c, "rec", fmt.Sprintf(`{"body":"%d","lane":"critical"}`, i))
 	}
-	sent, _ := watcher.collect(8)
+	sent, _ := watcher.CollectPushes(8)
 	for i, m := range sent {
 		if m.RoomSeq != uint64(i+1) || string(m.Body) != fmt.Sprint(i+1) {
 			t.Fatalf("message %d: room_seq %d, body %q; want %d", i, m.RoomSeq, m.Body, i+1)
@@ -63,7 +65,7 @@ func TestRecoverySaysWhatItDid(t *testing.T) {
 	}
 
 	// History is written asynchronously: wait until the last message is kept.
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
 		msgs, rec, _ := historyAnswer(t, c, "a", since(3))
 		if got := bodies(msgs); got != "[5 6 7 8]" || !rec.GetRecovered() || rec.GetMissing() != 0 {
 			return fmt.Errorf("since the 4th: %s, %v; want [5 6 7 8], recovered", got, rec)
@@ -83,7 +85,7 @@ func TestRecoverySaysWhatItDid(t *testing.T) {
 		t.Errorf("recover_since that is not an id: %v, want Error 109 with seq 0", e)
 	}
 
-	cl := dialWS(t, c.Nodes[0].WSURL())
-	cl.sendFrame(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token(t, c, "f", "rec"), ProtocolVersion: 2}}})
-	cl.expectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME, true)
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "f", "rec"), ProtocolVersion: 2}}})
+	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
 }

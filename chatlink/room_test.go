@@ -5,6 +5,7 @@ import "testing"
 // TestClaimFresh: while a node has no member of a room, one login at a time asks for the
 // room's settings fresh from the store.
 func TestClaimFresh(t *testing.T) {
+	t.Parallel()
 	rt := newRoomTable(nil)
 	if !rt.claimFresh("a", "r") {
 		t.Fatal("first login of a room did not claim")

@@ -10,6 +10,7 @@ import (
 // TestConnStateIsLean guards the per-connection state this package adds to each socket: every
 // byte here is multiplied by the connections of a node.
 func TestConnStateIsLean(t *testing.T) {
+	t.Parallel()
 	sizes := map[string]uintptr{
 		"conn":        unsafe.Sizeof(conn{}),
 		"wsTransport": unsafe.Sizeof(wsTransport{}),

@@ -13,6 +13,7 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -80,7 +81,7 @@ func liveBoot(t *testing.T, nc *nats.Conn, node string) string {
 // subscription, no open listener, and it publishes no load or session report under its name,
 // neither while starting nor when shut down afterwards.
 func TestStartFailureLeavesNothingBehind(t *testing.T) {
-	c := startCluster(t, 1)
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	watcher, err := bus.Connect(c.NATSURL(), "report watcher", nil)
 	if err != nil {
 		t.Fatal(err)

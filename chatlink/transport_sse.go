@@ -57,6 +57,7 @@ func newSSEServer(n *Node) *sseServer {
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: wsHandshakeTimeout,
+		IdleTimeout:       2 * time.Minute, // net/http never closes an idle keep-alive otherwise
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
 	return s
@@ -195,6 +196,9 @@ func (s *sseServer) post(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such stream", http.StatusNotFound)
 		return
 	}
+	// A body announced and never sent must not hold the connection open (slow loris): the
+	// server has no ReadTimeout, which would also cut the long-lived GET streams.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(wsHandshakeTimeout)) // a socket deadline: real time, not the node's clock
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(s.n.cfg.MaxFrameBytes)+1))
 	switch {
 	case err != nil:

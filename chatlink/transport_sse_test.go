@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/chatlink"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -132,19 +135,20 @@ func (c *sseClient) expectEnd() {
 // The HTTP fallback: a member that logs in over SSE gets what a WebSocket member gets, sends and
 // beats by POST, and is closed with a Kick in the stream.
 func TestSSEMember(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	node := c.Nodes[0]
 
-	viewer := dialSSE(t, node.WSURL(), loginFrame(token(t, c, "viewer", "sse")))
+	viewer := dialSSE(t, node.WSURL(), loginFrame(testcluster.Token(t, "viewer", "sse")))
 	ack := viewer.next().GetLoginAck()
 	if ack == nil || ack.Room != "sse" || ack.Uid != "viewer" {
 		t.Fatalf("want a LoginAck for viewer in sse, got %v", ack)
 	}
 
-	ws := dialWS(t, node.WSURL())
-	ws.login(token(t, c, "talker", "sse"))
-	ws.sendFrame(sendFrame(1, "over the websocket"))
-	if ws.next().GetSendAck() == nil {
+	ws := testkit.DialWS(t, node.WSURL())
+	ws.Login(testcluster.Token(t, "talker", "sse"))
+	ws.Send(sendFrame(1, "over the websocket"))
+	if ws.Next().GetSendAck() == nil {
 		t.Fatal("the WebSocket send was not acknowledged")
 	}
 	if p := viewer.next().GetPush(); p == nil || string(p.Messages[0].Body) != "over the websocket" {
@@ -155,7 +159,7 @@ func TestSSEMember(t *testing.T) {
 	if a := viewer.next().GetSendAck(); a == nil || a.Seq != 7 || a.MessageId == "" {
 		t.Fatalf("want the SendAck for seq 7 in the stream, got %v", a)
 	}
-	if p := ws.next().GetPush(); p == nil || string(p.Messages[0].Body) != "over http" {
+	if p := ws.Next().GetPush(); p == nil || string(p.Messages[0].Body) != "over http" {
 		t.Fatalf("the WebSocket member did not get the SSE member's message: %v", p)
 	}
 	viewer.postFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 42}}})
@@ -178,12 +182,12 @@ func TestSSEMember(t *testing.T) {
 	}
 
 	// A second Login is a protocol error: BAD_FRAME, in the stream, which then ends.
-	viewer.postFrame(loginFrame(token(t, c, "viewer", "sse")))
+	viewer.postFrame(loginFrame(testcluster.Token(t, "viewer", "sse")))
 	if k := viewer.next().GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_FRAME) {
 		t.Fatalf("want Kick BAD_FRAME, got %v", k)
 	}
 	viewer.expectEnd()
-	checkFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		if n := node.Connections(); n != 1 {
 			return fmt.Errorf("%d connections, want the WebSocket one", n)
 		}
@@ -193,7 +197,8 @@ func TestSSEMember(t *testing.T) {
 
 // A stream whose login is refused gets the Kick and ends; one without a login is a bad request.
 func TestSSEBadLogin(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	s := dialSSE(t, c.Nodes[0].WSURL(), loginFrame("not.a.token"))
 	if k := s.next().GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 		t.Fatalf("want Kick BAD_TOKEN, got %v", k)
@@ -212,8 +217,9 @@ func TestSSEBadLogin(t *testing.T) {
 
 // A node that shuts down ends its streams with SHUTDOWN, like its WebSocket connections.
 func TestSSEShutdown(t *testing.T) {
-	c := startCluster(t, 1)
-	s := dialSSE(t, c.Nodes[0].WSURL(), loginFrame(token(t, c, "u", "r")))
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	s := dialSSE(t, c.Nodes[0].WSURL(), loginFrame(testcluster.Token(t, "u", "r")))
 	if s.next().GetLoginAck() == nil {
 		t.Fatal("no LoginAck")
 	}
@@ -231,6 +237,7 @@ func TestSSEShutdown(t *testing.T) {
 // The SSE path is told from WebSocket upgrades by the request line alone, without waiting for
 // bytes a short request never sends.
 func TestIsSSERequest(t *testing.T) {
+	t.Parallel()
 	for req, want := range map[string]bool{
 		"GET /v1/sse?login=x HTTP/1.1\r\n": true,
 		"POST /v1/sse/abc HTTP/1.1\r\n":    true,
@@ -243,5 +250,29 @@ func TestIsSSERequest(t *testing.T) {
 		if got := chatlink.IsSSERequest(bufio.NewReader(strings.NewReader(req))); got != want {
 			t.Errorf("%q: %v, want %v", req, got, want)
 		}
+	}
+}
+
+// A POST that announces a body and never sends it is answered and closed after the handshake
+// timeout (5 s) instead of holding its connection open.
+func TestSSESlowBody(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	node := c.Nodes[0]
+	viewer := dialSSE(t, node.WSURL(), loginFrame(testcluster.Token(t, "viewer", "slow")))
+	if viewer.next().GetLoginAck() == nil {
+		t.Fatal("no LoginAck")
+	}
+	host, _, _ := strings.Cut(strings.TrimPrefix(viewer.base, "http://"), "/")
+	nc, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fmt.Fprintf(nc, "POST /v1/sse/%s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", viewer.key)
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	_, err = io.ReadAll(nc) // an answer, then the close; or the deadline
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the connection was still open after %v", time.Since(start))
 	}
 }

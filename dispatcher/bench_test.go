@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/testkit"
 )
 
 // benchDispatcher is a dispatcher on the real clock with 1,000 nodes spread over Chinese
@@ -93,14 +94,6 @@ func BenchmarkDispatchUncachedUnlocated(b *testing.B) {
 // collection included) per decision. On a machine shared with other work, ns/op (wall time)
 // includes time spent waiting for a core; cpu-ns/op does not.
 func reportCPU(b *testing.B) func() {
-	start := cpuTime()
-	return func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	start := testkit.ProcessCPU()
+	return func() { b.ReportMetric(float64(testkit.ProcessCPU()-start)/float64(b.N), "cpu-ns/op") }
 }

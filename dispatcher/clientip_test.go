@@ -7,6 +7,7 @@ import (
 )
 
 func TestClientAddr(t *testing.T) {
+	t.Parallel()
 	trusted, err := parseTrustedProxies([]string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"})
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,7 @@ func TestClientAddr(t *testing.T) {
 }
 
 func TestParseTrustedProxies(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"", "10.0.0.0/40", "example.com", "10.0.0.1:80"} {
 		if _, err := parseTrustedProxies([]string{bad}); err == nil {
 			t.Errorf("%q accepted", bad)
@@ -89,6 +91,7 @@ func FuzzClientAddr(f *testing.F) {
 }
 
 func TestRegionAndISPLabels(t *testing.T) {
+	t.Parallel()
 	in := newInterner()
 	for _, tc := range []struct{ label, want, err string }{
 		{"AS/CN/22", "AS/CN/22", ""},

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -36,6 +36,7 @@ func firstChoices(t *testing.T, d *Dispatcher, req Request, n int) map[string]in
 // The acceptance test of the issue: 10 equal nodes, 100,000 clients between two load reports.
 // A dispatcher that trusted the reports alone would send every one of them to the same node.
 func TestFlashCrowd(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -53,7 +54,7 @@ func TestFlashCrowd(t *testing.T) {
 			got := map[string]int{}
 			for i := range clients {
 				if i%10_000 == 0 {
-					clock.add(50 * time.Millisecond) // the crowd arrives over half a second
+					clock.Add(50 * time.Millisecond) // the crowd arrives over half a second
 				}
 				ans, err := d.Dispatch(Request{})
 				if err != nil {
@@ -74,6 +75,7 @@ func TestFlashCrowd(t *testing.T) {
 }
 
 func TestBurstAvoidsBusyNode(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	for _, n := range []string{"a", "b", "c"} {
 		report(d, nodeReport(n, "", "", 0, 1000))
@@ -88,6 +90,7 @@ func TestBurstAvoidsBusyNode(t *testing.T) {
 }
 
 func TestNearEqualRandomises(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	report(d, nodeReport("a", "", "", 0, 1_000_000))
 	report(d, nodeReport("b", "", "", 0, 1_000_000))
@@ -107,6 +110,7 @@ func TestNearEqualRandomises(t *testing.T) {
 }
 
 func TestAnswer(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{TopK: 2, TTL: 5 * time.Second})
 	if _, err := d.Dispatch(Request{}); !errors.Is(err, ErrNoNodes) {
 		t.Fatalf("no nodes at all: err %v, want ErrNoNodes", err)
@@ -128,6 +132,7 @@ func TestAnswer(t *testing.T) {
 }
 
 func TestStaleAndDraining(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
 	r := nodeReport("old", "", "", 0, 0)
 	r.ReportIntervalMs = 1000
@@ -138,12 +143,12 @@ func TestStaleAndDraining(t *testing.T) {
 	report(d, drain)
 
 	// "old" reports every second: two missed reports keep it, three take it out.
-	clock.add(2500 * time.Millisecond)
+	clock.Add(2500 * time.Millisecond)
 	report(d, nodeReport("fresh", "", "", 0, 0))
 	if got := firstChoices(t, d, Request{}, 200); got["old"] == 0 || got["draining"] != 0 {
 		t.Fatalf("first choices %v: want old still in, draining never", got)
 	}
-	clock.add(1100 * time.Millisecond)
+	clock.Add(1100 * time.Millisecond)
 	report(d, nodeReport("fresh", "", "", 0, 0))
 	report(d, drain)
 	if got := firstChoices(t, d, Request{}, 50); got["old"] != 0 || got["fresh"] != 50 {
@@ -153,13 +158,14 @@ func TestStaleAndDraining(t *testing.T) {
 		t.Fatalf("LiveNodes = %d, want 2 (fresh and draining)", n)
 	}
 	// Every node stale: no nodes.
-	clock.add(10 * time.Second)
+	clock.Add(10 * time.Second)
 	if _, err := d.Dispatch(Request{}); !errors.Is(err, ErrNoNodes) {
 		t.Fatalf("every node stale: err %v, want ErrNoNodes", err)
 	}
 }
 
 func TestAbsurdReports(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	d, _ := newTest(t, Config{Registry: reg})
 	good := func(mod func(r *pb.LoadReport)) *pb.LoadReport {
@@ -226,6 +232,7 @@ func TestAbsurdReports(t *testing.T) {
 }
 
 func TestBadRegionLabel(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	report(d, nodeReport("x", "Mars/Olympus", "unicom", 0, 0))
 	infos := d.Nodes(noAddr)
@@ -238,6 +245,7 @@ func TestBadRegionLabel(t *testing.T) {
 }
 
 func TestSlowStart(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		slowStart time.Duration
@@ -269,7 +277,7 @@ func TestSlowStart(t *testing.T) {
 				t.Fatalf("new node got %.2f of the first crowd, want some but at most %.2f", share, tc.maxShare)
 			}
 			// Half-way through the window it may fill half of its capacity, and takes more.
-			clock.add(15 * time.Second)
+			clock.Add(15 * time.Second)
 			report(d, nodeReport("new", "", "", int64(got["new"]), 100_000))
 			for i := range 4 {
 				report(d, nodeReport(fmt.Sprintf("old%d", i), "", "", 50_000+int64(got[fmt.Sprintf("old%d", i)]), 100_000))
@@ -287,6 +295,7 @@ func TestSlowStart(t *testing.T) {
 
 // A node back after missing its reports, or back from draining, starts slowly again.
 func TestSlowStartOnReturn(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
 	a := func() { report(d, nodeReport("a", "", "", 0, 1000)) }
 	a()
@@ -309,6 +318,7 @@ func TestSlowStartOnReturn(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	bus := &nats.Conn{}
 	weights := DefaultWeights()
 	weights.SameCountry = 500
@@ -349,17 +359,18 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // keepReporting advances the clock by d in one-second steps, calling report after each.
-func keepReporting(clock *fakeClock, d time.Duration, report func()) {
+func keepReporting(clock *testkit.Clock, d time.Duration, report func()) {
 	for ; d > 0; d -= time.Second {
-		clock.add(min(d, time.Second))
+		clock.Add(min(d, time.Second))
 		report()
 	}
 }
 
 // The hot path's liveScore and the admin view's load must agree.
 func TestLiveScoreMatchesLoad(t *testing.T) {
+	t.Parallel()
 	d, clock := newTest(t, Config{})
-	clock.add(time.Minute)
+	clock.Add(time.Minute)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 200 {
 		r := nodeReport(fmt.Sprintf("n%d", i), "", "", rng.Int64N(2000), rng.Int64N(3)*1000)
@@ -382,7 +393,7 @@ func TestLiveScoreMatchesLoad(t *testing.T) {
 
 func TestConfigWithDefaults(t *testing.T) {
 	bus := &nats.Conn{}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Bus: bus}, Check: func(t *testing.T, c Config) {
 			if c.StaleAfter != 3*time.Second || c.TopK != 3 || c.TTL != 30*time.Second || c.GeoCheckInterval != 10*time.Second ||
 				c.NearEqual != 2 || c.SlowStart != 30*time.Second || c.CacheTTL != time.Second || c.CacheBuckets != 10_000 ||

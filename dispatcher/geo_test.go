@@ -10,9 +10,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 func TestLocateWithMaxMindTestDatabases(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, city, isp string
 		ip              string
@@ -59,6 +62,7 @@ func TestLocateWithMaxMindTestDatabases(t *testing.T) {
 // Jilin on China Unicom gets the Jilin/Unicom node first, then same-country nodes, and never a
 // farther node while a nearer one has capacity.
 func TestJilinUnicomNearestFirst(t *testing.T) {
+	t.Parallel()
 	city, isp := writeFixture(t, t.TempDir())
 	reg := func(d *Dispatcher) {
 		report(d, nodeReport("jl-unicom", "AS/CN/22", "unicom", 0, 100))
@@ -148,6 +152,7 @@ func names(a Answer) string {
 
 // A client that cannot be located is dispatched on load alone, and counted as such.
 func TestUnlocatedClients(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{CityDB: testCityDB, ISPDB: testISPDB})
 	report(d, nodeReport("near", "AS/CN/22", "unicom", 900, 1000))
 	report(d, nodeReport("far", "EU/GB/ENG", "", 0, 1000))
@@ -169,6 +174,7 @@ func TestUnlocatedClients(t *testing.T) {
 }
 
 func TestLoadOnlyHealth(t *testing.T) {
+	t.Parallel()
 	d, _ := newTest(t, Config{})
 	if h := d.Health(); h.Mode != ModeLoadOnly || h.CityDB != nil || h.ISPDB != nil {
 		t.Fatalf("health %+v, want load-only", h)
@@ -204,6 +210,7 @@ func writeFile(t *testing.T, dst string, data []byte) {
 // one leaves the previous copy in service (and says so in Health), and a fixed one is picked
 // up again.
 func TestReloadOnChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fixtureCity, _ := writeFixture(t, dir)
 	path := filepath.Join(dir, "city.mmdb")
@@ -248,7 +255,7 @@ func TestReloadOnChange(t *testing.T) {
 	}()
 
 	copyFile(t, testCityDB, path)
-	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		if got := region(); got != "" {
 			return fmt.Errorf("region %q: new database not loaded", got)
 		}
@@ -256,7 +263,7 @@ func TestReloadOnChange(t *testing.T) {
 	})
 
 	writeFile(t, path, []byte("this is not a database"))
-	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		if e := d.Health().CityDB.LastError; e == "" {
 			return fmt.Errorf("corrupt file not reported in health")
 		}
@@ -272,7 +279,7 @@ func TestReloadOnChange(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		if e := d.Health().CityDB.LastError; !strings.Contains(e, "no such file") {
 			return fmt.Errorf("missing file: last error %q", e)
 		}
@@ -280,7 +287,7 @@ func TestReloadOnChange(t *testing.T) {
 	})
 
 	copyFile(t, fixtureCity, path)
-	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		if got, e := region(), d.Health().CityDB.LastError; got != "AS/CN/11" || e != "" {
 			return fmt.Errorf("region %q, last error %q: fixed file not loaded", got, e)
 		}
@@ -288,6 +295,7 @@ func TestReloadOnChange(t *testing.T) {
 	})
 }
 
+// Not parallel: the SIGHUP goes to the whole test process.
 func TestReloadOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	fixtureCity, _ := writeFixture(t, dir)
@@ -304,7 +312,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		if got := regionLabel(d.in, d.locate(beijing).region); got != "" {
 			return fmt.Errorf("region %q after SIGHUP: not reloaded", got)
 		}

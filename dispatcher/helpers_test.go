@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -30,33 +29,14 @@ const (
 
 var noAddr netip.Addr
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // newTest returns a dispatcher on a fake clock and a bus it never uses: tests feed it reports
 // with report(). cfg.Bus and cfg.Now are filled in.
-func newTest(t testing.TB, cfg Config) (*Dispatcher, *fakeClock) {
+func newTest(t testing.TB, cfg Config) (*Dispatcher, *testkit.Clock) {
 	t.Helper()
-	clock := newClock()
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	cfg.Bus = &nats.Conn{}
 	if cfg.Now == nil {
-		cfg.Now = clock.now
+		cfg.Now = clock.Now
 	}
 	d, err := New(cfg)
 	if err != nil {
@@ -149,12 +129,6 @@ func writeFixture(t testing.TB, dir string) (city, isp string) {
 		}
 	}
 	return city, isp
-}
-
-// checkFor polls f until it returns nil or the time is up.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	testutil.CheckFor(t, total, every, f)
 }
 
 // counterValue reads a counter.

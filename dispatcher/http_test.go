@@ -19,10 +19,12 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
 func TestHTTP(t *testing.T) {
+	t.Parallel()
 	city, isp := writeFixture(t, t.TempDir())
 	d, _ := newTest(t, Config{CityDB: city, ISPDB: isp, TrustedProxies: []string{"192.0.2.0/24"}})
 	get := func(remote string, header http.Header) (*httptest.ResponseRecorder, Answer) {
@@ -76,6 +78,7 @@ func TestHTTP(t *testing.T) {
 }
 
 func TestNodesHandler(t *testing.T) {
+	t.Parallel()
 	city, isp := writeFixture(t, t.TempDir())
 	d, _ := newTest(t, Config{CityDB: city, ISPDB: isp})
 	r := nodeReport("jl", "AS/CN/22", "unicom", 10, 1000)
@@ -124,6 +127,7 @@ func TestNodesHandler(t *testing.T) {
 }
 
 func TestGRPC(t *testing.T) {
+	t.Parallel()
 	city, isp := writeFixture(t, t.TempDir())
 	d, _ := newTest(t, Config{CityDB: city, ISPDB: isp, TrustedProxies: []string{"127.0.0.1"}})
 	srv := grpc.NewServer()
@@ -176,6 +180,7 @@ func TestGRPC(t *testing.T) {
 
 // Load reports arrive over a real NATS server, from the subject ChatLinks publish on.
 func TestReportsOverNATS(t *testing.T) {
+	t.Parallel()
 	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +207,7 @@ func TestReportsOverNATS(t *testing.T) {
 	if err := nc.Publish(bus.SubjectLoad, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if n := d.LiveNodes(); n != 3 {
 			return fmt.Errorf("%d live nodes, want 3", n)
 		}

@@ -8,14 +8,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
 	nc := new(nats.Conn) // never dialed: withDefaults only checks that there is one
 	log := slog.New(slog.DiscardHandler)
 	hc := &http.Client{}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Bus: nc}, Check: func(t *testing.T, c Config) {
 			if c.Log == nil || c.Queue != "presence" || c.LeaseTTL != 5*time.Second || c.WebhookEvery != time.Second {
 				t.Errorf("defaults not filled: %+v", c)

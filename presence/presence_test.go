@@ -1,14 +1,9 @@
 package presence_test
 
 import (
-	"bufio"
-	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -19,85 +14,31 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"
 	pb "roomcast/proto/roomcastpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// checkFor polls f until it returns nil or the time is up.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
+// login opens a TCP connection to addr and logs uid in on device.
+func login(t *testing.T, addr, uid, device string) *testkit.Client {
 	t.Helper()
-	testutil.CheckFor(t, total, every, f)
-}
-
-// login opens a TCP connection to addr, logs uid in on device and returns the connection's
-// frames (the channel closes when the connection ends).
-func login(t *testing.T, c *devcluster.Cluster, addr, uid, device string) <-chan *pb.Frame {
-	t.Helper()
-	tok, err := c.Mint(uid, "r1", nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	cl := testkit.DialTCP(t, addr)
+	if f := cl.LoginAs(testcluster.Token(t, uid, "r1"), device); f.GetLoginAck() == nil {
+		t.Fatalf("login answered with %v", f)
 	}
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := make(chan *pb.Frame, 16)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(frames)
-		br := bufio.NewReader(nc)
-		var hdr [4]byte
-		for {
-			if _, err := io.ReadFull(br, hdr[:]); err != nil {
-				return
-			}
-			b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-			if _, err := io.ReadFull(br, b); err != nil {
-				return
-			}
-			var f pb.Frame
-			if proto.Unmarshal(b, &f) == nil {
-				frames <- &f
-			}
-		}
-	}()
-	t.Cleanup(func() { _ = nc.Close(); <-done })
-	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: device}}})
-	if _, err := nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case f := <-frames:
-		if f.GetLoginAck() == nil {
-			t.Fatalf("login answered with %v", f)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no LoginAck")
-	}
-	return frames
-}
-
-func expectKick(t *testing.T, frames <-chan *pb.Frame, code pb.CloseCode) {
-	t.Helper()
-	select {
-	case f := <-frames:
-		if f.GetKick().GetCode() != uint32(code) {
-			t.Fatalf("want Kick %v, got %v", code, f)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no Kick %v in 5s", code)
-	}
+	return cl
 }
 
 // TestDevicePolicyEventsWebhook checks the multi-device policy, the online/offline events on
 // NATS, and the batched webhook, with two presence instances: each event is acted on once.
 func TestDevicePolicyEventsWebhook(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var posted []presence.WebhookEvent
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,20 +52,18 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	}))
 	defer hook.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{
-		DataDir: t.TempDir(), ChatLinks: 2, ServiceInstances: 2, LeaseInterval: 100 * time.Millisecond,
-		Presence: presence.Config{
+	// The ChatLinks stamp each login with their clock, and the policy replaces the oldest
+	// sessions first: the test moves the clock on between logins.
+	clock := testkit.NewClock(time.Now())
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
+		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, 100*time.Millisecond
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.Now = clock.Now }
+		cfg.Presence = presence.Config{
 			Policies:     map[string]presence.DevicePolicy{devcluster.App: {MaxSessions: 2, OnePerDevice: true}},
 			Webhooks:     map[string]string{devcluster.App: hook.URL},
 			WebhookEvery: 50 * time.Millisecond,
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 
 	events := make(chan *pb.SessionEvents, 64)
 	nc, err := bus.Connect(c.NATSURL(), "test", slog.New(slog.DiscardHandler))
@@ -145,26 +84,24 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	_ = nc.Flush()
 
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
-	web1 := login(t, c, n1, "ann", "web")
-	time.Sleep(5 * time.Millisecond) // a later login time
-	ios := login(t, c, n2, "ann", "ios")
+	web1 := login(t, n1, "ann", "web")
+	clock.Add(time.Second)
+	ios := login(t, n2, "ann", "ios")
 	// A second web session replaces the first, on the other node.
-	time.Sleep(5 * time.Millisecond)
-	web2 := login(t, c, n2, "ann", "web")
-	expectKick(t, web1, pb.CloseCode_CLOSE_CODE_REPLACED)
+	clock.Add(time.Second)
+	web2 := login(t, n2, "ann", "web")
+	web1.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
 	// A third device would make three sessions: the oldest (ios) goes.
-	time.Sleep(5 * time.Millisecond)
-	login(t, c, n1, "ann", "pc")
-	expectKick(t, ios, pb.CloseCode_CLOSE_CODE_REPLACED)
-	select {
-	case f := <-web2:
-		t.Fatalf("the newest web session got %v", f)
-	case <-time.After(200 * time.Millisecond):
-	}
+	clock.Add(time.Second)
+	login(t, n1, "ann", "pc")
+	ios.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
+	// The scenario: the newest web session stays. No event says a kick will not come, so it
+	// watches for one for a while.
+	web2.ExpectSilence(200 * time.Millisecond)
 
 	// Events: 4 logins and 2 logouts, each published once across both instances.
 	var logins, logouts int
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		for {
 			select {
 			case evs := <-events:
@@ -185,7 +122,7 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 		}
 		return nil
 	})
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(posted) != 6 {

@@ -7,14 +7,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
 	nc := new(nats.Conn) // never dialed: withDefaults only checks that there is one
 	log := slog.New(slog.DiscardHandler)
 	now := func() time.Time { return time.Unix(1, 0) }
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Bus: nc}, Check: func(t *testing.T, c Config) {
 			if c.Log == nil || c.Queue != "room" || c.Now == nil || c.LeaseTTL != 5*time.Second || c.KVReplicas != 1 {
 				t.Errorf("defaults not filled: %+v", c)

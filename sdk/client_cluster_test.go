@@ -12,23 +12,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
-
-func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
-	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
-}
-
-// checkFor polls f until it returns nil or the time is up.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	testutil.CheckFor(t, total, every, f)
-}
 
 func dialCluster(t *testing.T, c *devcluster.Cluster, transport, uid, room string, cfg sdk.Config) *sdk.Client {
 	t.Helper()
@@ -50,7 +38,8 @@ func dialCluster(t *testing.T, c *devcluster.Cluster, transport, uid, room strin
 }
 
 func TestClusterLogin(t *testing.T) {
-	c := startCluster(t, 2)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		cl := dialCluster(t, c, transport, "alice-"+transport, "lobby", sdk.Config{})
 		ack := cl.LoginAck()
@@ -70,7 +59,8 @@ func TestClusterLogin(t *testing.T) {
 }
 
 func TestClusterSendReceive(t *testing.T) {
-	c := startCluster(t, 2)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		room := "chat-" + transport
 		bobGot := make(chan *roomcastpb.Message, 100)
@@ -114,7 +104,8 @@ func TestClusterSendReceive(t *testing.T) {
 }
 
 func TestClusterBadToken(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -132,7 +123,8 @@ func TestClusterBadToken(t *testing.T) {
 }
 
 func TestClusterDeadEndpointFallsThrough(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		tok, err := c.Mint("carol", "lobby", nil, time.Hour)
 		if err != nil {
@@ -176,7 +168,8 @@ func liveEndpoint(t *testing.T, c *devcluster.Cluster, tok string) sdk.Endpoint 
 }
 
 func TestClusterDialContextCanceled(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	tok, err := c.Mint("dave", "lobby", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +182,8 @@ func TestClusterDialContextCanceled(t *testing.T) {
 }
 
 func TestClusterManyMessagesInOrder(t *testing.T) {
-	c := startCluster(t, 2)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		room := "order-" + transport
 		got := make(chan *roomcastpb.Message, 1000)
@@ -218,8 +212,9 @@ func TestClusterManyMessagesInOrder(t *testing.T) {
 	})
 }
 
+// Not parallel: it counts the process's goroutines.
 func TestClusterCloseNoLeaks(t *testing.T) {
-	c := startCluster(t, 1)
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	session := func(t *testing.T, transport string) *sdk.Client {
 		tok, err := c.Mint("erin", "lobby", nil, time.Hour)
 		if err != nil {
@@ -259,7 +254,7 @@ func TestClusterCloseNoLeaks(t *testing.T) {
 // TestClusterShutdownSurfaces: a ChatLink that shuts down closes its clients with a transient
 // code; a Client without reconnecting stops with it.
 func TestClusterShutdownSurfaces(t *testing.T) {
-	c := startCluster(t, 1)
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	rec := newRecorder()
 	cl := dialCluster(t, c, sdk.TransportWebSocket, "frank", "lobby", rec.config(sdk.Config{NoReconnect: true}))
 	c.Close()
@@ -280,7 +275,8 @@ func TestClusterShutdownSurfaces(t *testing.T) {
 // transports, and that a client can choose its local address with it (as roomcast bench does
 // to spread many clients over loopback source addresses).
 func TestClusterCustomDialer(t *testing.T) {
-	c := startCluster(t, 1)
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		var mu sync.Mutex
 		var dialed []string

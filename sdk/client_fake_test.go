@@ -46,6 +46,7 @@ func dialFake(t *testing.T, transport string, cfg sdk.Config, links ...*fakeLink
 }
 
 func TestFakeLoginSendAndPush(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		var login atomic.Pointer[roomcastpb.Login]
 		link := startFakeLink(t, func(c fakeConn) {
@@ -103,6 +104,7 @@ func TestFakeLoginSendAndPush(t *testing.T) {
 }
 
 func TestFakeTerminalCloseStopsDial(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		bad := startFakeLink(t, func(c fakeConn) {
 			_, _ = c.recv()
@@ -121,6 +123,7 @@ func TestFakeTerminalCloseStopsDial(t *testing.T) {
 }
 
 func TestFakeTransientCloseTriesNext(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		busy := startFakeLink(t, func(c fakeConn) {
 			_, _ = c.recv()
@@ -139,6 +142,7 @@ func TestFakeTransientCloseTriesNext(t *testing.T) {
 }
 
 func TestFakeDeadEndpointFallsThrough(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -165,6 +169,7 @@ func TestFakeDeadEndpointFallsThrough(t *testing.T) {
 }
 
 func TestFakeAttemptTimeoutFallsThrough(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		silent := startFakeLink(t, func(c fakeConn) {
 			for { // never answer the login
@@ -186,6 +191,7 @@ func TestFakeAttemptTimeoutFallsThrough(t *testing.T) {
 }
 
 func TestFakeDialContextCanceled(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		silent := startFakeLink(t, func(c fakeConn) {
 			for {
@@ -211,6 +217,7 @@ func TestFakeDialContextCanceled(t *testing.T) {
 }
 
 func TestFakeHeartbeat(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		beats := make(chan struct{}, 100)
 		link := startFakeLink(t, func(c fakeConn) {
@@ -251,6 +258,7 @@ func TestFakeHeartbeat(t *testing.T) {
 }
 
 func TestFakeServerSilenceEndsClient(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", 40*time.Millisecond); err != nil {
@@ -283,6 +291,7 @@ func TestFakeServerSilenceEndsClient(t *testing.T) {
 }
 
 func TestFakeKickAfterLogin(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -366,6 +375,7 @@ func TestFakeReconnectMoves(t *testing.T) {
 }
 
 func TestFakeSlowConsumer(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -395,6 +405,7 @@ func TestFakeSlowConsumer(t *testing.T) {
 }
 
 func TestFakeSendContextAndSize(t *testing.T) {
+	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, func(c fakeConn) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
@@ -425,6 +436,7 @@ func TestFakeSendContextAndSize(t *testing.T) {
 	})
 }
 
+// Not parallel: it counts the process's goroutines.
 func TestFakeCloseIsIdempotent(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		link := startFakeLink(t, serveBasic("cl-1", time.Minute))
@@ -457,6 +469,7 @@ func TestFakeCloseIsIdempotent(t *testing.T) {
 }
 
 func TestDialConfigErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string

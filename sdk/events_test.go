@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -97,7 +98,7 @@ func (r *recorder) firstAt(match func(sdk.Event) bool) (sdk.Event, time.Time, bo
 func waitFor[T sdk.Event](t *testing.T, r *recorder, within time.Duration) T {
 	t.Helper()
 	var got T
-	checkFor(t, within, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, within, 5*time.Millisecond, func() error {
 		evs := all[T](r)
 		if len(evs) == 0 {
 			var zero T

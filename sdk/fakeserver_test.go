@@ -2,7 +2,6 @@ package sdk_test
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/lxzan/gws"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -160,25 +160,12 @@ type tcpFake struct {
 	wmu sync.Mutex
 }
 
-func (c *tcpFake) recv() (*roomcastpb.Frame, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(c.br, b); err != nil {
-		return nil, err
-	}
-	f := new(roomcastpb.Frame)
-	return f, proto.Unmarshal(b, f)
-}
+func (c *tcpFake) recv() (*roomcastpb.Frame, error) { return testkit.ReadFrame(c.br) }
 
 func (c *tcpFake) send(f *roomcastpb.Frame) error {
-	b, err := proto.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return c.sendPayload(b)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return testkit.WriteFrame(c.nc, f)
 }
 
 func (c *tcpFake) wire(b []byte) error {
@@ -191,10 +178,7 @@ func (c *tcpFake) wire(b []byte) error {
 func (c *tcpFake) sendPayload(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
-	if err == nil {
-		_, err = c.nc.Write(b)
-	}
+	_, err := c.nc.Write(testkit.TCPFrame(b))
 	return err
 }
 

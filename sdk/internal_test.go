@@ -15,11 +15,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 )
 
 func TestReadClaims(t *testing.T) {
+	t.Parallel()
 	tok, err := auth.Mint([]byte("secret"), "demo", "u-1", "room_1", []string{"vip"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +59,7 @@ func FuzzReadClaims(f *testing.F) {
 }
 
 func TestTCPFrameRoundTrip(t *testing.T) {
+	t.Parallel()
 	frames := []*roomcastpb.Frame{
 		{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{Token: "t", Device: "d", Client: ClientName}}},
 		{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{Seq: 7, Body: bytes.Repeat([]byte("x"), 10000)}}},
@@ -87,6 +89,7 @@ func TestTCPFrameRoundTrip(t *testing.T) {
 }
 
 func TestTCPFrameLimits(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		input []byte
@@ -124,6 +127,7 @@ func FuzzReadTCPFrame(f *testing.F) {
 }
 
 func TestCloseErrorTerminal(t *testing.T) {
+	t.Parallel()
 	for code, want := range map[uint32]bool{4001: true, 4007: true, 4499: true, 4500: false, 4504: false, 1000: false, 1006: false, 1009: false} {
 		if got := (&CloseError{Code: code}).Terminal(); got != want {
 			t.Errorf("CloseError{%d}.Terminal() = %v, want %v", code, got, want)
@@ -135,6 +139,7 @@ func TestCloseErrorTerminal(t *testing.T) {
 // default client each request closes its connection; with a client the caller gives, that
 // client's Transport may keep it for the next dispatch.
 func TestDispatchConnectionReuse(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	conns := map[string]bool{} // remote addresses seen
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -183,9 +188,10 @@ func TestDispatchConnectionReuse(t *testing.T) {
 }
 
 func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
 	const dispatcher = "http://127.0.0.1:1"
 	hc := &http.Client{}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Token: "t", Dispatcher: dispatcher}, Check: func(t *testing.T, c Config) {
 			if c.Transport != TransportWebSocket || c.Device != "go" || c.AttemptTimeout != 10*time.Second ||
 				c.WriteTimeout != 10*time.Second || c.MessageBuffer != 4096 || c.Logger == nil || c.Dialer == nil {

@@ -19,8 +19,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -69,7 +70,7 @@ func TestClusterClientsSurviveTheirChatLink(t *testing.T) {
 }
 
 func testSurvive(t *testing.T, stop string, clients, seconds int) {
-	c := startCluster(t, 2)
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	const room, rate = "stage", 50
 	total := rate * seconds
 	recs := make([]*recorder, clients)
@@ -134,7 +135,7 @@ func testSurvive(t *testing.T, stop string, clients, seconds int) {
 	drained.Wait()
 
 	want := numbered(total)
-	checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+	testkit.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
 		for i, r := range recs {
 			if got := r.bodies(); len(got) < total {
 				return fmt.Errorf("client %d has %d of %d messages", i, len(got), total)
@@ -176,7 +177,7 @@ func historyHas(t *testing.T, c *devcluster.Cluster, room string, seq uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		s, err := js.Stream(ctx, bus.HistoryStream)
@@ -198,7 +199,7 @@ func historyHas(t *testing.T, c *devcluster.Cluster, room string, seq uint64) {
 // TestClusterRecoveryGapLargerThanHistory: with 10 messages kept per room, a client cut off
 // while 30 are sent recovers the 10 kept and is told that 20 are missing.
 func TestClusterRecoveryGapLargerThanHistory(t *testing.T) {
-	c := clustertest.Start(t, clustertest.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 10 })
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 10 })
 	const room = "short-memory"
 	var (
 		outage atomic.Bool
@@ -229,7 +230,7 @@ func TestClusterRecoveryGapLargerThanHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if n := len(rec.bodies()); n < 5 {
 			return fmt.Errorf("%d of 5 messages before the outage", n)
 		}

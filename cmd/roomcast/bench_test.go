@@ -7,9 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit/testcluster"
 )
 
 // TestMain lets the test binary stand in for roomcast as a bench worker process: `roomcast
@@ -33,52 +32,65 @@ func lastJSON(t *testing.T, out string) map[string]any {
 }
 
 func TestBench(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 1})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	target := []string{"--dispatcher", c.URL(), "--json"}
 
-	for _, tc := range []struct {
+	type scenario struct {
 		name   string
 		args   []string
 		fields []string
-	}{
-		{"conns", []string{"conns", "--n", "10", "--settle", "4s"}, []string{"rss_per_conn_bytes"}},
-		{"fanout", []string{"fanout", "--n", "10", "--rate", "20", "--duration", "1s", "--tick", "50ms", "--lane", "mix", "--progress"},
-			[]string{"deliveries_per_sec", "deliveries_per_server_cpu_sec", "expected", "delivered", "lost_critical", "p50_ms", "p99_ms", "max_ms"}},
-		// Three worker processes, each started as `roomcast bench worker`.
-		{"fanout workers", []string{"fanout", "--n", "10", "--rate", "10", "--duration", "1s", "--tick", "50ms", "--per-process", "4", "--transport", "tcp"},
-			[]string{"deliveries_per_server_cpu_sec", "lost_critical"}},
-		{"login", []string{"login", "--n", "20", "--rate", "100"}, []string{"logins_per_sec", "p99_ms"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(context.Background(), append(append([]string{"bench"}, tc.args...), target...), &out, &errOut)
-			t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-			if code != 0 {
-				t.Fatalf("exit %d", code)
-			}
-			m := lastJSON(t, out.String())
-			if m["scenario"] != tc.args[0] || m["n"] == nil {
-				t.Errorf("JSON names scenario %v, n %v", m["scenario"], m["n"])
-			}
-			for _, f := range tc.fields {
-				if _, ok := m[f]; !ok {
-					t.Errorf("JSON lacks %q", f)
-				}
-			}
-			if tc.args[0] == "fanout" && (m["expected"] != m["delivered"] || m["lost_critical"] != float64(0)) {
-				t.Errorf("fanout lost messages on a healthy cluster: %v", m)
-			}
-		})
 	}
+	runScenario := func(t *testing.T, tc scenario) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append(append([]string{"bench"}, tc.args...), target...), &out, &errOut)
+		t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		m := lastJSON(t, out.String())
+		if m["scenario"] != tc.args[0] || m["n"] == nil {
+			t.Errorf("JSON names scenario %v, n %v", m["scenario"], m["n"])
+		}
+		for _, f := range tc.fields {
+			if _, ok := m[f]; !ok {
+				t.Errorf("JSON lacks %q", f)
+			}
+		}
+		if tc.args[0] == "fanout" && (m["expected"] != m["delivered"] || m["lost_critical"] != float64(0)) {
+			t.Errorf("fanout lost messages on a healthy cluster: %v", m)
+		}
+	}
+	// conns mostly waits (at least 4s) for the server's RSS to settle, with ten idle
+	// members: it runs beside the others, which run one after another, so that no two loads
+	// share the cluster.
+	t.Run("conns", func(t *testing.T) {
+		t.Parallel()
+		runScenario(t, scenario{"conns", []string{"conns", "--n", "10", "--settle", "4s"}, []string{"rss_per_conn_bytes"}})
+	})
+	t.Run("load", func(t *testing.T) {
+		t.Parallel()
+		// Under -short (`make test`) the fan-outs start publishing 100ms after the joins, not
+		// after the default 3s.
+		var pause []string
+		if testing.Short() {
+			pause = []string{"--pause", "100ms"}
+		}
+		for _, tc := range []scenario{
+			{"fanout", append([]string{"fanout", "--n", "10", "--rate", "20", "--duration", "1s", "--tick", "50ms", "--lane", "mix", "--progress"}, pause...),
+				[]string{"deliveries_per_sec", "deliveries_per_server_cpu_sec", "expected", "delivered", "lost_critical", "p50_ms", "p99_ms", "max_ms"}},
+			// Three worker processes, each started as `roomcast bench worker`.
+			{"fanout workers", append([]string{"fanout", "--n", "10", "--rate", "10", "--duration", "1s", "--tick", "50ms", "--per-process", "4", "--transport", "tcp"}, pause...),
+				[]string{"deliveries_per_server_cpu_sec", "lost_critical"}},
+			{"login", []string{"login", "--n", "20", "--rate", "100"}, []string{"logins_per_sec", "p99_ms"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) { runScenario(t, tc) })
+		}
+	})
 }
 
 func TestBenchUsage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int

@@ -20,7 +20,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/devnats"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
@@ -44,25 +44,24 @@ func (s *syncBuffer) String() string {
 // TestDevThenProbe runs `roomcast dev` and `roomcast probe` against it, as the README's quick
 // start does, then stops dev the way Ctrl-C does.
 func TestDevThenProbe(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // when the test fails before it stops dev itself
 	var devOut, devErr syncBuffer
-	done := make(chan int)
+	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--data", t.TempDir()}, &devOut, &devErr)
 	}()
 	var url string
 	re := regexp.MustCompile(`dispatch\s+(http://\S+)/v1/dispatch`)
-	deadline := time.Now().Add(20 * time.Second)
-	for url == "" {
-		if m := re.FindStringSubmatch(devOut.String()); m != nil {
-			url = m[1]
-		} else if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("dev printed no banner in 20s; stderr:\n%s", devErr.String())
-		} else {
-			time.Sleep(20 * time.Millisecond)
+	testkit.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		m := re.FindStringSubmatch(devOut.String())
+		if m == nil {
+			return fmt.Errorf("dev printed no banner; stderr:\n%s", devErr.String())
 		}
-	}
+		url = m[1]
+		return nil
+	})
 	for _, want := range []string{"demo page", "chatlink cl-1", "chatlink cl-2", "roomcast token --secret " + devcluster.Secret} {
 		if !strings.Contains(devOut.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, devOut.String())
@@ -87,7 +86,7 @@ func TestDevThenProbe(t *testing.T) {
 			t.Fatalf("three probes, each on one node only:\n%s", out.String())
 		}
 		t.Logf("probe on one node, trying again: %s", out.String())
-		time.Sleep(time.Second) // the next load reports
+		waitForReports(t, url)
 	}
 
 	cancel()
@@ -101,7 +100,37 @@ func TestDevThenProbe(t *testing.T) {
 	}
 }
 
+// waitForReports waits until the dispatcher at url has a load report from every node made after
+// the call: fresh CPU and bus readings.
+func waitForReports(t *testing.T, url string) {
+	t.Helper()
+	since := time.Now()
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		resp, err := http.Get(url + "/v1/nodes")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var view struct {
+			Nodes []struct {
+				Node        string
+				ReportAgeMs int64 `json:"report_age_ms"`
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&view); err != nil {
+			return err
+		}
+		for _, n := range view.Nodes {
+			if age := time.Duration(n.ReportAgeMs) * time.Millisecond; age >= time.Since(since) {
+				return fmt.Errorf("node %s last reported %v ago, before the wait began", n.Node, age)
+			}
+		}
+		return nil
+	})
+}
+
 func TestToken(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"token", "--secret", "s3", "--app", "a", "--uid", "u", "--room", "r", "--tags", "class:3,role:student"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
@@ -130,6 +159,7 @@ func TestToken(t *testing.T) {
 
 // TestPackagesHaveDocs checks that every package in the module says what it is for.
 func TestPackagesHaveDocs(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -172,6 +202,7 @@ func TestPackagesHaveDocs(t *testing.T) {
 // NATS connection (here in one test process, against a NATS server of their own), checks them
 // end to end with the probe, then drains one ChatLink with `roomcast drain`.
 func TestRolesAsSeparateProcesses(t *testing.T) {
+	t.Parallel()
 	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -190,30 +221,27 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		go func() { r.done <- run(ctx, args, r.out, r.out) }()
 		return r
 	}
-	api := testutil.FreeAddr(t)
+	api := testkit.FreeAddr(t)
 	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--api-key", "k1=demo")
 	var links []role
-	ops := []string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
+	ops := []string{testkit.FreeAddr(t), testkit.FreeAddr(t)}
 	for i, name := range []string{"edge-a", "edge-b"} {
 		links = append(links, start("chatlink", "--nats", ns.ClientURL(), "--node", name, "--secret", "demo="+devcluster.Secret,
-			"--ws", testutil.FreeAddr(t), "--tcp", testutil.FreeAddr(t), "--ops", ops[i], "--drain-spread", "200ms"))
+			"--ws", testkit.FreeAddr(t), "--tcp", testkit.FreeAddr(t), "--ops", ops[i], "--drain-spread", "200ms"))
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + api + "/v1/dispatch")
-		if err == nil {
-			var ans struct{ Nodes []struct{ Node string } }
-			_ = json.NewDecoder(resp.Body).Decode(&ans)
-			resp.Body.Close()
-			if len(ans.Nodes) == 2 {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ChatLinks did not show up in dispatch; services:\n%s", services.out.String())
+		var ans struct{ Nodes []struct{ Node string } }
+		_ = json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if len(ans.Nodes) != 2 {
+			return fmt.Errorf("the ChatLinks did not show up in dispatch (%d nodes); services:\n%s", len(ans.Nodes), services.out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Both kinds of role answer /healthz in one JSON shape (internal/roles.Health).
 	for _, url := range []string{"http://" + api, "http://" + ops[0]} {

@@ -36,6 +36,8 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
 	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
+	lifetimes := pairs{}
+	fs.Var(lifetimes, "token-max-lifetime", "APP=DURATION: how far ahead a login token of the app may expire; later is refused (repeatable; default 24h)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: roomcast chatlink --nats URL --node NAME --secret APP=SECRET [--tls-cert F --tls-key F] [flags]\n\nRuns one ChatLink edge node. SIGTERM or Ctrl-C drains it: clients are told to reconnect elsewhere.\n\n")
 		fs.PrintDefaults()
@@ -51,6 +53,15 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	node.Keys = auth.Keyring{}
 	for app, s := range secrets {
 		node.Keys[app] = []byte(s)
+	}
+	node.MaxTokenLifetime = auth.Lifetimes{}
+	for app, s := range lifetimes {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			fmt.Fprintf(stderr, "roomcast chatlink: --token-max-lifetime %s=%s: want a positive duration such as 24h\n", app, s)
+			return 2
+		}
+		node.MaxTokenLifetime[app] = d
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	node.Log = log

@@ -17,7 +17,7 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	app := fs.String("app", "", "app id (required)")
 	uid := fs.String("uid", "", "user id (required)")
 	room := fs.String("room", "", "room id (required)")
-	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
+	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid (a ChatLink refuses one valid longer than the app's --token-max-lifetime, 24h by default)")
 	tags := fs.String("tags", "", "comma-separated member tags, e.g. class:3,role:student")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast token --secret S --app A --uid U --room R [--ttl 1h] [--tags t1,t2]

@@ -3,14 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"
 )
 
@@ -22,13 +24,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // student between classes live. Then the moved student reconnects with its old token and is
 // still in its new class.
 func TestSuperclass(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Config{DataDir: t.TempDir(), ChatLinks: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	var out bytes.Buffer
 	cfg := Config{Dispatcher: c.URL(), API: c.URL(), APIKey: devcluster.APIKey, App: devcluster.App, Secret: devcluster.Secret, Room: "class", Out: &out}
 	if err := Run(ctx, cfg); err != nil {
@@ -41,10 +39,7 @@ func TestSuperclass(t *testing.T) {
 	}
 
 	// Stored tags outlive the session: the old token says class 1, the app server said class 2.
-	tok, err := auth.Mint([]byte(devcluster.Secret), devcluster.App, "student-1-5", "class", []string{"role:student", "class:1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := testcluster.Token(t, "student-1-5", "class", "role:student", "class:1")
 	cl, err := sdk.Dial(ctx, sdk.Config{Token: tok, Dispatcher: c.URL()})
 	if err != nil {
 		t.Fatal(err)
@@ -57,21 +52,15 @@ func TestSuperclass(t *testing.T) {
 			Tags []string `json:"tags"`
 		} `json:"members"`
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if err := p.api(ctx, "GET", "/v1/rooms/class/members?tag=class:2", nil, &members); err != nil {
 			t.Fatal(err)
 		}
-		found := false
 		for _, m := range members.Members {
-			found = found || m.UID == "student-1-5"
+			if m.UID == "student-1-5" {
+				return nil
+			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("student-1-5 is not in class 2 after reconnecting: %+v", members)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("student-1-5 is not in class 2 after reconnecting: %+v", members)
+	})
 }

@@ -31,6 +31,10 @@ var ErrExpired = errors.New("auth: token expired")
 // ErrInvalid wraps every other reason a token is refused.
 var ErrInvalid = errors.New("auth: invalid token")
 
+// ErrLifetime wraps ErrInvalid for a token whose exp is further ahead than its app's maximum
+// token lifetime (Lifetimes): a reason worth telling the client, whose app mints such tokens.
+var ErrLifetime = fmt.Errorf("%w: valid for longer than the app's maximum token lifetime", ErrInvalid)
+
 // ValidName reports whether s may be used as an app id, room id or uid: 1 to 128 characters of
 // A-Z a-z 0-9 _ -. Names become parts of NATS subjects and URLs, so no dots, spaces or
 // wildcards. (A loop, not a regexp: a login checks three names.)
@@ -85,6 +89,24 @@ func Mint(secret []byte, app, uid, room string, tags []string, ttl time.Duration
 // Keyring maps an app id to its token secret.
 type Keyring map[string][]byte
 
+// DefaultMaxLifetime is how far ahead of now a token's exp may be, for an app that sets no
+// lifetime of its own (Lifetimes).
+const DefaultMaxLifetime = 24 * time.Hour
+
+// Lifetimes maps an app id to the longest its tokens may still be valid: a token whose exp is
+// further ahead of now is refused, so a token minted by mistake to last for years (or a leaked
+// one) does not. (An exp in milliseconds is past the year 9999 and refused as a bad date.) An
+// app not in it, or with a lifetime of zero, gets DefaultMaxLifetime.
+type Lifetimes map[string]time.Duration
+
+// of returns app's maximum token lifetime.
+func (l Lifetimes) of(app string) time.Duration {
+	if d := l[app]; d > 0 {
+		return d
+	}
+	return DefaultMaxLifetime
+}
+
 // maxTokenLen bounds the tokens Verify looks at; a login frame is smaller still.
 const maxTokenLen = 4096
 
@@ -95,14 +117,18 @@ const stdHeader = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
 // validator checks the registered claims of a token whose signature is good.
 var validator = jwt.NewValidator(jwt.WithExpirationRequired())
 
-// Verify checks token's signature with its app's secret and its expiry, and returns its claims.
-// The error is ErrExpired or wraps ErrInvalid.
+// Verify is VerifyWithin with DefaultMaxLifetime for every app.
+func (k Keyring) Verify(token string) (*Claims, error) { return k.VerifyWithin(token, nil) }
+
+// VerifyWithin checks token's signature with its app's secret, its expiry, and that its exp is
+// no further ahead than the app's maximum lifetime in max, and returns its claims. The error
+// is ErrExpired or wraps ErrInvalid.
 //
 // Only HS256 is accepted, so Verify reads the compact form itself instead of through
 // jwt.Parse: a ChatLink verifies a token at every login, and the generic parser's header map,
 // reflection and per-call HMAC cost about 3 KB of garbage and 7 µs each (BenchmarkVerify).
 // The claims are checked by the jwt package's validator.
-func (k Keyring) Verify(token string) (*Claims, error) {
+func (k Keyring) VerifyWithin(token string, max Lifetimes) (*Claims, error) {
 	if len(token) > maxTokenLen {
 		return nil, fmt.Errorf("%w: token longer than %d bytes", ErrInvalid, maxTokenLen)
 	}
@@ -143,6 +169,9 @@ func (k Keyring) Verify(token string) (*Claims, error) {
 			return nil, ErrExpired
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if limit := max.of(c.App); time.Until(c.ExpiresAt.Time) > limit {
+		return nil, fmt.Errorf("%w: exp %s is more than %v ahead", ErrLifetime, c.ExpiresAt.UTC().Format(time.RFC3339), limit)
 	}
 	if !ValidName(c.App) || !ValidName(c.UID) || !ValidName(c.Room) {
 		return nil, fmt.Errorf("%w: app, uid and room must be valid names", ErrInvalid)

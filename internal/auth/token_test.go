@@ -321,3 +321,43 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestVerifyMaxLifetime checks that a token whose exp is further ahead than its app's maximum
+// lifetime is refused with a reason that says so.
+func TestVerifyMaxLifetime(t *testing.T) {
+	secret := []byte("s1")
+	keys := Keyring{"app1": secret, "app2": secret}
+	const h = `{"alg":"HS256","typ":"JWT"}`
+	claims := func(app string, exp time.Time) string {
+		return signRaw(secret, h, fmt.Sprintf(`{"app":%q,"uid":"u","room":"r","exp":%d}`, app, exp.Unix()))
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		tok   string
+		max   Lifetimes
+		valid bool
+	}{
+		{"an hour, default", claims("app1", now.Add(time.Hour)), nil, true},
+		{"just under a day, default", claims("app1", now.Add(DefaultMaxLifetime-time.Minute)), nil, true},
+		{"a day and a minute, default", claims("app1", now.Add(DefaultMaxLifetime+time.Minute)), nil, false},
+		{"ten years", claims("app1", now.AddDate(10, 0, 0)), nil, false},
+		{"a week, app allows 8 days", claims("app1", now.Add(7*24*time.Hour)), Lifetimes{"app1": 8 * 24 * time.Hour}, true},
+		{"a week, another app allows 8 days", claims("app2", now.Add(7*24*time.Hour)), Lifetimes{"app1": 8 * 24 * time.Hour}, false},
+		{"two hours, app allows one", claims("app1", now.Add(2*time.Hour)), Lifetimes{"app1": time.Hour}, false},
+		{"an hour, app's zero lifetime is the default", claims("app1", now.Add(time.Hour)), Lifetimes{"app1": 0}, true},
+	} {
+		_, err := keys.VerifyWithin(tc.tok, tc.max)
+		switch {
+		case tc.valid && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.valid && (!errors.Is(err, ErrLifetime) || !errors.Is(err, ErrInvalid)):
+			t.Errorf("%s: err %v, want ErrLifetime", tc.name, err)
+		}
+	}
+	// An exp in milliseconds is refused too, as a date past the year 9999.
+	millis := signRaw(secret, h, fmt.Sprintf(`{"app":"app1","uid":"u","room":"r","exp":%d}`, now.Add(time.Hour).UnixMilli()))
+	if _, err := keys.Verify(millis); !errors.Is(err, ErrInvalid) {
+		t.Errorf("exp in milliseconds: err %v, want ErrInvalid", err)
+	}
+}

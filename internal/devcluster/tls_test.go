@@ -20,7 +20,7 @@ import (
 	"roomcast/internal/certfiles"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testcerts"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -157,7 +157,7 @@ func TestTLS(t *testing.T) {
 	second.Write(t, dir)
 	want := second.Cert.SerialNumber.String()
 	for what, addr := range addrs {
-		testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 			if got, err := servedSerial(ca, addr); err != nil || got != want {
 				return fmt.Errorf("%s serves serial %s (%v), want the new %s", what, got, err, want)
 			}

@@ -16,6 +16,7 @@ import (
 // size: WebSocket frames with each of the three length forms, and length-prefixed TCP frames.
 // Every message arrives once, in order, whatever the cuts.
 func TestFeedSplitsFrames(t *testing.T) {
+	t.Parallel()
 	var frames [][]byte
 	var want []string
 	for i, size := range []int{10, 300, 70_000, 1} {
@@ -84,6 +85,7 @@ func TestFeedSplitsFrames(t *testing.T) {
 // TestReadLoop: without pollers a member's own reader hands what it reads to feed, and the end
 // of the stream ends the member.
 func TestReadLoop(t *testing.T) {
+	t.Parallel()
 	srv, cl := net.Pipe()
 	var got []string
 	c := &rawClient{nc: cl, done: make(chan struct{}), fd: -1, onMsg: func(_ int32, body []byte) { got = append(got, string(body)) }}

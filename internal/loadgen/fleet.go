@@ -197,7 +197,7 @@ func (f *fleet) token(j int) string {
 	i := f.spec.First + j
 	uid := fmt.Sprintf("bench-%x-%d", f.spec.Run, i)
 	tags := f.spec.tagging()
-	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), tags.memberTags(i), 24*time.Hour)
+	tok, err := auth.Mint(f.spec.Secret, f.spec.App, uid, f.spec.room(i), tags.memberTags(i), 12*time.Hour) // well under the ChatLink's 24h maximum token lifetime
 	if err != nil {
 		f.addError(fmt.Errorf("mint token for %s: %w", uid, err))
 		return ""

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
 
 func TestParseMetrics(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("testdata/metrics.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,7 @@ func TestParseMetrics(t *testing.T) {
 }
 
 func TestParseSampleLine(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		line string
 		want sample
@@ -87,6 +89,7 @@ func FuzzParseMetrics(f *testing.F) {
 }
 
 func TestParseProc(t *testing.T) {
+	t.Parallel()
 	rss, err := parseVmRSS("Name:\troomcast\nVmPeak:\t  900 kB\nVmRSS:\t   61234 kB\nThreads: 9\n")
 	if err != nil || rss != 61234*1024 {
 		t.Errorf("parseVmRSS = %v, %v", rss, err)
@@ -113,6 +116,7 @@ func TestParseProc(t *testing.T) {
 }
 
 func TestSplit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n, per int
 		want   []int
@@ -143,6 +147,7 @@ func TestSplit(t *testing.T) {
 }
 
 func TestSourceAddr(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		i    int
 		want string
@@ -178,6 +183,7 @@ func TestSourceAddr(t *testing.T) {
 }
 
 func TestBody(t *testing.T) {
+	t.Parallel()
 	run := runID{1, 2, 3, 4}
 	now := time.Now().UnixNano()
 	b := appendBody(nil, run, 77, now, 64)
@@ -200,6 +206,7 @@ func TestBody(t *testing.T) {
 }
 
 func TestMemberReceiveCountsDuplicates(t *testing.T) {
+	t.Parallel()
 	f := newFleet(spec{Run: runID{7}}, nil)
 	m := &member{f: f}
 	run := runID{7}
@@ -214,6 +221,7 @@ func TestMemberReceiveCountsDuplicates(t *testing.T) {
 }
 
 func TestBar(t *testing.T) {
+	t.Parallel()
 	if got := bar(5, 10); got != "[##########..........]" {
 		t.Errorf("bar(5, 10) = %s", got)
 	}
@@ -231,6 +239,7 @@ func pbMessage(body []byte) *roomcastpb.Message {
 
 // TestStartSpec checks that a run hands its settings to its workers.
 func TestStartSpec(t *testing.T) {
+	t.Parallel()
 	cfg, err := Config{Dispatcher: "http://127.0.0.1:1", Secret: []byte("s"), N: 10, Rooms: 3, Transport: "tcp", Tags: 4}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
@@ -254,13 +263,14 @@ func TestStartSpec(t *testing.T) {
 }
 
 func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
 	target := Config{Dispatcher: "http://127.0.0.1:8080/", Secret: []byte("s"), N: 1}
 	with := func(edit func(*Config)) Config {
 		c := target
 		edit(&c)
 		return c
 	}
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: target, Check: func(t *testing.T, c Config) {
 			if c.Dispatcher != "http://127.0.0.1:8080" || c.API != c.Dispatcher || c.Metrics != c.API+"/metrics" ||
 				c.App != "demo" || c.Transport != sdk.TransportWebSocket || c.Rooms != 1 || c.Duration != 10*time.Second ||

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/loadgen"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"
 )
 
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T) *devcluster.Cluster {
 	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(1))
+	return testcluster.Start(t, testcluster.ChatLinks(1))
 }
 
 // config is a bench against c with n members; fan-outs pause 100 ms after the joins, not the
@@ -44,6 +45,29 @@ func config(c *devcluster.Cluster, n int) loadgen.Config {
 		Pause: 100 * time.Millisecond,
 	}
 }
+
+// publishFor is how long a fan-out test publishes: 2s, or 500ms under -short (`make test`);
+// what the tests expect scales with it.
+func publishFor() time.Duration {
+	if testing.Short() {
+		return 500 * time.Millisecond
+	}
+	return 2 * time.Second
+}
+
+// settleFor bounds the conns tests' wait for the server's RSS to settle: 5s, or under -short
+// 3s, the least RunConns waits anyway.
+func settleFor() time.Duration {
+	if testing.Short() {
+		return 3 * time.Second
+	}
+	return 5 * time.Second
+}
+
+// oneLoad is held by each fan-out test while it runs: the tests run in parallel with the rest,
+// but not with each other, since each counts every delivery and two loads on a shared machine
+// starve each other's members.
+var oneLoad sync.Mutex
 
 // jsonFields returns v as a JSON object.
 func jsonFields(t *testing.T, v any) map[string]any {
@@ -69,10 +93,11 @@ func requireFields(t *testing.T, m map[string]any, names ...string) {
 }
 
 func TestConns(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	cfg := config(c, 20)
 	cfg.Rooms = 3
-	cfg.Settle = 5 * time.Second
+	cfg.Settle = settleFor()
 	res, err := loadgen.RunConns(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -98,10 +123,11 @@ func TestConns(t *testing.T) {
 }
 
 func TestConnsPID(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	cfg := config(c, 5)
 	cfg.PID = os.Getpid() // the cluster runs in this process
-	cfg.Settle = 4 * time.Second
+	cfg.Settle = settleFor() - time.Second
 	res, err := loadgen.RunConns(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +138,11 @@ func TestConnsPID(t *testing.T) {
 }
 
 func TestFanout(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
 	c := startCluster(t)
+	published := int64(20 * publishFor().Seconds())
 	for _, tc := range []struct {
 		name      string
 		transport string
@@ -132,7 +162,7 @@ func TestFanout(t *testing.T) {
 			cfg := config(c, 20)
 			cfg.Transport, cfg.Lane, cfg.NoMerge, cfg.Batch = tc.transport, tc.lane, tc.noMerge, tc.batch
 			cfg.Client, cfg.Slow = tc.client, tc.slow
-			cfg.Rate, cfg.Duration, cfg.Tick = 20, 2*time.Second, 50*time.Millisecond
+			cfg.Rate, cfg.Duration, cfg.Tick = 20, publishFor(), 50*time.Millisecond
 			var lines int
 			cfg.Progress = func(string) { lines++ }
 			res, err := loadgen.RunFanout(context.Background(), cfg)
@@ -143,9 +173,9 @@ func TestFanout(t *testing.T) {
 			if !res.OK() {
 				t.Errorf("fanout on a healthy cluster is not OK: %+v", res)
 			}
-			if res.Published != 40 || res.Expected != 40*20 || res.Delivered != res.Expected || res.Lost != 0 || res.Dup != 0 {
-				t.Errorf("published %d, expected %d, delivered %d, lost %d, dup %d; want 40, 800, 800, 0, 0",
-					res.Published, res.Expected, res.Delivered, res.Lost, res.Dup)
+			if res.Published != published || res.Expected != published*20 || res.Delivered != res.Expected || res.Lost != 0 || res.Dup != 0 {
+				t.Errorf("published %d, expected %d, delivered %d, lost %d, dup %d; want %d, %d, %[7]d, 0, 0",
+					res.Published, res.Expected, res.Delivered, res.Lost, res.Dup, published, published*20)
 			}
 			if res.DeliveredByLane.Critical != res.ExpectedByLane.Critical || res.LostCritical != 0 {
 				t.Errorf("critical: %d of %d delivered", res.DeliveredByLane.Critical, res.ExpectedByLane.Critical)
@@ -166,7 +196,7 @@ func TestFanout(t *testing.T) {
 				t.Errorf("latencies p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
 			}
 			if lines == 0 {
-				t.Error("no progress line in a 2s run")
+				t.Errorf("no progress line in a %v run", publishFor())
 			}
 			m := jsonFields(t, res)
 			requireFields(t, m, "scenario", "n", "deliveries_per_sec", "deliveries_per_server_cpu_sec", "expected",
@@ -178,6 +208,9 @@ func TestFanout(t *testing.T) {
 // TestFanoutWorkers runs the members in three worker processes (this test binary, acting as
 // `roomcast bench worker`), which report to this one.
 func TestFanoutWorkers(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
 	c := startCluster(t)
 	cfg := config(c, 20)
 	cfg.PerProcess = 8
@@ -200,7 +233,11 @@ func TestFanoutWorkers(t *testing.T) {
 // TestFanoutTags runs a tag-targeted fanout, in this process and over three worker
 // processes: every member gets exactly the messages its tags allow and nothing else.
 func TestFanoutTags(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
 	c := startCluster(t)
+	msgs := int(40 * publishFor().Seconds())
 	for _, tc := range []struct {
 		name       string
 		perProcess int
@@ -213,7 +250,7 @@ func TestFanoutTags(t *testing.T) {
 			const n, groups = 40, 8
 			cfg := config(c, n)
 			cfg.Tags, cfg.Lane = groups, tc.lane
-			cfg.Rate, cfg.Duration, cfg.Tick = 40, 2*time.Second, 50*time.Millisecond
+			cfg.Rate, cfg.Duration, cfg.Tick = 40, publishFor(), 50*time.Millisecond
 			if tc.perProcess > 0 {
 				cfg.PerProcess = tc.perProcess
 				cfg.WorkerCommand = []string{os.Args[0], workerFlag}
@@ -229,7 +266,7 @@ func TestFanoutTags(t *testing.T) {
 			// group: between 0 and 15 members. The exact figure is worked out independently
 			// here from the scheme.
 			var want int64
-			for seq := range 80 {
+			for seq := range msgs {
 				k := seq / 2 % 10
 				inClass := func(k int) int64 {
 					if k < groups {
@@ -248,7 +285,7 @@ func TestFanoutTags(t *testing.T) {
 					want += 5
 				}
 			}
-			if !res.OK() || res.Tags != groups || res.Published != 80 || res.Connected != n {
+			if !res.OK() || res.Tags != groups || res.Published != int64(msgs) || res.Connected != n {
 				t.Errorf("targeted fanout on a healthy cluster: %+v", res)
 			}
 			if res.Expected != want || res.Delivered != res.Expected || res.Lost != 0 || res.Leaked != 0 || res.Dup != 0 ||
@@ -256,7 +293,7 @@ func TestFanoutTags(t *testing.T) {
 				t.Errorf("expected %d (want %d), delivered %d, lost %d, leaked %d, dup %d, incomplete %d",
 					res.Expected, want, res.Delivered, res.Lost, res.Leaked, res.Dup, res.IncompleteMembers)
 			}
-			if res.Expected >= 80*n/2 || res.MeanAudience <= 0 || res.MeanAudience >= n {
+			if res.Expected >= int64(msgs*n/2) || res.MeanAudience <= 0 || res.MeanAudience >= n {
 				t.Errorf("expected %d deliveries, mean audience %v: not targeted", res.Expected, res.MeanAudience)
 			}
 			if res.ServerDeliveries != float64(res.Delivered) {
@@ -268,6 +305,7 @@ func TestFanoutTags(t *testing.T) {
 }
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	cfg := config(c, 50)
 	cfg.Rate = 200
@@ -289,6 +327,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestLoginBadSecret(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	cfg := config(c, 3)
 	cfg.Secret = []byte("wrong")
@@ -303,6 +342,7 @@ func TestLoginBadSecret(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	ok := loadgen.Config{Dispatcher: "http://127.0.0.1:1", APIKey: "k", Secret: []byte("s"), N: 1, Rate: 1}
 	for _, tc := range []struct {
 		name string

@@ -18,7 +18,7 @@ const slowReceiveBuffer = 4096
 // then never reads, like an app that froze or a client behind a stalled network. The server
 // must not let it delay the room, and must handle it as a slow reader.
 func dialSlow(ctx context.Context, cfg Config, hc *http.Client, room, uid string) (*rawClient, error) {
-	tok, err := auth.Mint(cfg.Secret, cfg.App, uid, room, nil, 24*time.Hour)
+	tok, err := auth.Mint(cfg.Secret, cfg.App, uid, room, nil, 12*time.Hour) // well under the ChatLink's 24h maximum token lifetime
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 // TestTaggingMembers checks the members' tags: G distinct sets, each group in its class.
 func TestTaggingMembers(t *testing.T) {
+	t.Parallel()
 	for _, g := range []int{1, 8, 10, 500} {
 		tg := tagging{groups: g}
 		sets := map[string]bool{}
@@ -40,10 +41,17 @@ func TestTaggingMembers(t *testing.T) {
 
 // TestTaggingExprMatchesAudience evaluates each message's expression with the server's own
 // tag language against every group's tags: it must select exactly the groups selects says.
+// Under -short it checks the first 200 messages of each scheme (every pairing of classes comes
+// within 180), not 2000.
 func TestTaggingExprMatchesAudience(t *testing.T) {
+	t.Parallel()
+	messages := uint64(2000)
+	if testing.Short() {
+		messages = 200
+	}
 	for _, g := range []int{1, 3, 8, 10, 37, 500} {
 		tg := tagging{groups: g}
-		for seq := range uint64(2000) {
+		for seq := range messages {
 			target := tg.target(seq)
 			src := target.expr()
 			e, err := tag.Compile(src)
@@ -61,6 +69,7 @@ func TestTaggingExprMatchesAudience(t *testing.T) {
 }
 
 func TestTaggingTargets(t *testing.T) {
+	t.Parallel()
 	tg := tagging{groups: 500}
 	for _, tc := range []struct {
 		seq  uint64
@@ -102,6 +111,7 @@ func TestTaggingTargets(t *testing.T) {
 // 500 groups of 30, so a class is 1,500 members, a two-class message 3,000 and its group adds
 // 30 unless the group is in one of the two classes.
 func TestAudienceSizes(t *testing.T) {
+	t.Parallel()
 	tg := tagging{groups: 500}
 	byGroup := make([]int64, 500)
 	for i := range 15000 {
@@ -133,6 +143,7 @@ func TestAudienceSizes(t *testing.T) {
 }
 
 func TestExpectedByGroup(t *testing.T) {
+	t.Parallel()
 	tg := tagging{groups: 8}
 	var acc seqSet
 	for _, seq := range []uint64{0, 1, 2, 3, 9, 200} {
@@ -163,6 +174,7 @@ func TestExpectedByGroup(t *testing.T) {
 }
 
 func TestSeqSet(t *testing.T) {
+	t.Parallel()
 	var s seqSet
 	in := []uint64{0, 5, 63, 64, 65, 1000, 5}
 	for _, seq := range in {
@@ -198,6 +210,7 @@ func TestSeqSet(t *testing.T) {
 // TestMemberReceiveFlagsLeaks checks that a message delivered outside its audience is counted
 // as leaked, not as a delivery.
 func TestMemberReceiveFlagsLeaks(t *testing.T) {
+	t.Parallel()
 	run := runID{9}
 	tg := tagging{groups: 8}
 	f := newFleet(spec{Run: run, Tags: 8}, nil)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -12,7 +12,7 @@ import (
 func TestConfigWithDefaults(t *testing.T) {
 	const dispatcher = "http://127.0.0.1:8080"
 	secret := []byte("s")
-	testutil.RunConfigCases(t, Config.withDefaults, []testutil.ConfigCase[Config]{
+	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Dispatcher: dispatcher, Secret: secret}, Check: func(t *testing.T, c Config) {
 			if c.App != "demo" || c.Room != "r1" || c.Clients != 4 || c.Messages != 10 || c.Transport != sdk.TransportWebSocket ||
 				c.Lane != roomcastpb.Lane_LANE_CRITICAL || c.Timeout != 15*time.Second || c.Settle != 200*time.Millisecond {

@@ -3,10 +3,8 @@ package probe_test
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,11 +14,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/clustertest"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/probe"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -31,10 +29,11 @@ func TestMain(m *testing.M) {
 
 func startCluster(t *testing.T, chatLinks int) *devcluster.Cluster {
 	t.Helper()
-	return clustertest.Start(t, clustertest.ChatLinks(chatLinks))
+	return testcluster.Start(t, testcluster.ChatLinks(chatLinks))
 }
 
 func TestProbeCluster(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2)
 	for _, transport := range []string{sdk.TransportWebSocket, sdk.TransportTCP} {
 		t.Run(transport, func(t *testing.T) {
@@ -61,6 +60,7 @@ func TestProbeCluster(t *testing.T) {
 }
 
 func TestProbeBadSecret(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	res, err := probe.Run(context.Background(), probe.Config{
 		Dispatcher: c.URL(), Secret: []byte("wrong"), Clients: 2, Messages: 1,
@@ -75,6 +75,7 @@ func TestProbeBadSecret(t *testing.T) {
 }
 
 func TestProbeConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  probe.Config
@@ -97,6 +98,7 @@ func TestProbeConfigErrors(t *testing.T) {
 // back to its sender, twice to everyone else, and drops every third message: the probe must
 // see all of it.
 func TestProbeCountsFaults(t *testing.T) {
+	t.Parallel()
 	link := startBrokenLink(t)
 	res, err := probe.Run(context.Background(), probe.Config{
 		Dispatcher: link.dispatcherURL, Secret: []byte("s"), Clients: 3, Messages: 3, Transport: sdk.TransportTCP,
@@ -188,7 +190,7 @@ func (l *brokenLink) accept() {
 func (l *brokenLink) serve(c *brokenConn) {
 	br := bufio.NewReader(c.nc)
 	for {
-		f, err := readFrame(br)
+		f, err := testkit.ReadFrame(br)
 		if err != nil {
 			return
 		}
@@ -226,21 +228,7 @@ func pushOf(msgs ...*roomcastpb.Message) *roomcastpb.Frame {
 }
 
 func (c *brokenConn) send(f *roomcastpb.Frame) {
-	b, _ := proto.Marshal(f)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, _ = c.nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
-}
-
-func readFrame(r io.Reader) (*roomcastpb.Frame, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	f := new(roomcastpb.Frame)
-	return f, proto.Unmarshal(b, f)
+	_ = testkit.WriteFrame(c.nc, f)
 }

@@ -20,7 +20,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/devnats"
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -66,6 +66,7 @@ func getHealth(url string) (int, map[string]any, error) {
 // Both roles, started as the commands start them, answer /healthz in one JSON shape: status
 // "ok" with 200 while they can work, "unavailable" with 503 and the reason when they cannot.
 func TestHealthzOneShape(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ns := startNATS(t, devnats.Config{StoreDir: dir})
 	port := ns.Addr().(*net.TCPAddr).Port
@@ -86,7 +87,7 @@ func TestHealthzOneShape(t *testing.T) {
 	check := func(wantCode int, wantStatus string) {
 		t.Helper()
 		for role, url := range endpoints {
-			testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 				code, body, err := getHealth(url)
 				if err != nil {
 					return err
@@ -130,7 +131,7 @@ func TestHealthzOneShape(t *testing.T) {
 func stringify(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 // A role that fails to start returns the error and leaves nothing running: no goroutine, no
-// NATS connection, no listener.
+// NATS connection, no listener. Not parallel: it counts the process's goroutines.
 func TestStartErrorsCleanUp(t *testing.T) {
 	ns := startNATS(t, devnats.Config{StoreDir: t.TempDir()})
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -139,7 +140,7 @@ func TestStartErrorsCleanUp(t *testing.T) {
 	}
 	defer busy.Close()
 	inUse := busy.Addr().String()
-	free := testutil.FreeAddr(t)
+	free := testkit.FreeAddr(t)
 	// A start that works first, so that the JetStream streams and buckets the roles create,
 	// and the NATS server's goroutines that keep them, exist before the failing starts.
 	svc, err := StartServices(servicesConfig(ns.ClientURL()))

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"roomcast/internal/testkit"
 )
 
 // Credentials of the server's root account.
@@ -82,7 +83,7 @@ func Start(t testing.TB) *Server {
 	}
 	dir := t.TempDir()
 	s := &Server{
-		Endpoint: freePort(t), Dir: filepath.Join(dir, "data"), t: t, bin: bin, log: filepath.Join(dir, "versitygw.log"),
+		Endpoint: testkit.FreeAddr(t), Dir: filepath.Join(dir, "data"), t: t, bin: bin, log: filepath.Join(dir, "versitygw.log"),
 		transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16},
 	}
 	if err := os.Mkdir(s.Dir, 0o755); err != nil {
@@ -217,15 +218,4 @@ func (s *Server) logTail() string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
-}
-
-// freePort returns a loopback address no one listens on right now.
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -1,9 +1,10 @@
 package netpoll
 
 import (
-	"roomcast/internal/testutil"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 // TestPollerOneShot: a registered socket's function runs once when data arrives and not again
@@ -16,7 +17,7 @@ func TestPollerOneShot(t *testing.T) {
 	}
 	go p.Run()
 	defer p.Stop()
-	s, peer := testutil.TCPPair(t)
+	s, peer := testkit.TCPPair(t)
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +69,7 @@ func TestPollerOneShot(t *testing.T) {
 
 // TestWritevNowFullSocket: a socket whose buffers are full takes nothing and returns at once.
 func TestWritevNowFullSocket(t *testing.T) {
-	s, _ := testutil.TCPPair(t)
+	s, _ := testkit.TCPPair(t)
 	if err := s.SetWriteBuffer(4096); err != nil {
 		t.Fatal(err)
 	}

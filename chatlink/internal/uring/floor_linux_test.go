@@ -3,11 +3,12 @@ package uring
 import (
 	"fmt"
 	"io"
-	"roomcast/internal/testutil"
 	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"roomcast/internal/testkit"
 )
 
 // BenchmarkLoopbackWrite measures the floor under a ChatLink's per-write cost on this machine:
@@ -101,7 +102,7 @@ func BenchmarkRingSend(b *testing.B) {
 func loopbackSockets(b *testing.B, n int) []int {
 	var fds []int
 	for range n {
-		s, c := testutil.TCPPair(b)
+		s, c := testkit.TCPPair(b)
 		go func() { _, _ = io.Copy(io.Discard, c) }()
 		f, err := s.File()
 		if err != nil {

@@ -4,19 +4,20 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"roomcast/internal/testutil"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"roomcast/internal/testkit"
 )
 
 // socketPair returns the server side's descriptor of a loopback TCP connection (non-blocking,
 // as Go leaves it) and the client's net.Conn.
 func socketPair(t *testing.T) (int32, net.Conn) {
 	t.Helper()
-	s, c := testutil.TCPPair(t)
+	s, c := testkit.TCPPair(t)
 	var fd int32
 	rc, _ := s.SyscallConn()
 	_ = rc.Control(func(d uintptr) { fd = int32(d) })

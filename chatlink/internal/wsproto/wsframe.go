@@ -36,9 +36,14 @@ type ProtocolError struct {
 
 func (e *ProtocolError) Error() string { return fmt.Sprintf("websocket %d: %s", e.Code, e.Reason) }
 
+// errNotUTF8 fails a connection whose text message is not UTF-8 (RFC 6455 8.1), checked once
+// the message is complete.
+var errNotUTF8 = &ProtocolError{1007, "text message is not UTF-8"}
+
 // Handler receives what a Reader parses. payload is valid only during the call.
 type Handler interface {
-	// Message receives a complete (possibly reassembled) text or binary message.
+	// Message receives a complete (possibly reassembled) binary message, or a text message
+	// that is UTF-8.
 	Message(op byte, payload []byte)
 	// Control receives a ping, pong or close frame.
 	Control(op byte, payload []byte)
@@ -119,10 +124,16 @@ func (r *Reader) Parse(data []byte, h Handler) (consumed, need int, perr *Protoc
 		case op == OpContinuation:
 			r.frag = append(r.frag, payload...)
 			if fin {
+				if r.fragOp == OpText && !utf8.Valid(r.frag) {
+					return consumed, 0, errNotUTF8
+				}
 				h.Message(r.fragOp, r.frag)
 				r.frag, r.fragging = nil, false
 			}
 		case fin:
+			if op == OpText && !utf8.Valid(payload) {
+				return consumed, 0, errNotUTF8
+			}
 			h.Message(op, payload)
 		default:
 			r.frag, r.fragOp, r.fragging = append([]byte(nil), payload...), op, true

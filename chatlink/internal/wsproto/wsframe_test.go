@@ -62,6 +62,7 @@ func feed(t *testing.T, stream []byte, chunk int) ([]string, *ProtocolError) {
 }
 
 func TestWSReaderFrames(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("b"), 300)
 	huge := bytes.Repeat([]byte("h"), 66000)
 	var stream []byte
@@ -76,7 +77,13 @@ func TestWSReaderFrames(t *testing.T) {
 	stream = append(stream, clientFrame(true, OpClose, []byte{0x03, 0xe8, 'b', 'y', 'e'})...)
 	want := []string{"msg2:one", "msg2:", "ctl9:0102", "msg2:fragment", "msg1:" + string(big),
 		"msg2:" + string(huge), "ctl8:03e8627965"}
-	for _, chunk := range []int{1, 3, 14, 100, 4096, len(stream)} {
+	// Pieces of one byte try every split point; feeding the 66 kB frame that way takes
+	// seconds, so under -short (`make test`) the smallest pieces are of three bytes.
+	chunks := []int{1, 3, 14, 100, 4096, len(stream)}
+	if testing.Short() {
+		chunks = chunks[1:]
+	}
+	for _, chunk := range chunks {
 		got, err := feed(t, append([]byte(nil), stream...), chunk)
 		if err != nil {
 			t.Fatalf("chunk %d: %v", chunk, err)
@@ -88,6 +95,7 @@ func TestWSReaderFrames(t *testing.T) {
 }
 
 func TestWSReaderRefuses(t *testing.T) {
+	t.Parallel()
 	unmasked := clientFrame(true, OpBinary, []byte("x"))
 	unmasked[1] &^= 0x80
 	rsv := clientFrame(true, OpBinary, []byte("x"))
@@ -108,6 +116,9 @@ func TestWSReaderRefuses(t *testing.T) {
 			clientFrame(true, OpContinuation, make([]byte, 40000))...), 1009},
 		"announced 2^63":   {[]byte{0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0}, 1009},
 		"bad close reason": {clientFrame(true, OpClose, []byte{0x03, 0xe8, 0xff}), 1007},
+		"text not UTF-8":   {clientFrame(true, OpText, []byte("ok\xed\xa0\x80")), 1007},
+		"text not UTF-8 in pieces": {append(clientFrame(false, OpText, []byte("ok\xe2")),
+			clientFrame(true, OpContinuation, []byte("\x82"))...), 1007},
 	} {
 		_, err := feed(t, tc.stream, 5)
 		if err == nil || err.Code != tc.code {
@@ -145,6 +156,7 @@ func FuzzWSReader(f *testing.F) {
 }
 
 func TestAppendHeader(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n    int
 		want []byte
@@ -162,6 +174,7 @@ func TestAppendHeader(t *testing.T) {
 }
 
 func TestValidCloseCode(t *testing.T) {
+	t.Parallel()
 	for code, want := range map[uint16]bool{
 		999: false, 1000: true, 1004: false, 1005: false, 1006: false, 1011: true, 1015: false,
 		2999: false, 3000: true, 4999: true, 5000: false,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/lxzan/gws"
 
-	"roomcast/internal/testutil"
+	"roomcast/internal/testkit"
 )
 
 type discardEvents struct{ gws.BuiltinEventHandler }
@@ -77,7 +77,7 @@ func BenchmarkWebSocketWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("via=%s", via), func(b *testing.B) {
 			var written atomic.Int64
 			done := func(error) { written.Add(1) }
-			before := testutil.ProcessCPU()
+			before := testkit.ProcessCPU()
 			b.ResetTimer()
 			for i := range b.N {
 				k := i % sockets
@@ -105,7 +105,7 @@ func BenchmarkWebSocketWrite(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((testutil.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
+			b.ReportMetric(float64((testkit.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/write")
 		})
 	}
 }

@@ -1,0 +1,65 @@
+package mobile
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"roomcast/proto/roomcastpb"
+	"roomcast/sdk"
+)
+
+func TestNewEvent(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		in   sdk.Event
+		want Event
+	}{
+		{&sdk.ConnectedEvent{LoginAck: &roomcastpb.LoginAck{Node: "cl-1", SessionId: "cl-1-7"}, Reconnected: true},
+			Event{Kind: EventConnected, Node: "cl-1", SessionID: "cl-1-7", Reconnected: true}},
+		{&sdk.ReconnectingEvent{Attempt: 3, Delay: 1500 * time.Millisecond, Err: boom},
+			Event{Kind: EventReconnecting, Attempt: 3, DelayMs: 1500, Error: "boom"}},
+		{&sdk.RecoveredEvent{Since: "01K", Recovered: false, Missing: 20, Count: 10},
+			Event{Kind: EventRecovered, Since: "01K", Missing: 20, Count: 10}},
+		{&sdk.RecoveredEvent{Missing: math.MaxUint64, Err: sdk.ErrHistoryUnavailable},
+			Event{Kind: EventRecovered, Missing: math.MaxInt64, Error: sdk.ErrHistoryUnavailable.Error()}},
+		{&sdk.ThinnedEvent{Normal: 4, Bulk: math.MaxUint32},
+			Event{Kind: EventThinned, ThinnedNormal: 4, ThinnedBulk: math.MaxUint32}},
+		{&sdk.KickedEvent{Code: 4007, Reason: "be nice", Terminal: true},
+			Event{Kind: EventKicked, Code: 4007, Reason: "be nice", Terminal: true}},
+		{&sdk.ErrorEvent{Err: boom}, Event{Kind: EventError, Error: "boom"}},
+		{&sdk.ClosedEvent{Err: sdk.ErrClosed}, Event{Kind: EventClosed, Error: sdk.ErrClosed.Error()}},
+		{&sdk.ClosedEvent{Err: &sdk.CloseError{Code: 4001}},
+			Event{Kind: EventClosed, Code: 4001, Error: (&sdk.CloseError{Code: 4001}).Error()}},
+	} {
+		if got := newEvent(tc.in); got == nil || *got != tc.want {
+			t.Errorf("newEvent(%#v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestNewMessage(t *testing.T) {
+	for lane, want := range map[roomcastpb.Lane]string{
+		roomcastpb.Lane_LANE_CRITICAL:    LaneCritical,
+		roomcastpb.Lane_LANE_NORMAL:      LaneNormal,
+		roomcastpb.Lane_LANE_UNSPECIFIED: LaneNormal,
+		roomcastpb.Lane_LANE_BULK:        LaneBulk,
+	} {
+		m := newMessage(&roomcastpb.Message{Id: "01K", Room: "r", Sender: "s", Type: "chat", Lane: lane,
+			TagExpr: "vip", Body: []byte("hi"), ServerTimeMs: 42, RoomSeq: 7})
+		if m.ID != "01K" || m.Room != "r" || m.Sender != "s" || m.Type != "chat" || m.Lane != want ||
+			m.TagExpr != "vip" || string(m.Body) != "hi" || m.ServerTimeMs != 42 || m.RoomSeq != 7 {
+			t.Errorf("lane %v: %+v", lane, m)
+		}
+		if lane == roomcastpb.Lane_LANE_UNSPECIFIED {
+			continue
+		}
+		if back, err := parseLane(want); err != nil || back != lane {
+			t.Errorf("parseLane(%q) = %v, %v, want %v", want, back, err, lane)
+		}
+	}
+	if l, err := parseLane(""); err != nil || l != roomcastpb.Lane_LANE_NORMAL {
+		t.Errorf(`parseLane("") = %v, %v, want normal`, l, err)
+	}
+}
