@@ -200,7 +200,7 @@ export class Client {
     return this.session?.transport;
   }
 
-  /** The greatest message id seen: what a later session can pass as Config.recoverSince. */
+  /** The greatest message id received over the connection: what a later session can pass as Config.recoverSince. */
   get lastId(): string {
     return this.delivery.lastId;
   }

@@ -48,10 +48,13 @@ export class Delivery {
     private readonly deliver: (m: Message) => void,
   ) {}
 
-  /** remember marks an id as seen without delivering it (the app's own sends: there is no echo, but recovery would return them). */
+  /**
+   * remember marks the id of a message the app sent as seen without delivering it: there is no
+   * echo, but recovery would return it. It does not move lastId: messages of others stamped
+   * before it may still be on their way (as in the Go SDK).
+   */
   remember(id: string): void {
     this.mark(id);
-    if (id > this.lastId) this.lastId = id;
   }
 
   /** add takes a batch from the long connection and returns how many were new. */

@@ -40,6 +40,10 @@ test("Delivery forgets the oldest ids beyond its window, and remembers the app's
   d.add([message("own", 1), message("a", 2), message("b", 3)]);
   d.add([message("own", 1)]); // forgotten: the window holds a and b
   assert.deepEqual(got, ["a", "b", "own"]);
+  const mine = new Delivery(10, () => {});
+  mine.add([message("01A", 1)]);
+  mine.remember("01Z");
+  assert.equal(mine.lastId, "01A", "an own send does not move where recovery starts");
 });
 
 test("readClaims reads app, uid and room, and refuses what is not a token", () => {
