@@ -29,8 +29,9 @@ type Config struct {
 	PollInterval, PollJitter time.Duration
 	// OnlineThreshold puts a room that no pin holds in CDN mode while it has at least this many
 	// members online, for apps whose policy sets none. Zero value (or negative) means never:
-	// neither SDK polls segments yet, so a room moves its CDN lanes off the long link only
-	// when the app asks (a pin, or a policy with a threshold).
+	// a member whose client does not poll segments (a native client on the bare protocol)
+	// misses the lanes a room moves, so the rules are the app's choice (its policy) or the
+	// deployment's (this setting), not a default.
 	OnlineThreshold int64
 	// FlowControlLevel puts such a room in CDN mode while a ChatLink holding its members reports
 	// flow control at least this strong (0 to 1). Zero value (or negative) means never, for the

@@ -51,8 +51,8 @@ func bindCDNWindowFlag(fs *flag.FlagSet, window *time.Duration) {
 // returned function checks them and sets them in the config.
 func bindCDNManagerFlags(fs *flag.FlagSet, c *cdnmanager.Config) {
 	fs.Var((*urls)(&c.BaseURLs), "cdn-base-url", "public base URL of the segments (a CDN in front of the bucket and prefix), repeatable: the default vendors of apps that set none")
-	fs.Int64Var(&c.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode, for apps whose policy sets none (0 or negative: never; no SDK polls segments yet)")
-	fs.Float64Var(&c.FlowControlLevel, "cdn-flow-level", 0, "ChatLink flow-control strength (0-1) that puts its rooms in CDN mode, for apps whose policy sets none (0 or negative: never; no SDK polls segments yet)")
+	fs.Int64Var(&c.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode, for apps whose policy sets none (0 or negative: never; clients that do not poll segments miss the moved lanes)")
+	fs.Float64Var(&c.FlowControlLevel, "cdn-flow-level", 0, "ChatLink flow-control strength (0-1) that puts its rooms in CDN mode, for apps whose policy sets none (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 }
 
 func runCdnPusher(ctx context.Context, args []string, _, stderr io.Writer) int {

@@ -6,6 +6,8 @@
 // join at once.
 
 import {
+  type CdnConfig,
+  CdnMode,
   Client,
   CloseCode,
   CloseError,
@@ -22,7 +24,8 @@ const ui = {
   joinForm: $<HTMLFormElement>("join-form"), uid: $<HTMLInputElement>("uid"), room: $<HTMLInputElement>("room"),
   join: $<HTMLButtonElement>("join"), status: $("status"), state: $("st-state"), node: $("st-node"),
   transport: $("st-transport"),
-  session: $("st-session"), received: $("st-received"), drawn: $("st-drawn"), stage: $("stage"),
+  session: $("st-session"), received: $("st-received"), drawn: $("st-drawn"), thinned: $("st-thinned"),
+  cdn: $("st-cdn"), stage: $("stage"),
   stageNote: $("stage-note"), log: $<HTMLOListElement>("log"), sendForm: $<HTMLFormElement>("send-form"),
   text: $<HTMLInputElement>("text"), lane: $<HTMLSelectElement>("lane"), send: $<HTMLButtonElement>("send"),
   density: $<HTMLInputElement>("density"), densityName: $("density-name"), codes: $<HTMLTableElement>("codes"),
@@ -182,7 +185,7 @@ function timeEl(ms: number) {
   return t;
 }
 
-function note(text: string, kind: "" | "error" = "") {
+function note(text: string, kind: "" | "warn" | "error" = "") {
   const li = document.createElement("li");
   li.className = `note ${kind}`;
   li.append(timeEl(0), span("body", text));
@@ -218,9 +221,44 @@ for (const [title, e] of [["close codes", CloseCode], ["error codes", ErrorCode]
   }
 }
 
+// ---- what the room's stream left out, and the CDN ----
+
+const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? "" : "s"}`;
+let thinnedTotal = 0;
+let thinnedNow = { normal: 0, bulk: 0 };
+let thinnedTimer = 0;
+
+/** onThinned counts what the budget or flow control left out, and notes it once a second, not once a push. */
+function onThinned(normal: number, bulk: number) {
+  thinnedTotal += normal + bulk;
+  ui.thinned.textContent = String(thinnedTotal);
+  thinnedNow = { normal: thinnedNow.normal + normal, bulk: thinnedNow.bulk + bulk };
+  thinnedTimer ||= window.setTimeout(() => {
+    const { normal: n, bulk: b } = thinnedNow;
+    thinnedNow = { normal: 0, bulk: 0 };
+    thinnedTimer = 0;
+    note(`Thinned: ${plural(n + b, "message")} left out by the room's budget or flow control (${n} normal, ${b} bulk)`, "warn");
+  }, 1000);
+}
+
+/** showCdn shows whether the room's bulk danmaku come by CDN segments, and what polling them did. */
+function showCdn(c: Client) {
+  const cfg: CdnConfig | undefined = c.cdnConfig;
+  const mode = !cfg ? "off" : cfg.mode === CdnMode.NORMAL_AND_BULK ? "normal+bulk" : "bulk";
+  if (mode !== ui.cdn.dataset.mode) {
+    if (cfg) note(`The room's ${mode} danmaku come by CDN segments now: a window of ${cfg.windowMs} ms, polled from ${plural(cfg.vendors.length, "vendor")}`);
+    else if (ui.cdn.dataset.mode && ui.cdn.dataset.mode !== "off") note("CDN mode ended: everything comes over the connection");
+    ui.cdn.dataset.mode = mode;
+  }
+  const st = c.cdnStats;
+  ui.cdn.textContent = cfg || st.polls ? `${mode} · ${st.hits}/${st.polls} segments · ${st.messages} msgs${st.gaps ? ` · ${st.gaps} gaps` : ""}` : "off";
+  ui.cdn.title = JSON.stringify(st);
+}
+
 // ---- joining, leaving, sending ----
 
 let client: Client | undefined;
+let cdnTimer = 0;
 
 function setState(state: string) {
   ui.status.className = `status state-${state}`;
@@ -256,19 +294,31 @@ async function join() {
     setState("reconnecting");
     note(`${errorText(ev.reason)} — reconnecting in ${(ev.delayMs / 1000).toFixed(1)} s (attempt ${ev.attempt})`, "error");
   });
-  c.on("recovered", (ev) => note(`Recovered ${ev.count} message${ev.count === 1 ? "" : "s"} missed while away`));
+  c.on("recovered", (ev) => {
+    const what = ev.since ? "missed while away" : "of history";
+    if (ev.error) note(`No ${what}: ${errorText(ev.error)}`, "error");
+    else if (!ev.recovered) {
+      note(`Recovered ${plural(ev.count, "message")} ${what}; recovery incomplete: ${ev.missing ? plural(ev.missing, "message") : "some messages"} no longer kept`, "warn");
+    } else note(`Recovered ${plural(ev.count, "message")} ${what}`);
+  });
+  c.on("thinned", (ev) => onThinned(ev.normal, ev.bulk));
   c.on("kicked", (ev) => note(`Kicked: ${ev.code} ${ev.name}${ev.reason ? ` — ${ev.reason}` : ""}`, "error"));
   c.on("error", (err) => note(`Error: ${errorText(err)}`, "error"));
   c.on("closed", (err) => {
     if (client === c) client = undefined;
+    clearInterval(cdnTimer);
+    showCdn(c);
     setState("closed");
     note(`Left: ${errorText(err)}`, err.name === "ClosedError" ? "" : "error");
   });
   setState("connecting");
+  clearInterval(cdnTimer);
+  cdnTimer = window.setInterval(() => showCdn(c), 500);
   try {
     await c.connect();
   } catch (e) {
     if (client === c) client = undefined;
+    clearInterval(cdnTimer);
     setState("closed");
     note(`Could not join: ${errorText(e as Error)}`, "error");
   }

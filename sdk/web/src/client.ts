@@ -1,20 +1,30 @@
 // The client: connects through the dispatcher, keeps the connection up, and hands the app each
 // message once and in order.
 
+import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
-import { Delivery } from "./delivery.js";
+import { Delivery, idFloor } from "./delivery.js";
 import { dispatch } from "./dispatch.js";
 import {
   ClosedError,
   CloseError,
   closeCodeName,
+  HistoryUnavailableError,
   NotConnectedError,
   RoomcastError,
+  type SendError,
 } from "./errors.js";
-import type { LoginAck, Push, Reconnect, SendAck } from "./gen/client_pb.js";
+import type { CdnConfig } from "./gen/cdn_pb.js";
+import { ErrorCode, type LoginAck, type Push, type Reconnect, type SendAck } from "./gen/client_pb.js";
 import { Lane, type Message } from "./gen/message_pb.js";
 import { type LoginOptions, Session, type SessionSink } from "./session.js";
+
+const unavailable = (why: string) => ({
+  recovered: false,
+  missing: 0,
+  error: new HistoryUnavailableError(`roomcast: the room's history is unavailable: ${why}`),
+});
 
 /** A message to send. */
 export interface Outgoing {
@@ -50,12 +60,43 @@ export interface ReconnectingEvent {
   reason: RoomcastError;
 }
 
-/** recovered: after a reconnect, the messages missed meanwhile have been delivered. */
+/**
+ * recovered: the answer to a login that asked for what was missed (after a reconnect, or
+ * Config.recoverSince or Config.history on the first login) has been delivered: every message it
+ * brought came before this event.
+ */
 export interface RecoveredEvent {
-  /** The id the client recovered from. */
+  /** The id the client recovered from; "" for Config.history. */
   since: string;
-  /** How many missed messages the server sent that had not arrived otherwise. */
+  /**
+   * True when nothing is missing: every kept message after since that this member may see has
+   * been delivered (also when there was none). False when the gap was larger than the room's
+   * history (missing says how many are lost), or when the server could not answer (error).
+   */
+  recovered: boolean;
+  /**
+   * When recovered is false, how many of the room's critical and normal messages after since are
+   * no longer kept; 0 when the server could not count them. It may include messages this
+   * member's tags would not allow.
+   */
+  missing: number;
+  /** How many messages the answer brought that had not arrived otherwise. */
   count: number;
+  /**
+   * Set when the server could not answer: a HistoryUnavailableError, or a SendError with the
+   * server's code (109 BAD_RECOVER_SINCE, 503 UNAVAILABLE). Nothing was recovered.
+   */
+  error?: RoomcastError;
+}
+
+/**
+ * thinned: the room's budget, the node's flow control or this client's slow reading left
+ * messages out of the stream, counted per lane since the previous push. Critical messages are
+ * never left out.
+ */
+export interface ThinnedEvent {
+  normal: number;
+  bulk: number;
 }
 
 /** kicked: the server sent a Kick before closing the connection. */
@@ -75,6 +116,7 @@ export interface ClientEvents {
   message: Message;
   reconnecting: ReconnectingEvent;
   recovered: RecoveredEvent;
+  thinned: ThinnedEvent;
   kicked: KickedEvent;
   /** Something went wrong that the client handles itself (it reconnects): a protocol error, a failed attempt, a timeout. */
   error: RoomcastError;
@@ -102,17 +144,32 @@ export class Client {
   private establishing = false; // a reconnect or move is dialing
   private holdTimer: ReturnType<typeof setTimeout> | undefined;
   private recovering: { since: string; count: number } | undefined;
+  private since: string; // Config.recoverSince until the server refuses it
+  private baseline = ""; // the id floor of the first login's time: recovery's start before any message
+  private readonly poller: CdnPoller;
   private dispatched: { endpoints: Endpoint[]; until: number } | undefined;
   private worked: "ws" | "sse" | undefined; // the transport of the last login
   private sink: SessionSink;
 
   constructor(config: Config) {
     this.s = withDefaults(config);
+    this.since = this.s.recoverSince;
     this.delivery = new Delivery(this.s.dedupeWindow, (m) => this.emit("message", m));
+    this.poller = new CdnPoller({
+      fetch: this.s.fetch,
+      region: this.s.cdnRegion,
+      logger: this.s.logger,
+      fresh: (msgs) => this.delivery.fresh(msgs),
+      release: (m) => this.delivery.release([m]),
+    });
     this.sink = {
       push: (s, p) => this.onPush(s, p),
       reconnect: (s, r) => this.onReconnect(s, r),
       end: (s, err) => this.onEnd(s, err),
+      cdn: (s, c) => {
+        if (s === this.session) this.poller.configure(c);
+      },
+      historyFailed: (s, err) => this.onHistoryFailed(s, err),
     };
   }
 
@@ -143,9 +200,19 @@ export class Client {
     return this.session?.transport;
   }
 
-  /** The greatest message id seen: what a later session can pass as Config.recoverSince. */
+  /** The greatest message id received over the connection: what a later session can pass as Config.recoverSince. */
   get lastId(): string {
     return this.delivery.lastId;
+  }
+
+  /** The room's CDN config while it is in CDN mode (the client polls its segments), else undefined. */
+  get cdnConfig(): CdnConfig | undefined {
+    return this.poller.config;
+  }
+
+  /** What the segment poller did so far: a copy. */
+  get cdnStats(): CdnStats {
+    return { ...this.poller.stats };
   }
 
   /**
@@ -157,7 +224,7 @@ export class Client {
   async connect(): Promise<LoginAck> {
     if (this._state !== "idle") throw new RoomcastError(`roomcast: connect while ${this._state}`);
     this._state = "connecting";
-    const login = { recoverSince: this.s.recoverSince, history: this.s.history };
+    const login = { recoverSince: this.since, recoverSinceRoomSeq: 0n, history: this.s.history };
     try {
       const session = await this.establish(login);
       this.adopt(session, login, false);
@@ -196,6 +263,7 @@ export class Client {
     clearTimeout(this.retryTimer);
     clearTimeout(this.moveTimer);
     this.endHold();
+    this.poller.stop();
     const s = this.session;
     this.session = undefined;
     s?.close(err);
@@ -203,7 +271,7 @@ export class Client {
   }
 
   /** establish tries the endpoints in order and returns the first session that logged in. */
-  private async establish(login: { recoverSince: string; history: number }): Promise<Session> {
+  private async establish(login: LoginOptions): Promise<Session> {
     let endpoints = this.s.endpoints;
     const fromDispatcher = endpoints.length === 0;
     if (fromDispatcher) {
@@ -258,18 +326,31 @@ export class Client {
     // A move (the server's Reconnect) logs in at the new node before leaving the old one.
     old?.close(new CloseError(1000, "moved to another ChatLink"));
     this._state = "connected";
+    const ack = session.loginAck!;
+    if (!this.baseline && ack.serverTimeMs > 0n) this.baseline = idFloor(Number(ack.serverTimeMs));
+    this.emit("connected", { loginAck: ack, endpoint: session.endpoint, transport: session.transport, reconnected });
     if (login.recoverSince || login.history > 0) this.startHold(login.recoverSince);
-    this.emit("connected", { loginAck: session.loginAck!, endpoint: session.endpoint, transport: session.transport, reconnected });
+    this.poller.login(ack);
     session.attach();
   }
 
   private onPush(s: Session, p: Push): void {
     if (s !== this.session) return;
+    if (p.thinned) this.emit("thinned", { normal: p.thinned.normal, bulk: p.thinned.bulk });
     const n = this.delivery.add(p.messages);
-    if (p.history && this.delivery.holding) {
-      if (this.recovering) this.recovering.count += n;
-      if (p.recovery) this.endHold(); // the last Push of the history
+    if (p.history && this.recovering) {
+      this.recovering.count += n;
+      // The last Push of the answer says what it did.
+      if (p.recovery) this.endHold({ recovered: p.recovery.recovered, missing: Number(p.recovery.missing) });
     }
+  }
+
+  /** The server refused the login's history request: the hold ends with nothing recovered. */
+  private onHistoryFailed(s: Session, err: SendError): void {
+    if (s !== this.session || !this.recovering) return;
+    // A recover_since the server refuses (from Config.recoverSince) is not asked again.
+    if (err.code === ErrorCode.BAD_RECOVER_SINCE && this.recovering.since === this.since) this.since = "";
+    this.endHold({ recovered: false, missing: 0, error: err });
   }
 
   /** The server drains this ChatLink: wait delayMs, dispatch again, log in elsewhere, then leave. */
@@ -323,8 +404,8 @@ export class Client {
   private async reconnectNow(): Promise<void> {
     this.retryTimer = undefined;
     if (this.establishing || this.closed) return;
-    const since = this.delivery.lastId || this.s.recoverSince;
-    const login = { recoverSince: since, history: since ? 0 : this.s.history };
+    const since = this.delivery.lastId || this.since || this.baseline;
+    const login = { recoverSince: since, recoverSinceRoomSeq: this.delivery.lastSeq, history: since ? 0 : this.s.history };
     this.establishing = true;
     try {
       const session = await this.establish(login);
@@ -342,19 +423,23 @@ export class Client {
 
   /** startHold holds live messages until the history asked for at login arrives, or for recoveryWaitMs. */
   private startHold(since: string): void {
+    if (this.recovering) this.endHold(unavailable("the previous connection's history never came"));
     this.delivery.hold();
-    this.recovering = since ? { since, count: 0 } : undefined;
-    clearTimeout(this.holdTimer);
-    this.holdTimer = setTimeout(() => this.endHold(), this.s.recoveryWaitMs);
+    this.recovering = { since, count: 0 };
+    this.holdTimer = setTimeout(
+      () => this.endHold(unavailable(`no answer within ${this.s.recoveryWaitMs} ms`)),
+      this.s.recoveryWaitMs,
+    );
   }
 
-  private endHold(): void {
+  /** endHold delivers what was held, in order, then (with how it ended) the recovered event. */
+  private endHold(how?: Pick<RecoveredEvent, "recovered" | "missing" | "error">): void {
     clearTimeout(this.holdTimer);
     this.holdTimer = undefined;
-    this.delivery.release();
+    this.delivery.unhold();
     const r = this.recovering;
     this.recovering = undefined;
-    if (r && this._state !== "closed" && this.session) this.emit("recovered", r);
+    if (r && how && this._state !== "closed") this.emit("recovered", { ...r, ...how });
   }
 
   private emit<K extends keyof ClientEvents>(type: K, ev: ClientEvents[K]): void {

@@ -5,6 +5,9 @@ import { RoomcastError } from "./errors.js";
 /** CLIENT_NAME is what the SDK reports in Login.client. */
 export const CLIENT_NAME = "roomcast-web/0.1";
 
+/** PROTOCOL_VERSION is the version of the wire protocol (docs/protocol.md) the SDK speaks. */
+export const PROTOCOL_VERSION = 1;
+
 /** MAX_FRAME_SIZE is the largest frame either side may send, in protobuf bytes. */
 export const MAX_FRAME_SIZE = 65536;
 
@@ -30,6 +33,12 @@ export type EventSourceConstructor = new (url: string) => EventSource;
  * endpoint cannot be reached by it (a proxy that refuses the upgrade).
  */
 export type Transport = "auto" | "ws" | "sse";
+
+/** Logger receives the client's few log lines; `console` is one. */
+export interface Logger {
+  warn(message: string, ...args: unknown[]): void;
+  debug(message: string, ...args: unknown[]): void;
+}
 
 /** Config says where and how a Client connects. Only token and dispatcher (or endpoints) are required. */
 export interface Config {
@@ -68,6 +77,13 @@ export interface Config {
   recoveryWaitMs?: number;
   /** How many message ids are remembered to drop duplicates. Default 10000. */
   dedupeWindow?: number;
+  /**
+   * The member's region, as the deployment's dispatcher names them: in CDN mode, vendors that
+   * list regions are chosen only when they list this one. Default "": the vendors that list none.
+   */
+  cdnRegion?: string;
+  /** Receives the client's few log lines (CDN polling problems, mostly). Default none. */
+  logger?: Logger;
   /** The WebSocket implementation. Default globalThis.WebSocket. */
   WebSocket?: WebSocketConstructor;
   /** The EventSource implementation for the fallback. Default globalThis.EventSource. */
@@ -77,9 +93,10 @@ export interface Config {
 }
 
 /** Settings is a Config with every default filled in. */
-export type Settings = Required<Omit<Config, "dispatcher" | "recoverSince">> & {
+export type Settings = Required<Omit<Config, "dispatcher" | "recoverSince" | "logger">> & {
   dispatcher: string | undefined;
   recoverSince: string;
+  logger: Logger | undefined;
 };
 
 /** withDefaults returns cfg with the documented defaults, or throws for a Config the client cannot use. */
@@ -113,6 +130,8 @@ export function withDefaults(cfg: Config): Settings {
     stableAfterMs: positive(cfg.stableAfterMs, 10000),
     recoveryWaitMs: positive(cfg.recoveryWaitMs, 2500),
     dedupeWindow: positive(cfg.dedupeWindow, 10000),
+    cdnRegion: cfg.cdnRegion ?? "",
+    logger: cfg.logger,
     WebSocket: ws as WebSocketConstructor,
     EventSource: (cfg.EventSource ?? globalThis.EventSource) as EventSourceConstructor,
     fetch: f as typeof fetch,

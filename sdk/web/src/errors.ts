@@ -91,6 +91,16 @@ export class ProtocolError extends RoomcastError {
   override name = "ProtocolError";
 }
 
+/** VersionError: the server's LoginAck names a protocol version this SDK does not speak. */
+export class VersionError extends ProtocolError {
+  override name = "VersionError";
+}
+
+/** HistoryUnavailableError: the history a login asked for did not come (the server could not read it, or did not answer within Config.recoveryWaitMs). */
+export class HistoryUnavailableError extends RoomcastError {
+  override name = "HistoryUnavailableError";
+}
+
 /** ServerTimeoutError: nothing arrived from the server for three heartbeat intervals. */
 export class ServerTimeoutError extends RoomcastError {
   override name = "ServerTimeoutError";

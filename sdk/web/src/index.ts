@@ -1,7 +1,8 @@
 /**
  * The Roomcast web SDK: a browser (or any runtime with WebSocket and fetch) joins a Roomcast
- * room, sends and receives. It speaks the protocol of docs/protocol.md with code generated from
- * proto/*.proto, and only that: tokens are minted by the app server, not here.
+ * room, sends and receives, and in a room in CDN mode polls the room's segments (docs/cdn.md).
+ * It speaks the protocol of docs/protocol.md with code generated from proto/*.proto, and only
+ * that: tokens are minted by the app server, not here.
  *
  * @module
  */
@@ -15,10 +16,14 @@ export type {
   ReconnectingEvent,
   RecoveredEvent,
   State,
+  ThinnedEvent,
 } from "./client.js";
-export { CLIENT_NAME, MAX_FRAME_SIZE } from "./config.js";
-export type { Config, Endpoint, EventSourceConstructor, Transport, WebSocketConstructor } from "./config.js";
-export { compareMessages } from "./delivery.js";
+export type { CdnStats } from "./cdn.js";
+export { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
+export type { Config, Endpoint, EventSourceConstructor, Logger, Transport, WebSocketConstructor } from "./config.js";
+export { compareMessages, idFloor } from "./delivery.js";
+export { decodeSegment, MAX_SEGMENT_BYTES, SegmentError, segmentIndex, segmentUrl } from "./segment.js";
+export type { WantSegment } from "./segment.js";
 export { dispatch, readClaims } from "./dispatch.js";
 export { sseUrl } from "./transport.js";
 export type { Dispatched, TokenClaims } from "./dispatch.js";
@@ -29,6 +34,7 @@ export {
   closeCodeName,
   DispatchError,
   errorCodeName,
+  HistoryUnavailableError,
   LoginTimeoutError,
   NotConnectedError,
   ProtocolError,
@@ -36,7 +42,10 @@ export {
   SendError,
   ServerTimeoutError,
   terminalCode,
+  VersionError,
 } from "./errors.js";
+export { CdnMode } from "./gen/cdn_pb.js";
+export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
 export { CloseCode, ErrorCode } from "./gen/client_pb.js";
 export type { LoginAck, SendAck } from "./gen/client_pb.js";
 export { Lane } from "./gen/message_pb.js";

@@ -2,7 +2,7 @@
 
 import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import type { Endpoint, Settings } from "./config.js";
-import { CLIENT_NAME, MAX_FRAME_SIZE } from "./config.js";
+import { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
 import {
   CloseError,
   LoginTimeoutError,
@@ -10,7 +10,9 @@ import {
   RoomcastError,
   SendError,
   ServerTimeoutError,
+  VersionError,
 } from "./errors.js";
+import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
   type Frame,
   FrameSchema,
@@ -29,6 +31,10 @@ const minHeartbeatMs = 10; // a floor against a server's typo
 export interface SessionSink {
   push(s: Session, p: Push): void;
   reconnect(s: Session, r: Reconnect): void;
+  /** The room's CDN config changed (a CdnConfig frame). */
+  cdn(s: Session, c: CdnConfig): void;
+  /** The server refused the login's history request (an Error with seq 0). */
+  historyFailed(s: Session, err: SendError): void;
   /** A logged-in session ended; not called for one that failed before its LoginAck. */
   end(s: Session, err: RoomcastError): void;
 }
@@ -36,6 +42,8 @@ export interface SessionSink {
 /** What the Login asks for besides the token. */
 export interface LoginOptions {
   recoverSince: string;
+  /** The greatest room_seq seen, sent with recoverSince; 0n if none. */
+  recoverSinceRoomSeq: bigint;
   history: number;
 }
 
@@ -96,8 +104,9 @@ export class Session {
         open: () => this.write({
           case: "login",
           value: {
-            token: this.s.token, device: this.s.device, client: CLIENT_NAME,
-            recoverSince: this.login.recoverSince, history: this.login.recoverSince ? 0 : this.login.history,
+            token: this.s.token, device: this.s.device, client: CLIENT_NAME, protocolVersion: PROTOCOL_VERSION,
+            recoverSince: this.login.recoverSince, recoverSinceRoomSeq: this.login.recoverSince ? this.login.recoverSinceRoomSeq : 0n,
+            history: this.login.recoverSince ? 0 : this.login.history,
           },
         }),
         frame: (data) => this.onFrame(data),
@@ -162,6 +171,10 @@ export class Session {
     }
     if (!this.loginAck) {
       if (k.case === "loginAck") {
+        if (k.value.protocolVersion > PROTOCOL_VERSION) {
+          this.end(new VersionError(`roomcast: protocol error: the server speaks protocol version ${k.value.protocolVersion}, this SDK ${PROTOCOL_VERSION}`));
+          return;
+        }
         this.loginAck = k.value;
         this.setInterval(k.value.heartbeatIntervalMs);
         this.loginDone?.();
@@ -178,9 +191,13 @@ export class Session {
       case "sendAck":
         this.answer(k.value.seq, k.value);
         return;
-      case "error":
-        if (k.value.seq !== 0n) this.answer(k.value.seq, undefined, new SendError(k.value.code, k.value.message));
+      case "error": {
+        const err = new SendError(k.value.code, k.value.message);
+        // seq 0 answers no send: the login's history request was refused (109, 503).
+        if (k.value.seq === 0n) this.tell(() => this.sink.historyFailed(this, err));
+        else this.answer(k.value.seq, undefined, err);
         return;
+      }
       case "heartbeatAck":
         this.setInterval(k.value.heartbeatIntervalMs);
         return;
@@ -188,7 +205,8 @@ export class Session {
         this.tell(() => this.sink.reconnect(this, k.value));
         return;
       case "cdnConfig":
-        return; // the room's CDN lanes moved to segments (or back): this SDK does not poll them yet
+        this.tell(() => this.sink.cdn(this, k.value));
+        return;
       case undefined:
         return; // a frame kind newer than this SDK
       default:

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { launchChromium, repo, sendAsApp, startDev, waitFor } from "./dev.mjs";
+import { api, launchChromium, repo, sendAsApp, startDev, waitFor } from "./dev.mjs";
 
 let dev, browser;
 
@@ -148,7 +148,45 @@ test("a page whose ChatLink stops reconnects and recovers what it missed", async
   await throughAnOutage(page, "outage", (node) => dev.drain(node, "600s", "300ms"));
   const log = await page.textContent("#log");
   assert.match(log, /4500 SHUTDOWN/, "the close code is named");
-  const recovered = Number(log.match(/Recovered (\d+) message/)?.[1]);
+  const recovered = Number(log.match(/Recovered (\d+) messages? missed while away/)?.[1]);
   assert.ok(recovered > 0, `recovered ${recovered} (log: ${log})`);
+  await page.close();
+});
+
+test("a room whose budget thins a burst: the page notes what was left out", async () => {
+  await api(dev.url, "POST", "/v1/rooms", { room: "thin", settings: { normal_budget: 2 } });
+  const page = await open("thinned", "thin");
+  await Promise.all(Array.from({ length: 15 }, (_, i) => sendAsApp(dev.url, "thin", `burst ${i}`, "normal")));
+  const note = await waitFor("the thinned note", async () => (await page.textContent("#log")).match(/Thinned: (\d+) messages? left out[^)]*\)/), 5000);
+  const counts = async () => [(await bodies(page)).filter((b) => b.startsWith("burst")).length, Number(await page.textContent("#st-thinned"))];
+  // What arrived and what the counts left out make the burst (the kept ones are spread over a second).
+  await waitFor("delivered + left out = 15", async () => (await counts()).reduce((a, b) => a + b) === 15, 5000);
+  const [got, left] = await counts();
+  console.log(`# ${note[0]}; ${got} of 15 delivered`);
+  assert.ok(left > 0 && got < 15, `${left} left out, ${got} delivered`);
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
+test("a room pinned to CDN bulk mode: bulk danmaku come by segments and fly across the stage", async () => {
+  const page = await open("viewer", "cdnroom");
+  // Pinned while the page is in the room: the mode reaches it live, in a CdnConfig frame.
+  await api(dev.url, "PUT", "/v1/rooms/cdnroom/cdn", { mode: "CDN_MODE_BULK" });
+  await waitFor("the page in CDN mode", async () => (await page.textContent("#st-cdn")).startsWith("bulk"), 10000);
+  const sent = [];
+  for (let i = 0; i < 20; i++) {
+    sent.push(`via cdn ${i}`);
+    await sendAsApp(dev.url, "cdnroom", sent.at(-1), "bulk");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await waitFor("every bulk message", async () => (await bodies(page)).filter((b) => b.startsWith("via cdn")).length === 20, 10000);
+  assert.deepEqual((await bodies(page)).filter((b) => b.startsWith("via cdn")), sent, "once each, in order");
+  const stats = JSON.parse(await page.getAttribute("#st-cdn", "title"));
+  console.log(`# cdn: ${JSON.stringify(stats)}`);
+  assert.ok(stats.hits >= 1 && stats.messages === 20, "all twenty came by segments");
+  assert.equal(stats.invalid + stats.errors, 0);
+  assert.ok((await page.locator("#stage .danmaku.bulk").count()) >= 1, "on the stage");
+  assert.match(await page.textContent("#log"), /bulk danmaku come by CDN segments/);
+  assert.deepEqual(page.problems, []);
   await page.close();
 });

@@ -90,15 +90,20 @@ export async function mintToken(url, uid, room) {
   return (await res.json()).token;
 }
 
-/** sendAsApp sends a message to room through the server API. */
-export async function sendAsApp(url, room, body, lane = "normal") {
-  const res = await fetch(`${url}/v1/rooms/${room}/messages`, {
-    method: "POST",
+/** api calls the server API (docs/api.md) with the dev key and returns the JSON answer. */
+export async function api(url, method, path, body) {
+  const res = await fetch(`${url}${path}`, {
+    method,
     headers: { Authorization: "Bearer roomcast-dev-key", "Content-Type": "application/json" },
-    body: JSON.stringify({ body, lane }),
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (!res.ok) throw new Error(`server API: HTTP ${res.status}: ${await res.text()}`);
+  if (!res.ok) throw new Error(`server API: ${method} ${path}: HTTP ${res.status}: ${await res.text()}`);
   return res.json();
+}
+
+/** sendAsApp sends a message to room through the server API. */
+export function sendAsApp(url, room, body, lane = "normal") {
+  return api(url, "POST", `/v1/rooms/${room}/messages`, { body, lane });
 }
 
 /** waitFor polls fn until it returns a truthy value or timeoutMs passes. */

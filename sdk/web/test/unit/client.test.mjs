@@ -2,39 +2,11 @@
 // and servers that misbehave.
 
 import assert from "node:assert/strict";
-import { afterEach, test } from "node:test";
+import { test } from "node:test";
 import { Client, CloseError, LoginTimeoutError, ProtocolError, SendError, ServerTimeoutError } from "../../dist/index.js";
-import { message, startServer, token } from "./fakeserver.mjs";
+import { harness, message, startServer } from "./fakeserver.mjs";
 
-const cleanups = [];
-afterEach(async () => {
-  for (const f of cleanups.splice(0).reverse()) await f();
-});
-
-async function server(onConn) {
-  const s = await startServer(onConn);
-  cleanups.push(() => s.close());
-  return s;
-}
-
-/** client makes a Client with short timings, recording its events in order. */
-function client(cfg) {
-  const c = new Client({ token: token(), attemptTimeoutMs: 1000, reconnectMinDelayMs: 50, reconnectMaxDelayMs: 400, recoveryWaitMs: 300, ...cfg });
-  const log = [];
-  for (const type of ["connected", "message", "reconnecting", "recovered", "kicked", "error", "closed"]) {
-    c.on(type, (ev) => log.push({ type, ev, at: Date.now() }));
-  }
-  cleanups.push(() => c.close());
-  return { c, log, of: (type) => log.filter((e) => e.type === type).map((e) => e.ev) };
-}
-
-async function until(what, fn, timeoutMs = 3000) {
-  const end = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const { server, client, until } = harness();
 
 test("logs in, matches answers to sends by seq, delivers pushes", async () => {
   const s = await server(async (conn) => {
@@ -174,7 +146,7 @@ test("a terminal kick stops the client; a transient one reconnects and recovers 
   await c.connect();
   await until("closed", () => of("closed").length === 1);
   assert.deepEqual(of("message").map((m) => m.id), ["01A", "01B", "01C", "01D", "01E"], "once each, in order");
-  assert.deepEqual(of("recovered"), [{ since: "01B", count: 2 }]);
+  assert.deepEqual(of("recovered"), [{ since: "01B", recovered: true, missing: 0, count: 2 }]);
   assert.deepEqual(of("kicked").map((k) => [k.code, k.name, k.terminal]), [[4500, "SHUTDOWN", false], [4007, "KICKED", true]]);
   assert.equal(of("closed")[0].code, 4007);
   assert.equal(c.state, "closed");

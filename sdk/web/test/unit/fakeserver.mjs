@@ -4,9 +4,11 @@
 
 import { createHash } from "node:crypto";
 import { createServer } from "node:http";
+import { afterEach } from "node:test";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { FrameSchema } from "../../dist/gen/client_pb.js";
 import { MessageSchema } from "../../dist/gen/message_pb.js";
+import { Client } from "../../dist/index.js";
 
 /** token returns an unsigned JWT with the claims the client reads. */
 export function token(claims = { app: "demo", uid: "u1", room: "r1" }) {
@@ -14,9 +16,9 @@ export function token(claims = { app: "demo", uid: "u1", room: "r1" }) {
   return `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}.c2ln`;
 }
 
-/** message builds a pushed message. */
-export function message(id, timeMs, body = id, lane = 2) {
-  return create(MessageSchema, { id, room: "r1", sender: "s", type: "chat", lane, body: Buffer.from(body), serverTimeMs: BigInt(timeMs) });
+/** message builds a pushed message; roomSeq numbers the room's critical and normal ones. */
+export function message(id, timeMs, body = id, lane = 2, roomSeq = 0) {
+  return create(MessageSchema, { id, room: "r1", sender: "s", type: "chat", lane, body: Buffer.from(body), serverTimeMs: BigInt(timeMs), roomSeq: BigInt(roomSeq) });
 }
 
 /** frame encodes a Frame from its oneof case and value. */
@@ -156,4 +158,43 @@ export async function startServer(onConn = () => {}) {
       return new Promise((r) => server.close(r));
     },
   };
+}
+
+/**
+ * harness gives a test file its helpers: server starts a fake ChatLink and client a Client with
+ * short timings that records its events in order, both closed after each test; until polls.
+ */
+export function harness() {
+  const cleanups = [];
+  afterEach(async () => {
+    for (const f of cleanups.splice(0).reverse()) await f();
+  });
+  return {
+    async server(onConn) {
+      const s = await startServer(onConn);
+      cleanups.push(() => s.close());
+      return s;
+    },
+    client(cfg) {
+      const c = new Client({ token: token(), attemptTimeoutMs: 1000, reconnectMinDelayMs: 50, reconnectMaxDelayMs: 400, recoveryWaitMs: 300, ...cfg });
+      const log = [];
+      for (const type of ["connected", "message", "reconnecting", "recovered", "thinned", "kicked", "error", "closed"]) {
+        c.on(type, (ev) => log.push({ type, ev, at: Date.now() }));
+      }
+      cleanups.push(() => c.close());
+      return { c, log, of: (type) => log.filter((e) => e.type === type).map((e) => e.ev) };
+    },
+    until,
+    /** defer runs f after the test. */
+    defer: (f) => cleanups.push(f),
+  };
+}
+
+/** until polls fn every 10 ms until it returns true, or throws after timeoutMs. */
+export async function until(what, fn, timeoutMs = 3000) {
+  const end = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }

@@ -1,9 +1,15 @@
-// The client's parts alone: de-duplication and ordering, the dispatcher's answer, the codes.
+// The client's parts alone: de-duplication and ordering, the dispatcher's answer, the codes,
+// segment decoding and pacing.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Client, closeCodeName, dispatch, errorCodeName, readClaims, terminalCode } from "../../dist/index.js";
+import { gunzipSync, gzipSync } from "node:zlib";
+import { Pacer } from "../../dist/cdn.js";
 import { Delivery } from "../../dist/delivery.js";
+import {
+  Client, closeCodeName, decodeSegment, dispatch, errorCodeName, MAX_SEGMENT_BYTES, readClaims, SegmentError, segmentIndex, segmentUrl, terminalCode,
+} from "../../dist/index.js";
+import { encodeSegment } from "./fakecdn.mjs";
 import { message, token } from "./fakeserver.mjs";
 
 test("Delivery drops duplicates by id and orders by (server time, id)", () => {
@@ -22,7 +28,7 @@ test("Delivery holds live messages until the history, then releases everything i
   d.add([message("05", 5)]); // live, before the history
   assert.deepEqual(got, []);
   d.add([message("03", 3), message("04", 4), message("05", 5)]);
-  d.release();
+  d.unhold();
   d.add([message("06", 6)]);
   assert.deepEqual(got, ["03", "04", "05", "06"]);
 });
@@ -34,6 +40,10 @@ test("Delivery forgets the oldest ids beyond its window, and remembers the app's
   d.add([message("own", 1), message("a", 2), message("b", 3)]);
   d.add([message("own", 1)]); // forgotten: the window holds a and b
   assert.deepEqual(got, ["a", "b", "own"]);
+  const mine = new Delivery(10, () => {});
+  mine.add([message("01A", 1)]);
+  mine.remember("01Z");
+  assert.equal(mine.lastId, "01A", "an own send does not move where recovery starts");
 });
 
 test("readClaims reads app, uid and room, and refuses what is not a token", () => {
@@ -70,4 +80,52 @@ test("a Config without a token or a place to connect is refused at once", () => 
   assert.throws(() => new Client({}), /token is required/);
   assert.throws(() => new Client({ token: token() }), /dispatcher or endpoints/);
   new Client({ token: token(), dispatcher: "" }); // the page's own origin
+});
+
+test("decodeSegment takes the stored gzip stream or the inflated bytes, and refuses anything else", async () => {
+  const want = { app: "demo", room: "r1", windowMs: 1000, index: 1796140709 };
+  const fields = { app: "demo", room: "r1", windowMs: 1000, index: 1796140709n, messages: [message("01A", 1796140709100, "hi", 3)], sampled: 4, nextAtMs: 1796140711100n };
+  const gz = encodeSegment(fields);
+  for (const body of [gz, gunzipSync(gz)]) {
+    const s = await decodeSegment(new Uint8Array(body), want);
+    assert.deepEqual([s.messages.map((m) => m.id), s.sampled, s.nextAtMs], [["01A"], 4, 1796140711100n]);
+  }
+  const bad = {
+    garbage: new Uint8Array([0xff, 0xff, 0xff, 0x0f, 0x01]),
+    truncated: gz.subarray(0, gz.length - 8),
+    "not gzip after the magic": new Uint8Array([0x1f, 0x8b, 1, 2, 3, 4]),
+    "another app": encodeSegment({ ...fields, app: "other" }),
+    "another room": encodeSegment({ ...fields, room: "r2" }),
+    "another window": encodeSegment({ ...fields, windowMs: 500 }),
+    "another index": encodeSegment({ ...fields, index: 1796140710n }),
+    "a message of another room": encodeSegment({ ...fields, messages: [{ ...message("01B", 1), room: "r2" }] }),
+    "a message without an id": encodeSegment({ ...fields, messages: [message("", 1)] }),
+    "a targeted message": encodeSegment({ ...fields, messages: [{ ...message("01C", 1), tagExpr: "vip" }] }),
+    "a gzip bomb": gzipSync(Buffer.alloc(MAX_SEGMENT_BYTES + 1)),
+  };
+  for (const [what, body] of Object.entries(bad)) {
+    await assert.rejects(decodeSegment(new Uint8Array(body), want), (e) => e instanceof SegmentError, what);
+  }
+});
+
+test("segmentUrl fills a vendor's template; segmentIndex is floor(server time / window)", () => {
+  assert.equal(segmentUrl("https://cdn.example.com/rc/{app}/{room}/{window_ms}/{index}?v={app}", "demo", "lobby", 1000, 1764451200), "https://cdn.example.com/rc/demo/lobby/1000/1764451200?v=demo");
+  assert.equal(segmentIndex(1764451200999, 1000), 1764451200);
+  assert.equal(segmentIndex(1764451201000, 1000), 1764451201);
+});
+
+test("Pacer releases a window's messages over the window, in order; a late one at once, counted", async () => {
+  const got = [];
+  const stats = { late: 0 };
+  const t0 = Date.now();
+  const p = new Pacer(() => Date.now(), (m) => got.push({ id: m.id, at: Date.now() - t0 }), stats);
+  // A window that started 100 ms ago, with messages 0, 100 and 200 ms into it, given out of order.
+  p.add([message("02", t0 - 100 + 100), message("01", t0 - 100), message("03", t0 - 100 + 200)], t0 - 100, 300);
+  await new Promise((r) => setTimeout(r, 350));
+  assert.deepEqual(got.map((g) => g.id), ["01", "02", "03"]);
+  assert.ok(got[0].at < 50 && got[1].at >= 80 && got[2].at >= 180, JSON.stringify(got));
+  p.add([message("00", t0 - 150)], t0 + 200, 300); // belongs before what was released
+  assert.equal(stats.late, 1);
+  assert.equal(got.at(-1).id, "00");
+  p.stop();
 });
