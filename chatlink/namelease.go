@@ -17,6 +17,10 @@ const NodesBucket = "rc_nodes"
 // after it.
 const leaseTTL = 15 * time.Second
 
+// ErrNameHeld is returned by Node.Start when another node holds the node's name: a live one, or
+// one that stopped without releasing it (killed), whose lease runs out within leaseTTL.
+var ErrNameHeld = errors.New("node name held")
+
 // nameLease holds a node's name in NodesBucket while the node runs. It is the JetStream lease on
 // the name alone, kept so two live nodes never hand out the same session ids; the services'
 // lease on the node's sessions is the session report (stream.go).
@@ -34,12 +38,23 @@ func acquireNameLease(ctx context.Context, n *Node) (*nameLease, error) {
 	l := &nameLease{kv: kv, key: n.cfg.Node}
 	l.rev, err = kv.Create(ctx, l.key, []byte(n.WSURL()))
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("chatlink: node name %q is leased by another live node (a stopped node's lease ends within %v)", n.cfg.Node, leaseTTL)
+		return nil, fmt.Errorf("chatlink: %w: %q is leased by another node, live or stopped without releasing it; the lease ends %s unless that node renews it",
+			ErrNameHeld, n.cfg.Node, leaseEnds(ctx, kv, l.key))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: lease node name: %w", err)
 	}
 	return l, nil
+}
+
+// leaseEnds says when the lease on key runs out if nobody renews it: "in 12s".
+func leaseEnds(ctx context.Context, kv jetstream.KeyValue, key string) string {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return fmt.Sprintf("within %v", leaseTTL)
+	}
+	left := max(time.Until(e.Created().Add(leaseTTL)), 0)
+	return fmt.Sprintf("in %v", left.Round(time.Second))
 }
 
 // renewLoop renews the name lease every third of its TTL until ctx ends, then releases it.

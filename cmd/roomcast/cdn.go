@@ -82,12 +82,14 @@ rooms of a pusher that stops. SIGTERM or Ctrl-C hands its rooms to the others fi
 		fmt.Fprintln(stderr, "roomcast cdnpusher: --s3-endpoint and --s3-bucket are required")
 		return 2
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	logs := &heldLog{out: stderr}
+	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
 	p, err := roles.StartPusher(cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "roomcast cdnpusher:", err)
-		return 1
+		logs.drop()
+		return startFailed(stderr, "cdnpusher", err, map[string]string{"ops": "--ops"})
 	}
+	logs.release()
 	cfg.Log.Info("cdn pusher running", "id", p.Service.ID(), "ops", p.OpsAddr())
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -57,15 +56,17 @@ secret and API key are fixed and printed.
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
 		return 2
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		fmt.Fprintln(stderr, "roomcast dev:", err)
+	if err := checkWritable(cfg.DataDir); err != nil {
+		fmt.Fprintf(stderr, "roomcast dev: --data %s is not a writable directory: %v (choose one this user can write with --data)\n",
+			cfg.DataDir, strings.Join(strings.Fields(err.Error()), " "))
 		return 1
 	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logs := &heldLog{out: stderr}
+	cfg.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	page, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
@@ -77,9 +78,14 @@ secret and API key are fixed and printed.
 	c, err := devcluster.Start(startCtx, cfg)
 	cancel()
 	if err != nil {
-		fmt.Fprintln(stderr, "roomcast dev:", err)
-		return 1
+		if *verbose {
+			logs.release()
+		} else {
+			logs.drop()
+		}
+		return startFailed(stderr, "dev", err, map[string]string{"HTTP": "--listen", "gRPC": "--grpc-listen", "NATS": "--nats-port"})
 	}
+	logs.release()
 	if cfg.Pprof {
 		// After Start: the embedded NATS server sets the block profile rate (to its own
 		// option, 0) when it starts. One sample per 10µs spent blocked and one mutex

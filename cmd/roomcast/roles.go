@@ -63,13 +63,15 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 		}
 		node.MaxTokenLifetime[app] = d
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	logs := &heldLog{out: stderr}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	node.Log = log
 	cl, err := roles.StartChatLink(cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "roomcast chatlink:", err)
-		return 1
+		logs.drop()
+		return startFailed(stderr, "chatlink", err, map[string]string{"WebSocket": "--ws", "TCP": "--tcp", "ops": "--ops", "node": "--node"})
 	}
+	logs.release()
 	// After a drain the node is down already: this stops the ops endpoint and the connection.
 	defer func() { _ = cl.Shutdown(context.Background()) }()
 	select {
@@ -117,12 +119,14 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		cfg.Pusher = &pusher
 	}
 	cfg.CORSOrigins = corsOrigins()
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	logs := &heldLog{out: stderr}
+	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
 	s, err := roles.StartServices(cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "roomcast services:", err)
-		return 1
+		logs.drop()
+		return startFailed(stderr, "services", err, map[string]string{"HTTP": "--listen", "gRPC": "--grpc-listen"})
 	}
+	logs.release()
 	defer s.Close()
 	<-ctx.Done()
 	return 0

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/api"
 	"roomcast/cdnmanager"
@@ -155,12 +157,22 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 
+	if cfg.NATSPort != 0 {
+		// The embedded server would only log that it cannot listen, and never become ready.
+		if err = checkFree("NATS", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.NATSPort))); err != nil {
+			return nil, err
+		}
+	}
+	natsStarted := time.Now()
 	if c.NATS, err = devnats.Start(devnats.Config{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")}); err != nil {
 		return nil, err
 	}
 	// In the server's own process: a pipe instead of a loopback TCP connection, so what a dev
 	// deployment spends on its bus is not the kernel's loopback round trips.
 	inProcess := []nats.Option{nats.InProcessServer(c.NATS)}
+	if err = releaseStaleNames(ctx, c.NATS, cfg.ChatLinks, natsStarted); err != nil {
+		return nil, err
+	}
 	if c.S3, err = devs3.Start(devs3.Config{Log: log}); err != nil {
 		return nil, err
 	}
@@ -201,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	keys := auth.Keyring{App: []byte(Secret)}
 	for i := 1; i <= cfg.ChatLinks; i++ {
 		ncfg := chatlink.Config{
-			Node: "cl-" + strconv.Itoa(i), Keys: keys, Log: log,
+			Node: nodeName(i), Keys: keys, Log: log,
 			// The nodes share this process's open files.
 			MaxConnections: max(1000, (chatlink.FileLimit()-1024)/cfg.ChatLinks),
 			LoginTimeout:   cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
@@ -228,6 +240,60 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// checkFree returns a roles.ListenError unless addr can be listened on now.
+func checkFree(what, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &roles.ListenError{Listener: what, Addr: addr, Err: err}
+	}
+	return ln.Close()
+}
+
+// nodeName is the name of the dev cluster's ChatLink i (from 1).
+func nodeName(i int) string { return "cl-" + strconv.Itoa(i) }
+
+// releaseStaleNames deletes the name leases (chatlink.NodesBucket) of the cluster's ChatLinks
+// that were last renewed before its NATS server started: they are a previous run's, killed
+// before it could release them, whose JetStream data the server has just read back. Without
+// this a restart within the lease's TTL of a kill -9 would fail. A lease renewed since the
+// start belongs to a ChatLink that is live on this server and is left alone: starting over it
+// fails with chatlink.ErrNameHeld.
+func releaseStaleNames(ctx context.Context, ns *server.Server, chatLinks int, started time.Time) error {
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("devcluster"))
+	if err != nil {
+		return fmt.Errorf("devcluster: connect to the embedded NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("devcluster: jetstream: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, chatlink.NodesBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("devcluster: node lease bucket: %w", err)
+	}
+	for i := 1; i <= chatLinks; i++ {
+		e, err := kv.Get(ctx, nodeName(i))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("devcluster: node lease of %s: %w", nodeName(i), err)
+		}
+		if !e.Created().Before(started) {
+			continue
+		}
+		// LastRevision: should the node renew it meanwhile, it is live, and the delete fails.
+		if err := kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {
+			return fmt.Errorf("devcluster: release the previous run's lease of %s: %w", e.Key(), err)
+		}
+	}
+	return nil
 }
 
 // PusherStorage returns a pusher config with the embedded store's endpoint and bucket, for a

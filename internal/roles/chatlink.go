@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,15 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 			return nil, err
 		}
 	}
+	// The node opens its listeners after it connects: a malformed address fails here, before.
+	for _, l := range nodeListeners(ncfg) {
+		if l.addr == "" { // the node's default
+			continue
+		}
+		if err = checkListenAddr(l.what, l.addr); err != nil {
+			return nil, err
+		}
+	}
 	if c.ops, err = listenOps(cfg.OpsListen); err != nil {
 		return nil, err
 	}
@@ -93,11 +103,37 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 	}
 	// A node whose Start fails has stopped what it started: Shutdown is for started nodes.
 	if err = node.Start(); err != nil {
-		return nil, err
+		return nil, nodeListenError(ncfg, err)
 	}
 	c.Node = node
 	c.ops.serve(newMux(cfg.Registry, c.health, true), log)
 	return c, nil
+}
+
+// nodeListenError names the node's listener that a start error of the node's comes from, when
+// it is one: a ListenError, like the role's own listeners'.
+func nodeListenError(cfg chatlink.Config, err error) error {
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || opErr.Op != "listen" || opErr.Addr == nil {
+		return err
+	}
+	for _, l := range nodeListeners(cfg) {
+		if sameAddr(l.addr, opErr.Addr) {
+			return listenError(l.what, l.addr, err)
+		}
+	}
+	return err
+}
+
+// nodeListeners names a node's listeners and their addresses.
+func nodeListeners(cfg chatlink.Config) []struct{ what, addr string } {
+	return []struct{ what, addr string }{{"WebSocket", cfg.WSListen}, {"TCP", cfg.TCPListen}}
+}
+
+// sameAddr reports whether the listen address addr resolves to a.
+func sameAddr(addr string, a net.Addr) bool {
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	return err == nil && ta.String() == a.String()
 }
 
 // health makes the node unavailable while its NATS connection is down: it can neither log

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -72,9 +73,38 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// ListenError is a role's start failing because one of its listeners could not open: the
+// address is in use, malformed or not this machine's. The command that set the address can
+// name its flag.
+type ListenError struct {
+	// Listener is which one: "HTTP", "gRPC", "ops", "WebSocket" or "TCP".
+	Listener string
+	Addr     string
+	Err      error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("roles: %s listener on %s: %v", e.Listener, e.Addr, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
 // listenError names the listener that could not open.
 func listenError(what, addr string, err error) error {
-	return fmt.Errorf("roles: %s listener on %s: %w", what, addr, err)
+	return &ListenError{Listener: what, Addr: addr, Err: err}
+}
+
+// checkListenAddr checks that addr is host:port with a port from 0 to 65535 (or a service
+// name), so that a malformed address fails a role's start before it connects anywhere.
+func checkListenAddr(what, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return listenError(what, addr, err)
+	}
+	return nil
 }
 
 // serverTLS loads a role's certificate files: the TLS config of its listeners, whose
