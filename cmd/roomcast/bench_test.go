@@ -11,11 +11,15 @@ import (
 	"roomcast/internal/testkit/testcluster"
 )
 
-// TestMain lets the test binary stand in for roomcast as a bench worker process: `roomcast
-// bench` starts os.Executable() with "bench worker", which in a test is this binary.
+// TestMain lets the test binary stand in for roomcast: as a bench worker process (`roomcast
+// bench` starts os.Executable() with "bench worker", which in a test is this binary), and as
+// the whole command when asMainEnv is set (startRoomcast).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "worker" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if os.Getenv(asMainEnv) != "" {
+		main()
 	}
 	os.Exit(m.Run())
 }

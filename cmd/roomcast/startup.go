@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/chatlink"
+	"roomcast/internal/devcluster"
 	"roomcast/internal/roles"
 )
 
@@ -53,6 +54,8 @@ func startupFix(err error, flags map[string]string) string {
 		return "an address is host:port with a port from 0 to 65535, e.g. 127.0.0.1:8080: choose " + other
 	}
 	switch {
+	case errors.Is(err, devcluster.ErrDataDirInUse):
+		return "stop that one, or give this one another --data"
 	case errors.Is(err, chatlink.ErrNameHeld) && flags["node"] != "":
 		return "wait until the lease ends, or start this node under another " + flags["node"]
 	case errors.Is(err, chatlink.ErrNameHeld):

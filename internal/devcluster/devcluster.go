@@ -16,8 +16,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -139,6 +141,7 @@ type Cluster struct {
 	S3 *devs3.Server
 
 	log       *slog.Logger
+	dataLock  *os.File // holds DataDir's lock (lockDataDir) until Close
 	chatlinks []*roles.ChatLink
 	closed    bool
 }
@@ -162,6 +165,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err = checkFree("NATS", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.NATSPort))); err != nil {
 			return nil, err
 		}
+	}
+	if c.dataLock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	natsStarted := time.Now()
 	if c.NATS, err = devnats.Start(devnats.Config{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")}); err != nil {
@@ -256,10 +262,11 @@ func nodeName(i int) string { return "cl-" + strconv.Itoa(i) }
 
 // releaseStaleNames deletes the name leases (chatlink.NodesBucket) of the cluster's ChatLinks
 // that were last renewed before its NATS server started: they are a previous run's, killed
-// before it could release them, whose JetStream data the server has just read back. Without
-// this a restart within the lease's TTL of a kill -9 would fail. A lease renewed since the
-// start belongs to a ChatLink that is live on this server and is left alone: starting over it
-// fails with chatlink.ErrNameHeld.
+// before it could release them, whose JetStream data the server has just read back (no
+// running cluster shares the data directory: lockDataDir). Without this a restart within the
+// lease's TTL of a kill -9 would fail. A lease renewed since the start belongs to a ChatLink of
+// another process that is live on this server, and is left alone: starting over it fails with
+// chatlink.ErrNameHeld.
 func releaseStaleNames(ctx context.Context, ns *server.Server, chatLinks int, started time.Time) error {
 	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("devcluster"))
 	if err != nil {
@@ -337,6 +344,34 @@ func (c *Cluster) Close() {
 	if c.S3 != nil {
 		c.S3.Close()
 	}
+	if c.dataLock != nil {
+		_ = c.dataLock.Close() // releases the lock
+	}
+}
+
+// ErrDataDirInUse is returned by Start when another running cluster uses Config.DataDir.
+var ErrDataDirInUse = errors.New("data directory in use")
+
+// lockDataDir takes dataDir's lock, which the returned file holds until it is closed or the
+// process ends, however it ends. Two NATS servers must not share a JetStream store; and with
+// the lock held, every name lease found in the store is a dead process's (releaseStaleNames).
+func lockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	name := filepath.Join(dataDir, "roomcast-dev.lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("devcluster: %w: another roomcast dev runs on %s", ErrDataDirInUse, dataDir)
+		}
+		return nil, fmt.Errorf("devcluster: lock %s: %w", name, err)
+	}
+	return f, nil
 }
 
 // devTokenPath is the path of devToken.
