@@ -24,7 +24,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("dev", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	var cfg devcluster.Config
-	flags.StringVar(&cfg.DataDir, "data", "roomcast-data", "directory for JetStream's data")
+	flags.StringVar(&cfg.DataDir, "data", "roomcast-data", "directory for JetStream's data, locked while dev runs (one dev per directory)")
 	flags.IntVar(&cfg.ChatLinks, "chatlinks", 2, "how many ChatLink nodes to run")
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)

@@ -50,7 +50,8 @@ const (
 
 // Config configures a dev cluster.
 type Config struct {
-	// DataDir holds JetStream's data. Required.
+	// DataDir holds JetStream's data; the cluster locks it while it runs (ErrDataDirInUse).
+	// Required.
 	DataDir string
 	// Listen is the address of the HTTP endpoint (dispatch, server API, health, metrics, demo
 	// page). Zero value means 127.0.0.1:0.
