@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -353,7 +355,7 @@ func TestNodeNameLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = twin.Start()
-	if err == nil || !strings.Contains(err.Error(), "leased by another live node") {
+	if !errors.Is(err, chatlink.ErrNameHeld) || !regexp.MustCompile(`the lease ends in \d+s`).MatchString(err.Error()) {
 		t.Fatalf("a second node named cl-1 started: %v", err)
 	}
 	_ = twin.Shutdown(context.Background())

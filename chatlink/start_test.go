@@ -97,7 +97,7 @@ func TestStartFailureLeavesNothingBehind(t *testing.T) {
 		name, node, tcp, err string
 	}{
 		{"tcp address taken", "cl-fail", taken.Addr().String(), "tcp listener"},
-		{"name leased", c.Nodes[0].Name(), "", "leased by another live node"},
+		{"name leased", c.Nodes[0].Name(), "", "is leased by another node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var boot, url string
