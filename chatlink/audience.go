@@ -31,7 +31,7 @@ type audiences struct {
 	exprs      []*tag.Expr              // by message; nil when no message is targeted or skipped
 	perMember  bool                     // an expression reads uid
 	bySet      map[*tag.Set]string      // the variant's audience key per tag set, as far as worked out
-	thinnedFor map[*tag.Set]*pb.Thinned // left out by the budgets, by tag set (queued.thinnedFor)
+	thinnedFor map[*tag.Set]*pb.Thinned // left out by the budgets, by tag set (a marker's thinnedCounts.byAudience)
 	thinned    map[string]*pb.Thinned   // the same, by audience key
 }
 

@@ -12,51 +12,47 @@ import (
 	"roomcast/tag"
 )
 
-// queued is a message waiting for its room's next flush, with the session that sent it. In the
-// log, an entry without a message is a marker: thinned counts the messages the budgets and flow
-// control left out there, which the members learn of in their next Push (Push.thinned).
-//
-// skip names the audiences (tag sets) the budgets left the message out for (budget.go); nil
-// for none. thinnedFor counts, in a marker, what was left out for some audiences only.
+// queued is a message waiting for its room's next flush, with the session that sent it. skip
+// names the audiences (tag sets) the budgets left the message out for (budget.go); nil for
+// none. In the log, an entry without a message is a marker: thinned counts the messages the
+// budgets and flow control left out there, which the members learn of in their next Push
+// (Push.thinned).
 type queued struct {
-	m          *pb.Message
-	sender     string
-	skip       map[*tag.Set]struct{}
-	thinned    *pb.Thinned
-	thinnedFor map[*tag.Set]*pb.Thinned
+	m       *pb.Message
+	sender  string
+	skip    map[*tag.Set]struct{}
+	thinned *thinnedCounts
+}
+
+// thinnedCounts counts normal and bulk messages left out: for every member, and for the
+// members of some audiences only.
+type thinnedCounts struct {
+	all        *pb.Thinned // nil for none
+	byAudience map[*tag.Set]*pb.Thinned
 }
 
 // thinnedMarker returns the log entry for the normal and bulk messages of dropped (by lane, for
 // every member) and droppedFor (by audience), or false when there were none.
 func thinnedMarker(dropped [4]int, droppedFor map[*tag.Set][4]int) (queued, bool) {
-	var q queued
-	if t := laneThinned(dropped); t != nil {
-		q.thinned = t
-	}
+	th := &thinnedCounts{all: addThinned(nil, dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK])}
 	for set, d := range droppedFor {
-		if t := laneThinned(d); t != nil {
-			if q.thinnedFor == nil {
-				q.thinnedFor = make(map[*tag.Set]*pb.Thinned, len(droppedFor))
-			}
-			q.thinnedFor[set] = t
-		}
+		th.add(set, d[pb.Lane_LANE_NORMAL], d[pb.Lane_LANE_BULK])
 	}
-	return q, q.thinned != nil || q.thinnedFor != nil
+	if th.all == nil && th.byAudience == nil {
+		return queued{}, false
+	}
+	return queued{thinned: th}, true
 }
 
-// laneThinned returns the normal and bulk counts of dropped (by lane), nil when both are zero.
-func laneThinned(dropped [4]int) *pb.Thinned {
-	normal, bulk := dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK]
+// add counts normal and bulk messages left out for the audience set.
+func (th *thinnedCounts) add(set *tag.Set, normal, bulk int) {
 	if normal == 0 && bulk == 0 {
-		return nil
+		return
 	}
-	return &pb.Thinned{Normal: uint32(normal), Bulk: uint32(bulk)}
-}
-
-// thinnedCounts is what the markers of a write counted: for every member, and by audience.
-type thinnedCounts struct {
-	all        *pb.Thinned // nil for none
-	byAudience map[*tag.Set]*pb.Thinned
+	if th.byAudience == nil {
+		th.byAudience = make(map[*tag.Set]*pb.Thinned)
+	}
+	th.byAudience[set] = addThinned(th.byAudience[set], normal, bulk)
 }
 
 // splitThinned returns the messages of a write without its markers, and what the markers
@@ -76,14 +72,9 @@ func splitThinned(msgs []queued) ([]queued, thinnedCounts) {
 			marked = true
 			kept = append(make([]queued, 0, len(msgs)), msgs[:i]...)
 		}
-		if q.thinned != nil {
-			th.all = addThinned(th.all, int(q.thinned.Normal), int(q.thinned.Bulk))
-		}
-		for set, t := range q.thinnedFor {
-			if th.byAudience == nil {
-				th.byAudience = make(map[*tag.Set]*pb.Thinned)
-			}
-			th.byAudience[set] = addThinned(th.byAudience[set], int(t.Normal), int(t.Bulk))
+		th.all = addThinned(th.all, int(q.thinned.all.GetNormal()), int(q.thinned.all.GetBulk()))
+		for set, t := range q.thinned.byAudience {
+			th.add(set, int(t.Normal), int(t.Bulk))
 		}
 	}
 	if !marked {
@@ -366,7 +357,7 @@ type variant struct {
 }
 
 func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
-	v := &variant{}
+	v := &variant{msgs: make([]queued, 0, len(msgs))}
 	for i, q := range msgs {
 		if keep == nil || keep(i, q) {
 			v.msgs = append(v.msgs, q)
