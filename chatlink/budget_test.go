@@ -5,13 +5,19 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
-	return &testRoom(Config{Node: "n1"}, st, now).fanout, now
+	r := testRoom(Config{Node: "n1"}, st, now)
+	r.testJoin(&nullTransport{}) // budgets apply to what members would receive
+	return &r.fanout, now
 }
 
 func msgs(lanes ...pb.Lane) []queued {
@@ -97,5 +103,65 @@ func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
 	got = f.selectLocked(msgs(repeat(pb.Lane_LANE_BULK, 100)...), now.Add(2*time.Second), 0.25)
 	if len(got) != 50 {
 		t.Fatalf("strength 0.25 kept %d of 100 bulk, want 50", len(got))
+	}
+}
+
+// TestBudgetPerAudienceCountsWhatEachLosesOut: a class over its budget is thinned and its
+// members learn how much; a class within its budget gets all of its messages, whatever the
+// other class sends, and is told of nothing thinned.
+func TestBudgetPerAudienceCountsWhatEachLosesOut(t *testing.T) {
+	t.Parallel()
+	r := testRoom(Config{Node: "n1"}, nil, time.Now()) // 20 a second: 2 a 100 ms tick
+	defer r.fanout.stop()
+	tags := tag.NewInterner()
+	join := func(class string) *pushRecorder {
+		rec := &pushRecorder{}
+		c := &conn{node: r.t.n, t: rec}
+		c.tags.Store(tags.Intern([]string{class}))
+		r.mu.Lock()
+		r.add(c)
+		r.mu.Unlock()
+		return rec
+	}
+	busy := []*pushRecorder{join("busy"), join("busy")}
+	quiet := []*pushRecorder{join("quiet"), join("quiet")}
+
+	var b pb.RoomBatch
+	for i := range 10 {
+		b.Messages = append(b.Messages, &pb.Message{Id: fmt.Sprint("b", i), Lane: pb.Lane_LANE_NORMAL, TagExpr: `"busy" in tags`})
+	}
+	b.Messages = append(b.Messages, &pb.Message{Id: "q", Lane: pb.Lane_LANE_NORMAL, TagExpr: `"quiet" in tags`})
+	data, err := proto.Marshal(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.receive(data)
+
+	received := func(rec *pushRecorder) (int, int) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, f := range rec.frames {
+			n += len(f)
+		}
+		return n, rec.thinned
+	}
+	testkit.CheckFor(t, 2*time.Second, 5*time.Millisecond, func() error {
+		for _, rec := range busy {
+			if got, thinned := received(rec); got+thinned != 10 {
+				return fmt.Errorf("a busy member got %d and was told of %d thinned, want 10 in all", got, thinned)
+			}
+		}
+		for _, rec := range quiet {
+			if got, thinned := received(rec); got != 1 || thinned != 0 {
+				return fmt.Errorf("a quiet member got %d and was told of %d thinned, want its 1 and none thinned", got, thinned)
+			}
+		}
+		return nil
+	})
+	for _, rec := range busy {
+		if got, _ := received(rec); got < 1 || got > 3 {
+			t.Fatalf("a busy member got %d of its 10, want its budget's 2 (or 3 with the time the test took)", got)
+		}
 	}
 }

@@ -412,13 +412,15 @@ func (c *conn) leave() {
 // reports whether the member was live.
 func (c *conn) setTags(tags []string) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.state != stateLive {
+		c.mu.Unlock()
 		return false
 	}
 	if old := c.tags.Swap(c.node.tags.Intern(tags)); old != nil {
 		c.node.tags.Release(old)
 	}
+	c.mu.Unlock()
+	c.node.rooms.retag(c) // after c.mu: the room's lock comes before a member's
 	return true
 }
 

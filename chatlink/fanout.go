@@ -9,50 +9,78 @@ import (
 
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
-// queued is a message waiting for its room's next flush, with the session that sent it. In the
-// log, an entry without a message is a marker: thinned counts the messages the budgets and flow
-// control left out there, which the members learn of in their next Push (Push.thinned).
+// queued is a message waiting for its room's next flush, with the session that sent it. skip
+// names the audiences (tag sets) the budgets left the message out for (budget.go); nil for
+// none. In the log, an entry without a message is a marker: thinned counts the messages the
+// budgets and flow control left out there, which the members learn of in their next Push
+// (Push.thinned).
 type queued struct {
 	m       *pb.Message
 	sender  string
-	thinned *pb.Thinned
+	skip    map[*tag.Set]struct{}
+	thinned *thinnedCounts
 }
 
-// thinnedMarker returns the log entry for the normal and bulk messages of dropped (by lane), or
-// false when there were none.
-func thinnedMarker(dropped [4]int) (queued, bool) {
-	normal, bulk := dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK]
-	if normal == 0 && bulk == 0 {
+// thinnedCounts counts normal and bulk messages left out: for every member, and for the
+// members of some audiences only.
+type thinnedCounts struct {
+	all        *pb.Thinned // nil for none
+	byAudience map[*tag.Set]*pb.Thinned
+}
+
+// thinnedMarker returns the log entry for the normal and bulk messages of dropped (by lane, for
+// every member) and droppedFor (by audience), or false when there were none.
+func thinnedMarker(dropped [4]int, droppedFor map[*tag.Set][4]int) (queued, bool) {
+	th := &thinnedCounts{all: addThinned(nil, dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK])}
+	for set, d := range droppedFor {
+		th.add(set, d[pb.Lane_LANE_NORMAL], d[pb.Lane_LANE_BULK])
+	}
+	if th.all == nil && th.byAudience == nil {
 		return queued{}, false
 	}
-	return queued{thinned: &pb.Thinned{Normal: uint32(normal), Bulk: uint32(bulk)}}, true
+	return queued{thinned: th}, true
+}
+
+// add counts normal and bulk messages left out for the audience set.
+func (th *thinnedCounts) add(set *tag.Set, normal, bulk int) {
+	if normal == 0 && bulk == 0 {
+		return
+	}
+	if th.byAudience == nil {
+		th.byAudience = make(map[*tag.Set]*pb.Thinned)
+	}
+	th.byAudience[set] = addThinned(th.byAudience[set], normal, bulk)
 }
 
 // splitThinned returns the messages of a write without its markers, and what the markers
-// counted (nil for none). Without markers msgs itself is returned.
-func splitThinned(msgs []queued) ([]queued, *pb.Thinned) {
-	var thinned *pb.Thinned
+// counted. Without markers msgs itself is returned.
+func splitThinned(msgs []queued) ([]queued, thinnedCounts) {
+	var th thinnedCounts
 	var kept []queued
+	marked := false
 	for i, q := range msgs {
 		if q.m != nil {
-			if kept != nil {
+			if marked {
 				kept = append(kept, q)
 			}
 			continue
 		}
-		if thinned == nil {
-			thinned = &pb.Thinned{}
+		if !marked {
+			marked = true
 			kept = append(make([]queued, 0, len(msgs)), msgs[:i]...)
 		}
-		thinned.Normal += q.thinned.Normal
-		thinned.Bulk += q.thinned.Bulk
+		th.all = addThinned(th.all, int(q.thinned.all.GetNormal()), int(q.thinned.all.GetBulk()))
+		for set, t := range q.thinned.byAudience {
+			th.add(set, int(t.Normal), int(t.Bulk))
+		}
 	}
-	if thinned == nil {
-		return msgs, nil
+	if !marked {
+		return msgs, th
 	}
-	return kept, thinned
+	return kept, th
 }
 
 // Phases: a big room's members on a node are split into phase groups, each flushed at its own
@@ -99,11 +127,12 @@ type roomFanout struct {
 	armed          bool            // the timer will fire
 	stopped        bool
 	timer          *time.Timer
-	normalTokens   float64
+	tokens         map[*tag.Set]float64 // normal budget left, by audience (budget.go)
 	criticalTokens float64
 	refilledAt     time.Time
-	fcCarry        [4]float64 // flow-control sampling carry, by lane
-	dropped        [4]int     // by lane: what the last selectLocked left out
+	fcCarry        [4]float64          // flow-control sampling carry, by lane
+	dropped        [4]int              // by lane: what the last selectLocked left out for every member
+	droppedFor     map[*tag.Set][4]int // by audience and lane: what it left out for some only
 
 	// The room's writes, in the order flush and receive made them. Whoever queues writes
 	// while no writer runs becomes the writer (drainWrites) until the queue is empty, so the
@@ -154,7 +183,7 @@ func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
 	f.settings = resolveSettings(st, r.t.n.cfg.FlushTick)
 	f.phases = 1
 	f.refilledAt = now
-	f.normalTokens, f.criticalTokens = tokenCap(f.settings.normalBudget, f.settings.tick), tokenCap(f.settings.criticalBudget, f.settings.tick)
+	f.criticalTokens = tokenCap(f.settings.criticalBudget, f.settings.tick)
 }
 
 // stop is called when the room has no local members left.
@@ -204,7 +233,7 @@ func (r *localRoom) receive(data []byte) {
 		// ago) get it first.
 		jobs := f.catchUpLocked()
 		msgs := f.selectLocked(f.pending, time.Now(), n.flow.strength())
-		if q, ok := thinnedMarker(f.dropped); ok {
+		if q, ok := thinnedMarker(f.dropped, f.droppedFor); ok {
 			msgs = append(msgs, q)
 		}
 		f.pending = nil
@@ -263,7 +292,7 @@ func (r *localRoom) flush() {
 	}
 	if len(f.pending) > 0 {
 		f.log = append(f.log, f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())...)
-		if q, ok := thinnedMarker(f.dropped); ok {
+		if q, ok := thinnedMarker(f.dropped, f.droppedFor); ok {
 			f.log = append(f.log, q)
 		}
 		clear(f.pending)
@@ -328,7 +357,7 @@ type variant struct {
 }
 
 func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
-	v := &variant{}
+	v := &variant{msgs: make([]queued, 0, len(msgs))}
 	for i, q := range msgs {
 		if keep == nil || keep(i, q) {
 			v.msgs = append(v.msgs, q)
@@ -375,10 +404,11 @@ type variantKey struct {
 // room's budgets and flow control (the markers among msgs) and the variant's level left out.
 // Only the room's writer calls it (drainWrites).
 func (r *localRoom) write(msgs []queued, g, p int) {
-	msgs, roomThinned := splitThinned(msgs)
-	if len(msgs) == 0 && roomThinned == nil {
+	msgs, th := splitThinned(msgs)
+	if len(msgs) == 0 && th.all == nil && th.byAudience == nil {
 		return
 	}
+	roomThinned := th.all
 	n := r.t.n
 	var localSenders []string
 	for _, q := range msgs {
@@ -386,7 +416,7 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			localSenders = append(localSenders, q.sender)
 		}
 	}
-	aud := n.newAudiences(msgs) // audience.go
+	aud := n.newAudiences(msgs, th.byAudience) // audience.go
 
 	variants := make(map[variantKey]*variant, 4)
 	var full *variant                   // variants[variantKey{}], the one most members get, without a map lookup
@@ -402,9 +432,12 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 				return (k.audience == "" || k.audience[i/8]&(1<<(i%8)) != 0) && (keepLevel == nil || keepLevel(q))
 			})
 			v.thinned = roomThinned
+			if t := aud.thinnedOf(k.audience); t != nil {
+				v.thinned = addThinned(v.thinned, int(t.Normal), int(t.Bulk))
+			}
 			if k.level > 0 {
 				all := get(variantKey{audience: k.audience})
-				v.thinned = addThinned(roomThinned,
+				v.thinned = addThinned(all.thinned,
 					all.byLane[pb.Lane_LANE_NORMAL]-v.byLane[pb.Lane_LANE_NORMAL], all.byLane[pb.Lane_LANE_BULK]-v.byLane[pb.Lane_LANE_BULK])
 			}
 			variants[k] = v

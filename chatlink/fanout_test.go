@@ -12,6 +12,7 @@ import (
 
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 func TestPhasesFor(t *testing.T) {
@@ -41,6 +42,7 @@ func testRoom(cfg Config, st *pb.RoomSettings, now time.Time) *localRoom {
 	n := &Node{cfg: testConfig(cfg)}
 	n.m = newMetrics(nil, n)
 	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
+	n.exprs = tag.NewCache(n.cfg.ExprCacheSize)
 	r := &localRoom{t: &roomTable{n: n}}
 	r.fanout.init(r, st, now)
 	return r
@@ -81,8 +83,9 @@ func (r *localRoom) receiveIDs(ids ...string) {
 
 // pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
 type pushRecorder struct {
-	mu     sync.Mutex
-	frames [][]string
+	mu      sync.Mutex
+	frames  [][]string
+	thinned int // normal and bulk, as the Pushes counted them
 }
 
 func (r *pushRecorder) write(b []byte) {
@@ -96,6 +99,7 @@ func (r *pushRecorder) write(b []byte) {
 	}
 	r.mu.Lock()
 	r.frames = append(r.frames, ids)
+	r.thinned += int(f.GetPush().GetThinned().GetNormal() + f.GetPush().GetThinned().GetBulk())
 	r.mu.Unlock()
 }
 func (r *pushRecorder) pending() int64            { return 0 }

@@ -11,6 +11,7 @@ import (
 
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
 )
 
 const roomShards = 64
@@ -38,11 +39,12 @@ type localRoom struct {
 	subject string
 	ready   chan struct{} // closed once the subscription is known to the NATS server
 
-	// mu guards slots and nextSlot. Lock order: localRoom.mu -> a member's writer (write
+	// mu guards slots, nextSlot and sets. Lock order: localRoom.mu -> a member's writer (write
 	// closes slow readers while it reads the room).
 	mu       sync.RWMutex
-	slots    [phaseSlots]map[*conn]struct{} // the members, by c.slot
+	slots    [phaseSlots]map[*conn]*tag.Set // the members, by c.slot, with the tag set each is counted under in sets
 	nextSlot uint8
+	sets     map[*tag.Set]int // members by tag set: the audiences the budgets apply to (budget.go)
 	sub      *nats.Subscription
 
 	cdn atomic.Pointer[pb.CdnConfig] // the room's CDN config (cdn.go); nil or mode off: none
@@ -164,13 +166,52 @@ func (r *localRoom) add(c *conn) {
 	c.slot = r.nextSlot
 	r.nextSlot = (r.nextSlot + 1) % phaseSlots
 	if r.slots[c.slot] == nil {
-		r.slots[c.slot] = make(map[*conn]struct{})
+		r.slots[c.slot] = make(map[*conn]*tag.Set)
 	}
-	r.slots[c.slot][c] = struct{}{}
+	if r.sets == nil {
+		r.sets = make(map[*tag.Set]int)
+	}
+	set := c.tags.Load()
+	r.slots[c.slot][c] = set
+	r.sets[set]++
 }
 
 // remove takes c out of the room. Caller holds r.mu.
-func (r *localRoom) remove(c *conn) { delete(r.slots[c.slot], c) }
+func (r *localRoom) remove(c *conn) {
+	set, ok := r.slots[c.slot][c]
+	if !ok {
+		return
+	}
+	delete(r.slots[c.slot], c)
+	r.uncount(set)
+}
+
+// uncount takes a member with tag set set out of r.sets. Caller holds r.mu.
+func (r *localRoom) uncount(set *tag.Set) {
+	if r.sets[set]--; r.sets[set] <= 0 {
+		delete(r.sets, set)
+	}
+}
+
+// retag counts member c under its current tags in its room's sets.
+func (t *roomTable) retag(c *conn) {
+	key := c.app + "/" + c.room
+	sh := t.shard(key)
+	sh.mu.Lock()
+	r := sh.rooms[key]
+	sh.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if old, ok := r.slots[c.slot][c]; ok {
+		r.uncount(old)
+		set := c.tags.Load()
+		r.slots[c.slot][c] = set
+		r.sets[set]++
+	}
+	r.mu.Unlock()
+}
 
 // size returns the number of members. Caller holds r.mu.
 func (r *localRoom) size() int {
