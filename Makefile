@@ -42,8 +42,7 @@ FUZZ_TARGETS := \
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.
-test: proto-check lint unit
-test: web-test
+test: proto-check lint unit web-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
 test-long: proto-check lint unit-long web-test

@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
-	"sync"
 	"time"
 
 	"roomcast/internal/devcluster"
@@ -118,10 +117,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	cfg.Secret = []byte(*secret)
 	terminal := isTerminal(stderr)
-	if _, ok := stderr.(*os.File); !ok {
-		// Status lines and the worker processes' stderr arrive from several goroutines.
-		stderr = &lockedWriter{w: stderr}
-	}
+	// Status lines and the worker processes' stderr arrive from several goroutines.
+	stderr = loadgen.SyncWriter(stderr)
 	cfg.WorkerStderr = stderr
 	if *progress || terminal {
 		cfg.Progress = progressLine(stderr, terminal)
@@ -203,18 +200,6 @@ func resultJSON(res any, runErr error) (string, error) {
 	m["error"] = runErr.Error()
 	b, err = json.Marshal(m)
 	return string(b), err
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu sync.Mutex // guards w
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // isTerminal reports whether w is a terminal.

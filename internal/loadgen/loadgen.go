@@ -272,12 +272,12 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		}
 	}
 	stderr := r.cfg.WorkerStderr
-	switch stderr.(type) {
-	case nil:
+	if stderr == nil {
 		stderr = io.Discard
-	case *os.File: // handed to the processes as is
-	default: // copied by one goroutine per process
-		stderr = &lockedWriter{w: stderr}
+	} else {
+		// An *os.File is handed to the processes as is; any other writer is copied to by one
+		// goroutine per process.
+		stderr = SyncWriter(stderr)
 	}
 	first := 0
 	for _, n := range parts {
@@ -293,6 +293,16 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		r.workers = append(r.workers, w)
 	}
 	return nil
+}
+
+// SyncWriter returns w safe for writes from several goroutines: an *os.File (or a writer
+// SyncWriter returned) as is, any other writer behind a lock.
+func SyncWriter(w io.Writer) io.Writer {
+	switch w.(type) {
+	case *os.File, *lockedWriter:
+		return w
+	}
+	return &lockedWriter{w: w}
 }
 
 // lockedWriter serializes writes to w.
