@@ -431,14 +431,14 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			v = newVariant(msgs, func(i int, q queued) bool {
 				return (k.audience == "" || k.audience[i/8]&(1<<(i%8)) != 0) && (keepLevel == nil || keepLevel(q))
 			})
-			v.thinned = roomThinned
-			if t := aud.thinnedOf(k.audience); t != nil {
-				v.thinned = addThinned(v.thinned, int(t.Normal), int(t.Bulk))
-			}
 			if k.level > 0 {
 				all := get(variantKey{audience: k.audience})
 				v.thinned = addThinned(all.thinned,
 					all.byLane[pb.Lane_LANE_NORMAL]-v.byLane[pb.Lane_LANE_NORMAL], all.byLane[pb.Lane_LANE_BULK]-v.byLane[pb.Lane_LANE_BULK])
+			} else if t := aud.thinnedOf(k.audience); t != nil {
+				v.thinned = addThinned(roomThinned, int(t.Normal), int(t.Bulk))
+			} else {
+				v.thinned = roomThinned
 			}
 			variants[k] = v
 		}
