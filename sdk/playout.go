@@ -126,14 +126,7 @@ func (d *delivery) segment(msgs []*roomcastpb.Message) int {
 	if d.closed {
 		return 0
 	}
-	var fresh []*roomcastpb.Message
-	for _, m := range msgs {
-		if d.rememberLocked(m.GetId()) {
-			fresh = append(fresh, m)
-		} else {
-			d.duplicates++
-		}
-	}
+	fresh := d.freshLocked(msgs)
 	d.fromSegments += uint64(len(fresh))
 	d.outLocked(fresh)
 	return len(fresh)
