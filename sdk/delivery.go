@@ -245,10 +245,7 @@ func (d *delivery) enqueueLocked(it item) {
 	if it.msg != nil {
 		d.queued++
 	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	notify(d.wake)
 }
 
 // close queues ev as the last item; take returns what is left and then reports the end.
@@ -260,6 +257,15 @@ func (d *delivery) close(ev Event) {
 	if d.hold != nil {
 		d.hold.timer.Stop()
 		d.hold = nil
+	}
+}
+
+// notify wakes the goroutine that waits on ch, a channel of one value, without blocking: a
+// wake-up already pending covers this one.
+func notify(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

@@ -63,10 +63,7 @@ func (d *delivery) outLocked(msgs []*roomcastpb.Message) {
 		heap.Push(&d.held, m)
 	}
 	d.playLocked(time.Now())
-	select {
-	case d.playWake <- struct{}{}:
-	default:
-	}
+	notify(d.playWake)
 }
 
 // emitLocked queues m for OnMessage, counting it late when it sorts before a message already
@@ -110,10 +107,7 @@ func (d *delivery) setPlayout(delay, offset time.Duration) {
 			d.emitLocked(heap.Pop(&d.held).(*roomcastpb.Message))
 		}
 	}
-	select {
-	case d.playWake <- struct{}{}:
-	default:
-	}
+	notify(d.playWake)
 }
 
 // segment takes the messages of a segment: duplicates are dropped, the rest wait for their play
