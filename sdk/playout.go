@@ -27,9 +27,8 @@ type playout struct {
 	delay    time.Duration // 0 outside CDN mode
 	offset   time.Duration // the server's clock minus ours
 	held     heldHeap
-	playedMs int64         // server time and id of the last message handed on: one that sorts
-	playedID string        // before it is late
-	playWake chan struct{} // one value: the earliest play time may have changed
+	played   *roomcastpb.Message // the last message handed on: one that sorts before it is late
+	playWake chan struct{}       // one value: the earliest play time may have changed
 
 	late, duplicates, fromSegments uint64 // for CDNStats
 }
@@ -69,10 +68,10 @@ func (d *delivery) outLocked(msgs []*roomcastpb.Message) {
 // emitLocked queues m for OnMessage, counting it late when it sorts before a message already
 // handed on. Caller holds d.mu.
 func (d *delivery) emitLocked(m *roomcastpb.Message) {
-	if ms, id := m.GetServerTimeMs(), m.GetId(); ms < d.playedMs || ms == d.playedMs && id < d.playedID {
+	if compareMessages(m, d.played) < 0 {
 		d.late++
 	} else {
-		d.playedMs, d.playedID = ms, id
+		d.played = m
 	}
 	d.enqueueLocked(item{msg: m})
 }
