@@ -131,7 +131,7 @@ func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
 	if !on {
 		p.conf = nil
 		p.d.setPlayout(0, p.offset)
-		p.signal()
+		notify(p.wake)
 		return
 	}
 	if p.conf == nil || p.conf.GetWindowMs() != conf.GetWindowMs() {
@@ -157,7 +157,7 @@ func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
 			p.d.play(p.ctx)
 		}()
 	}
-	p.signal()
+	notify(p.wake)
 }
 
 // playDelayLocked is how long after its server time a message is handed on in CDN mode: the
@@ -185,13 +185,6 @@ func (p *cdnPoller) learnGrace(window int64, index, nextAtMs int64) {
 	}
 	p.grace = g
 	p.d.setPlayout(p.playDelayLocked(), p.offset)
-}
-
-func (p *cdnPoller) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
 }
 
 // snapshot is what a poll round needs, read under p.mu.

@@ -123,6 +123,10 @@ func (d *delivery) push(gen uint64, p *roomcastpb.Push) bool {
 		d.enqueueLocked(item{ev: &ThinnedEvent{Normal: t.GetNormal(), Bulk: t.GetBulk()}})
 	}
 	fresh := d.freshLocked(p.GetMessages())
+	for _, m := range fresh {
+		d.lastID = max(d.lastID, m.GetId())
+		d.lastSeq = max(d.lastSeq, m.GetRoomSeq())
+	}
 	if h := d.hold; h != nil && h.gen == gen {
 		h.msgs = append(h.msgs, fresh...)
 		if p.GetHistory() {
@@ -164,18 +168,16 @@ func (d *delivery) releaseLocked(ev *RecoveredEvent) {
 	d.enqueueLocked(item{ev: ev})
 }
 
-// freshLocked returns the messages of msgs not seen before, and remembers them. Caller holds
-// d.mu.
+// freshLocked returns the messages of msgs not seen before, remembers them and counts the
+// others as duplicates. Caller holds d.mu.
 func (d *delivery) freshLocked(msgs []*roomcastpb.Message) []*roomcastpb.Message {
 	var fresh []*roomcastpb.Message
 	for _, m := range msgs {
-		if !d.rememberLocked(m.GetId()) {
+		if d.rememberLocked(m.GetId()) {
+			fresh = append(fresh, m)
+		} else {
 			d.duplicates++
-			continue
 		}
-		fresh = append(fresh, m)
-		d.lastID = max(d.lastID, m.GetId())
-		d.lastSeq = max(d.lastSeq, m.GetRoomSeq())
 	}
 	return fresh
 }
@@ -243,10 +245,7 @@ func (d *delivery) enqueueLocked(it item) {
 	if it.msg != nil {
 		d.queued++
 	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	notify(d.wake)
 }
 
 // close queues ev as the last item; take returns what is left and then reports the end.
@@ -258,6 +257,15 @@ func (d *delivery) close(ev Event) {
 	if d.hold != nil {
 		d.hold.timer.Stop()
 		d.hold = nil
+	}
+}
+
+// notify wakes the goroutine that waits on ch, a channel of one value, without blocking: a
+// wake-up already pending covers this one.
+func notify(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

@@ -27,9 +27,8 @@ type playout struct {
 	delay    time.Duration // 0 outside CDN mode
 	offset   time.Duration // the server's clock minus ours
 	held     heldHeap
-	playedMs int64         // server time and id of the last message handed on: one that sorts
-	playedID string        // before it is late
-	playWake chan struct{} // one value: the earliest play time may have changed
+	played   *roomcastpb.Message // the last message handed on: one that sorts before it is late
+	playWake chan struct{}       // one value: the earliest play time may have changed
 
 	late, duplicates, fromSegments uint64 // for CDNStats
 }
@@ -63,19 +62,16 @@ func (d *delivery) outLocked(msgs []*roomcastpb.Message) {
 		heap.Push(&d.held, m)
 	}
 	d.playLocked(time.Now())
-	select {
-	case d.playWake <- struct{}{}:
-	default:
-	}
+	notify(d.playWake)
 }
 
 // emitLocked queues m for OnMessage, counting it late when it sorts before a message already
 // handed on. Caller holds d.mu.
 func (d *delivery) emitLocked(m *roomcastpb.Message) {
-	if ms, id := m.GetServerTimeMs(), m.GetId(); ms < d.playedMs || ms == d.playedMs && id < d.playedID {
+	if compareMessages(m, d.played) < 0 {
 		d.late++
 	} else {
-		d.playedMs, d.playedID = ms, id
+		d.played = m
 	}
 	d.enqueueLocked(item{msg: m})
 }
@@ -110,10 +106,7 @@ func (d *delivery) setPlayout(delay, offset time.Duration) {
 			d.emitLocked(heap.Pop(&d.held).(*roomcastpb.Message))
 		}
 	}
-	select {
-	case d.playWake <- struct{}{}:
-	default:
-	}
+	notify(d.playWake)
 }
 
 // segment takes the messages of a segment: duplicates are dropped, the rest wait for their play
@@ -126,14 +119,7 @@ func (d *delivery) segment(msgs []*roomcastpb.Message) int {
 	if d.closed {
 		return 0
 	}
-	var fresh []*roomcastpb.Message
-	for _, m := range msgs {
-		if d.rememberLocked(m.GetId()) {
-			fresh = append(fresh, m)
-		} else {
-			d.duplicates++
-		}
-	}
+	fresh := d.freshLocked(msgs)
 	d.fromSegments += uint64(len(fresh))
 	d.outLocked(fresh)
 	return len(fresh)

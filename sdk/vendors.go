@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -74,23 +75,13 @@ func (p *cdnPoller) orderLocked(now time.Time) []*vendor {
 			up = append(up, keyed{v, math.Pow(rand.Float64(), 1/float64(v.weight))})
 		}
 	}
-	slices.SortFunc(up, func(a, b keyed) int { return -cmpFloat(a.key, b.key) })
+	slices.SortFunc(up, func(a, b keyed) int { return cmp.Compare(b.key, a.key) })
 	slices.SortFunc(down, func(a, b *vendor) int { return a.downUntil.Compare(b.downUntil) })
 	order := make([]*vendor, 0, len(p.vendors))
 	for _, k := range up {
 		order = append(order, k.v)
 	}
 	return append(order, down...)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // fetch asks the vendors for segment index, one after another until one serves it or says it
