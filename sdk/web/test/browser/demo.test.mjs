@@ -183,7 +183,15 @@ test("a room pinned to CDN bulk mode: bulk danmaku come by segments and fly acro
     return ((await cdnStats()).messages ?? 0) >= 1;
   }, 15000, 250);
   await waitFor("every warm-up message", async () => (await bodies(page)).filter((b) => b.startsWith("warm-up")).length === warm, 10000);
-  const before = (await cdnStats()).messages;
+  // The page refreshes its CDN stats every 500 ms: read them once two reads 600 ms apart agree.
+  const settledCount = async () => {
+    for (;;) {
+      const a = (await cdnStats()).messages;
+      await new Promise((r) => setTimeout(r, 600));
+      if ((await cdnStats()).messages === a) return a;
+    }
+  };
+  const before = await settledCount();
   const sent = [];
   for (let i = 0; i < 20; i++) {
     sent.push(`via cdn ${i}`);
@@ -192,7 +200,9 @@ test("a room pinned to CDN bulk mode: bulk danmaku come by segments and fly acro
   }
   await waitFor("every bulk message", async () => (await bodies(page)).filter((b) => b.startsWith("via cdn")).length === 20, 10000);
   assert.deepEqual((await bodies(page)).filter((b) => b.startsWith("via cdn")), sent, "once each, in order");
-  const stats = JSON.parse(await page.getAttribute("#st-cdn", "title"));
+  await waitFor("the stats to count twenty more", async () => (await cdnStats()).messages - before >= 20, 5000);
+  await settledCount();
+  const stats = await cdnStats();
   console.log(`# cdn: ${JSON.stringify(stats)}`);
   assert.ok(stats.hits >= 1 && stats.messages - before === 20, `${stats.messages - before} of twenty came by segments`);
   assert.equal(stats.invalid + stats.errors, 0);
