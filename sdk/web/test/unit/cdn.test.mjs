@@ -89,7 +89,9 @@ for (const skewMs of [30000, -30000]) {
     }
     await until("five messages", () => of("message").length === 5, 3000);
     const asked = cdn.indexes();
-    assert.ok(asked.every((i) => i >= first && i <= first + 20), `asked ${asked}, server index ${first}`);
+    // 30 s of skew is 150 windows: an index on the client's own clock would be far off. The
+    // window before `first` is fair: it was still open at login and is polled once it is due.
+    assert.ok(asked.every((i) => i >= first - 1 && i <= first + 20), `asked ${asked}, server index ${first}`);
     assert.ok(c.cdnStats.misses <= 3, JSON.stringify(c.cdnStats));
     });
 }
