@@ -51,6 +51,7 @@ type conn struct {
 	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
+	historyQ   atomic.Int32  // history queries waiting for the room service (history.go)
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
@@ -130,6 +131,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.frameHeartbeat.Inc()
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
+		}
+	case *pb.Frame_HistoryQuery:
+		c.node.m.frameHistory.Inc()
+		if c.requireLive() {
+			c.queryHistory(k.HistoryQuery)
 		}
 	default:
 		c.node.m.frameBad.Inc()

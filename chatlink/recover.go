@@ -2,11 +2,7 @@ package chatlink
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
@@ -110,36 +106,16 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 
 // history reads the messages kept for a room, oldest first.
 func (n *Node) history(ctx context.Context, app, room string) ([]*pb.Message, error) {
-	subject := bus.HistorySubject(app, room)
-	stream, err := n.js.Stream(ctx, bus.HistoryStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil // nothing was ever sent
+	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, time.Time{})
+	if skipped > 0 {
+		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}
 	if err != nil {
 		return nil, err
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return nil, err
+	out := make([]*pb.Message, len(kept))
+	for i, k := range kept {
+		out[i] = k.Msg
 	}
-	count := int(info.State.Subjects[subject])
-	if count == 0 {
-		return nil, nil
-	}
-	cons, err := n.js.OrderedConsumer(ctx, bus.HistoryStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, err
-	}
-	batch, err := cons.Fetch(count, jetstream.FetchMaxWait(recoverTimeout))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*pb.Message, 0, count)
-	for msg := range batch.Messages() {
-		var m pb.Message
-		if err := proto.Unmarshal(msg.Data(), &m); err == nil {
-			out = append(out, &m)
-		}
-	}
-	return out, batch.Error()
+	return out, nil
 }

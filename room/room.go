@@ -65,8 +65,12 @@ type Config struct {
 	// HistoryPerRoom is how many of a room's critical and normal messages are kept for
 	// recovery after a reconnect (for 24 hours at most). It is a setting of the stream all
 	// instances share: the last instance to start sets it. Zero value means bus.HistoryPerRoom
-	// (100).
+	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
 	HistoryPerRoom int
+	// HistoryMaxAge is how long the history keeps a message, a setting of the stream like
+	// HistoryPerRoom. A room's settings may keep them for less (RoomSettings.history_max_age_s).
+	// Zero value means 24h.
+	HistoryMaxAge time.Duration
 }
 
 // Service is one instance of the room service.
@@ -111,6 +115,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HistoryPerRoom <= 0 {
 		c.HistoryPerRoom = bus.HistoryPerRoom
 	}
+	if c.HistoryMaxAge <= 0 {
+		c.HistoryMaxAge = DefaultHistoryMaxAge
+	}
 	return c, nil
 }
 
@@ -134,7 +141,7 @@ func (s *Service) Start() error {
 	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
 		return err
 	}
-	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.log); err != nil {
+	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge, s.log); err != nil {
 		s.cache.stop()
 		return err
 	}
@@ -154,6 +161,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomSend:      s.onSend,
 		bus.SubjectRoomSendBatch: s.onSendBatch,
 		bus.SubjectRoomInfo:      s.onInfo,
+		bus.SubjectRoomHistory:   s.onHistory,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)

@@ -47,12 +47,14 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	err     error
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
-	pending map[uint64]chan sendResult // Sends waiting for their SendAck or Error, by seq
+	pending map[uint64]chan sendResult // Sends and HistoryQueries waiting for their answer, by seq
 }
 
+// sendResult answers a Send (ack) or a HistoryQuery (page), or refuses it (err).
 type sendResult struct {
-	ack *roomcastpb.SendAck
-	err error
+	ack  *roomcastpb.SendAck
+	page *roomcastpb.HistoryPage
+	err  error
 }
 
 // Outgoing is a message to Send.
@@ -159,13 +161,42 @@ func (c *conn) fail(err error) {
 
 // send sends m and waits for the server's answer.
 func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
+	r, err := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
+		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
+			Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
+		}}}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.ack, r.err
+}
+
+// queryHistory sends q and waits for the server's answer.
+func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.HistoryPage, error) {
+	r, err := c.request(ctx, "history", func(seq uint64) *roomcastpb.Frame {
+		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_HistoryQuery{HistoryQuery: q.frame(seq)}}
+	})
+	if err != nil {
+		return nil, err
+	}
+	var refused *SendError
+	if errors.As(r.err, &refused) {
+		return nil, &HistoryError{Code: refused.Code, Message: refused.Message}
+	}
+	return r.page, r.err
+}
+
+// request writes the frame frameOf builds with the next seq and waits for the answer carrying
+// that seq. The error is the connection's or ctx's; a refusal is in the result.
+func (c *conn) request(ctx context.Context, what string, frameOf func(seq uint64) *roomcastpb.Frame) (sendResult, error) {
 	seq := c.nextSeq.Add(1)
 	answer := make(chan sendResult, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, fmt.Errorf("roomcast: send: %w", err)
+		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, err)
 	}
 	c.pending[seq] = answer
 	c.mu.Unlock()
@@ -175,23 +206,20 @@ func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error
 		c.mu.Unlock()
 	}()
 
-	f := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
-		Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
-	}}}
-	if err := c.writeFrame(f); err != nil {
-		return nil, fmt.Errorf("roomcast: send: %w", err)
+	if err := c.writeFrame(frameOf(seq)); err != nil {
+		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, err)
 	}
 	select {
 	case r := <-answer:
-		return r.ack, r.err
+		return r, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("roomcast: send: %w", ctx.Err())
+		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, ctx.Err())
 	case <-c.done:
 		select {
 		case r := <-answer: // answered just before the end
-			return r.ack, r.err
+			return r, nil
 		default:
-			return nil, fmt.Errorf("roomcast: send: %w", c.Err())
+			return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, c.Err())
 		}
 	}
 }
@@ -260,6 +288,8 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 	switch k := f.Kind.(type) {
 	case *roomcastpb.Frame_SendAck:
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
+	case *roomcastpb.Frame_HistoryPage:
+		c.answer(k.HistoryPage.GetSeq(), sendResult{page: k.HistoryPage})
 	case *roomcastpb.Frame_Error:
 		e := k.Error
 		if e.GetSeq() == 0 { // the answer to the login's history request
@@ -303,7 +333,7 @@ func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
 	c.loginAck <- ack
 }
 
-// answer hands r to the Send waiting for seq, if it still waits.
+// answer hands r to the Send or HistoryQuery waiting for seq, if it still waits.
 func (c *conn) answer(seq uint64, r sendResult) {
 	c.mu.Lock()
 	ch := c.pending[seq]

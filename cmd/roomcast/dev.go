@@ -29,7 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
-	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
+	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")

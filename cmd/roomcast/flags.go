@@ -10,6 +10,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
+	"roomcast/room"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -56,9 +57,11 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
-// bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
-func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
-	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
+// bindHistoryFlags binds the room service's history retention (room.Config.HistoryPerRoom and
+// HistoryMaxAge): the deployment's defaults, which a room's settings may lower.
+func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
+	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
+	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -27,6 +27,7 @@ const (
 	SubjectRoomSend      = "rc.svc.room.send"
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
+	SubjectRoomHistory   = "rc.svc.room.history"
 
 	SubjectPresenceCount    = "rc.svc.presence.count"
 	SubjectPresenceSessions = "rc.svc.presence.sessions"

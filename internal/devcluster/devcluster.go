@@ -100,6 +100,9 @@ type Config struct {
 	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
 	// means the room service's default (100).
 	HistoryPerRoom int
+	// HistoryMaxAge is how long a room's history keeps a message (room.Config). Zero value
+	// means 24h.
+	HistoryMaxAge time.Duration
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -195,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances:  cfg.ServiceInstances,
-		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
+		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},

@@ -154,9 +154,16 @@ type RoomSettings struct {
 	// For senders that broadcast_expr does not allow: their messages reach only the members that
 	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
 	// tag expression. Empty: such senders are refused.
-	ScopePrefix   string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ScopePrefix string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	// How many of the room's newest critical and normal messages its history keeps (for the
+	// history API, login history and recovery). 0: the deployment's (--history-per-room, 100);
+	// more than it: the deployment's.
+	HistoryMaxMessages uint32 `protobuf:"varint,14,opt,name=history_max_messages,json=historyMaxMessages,proto3" json:"history_max_messages,omitempty"`
+	// How long, in seconds, the room's history keeps a message. 0: the deployment's
+	// (--history-max-age, 24 h); longer than it: the deployment's.
+	HistoryMaxAgeS uint32 `protobuf:"varint,15,opt,name=history_max_age_s,json=historyMaxAgeS,proto3" json:"history_max_age_s,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -250,6 +257,20 @@ func (x *RoomSettings) GetScopePrefix() string {
 		return x.ScopePrefix
 	}
 	return ""
+}
+
+func (x *RoomSettings) GetHistoryMaxMessages() uint32 {
+	if x != nil {
+		return x.HistoryMaxMessages
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetHistoryMaxAgeS() uint32 {
+	if x != nil {
+		return x.HistoryMaxAgeS
+	}
+	return 0
 }
 
 // Room is a created room's record, as kept in JetStream KV.
@@ -2683,11 +2704,125 @@ func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
 	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// At most this many messages. 0 means 50; more than 200 means 200.
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// At most one of before_id, after_id and cursor (HistoryQuery in client.proto says what
+	// each asks for).
+	BeforeId string `protobuf:"bytes,3,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	AfterId  string `protobuf:"bytes,4,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	Cursor   string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// "critical" or "normal": only that lane. Empty: both.
+	Lane string `protobuf:"bytes,6,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Only what this member would see: the messages whose tag_expr its uid and tags satisfy.
+	// Without as_member every kept message is returned.
+	AsMember      bool     `protobuf:"varint,7,opt,name=as_member,json=asMember,proto3" json:"as_member,omitempty"`
+	Uid           string   `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	Tags          []string `protobuf:"bytes,9,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetHistoryRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetBeforeId() string {
+	if x != nil {
+		return x.BeforeId
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetAsMember() bool {
+	if x != nil {
+		return x.AsMember
+	}
+	return false
+}
+
+func (x *GetHistoryRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\xee\x02\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\"\xcb\x03\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -2700,7 +2835,9 @@ const file_api_proto_rawDesc = "" +
 	"\tsend_expr\x18\b \x01(\tR\bsendExpr\x12%\n" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
-	" \x01(\tR\vscopePrefixJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
+	" \x01(\tR\vscopePrefix\x120\n" +
+	"\x14history_max_messages\x18\x0e \x01(\rR\x12historyMaxMessages\x12)\n" +
+	"\x11history_max_age_s\x18\x0f \x01(\rR\x0ehistoryMaxAgeSJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2884,7 +3021,17 @@ const file_api_proto_rawDesc = "" +
 	"\x0epoll_jitter_ms\x18\x06 \x01(\rR\fpollJitterMs\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\a \x01(\x03R\tupdatedMs\"\x15\n" +
-	"\x13GetCdnPolicyRequest*W\n" +
+	"\x13GetCdnPolicyRequest\"\xe4\x01\n" +
+	"\x11GetHistoryRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tbefore_id\x18\x03 \x01(\tR\bbeforeId\x12\x19\n" +
+	"\bafter_id\x18\x04 \x01(\tR\aafterId\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\x12\x12\n" +
+	"\x04lane\x18\x06 \x01(\tR\x04lane\x12\x1b\n" +
+	"\tas_member\x18\a \x01(\bR\basMember\x12\x10\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\t \x03(\tR\x04tags*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -2894,7 +3041,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xef\v\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xb7\f\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -2921,7 +3068,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
 	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
-	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicyB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12F\n" +
+	"\n" +
+	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPageB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2936,7 +3085,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -2979,10 +3128,12 @@ var file_api_proto_goTypes = []any{
 	(*RoomCdn)(nil),                 // 38: roomcast.v1.RoomCdn
 	(*CdnPolicy)(nil),               // 39: roomcast.v1.CdnPolicy
 	(*GetCdnPolicyRequest)(nil),     // 40: roomcast.v1.GetCdnPolicyRequest
-	nil,                             // 41: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 42: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 43: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 44: roomcast.v1.CdnVendor
+	(*GetHistoryRequest)(nil),       // 41: roomcast.v1.GetHistoryRequest
+	nil,                             // 42: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 43: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 44: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 45: roomcast.v1.CdnVendor
+	(*HistoryPage)(nil),             // 46: roomcast.v1.HistoryPage
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -2992,19 +3143,19 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	41, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	42, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	14, // 10: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
 	25, // 11: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	28, // 12: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
 	32, // 13: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	42, // 14: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	42, // 15: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	42, // 16: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	43, // 17: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	44, // 18: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	42, // 19: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	43, // 14: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	43, // 15: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	43, // 16: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	44, // 17: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	45, // 18: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	43, // 19: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
 	4,  // 20: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	6,  // 21: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	7,  // 22: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3025,28 +3176,30 @@ var file_api_proto_depIdxs = []int32{
 	37, // 37: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	39, // 38: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	40, // 39: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	5,  // 40: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 41: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 42: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 43: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 44: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 45: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 46: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	19, // 47: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	21, // 48: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 49: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	25, // 50: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	26, // 51: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	29, // 52: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	31, // 53: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	34, // 54: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	32, // 55: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	38, // 56: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	38, // 57: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 58: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	39, // 59: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	40, // [40:60] is the sub-list for method output_type
-	20, // [20:40] is the sub-list for method input_type
+	41, // 40: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	5,  // 41: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 42: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	8,  // 43: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	10, // 44: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	12, // 45: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	15, // 46: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	17, // 47: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	19, // 48: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	21, // 49: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 50: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	25, // 51: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	26, // 52: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	29, // 53: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	31, // 54: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	34, // 55: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	32, // 56: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	38, // 57: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	38, // 58: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	39, // 59: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	39, // 60: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	46, // 61: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	41, // [41:62] is the sub-list for method output_type
+	20, // [20:41] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -3058,6 +3211,7 @@ func file_api_proto_init() {
 		return
 	}
 	file_cdn_proto_init()
+	file_client_proto_init()
 	file_api_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3065,7 +3219,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

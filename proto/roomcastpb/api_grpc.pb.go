@@ -42,6 +42,7 @@ const (
 	RoomcastAPI_GetRoomCdn_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
 	RoomcastAPI_SetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
 	RoomcastAPI_GetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_GetHistory_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetHistory"
 )
 
 // RoomcastAPIClient is the client API for RoomcastAPI service.
@@ -104,6 +105,10 @@ type RoomcastAPIClient interface {
 	SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error)
+	// GetHistory returns a page of a room's kept history (critical and normal messages): the
+	// newest, those before or after a message id, or the next page of a previous answer;
+	// optionally only what one member may see.
+	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*HistoryPage, error)
 }
 
 type roomcastAPIClient struct {
@@ -314,6 +319,16 @@ func (c *roomcastAPIClient) GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRe
 	return out, nil
 }
 
+func (c *roomcastAPIClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*HistoryPage, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryPage)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RoomcastAPIServer is the server API for RoomcastAPI service.
 // All implementations must embed UnimplementedRoomcastAPIServer
 // for forward compatibility.
@@ -374,6 +389,10 @@ type RoomcastAPIServer interface {
 	SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error)
+	// GetHistory returns a page of a room's kept history (critical and normal messages): the
+	// newest, those before or after a message id, or the next page of a previous answer;
+	// optionally only what one member may see.
+	GetHistory(context.Context, *GetHistoryRequest) (*HistoryPage, error)
 	mustEmbedUnimplementedRoomcastAPIServer()
 }
 
@@ -443,6 +462,9 @@ func (UnimplementedRoomcastAPIServer) SetCdnPolicy(context.Context, *CdnPolicy) 
 }
 func (UnimplementedRoomcastAPIServer) GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCdnPolicy not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetHistory(context.Context, *GetHistoryRequest) (*HistoryPage, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetHistory not implemented")
 }
 func (UnimplementedRoomcastAPIServer) mustEmbedUnimplementedRoomcastAPIServer() {}
 func (UnimplementedRoomcastAPIServer) testEmbeddedByValue()                     {}
@@ -825,6 +847,24 @@ func _RoomcastAPI_GetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetHistory(ctx, req.(*GetHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RoomcastAPI_ServiceDesc is the grpc.ServiceDesc for RoomcastAPI service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -911,6 +951,10 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCdnPolicy",
 			Handler:    _RoomcastAPI_GetCdnPolicy_Handler,
+		},
+		{
+			MethodName: "GetHistory",
+			Handler:    _RoomcastAPI_GetHistory_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

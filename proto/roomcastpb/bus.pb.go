@@ -69,7 +69,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6, 0}
+	return file_bus_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type NodeControl_Op int32
@@ -141,7 +141,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11, 0}
+	return file_bus_proto_rawDescGZIP(), []int{12, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -421,7 +421,9 @@ type Reply struct {
 	// Set by a successful batch send: the messages' ids, in order.
 	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// Set by a successful join of a room in CDN mode: what the member is told in its LoginAck.
-	Cdn           *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	Cdn *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// Set by a history query (rc.svc.room.history).
+	History       *HistoryPage `protobuf:"bytes,11,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,6 +528,100 @@ func (x *Reply) GetCdn() *CdnConfig {
 	return nil
 }
 
+func (x *Reply) GetHistory() *HistoryPage {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
+// API (subject rc.svc.room.history).
+type HistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room  string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Query *HistoryQuery          `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	// Only what this member may see (its uid and tags against each message's tag_expr).
+	AsMember      bool     `protobuf:"varint,4,opt,name=as_member,json=asMember,proto3" json:"as_member,omitempty"`
+	Uid           string   `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Tags          []string `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRequest) Reset() {
+	*x = HistoryRequest{}
+	mi := &file_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRequest) ProtoMessage() {}
+
+func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
+func (*HistoryRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HistoryRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetQuery() *HistoryQuery {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *HistoryRequest) GetAsMember() bool {
+	if x != nil {
+		return x.AsMember
+	}
+	return false
+}
+
+func (x *HistoryRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 type RoomInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -540,7 +636,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +648,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +661,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -614,7 +710,7 @@ type RoomBatch struct {
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +722,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +735,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoomBatch) GetMessages() []*Message {
@@ -688,7 +784,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +796,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +809,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -787,7 +883,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +895,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +908,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -858,7 +954,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +966,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +979,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -941,7 +1037,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1049,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1062,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1029,7 +1125,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1137,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1150,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1103,7 +1199,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1211,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1224,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1237,7 +1333,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1345,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1358,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1315,7 +1411,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1423,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1436,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Member) GetUid() string {
@@ -1396,7 +1492,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1504,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1517,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1453,7 +1549,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1561,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1574,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -1556,7 +1652,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1664,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1677,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -1717,7 +1813,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1825,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1838,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -1786,7 +1882,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1894,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1907,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -1889,7 +1985,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1997,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2010,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -1950,7 +2046,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2058,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2071,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2017,7 +2113,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xb0\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\fclient.proto\x1a\rmessage.proto\"\xb0\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2040,7 +2136,7 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x80\x03\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xb4\x03\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2056,7 +2152,15 @@ const file_bus_proto_rawDesc = "" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
 	"messageIds\x12(\n" +
 	"\x03cdn\x18\n" +
-	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xba\x01\n" +
+	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x122\n" +
+	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\"\xaa\x01\n" +
+	"\x0eHistoryRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
+	"\x05query\x18\x03 \x01(\v2\x19.roomcast.v1.HistoryQueryR\x05query\x12\x1b\n" +
+	"\tas_member\x18\x04 \x01(\bR\basMember\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\x06 \x03(\tR\x04tags\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -2222,7 +2326,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2230,58 +2334,63 @@ var file_bus_proto_goTypes = []any{
 	(*SendRequest)(nil),      // 3: roomcast.v1.SendRequest
 	(*SendBatchRequest)(nil), // 4: roomcast.v1.SendBatchRequest
 	(*Reply)(nil),            // 5: roomcast.v1.Reply
-	(*RoomInfo)(nil),         // 6: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),        // 7: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),     // 8: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),    // 9: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),     // 10: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),       // 11: roomcast.v1.NodeReport
-	(*RoomCount)(nil),        // 12: roomcast.v1.RoomCount
-	(*NodeControl)(nil),      // 13: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil), // 14: roomcast.v1.NodeControlReply
-	(*Member)(nil),           // 15: roomcast.v1.Member
-	(*PresenceQuery)(nil),    // 16: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),    // 17: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),       // 18: roomcast.v1.LoadReport
-	(*DrainRequest)(nil),     // 19: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),         // 20: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),         // 21: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),     // 22: roomcast.v1.PusherReport
-	nil,                      // 23: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),                // 24: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 25: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 26: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 27: roomcast.v1.CdnConfig
-	(*Message)(nil),          // 28: roomcast.v1.Message
-	(CdnMode)(0),             // 29: roomcast.v1.CdnMode
+	(*HistoryRequest)(nil),   // 6: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),         // 7: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),        // 8: roomcast.v1.RoomBatch
+	(*SessionEvent)(nil),     // 9: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),    // 10: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),     // 11: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),       // 12: roomcast.v1.NodeReport
+	(*RoomCount)(nil),        // 13: roomcast.v1.RoomCount
+	(*NodeControl)(nil),      // 14: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil), // 15: roomcast.v1.NodeControlReply
+	(*Member)(nil),           // 16: roomcast.v1.Member
+	(*PresenceQuery)(nil),    // 17: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),    // 18: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),       // 19: roomcast.v1.LoadReport
+	(*DrainRequest)(nil),     // 20: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),         // 21: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),         // 22: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),     // 23: roomcast.v1.PusherReport
+	nil,                      // 24: roomcast.v1.RoomInfo.NodesEntry
+	(Lane)(0),                // 25: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 26: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 27: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 28: roomcast.v1.CdnConfig
+	(*HistoryPage)(nil),      // 29: roomcast.v1.HistoryPage
+	(*HistoryQuery)(nil),     // 30: roomcast.v1.HistoryQuery
+	(*Message)(nil),          // 31: roomcast.v1.Message
+	(CdnMode)(0),             // 32: roomcast.v1.CdnMode
 }
 var file_bus_proto_depIdxs = []int32{
-	24, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	25, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
-	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	25, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	26, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	27, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	23, // 6: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	28, // 7: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	25, // 8: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	27, // 9: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 10: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 11: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 12: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 13: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 14: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	28, // 15: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 16: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	8,  // 17: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	29, // 18: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	27, // 19: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	28, // 20: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	26, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	27, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	28, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	29, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	30, // 7: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	24, // 8: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	31, // 9: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	26, // 10: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	28, // 11: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 12: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	9,  // 13: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	9,  // 14: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	13, // 15: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 16: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	31, // 17: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	16, // 18: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	9,  // 19: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	32, // 20: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	28, // 21: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	31, // 22: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2291,6 +2400,7 @@ func file_bus_proto_init() {
 	}
 	file_api_proto_init()
 	file_cdn_proto_init()
+	file_client_proto_init()
 	file_message_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2298,7 +2408,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -54,6 +54,11 @@ const (
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// Login.recover_since is not a message id: no history follows (the session goes on).
 	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
+	// A history query is malformed: a cursor that is not one, an id that is not a message id,
+	// more than one of before_id, after_id and cursor, an unknown lane.
+	ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY ErrorCode = 110
+	// Too many history queries of this connection wait for an answer; retry after one comes.
+	ErrorCode_ERROR_CODE_HISTORY_BUSY ErrorCode = 111
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -74,6 +79,8 @@ var (
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
 		109: "ERROR_CODE_BAD_RECOVER_SINCE",
+		110: "ERROR_CODE_BAD_HISTORY_QUERY",
+		111: "ERROR_CODE_HISTORY_BUSY",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -89,6 +96,8 @@ var (
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
+		"ERROR_CODE_BAD_HISTORY_QUERY": 110,
+		"ERROR_CODE_HISTORY_BUSY":      111,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -244,6 +253,8 @@ type Frame struct {
 	//	*Frame_Kick
 	//	*Frame_Reconnect
 	//	*Frame_CdnConfig
+	//	*Frame_HistoryQuery
+	//	*Frame_HistoryPage
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -385,6 +396,24 @@ func (x *Frame) GetCdnConfig() *CdnConfig {
 	return nil
 }
 
+func (x *Frame) GetHistoryQuery() *HistoryQuery {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_HistoryQuery); ok {
+			return x.HistoryQuery
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetHistoryPage() *HistoryPage {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_HistoryPage); ok {
+			return x.HistoryPage
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -433,6 +462,14 @@ type Frame_CdnConfig struct {
 	CdnConfig *CdnConfig `protobuf:"bytes,11,opt,name=cdn_config,json=cdnConfig,proto3,oneof"` // server -> client: the room's CDN config changed
 }
 
+type Frame_HistoryQuery struct {
+	HistoryQuery *HistoryQuery `protobuf:"bytes,12,opt,name=history_query,json=historyQuery,proto3,oneof"` // client -> server: a page of the room's history
+}
+
+type Frame_HistoryPage struct {
+	HistoryPage *HistoryPage `protobuf:"bytes,13,opt,name=history_page,json=historyPage,proto3,oneof"` // server -> client: the answer to a HistoryQuery
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -454,6 +491,10 @@ func (*Frame_Kick) isFrame_Kind() {}
 func (*Frame_Reconnect) isFrame_Kind() {}
 
 func (*Frame_CdnConfig) isFrame_Kind() {}
+
+func (*Frame_HistoryQuery) isFrame_Kind() {}
+
+func (*Frame_HistoryPage) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1116,7 +1157,7 @@ type Error struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	// The seq of the Send this answers, or 0: then it answers the login's history request
+	// The seq of the Send or HistoryQuery this answers, or 0: then it answers the login's history request
 	// (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
 	// follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
 	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -1229,6 +1270,166 @@ func (x *Kick) GetReason() string {
 	return ""
 }
 
+// HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
+// those the member's tags allow). Without before_id, after_id or cursor: the newest messages.
+// Give at most one of the three. docs/protocol.md describes paging.
+type HistoryQuery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the HistoryPage or Error that answers. Sends and history
+	// queries share one sequence of seqs.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// At most this many messages. 0 means 50; more than 200 means 200.
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The messages older than this message id (it need not be kept any more).
+	BeforeId string `protobuf:"bytes,3,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	// The messages newer than this message id.
+	AfterId string `protobuf:"bytes,4,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// The next page: a HistoryPage.next_cursor, as it was (opaque).
+	Cursor string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Only this lane (LANE_CRITICAL or LANE_NORMAL); LANE_UNSPECIFIED: both.
+	Lane          Lane `protobuf:"varint,6,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryQuery) Reset() {
+	*x = HistoryQuery{}
+	mi := &file_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryQuery) ProtoMessage() {}
+
+func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
+func (*HistoryQuery) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HistoryQuery) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryQuery) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *HistoryQuery) GetBeforeId() string {
+	if x != nil {
+		return x.BeforeId
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetLane() Lane {
+	if x != nil {
+		return x.Lane
+	}
+	return Lane_LANE_UNSPECIFIED
+}
+
+// HistoryPage answers a HistoryQuery (and GetHistory of the server API).
+type HistoryPage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The HistoryQuery's seq.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Oldest first.
+	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Give it as HistoryQuery.cursor for the next page in the same direction: older for the
+	// newest messages, before_id and older pages; newer for after_id and newer pages. Empty
+	// when the room keeps nothing more in that direction now.
+	NextCursor    string `protobuf:"bytes,3,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryPage) Reset() {
+	*x = HistoryPage{}
+	mi := &file_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryPage) ProtoMessage() {}
+
+func (x *HistoryPage) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
+func (*HistoryPage) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HistoryPage) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryPage) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *HistoryPage) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
 // Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
 type Reconnect struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1240,7 +1441,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1453,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1466,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1286,7 +1487,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xb6\x04\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xb7\x05\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1300,7 +1501,9 @@ const file_client_proto_rawDesc = "" +
 	"\treconnect\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
 	"\n" +
-	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfigB\x06\n" +
+	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfig\x12@\n" +
+	"\rhistory_query\x18\f \x01(\v2\x19.roomcast.v1.HistoryQueryH\x00R\fhistoryQuery\x12=\n" +
+	"\fhistory_page\x18\r \x01(\v2\x18.roomcast.v1.HistoryPageH\x00R\vhistoryPageB\x06\n" +
 	"\x04kind\"\xec\x01\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -1355,10 +1558,22 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\"2\n" +
 	"\x04Kick\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xad\x01\n" +
+	"\fHistoryQuery\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tbefore_id\x18\x03 \x01(\tR\bbeforeId\x12\x19\n" +
+	"\bafter_id\x18\x04 \x01(\tR\aafterId\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\x12%\n" +
+	"\x04lane\x18\x06 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\"r\n" +
+	"\vHistoryPage\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x120\n" +
+	"\bmessages\x18\x02 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x1f\n" +
+	"\vnext_cursor\x18\x03 \x01(\tR\n" +
+	"nextCursor\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xfd\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*\xbc\x03\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1370,7 +1585,9 @@ const file_client_proto_rawDesc = "" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
-	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x18\n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12 \n" +
+	"\x1cERROR_CODE_BAD_HISTORY_QUERY\x10n\x12\x1b\n" +
+	"\x17ERROR_CODE_HISTORY_BUSY\x10o\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -1404,7 +1621,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),       // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),       // 1: roomcast.v1.CloseCode
@@ -1420,10 +1637,12 @@ var file_client_proto_goTypes = []any{
 	(*HeartbeatAck)(nil), // 11: roomcast.v1.HeartbeatAck
 	(*Error)(nil),        // 12: roomcast.v1.Error
 	(*Kick)(nil),         // 13: roomcast.v1.Kick
-	(*Reconnect)(nil),    // 14: roomcast.v1.Reconnect
-	(*CdnConfig)(nil),    // 15: roomcast.v1.CdnConfig
-	(Lane)(0),            // 16: roomcast.v1.Lane
-	(*Message)(nil),      // 17: roomcast.v1.Message
+	(*HistoryQuery)(nil), // 14: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),  // 15: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),    // 16: roomcast.v1.Reconnect
+	(*CdnConfig)(nil),    // 17: roomcast.v1.CdnConfig
+	(Lane)(0),            // 18: roomcast.v1.Lane
+	(*Message)(nil),      // 19: roomcast.v1.Message
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1435,18 +1654,22 @@ var file_client_proto_depIdxs = []int32{
 	11, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
 	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
 	13, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	14, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	15, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	15, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	16, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	17, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	8,  // 14: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	9,  // 15: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	17, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	14, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	15, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	17, // 13: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	18, // 14: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	19, // 15: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	8,  // 16: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	9,  // 17: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	18, // 18: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	19, // 19: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1468,6 +1691,8 @@ func file_client_proto_init() {
 		(*Frame_Kick)(nil),
 		(*Frame_Reconnect)(nil),
 		(*Frame_CdnConfig)(nil),
+		(*Frame_HistoryQuery)(nil),
+		(*Frame_HistoryPage)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1475,7 +1700,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
