@@ -51,7 +51,6 @@ type conn struct {
 	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
-	historyQ   atomic.Int32  // history queries waiting for the room service (history.go)
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
@@ -70,10 +69,12 @@ type conn struct {
 	// member's tags (setTags), read by the fan-out at every tick.
 	tags atomic.Pointer[tag.Set]
 
-	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
-	state   connState
-	sendq   []*pb.Send // sends waiting for the room service, oldest first
-	sending bool       // sendLoop is running
+	mu    sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
+	state connState
+	// History queries waiting for the room service (history.go); beside state, in its padding.
+	historyQ uint8
+	sendq    []*pb.Send // sends waiting for the room service, oldest first
+	sending  bool       // sendLoop is running
 }
 
 func (n *Node) newConn(t transport) *conn {
@@ -270,6 +271,7 @@ func (c *conn) login(l *pb.Login) {
 			Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE), Message: "recover_since is not a message id",
 		}}})
 	case ask.wanted():
+		ask.keep, ask.age = r.fanout.historyRetention()
 		n.goAsync(func() { n.recoverHistory(c, ask) })
 	}
 	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))

@@ -14,14 +14,23 @@ const maxHistoryQueries = 2
 // queryHistory answers a client's HistoryQuery: the room service pages the room's history as
 // this member may see it (its uid and tags now), and the answer goes back with the query's seq.
 func (c *conn) queryHistory(q *pb.HistoryQuery) {
-	if c.historyQ.Add(1) > maxHistoryQueries {
-		c.historyQ.Add(-1)
+	c.mu.Lock()
+	busy := c.historyQ >= maxHistoryQueries
+	if !busy {
+		c.historyQ++
+	}
+	c.mu.Unlock()
+	if busy {
 		c.sendError(q.Seq, pb.ErrorCode_ERROR_CODE_HISTORY_BUSY, "too many history queries waiting for an answer")
 		return
 	}
 	n := c.node
 	n.goAsync(func() {
-		defer c.historyQ.Add(-1)
+		defer func() {
+			c.mu.Lock()
+			c.historyQ--
+			c.mu.Unlock()
+		}()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 		defer cancel()
 		var rep pb.Reply

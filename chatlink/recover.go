@@ -22,6 +22,10 @@ type historyAsk struct {
 	since    string
 	sinceSeq uint64
 	last     int
+	// The room's retention when it keeps less than the stream (RoomSettings.history_max_*):
+	// the newest keep messages (0: all), none older than age (0: any age).
+	keep int
+	age  time.Duration
 }
 
 func askOf(l *pb.Login) historyAsk {
@@ -44,7 +48,7 @@ func checkSince(since string, now time.Time) bool {
 func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 	defer cancel()
-	kept, err := n.history(ctx, c.app, c.room)
+	kept, err := n.history(ctx, c.app, c.room, ask)
 	if err != nil {
 		n.log.Warn("history not read", "session", c.session, "err", err)
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
@@ -104,9 +108,13 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 	return out, &pb.Recovery{Recovered: complete}
 }
 
-// history reads the messages kept for a room, oldest first.
-func (n *Node) history(ctx context.Context, app, room string) ([]*pb.Message, error) {
-	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, time.Time{})
+// history reads the messages kept for a room within the retention ask carries, oldest first.
+func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([]*pb.Message, error) {
+	var since time.Time
+	if ask.age > 0 {
+		since = n.now().Add(-ask.age)
+	}
+	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, since, ask.keep)
 	if skipped > 0 {
 		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}

@@ -122,20 +122,6 @@ func (s *Service) historyRetention(st *pb.RoomSettings) (keep int, age time.Dura
 	return keep, age
 }
 
-// retained cuts a room's kept messages (oldest first) to its retention: none stamped before
-// since, and the newest keep of the rest.
-func retained(kept []bus.KeptMessage, keep int, since time.Time) []bus.KeptMessage {
-	first := 0
-	for first < len(kept) && kept[first].Msg.ServerTimeMs < since.UnixMilli() {
-		first++
-	}
-	kept = kept[first:]
-	if len(kept) > keep {
-		kept = kept[len(kept)-keep:]
-	}
-	return kept
-}
-
 // selectPage takes from the messages in range that allow lets through the limit nearest the
 // anchor, oldest first, with the cursor to the next page when more lie beyond them.
 func selectPage(kept []bus.KeptMessage, r historyRange, limit int, allow func(*pb.Message) bool) *pb.HistoryPage {
@@ -209,7 +195,7 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 
 	keep, age := s.historyRetention(s.cache.room(req.App, req.Room).GetSettings())
 	since := s.cfg.Now().Add(-age)
-	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, since)
+	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, since, keep)
 	if skipped > 0 {
 		s.log.Warn("kept messages that do not decode left out of a history page", "app", req.App, "room", req.Room, "skipped", skipped)
 	}
@@ -227,7 +213,7 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 		e, err := s.exprs.Get(m.TagExpr)
 		return err == nil && e.EvalTags(req.Tags, req.Uid)
 	}
-	page := selectPage(retained(kept, keep, since), r, limit, allow)
+	page := selectPage(kept, r, limit, allow)
 	page.Seq = q.Seq
 	return &pb.Reply{History: page}
 }

@@ -20,12 +20,13 @@ type KeptMessage struct {
 	Msg *pb.Message
 }
 
-// ReadHistory reads the messages HistoryStream keeps for a room, oldest first: those stored at
-// or after since (zero: all). It reads the room's subject with an ordered consumer filtered on
+// ReadHistory reads the messages HistoryStream keeps for a room, oldest first, within a
+// retention narrower than the stream's: those stamped at or after since (zero: all), and of
+// them the newest keep (0: all). It reads the room's subject with an ordered consumer filtered on
 // it, starting at since, and asks for no more than the subject holds, so it never waits for
 // messages to come. Messages that do not decode (only a publisher other than the room service
 // could write one) are left out and counted in skipped, for the caller to log.
-func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, since time.Time) (kept []KeptMessage, skipped int, err error) {
+func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, since time.Time, keep int) (kept []KeptMessage, skipped int, err error) {
 	subject := HistorySubject(app, room)
 	stream, err := js.Stream(ctx, HistoryStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -64,10 +65,17 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 			skipped++
 			continue
 		}
+		// The stream's start time is when a message was stored, a little after it was stamped.
+		if !since.IsZero() && m.ServerTimeMs < since.UnixMilli() {
+			continue
+		}
 		kept = append(kept, KeptMessage{Seq: meta.Sequence.Stream, Msg: &m})
 	}
 	if err := batch.Error(); err != nil {
 		return kept, skipped, fmt.Errorf("bus: history of %s: %w", room, err)
+	}
+	if keep > 0 && len(kept) > keep {
+		kept = kept[len(kept)-keep:]
 	}
 	return kept, skipped, nil
 }
