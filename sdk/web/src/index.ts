@@ -11,6 +11,7 @@ export { Client } from "./client.js";
 export type {
   ClientEvents,
   ConnectedEvent,
+  HistoryQuery,
   KickedEvent,
   Outgoing,
   ReconnectingEvent,
@@ -34,6 +35,7 @@ export {
   closeCodeName,
   DispatchError,
   errorCodeName,
+  HistoryError,
   HistoryUnavailableError,
   LoginTimeoutError,
   NotConnectedError,
@@ -47,6 +49,6 @@ export {
 export { CdnMode } from "./gen/cdn_pb.js";
 export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
 export { CloseCode, ErrorCode } from "./gen/client_pb.js";
-export type { LoginAck, SendAck } from "./gen/client_pb.js";
+export type { HistoryPage, LoginAck, SendAck } from "./gen/client_pb.js";
 export { Lane } from "./gen/message_pb.js";
 export type { Message } from "./gen/message_pb.js";

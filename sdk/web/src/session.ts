@@ -5,6 +5,7 @@ import type { Endpoint, Settings } from "./config.js";
 import { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
 import {
   CloseError,
+  HistoryError,
   LoginTimeoutError,
   ProtocolError,
   RoomcastError,
@@ -16,6 +17,7 @@ import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
   type Frame,
   FrameSchema,
+  type HistoryPage,
   type Kick,
   type LoginAck,
   type Push,
@@ -47,9 +49,12 @@ export interface LoginOptions {
   history: number;
 }
 
+/** A Send or HistoryQuery waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck): void;
+  resolve(a: SendAck | HistoryPage): void;
   reject(e: Error): void;
+  /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
+  history?: boolean;
 }
 
 /**
@@ -134,8 +139,17 @@ export class Session {
   send(seq: bigint, value: { type: string; lane: number; body: Uint8Array; tagExpr: string }): Promise<SendAck> {
     if (this.ended) return Promise.reject(this.ended);
     return new Promise<SendAck>((resolve, reject) => {
-      this.waiting.set(seq, { resolve, reject });
+      this.waiting.set(seq, { resolve: (a) => resolve(a as SendAck), reject });
       this.write({ case: "send", value: { ...value, seq } });
+    });
+  }
+
+  /** history writes a HistoryQuery frame and resolves with its HistoryPage, or rejects with a HistoryError or the connection's end. */
+  history(seq: bigint, value: { limit: number; beforeId: string; afterId: string; cursor: string; lane: number }): Promise<HistoryPage> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<HistoryPage>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as HistoryPage), reject, history: true });
+      this.write({ case: "historyQuery", value: { ...value, seq } });
     });
   }
 
@@ -189,6 +203,7 @@ export class Session {
         this.tell(() => this.sink.push(this, k.value));
         return;
       case "sendAck":
+      case "historyPage":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -214,11 +229,12 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);
-    if (err) w.reject(err);
+    if (err instanceof SendError && w.history) w.reject(new HistoryError(err.code, err.serverMessage));
+    else if (err) w.reject(err);
     else w.resolve(ack!);
   }
 

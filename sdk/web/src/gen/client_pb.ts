@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxItQDCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIAEIGCgRraW5kIpgBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0iygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIiQKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSr9AgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrUAwoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIroECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIAEIGCgRraW5kIpgBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0iygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIiQKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkigAEKDEhpc3RvcnlRdWVyeRILCgNzZXEYASABKAQSDQoFbGltaXQYAiABKA0SEQoJYmVmb3JlX2lkGAMgASgJEhAKCGFmdGVyX2lkGAQgASgJEg4KBmN1cnNvchgFIAEoCRIfCgRsYW5lGAYgASgOMhEucm9vbWNhc3QudjEuTGFuZSJXCgtIaXN0b3J5UGFnZRILCgNzZXEYASABKAQSJgoIbWVzc2FnZXMYAiADKAsyFC5yb29tY2FzdC52MS5NZXNzYWdlEhMKC25leHRfY3Vyc29yGAMgASgJIi0KCVJlY29ubmVjdBIQCghkZWxheV9tcxgBIAEoDRIOCgZyZWFzb24YAiABKAkqvAMKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq1AMKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -119,6 +119,22 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: CdnConfig;
     case: "cdnConfig";
+  } | {
+    /**
+     * client -> server: a page of the room's history
+     *
+     * @generated from field: roomcast.v1.HistoryQuery history_query = 12;
+     */
+    value: HistoryQuery;
+    case: "historyQuery";
+  } | {
+    /**
+     * server -> client: the answer to a HistoryQuery
+     *
+     * @generated from field: roomcast.v1.HistoryPage history_page = 13;
+     */
+    value: HistoryPage;
+    case: "historyPage";
   } | { case: undefined; value?: undefined };
 };
 
@@ -502,7 +518,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
   message: string;
 
   /**
-   * The seq of the Send this answers, or 0: then it answers the login's history request
+   * The seq of the Send or HistoryQuery this answers, or 0: then it answers the login's history request
    * (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
    * follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
    *
@@ -544,6 +560,102 @@ export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
   messageDesc(file_client, 11);
 
 /**
+ * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
+ * those the member's tags allow). Without before_id, after_id or cursor: the newest messages.
+ * Give at most one of the three. docs/protocol.md describes paging.
+ *
+ * @generated from message roomcast.v1.HistoryQuery
+ */
+export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
+  /**
+   * Chosen by the client, echoed in the HistoryPage or Error that answers. Sends and history
+   * queries share one sequence of seqs.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * At most this many messages. 0 means 50; more than 200 means 200.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * The messages older than this message id (it need not be kept any more).
+   *
+   * @generated from field: string before_id = 3;
+   */
+  beforeId: string;
+
+  /**
+   * The messages newer than this message id.
+   *
+   * @generated from field: string after_id = 4;
+   */
+  afterId: string;
+
+  /**
+   * The next page: a HistoryPage.next_cursor, as it was (opaque).
+   *
+   * @generated from field: string cursor = 5;
+   */
+  cursor: string;
+
+  /**
+   * Only this lane (LANE_CRITICAL or LANE_NORMAL); LANE_UNSPECIFIED: both.
+   *
+   * @generated from field: roomcast.v1.Lane lane = 6;
+   */
+  lane: Lane;
+};
+
+/**
+ * Describes the message roomcast.v1.HistoryQuery.
+ * Use `create(HistoryQuerySchema)` to create a new message.
+ */
+export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
+  messageDesc(file_client, 12);
+
+/**
+ * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
+ *
+ * @generated from message roomcast.v1.HistoryPage
+ */
+export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
+  /**
+   * The HistoryQuery's seq.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated roomcast.v1.Message messages = 2;
+   */
+  messages: Message$1[];
+
+  /**
+   * Give it as HistoryQuery.cursor for the next page in the same direction: older for the
+   * newest messages, before_id and older pages; newer for after_id and newer pages. Empty
+   * when the room keeps nothing more in that direction now.
+   *
+   * @generated from field: string next_cursor = 3;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message roomcast.v1.HistoryPage.
+ * Use `create(HistoryPageSchema)` to create a new message.
+ */
+export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
+  messageDesc(file_client, 13);
+
+/**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
  *
  * @generated from message roomcast.v1.Reconnect
@@ -565,7 +677,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 14);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -649,6 +761,21 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_BAD_RECOVER_SINCE = 109;
    */
   BAD_RECOVER_SINCE = 109,
+
+  /**
+   * A history query is malformed: a cursor that is not one, an id that is not a message id,
+   * more than one of before_id, after_id and cursor, an unknown lane.
+   *
+   * @generated from enum value: ERROR_CODE_BAD_HISTORY_QUERY = 110;
+   */
+  BAD_HISTORY_QUERY = 110,
+
+  /**
+   * Too many history queries of this connection wait for an answer; retry after one comes.
+   *
+   * @generated from enum value: ERROR_CODE_HISTORY_BUSY = 111;
+   */
+  HISTORY_BUSY = 111,
 
   /**
    * A bug on our side.
