@@ -13,6 +13,10 @@
 // A room in CDN mode has a route, written by the CDN manager (cdn.go): its CDN lanes go to the
 // pusher that route names instead of the room's subject. The service does not decide the mode
 // or the pusher.
+//
+// It keeps the rooms' critical and normal messages in a JetStream stream (history.go) and
+// answers pages of it, with each room's retention and what a member may see
+// (historyquery.go), for the server API and for members through their ChatLink.
 package room
 
 import (
