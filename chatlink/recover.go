@@ -114,7 +114,7 @@ func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([
 	if ask.age > 0 {
 		since = n.now().Add(-ask.age)
 	}
-	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, since, ask.keep)
+	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, bus.HistoryRange{Since: since, Keep: ask.keep})
 	if skipped > 0 {
 		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}

@@ -67,7 +67,16 @@ func parseHistoryCursor(s string) (historyCursor, error) {
 type historyRange struct {
 	older bool
 	in    func(bus.KeptMessage) bool
+	// Where reading may start, for a page of newer messages: the stream sequence after a
+	// cursor, or a time before an after_id. Zero: at the room's oldest message.
+	fromSeq  uint64
+	fromTime time.Time
 }
+
+// maxStampSkew is how far a room service's clock, which stamps a message's id, may run ahead of
+// the NATS server's, which stamps when it was stored: a read of the messages after an id starts
+// that much before the id's time.
+const maxStampSkew = time.Minute
 
 // rangeOf checks a query's anchor (at most one of before_id, after_id, cursor) and returns its
 // range, or the refusal.
@@ -92,10 +101,11 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 		}
 		return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Msg.Id < q.BeforeId }}, nil
 	case q.AfterId != "":
-		if _, ok := ids.MessageTime(q.AfterId); !ok {
+		at, ok := ids.MessageTime(q.AfterId)
+		if !ok {
 			return bad("after_id is not a message id")
 		}
-		return historyRange{in: func(k bus.KeptMessage) bool { return k.Msg.Id > q.AfterId }}, nil
+		return historyRange{in: func(k bus.KeptMessage) bool { return k.Msg.Id > q.AfterId }, fromTime: at.Add(-maxStampSkew)}, nil
 	case q.Cursor != "":
 		c, err := parseHistoryCursor(q.Cursor)
 		if err != nil {
@@ -104,7 +114,7 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 		if c.older {
 			return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Seq < c.seq }}, nil
 		}
-		return historyRange{in: func(k bus.KeptMessage) bool { return k.Seq > c.seq }}, nil
+		return historyRange{in: func(k bus.KeptMessage) bool { return k.Seq > c.seq }, fromSeq: c.seq + 1}, nil
 	}
 	return historyRange{older: true, in: func(bus.KeptMessage) bool { return true }}, nil
 }
@@ -194,8 +204,16 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 	limit = min(limit, MaxHistoryPage)
 
 	keep, age := s.historyRetention(s.cache.room(req.App, req.Room).GetSettings())
-	since := s.cfg.Now().Add(-age)
-	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, since, keep)
+	read := bus.HistoryRange{Since: s.cfg.Now().Add(-age), Keep: keep}
+	if keep >= s.cfg.HistoryPerRoom {
+		// The stream keeps no more of the room than its retention: a page of newer messages
+		// may start reading at its anchor, and need not count back from the newest.
+		read.Keep, read.FromSeq = 0, r.fromSeq
+		if r.fromTime.After(read.Since) {
+			read.Since = r.fromTime
+		}
+	}
+	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, read)
 	if skipped > 0 {
 		s.log.Warn("kept messages that do not decode left out of a history page", "app", req.App, "room", req.Room, "skipped", skipped)
 	}
