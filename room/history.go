@@ -45,6 +45,8 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 		MaxAge:            maxAge,
 		Discard:           jetstream.DiscardOld,
 		Replicas:          replicas,
+		// Readers (bus.ReadHistory) use batched direct gets: no consumer per read.
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("room: history stream: %w", err)
