@@ -81,7 +81,7 @@ func (c Config) withDefaults() Config {
 type Store struct {
 	js jetstream.JetStream
 
-	mu     sync.Mutex        // guards stream
+	mu     sync.Mutex       // guards stream
 	stream jetstream.Stream // nil until found (a reader's store looks for it at each use)
 }
 
