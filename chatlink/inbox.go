@@ -20,6 +20,12 @@ import (
 // inboxTimeout bounds reading a user's stored messages at login, and applying one Ack.
 const inboxTimeout = 2 * time.Second
 
+// inboxRecheck is when a login reads the user's stored messages a second time. The server API
+// hands a new message to the sessions presence knows; a session is known only once the node
+// has published its login (every 100 ms) and presence has taken it, so a message stored after
+// the first read but before then would otherwise wait for the next login.
+const inboxRecheck = time.Second
+
 // maxAckQueue bounds the ids a connection's Acks may have waiting for the store; past it an
 // Ack is refused with ACK_FAILED (its messages stay stored and come again at the next login).
 const maxAckQueue = 4 * inbox.MaxAckIDs
@@ -30,6 +36,15 @@ type inboxState struct {
 	delivered prometheus.Counter
 	acked     prometheus.Counter
 	failures  *prometheus.CounterVec // by operation: read (at login), ack
+
+	mu  sync.Mutex // guards due
+	due []recheck  // logins waiting for their second read, oldest first
+}
+
+// recheck is a login's second read of its stored messages, due at a time.
+type recheck struct {
+	c  *conn
+	at time.Time
 }
 
 func newInboxState(n *Node) *inboxState {
@@ -68,9 +83,18 @@ func (c *conn) ackQueue() *inboxAcks {
 	return c.acks
 }
 
-// deliverInbox writes the user's stored messages to c after its LoginAck, in Push frames. If
-// they cannot be read the session goes on without them: they stay stored, for the next login.
+// deliverInbox writes the user's stored messages to c after its LoginAck, in Push frames, and
+// schedules the second read (inboxRecheck).
 func (n *Node) deliverInbox(c *conn) {
+	n.readInbox(c)
+	n.inbox.mu.Lock()
+	n.inbox.due = append(n.inbox.due, recheck{c: c, at: n.now().Add(inboxRecheck)})
+	n.inbox.mu.Unlock()
+}
+
+// readInbox writes the user's stored messages that c was not given yet. If they cannot be read
+// the session goes on without them: they stay stored, for the next login.
+func (n *Node) readInbox(c *conn) {
 	ctx, cancel := context.WithTimeout(n.ctx, inboxTimeout)
 	defer cancel()
 	stored, err := n.inbox.store.List(ctx, c.app, c.uid)
@@ -81,19 +105,51 @@ func (n *Node) deliverInbox(c *conn) {
 	if len(stored) == 0 {
 		return
 	}
-	msgs := make([]*pb.Message, len(stored))
+	var msgs []*pb.Message
 	q := c.ackQueue()
 	q.mu.Lock()
-	q.known = make(map[string]uint64, len(stored))
-	for i, s := range stored {
-		msgs[i] = s.Message
-		q.known[s.Message.Id] = s.Seq
+	if q.known == nil {
+		q.known = make(map[string]uint64, len(stored))
+	}
+	for _, s := range stored {
+		if _, sent := q.known[s.Message.Id]; !sent {
+			msgs = append(msgs, s.Message)
+			q.known[s.Message.Id] = s.Seq
+		}
 	}
 	q.mu.Unlock()
 	for _, b := range pushFrames(msgs, pushMeta{}) {
 		c.write(b)
 	}
 	n.inbox.delivered.Add(float64(len(msgs)))
+}
+
+// inboxRecheckLoop runs the logins' second reads when they are due, each on a goroutine of
+// its own, until the node stops.
+func (n *Node) inboxRecheckLoop() {
+	t := time.NewTicker(inboxRecheck / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := n.now()
+		n.inbox.mu.Lock()
+		i := 0
+		for i < len(n.inbox.due) && !n.inbox.due[i].at.After(now) {
+			i++
+		}
+		due := n.inbox.due[:i:i]
+		n.inbox.due = n.inbox.due[i:]
+		n.inbox.mu.Unlock()
+		for _, r := range due {
+			if r.c.getState() == stateLive {
+				n.goAsync(func() { n.readInbox(r.c) })
+			}
+		}
+	}
 }
 
 // ack queues the ids of an Ack frame for removal from the user's store. A malformed Ack closes
@@ -142,8 +198,7 @@ func (c *conn) ackLoop() {
 		known := make(map[string]uint64, len(batch))
 		for _, id := range batch {
 			if seq, ok := q.known[id]; ok {
-				known[id] = seq
-				delete(q.known, id)
+				known[id] = seq // kept in q.known: the second read must not send it again
 			}
 		}
 		q.mu.Unlock()

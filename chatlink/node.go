@@ -176,6 +176,7 @@ func (n *Node) start() error {
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
+	n.goAsync(n.inboxRecheckLoop)
 	return nil
 }
 
