@@ -6,7 +6,8 @@
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
-// JetStream KV (room.Store, cdnmanager.Store) and asks the room and presence services and the ChatLinks over NATS
+// JetStream KV (room.Store, cdnmanager.Store), at-least-once messages to users to their store
+// (inbox.Store), and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
 // through the bus and the room store.
 package api
