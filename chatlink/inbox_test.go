@@ -2,7 +2,6 @@ package chatlink_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"roomcast/inbox"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -52,48 +47,6 @@ func inboxLogin(t *testing.T, c *devcluster.Cluster, uid string, inbox bool) *te
 	return cl
 }
 
-// waitOnline waits until presence knows a session of uid: the server API delivers live only to
-// the sessions it knows.
-func waitOnline(t *testing.T, c *devcluster.Cluster, uid string) {
-	t.Helper()
-	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		req, _ := http.NewRequest(http.MethodGet, c.URL()+"/v1/users/"+uid+"/sessions", nil)
-		req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var out struct{ Online bool }
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || !out.Online {
-			return fmt.Errorf("%s not online yet (%v)", uid, err)
-		}
-		return nil
-	})
-}
-
-// storedFor returns the ids of uid's stored messages, read from JetStream.
-func storedFor(t *testing.T, c *devcluster.Cluster, uid string) []string {
-	t.Helper()
-	nc, err := nats.Connect(c.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stored, err := inbox.NewReader(js).List(ctx, devcluster.App, uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, s := range stored {
-		ids = append(ids, s.Message.Id)
-	}
-	return ids
-}
-
 func ackFrame(ids ...string) *pb.Frame { return &pb.Frame{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: ids}}} }
 
 // TestInboxUnackedComesAgain: an at-least-once message reaches the online session at once,
@@ -105,7 +58,7 @@ func TestInboxUnackedComesAgain(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
 
 	bob := inboxLogin(t, c, "bob", true)
-	waitOnline(t, c, "bob")
+	testcluster.WaitOnline(t, c, "bob")
 	status, rep := sendToUser(t, c, "bob", "hello", 0)
 	if status != http.StatusOK || rep["sessions"] != float64(1) {
 		t.Fatalf("send: %d %v", status, rep)
@@ -129,7 +82,7 @@ func TestInboxUnackedComesAgain(t *testing.T) {
 	}
 	bob.Send(ackFrame(id))
 	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
-		if ids := storedFor(t, c, "bob"); len(ids) > 0 {
+		if ids := testcluster.Stored(t, c, "bob"); len(ids) > 0 {
 			return fmt.Errorf("still stored after the Ack: %v", ids)
 		}
 		return nil
@@ -155,7 +108,7 @@ func TestInboxLimits(t *testing.T) {
 	if status, rep := sendToUser(t, c, "dave", "one too many", 0); status != http.StatusTooManyRequests || rep["code"] != float64(pb.ErrorCode_ERROR_CODE_INBOX_FULL) {
 		t.Fatalf("third send: %d %v, want 429 with code 112", status, rep)
 	}
-	if n := len(storedFor(t, c, "dave")); n != 2 {
+	if n := len(testcluster.Stored(t, c, "dave")); n != 2 {
 		t.Fatalf("%d stored, want the first 2", n)
 	}
 	if status, rep := sendToUser(t, c, "dave", "too long", 7200); status != http.StatusBadRequest {
@@ -165,11 +118,11 @@ func TestInboxLimits(t *testing.T) {
 	if status, rep := sendToUser(t, c, "erin", "short-lived", 1); status != http.StatusOK {
 		t.Fatalf("send: %d %v", status, rep)
 	}
-	if n := len(storedFor(t, c, "erin")); n != 1 {
+	if n := len(testcluster.Stored(t, c, "erin")); n != 1 {
 		t.Fatalf("%d stored, want 1", n)
 	}
 	testkit.CheckFor(t, 5*time.Second, 100*time.Millisecond, func() error {
-		if ids := storedFor(t, c, "erin"); len(ids) > 0 {
+		if ids := testcluster.Stored(t, c, "erin"); len(ids) > 0 {
 			return fmt.Errorf("still stored past its expiry: %v", ids)
 		}
 		return nil

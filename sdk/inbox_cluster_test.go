@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"roomcast/inbox"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -33,29 +29,11 @@ func sendAtLeastOnce(t *testing.T, c *devcluster.Cluster, uid, body string) {
 	}
 }
 
-// stored returns how many messages uid has stored, read from JetStream.
-func stored(t *testing.T, c *devcluster.Cluster, uid string) int {
-	t.Helper()
-	nc, err := nats.Connect(c.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	msgs, err := inbox.NewReader(js).List(ctx, devcluster.App, uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(msgs)
-}
-
 // waitStoredEmpty waits until uid has nothing stored: every message was acknowledged.
 func waitStoredEmpty(t *testing.T, c *devcluster.Cluster, uid string) {
 	t.Helper()
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		if n := stored(t, c, uid); n > 0 {
+		if n := len(testcluster.Stored(t, c, uid)); n > 0 {
 			return fmt.Errorf("%d still stored for %s", n, uid)
 		}
 		return nil
@@ -102,7 +80,7 @@ func TestClusterInboxOfflineUser(t *testing.T) {
 		sendAtLeastOnce(t, c, "alice", want[len(want)-1])
 	}
 	time.Sleep(offline / 2)
-	if n := stored(t, c, "alice"); n != len(want) {
+	if n := len(testcluster.Stored(t, c, "alice")); n != len(want) {
 		t.Fatalf("%d stored, want %d", n, len(want))
 	}
 
@@ -125,7 +103,7 @@ func TestClusterInboxOfflineUser(t *testing.T) {
 
 	rec = newRecorder()
 	dialCluster(t, c, sdk.TransportTCP, "alice", "lobby", rec.config(sdk.Config{}))
-	waitOnline(t, c, "alice")
+	testcluster.WaitOnline(t, c, "alice")
 	sendAtLeastOnce(t, c, "alice", "fresh")
 	if got := waitBodies(t, rec, 1, 5*time.Second); !slices.Equal(got, []string{"fresh"}) {
 		t.Fatalf("the login after the acks got %q, want only the new message", got)
@@ -152,7 +130,7 @@ func TestClusterInboxCopyDropped(t *testing.T) {
 		})
 	}
 	cl := dialCluster(t, c, sdk.TransportWebSocket, "bob", "lobby", cfg)
-	waitOnline(t, c, "bob")
+	testcluster.WaitOnline(t, c, "bob")
 	sendAtLeastOnce(t, c, "bob", "gift")
 	select {
 	case <-entered:
@@ -177,19 +155,4 @@ func TestClusterInboxCopyDropped(t *testing.T) {
 	if got := rec.bodies(); !slices.Equal(got, []string{"gift"}) {
 		t.Fatalf("the app got %q, want the message once", got)
 	}
-}
-
-// waitOnline waits until presence knows a session of uid: the server API delivers live only to
-// the sessions it knows.
-func waitOnline(t *testing.T, c *devcluster.Cluster, uid string) {
-	t.Helper()
-	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		var out struct{ Online bool }
-		if err := apiJSON(ctx, c, http.MethodGet, "/v1/users/"+uid+"/sessions", map[string]any{}, &out); err != nil || !out.Online {
-			return fmt.Errorf("%s not online yet (%v)", uid, err)
-		}
-		return nil
-	})
 }

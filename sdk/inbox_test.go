@@ -8,24 +8,6 @@ import (
 	"roomcast/proto/roomcastpb"
 )
 
-// queued returns what d queued: "msg:ID" for a message, "ack:ID" for a copy to acknowledge.
-func queued(d *delivery) []string {
-	d.mu.Lock()
-	items := d.queue
-	d.queue, d.queued = nil, 0
-	d.mu.Unlock()
-	var out []string
-	for _, it := range items {
-		switch {
-		case it.ack != "":
-			out = append(out, "ack:"+it.ack)
-		case it.msg != nil:
-			out = append(out, "msg:"+it.msg.GetId())
-		}
-	}
-	return out
-}
-
 // TestDeliveryInboxCopies: an at-least-once message goes to the app once; a copy that comes
 // while it is still queued is dropped (its original will be acknowledged), a copy after it was
 // handed on is acknowledged again without reaching the app. It goes out at once, even while a
@@ -34,18 +16,18 @@ func TestDeliveryInboxCopies(t *testing.T) {
 	t.Parallel()
 	d := newDelivery(&Config{DedupeWindow: 10, MessageBuffer: 100, RecoveryWait: time.Hour})
 	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{ServerTimeMs: 1}}, &roomcastpb.Login{History: 10})
-	queued(d) // the ConnectedEvent
+	drain(d) // the ConnectedEvent
 	alo := &roomcastpb.Message{Id: "01KB0000000000000000000009", ServerTimeMs: 9, AtLeastOnce: true}
 	room := msg("01KB0000000000000000000001", 1)
 
 	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{room, alo}})
 	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{alo}})
-	if got, want := queued(d), []string{"msg:" + alo.Id}; !slices.Equal(got, want) {
+	if got, want := drain(d), []string{alo.Id}; !slices.Equal(got, want) {
 		t.Fatalf("queued %q, want %q (the room message held for the history, the copy dropped)", got, want)
 	}
 	d.handedOn(alo.Id)
 	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{alo}})
-	if got, want := queued(d), []string{"ack:" + alo.Id}; !slices.Equal(got, want) {
+	if got, want := drain(d), []string{"ack:" + alo.Id}; !slices.Equal(got, want) {
 		t.Fatalf("queued %q, want %q", got, want)
 	}
 	if since, _ := d.recoverFrom(); since != room.Id {
