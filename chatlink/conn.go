@@ -71,8 +71,8 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
 	state   connState
+	sending bool       // sendLoop is running (next to state: the two share a word)
 	sendq   []*pb.Send // sends waiting for the room service, oldest first
-	sending bool       // sendLoop is running
 	acks    *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 

@@ -86,10 +86,11 @@ func TestClusterInboxOfflineUser(t *testing.T) {
 
 	rec := newRecorder()
 	cl := dialCluster(t, c, sdk.TransportWebSocket, "alice", "lobby", rec.config(sdk.Config{}))
-	got := waitBodies(t, rec, len(want), 5*time.Second)
+	waitBodies(t, rec, len(want), 5*time.Second)
 	waitStoredEmpty(t, c, "alice")
-	time.Sleep(200 * time.Millisecond) // a copy would have come by now
-	if got = rec.bodies(); !slices.Equal(got, want) {
+	// Past the login's second read (a second after the LoginAck): copies would have come by now.
+	time.Sleep(1200 * time.Millisecond)
+	if got := rec.bodies(); !slices.Equal(got, want) {
 		t.Fatalf("the app got %q, want %q once each, in order", got, want)
 	}
 	rec.mu.Lock()
