@@ -61,6 +61,7 @@ var errorMappings = map[pb.ErrorCode]struct {
 	pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:      {codes.Unauthenticated, http.StatusUnauthorized},
 	pb.ErrorCode_ERROR_CODE_UNAVAILABLE:       {codes.Unavailable, http.StatusServiceUnavailable},
 	pb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY: {codes.InvalidArgument, http.StatusBadRequest},
+	pb.ErrorCode_ERROR_CODE_INBOX_FULL:        {codes.ResourceExhausted, http.StatusTooManyRequests},
 }
 
 // errorCodeOf recovers the ErrorCode of an error returned by an API method.

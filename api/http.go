@@ -64,6 +64,8 @@ func (a *API) routes() []route {
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
 		handle("GET", "/v1/rooms/{room}/history", func() *pb.GetHistoryRequest { return new(pb.GetHistoryRequest) }, a.GetHistory),
+		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
 	}
 }
 
@@ -137,20 +139,20 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 	}
 }
 
-// setQuery fills string, integer and boolean fields from the query parameters of the same name,
-// and lists of strings from a parameter given once per item.
+// setQuery fills string, integer and boolean fields from the query parameters of the same name;
+// a repeated string field takes every value of its parameter, in order.
 func setQuery(m protoreflect.Message, r *http.Request) error {
 	for name, vals := range r.URL.Query() {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
-		if fd != nil && fd.IsList() && fd.Kind() == protoreflect.StringKind {
+		if fd == nil || fd.IsMap() || (fd.IsList() && fd.Kind() != protoreflect.StringKind) {
+			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
+		}
+		if fd.IsList() {
 			list := m.Mutable(fd).List()
 			for _, v := range vals {
 				list.Append(protoreflect.ValueOfString(v))
 			}
 			continue
-		}
-		if fd == nil || fd.IsList() || fd.IsMap() {
-			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
 		}
 		v := vals[len(vals)-1]
 		switch fd.Kind() {

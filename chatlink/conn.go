@@ -69,12 +69,13 @@ type conn struct {
 	// member's tags (setTags), read by the fan-out at every tick.
 	tags atomic.Pointer[tag.Set]
 
-	mu    sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
-	state connState
-	// History queries waiting for the room service (history.go); beside state, in its padding.
+	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
+	state   connState
+	sending bool // sendLoop is running (next to state: the two share a word)
+	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
 	sendq    []*pb.Send // sends waiting for the room service, oldest first
-	sending  bool       // sendLoop is running
+	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
 func (n *Node) newConn(t transport) *conn {
@@ -137,6 +138,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.frameHistory.Inc()
 		if c.requireLive() {
 			c.queryHistory(k.HistoryQuery)
+		}
+	case *pb.Frame_Ack:
+		c.node.m.framesIn.WithLabelValues("ack").Inc()
+		if c.requireLive() {
+			c.ack(k.Ack)
 		}
 	default:
 		c.node.m.frameBad.Inc()
@@ -273,6 +279,9 @@ func (c *conn) login(l *pb.Login) {
 	case ask.wanted():
 		ask.keep, ask.age = r.fanout.historyRetention()
 		n.goAsync(func() { n.recoverHistory(c, ask) })
+	}
+	if l.Inbox {
+		n.goAsync(func() { n.deliverInbox(c) })
 	}
 	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 }

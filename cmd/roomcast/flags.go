@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"roomcast/api"
 	"roomcast/chatlink"
+	"roomcast/inbox"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/room"
@@ -62,6 +64,14 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
 	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
+}
+
+// bindInboxFlags binds the server API's settings of the at-least-once messages to users
+// (api.InboxConfig).
+func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {
+	fs.DurationVar(&cfg.Expiry, "inbox-expiry", inbox.DefaultExpiry, "how long an at-least-once message to a user stays stored unacknowledged when the send does not say (expiry_seconds)")
+	fs.DurationVar(&cfg.MaxExpiry, "inbox-max-expiry", inbox.DefaultMaxExpiry, "the longest expiry an at-least-once send may ask for; longer ones are refused (400)")
+	fs.IntVar(&cfg.MaxPerUser, "inbox-max-per-user", inbox.DefaultMaxPerUser, "how many at-least-once messages a user may have stored; sends to a user with that many fail for that user (INBOX_FULL)")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -287,7 +287,10 @@ type Room struct {
 	// Members may not send (the app server still may).
 	Muted bool `protobuf:"varint,8,opt,name=muted,proto3" json:"muted,omitempty"`
 	// Why the room was closed.
-	CloseReason   string `protobuf:"bytes,9,opt,name=close_reason,json=closeReason,proto3" json:"close_reason,omitempty"`
+	CloseReason string `protobuf:"bytes,9,opt,name=close_reason,json=closeReason,proto3" json:"close_reason,omitempty"`
+	// Members whose tags satisfy one of these expressions may not send (MuteRoom with tag_expr);
+	// the app server still may. Mutes past their time are left out of answers.
+	TagMutes      []*TagMute `protobuf:"bytes,20,rep,name=tag_mutes,json=tagMutes,proto3" json:"tag_mutes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -385,6 +388,75 @@ func (x *Room) GetCloseReason() string {
 	return ""
 }
 
+func (x *Room) GetTagMutes() []*TagMute {
+	if x != nil {
+		return x.TagMutes
+	}
+	return nil
+}
+
+// TagMute stops the members whose tags satisfy tag_expr sending to a room.
+type TagMute struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TagExpr string                 `protobuf:"bytes,1,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// 0: until lifted.
+	UntilMs       int64 `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	CreatedMs     int64 `protobuf:"varint,3,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagMute) Reset() {
+	*x = TagMute{}
+	mi := &file_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagMute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagMute) ProtoMessage() {}
+
+func (x *TagMute) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagMute.ProtoReflect.Descriptor instead.
+func (*TagMute) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TagMute) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *TagMute) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
+func (x *TagMute) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
+}
+
 type CreateRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-128 characters of A-Z a-z 0-9 _ -.
@@ -398,7 +470,7 @@ type CreateRoomRequest struct {
 
 func (x *CreateRoomRequest) Reset() {
 	*x = CreateRoomRequest{}
-	mi := &file_api_proto_msgTypes[2]
+	mi := &file_api_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +482,7 @@ func (x *CreateRoomRequest) String() string {
 func (*CreateRoomRequest) ProtoMessage() {}
 
 func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[2]
+	mi := &file_api_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +495,7 @@ func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomRequest.ProtoReflect.Descriptor instead.
 func (*CreateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{2}
+	return file_api_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateRoomRequest) GetRoom() string {
@@ -465,7 +537,7 @@ type CreateRoomResponse struct {
 
 func (x *CreateRoomResponse) Reset() {
 	*x = CreateRoomResponse{}
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +549,7 @@ func (x *CreateRoomResponse) String() string {
 func (*CreateRoomResponse) ProtoMessage() {}
 
 func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +562,7 @@ func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomResponse.ProtoReflect.Descriptor instead.
 func (*CreateRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{3}
+	return file_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRoomResponse) GetRoom() *Room {
@@ -520,7 +592,7 @@ type UpdateRoomRequest struct {
 
 func (x *UpdateRoomRequest) Reset() {
 	*x = UpdateRoomRequest{}
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +604,7 @@ func (x *UpdateRoomRequest) String() string {
 func (*UpdateRoomRequest) ProtoMessage() {}
 
 func (x *UpdateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +617,7 @@ func (x *UpdateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRoomRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{4}
+	return file_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateRoomRequest) GetRoom() string {
@@ -587,7 +659,7 @@ type CloseRoomRequest struct {
 
 func (x *CloseRoomRequest) Reset() {
 	*x = CloseRoomRequest{}
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +671,7 @@ func (x *CloseRoomRequest) String() string {
 func (*CloseRoomRequest) ProtoMessage() {}
 
 func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +684,7 @@ func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomRequest.ProtoReflect.Descriptor instead.
 func (*CloseRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{5}
+	return file_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseRoomRequest) GetRoom() string {
@@ -640,7 +712,7 @@ type CloseRoomResponse struct {
 
 func (x *CloseRoomResponse) Reset() {
 	*x = CloseRoomResponse{}
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +724,7 @@ func (x *CloseRoomResponse) String() string {
 func (*CloseRoomResponse) ProtoMessage() {}
 
 func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +737,7 @@ func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomResponse.ProtoReflect.Descriptor instead.
 func (*CloseRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{6}
+	return file_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CloseRoomResponse) GetRoom() *Room {
@@ -691,7 +763,7 @@ type GetRoomRequest struct {
 
 func (x *GetRoomRequest) Reset() {
 	*x = GetRoomRequest{}
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +775,7 @@ func (x *GetRoomRequest) String() string {
 func (*GetRoomRequest) ProtoMessage() {}
 
 func (x *GetRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +788,7 @@ func (x *GetRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{7}
+	return file_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRoomRequest) GetRoom() string {
@@ -742,7 +814,7 @@ type GetRoomResponse struct {
 
 func (x *GetRoomResponse) Reset() {
 	*x = GetRoomResponse{}
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +826,7 @@ func (x *GetRoomResponse) String() string {
 func (*GetRoomResponse) ProtoMessage() {}
 
 func (x *GetRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +839,7 @@ func (x *GetRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{8}
+	return file_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRoomResponse) GetRoom() string {
@@ -806,14 +878,16 @@ type ListMembersRequest struct {
 	// At most this many members. 0 means 100; at most 1000.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From the previous answer's next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only members whose tags satisfy this tag expression (docs/tags.md); with tag, both must hold.
+	TagExpr       string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +899,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +912,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{9}
+	return file_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListMembersRequest) GetRoom() string {
@@ -869,6 +943,13 @@ func (x *ListMembersRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListMembersRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
 type ListMembersResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Members []*RoomMember          `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -880,7 +961,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +973,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +986,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{10}
+	return file_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListMembersResponse) GetMembers() []*RoomMember {
@@ -936,7 +1017,7 @@ type RoomMember struct {
 
 func (x *RoomMember) Reset() {
 	*x = RoomMember{}
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1029,7 @@ func (x *RoomMember) String() string {
 func (*RoomMember) ProtoMessage() {}
 
 func (x *RoomMember) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1042,7 @@ func (x *RoomMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomMember.ProtoReflect.Descriptor instead.
 func (*RoomMember) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{11}
+	return file_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RoomMember) GetUid() string {
@@ -1027,7 +1108,7 @@ type SendToRoomRequest struct {
 
 func (x *SendToRoomRequest) Reset() {
 	*x = SendToRoomRequest{}
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1120,7 @@ func (x *SendToRoomRequest) String() string {
 func (*SendToRoomRequest) ProtoMessage() {}
 
 func (x *SendToRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1133,7 @@ func (x *SendToRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToRoomRequest.ProtoReflect.Descriptor instead.
 func (*SendToRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{12}
+	return file_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SendToRoomRequest) GetRoom() string {
@@ -1114,7 +1195,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1207,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1220,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{13}
+	return file_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SendResponse) GetId() string {
@@ -1167,7 +1248,7 @@ type SendBatchToRoomRequest struct {
 
 func (x *SendBatchToRoomRequest) Reset() {
 	*x = SendBatchToRoomRequest{}
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1260,7 @@ func (x *SendBatchToRoomRequest) String() string {
 func (*SendBatchToRoomRequest) ProtoMessage() {}
 
 func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1273,7 @@ func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchToRoomRequest.ProtoReflect.Descriptor instead.
 func (*SendBatchToRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{14}
+	return file_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SendBatchToRoomRequest) GetRoom() string {
@@ -1220,7 +1301,7 @@ type SendBatchResponse struct {
 
 func (x *SendBatchResponse) Reset() {
 	*x = SendBatchResponse{}
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1313,7 @@ func (x *SendBatchResponse) String() string {
 func (*SendBatchResponse) ProtoMessage() {}
 
 func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1326,7 @@ func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchResponse.ProtoReflect.Descriptor instead.
 func (*SendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{15}
+	return file_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendBatchResponse) GetIds() []string {
@@ -1265,19 +1346,27 @@ func (x *SendBatchResponse) GetServerTimeMs() int64 {
 type SendToUsersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-100 uids.
-	Uids          []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
-	Type          string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Lane          string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
-	Body          string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	BodyBase64    []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
-	Sender        string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	Uids       []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
+	Type       string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Lane       string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Body       string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBase64 []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
+	Sender     string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	// Store the message for each user until one of its sessions acknowledges it, delivering it
+	// at each login until then (docs/api.md, "At-least-once messages"). Without it the message
+	// reaches only the sessions online now.
+	AtLeastOnce bool `protobuf:"varint,7,opt,name=at_least_once,json=atLeastOnce,proto3" json:"at_least_once,omitempty"`
+	// With at_least_once: how long the message stays stored unacknowledged, in seconds. 0 means
+	// the deployment's default (--inbox-expiry); more than its maximum (--inbox-max-expiry) is
+	// refused with 100 (BAD_REQUEST).
+	ExpirySeconds uint32 `protobuf:"varint,8,opt,name=expiry_seconds,json=expirySeconds,proto3" json:"expiry_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendToUsersRequest) Reset() {
 	*x = SendToUsersRequest{}
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1378,7 @@ func (x *SendToUsersRequest) String() string {
 func (*SendToUsersRequest) ProtoMessage() {}
 
 func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1391,7 @@ func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersRequest.ProtoReflect.Descriptor instead.
 func (*SendToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{16}
+	return file_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendToUsersRequest) GetUids() []string {
@@ -1347,6 +1436,20 @@ func (x *SendToUsersRequest) GetSender() string {
 	return ""
 }
 
+func (x *SendToUsersRequest) GetAtLeastOnce() bool {
+	if x != nil {
+		return x.AtLeastOnce
+	}
+	return false
+}
+
+func (x *SendToUsersRequest) GetExpirySeconds() uint32 {
+	if x != nil {
+		return x.ExpirySeconds
+	}
+	return 0
+}
+
 type SendToUsersResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1354,14 +1457,20 @@ type SendToUsersResponse struct {
 	// Sessions the message was handed to.
 	Sessions int64 `protobuf:"varint,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	// The uids asked for that had no session online.
-	Offline       []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	Offline []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	// With at_least_once: when the stored copies expire (unix milliseconds).
+	ExpiresMs int64 `protobuf:"varint,5,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	// With at_least_once: the uids whose store was full (--inbox-max-per-user), for whom the
+	// message was neither stored nor delivered. When it lists every uid the call fails with 112
+	// (INBOX_FULL) instead.
+	InboxFull     []string `protobuf:"bytes,6,rep,name=inbox_full,json=inboxFull,proto3" json:"inbox_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendToUsersResponse) Reset() {
 	*x = SendToUsersResponse{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1482,7 @@ func (x *SendToUsersResponse) String() string {
 func (*SendToUsersResponse) ProtoMessage() {}
 
 func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1495,7 @@ func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersResponse.ProtoReflect.Descriptor instead.
 func (*SendToUsersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendToUsersResponse) GetId() string {
@@ -1417,6 +1526,20 @@ func (x *SendToUsersResponse) GetOffline() []string {
 	return nil
 }
 
+func (x *SendToUsersResponse) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
+func (x *SendToUsersResponse) GetInboxFull() []string {
+	if x != nil {
+		return x.InboxFull
+	}
+	return nil
+}
+
 type KickRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -1425,14 +1548,17 @@ type KickRequest struct {
 	// Only this session.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Told to the user in the Kick frame.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With room and no uid: every session in room whose member's tags satisfy this tag
+	// expression, on every node holding the room.
+	TagExpr       string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1570,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1583,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KickRequest) GetUid() string {
@@ -1488,6 +1614,13 @@ func (x *KickRequest) GetReason() string {
 	return ""
 }
 
+func (x *KickRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
 type KickResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kicked        int64                  `protobuf:"varint,1,opt,name=kicked,proto3" json:"kicked,omitempty"`
@@ -1497,7 +1630,7 @@ type KickResponse struct {
 
 func (x *KickResponse) Reset() {
 	*x = KickResponse{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1642,7 @@ func (x *KickResponse) String() string {
 func (*KickResponse) ProtoMessage() {}
 
 func (x *KickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1655,7 @@ func (x *KickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickResponse.ProtoReflect.Descriptor instead.
 func (*KickResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KickResponse) GetKicked() int64 {
@@ -1536,14 +1669,19 @@ type MuteRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
 	// true mutes, false lets members send again.
-	Muted         bool `protobuf:"varint,2,opt,name=muted,proto3" json:"muted,omitempty"`
+	Muted bool `protobuf:"varint,2,opt,name=muted,proto3" json:"muted,omitempty"`
+	// Mute (or lift the mute of) only the members whose tags satisfy this tag expression, not the
+	// whole room. A lift names the expression exactly as it was muted.
+	TagExpr string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// With tag_expr: how long the mute holds; 0 means until lifted.
+	DurationMs    int64 `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MuteRoomRequest) Reset() {
 	*x = MuteRoomRequest{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1693,7 @@ func (x *MuteRoomRequest) String() string {
 func (*MuteRoomRequest) ProtoMessage() {}
 
 func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1706,7 @@ func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteRoomRequest.ProtoReflect.Descriptor instead.
 func (*MuteRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MuteRoomRequest) GetRoom() string {
@@ -1585,6 +1723,20 @@ func (x *MuteRoomRequest) GetMuted() bool {
 	return false
 }
 
+func (x *MuteRoomRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *MuteRoomRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 type MuteMemberRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
@@ -1599,7 +1751,7 @@ type MuteMemberRequest struct {
 
 func (x *MuteMemberRequest) Reset() {
 	*x = MuteMemberRequest{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1763,7 @@ func (x *MuteMemberRequest) String() string {
 func (*MuteMemberRequest) ProtoMessage() {}
 
 func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1776,7 @@ func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MuteMemberRequest) GetRoom() string {
@@ -1671,7 +1823,7 @@ type BanMemberRequest struct {
 
 func (x *BanMemberRequest) Reset() {
 	*x = BanMemberRequest{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1835,7 @@ func (x *BanMemberRequest) String() string {
 func (*BanMemberRequest) ProtoMessage() {}
 
 func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1848,7 @@ func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberRequest.ProtoReflect.Descriptor instead.
 func (*BanMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BanMemberRequest) GetRoom() string {
@@ -1752,7 +1904,7 @@ type MemberRestriction struct {
 
 func (x *MemberRestriction) Reset() {
 	*x = MemberRestriction{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1916,7 @@ func (x *MemberRestriction) String() string {
 func (*MemberRestriction) ProtoMessage() {}
 
 func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1929,7 @@ func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRestriction.ProtoReflect.Descriptor instead.
 func (*MemberRestriction) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MemberRestriction) GetRoom() string {
@@ -1840,7 +1992,7 @@ type BanMemberResponse struct {
 
 func (x *BanMemberResponse) Reset() {
 	*x = BanMemberResponse{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2004,7 @@ func (x *BanMemberResponse) String() string {
 func (*BanMemberResponse) ProtoMessage() {}
 
 func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2017,7 @@ func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberResponse.ProtoReflect.Descriptor instead.
 func (*BanMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BanMemberResponse) GetRestriction() *MemberRestriction {
@@ -1891,7 +2043,7 @@ type GetUserSessionsRequest struct {
 
 func (x *GetUserSessionsRequest) Reset() {
 	*x = GetUserSessionsRequest{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2055,7 @@ func (x *GetUserSessionsRequest) String() string {
 func (*GetUserSessionsRequest) ProtoMessage() {}
 
 func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2068,7 @@ func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetUserSessionsRequest) GetUid() string {
@@ -1940,7 +2092,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2104,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2117,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2021,7 +2173,7 @@ type GetUserSessionsResponse struct {
 
 func (x *GetUserSessionsResponse) Reset() {
 	*x = GetUserSessionsResponse{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2185,7 @@ func (x *GetUserSessionsResponse) String() string {
 func (*GetUserSessionsResponse) ProtoMessage() {}
 
 func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2198,7 @@ func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetUserSessionsResponse) GetUid() string {
@@ -2071,14 +2223,20 @@ func (x *GetUserSessionsResponse) GetSessions() []*Session {
 }
 
 type CountOnlineRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also count this room's members online, asking the nodes that hold it.
+	Room string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// With room: count the members whose tags satisfy each of these tag expressions (at most 32).
+	TagExprs []string `protobuf:"bytes,2,rep,name=tag_exprs,json=tagExprs,proto3" json:"tag_exprs,omitempty"`
+	// With room: count the members carrying each tag that starts with this prefix (e.g. "class:").
+	TagPrefix     string `protobuf:"bytes,3,opt,name=tag_prefix,json=tagPrefix,proto3" json:"tag_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountOnlineRequest) Reset() {
 	*x = CountOnlineRequest{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2248,7 @@ func (x *CountOnlineRequest) String() string {
 func (*CountOnlineRequest) ProtoMessage() {}
 
 func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,20 +2261,48 @@ func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineRequest.ProtoReflect.Descriptor instead.
 func (*CountOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CountOnlineRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *CountOnlineRequest) GetTagExprs() []string {
+	if x != nil {
+		return x.TagExprs
+	}
+	return nil
+}
+
+func (x *CountOnlineRequest) GetTagPrefix() string {
+	if x != nil {
+		return x.TagPrefix
+	}
+	return ""
 }
 
 type CountOnlineResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      int64                  `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	Users         int64                  `protobuf:"varint,2,opt,name=users,proto3" json:"users,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions and distinct users online in the app.
+	Sessions int64 `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Users    int64 `protobuf:"varint,2,opt,name=users,proto3" json:"users,omitempty"`
+	// With room: the room's members online, as its nodes count them now.
+	RoomOnline int64 `protobuf:"varint,3,opt,name=room_online,json=roomOnline,proto3" json:"room_online,omitempty"`
+	// With tag_exprs: one count per expression, in the order asked.
+	ExprCounts []*TagCount `protobuf:"bytes,4,rep,name=expr_counts,json=exprCounts,proto3" json:"expr_counts,omitempty"`
+	// With tag_prefix: one count per tag with the prefix that a member online carries, by tag.
+	TagCounts     []*TagCount `protobuf:"bytes,5,rep,name=tag_counts,json=tagCounts,proto3" json:"tag_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountOnlineResponse) Reset() {
 	*x = CountOnlineResponse{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2314,7 @@ func (x *CountOnlineResponse) String() string {
 func (*CountOnlineResponse) ProtoMessage() {}
 
 func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2327,7 @@ func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineResponse.ProtoReflect.Descriptor instead.
 func (*CountOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CountOnlineResponse) GetSessions() int64 {
@@ -2158,6 +2344,88 @@ func (x *CountOnlineResponse) GetUsers() int64 {
 	return 0
 }
 
+func (x *CountOnlineResponse) GetRoomOnline() int64 {
+	if x != nil {
+		return x.RoomOnline
+	}
+	return 0
+}
+
+func (x *CountOnlineResponse) GetExprCounts() []*TagCount {
+	if x != nil {
+		return x.ExprCounts
+	}
+	return nil
+}
+
+func (x *CountOnlineResponse) GetTagCounts() []*TagCount {
+	if x != nil {
+		return x.TagCounts
+	}
+	return nil
+}
+
+// TagCount is how many of a room's members online satisfy a tag expression or carry a tag.
+type TagCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TagExpr       string                 `protobuf:"bytes,1,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Online        int64                  `protobuf:"varint,3,opt,name=online,proto3" json:"online,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagCount) Reset() {
+	*x = TagCount{}
+	mi := &file_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagCount) ProtoMessage() {}
+
+func (x *TagCount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagCount.ProtoReflect.Descriptor instead.
+func (*TagCount) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TagCount) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *TagCount) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *TagCount) GetOnline() int64 {
+	if x != nil {
+		return x.Online
+	}
+	return 0
+}
+
 // MemberTags are a user's tags as the app server set them (they override the login token's).
 type MemberTags struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2170,7 +2438,7 @@ type MemberTags struct {
 
 func (x *MemberTags) Reset() {
 	*x = MemberTags{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2450,7 @@ func (x *MemberTags) String() string {
 func (*MemberTags) ProtoMessage() {}
 
 func (x *MemberTags) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2463,7 @@ func (x *MemberTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberTags.ProtoReflect.Descriptor instead.
 func (*MemberTags) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MemberTags) GetUid() string {
@@ -2230,7 +2498,7 @@ type SetMemberTagsRequest struct {
 
 func (x *SetMemberTagsRequest) Reset() {
 	*x = SetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2510,7 @@ func (x *SetMemberTagsRequest) String() string {
 func (*SetMemberTagsRequest) ProtoMessage() {}
 
 func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2523,7 @@ func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetMemberTagsRequest) GetUid() string {
@@ -2283,7 +2551,7 @@ type SetMemberTagsResponse struct {
 
 func (x *SetMemberTagsResponse) Reset() {
 	*x = SetMemberTagsResponse{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2563,7 @@ func (x *SetMemberTagsResponse) String() string {
 func (*SetMemberTagsResponse) ProtoMessage() {}
 
 func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2576,7 @@ func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetMemberTagsResponse) GetTags() *MemberTags {
@@ -2334,7 +2602,7 @@ type GetMemberTagsRequest struct {
 
 func (x *GetMemberTagsRequest) Reset() {
 	*x = GetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2614,7 @@ func (x *GetMemberTagsRequest) String() string {
 func (*GetMemberTagsRequest) ProtoMessage() {}
 
 func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2627,7 @@ func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetMemberTagsRequest) GetUid() string {
@@ -2382,7 +2650,7 @@ type SetRoomCdnRequest struct {
 
 func (x *SetRoomCdnRequest) Reset() {
 	*x = SetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2662,7 @@ func (x *SetRoomCdnRequest) String() string {
 func (*SetRoomCdnRequest) ProtoMessage() {}
 
 func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2675,7 @@ func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetRoomCdnRequest) GetRoom() string {
@@ -2440,7 +2708,7 @@ type GetRoomCdnRequest struct {
 
 func (x *GetRoomCdnRequest) Reset() {
 	*x = GetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2720,7 @@ func (x *GetRoomCdnRequest) String() string {
 func (*GetRoomCdnRequest) ProtoMessage() {}
 
 func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2733,7 @@ func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRoomCdnRequest) GetRoom() string {
@@ -2496,7 +2764,7 @@ type RoomCdn struct {
 
 func (x *RoomCdn) Reset() {
 	*x = RoomCdn{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2776,7 @@ func (x *RoomCdn) String() string {
 func (*RoomCdn) ProtoMessage() {}
 
 func (x *RoomCdn) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2789,7 @@ func (x *RoomCdn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCdn.ProtoReflect.Descriptor instead.
 func (*RoomCdn) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RoomCdn) GetRoom() string {
@@ -2591,7 +2859,7 @@ type CdnPolicy struct {
 
 func (x *CdnPolicy) Reset() {
 	*x = CdnPolicy{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2871,7 @@ func (x *CdnPolicy) String() string {
 func (*CdnPolicy) ProtoMessage() {}
 
 func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2884,7 @@ func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnPolicy.ProtoReflect.Descriptor instead.
 func (*CdnPolicy) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CdnPolicy) GetVendors() []*CdnVendor {
@@ -2676,7 +2944,7 @@ type GetCdnPolicyRequest struct {
 
 func (x *GetCdnPolicyRequest) Reset() {
 	*x = GetCdnPolicyRequest{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2956,7 @@ func (x *GetCdnPolicyRequest) String() string {
 func (*GetCdnPolicyRequest) ProtoMessage() {}
 
 func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2969,7 @@ func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCdnPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
 type GetHistoryRequest struct {
@@ -2727,7 +2995,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +3007,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +3020,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{39}
+	return file_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetHistoryRequest) GetRoom() string {
@@ -2837,7 +3105,7 @@ const file_api_proto_rawDesc = "" +
 	"\fscope_prefix\x18\n" +
 	" \x01(\tR\vscopePrefix\x120\n" +
 	"\x14history_max_messages\x18\x0e \x01(\rR\x12historyMaxMessages\x12)\n" +
-	"\x11history_max_age_s\x18\x0f \x01(\rR\x0ehistoryMaxAgeSJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
+	"\x11history_max_age_s\x18\x0f \x01(\rR\x0ehistoryMaxAgeSJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2849,7 +3117,13 @@ const file_api_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\x0e2\x17.roomcast.v1.RoomStatusR\x06status\x125\n" +
 	"\bsettings\x18\a \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12\x14\n" +
 	"\x05muted\x18\b \x01(\bR\x05muted\x12!\n" +
-	"\fclose_reason\x18\t \x01(\tR\vcloseReason\"\x88\x01\n" +
+	"\fclose_reason\x18\t \x01(\tR\vcloseReason\x121\n" +
+	"\ttag_mutes\x18\x14 \x03(\v2\x14.roomcast.v1.TagMuteR\btagMutes\"^\n" +
+	"\aTagMute\x12\x19\n" +
+	"\btag_expr\x18\x01 \x01(\tR\atagExpr\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x03 \x01(\x03R\tcreatedMs\"\x88\x01\n" +
 	"\x11CreateRoomRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2881,13 +3155,14 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x91\x01\n" +
 	"\x12ListMembersRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\"p\n" +
 	"\x13ListMembersResponse\x121\n" +
 	"\amembers\x18\x01 \x03(\v2\x17.roomcast.v1.RoomMemberR\amembers\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa1\x01\n" +
@@ -2917,7 +3192,7 @@ const file_api_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x1e.roomcast.v1.SendToRoomRequestR\bmessages\"K\n" +
 	"\x11SendBatchResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12$\n" +
-	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\x9d\x01\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\xe8\x01\n" +
 	"\x12SendToUsersRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
@@ -2925,23 +3200,33 @@ const file_api_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x12\x1f\n" +
 	"\vbody_base64\x18\x05 \x01(\fR\n" +
 	"bodyBase64\x12\x16\n" +
-	"\x06sender\x18\x06 \x01(\tR\x06sender\"\x81\x01\n" +
+	"\x06sender\x18\x06 \x01(\tR\x06sender\x12\"\n" +
+	"\rat_least_once\x18\a \x01(\bR\vatLeastOnce\x12%\n" +
+	"\x0eexpiry_seconds\x18\b \x01(\rR\rexpirySeconds\"\xbf\x01\n" +
 	"\x13SendToUsersResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
 	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\x12\x1a\n" +
 	"\bsessions\x18\x03 \x01(\x03R\bsessions\x12\x18\n" +
-	"\aoffline\x18\x04 \x03(\tR\aoffline\"j\n" +
+	"\aoffline\x18\x04 \x03(\tR\aoffline\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x05 \x01(\x03R\texpiresMs\x12\x1d\n" +
+	"\n" +
+	"inbox_full\x18\x06 \x03(\tR\tinboxFull\"\x85\x01\n" +
 	"\vKickRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"&\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\"&\n" +
 	"\fKickResponse\x12\x16\n" +
-	"\x06kicked\x18\x01 \x01(\x03R\x06kicked\";\n" +
+	"\x06kicked\x18\x01 \x01(\x03R\x06kicked\"w\n" +
 	"\x0fMuteRoomRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
-	"\x05muted\x18\x02 \x01(\bR\x05muted\"n\n" +
+	"\x05muted\x18\x02 \x01(\bR\x05muted\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x03R\n" +
+	"durationMs\"n\n" +
 	"\x11MuteMemberRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1f\n" +
@@ -2979,11 +3264,25 @@ const file_api_proto_rawDesc = "" +
 	"\x17GetUserSessionsResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x16\n" +
 	"\x06online\x18\x02 \x01(\bR\x06online\x120\n" +
-	"\bsessions\x18\x03 \x03(\v2\x14.roomcast.v1.SessionR\bsessions\"\x14\n" +
-	"\x12CountOnlineRequest\"G\n" +
+	"\bsessions\x18\x03 \x03(\v2\x14.roomcast.v1.SessionR\bsessions\"d\n" +
+	"\x12CountOnlineRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x1b\n" +
+	"\ttag_exprs\x18\x02 \x03(\tR\btagExprs\x12\x1d\n" +
+	"\n" +
+	"tag_prefix\x18\x03 \x01(\tR\ttagPrefix\"\xd6\x01\n" +
 	"\x13CountOnlineResponse\x12\x1a\n" +
 	"\bsessions\x18\x01 \x01(\x03R\bsessions\x12\x14\n" +
-	"\x05users\x18\x02 \x01(\x03R\x05users\"Q\n" +
+	"\x05users\x18\x02 \x01(\x03R\x05users\x12\x1f\n" +
+	"\vroom_online\x18\x03 \x01(\x03R\n" +
+	"roomOnline\x126\n" +
+	"\vexpr_counts\x18\x04 \x03(\v2\x15.roomcast.v1.TagCountR\n" +
+	"exprCounts\x124\n" +
+	"\n" +
+	"tag_counts\x18\x05 \x03(\v2\x15.roomcast.v1.TagCountR\ttagCounts\"O\n" +
+	"\bTagCount\x12\x19\n" +
+	"\btag_expr\x18\x01 \x01(\tR\atagExpr\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06online\x18\x03 \x01(\x03R\x06online\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
@@ -3085,124 +3384,129 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
 	(*RoomSettings)(nil),            // 2: roomcast.v1.RoomSettings
 	(*Room)(nil),                    // 3: roomcast.v1.Room
-	(*CreateRoomRequest)(nil),       // 4: roomcast.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),      // 5: roomcast.v1.CreateRoomResponse
-	(*UpdateRoomRequest)(nil),       // 6: roomcast.v1.UpdateRoomRequest
-	(*CloseRoomRequest)(nil),        // 7: roomcast.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),       // 8: roomcast.v1.CloseRoomResponse
-	(*GetRoomRequest)(nil),          // 9: roomcast.v1.GetRoomRequest
-	(*GetRoomResponse)(nil),         // 10: roomcast.v1.GetRoomResponse
-	(*ListMembersRequest)(nil),      // 11: roomcast.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),     // 12: roomcast.v1.ListMembersResponse
-	(*RoomMember)(nil),              // 13: roomcast.v1.RoomMember
-	(*SendToRoomRequest)(nil),       // 14: roomcast.v1.SendToRoomRequest
-	(*SendResponse)(nil),            // 15: roomcast.v1.SendResponse
-	(*SendBatchToRoomRequest)(nil),  // 16: roomcast.v1.SendBatchToRoomRequest
-	(*SendBatchResponse)(nil),       // 17: roomcast.v1.SendBatchResponse
-	(*SendToUsersRequest)(nil),      // 18: roomcast.v1.SendToUsersRequest
-	(*SendToUsersResponse)(nil),     // 19: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),             // 20: roomcast.v1.KickRequest
-	(*KickResponse)(nil),            // 21: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),         // 22: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),       // 23: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),        // 24: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),       // 25: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),       // 26: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),  // 27: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                 // 28: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil), // 29: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),      // 30: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),     // 31: roomcast.v1.CountOnlineResponse
-	(*MemberTags)(nil),              // 32: roomcast.v1.MemberTags
-	(*SetMemberTagsRequest)(nil),    // 33: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),   // 34: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),    // 35: roomcast.v1.GetMemberTagsRequest
-	(*SetRoomCdnRequest)(nil),       // 36: roomcast.v1.SetRoomCdnRequest
-	(*GetRoomCdnRequest)(nil),       // 37: roomcast.v1.GetRoomCdnRequest
-	(*RoomCdn)(nil),                 // 38: roomcast.v1.RoomCdn
-	(*CdnPolicy)(nil),               // 39: roomcast.v1.CdnPolicy
-	(*GetCdnPolicyRequest)(nil),     // 40: roomcast.v1.GetCdnPolicyRequest
-	(*GetHistoryRequest)(nil),       // 41: roomcast.v1.GetHistoryRequest
-	nil,                             // 42: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 43: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 44: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 45: roomcast.v1.CdnVendor
-	(*HistoryPage)(nil),             // 46: roomcast.v1.HistoryPage
+	(*TagMute)(nil),                 // 4: roomcast.v1.TagMute
+	(*CreateRoomRequest)(nil),       // 5: roomcast.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),      // 6: roomcast.v1.CreateRoomResponse
+	(*UpdateRoomRequest)(nil),       // 7: roomcast.v1.UpdateRoomRequest
+	(*CloseRoomRequest)(nil),        // 8: roomcast.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),       // 9: roomcast.v1.CloseRoomResponse
+	(*GetRoomRequest)(nil),          // 10: roomcast.v1.GetRoomRequest
+	(*GetRoomResponse)(nil),         // 11: roomcast.v1.GetRoomResponse
+	(*ListMembersRequest)(nil),      // 12: roomcast.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),     // 13: roomcast.v1.ListMembersResponse
+	(*RoomMember)(nil),              // 14: roomcast.v1.RoomMember
+	(*SendToRoomRequest)(nil),       // 15: roomcast.v1.SendToRoomRequest
+	(*SendResponse)(nil),            // 16: roomcast.v1.SendResponse
+	(*SendBatchToRoomRequest)(nil),  // 17: roomcast.v1.SendBatchToRoomRequest
+	(*SendBatchResponse)(nil),       // 18: roomcast.v1.SendBatchResponse
+	(*SendToUsersRequest)(nil),      // 19: roomcast.v1.SendToUsersRequest
+	(*SendToUsersResponse)(nil),     // 20: roomcast.v1.SendToUsersResponse
+	(*KickRequest)(nil),             // 21: roomcast.v1.KickRequest
+	(*KickResponse)(nil),            // 22: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),         // 23: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),       // 24: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),        // 25: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),       // 26: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),       // 27: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),  // 28: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                 // 29: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil), // 30: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),      // 31: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),     // 32: roomcast.v1.CountOnlineResponse
+	(*TagCount)(nil),                // 33: roomcast.v1.TagCount
+	(*MemberTags)(nil),              // 34: roomcast.v1.MemberTags
+	(*SetMemberTagsRequest)(nil),    // 35: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),   // 36: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),    // 37: roomcast.v1.GetMemberTagsRequest
+	(*SetRoomCdnRequest)(nil),       // 38: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),       // 39: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                 // 40: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),               // 41: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),     // 42: roomcast.v1.GetCdnPolicyRequest
+	(*GetHistoryRequest)(nil),       // 43: roomcast.v1.GetHistoryRequest
+	nil,                             // 44: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 45: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 46: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 47: roomcast.v1.CdnVendor
+	(*HistoryPage)(nil),             // 48: roomcast.v1.HistoryPage
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
 	0,  // 1: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
 	2,  // 2: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
-	2,  // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
-	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
-	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	42, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
-	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
-	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
-	14, // 10: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
-	25, // 11: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
-	28, // 12: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	32, // 13: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	43, // 14: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	43, // 15: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	43, // 16: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	44, // 17: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	45, // 18: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	43, // 19: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
-	4,  // 20: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	6,  // 21: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	7,  // 22: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	9,  // 23: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	11, // 24: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	14, // 25: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	16, // 26: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
-	18, // 27: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	20, // 28: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	22, // 29: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	23, // 30: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	24, // 31: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	27, // 32: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	30, // 33: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	33, // 34: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	35, // 35: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	36, // 36: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
-	37, // 37: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
-	39, // 38: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
-	40, // 39: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	41, // 40: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	5,  // 41: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 42: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 43: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 44: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 45: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 46: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 47: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	19, // 48: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	21, // 49: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 50: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	25, // 51: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	26, // 52: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	29, // 53: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	31, // 54: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	34, // 55: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	32, // 56: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	38, // 57: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	38, // 58: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 59: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	39, // 60: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	46, // 61: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	41, // [41:62] is the sub-list for method output_type
-	20, // [20:41] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 3: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
+	2,  // 4: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	3,  // 5: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
+	2,  // 6: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	3,  // 7: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
+	44, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	3,  // 9: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
+	14, // 10: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
+	15, // 11: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
+	26, // 12: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
+	29, // 13: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
+	33, // 14: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
+	33, // 15: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
+	34, // 16: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	45, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	45, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	45, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	46, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	47, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	45, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	5,  // 23: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	7,  // 24: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	8,  // 25: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	10, // 26: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	12, // 27: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	15, // 28: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	17, // 29: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	19, // 30: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	21, // 31: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	23, // 32: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	24, // 33: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	25, // 34: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	28, // 35: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	31, // 36: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	35, // 37: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	37, // 38: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	38, // 39: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	39, // 40: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	41, // 41: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	42, // 42: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	43, // 43: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	6,  // 44: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 45: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 46: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 47: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 48: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 49: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 50: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	20, // 51: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 52: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 53: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 54: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 55: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 56: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 57: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	36, // 58: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	34, // 59: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	40, // 60: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 61: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	41, // 62: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	41, // 63: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	48, // 64: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	44, // [44:65] is the sub-list for method output_type
+	23, // [23:44] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3212,14 +3516,14 @@ func file_api_proto_init() {
 	}
 	file_cdn_proto_init()
 	file_client_proto_init()
-	file_api_proto_msgTypes[4].OneofWrappers = []any{}
+	file_api_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIroECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIAEIGCgRraW5kIpgBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0iygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIiQKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkigAEKDEhpc3RvcnlRdWVyeRILCgNzZXEYASABKAQSDQoFbGltaXQYAiABKA0SEQoJYmVmb3JlX2lkGAMgASgJEhAKCGFmdGVyX2lkGAQgASgJEg4KBmN1cnNvchgFIAEoCRIfCgRsYW5lGAYgASgOMhEucm9vbWNhc3QudjEuTGFuZSJXCgtIaXN0b3J5UGFnZRILCgNzZXEYASABKAQSJgoIbWVzc2FnZXMYAiADKAsyFC5yb29tY2FzdC52MS5NZXNzYWdlEhMKC25leHRfY3Vyc29yGAMgASgJIi0KCVJlY29ubmVjdBIQCghkZWxheV9tcxgBIAEoDRIOCgZyZWFzb24YAiABKAkqvAMKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq1AMKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxItsECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSryAwoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEiAKHEVSUk9SX0NPREVfQkFEX0hJU1RPUllfUVVFUlkQbhIbChdFUlJPUl9DT0RFX0hJU1RPUllfQlVTWRBvEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrUAwoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -135,6 +135,14 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: HistoryPage;
     case: "historyPage";
+  } | {
+    /**
+     * client -> server: at-least-once messages handed to the app
+     *
+     * @generated from field: roomcast.v1.Ack ack = 14;
+     */
+    value: Ack;
+    case: "ack";
   } | { case: undefined; value?: undefined };
 };
 
@@ -205,6 +213,16 @@ export type Login = Message<"roomcast.v1.Login"> & {
    * @generated from field: uint32 protocol_version = 7;
    */
   protocolVersion: number;
+
+  /**
+   * Deliver the user's stored at-least-once messages (Message.at_least_once) after the
+   * LoginAck, in Push frames; the client promises to acknowledge each with an Ack frame once
+   * its app has it. Without it the client still receives those sent while it is online, but
+   * no stored ones at login.
+   *
+   * @generated from field: bool inbox = 8;
+   */
+  inbox: boolean;
 };
 
 /**
@@ -535,6 +553,30 @@ export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
   messageDesc(file_client, 10);
 
 /**
+ * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
+ * named: they are removed from the user's store and not delivered again, to any session of the
+ * user. Unknown ids (already acknowledged, expired, or never stored) are ignored. At most 100
+ * ids, each a message id; a malformed Ack closes the connection with 4003 (BAD_FRAME). If the
+ * store cannot be reached an Error with code 113 (ACK_FAILED) answers: the messages stay
+ * stored and come again at the next login.
+ *
+ * @generated from message roomcast.v1.Ack
+ */
+export type Ack = Message<"roomcast.v1.Ack"> & {
+  /**
+   * @generated from field: repeated string ids = 1;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message roomcast.v1.Ack.
+ * Use `create(AckSchema)` to create a new message.
+ */
+export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
+  messageDesc(file_client, 11);
+
+/**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
  * frame carries the same code.
  *
@@ -557,7 +599,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 11);
+  messageDesc(file_client, 12);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -616,7 +658,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 13);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -653,7 +695,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 13);
+  messageDesc(file_client, 14);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -677,7 +719,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 14);
+  messageDesc(file_client, 15);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -776,6 +818,22 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_HISTORY_BUSY = 111;
    */
   HISTORY_BUSY = 111,
+
+  /**
+   * Server API: an at-least-once send stored nothing, because every user named has as many
+   * messages stored as the deployment allows (--inbox-max-per-user).
+   *
+   * @generated from enum value: ERROR_CODE_INBOX_FULL = 112;
+   */
+  INBOX_FULL = 112,
+
+  /**
+   * An Ack frame could not be applied (the store did not answer): the messages stay stored and
+   * come again at the next login.
+   *
+   * @generated from enum value: ERROR_CODE_ACK_FAILED = 113;
+   */
+  ACK_FAILED = 113,
 
   /**
    * A bug on our side.
