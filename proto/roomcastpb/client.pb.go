@@ -54,6 +54,13 @@ const (
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// Login.recover_since is not a message id: no history follows (the session goes on).
 	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
+	// Room queue: an offer with if_absent named a key the queue holds (someone else grabbed it),
+	// or a member offered a key another member owns.
+	ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS ErrorCode = 114
+	// Room queue: no entry with that key, or the queue is empty (poll, peek, remove).
+	ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND ErrorCode = 115
+	// Room queue: the queue holds as many entries as the room allows.
+	ErrorCode_ERROR_CODE_QUEUE_FULL ErrorCode = 116
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -74,6 +81,9 @@ var (
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
 		109: "ERROR_CODE_BAD_RECOVER_SINCE",
+		114: "ERROR_CODE_QUEUE_KEY_EXISTS",
+		115: "ERROR_CODE_QUEUE_NOT_FOUND",
+		116: "ERROR_CODE_QUEUE_FULL",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -89,6 +99,9 @@ var (
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":  114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":   115,
+		"ERROR_CODE_QUEUE_FULL":        116,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -244,6 +257,8 @@ type Frame struct {
 	//	*Frame_Kick
 	//	*Frame_Reconnect
 	//	*Frame_CdnConfig
+	//	*Frame_QueueRequest
+	//	*Frame_QueueReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -385,6 +400,24 @@ func (x *Frame) GetCdnConfig() *CdnConfig {
 	return nil
 }
 
+func (x *Frame) GetQueueRequest() *RoomQueueRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_QueueRequest); ok {
+			return x.QueueRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetQueueReply() *RoomQueueReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_QueueReply); ok {
+			return x.QueueReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -433,6 +466,14 @@ type Frame_CdnConfig struct {
 	CdnConfig *CdnConfig `protobuf:"bytes,11,opt,name=cdn_config,json=cdnConfig,proto3,oneof"` // server -> client: the room's CDN config changed
 }
 
+type Frame_QueueRequest struct {
+	QueueRequest *RoomQueueRequest `protobuf:"bytes,15,opt,name=queue_request,json=queueRequest,proto3,oneof"` // client -> server: read or change the room queue
+}
+
+type Frame_QueueReply struct {
+	QueueReply *RoomQueueReply `protobuf:"bytes,16,opt,name=queue_reply,json=queueReply,proto3,oneof"` // server -> client: answers a RoomQueueRequest
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -454,6 +495,10 @@ func (*Frame_Kick) isFrame_Kind() {}
 func (*Frame_Reconnect) isFrame_Kind() {}
 
 func (*Frame_CdnConfig) isFrame_Kind() {}
+
+func (*Frame_QueueRequest) isFrame_Kind() {}
+
+func (*Frame_QueueReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1282,11 +1327,185 @@ func (x *Reconnect) GetReason() string {
 	return ""
 }
 
+// RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
+// queue"). A connection's queue requests are answered one at a time, in the order sent.
+type RoomQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the RoomQueueReply.
+	Seq uint64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Op  QueueOp `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.QueueOp" json:"op,omitempty"`
+	// OFFER, REMOVE: the entry's key (required). POLL, PEEK: the entry's key, or empty for the head.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// OFFER: the value.
+	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// OFFER: fail with 114 (QUEUE_KEY_EXISTS) when the key is in the queue, instead of replacing
+	// its value (grab the mic: of several offers of one key, exactly one succeeds).
+	IfAbsent bool `protobuf:"varint,5,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// OFFER: take the entry out of the queue when this session ends.
+	DropOnLeave   bool `protobuf:"varint,6,opt,name=drop_on_leave,json=dropOnLeave,proto3" json:"drop_on_leave,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomQueueRequest) Reset() {
+	*x = RoomQueueRequest{}
+	mi := &file_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomQueueRequest) ProtoMessage() {}
+
+func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
+func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RoomQueueRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RoomQueueRequest) GetOp() QueueOp {
+	if x != nil {
+		return x.Op
+	}
+	return QueueOp_QUEUE_OP_UNSPECIFIED
+}
+
+func (x *RoomQueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RoomQueueRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RoomQueueRequest) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *RoomQueueRequest) GetDropOnLeave() bool {
+	if x != nil {
+		return x.DropOnLeave
+	}
+	return false
+}
+
+// RoomQueueReply answers a RoomQueueRequest.
+type RoomQueueReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 114-116 for the queue's own refusals, 100, 101, 103 for
+	// bad or forbidden requests, 503 when the queue service did not answer.
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// OFFER: the entry as stored. POLL, PEEK, REMOVE: the entry. LIST: every entry, head first.
+	// CLEAR: the entries taken out.
+	Entries []*QueueEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The queue's version after the request (for LIST and PEEK: as read).
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomQueueReply) Reset() {
+	*x = RoomQueueReply{}
+	mi := &file_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomQueueReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomQueueReply) ProtoMessage() {}
+
+func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
+func (*RoomQueueReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RoomQueueReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RoomQueueReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RoomQueueReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RoomQueueReply) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *RoomQueueReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xb6\x04\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xbc\x05\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1300,7 +1519,10 @@ const file_client_proto_rawDesc = "" +
 	"\treconnect\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
 	"\n" +
-	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfigB\x06\n" +
+	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfig\x12D\n" +
+	"\rqueue_request\x18\x0f \x01(\v2\x1d.roomcast.v1.RoomQueueRequestH\x00R\fqueueRequest\x12>\n" +
+	"\vqueue_reply\x18\x10 \x01(\v2\x1b.roomcast.v1.RoomQueueReplyH\x00R\n" +
+	"queueReplyB\x06\n" +
 	"\x04kind\"\xec\x01\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -1358,7 +1580,20 @@ const file_client_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xfd\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb3\x01\n" +
+	"\x10RoomQueueRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x14.roomcast.v1.QueueOpR\x02op\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1b\n" +
+	"\tif_absent\x18\x05 \x01(\bR\bifAbsent\x12\"\n" +
+	"\rdrop_on_leave\x18\x06 \x01(\bR\vdropOnLeave\"\x9d\x01\n" +
+	"\x0eRoomQueueReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
+	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xd9\x03\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1370,7 +1605,10 @@ const file_client_proto_rawDesc = "" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
-	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x18\n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x1f\n" +
+	"\x1bERROR_CODE_QUEUE_KEY_EXISTS\x10r\x12\x1e\n" +
+	"\x1aERROR_CODE_QUEUE_NOT_FOUND\x10s\x12\x19\n" +
+	"\x15ERROR_CODE_QUEUE_FULL\x10t\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -1404,26 +1642,30 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_client_proto_goTypes = []any{
-	(ErrorCode)(0),       // 0: roomcast.v1.ErrorCode
-	(CloseCode)(0),       // 1: roomcast.v1.CloseCode
-	(*Frame)(nil),        // 2: roomcast.v1.Frame
-	(*Login)(nil),        // 3: roomcast.v1.Login
-	(*LoginAck)(nil),     // 4: roomcast.v1.LoginAck
-	(*Send)(nil),         // 5: roomcast.v1.Send
-	(*SendAck)(nil),      // 6: roomcast.v1.SendAck
-	(*Push)(nil),         // 7: roomcast.v1.Push
-	(*Recovery)(nil),     // 8: roomcast.v1.Recovery
-	(*Thinned)(nil),      // 9: roomcast.v1.Thinned
-	(*Heartbeat)(nil),    // 10: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil), // 11: roomcast.v1.HeartbeatAck
-	(*Error)(nil),        // 12: roomcast.v1.Error
-	(*Kick)(nil),         // 13: roomcast.v1.Kick
-	(*Reconnect)(nil),    // 14: roomcast.v1.Reconnect
-	(*CdnConfig)(nil),    // 15: roomcast.v1.CdnConfig
-	(Lane)(0),            // 16: roomcast.v1.Lane
-	(*Message)(nil),      // 17: roomcast.v1.Message
+	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
+	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
+	(*Frame)(nil),            // 2: roomcast.v1.Frame
+	(*Login)(nil),            // 3: roomcast.v1.Login
+	(*LoginAck)(nil),         // 4: roomcast.v1.LoginAck
+	(*Send)(nil),             // 5: roomcast.v1.Send
+	(*SendAck)(nil),          // 6: roomcast.v1.SendAck
+	(*Push)(nil),             // 7: roomcast.v1.Push
+	(*Recovery)(nil),         // 8: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 9: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 10: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 11: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 12: roomcast.v1.Error
+	(*Kick)(nil),             // 13: roomcast.v1.Kick
+	(*Reconnect)(nil),        // 14: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 15: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 16: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 17: roomcast.v1.CdnConfig
+	(Lane)(0),                // 18: roomcast.v1.Lane
+	(*Message)(nil),          // 19: roomcast.v1.Message
+	(QueueOp)(0),             // 20: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 21: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1436,17 +1678,21 @@ var file_client_proto_depIdxs = []int32{
 	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
 	13, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
 	14, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	15, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	15, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	16, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	17, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	8,  // 14: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	9,  // 15: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	15, // 11: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	16, // 12: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	17, // 13: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	18, // 14: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	19, // 15: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	8,  // 16: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	9,  // 17: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	20, // 18: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	21, // 19: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1468,6 +1714,8 @@ func file_client_proto_init() {
 		(*Frame_Kick)(nil),
 		(*Frame_Reconnect)(nil),
 		(*Frame_CdnConfig)(nil),
+		(*Frame_QueueRequest)(nil),
+		(*Frame_QueueReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1475,7 +1723,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
