@@ -131,6 +131,10 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
 		}
+	case *pb.Frame_QueueRequest:
+		if c.requireLive() {
+			c.queueRequest(k.QueueRequest) // queue.go
+		}
 	default:
 		c.node.m.frameBad.Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
