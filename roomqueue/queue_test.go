@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -269,5 +271,66 @@ func TestDropOnLeaveWhenNodeKilled(t *testing.T) {
 	}
 	if dropped != 2 {
 		t.Errorf("the queue instances dropped %d entries, want 2", dropped)
+	}
+}
+
+// TestMemberPermissions checks the room's queue_expr, queue_admin_expr and queue_max_entries
+// on members' requests.
+func TestMemberPermissions(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	body := `{"room":"talk","settings":{"queue_expr":"\"speaker\" in tags","queue_admin_expr":"\"host\" in tags","queue_max_entries":2}}`
+	req, _ := http.NewRequest("POST", c.URL()+"/v1/rooms", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create room: HTTP %d", resp.StatusCode)
+	}
+	host := join(t, c, 0, "host", "talk", "host", "speaker")
+	sp := join(t, c, 0, "sp", "talk", "speaker")
+	viewer := join(t, c, 0, "viewer", "talk")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	forbidden := &sdk.QueueError{Code: uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN)}
+	offer := func(m *member, key string) error {
+		_, err := m.QueueOffer(ctx, key, nil, sdk.OfferOptions{})
+		return err
+	}
+	steps := []struct {
+		what string
+		err  error
+		want error
+	}{
+		{"a viewer offers", offer(viewer, "v"), forbidden},
+		{"a speaker offers", offer(sp, "sp"), nil},
+		{"a viewer lists", func() error { _, _, err := viewer.QueueList(ctx); return err }(), nil},
+		{"a viewer peeks", func() error { _, err := viewer.QueuePeek(ctx, ""); return err }(), nil},
+		{"a speaker clears", func() error { _, err := sp.QueueClear(ctx); return err }(), forbidden},
+		{"the host offers", offer(host, "h"), nil},
+		{"a third offer", offer(host, "h2"), sdk.ErrQueueFull},
+		{"a speaker takes the host's entry", func() error { _, err := sp.QueueRemove(ctx, "h"); return err }(), forbidden},
+		{"a speaker replaces the host's entry", offer(sp, "h"), sdk.ErrQueueKeyExists},
+		{"a speaker polls its own entry at the head", func() error { _, err := sp.QueuePoll(ctx, ""); return err }(), nil},
+		{"a speaker polls the host's entry at the head", func() error { _, err := sp.QueuePoll(ctx, ""); return err }(), forbidden},
+		{"the speaker offers again", offer(sp, "sp"), nil},
+		{"the host takes the speaker's entry", func() error { _, err := host.QueueRemove(ctx, "sp"); return err }(), nil},
+		{"the host clears", func() error { _, err := host.QueueClear(ctx); return err }(), nil},
+		{"a poll of the empty queue", func() error { _, err := host.QueuePoll(ctx, ""); return err }(), sdk.ErrQueueNotFound},
+		{"a bad key", offer(host, "a b"), &sdk.QueueError{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST)}},
+	}
+	for _, s := range steps {
+		if (s.want == nil) != (s.err == nil) || (s.want != nil && !errors.Is(s.err, s.want)) {
+			t.Errorf("%s: %v, want %v", s.what, s.err, s.want)
+		}
+	}
+	// Nobody else may broadcast what looks like a queue change.
+	_, err = host.Send(ctx, sdk.Outgoing{Type: sdk.QueueEventType, Lane: pb.Lane_LANE_CRITICAL, Body: []byte("fake")})
+	var se *sdk.SendError
+	if !errors.As(err, &se) || se.Code != uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN) {
+		t.Errorf("a member's send of type %s: %v, want FORBIDDEN", sdk.QueueEventType, err)
 	}
 }
