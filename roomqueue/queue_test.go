@@ -244,6 +244,16 @@ func TestDropOnLeaveWhenNodeKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A node reports its logins every 100 ms: a session it dies before reporting was never
+	// online as far as presence knows, and gets no logout (docs/protocol.md).
+	for _, p := range c.Presences {
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			if n := p.Sessions(); n != 3 {
+				return fmt.Errorf("a presence instance knows %d sessions, want 3", n)
+			}
+			return nil
+		})
+	}
 	quitter.Close()
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got, _ := list(t, stays); !slices.Equal(got, []string{"doomed-mic", "doomed-note", "stays-mic"}) {
