@@ -132,6 +132,7 @@ func (c *conn) handleFrame(data []byte) {
 			c.heartbeat(k.Heartbeat)
 		}
 	case *pb.Frame_QueueRequest:
+		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
 		}

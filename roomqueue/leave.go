@@ -123,5 +123,6 @@ func (s *Service) dropEntries(ctx context.Context, app, room string, sessions ma
 	}
 	ev.Version = st.Version
 	s.dropped.Add(int64(len(ev.Entries)))
+	s.m.dropped.Add(float64(len(ev.Entries)))
 	s.broadcast(ctx, app, room, ev)
 }

@@ -20,12 +20,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
@@ -66,6 +68,9 @@ type Config struct {
 	Workers int
 	// Now is the clock. Zero value means time.Now.
 	Now func() time.Time
+	// Registerer receives the service's metrics (roomcast_roomqueue_*). Zero value means they
+	// are not registered.
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -112,10 +117,14 @@ type Service struct {
 	leave  *leaveIndex
 	stopKV func() // ends the watch that feeds leave
 	subs   []*nats.Subscription
-	slots  chan struct{} // one per request being served
-	wg     sync.WaitGroup
+	slots  chan struct{}  // one per request being served
+	wg     sync.WaitGroup // the requests being served
 	once   sync.Once
 
+	mu     sync.Mutex // guards closed, and wg.Add against Close's wg.Wait
+	closed bool
+
+	m *metrics
 	// broadcastFailures counts changes made whose event did not reach the room service.
 	broadcastFailures atomic.Int64
 	// dropped counts entries taken out because their owner's session ended.
@@ -130,7 +139,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		cfg: cfg, log: cfg.Log.With("svc", "roomqueue"), exprs: tag.NewCache(1024),
-		leave: newLeaveIndex(), slots: make(chan struct{}, cfg.Workers),
+		leave: newLeaveIndex(), slots: make(chan struct{}, cfg.Workers), m: newMetrics(cfg.Registerer),
 	}, nil
 }
 
@@ -143,7 +152,7 @@ func (s *Service) Start() (err error) {
 			s.Close()
 		}
 	}()
-	if s.store, err = openStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+	if s.store, err = openStore(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.m.retries); err != nil {
 		return err
 	}
 	if s.rooms, err = room.OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
@@ -174,6 +183,9 @@ func (s *Service) Close() {
 		_ = sub.Unsubscribe()
 	}
 	s.subs = nil
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.wg.Wait()
 	s.once.Do(func() {
 		if s.stopKV != nil {
@@ -189,10 +201,18 @@ func (s *Service) Stats() (broadcastFailures, dropped int64) {
 }
 
 // serve runs work on a goroutine of its own, waiting for a free slot first: a NATS handler
-// must not wait on KV, or one slow write holds up every request behind it.
+// must not wait on KV, or one slow write holds up every request behind it. Once Close has begun
+// it drops work: a handler still running after the unsubscribe, whose requester times out.
 func (s *Service) serve(work func()) {
 	s.slots <- struct{}{}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.slots
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer func() { <-s.slots; s.wg.Done() }()
 		work()
@@ -208,7 +228,9 @@ func (s *Service) onRequest(msg *nats.Msg) {
 	s.serve(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
-		bus.Respond(s.log, msg, s.handle(ctx, &req))
+		rep := s.handle(ctx, &req)
+		s.m.requests.WithLabelValues(opName(req.Op), strconv.Itoa(int(rep.Code))).Inc()
+		bus.Respond(s.log, msg, rep)
 	})
 }
 
@@ -335,6 +357,7 @@ func (s *Service) broadcast(ctx context.Context, app, roomName string, ev *pb.Qu
 	}
 	if err != nil {
 		s.broadcastFailures.Add(1)
+		s.m.broadcasts.Inc()
 		s.log.Warn("queue change not broadcast", "app", app, "room", roomName, "version", ev.Version, "err", err)
 	}
 }

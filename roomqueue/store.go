@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	pb "roomcast/proto/roomcastpb"
@@ -32,10 +33,11 @@ func splitKey(key string) (app, room string, ok bool) { return strings.Cut(key, 
 // store reads and changes queues with compare-and-set on the key's revision: a change is
 // written only if nobody wrote the queue since it was read, else it is read and applied again.
 type store struct {
-	kv jetstream.KeyValue
+	kv      jetstream.KeyValue
+	retries prometheus.Counter // rounds lost to another writer
 }
 
-func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error) {
+func openStore(ctx context.Context, nc *nats.Conn, replicas int, retries prometheus.Counter) (*store, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("roomqueue: jetstream: %w", err)
@@ -47,7 +49,7 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int) (*store, error)
 	if err != nil {
 		return nil, fmt.Errorf("roomqueue: KV bucket %s: %w", Bucket, err)
 	}
-	return &store{kv: kv}, nil
+	return &store{kv: kv, retries: retries}, nil
 }
 
 // read returns a room's queue and its revision (0: none yet).
@@ -99,6 +101,7 @@ func (s *store) update(ctx context.Context, app, room string, f func(*pb.QueueSt
 		case err == nil:
 			return st, nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			s.retries.Inc()
 			continue // someone wrote first: read again
 		default:
 			return nil, fmt.Errorf("roomqueue: write %s: %w", room, err)

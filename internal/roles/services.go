@@ -49,7 +49,8 @@ type ServicesConfig struct {
 	// SIGHUP when it has any (ReloadOnSIGHUP is set then).
 	Room     room.Config
 	Presence presence.Config
-	// Queue configures the room queue instances (roomqueue); their Bus and Log are set here.
+	// Queue configures the room queue instances (roomqueue); their Bus, Log and Registerer are
+	// set here.
 	Queue      roomqueue.Config
 	Dispatcher dispatcher.Config
 	API        api.Config
@@ -311,7 +312,7 @@ func (s *Services) startQueue(i int) (*roomqueue.Service, error) {
 	if cfg.Bus, err = s.bus.connect("roomqueue " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Registerer = s.cfg.Log, s.cfg.Registry
 	q, err := roomqueue.New(cfg)
 	if err != nil {
 		return nil, err
