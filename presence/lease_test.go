@@ -27,18 +27,7 @@ import (
 // one of the two presence instances; the other node's session stays online.
 func TestLeaseEndEmitsLogouts(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var posted []presence.WebhookEvent
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b presence.WebhookBatch
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-			t.Errorf("webhook body: %v", err)
-		}
-		mu.Lock()
-		posted = append(posted, b.Events...)
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook, posted := webhook(t)
 	const interval = 100 * time.Millisecond // the lease is 3 intervals
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, interval
@@ -147,10 +136,8 @@ func TestLeaseEndEmitsLogouts(t *testing.T) {
 	t.Logf("logouts of the killed node's sessions came %v after the kill (lease %v)", last.Sub(killed).Round(time.Millisecond), lease)
 
 	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
-		mu.Lock()
-		defer mu.Unlock()
 		var offline []string
-		for _, ev := range posted {
+		for _, ev := range posted() {
 			if ev.Kind == "offline" {
 				if ev.Reason != presence.ReasonLeaseEnded {
 					return fmt.Errorf("webhook offline event %+v without reason %q", ev, presence.ReasonLeaseEnded)
@@ -164,4 +151,25 @@ func TestLeaseEndEmitsLogouts(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// webhook starts an app's webhook; posted returns the events it received so far.
+func webhook(t *testing.T) (hook *httptest.Server, posted func() []presence.WebhookEvent) {
+	var mu sync.Mutex
+	var events []presence.WebhookEvent
+	hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b presence.WebhookBatch
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.App != devcluster.App {
+			t.Errorf("webhook got %v %v", b, err)
+		}
+		mu.Lock()
+		events = append(events, b.Events...)
+		mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+	return hook, func() []presence.WebhookEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
+	}
 }
