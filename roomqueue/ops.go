@@ -86,7 +86,7 @@ func removed(entries []*pb.QueueEntry) []*pb.QueueEntry {
 
 // change applies a change (offer, poll, remove, clear) to st. It returns the entries the
 // requester is answered with and the event to broadcast, or a refusal. st is left as it was
-// when it refuses.
+// when it refuses. req has passed Service.check (an offer or a remove names a valid key).
 func change(st *pb.QueueState, op pb.QueueOp, req *pb.QueueRequest, who caller, maxEntries int, now time.Time) ([]*pb.QueueEntry, *pb.QueueEvent, error) {
 	if who.member && !who.mayChange {
 		return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, "you may not change this room's queue")
