@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file message.proto.
  */
 export const file_message: GenFile = /*@__PURE__*/
-  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSKsAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQicQoKUXVldWVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSCwoDdWlkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSDwoHdGltZV9tcxgFIAEoAxIVCg1kcm9wX29uX2xlYXZlGAYgASgIImkKClF1ZXVlRXZlbnQSIAoCb3AYASABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEg8KB3ZlcnNpb24YAiABKAQSKAoHZW50cmllcxgDIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkiRwoKUXVldWVTdGF0ZRIPCgd2ZXJzaW9uGAEgASgEEigKB2VudHJpZXMYAiADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Kk8KBExhbmUSFAoQTEFORV9VTlNQRUNJRklFRBAAEhEKDUxBTkVfQ1JJVElDQUwQARIPCgtMQU5FX05PUk1BTBACEg0KCUxBTkVfQlVMSxADKqwBCgdRdWV1ZU9wEhgKFFFVRVVFX09QX1VOU1BFQ0lGSUVEEAASEgoOUVVFVUVfT1BfT0ZGRVIQARIRCg1RVUVVRV9PUF9QT0xMEAISEQoNUVVFVUVfT1BfUEVFSxADEhEKDVFVRVVFX09QX0xJU1QQBBITCg9RVUVVRV9PUF9SRU1PVkUQBRISCg5RVUVVRV9PUF9DTEVBUhAGEhEKDVFVRVVFX09QX0RST1AQB0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM");
+  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSLXAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQSFQoNYXRfbGVhc3Rfb25jZRgKIAEoCBISCgpleHBpcmVzX21zGAsgASgDInEKClF1ZXVlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgMEgsKA3VpZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg8KB3RpbWVfbXMYBSABKAMSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJpCgpRdWV1ZUV2ZW50EiAKAm9wGAEgASgOMhQucm9vbWNhc3QudjEuUXVldWVPcBIPCgd2ZXJzaW9uGAIgASgEEigKB2VudHJpZXMYAyADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5IkcKClF1ZXVlU3RhdGUSDwoHdmVyc2lvbhgBIAEoBBIoCgdlbnRyaWVzGAIgAygLMhcucm9vbWNhc3QudjEuUXVldWVFbnRyeSpPCgRMYW5lEhQKEExBTkVfVU5TUEVDSUZJRUQQABIRCg1MQU5FX0NSSVRJQ0FMEAESDwoLTEFORV9OT1JNQUwQAhINCglMQU5FX0JVTEsQAyqsAQoHUXVldWVPcBIYChRRVUVVRV9PUF9VTlNQRUNJRklFRBAAEhIKDlFVRVVFX09QX09GRkVSEAESEQoNUVVFVUVfT1BfUE9MTBACEhEKDVFVRVVFX09QX1BFRUsQAxIRCg1RVUVVRV9PUF9MSVNUEAQSEwoPUVVFVUVfT1BfUkVNT1ZFEAUSEgoOUVVFVUVfT1BfQ0xFQVIQBhIRCg1RVUVVRV9PUF9EUk9QEAdCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
 
 /**
  * @generated from message roomcast.v1.Message
@@ -71,6 +71,23 @@ export type Message = Message$1<"roomcast.v1.Message"> & {
    * @generated from field: uint64 room_seq = 9;
    */
   roomSeq: bigint;
+
+  /**
+   * An at-least-once message to this user (server API SendToUsers with at_least_once): it is
+   * stored until a session of the user acknowledges it with an Ack frame naming its id, and
+   * comes again at each login (Login.inbox) until then. It may arrive more than once: drop
+   * duplicates by id, and acknowledge the duplicates too.
+   *
+   * @generated from field: bool at_least_once = 10;
+   */
+  atLeastOnce: boolean;
+
+  /**
+   * With at_least_once: when the store drops it, acknowledged or not (unix milliseconds).
+   *
+   * @generated from field: int64 expires_ms = 11;
+   */
+  expiresMs: bigint;
 };
 
 /**
