@@ -39,7 +39,8 @@ FUZZ_TARGETS := \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
 	./internal/loadgen:FuzzParseMetrics \
-	./room:FuzzHistoryCursor
+	./room:FuzzHistoryCursor \
+	./roomqueue:FuzzQueueChange
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.

@@ -357,7 +357,8 @@ func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, err
 	return ack, err
 }
 
-// connected returns the current connection, waiting for one while the Client reconnects.
+// connected returns the current connection, waiting for one while the Client reconnects. what
+// names the caller in errors.
 func (c *Client) connected(ctx context.Context, what string) (*conn, error) {
 	for {
 		c.mu.Lock()

@@ -47,14 +47,15 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	err     error
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
-	pending map[uint64]chan sendResult // Sends and HistoryQueries waiting for their answer, by seq
+	pending map[uint64]chan sendResult // Sends, HistoryQueries and queue requests waiting for their answer, by seq
 }
 
-// sendResult answers a Send (ack) or a HistoryQuery (page), or refuses it (err).
+// sendResult answers a Send (ack or err), a HistoryQuery (page or err) or a queue request (queue).
 type sendResult struct {
-	ack  *roomcastpb.SendAck
-	page *roomcastpb.HistoryPage
-	err  error
+	ack   *roomcastpb.SendAck
+	page  *roomcastpb.HistoryPage
+	queue *roomcastpb.RoomQueueReply
+	err   error
 }
 
 // Outgoing is a message to Send.
@@ -161,25 +162,19 @@ func (c *conn) fail(err error) {
 
 // send sends m and waits for the server's answer.
 func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
-	r, err := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
+	r := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
 		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
 			Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
 		}}}
 	})
-	if err != nil {
-		return nil, err
-	}
 	return r.ack, r.err
 }
 
 // queryHistory sends q and waits for the server's answer.
 func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.HistoryPage, error) {
-	r, err := c.request(ctx, "history", func(seq uint64) *roomcastpb.Frame {
+	r := c.request(ctx, "history", func(seq uint64) *roomcastpb.Frame {
 		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_HistoryQuery{HistoryQuery: q.frame(seq)}}
 	})
-	if err != nil {
-		return nil, err
-	}
 	var refused *SendError
 	if errors.As(r.err, &refused) {
 		return nil, &HistoryError{Code: refused.Code, Message: refused.Message}
@@ -187,16 +182,16 @@ func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.Hi
 	return r.page, r.err
 }
 
-// request writes the frame frameOf builds with the next seq and waits for the answer carrying
-// that seq. The error is the connection's or ctx's; a refusal is in the result.
-func (c *conn) request(ctx context.Context, what string, frameOf func(seq uint64) *roomcastpb.Frame) (sendResult, error) {
+// request sends the frame made for the next seq and waits for the answer with that seq. what
+// names the request in errors.
+func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) *roomcastpb.Frame) sendResult {
 	seq := c.nextSeq.Add(1)
 	answer := make(chan sendResult, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, err)
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, err)}
 	}
 	c.pending[seq] = answer
 	c.mu.Unlock()
@@ -206,20 +201,20 @@ func (c *conn) request(ctx context.Context, what string, frameOf func(seq uint64
 		c.mu.Unlock()
 	}()
 
-	if err := c.writeFrame(frameOf(seq)); err != nil {
-		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, err)
+	if err := c.writeFrame(frame(seq)); err != nil {
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, err)}
 	}
 	select {
 	case r := <-answer:
-		return r, nil
+		return r
 	case <-ctx.Done():
-		return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, ctx.Err())
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, ctx.Err())}
 	case <-c.done:
 		select {
 		case r := <-answer: // answered just before the end
-			return r, nil
+			return r
 		default:
-			return sendResult{}, fmt.Errorf("roomcast: %s: %w", what, c.Err())
+			return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, c.Err())}
 		}
 	}
 }
@@ -290,6 +285,8 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
 	case *roomcastpb.Frame_HistoryPage:
 		c.answer(k.HistoryPage.GetSeq(), sendResult{page: k.HistoryPage})
+	case *roomcastpb.Frame_QueueReply:
+		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
 	case *roomcastpb.Frame_Error:
 		e := k.Error
 		if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_ACK_FAILED) {

@@ -13,6 +13,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/room"
+	"roomcast/roomqueue"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -64,6 +65,12 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
 	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
+}
+
+// bindQueueFlags binds the room queue service's limits (roomqueue.Config).
+func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
 // bindInboxFlags binds the server API's settings of the at-least-once messages to users

@@ -23,6 +23,8 @@ import {
   type LoginAck,
   type Push,
   type Reconnect,
+  type RoomQueueReply,
+  type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
 import { MAX_ACK_IDS } from "./inbox.js";
@@ -51,9 +53,9 @@ export interface LoginOptions {
   history: number;
 }
 
-/** A Send or HistoryQuery waiting for its answer. */
+/** A Send, HistoryQuery or queue request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | HistoryPage): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply): void;
   reject(e: Error): void;
   /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
   history?: boolean;
@@ -163,7 +165,16 @@ export class Session {
     }
   }
 
-  /** close ends the session without telling the sink; pending sends fail with err. */
+  /** queue writes a RoomQueueRequest and resolves with its RoomQueueReply (whatever its code), or rejects with the connection's end. */
+  queue(seq: bigint, value: Omit<MessageInitShape<typeof RoomQueueRequestSchema>, "seq" | "$typeName">): Promise<RoomQueueReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<RoomQueueReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as RoomQueueReply), reject });
+      this.write({ case: "queueRequest", value: { ...value, seq } });
+    });
+  }
+
+  /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
   }
@@ -171,8 +182,8 @@ export class Session {
   private write(kind: MessageInitShape<typeof FrameSchema>["kind"]): void {
     const bytes = toBinary(FrameSchema, create(FrameSchema, { kind }));
     if (bytes.length > MAX_FRAME_SIZE) {
-      // Only a Send can be this large; refuse it without harm to the connection.
-      if (kind?.case === "send") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
+      // Only a Send or a queue offer can be this large; refuse it without harm to the connection.
+      if (kind?.case === "send" || kind?.case === "queueRequest") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
       return;
     }
     this.conn?.send(bytes);
@@ -214,6 +225,7 @@ export class Session {
         return;
       case "sendAck":
       case "historyPage":
+      case "queueReply":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -244,7 +256,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | HistoryPage, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);
