@@ -1,7 +1,10 @@
 package chatlink
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"roomcast/internal/bus"
@@ -13,9 +16,16 @@ import (
 // node for new clients. It is not the node's lease with the services: that is the session
 // report (stream.go).
 
+// maxHeldRooms bounds the rooms a load report lists (rooms_held), biggest first: 1,000 rooms
+// are about 40 KB, where a node's every room (100k on a busy node) would be megabytes a second
+// for the dispatcher to read from every node. The rooms left out are the smallest: their
+// members are steered by what the dispatcher sent since the last report (docs/dispatch.md).
+const maxHeldRooms = 1000
+
 // loadReport describes the node for the dispatcher; busRTT is the last measured round trip to
 // NATS (zero: not measured).
 func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
+	held, partial := n.rooms.biggest(maxHeldRooms)
 	return &pb.LoadReport{
 		Node:                      n.cfg.Node,
 		WsUrl:                     n.WSURL(),
@@ -35,7 +45,44 @@ func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
 
 		BusRttUs:         busRTT.Microseconds(),
 		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
+		RoomsHeld:        held,
+		RoomsHeldPartial: partial,
 	}
+}
+
+// roomSize is a room's key (app/room) and its local members.
+type roomSize struct {
+	key     string
+	members int
+}
+
+// biggest returns the limit rooms with the most local members, most first, and whether rooms
+// were left out. Unlike counts it makes a RoomCount only for the rooms it returns.
+func (t *roomTable) biggest(limit int) ([]*pb.RoomCount, bool) {
+	var all []roomSize
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for key, r := range sh.rooms {
+			r.mu.RLock()
+			if size := r.size(); size > 0 {
+				all = append(all, roomSize{key, size})
+			}
+			r.mu.RUnlock()
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(all, func(a, b roomSize) int {
+		return cmp.Or(cmp.Compare(b.members, a.members), strings.Compare(a.key, b.key))
+	})
+	partial := len(all) > limit
+	all = all[:min(len(all), limit)]
+	out := make([]*pb.RoomCount, len(all))
+	for i, r := range all {
+		app, room, _ := strings.Cut(r.key, "/")
+		out[i] = &pb.RoomCount{App: app, Room: room, Members: int64(r.members)}
+	}
+	return out, partial
 }
 
 // measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -13,9 +14,14 @@ func (d *Dispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	ip := d.clientOf(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
-	ans, err := d.Dispatch(Request{Client: ip})
+	q := r.URL.Query()
+	ans, err := d.Dispatch(Request{Client: ip, App: q.Get("app"), Room: q.Get("room")})
 	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, ErrBadRequest) {
+			status = http.StatusBadRequest
+		}
+		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}
