@@ -33,9 +33,9 @@ type node struct {
 	// Room affinity (rooms.go). reportGen counts the node's reports: room counts of an older
 	// report count nothing.
 	reportGen atomic.Uint64
-	heldRooms []roomKey  // the rooms its last report listed; guarded by Dispatcher.mu
+	heldRooms []uint64   // the rooms its last report listed (roomTable.hash); guarded by Dispatcher.mu
 	roomsMu   sync.Mutex // guards sentRooms
-	sentRooms []roomKey  // rooms it got members of since its report, not listed in it
+	sentRooms []uint64   // rooms it got members of since its report, not listed in it
 }
 
 // stale says whether the node has missed its reports at now.
@@ -254,7 +254,7 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			live.labels = make([]nodeLabels, len(live.nodes))
 			for i, n := range live.nodes {
 				s := n.snap.Load()
-				live.labels[i] = nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
+				live.labels[i] = s.labels()
 			}
 			d.live.Store(live)
 			d.liveDirty.Store(false)
@@ -380,7 +380,13 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 
 // matchesISP says whether a node with snapshot s is reached through the client's ISP.
 func (l location) matchesISP(s *nodeSnap) bool {
-	return l.matchesLabels(&nodeLabels{isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}, s)
+	nl := s.labels()
+	return l.matchesLabels(&nl, s)
+}
+
+// labels copies what locality is computed from.
+func (s *nodeSnap) labels() nodeLabels {
+	return nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
 }
 
 // matchesLabels is matchesISP from a node's copied labels; s is read only for nodes with more

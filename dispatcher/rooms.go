@@ -30,13 +30,22 @@ type roomShard struct {
 	// mu guards m and every roomHolders in it. Lock order: Dispatcher.mu -> roomShard.mu ->
 	// node.roomsMu.
 	mu sync.Mutex
-	m  map[roomKey]*roomHolders
-	_  [40]byte // keep shards on separate cache lines
+	// m is keyed by the room's 64-bit hash (roomTable.hash), which stands for the room: a
+	// decision hashes the room once, the map compares integers, and the table keeps no names.
+	// Two rooms whose hashes collide (about one pair in 3 million among 10 million rooms)
+	// would share their holders: a placement hint gone wrong, nothing a member would notice.
+	// The holders are kept in the map by value: one memory access fewer per decision.
+	m map[uint64]roomHolders
+	_ [40]byte // keep shards on separate cache lines
 }
 
-// roomHolders is the nodes holding one room.
+// roomHolders is the nodes holding one room: labels[i] are on[i].n's labels when the entry was
+// made (a report renews both). A decision reads the labels of every holder, the entries of
+// the few in its client's region: kept apart, the labels of a room's holders share a few cache
+// lines.
 type roomHolders struct {
-	on []roomOn
+	labels []nodeLabels
+	on     []roomOn
 }
 
 // roomOn is a room's members on one node: what the node's report said and what the dispatcher
@@ -46,7 +55,12 @@ type roomOn struct {
 	n        *node
 	gen      uint64
 	reported int64
-	sent     int64
+	// carried is what the dispatcher sent in the generation before, when this report does not
+	// list the room: clients on their way (dispatched, not yet in the room when the node
+	// reported). Without it a room just opened on a node would lose the node at its first
+	// report and spread its next members over others.
+	carried int64
+	sent    int64
 }
 
 // members is the room's predicted members on the node.
@@ -54,89 +68,102 @@ func (o *roomOn) members() int64 {
 	if o.gen != o.n.reportGen.Load() {
 		return 0
 	}
-	return o.reported + o.sent
+	return o.reported + o.carried + o.sent
 }
 
 func (t *roomTable) init() {
 	t.seed = maphash.MakeSeed()
 	for i := range t.shards {
-		t.shards[i].m = make(map[roomKey]*roomHolders)
+		t.shards[i].m = make(map[uint64]roomHolders)
 	}
 }
 
-func (t *roomTable) shard(k roomKey) *roomShard {
-	h := maphash.String(t.seed, k.room) ^ maphash.String(t.seed, k.app)*0x9e3779b97f4a7c15
-	return &t.shards[h%uint64(len(t.shards))]
+// hash is a room's key in its shard's map; its low bits pick the shard.
+func (t *roomTable) hash(k roomKey) uint64 {
+	return maphash.String(t.seed, k.room) ^ maphash.String(t.seed, k.app)*0x9e3779b97f4a7c15
 }
+
+func (t *roomTable) shard(h uint64) *roomShard { return &t.shards[h%uint64(len(t.shards))] }
 
 // entry returns n's entry for k, creating it if need be; the second result says whether the
 // entry is new to the current report generation (the caller remembers the key on the node, so
 // the next report can clear it). Caller holds the shard's mu.
-func (sh *roomShard) entry(k roomKey, n *node, gen uint64) (*roomOn, bool) {
-	h := sh.m[k]
-	if h == nil {
-		h = &roomHolders{}
-		sh.m[k] = h
-	}
-	for i := range h.on {
-		if o := &h.on[i]; o.n == n {
+func (sh *roomShard) entry(h uint64, n *node, gen uint64) (*roomOn, bool) {
+	r := sh.m[h]
+	for i := range r.on {
+		if o := &r.on[i]; o.n == n {
 			if o.gen == gen {
 				return o, false
 			}
 			*o = roomOn{n: n, gen: gen}
+			r.labels[i] = n.snap.Load().labels()
 			return o, true
 		}
 	}
-	h.on = append(h.on, roomOn{n: n, gen: gen})
-	return &h.on[len(h.on)-1], true
+	r.on = append(r.on, roomOn{n: n, gen: gen})
+	r.labels = append(r.labels, n.snap.Load().labels())
+	sh.m[h] = r
+	return &r.on[len(r.on)-1], true
 }
 
-// report records the rooms a node's report of generation gen lists and returns their keys.
-func (t *roomTable) report(n *node, gen uint64, rooms []*pb.RoomCount) []roomKey {
-	keys := make([]roomKey, 0, len(rooms))
+// report records the rooms a node's report of generation gen lists and returns their hashes.
+func (t *roomTable) report(n *node, gen uint64, rooms []*pb.RoomCount) []uint64 {
+	keys := make([]uint64, 0, len(rooms))
 	for _, rc := range rooms {
-		k := roomKey{rc.App, rc.Room}
-		sh := t.shard(k)
+		h := t.hash(roomKey{rc.App, rc.Room})
+		sh := t.shard(h)
 		sh.mu.Lock()
-		o, _ := sh.entry(k, n, gen)
-		o.reported, o.sent = rc.Members, 0
+		o, _ := sh.entry(h, n, gen)
+		o.reported, o.carried, o.sent = rc.Members, 0, 0
 		sh.mu.Unlock()
-		keys = append(keys, k)
+		keys = append(keys, h)
 	}
 	return keys
 }
 
-// forget drops n's entries for keys that are older than generation gen (all of them for
-// gen = math.MaxUint64), and the rooms left with no node.
-func (t *roomTable) forget(n *node, gen uint64, keys []roomKey) {
-	for _, k := range keys {
-		sh := t.shard(k)
+// settle ends n's entries for keys that report generation gen did not renew: an entry the
+// dispatcher sent members to in the generation just ended is carried into gen (its members
+// may be on their way) and its key returned; the others, and every entry when gen is
+// math.MaxUint64 (the node is out), are dropped, with the rooms left with no node.
+func (t *roomTable) settle(n *node, gen uint64, keys []uint64, carried []uint64) []uint64 {
+	for _, h := range keys {
+		sh := t.shard(h)
 		sh.mu.Lock()
-		if h := sh.m[k]; h != nil {
-			for i := range h.on {
-				if o := &h.on[i]; o.n == n {
-					if o.gen < gen {
-						h.on[i] = h.on[len(h.on)-1]
-						h.on = h.on[:len(h.on)-1]
-					}
-					break
+		if r, ok := sh.m[h]; ok {
+			for i := range r.on {
+				o := &r.on[i]
+				if o.n != n || o.gen >= gen {
+					continue
 				}
+				if o.gen == gen-1 && o.sent > 0 {
+					*o = roomOn{n: n, gen: gen, carried: o.sent}
+					r.labels[i] = n.snap.Load().labels()
+					carried = append(carried, h)
+				} else {
+					last := len(r.on) - 1
+					r.on[i], r.labels[i] = r.on[last], r.labels[last]
+					r.on, r.labels = r.on[:last], r.labels[:last]
+					sh.m[h] = r
+				}
+				break
 			}
-			if len(h.on) == 0 {
-				delete(sh.m, k)
+			if len(r.on) == 0 {
+				delete(sh.m, h)
 			}
 		}
 		sh.mu.Unlock()
 	}
+	return carried
 }
 
 // held returns the room's predicted members per node: for the admin view and tests.
 func (t *roomTable) held(k roomKey) map[string]int64 {
-	sh := t.shard(k)
+	hash := t.hash(k)
+	sh := t.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	out := make(map[string]int64)
-	if h := sh.m[k]; h != nil {
+	if h, ok := sh.m[hash]; ok {
 		for i := range h.on {
 			if m := h.on[i].members(); m > 0 {
 				out[h.on[i].n.name] = m
@@ -155,9 +182,15 @@ func (d *Dispatcher) roomsReported(n *node, r *pb.LoadReport) {
 	sent := n.sentRooms
 	n.sentRooms = nil
 	n.roomsMu.Unlock()
-	d.rooms.forget(n, gen, n.heldRooms)
-	d.rooms.forget(n, gen, sent)
+	carried := d.rooms.settle(n, gen, n.heldRooms, nil)
+	carried = d.rooms.settle(n, gen, sent, carried)
 	n.heldRooms = held
+	if len(carried) > 0 {
+		// Forgotten at the next report unless it lists them or they get members meanwhile.
+		n.roomsMu.Lock()
+		n.sentRooms = append(n.sentRooms, carried...)
+		n.roomsMu.Unlock()
+	}
 }
 
 // roomsRemoved drops every room entry of a node that is out. Caller holds d.mu.
@@ -166,8 +199,8 @@ func (d *Dispatcher) roomsRemoved(n *node) {
 	sent := n.sentRooms
 	n.sentRooms = nil
 	n.roomsMu.Unlock()
-	d.rooms.forget(n, math.MaxUint64, n.heldRooms)
-	d.rooms.forget(n, math.MaxUint64, sent)
+	d.rooms.settle(n, math.MaxUint64, n.heldRooms, nil)
+	d.rooms.settle(n, math.MaxUint64, sent, nil)
 	n.heldRooms = nil
 }
 
@@ -198,14 +231,34 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 			tier = max(tier, r.cands[s.i].locality)
 		}
 	}
-	sh := d.rooms.shard(k)
+	hash := d.rooms.hash(k)
+	sh := d.rooms.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var best *roomOn
 	var bestMembers int64
 	var bestScore float64
-	if h := sh.m[k]; h != nil {
-		for i := range h.on {
+	var bestPick pick
+	h := sh.m[hash]
+	if len(h.on) > 0 {
+		for i := range h.labels {
+			// Locality first, from the labels: most holders of a big room are elsewhere, and
+			// are passed over without reading their entry or their node.
+			nl := &h.labels[i]
+			level := loc.region.match(nl.region)
+			var more *nodeSnap
+			if nl.moreISPs {
+				more = h.on[i].n.snap.Load()
+			}
+			same := loc.matchesLabels(nl, more)
+			class := int(level) * 2
+			if same {
+				class++
+			}
+			locality := d.classPoints[class]
+			if locality < tier {
+				continue
+			}
 			o := &h.on[i]
 			members := o.members()
 			if members <= 0 || o.n.removed.Load() {
@@ -213,10 +266,6 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 			}
 			s := o.n.snap.Load()
 			if s.draining || o.n.stale(s, now) {
-				continue
-			}
-			locality := d.cfg.Weights.locality(loc.region.match(s.region), loc.matchesISP(s))
-			if locality < tier {
 				continue
 			}
 			score := d.liveScore(s, o.n.assigned.Load(), now, locality)
@@ -233,6 +282,7 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 			}
 			if best == nil || members > bestMembers || members == bestMembers && score > bestScore {
 				best, bestMembers, bestScore = o, members, score
+				bestPick = pick{n: o.n, level: level, sameISP: same}
 			}
 		}
 	}
@@ -240,14 +290,11 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 		best.sent++
 		best.n.assigned.Add(1)
 		d.m.roomDecisions[roomJoined].Inc()
-		s := best.n.snap.Load()
-		level := loc.region.match(s.region)
-		return pick{n: best.n, level: level, sameISP: loc.matchesISP(s)}, 0, true
+		return bestPick, 0, true
 	}
 	// No holder can take the member: open a node of the tier that does not hold the room,
 	// chosen like any client's; if there is none, the room grows past its limit on the best
 	// node left.
-	h := sh.m[k]
 	open, filtered := sc, false
 	var buf [maxCandidates]scored
 	if !math.IsInf(tier, -1) {
@@ -276,10 +323,10 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 		sc[0] = chosen
 		k2 = min(d.cfg.TopK, len(sc))
 	}
-	o, fresh := sh.entry(k, c.n, c.n.reportGen.Load())
+	o, fresh := sh.entry(hash, c.n, c.n.reportGen.Load())
 	if fresh {
 		c.n.roomsMu.Lock()
-		c.n.sentRooms = append(c.n.sentRooms, k)
+		c.n.sentRooms = append(c.n.sentRooms, hash)
 		c.n.roomsMu.Unlock()
 	}
 	o.sent++
@@ -288,11 +335,8 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 	return pick{n: c.n, level: c.level, sameISP: c.sameISP}, k2, false
 }
 
-// holds says whether n has members of the room. h may be nil. Caller holds the shard's mu.
+// holds says whether n has members of the room. Caller holds the shard's mu.
 func (h *roomHolders) holds(n *node) bool {
-	if h == nil {
-		return false
-	}
 	for i := range h.on {
 		if h.on[i].n == n {
 			return h.on[i].members() > 0

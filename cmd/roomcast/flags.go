@@ -56,6 +56,11 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
+// bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
+func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
+	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+}
+
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
 func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
