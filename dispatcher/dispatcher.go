@@ -8,7 +8,9 @@
 // client it hands out counts against the node it chose, and a node that has just (re)joined
 // fills its capacity over a slow-start window, so a flash crowd spreads instead of landing on
 // the node that looked emptiest. Rankings are cached per (region, ISP) bucket; the cache keeps
-// the candidates, not the choice, so cached decisions still see every assignment.
+// the candidates, not the choice, so cached decisions still see every assignment. Members of
+// a room go to the nodes that hold it, up to a share of each node's capacity (room affinity,
+// rooms.go), after capacity and locality.
 //
 // It keeps no state that must survive it: everything it knows comes back with the next round
 // of load reports. It must not talk to clients beyond answering where to go.
