@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
 
-// Users: their sessions, the app's online counts, and member tags.
+// Users: their sessions and member tags. The app's online counts are in online.go.
 
 // GetUserSessions implements RoomcastAPI.
 func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsRequest) (*pb.GetUserSessionsResponse, error) {
@@ -26,15 +25,6 @@ func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsReques
 		out.Sessions = append(out.Sessions, &pb.Session{SessionId: s.SessionId, Uid: s.Uid, Room: s.Room, Node: s.Node, Device: s.Device, LoginTimeMs: s.TimeMs})
 	}
 	return out, nil
-}
-
-// CountOnline implements RoomcastAPI.
-func (a *API) CountOnline(ctx context.Context, _ *pb.CountOnlineRequest) (*pb.CountOnlineResponse, error) {
-	var rep pb.PresenceReply
-	if err := a.ask(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: appOf(ctx)}, &rep); err != nil {
-		return nil, err
-	}
-	return &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}, nil
 }
 
 // SetMemberTags implements RoomcastAPI.

@@ -295,6 +295,8 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
 	case mutedAt(r, now):
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
+	case tagMuted(meta, req.SenderTags, req.Uid, now, s.exprs):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
 	}
 	return s.scopeByTags(req, meta.GetSettings())
 }
