@@ -110,7 +110,7 @@ func TestRoomsFlashCrowdSpreads(t *testing.T) {
 	for i := range 4 {
 		report(d, nodeReport(fmt.Sprintf("n%d", i), "", "", 0, 4000))
 	}
-	const rooms, size = 400, 10
+	const rooms, size = 1000, 8
 	order := make([]int, 0, rooms*size)
 	for r := range rooms {
 		for range size {
