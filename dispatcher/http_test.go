@@ -132,6 +132,18 @@ func TestNodesHandler(t *testing.T) {
 	if code, _ := get("/v1/nodes?ip=nonsense"); code != http.StatusBadRequest {
 		t.Fatalf("bad ip: HTTP %d, want 400", code)
 	}
+	if _, err := d.Dispatch(Request{App: "demo", Room: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = get("/v1/nodes?app=demo&room=r")
+	room, _ := body["room"].(map[string]any)
+	members, _ := room["members"].(map[string]any)
+	if code != 200 || len(members) != 1 || members["gb"] != float64(1) {
+		t.Fatalf("room view: HTTP %d %v, want gb: 1", code, body["room"])
+	}
+	if code, _ := get("/v1/nodes?room=r"); code != http.StatusBadRequest {
+		t.Fatalf("room without app: HTTP %d, want 400", code)
+	}
 }
 
 func TestGRPC(t *testing.T) {

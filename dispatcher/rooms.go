@@ -173,8 +173,8 @@ func (t *roomTable) held(k roomKey) map[string]int64 {
 	return out
 }
 
-// roomsReported updates the room table from node n's report r. Caller holds d.mu, which orders the
-// reports of a node.
+// roomsReported updates the room table from node n's report r. Caller holds d.mu, which
+// orders the reports of a node.
 func (d *Dispatcher) roomsReported(n *node, r *pb.LoadReport) {
 	gen := n.reportGen.Add(1)
 	held := d.rooms.report(n, gen, r.RoomsHeld)
@@ -308,7 +308,11 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 	}
 	result := roomOpened
 	if len(open) == 0 {
-		open, filtered, result = sc, false, roomOverflow
+		open, filtered = sc, false
+	}
+	if !filtered {
+		// Every node of the tier holds the room at its limit, or every node is full.
+		result = roomOverflow
 	}
 	k2 = d.choose(open)
 	c := &r.cands[open[0].i]
