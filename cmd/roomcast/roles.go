@@ -95,6 +95,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
+	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
