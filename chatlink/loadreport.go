@@ -57,32 +57,74 @@ type roomSize struct {
 }
 
 // biggest returns the limit rooms with the most local members, most first, and whether rooms
-// were left out. Unlike counts it makes a RoomCount only for the rooms it returns.
+// were left out. It keeps the biggest in a heap as it walks the rooms, so a node with 100k rooms
+// compares member counts, not names, and makes a RoomCount only for the rooms it returns.
 func (t *roomTable) biggest(limit int) ([]*pb.RoomCount, bool) {
-	var all []roomSize
+	top := make(roomHeap, 0, limit)
+	partial := false
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for key, r := range sh.rooms {
 			r.mu.RLock()
-			if size := r.size(); size > 0 {
-				all = append(all, roomSize{key, size})
-			}
+			size := r.size()
 			r.mu.RUnlock()
+			switch {
+			case size == 0:
+			case len(top) < limit:
+				top.push(roomSize{key, size})
+			default:
+				partial = true
+				if size > top[0].members {
+					top.replaceMin(roomSize{key, size})
+				}
+			}
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(all, func(a, b roomSize) int {
+	slices.SortFunc(top, func(a, b roomSize) int {
 		return cmp.Or(cmp.Compare(b.members, a.members), strings.Compare(a.key, b.key))
 	})
-	partial := len(all) > limit
-	all = all[:min(len(all), limit)]
-	out := make([]*pb.RoomCount, len(all))
-	for i, r := range all {
+	out := make([]*pb.RoomCount, len(top))
+	for i, r := range top {
 		app, room, _ := strings.Cut(r.key, "/")
 		out[i] = &pb.RoomCount{App: app, Room: room, Members: int64(r.members)}
 	}
 	return out, partial
+}
+
+// roomHeap is a min-heap of rooms by members: top[0] is the smallest kept.
+type roomHeap []roomSize
+
+func (h *roomHeap) push(r roomSize) {
+	*h = append(*h, r)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p].members <= s[i].members {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h roomHeap) replaceMin(r roomSize) {
+	h[0] = r
+	for i := 0; ; {
+		m, l, rt := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].members < h[m].members {
+			m = l
+		}
+		if rt < len(h) && h[rt].members < h[m].members {
+			m = rt
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // measureBusRTT times a NATS ping, bounded by the report interval so a slow bus delays

@@ -40,3 +40,25 @@ func TestLoadReportBiggestRooms(t *testing.T) {
 		t.Fatalf("biggest 10: %q partial %v, want all four rooms with members, complete", got, partial)
 	}
 }
+
+// BenchmarkLoadReportBiggestRooms100k is the load report's room list on a node with 100,000
+// rooms of 1 to 100 members: what each report costs the node.
+func BenchmarkLoadReportBiggestRooms100k(b *testing.B) {
+	rt := newRoomTable(nil)
+	c := &conn{}
+	for i := range 100_000 {
+		key := fmt.Sprintf("demo/r%d", i)
+		r := &localRoom{t: rt}
+		r.slots[0] = map[*conn]*tag.Set{c: nil}
+		for j := range i % 100 {
+			r.slots[1+j%(phaseSlots-1)] = map[*conn]*tag.Set{c: nil}
+		}
+		rt.shard(key).rooms[key] = r
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, partial := rt.biggest(maxHeldRooms); len(got) != maxHeldRooms || !partial {
+			b.Fatal(len(got), partial)
+		}
+	}
+}
