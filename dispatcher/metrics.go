@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 	rooms := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "roomcast_dispatcher_room_decisions_total",
 		Help: "Decisions for clients of a room, by result (joined: a node holding the room; " +
-			"opened: a node new to the room; overflow: every near node holds the room at its limit).",
+			"opened: a node new to the room; overflow: every near node holds the room at its limit, or every node is full).",
 	}, []string{"result"})
 	m := &metrics{
 		decisions: decisions.WithLabelValues("ok"),
