@@ -12,6 +12,7 @@ import (
 	"roomcast/inbox"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
+	"roomcast/roomqueue"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -61,6 +62,12 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
 	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+}
+
+// bindQueueFlags binds the room queue service's limits (roomqueue.Config).
+func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
