@@ -94,6 +94,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
+	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
@@ -114,6 +115,11 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast services: --callbacks:", err)
+		return 2
+	}
 	if pusher.Pusher.Endpoint != "" {
 		pusher.Pusher.Window = cfg.CDN.Window
 		cfg.Pusher = &pusher

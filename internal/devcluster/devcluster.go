@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/chatlink"
@@ -108,6 +109,9 @@ type Config struct {
 	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
 	// value means none; `roomcast dev` passes "self".
 	CORSOrigins []string
+	// Callbacks are the apps' login and send callbacks (roles.ServicesConfig.Callbacks). Zero
+	// value means none.
+	Callbacks callback.Config
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -200,6 +204,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},
 		Pprof:      cfg.Pprof,
+		Callbacks:  cfg.Callbacks,
 		CDN:        cfg.CDN,
 		Pusher:     pusher,
 		CDNOrigin:  c.S3.Origin(),

@@ -54,6 +54,10 @@ const (
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// Login.recover_since is not a message id: no history follows (the session goes on).
 	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
+	// The app's send callback denied the message (docs/callbacks.md); the Error's message is the
+	// app's reason. A send the callback could not judge is refused with 503 (UNAVAILABLE) when the
+	// app fails closed.
+	ErrorCode_ERROR_CODE_DENIED_BY_APP ErrorCode = 118
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -74,6 +78,7 @@ var (
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
 		109: "ERROR_CODE_BAD_RECOVER_SINCE",
+		118: "ERROR_CODE_DENIED_BY_APP",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -89,6 +94,7 @@ var (
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
+		"ERROR_CODE_DENIED_BY_APP":     118,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -147,6 +153,10 @@ const (
 	CloseCode_CLOSE_CODE_ROOM_CLOSED CloseCode = 4009
 	// Another session of the same user replaced this one (the app's multi-device policy).
 	CloseCode_CLOSE_CODE_REPLACED CloseCode = 4010
+	// The app's login callback denied the login (docs/callbacks.md); the reason is the app's. A
+	// login the callback could not judge is closed with 4504 (UNAVAILABLE) when the app fails
+	// closed.
+	CloseCode_CLOSE_CODE_DENIED_BY_APP CloseCode = 4011
 	// The ChatLink is shutting down; dispatch again.
 	CloseCode_CLOSE_CODE_SHUTDOWN CloseCode = 4500
 	// No Login frame arrived in time after connecting.
@@ -174,6 +184,7 @@ var (
 		4008: "CLOSE_CODE_BANNED",
 		4009: "CLOSE_CODE_ROOM_CLOSED",
 		4010: "CLOSE_CODE_REPLACED",
+		4011: "CLOSE_CODE_DENIED_BY_APP",
 		4500: "CLOSE_CODE_SHUTDOWN",
 		4501: "CLOSE_CODE_LOGIN_TIMEOUT",
 		4502: "CLOSE_CODE_HEARTBEAT_TIMEOUT",
@@ -192,6 +203,7 @@ var (
 		"CLOSE_CODE_BANNED":            4008,
 		"CLOSE_CODE_ROOM_CLOSED":       4009,
 		"CLOSE_CODE_REPLACED":          4010,
+		"CLOSE_CODE_DENIED_BY_APP":     4011,
 		"CLOSE_CODE_SHUTDOWN":          4500,
 		"CLOSE_CODE_LOGIN_TIMEOUT":     4501,
 		"CLOSE_CODE_HEARTBEAT_TIMEOUT": 4502,
@@ -1358,7 +1370,7 @@ const file_client_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xfd\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*\x9b\x03\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1370,9 +1382,10 @@ const file_client_proto_rawDesc = "" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
-	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x18\n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x1c\n" +
+	"\x18ERROR_CODE_DENIED_BY_APP\x10v\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xf3\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
 	"\x16CLOSE_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14CLOSE_CODE_BAD_TOKEN\x10\xa1\x1f\x12\x1d\n" +
@@ -1383,7 +1396,8 @@ const file_client_proto_rawDesc = "" +
 	"\x11CLOSE_CODE_KICKED\x10\xa7\x1f\x12\x16\n" +
 	"\x11CLOSE_CODE_BANNED\x10\xa8\x1f\x12\x1b\n" +
 	"\x16CLOSE_CODE_ROOM_CLOSED\x10\xa9\x1f\x12\x18\n" +
-	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x18\n" +
+	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x1d\n" +
+	"\x18CLOSE_CODE_DENIED_BY_APP\x10\xab\x1f\x12\x18\n" +
 	"\x13CLOSE_CODE_SHUTDOWN\x10\x94#\x12\x1d\n" +
 	"\x18CLOSE_CODE_LOGIN_TIMEOUT\x10\x95#\x12!\n" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +
