@@ -169,11 +169,17 @@ func (c *Client) Close() {
 	c.wg.Wait()
 }
 
+// Envelope opens every request's JSON: the hook, the request's id (unique, for an app to tell
+// replays apart) and its time. The client fills it in.
+type Envelope struct {
+	Hook   Hook   `json:"hook"`
+	ID     string `json:"id"`
+	TimeMs int64  `json:"time_ms"`
+}
+
 // LoginRequest is the JSON a login hook receives (docs/callbacks.md).
 type LoginRequest struct {
-	Hook      Hook     `json:"hook"`
-	ID        string   `json:"id"`
-	TimeMs    int64    `json:"time_ms"`
+	Envelope
 	App       string   `json:"app"`
 	Room      string   `json:"room"`
 	UID       string   `json:"uid"`
@@ -184,9 +190,7 @@ type LoginRequest struct {
 
 // SendRequest is the JSON a send hook receives (docs/callbacks.md).
 type SendRequest struct {
-	Hook       Hook     `json:"hook"`
-	ID         string   `json:"id"`
-	TimeMs     int64    `json:"time_ms"`
+	Envelope
 	App        string   `json:"app"`
 	Room       string   `json:"room"`
 	UID        string   `json:"uid"`
@@ -229,23 +233,17 @@ type Decision struct {
 // unless the call is not made (breaker open, pool full, closing). It returns false, without
 // calling done, when app has no login hook.
 func (c *Client) Login(app string, req LoginRequest, done func(Decision)) bool {
-	req.Hook = HookLogin
-	return c.submit(app, HookLogin, func(id string, now time.Time) any {
-		req.ID, req.TimeMs = id, now.UnixMilli()
-		return &req
-	}, done)
+	return c.submit(app, HookLogin, &req.Envelope, &req, done)
 }
 
 // Send asks app's send hook about req, as Login does.
 func (c *Client) Send(app string, req SendRequest, done func(Decision)) bool {
-	req.Hook = HookSend
-	return c.submit(app, HookSend, func(id string, now time.Time) any {
-		req.ID, req.TimeMs = id, now.UnixMilli()
-		return &req
-	}, done)
+	return c.submit(app, HookSend, &req.Envelope, &req, done)
 }
 
-func (c *Client) submit(app string, hook Hook, body func(id string, now time.Time) any, done func(Decision)) bool {
+// submit hands a request to its endpoint; env is payload's envelope, stamped as the call goes
+// out.
+func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, done func(Decision)) bool {
 	if c == nil {
 		return false
 	}
@@ -259,6 +257,10 @@ func (c *Client) submit(app string, hook Hook, body func(id string, now time.Tim
 	if closed {
 		e.fail(FailClosing, done)
 		return true
+	}
+	body := func(id string, now time.Time) any {
+		*env = Envelope{Hook: hook, ID: id, TimeMs: now.UnixMilli()}
+		return payload
 	}
 	e.submit(job{body: body, done: done, queued: c.cfg.Now()})
 	return true
