@@ -63,6 +63,8 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
 	}
 }
 
@@ -136,12 +138,20 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 	}
 }
 
-// setQuery fills string and integer fields from the query parameters of the same name.
+// setQuery fills string and integer fields from the query parameters of the same name; a
+// repeated string field takes every value of its parameter, in order.
 func setQuery(m protoreflect.Message, r *http.Request) error {
 	for name, vals := range r.URL.Query() {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
-		if fd == nil || fd.IsList() || fd.IsMap() {
+		if fd == nil || fd.IsMap() || (fd.IsList() && fd.Kind() != protoreflect.StringKind) {
 			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
+		}
+		if fd.IsList() {
+			list := m.Mutable(fd).List()
+			for _, v := range vals {
+				list.Append(protoreflect.ValueOfString(v))
+			}
+			continue
 		}
 		v := vals[len(vals)-1]
 		switch fd.Kind() {

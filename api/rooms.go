@@ -128,6 +128,7 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 		reopened = old.Status == pb.RoomStatus_ROOM_STATUS_CLOSED
 		if reopened {
 			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, pb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
+			old.TagMutes = nil
 		}
 		return nil
 	})

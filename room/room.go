@@ -2,8 +2,8 @@
 // banned user, full room), checks and stamps every message (id, server time) and broadcasts it on
 // the room's subject to the ChatLinks that hold members, and knows how many members each room has
 // on each node. An app with callbacks (package callback) has the last word on the logins and the
-// members' sends admitted here. It does not serve app backends: the server API (package api) writes the Store and
-// asks this service over NATS.
+// members' sends admitted here. It does not serve app backends: the server API (package api)
+// writes the Store and asks this service over NATS.
 //
 // Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
 // watches the buckets, so checks on the hot path read memory. Membership is owned by the
@@ -310,6 +310,8 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
 	case mutedAt(r, now):
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
+	case tagMuted(meta, req.SenderTags, req.Uid, now, s.exprs):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
 	}
 	return s.scopeByTags(req, meta.GetSettings())
 }

@@ -66,7 +66,7 @@ type RoomcastAPIClient interface {
 	// GetRoom returns a room's record and how many members are online, per node.
 	GetRoom(ctx context.Context, in *GetRoomRequest, opts ...grpc.CallOption) (*GetRoomResponse, error)
 	// ListMembers lists the members online in a room, a page at a time, optionally those with a
-	// tag. The nodes that hold the room answer.
+	// tag or whose tags satisfy a tag expression. The nodes that hold the room answer.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(ctx context.Context, in *SendToRoomRequest, opts ...grpc.CallOption) (*SendResponse, error)
@@ -75,9 +75,11 @@ type RoomcastAPIClient interface {
 	SendBatchToRoom(ctx context.Context, in *SendBatchToRoomRequest, opts ...grpc.CallOption) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error)
-	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
+	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
+	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(ctx context.Context, in *KickRequest, opts ...grpc.CallOption) (*KickResponse, error)
-	// MuteRoom stops (or lets again) members sending to a room; the app server still can.
+	// MuteRoom stops (or lets again) members sending to a room, all of them or, with tag_expr,
+	// those whose tags satisfy it; the app server still can.
 	MuteRoom(ctx context.Context, in *MuteRoomRequest, opts ...grpc.CallOption) (*Room, error)
 	// MuteMember stops (or lets again) one user sending to a room, for a time or until lifted.
 	MuteMember(ctx context.Context, in *MuteMemberRequest, opts ...grpc.CallOption) (*MemberRestriction, error)
@@ -86,7 +88,8 @@ type RoomcastAPIClient interface {
 	BanMember(ctx context.Context, in *BanMemberRequest, opts ...grpc.CallOption) (*BanMemberResponse, error)
 	// GetUserSessions lists a user's sessions: whether it is online, where, on which devices.
 	GetUserSessions(ctx context.Context, in *GetUserSessionsRequest, opts ...grpc.CallOption) (*GetUserSessionsResponse, error)
-	// CountOnline counts the app's sessions and distinct users online.
+	// CountOnline counts the app's sessions and distinct users online and, for a room, its members
+	// online in total, per tag expression and per tag.
 	CountOnline(ctx context.Context, in *CountOnlineRequest, opts ...grpc.CallOption) (*CountOnlineResponse, error)
 	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
 	// and applied at once to the user's sessions online.
@@ -336,7 +339,7 @@ type RoomcastAPIServer interface {
 	// GetRoom returns a room's record and how many members are online, per node.
 	GetRoom(context.Context, *GetRoomRequest) (*GetRoomResponse, error)
 	// ListMembers lists the members online in a room, a page at a time, optionally those with a
-	// tag. The nodes that hold the room answer.
+	// tag or whose tags satisfy a tag expression. The nodes that hold the room answer.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(context.Context, *SendToRoomRequest) (*SendResponse, error)
@@ -345,9 +348,11 @@ type RoomcastAPIServer interface {
 	SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error)
-	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
+	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
+	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(context.Context, *KickRequest) (*KickResponse, error)
-	// MuteRoom stops (or lets again) members sending to a room; the app server still can.
+	// MuteRoom stops (or lets again) members sending to a room, all of them or, with tag_expr,
+	// those whose tags satisfy it; the app server still can.
 	MuteRoom(context.Context, *MuteRoomRequest) (*Room, error)
 	// MuteMember stops (or lets again) one user sending to a room, for a time or until lifted.
 	MuteMember(context.Context, *MuteMemberRequest) (*MemberRestriction, error)
@@ -356,7 +361,8 @@ type RoomcastAPIServer interface {
 	BanMember(context.Context, *BanMemberRequest) (*BanMemberResponse, error)
 	// GetUserSessions lists a user's sessions: whether it is online, where, on which devices.
 	GetUserSessions(context.Context, *GetUserSessionsRequest) (*GetUserSessionsResponse, error)
-	// CountOnline counts the app's sessions and distinct users online.
+	// CountOnline counts the app's sessions and distinct users online and, for a room, its members
+	// online in total, per tag expression and per tag.
 	CountOnline(context.Context, *CountOnlineRequest) (*CountOnlineResponse, error)
 	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
 	// and applied at once to the user's sessions online.
