@@ -82,11 +82,16 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	if c.HTTP == nil {
-		c.HTTP = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-		}}
+		c.HTTP = &http.Client{
+			Transport: &http.Transport{
+				Proxy:               http.ProxyFromEnvironment,
+				MaxIdleConnsPerHost: 64,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			// A redirect is a status failure: the signed request goes to the URL configured
+			// and nowhere else.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 16 << 10
@@ -114,7 +119,7 @@ type Client struct {
 	ctx    context.Context // ends the calls in flight at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the calls' goroutines
-	mu     sync.Mutex     // guards closed
+	mu     sync.RWMutex   // guards closed; held for reading while a call is handed on, so that Close waits for it
 	closed bool
 }
 
@@ -162,7 +167,7 @@ func (c *Client) Has(app string, hook Hook) bool {
 // Close ends the calls in flight (their decisions follow the failure policy) and waits for them;
 // later calls are decided by the policy at once. It may be called more than once.
 func (c *Client) Close() {
-	c.mu.Lock()
+	c.mu.Lock() // no call is being handed on: none starts after Wait begins
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
@@ -251,10 +256,9 @@ func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, done 
 	if e == nil {
 		return false
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
 		e.fail(FailClosing, done)
 		return true
 	}

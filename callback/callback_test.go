@@ -68,6 +68,12 @@ func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusInternalServerError)
 	case "garbage":
 		_, _ = io.WriteString(w, "<html>oops")
+	case "redirect": // to a URL that would allow
+		if r.URL.Path != "/elsewhere" {
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+			return
+		}
+		_, _ = io.WriteString(w, `{"allow":true}`)
 	case "hang":
 		select {
 		case <-b.release: // answer as the mode set before the release says
@@ -263,6 +269,7 @@ func TestFailurePolicies(t *testing.T) {
 		{"garbage", FailBadAnswer},
 		{"hang", FailTimeout},
 		{"dead", FailTransport},
+		{"redirect", FailStatus},
 	} {
 		for _, policy := range []Policy{FailOpen, FailClosed} {
 			t.Run(tc.mode+"/"+policy.String(), func(t *testing.T) {
