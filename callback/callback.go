@@ -190,6 +190,7 @@ type LoginRequest struct {
 	UID       string   `json:"uid"`
 	SessionID string   `json:"session_id"`
 	Node      string   `json:"node"`
+	Device    string   `json:"device"`
 	Tags      []string `json:"tags"`
 }
 

@@ -26,6 +26,7 @@ var secret = []byte("an-app-callback-secret-0123")
 // messages saying "spam" and rewrites "darn" to "****" of type censored.
 type rulesBackend struct {
 	logins, sends, bad atomic.Int64
+	bobLogin           atomic.Value // the login request of uid bob
 }
 
 func (b *rulesBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +41,9 @@ func (b *rulesBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.logins.Add(1)
 		var req callback.LoginRequest
 		_ = json.Unmarshal(body, &req)
+		if req.UID == "bob" {
+			b.bobLogin.Store(req)
+		}
 		switch req.UID {
 		case "mallory":
 			_, _ = io.WriteString(w, `{"allow":false,"reason":"mallory is not welcome"}`)
@@ -144,7 +148,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 	// alice's token has no tags and the app gives her vip; carol's says vip and the app
 	// clears them; bob keeps his token's.
 	alice := dial(devcluster.App, "alice")
-	bob := dial(devcluster.App, "bob")
+	bob := dial(devcluster.App, "bob", "fan")
 	carol := dial(devcluster.App, "carol", "vip")
 
 	t.Run("override tags", func(t *testing.T) {
@@ -230,6 +234,11 @@ func TestCallbacksThroughCluster(t *testing.T) {
 		v.ExpectSilence(200 * time.Millisecond)
 	})
 
+	bobLogin, _ := rules.bobLogin.Load().(callback.LoginRequest)
+	if bobLogin.Hook != callback.HookLogin || bobLogin.App != devcluster.App || bobLogin.Room != "r1" || bobLogin.Device != "test" ||
+		bobLogin.Node != "cl-1" || bobLogin.SessionID == "" || len(bobLogin.ID) != 32 || strings.Join(bobLogin.Tags, ",") != "fan" {
+		t.Fatalf("bob's login request %+v: want hook, app, room, device test, node, session, id and the token's tags", bobLogin)
+	}
 	if n := rules.bad.Load(); n != 0 {
 		t.Fatalf("%d callback requests did not verify", n)
 	}

@@ -22,7 +22,7 @@ import (
 // answers the join when the hook decided. It reports whether it did.
 func (s *Service) loginCallback(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room) bool {
 	return s.cfg.Callbacks.Login(req.App, callback.LoginRequest{
-		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Tags: req.Tags,
+		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Device: req.Device, Tags: req.Tags,
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
