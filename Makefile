@@ -39,6 +39,7 @@ FUZZ_TARGETS := \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
 	./internal/loadgen:FuzzParseMetrics \
+	./roomqueue:FuzzQueueChange \
 	./callback:FuzzAnswer
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
