@@ -40,7 +40,8 @@ FUZZ_TARGETS := \
 	./sdk:FuzzReadTCPFrame \
 	./internal/loadgen:FuzzParseMetrics \
 	./room:FuzzHistoryCursor \
-	./roomqueue:FuzzQueueChange
+	./roomqueue:FuzzQueueChange \
+	./callback:FuzzAnswer
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/chatlink"
 	"roomcast/inbox"
 	"roomcast/internal/bus"
@@ -125,5 +126,17 @@ func bindCORSFlag(fs *flag.FlagSet, def string) func() []string {
 			}
 		}
 		return out
+	}
+}
+
+// bindCallbacksFlag binds --callbacks, the file of the apps' login and send callbacks
+// (docs/callbacks.md); after parsing, the returned function loads it (nil without the flag).
+func bindCallbacksFlag(fs *flag.FlagSet) func() (map[string]callback.AppConfig, error) {
+	path := fs.String("callbacks", "", "JSON file of the apps' login and send callbacks: URLs, secret_file or secret_env, timeout, concurrency, breaker, fail-open or fail-closed (docs/callbacks.md; empty: none)")
+	return func() (map[string]callback.AppConfig, error) {
+		if *path == "" {
+			return nil, nil
+		}
+		return callback.LoadFile(*path)
 	}
 }

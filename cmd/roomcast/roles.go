@@ -97,6 +97,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindHistoryFlags(fs, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
 	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindQueueFlags(fs, &cfg.Queue)
+	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
@@ -117,6 +118,11 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast services: --callbacks:", err)
+		return 2
+	}
 	if pusher.Pusher.Endpoint != "" {
 		pusher.Pusher.Window = cfg.CDN.Window
 		cfg.Pusher = &pusher
