@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -26,9 +27,12 @@ func (p pairs) Set(s string) error {
 	return nil
 }
 
-// parseFlags parses args, printing usage on --help; it returns the exit code to use when the
-// caller should stop (0 after --help, 2 after a bad flag) and -1 to go on.
+// parseFlags parses args, printing usage on --help, then sets the flags args left unset from
+// the environment and the config file (config.go); it returns the exit code to use when the
+// caller should stop (0 after --help or --check-config, 2 after a bad flag or configuration)
+// and -1 to go on.
 func parseFlags(fs *flag.FlagSet, args []string) int {
+	path, check := bindConfigFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -39,8 +43,25 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(fs.Output(), "roomcast %s: unexpected arguments %q\n", fs.Name(), fs.Args())
 		return 2
 	}
+	if *path == "" {
+		*path = os.Getenv(envName("config"))
+	}
+	if err := applyConfig(fs, *path, os.LookupEnv); err != nil {
+		fmt.Fprintf(fs.Output(), "roomcast %s: %s\n", fs.Name(), oneLine(err.Error()))
+		return 2
+	}
+	if parsedHook != nil {
+		parsedHook(fs)
+	}
+	if *check {
+		return 0
+	}
 	return -1
 }
+
+// parsedHook, when set (by tests, never concurrently with a command), sees each command's flags
+// once they are parsed and configured.
+var parsedHook func(*flag.FlagSet)
 
 // bindNATSFlag binds --nats, the NATS server of the commands that connect to one.
 func bindNATSFlag(fs *flag.FlagSet, url *string) {
