@@ -55,7 +55,8 @@ func runCdnPusher(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.Pusher.ID, "id", "", "this pusher's name in the CDN routes (empty: pusher-<random>, new at every start)")
 	bindS3Flags(fs, &cfg.Pusher.Pusher)
 	bindCDNWindowFlag(fs, &cfg.Pusher.Pusher.Window)
-	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9401", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
+	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9401", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
+	bindKVReplicasFlag(fs, &cfg.Pusher.KVReplicas)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast cdnpusher --nats URL --s3-endpoint HOST --s3-bucket B [flags]
 

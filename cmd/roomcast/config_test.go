@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"roomcast/presence"
 )
 
 // configurable lists the commands whose flags a config file and the environment set: every
@@ -212,5 +214,34 @@ func TestConfigErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"config", "check", good}, &stdout, &stderr); code != 0 {
 		t.Fatalf("config check of a good file: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestPresenceFlags: --presence-webhook and --device-policy reach the presence config, and a
+// policy that is not one names its bad rule.
+func TestPresenceFlags(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("services", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	apply := bindPresenceFlags(fs)
+	if err := fs.Parse([]string{"--presence-webhook", "demo=https://hooks.example/p", "--device-policy", "demo=max-sessions=2,one-per-device", "--device-policy", "b=one-per-device"}); err != nil {
+		t.Fatal(err)
+	}
+	var c presence.Config
+	if err := apply(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Webhooks["demo"] != "https://hooks.example/p" || c.Policies["demo"] != (presence.DevicePolicy{MaxSessions: 2, OnePerDevice: true}) || c.Policies["b"] != (presence.DevicePolicy{OnePerDevice: true}) {
+		t.Errorf("got webhooks %v policies %+v", c.Webhooks, c.Policies)
+	}
+	for _, bad := range []string{"demo=max-sessions=0", "demo=max=2", "demo=one-per-device=yes"} {
+		fs := flag.NewFlagSet("services", flag.ContinueOnError)
+		apply := bindPresenceFlags(fs)
+		if err := fs.Parse([]string{"--device-policy", bad}); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(&presence.Config{}); err == nil || !strings.Contains(err.Error(), "--device-policy") {
+			t.Errorf("--device-policy %s: %v, want an error naming the flag", bad, err)
+		}
 	}
 }

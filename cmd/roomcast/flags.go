@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
+	"roomcast/presence"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -122,4 +124,46 @@ func bindCORSFlag(fs *flag.FlagSet, def string) func() []string {
 		}
 		return out
 	}
+}
+
+// bindPresenceFlags binds the presence service's per-app settings that `roomcast services`
+// and `roomcast dev` share; after parsing, the returned function checks them and sets them in
+// the config.
+func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
+	webhooks, policies := pairs{}, pairs{}
+	var every time.Duration
+	fs.Var(webhooks, "presence-webhook", "APP=URL: where the app's online/offline events are POSTed, batched as JSON (repeatable; docs/api.md)")
+	fs.DurationVar(&every, "presence-webhook-every", 0, "how often the batched presence events are posted (0: 1s)")
+	fs.Var(policies, "device-policy", "APP=RULES: the app's rule for users with several sessions, RULES a comma-separated list of max-sessions=N and one-per-device; a login that breaks it closes the user's older sessions with 4010 REPLACED (repeatable; default: no limits)")
+	return func(c *presence.Config) error {
+		c.WebhookEvery = every
+		if len(webhooks) > 0 {
+			c.Webhooks = webhooks
+		}
+		for app, rules := range policies {
+			if c.Policies == nil {
+				c.Policies = map[string]presence.DevicePolicy{}
+			}
+			var p presence.DevicePolicy
+			for rule := range strings.SplitSeq(rules, ",") {
+				name, val, _ := strings.Cut(strings.TrimSpace(rule), "=")
+				switch n, err := strconv.Atoi(val); {
+				case name == "one-per-device" && val == "":
+					p.OnePerDevice = true
+				case name == "max-sessions" && err == nil && n > 0:
+					p.MaxSessions = n
+				default:
+					return fmt.Errorf("--device-policy %s=%s: %q is not max-sessions=N (N > 0) or one-per-device", app, rules, rule)
+				}
+			}
+			c.Policies[app] = p
+		}
+		return nil
+	}
+}
+
+// bindKVReplicasFlag binds --kv-replicas, the copies of the JetStream KV buckets and streams a
+// role creates.
+func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {
+	fs.IntVar(replicas, "kv-replicas", 0, "copies of the JetStream KV buckets and streams this role creates: 3 on a 3-node NATS cluster, at most the cluster's size (0: 1); an existing bucket keeps its own")
 }

@@ -200,9 +200,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},
 		Pprof:      cfg.Pprof,
-		CDN:        cfg.CDN,
-		Pusher:     pusher,
-		CDNOrigin:  c.S3.Origin(),
+		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
+		PublicAdmin: true,
+		CDN:         cfg.CDN,
+		Pusher:      pusher,
+		CDNOrigin:   c.S3.Origin(),
 		Routes: func(mux *http.ServeMux) {
 			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {

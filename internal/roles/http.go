@@ -22,7 +22,8 @@ import (
 // before it closes them.
 const stopTimeout = 2 * time.Second
 
-// Health is the body of every role's GET /healthz, one shape for all of them: Status is "ok"
+// Health is the body of every role's GET /healthz (and /readyz and /livez, which fill only
+// Status and Error), one shape for all of them: Status is "ok"
 // (HTTP 200) or "unavailable" (HTTP 503, with Error saying why); the other fields are the
 // role's own and left out by the roles that have none.
 type Health struct {
@@ -38,31 +39,55 @@ type Health struct {
 	Connections *int   `json:"connections,omitempty"`
 }
 
-// newMux returns a mux with the routes every role's HTTP endpoint has: GET /metrics from reg,
-// GET /healthz from health (which fills h and returns why the role is unavailable, or nil) and,
-// with profiles, Go's profiles under /debug/pprof/.
-func newMux(reg prometheus.Gatherer, health func(h *Health) error, profiles bool) *http.ServeMux {
+// newMux returns a mux with the routes every role's ops endpoint has: GET /metrics from reg,
+// GET /healthz from health (which fills h and returns why the role is unavailable, or nil),
+// GET /readyz from ready (nil: this process's engines are connected and serving, so traffic
+// may come), GET /livez (the process answers: restart it if not) and, with profiles, Go's
+// profiles under /debug/pprof/.
+func newMux(reg prometheus.Gatherer, health func(h *Health) error, ready func() error, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		h := Health{Status: "ok"}
-		code := http.StatusOK
-		if err := health(&h); err != nil {
-			h.Status, h.Error, code = "unavailable", err.Error(), http.StatusServiceUnavailable
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(h)
+	mux.Handle("GET /healthz", healthHandler(health))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, &Health{Status: "ok"}, ready())
+	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, &Health{Status: "ok"}, nil)
 	})
 	if profiles {
-		// The index serves the named profiles too: heap, block, mutex, goroutine, ... Not
-		// /debug/pprof/cmdline: a command line holds secrets (--secret).
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		addProfiles(mux)
 	}
 	return mux
+}
+
+// healthHandler answers GET /healthz from health.
+func healthHandler(health func(h *Health) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := Health{Status: "ok"}
+		writeHealth(w, &h, health(&h))
+	})
+}
+
+// addProfiles serves Go's profiles under /debug/pprof/. The index serves the named profiles
+// too: heap, block, mutex, goroutine, ... Not /debug/pprof/cmdline: a command line holds
+// secrets (--secret).
+func addProfiles(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// writeHealth answers a health, readiness or liveness check: 200 with h, or with err 503 and
+// h's status "unavailable" and error.
+func writeHealth(w http.ResponseWriter, h *Health, err error) {
+	code := http.StatusOK
+	if err != nil {
+		h.Status, h.Error, code = "unavailable", err.Error(), http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(h)
 }
 
 // httpServer serves HTTP on a listener until stop.
