@@ -60,6 +60,7 @@ var errorMappings = map[pb.ErrorCode]struct {
 	pb.ErrorCode_ERROR_CODE_CONFLICT:          {codes.FailedPrecondition, http.StatusConflict},
 	pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:      {codes.Unauthenticated, http.StatusUnauthorized},
 	pb.ErrorCode_ERROR_CODE_UNAVAILABLE:       {codes.Unavailable, http.StatusServiceUnavailable},
+	pb.ErrorCode_ERROR_CODE_INBOX_FULL:        {codes.ResourceExhausted, http.StatusTooManyRequests},
 }
 
 // errorCodeOf recovers the ErrorCode of an error returned by an API method.

@@ -79,6 +79,7 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomca
 	return &roomcastpb.Login{
 		Token: c.cfg.Token, Device: c.cfg.Device, Client: ClientName, ProtocolVersion: ProtocolVersion,
 		RecoverSince: since, RecoverSinceRoomSeq: sinceSeq, History: history,
+		Inbox: true, // the callbacks acknowledge at-least-once messages (inbox.go)
 	}
 }
 
@@ -257,17 +258,27 @@ func (c *Client) callbacks() {
 	defer c.wg.Done()
 	for {
 		items, ok := c.d.take()
+		var acks []string
 		for _, it := range items {
 			switch {
+			case it.ack != "":
+				acks = append(acks, it.ack)
 			case it.msg != nil:
 				if c.cfg.OnMessage != nil && !c.closed.Load() {
 					c.cfg.OnMessage(it.msg)
+					if it.msg.GetAtLeastOnce() {
+						c.d.handedOn(it.msg.GetId())
+						acks = append(acks, it.msg.GetId())
+					}
 				}
 			case c.cfg.OnEvent != nil:
 				if _, last := it.ev.(*ClosedEvent); last || !c.closed.Load() {
 					c.cfg.OnEvent(it.ev)
 				}
 			}
+		}
+		if len(acks) > 0 {
+			c.ack(acks)
 		}
 		if !ok {
 			return

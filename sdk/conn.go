@@ -262,6 +262,10 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
 	case *roomcastpb.Frame_Error:
 		e := k.Error
+		if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_ACK_FAILED) {
+			c.log.Warn("roomcast: acknowledgement not applied: the messages come again after the next login", "message", e.GetMessage())
+			return
+		}
 		if e.GetSeq() == 0 { // the answer to the login's history request
 			c.log.Warn("roomcast: history not sent", "code", e.GetCode(), "message", e.GetMessage())
 			err := error(&SendError{Code: e.GetCode(), Message: e.GetMessage()})

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"roomcast/api"
 	"roomcast/chatlink"
+	"roomcast/inbox"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -82,6 +84,14 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
 func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
+}
+
+// bindInboxFlags binds the server API's settings of the at-least-once messages to users
+// (api.InboxConfig).
+func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {
+	fs.DurationVar(&cfg.Expiry, "inbox-expiry", inbox.DefaultExpiry, "how long an at-least-once message to a user stays stored unacknowledged when the send does not say (expiry_seconds)")
+	fs.DurationVar(&cfg.MaxExpiry, "inbox-max-expiry", inbox.DefaultMaxExpiry, "the longest expiry an at-least-once send may ask for; longer ones are refused (400)")
+	fs.IntVar(&cfg.MaxPerUser, "inbox-max-per-user", inbox.DefaultMaxPerUser, "how many at-least-once messages a user may have stored; sends to a user with that many fail for that user (INBOX_FULL)")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -100,6 +101,9 @@ type Config struct {
 	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
 	// means the room service's default (100).
 	HistoryPerRoom int
+	// Inbox sets the expiry and limits of the at-least-once messages to users (api.Config).
+	// Zero value means the API's defaults.
+	Inbox api.InboxConfig
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -145,6 +149,8 @@ type Cluster struct {
 	dataLock  *os.File // holds DataDir's lock (lockDataDir) until Close
 	chatlinks []*roles.ChatLink
 	closed    bool
+
+	servicesCfg roles.ServicesConfig // what RestartServices starts again
 }
 
 // Start brings a cluster up and returns once every ChatLink is known to the dispatcher.
@@ -191,14 +197,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
-	c.Services, err = roles.StartServices(roles.ServicesConfig{
+	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances:  cfg.ServiceInstances,
 		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
-		API:        api.Config{Keys: cfg.APIKeys},
+		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
 		PublicAdmin: true,
@@ -214,7 +220,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		},
 		Log: log,
 		TLS: cfg.TLS, CORSOrigins: cfg.CORSOrigins, CORSPaths: []string{devTokenPath},
-	})
+	}
+	c.Services, err = roles.StartServices(c.servicesCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +256,35 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// RestartServices stops the services role and starts it again on the same NATS server and
+// JetStream store, and on the same HTTP and gRPC addresses, as a deploy of the services would;
+// it returns once the new dispatcher knows every ChatLink again. The new role has a metrics
+// registry of its own: the ChatLinks' metrics stay on the old one.
+func (c *Cluster) RestartServices(ctx context.Context) error {
+	cfg := c.servicesCfg
+	cfg.Listen, cfg.GRPCListen = c.httpAddr(), c.GRPCAddr()
+	c.Services.Close()
+	s, err := roles.StartServices(cfg)
+	if err != nil {
+		return fmt.Errorf("devcluster: restart the services: %w", err)
+	}
+	c.Services = s
+	for c.Dispatcher.LiveNodes() < len(c.Nodes) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devcluster: waiting for ChatLinks to report after the restart: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// httpAddr is the HTTP endpoint's host:port.
+func (c *Cluster) httpAddr() string {
+	u := c.URL()
+	return u[strings.Index(u, "://")+3:]
 }
 
 // checkFree returns a roles.ListenError unless addr can be listened on now.

@@ -1325,12 +1325,20 @@ func (x *SendBatchResponse) GetServerTimeMs() int64 {
 type SendToUsersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-100 uids.
-	Uids          []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
-	Type          string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Lane          string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
-	Body          string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	BodyBase64    []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
-	Sender        string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	Uids       []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
+	Type       string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Lane       string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Body       string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBase64 []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
+	Sender     string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	// Store the message for each user until one of its sessions acknowledges it, delivering it
+	// at each login until then (docs/api.md, "At-least-once messages"). Without it the message
+	// reaches only the sessions online now.
+	AtLeastOnce bool `protobuf:"varint,7,opt,name=at_least_once,json=atLeastOnce,proto3" json:"at_least_once,omitempty"`
+	// With at_least_once: how long the message stays stored unacknowledged, in seconds. 0 means
+	// the deployment's default (--inbox-expiry); more than its maximum (--inbox-max-expiry) is
+	// refused with 100 (BAD_REQUEST).
+	ExpirySeconds uint32 `protobuf:"varint,8,opt,name=expiry_seconds,json=expirySeconds,proto3" json:"expiry_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1407,6 +1415,20 @@ func (x *SendToUsersRequest) GetSender() string {
 	return ""
 }
 
+func (x *SendToUsersRequest) GetAtLeastOnce() bool {
+	if x != nil {
+		return x.AtLeastOnce
+	}
+	return false
+}
+
+func (x *SendToUsersRequest) GetExpirySeconds() uint32 {
+	if x != nil {
+		return x.ExpirySeconds
+	}
+	return 0
+}
+
 type SendToUsersResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1414,7 +1436,13 @@ type SendToUsersResponse struct {
 	// Sessions the message was handed to.
 	Sessions int64 `protobuf:"varint,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	// The uids asked for that had no session online.
-	Offline       []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	Offline []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	// With at_least_once: when the stored copies expire (unix milliseconds).
+	ExpiresMs int64 `protobuf:"varint,5,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	// With at_least_once: the uids whose store was full (--inbox-max-per-user), for whom the
+	// message was neither stored nor delivered. When it lists every uid the call fails with 112
+	// (INBOX_FULL) instead.
+	InboxFull     []string `protobuf:"bytes,6,rep,name=inbox_full,json=inboxFull,proto3" json:"inbox_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1501,20 @@ func (x *SendToUsersResponse) GetSessions() int64 {
 func (x *SendToUsersResponse) GetOffline() []string {
 	if x != nil {
 		return x.Offline
+	}
+	return nil
+}
+
+func (x *SendToUsersResponse) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
+func (x *SendToUsersResponse) GetInboxFull() []string {
+	if x != nil {
+		return x.InboxFull
 	}
 	return nil
 }
@@ -3013,7 +3055,7 @@ const file_api_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x1e.roomcast.v1.SendToRoomRequestR\bmessages\"K\n" +
 	"\x11SendBatchResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12$\n" +
-	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\x9d\x01\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\xe8\x01\n" +
 	"\x12SendToUsersRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
@@ -3021,12 +3063,18 @@ const file_api_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x12\x1f\n" +
 	"\vbody_base64\x18\x05 \x01(\fR\n" +
 	"bodyBase64\x12\x16\n" +
-	"\x06sender\x18\x06 \x01(\tR\x06sender\"\x81\x01\n" +
+	"\x06sender\x18\x06 \x01(\tR\x06sender\x12\"\n" +
+	"\rat_least_once\x18\a \x01(\bR\vatLeastOnce\x12%\n" +
+	"\x0eexpiry_seconds\x18\b \x01(\rR\rexpirySeconds\"\xbf\x01\n" +
 	"\x13SendToUsersResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
 	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\x12\x1a\n" +
 	"\bsessions\x18\x03 \x01(\x03R\bsessions\x12\x18\n" +
-	"\aoffline\x18\x04 \x03(\tR\aoffline\"\x85\x01\n" +
+	"\aoffline\x18\x04 \x03(\tR\aoffline\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x05 \x01(\x03R\texpiresMs\x12\x1d\n" +
+	"\n" +
+	"inbox_full\x18\x06 \x03(\tR\tinboxFull\"\x85\x01\n" +
 	"\vKickRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +

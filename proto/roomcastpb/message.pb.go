@@ -96,7 +96,14 @@ type Message struct {
 	// numbered 1, 2, 3, ... as the room service stamps them. 0 for bulk messages (not kept) and
 	// when the number could not be assigned. A client keeps the last one it saw for
 	// Login.recover_since_room_seq.
-	RoomSeq       uint64 `protobuf:"varint,9,opt,name=room_seq,json=roomSeq,proto3" json:"room_seq,omitempty"`
+	RoomSeq uint64 `protobuf:"varint,9,opt,name=room_seq,json=roomSeq,proto3" json:"room_seq,omitempty"`
+	// An at-least-once message to this user (server API SendToUsers with at_least_once): it is
+	// stored until a session of the user acknowledges it with an Ack frame naming its id, and
+	// comes again at each login (Login.inbox) until then. It may arrive more than once: drop
+	// duplicates by id, and acknowledge the duplicates too.
+	AtLeastOnce bool `protobuf:"varint,10,opt,name=at_least_once,json=atLeastOnce,proto3" json:"at_least_once,omitempty"`
+	// With at_least_once: when the store drops it, acknowledged or not (unix milliseconds).
+	ExpiresMs     int64 `protobuf:"varint,11,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,11 +201,25 @@ func (x *Message) GetRoomSeq() uint64 {
 	return 0
 }
 
+func (x *Message) GetAtLeastOnce() bool {
+	if x != nil {
+		return x.AtLeastOnce
+	}
+	return false
+}
+
+func (x *Message) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
 var File_message_proto protoreflect.FileDescriptor
 
 const file_message_proto_rawDesc = "" +
 	"\n" +
-	"\rmessage.proto\x12\vroomcast.v1\"\xf0\x01\n" +
+	"\rmessage.proto\x12\vroomcast.v1\"\xb3\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -208,7 +229,11 @@ const file_message_proto_rawDesc = "" +
 	"\btag_expr\x18\x06 \x01(\tR\atagExpr\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12$\n" +
 	"\x0eserver_time_ms\x18\b \x01(\x03R\fserverTimeMs\x12\x19\n" +
-	"\broom_seq\x18\t \x01(\x04R\aroomSeq*O\n" +
+	"\broom_seq\x18\t \x01(\x04R\aroomSeq\x12\"\n" +
+	"\rat_least_once\x18\n" +
+	" \x01(\bR\vatLeastOnce\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\v \x01(\x03R\texpiresMs*O\n" +
 	"\x04Lane\x12\x14\n" +
 	"\x10LANE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rLANE_CRITICAL\x10\x01\x12\x0f\n" +

@@ -5,6 +5,7 @@ import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
 import { Delivery, idFloor } from "./delivery.js";
+import { InboxSeen } from "./inbox.js";
 import { dispatch } from "./dispatch.js";
 import {
   ClosedError,
@@ -134,6 +135,7 @@ type Listener<T> = (ev: T) => void;
 export class Client {
   private readonly s: Settings;
   private readonly delivery: Delivery;
+  private readonly inbox = new InboxSeen(); // at-least-once messages handed on (inbox.ts)
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener<never>>>();
   private session: Session | undefined;
   private _state: State = "idle";
@@ -337,12 +339,30 @@ export class Client {
   private onPush(s: Session, p: Push): void {
     if (s !== this.session) return;
     if (p.thinned) this.emit("thinned", { normal: p.thinned.normal, bulk: p.thinned.bulk });
-    const n = this.delivery.add(p.messages);
+    const room = p.messages.filter((m) => !m.atLeastOnce);
+    if (room.length < p.messages.length) this.takeInbox(s, p.messages);
+    const n = this.delivery.add(room);
     if (p.history && this.recovering) {
       this.recovering.count += n;
       // The last Push of the answer says what it did.
       if (p.recovery) this.endHold({ recovered: p.recovery.recovered, missing: Number(p.recovery.missing) });
     }
+  }
+
+  /**
+   * takeInbox hands the new at-least-once messages of msgs to the app and acknowledges them,
+   * with the copies of those it had (inbox.ts). Without a "message" listener nothing is handed
+   * on, so nothing is acknowledged: the server keeps them.
+   */
+  private takeInbox(s: Session, msgs: readonly Message[]): void {
+    if (!this.listeners.get("message")?.size) return;
+    const ids: string[] = [];
+    for (const m of msgs) {
+      if (!m.atLeastOnce) continue;
+      if (this.inbox.take(m.id)) this.emit("message", m);
+      ids.push(m.id);
+    }
+    s.ack(ids);
   }
 
   /** The server refused the login's history request: the hold ends with nothing recovered. */

@@ -14,6 +14,7 @@ import {
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
+  ErrorCode,
   type Frame,
   FrameSchema,
   type Kick,
@@ -22,6 +23,7 @@ import {
   type Reconnect,
   type SendAck,
 } from "./gen/client_pb.js";
+import { MAX_ACK_IDS } from "./inbox.js";
 import { type ConnHandlers, dialSSE, dialWebSocket, type FrameConn } from "./transport.js";
 
 const defaultHeartbeatMs = 25000;
@@ -107,6 +109,7 @@ export class Session {
             token: this.s.token, device: this.s.device, client: CLIENT_NAME, protocolVersion: PROTOCOL_VERSION,
             recoverSince: this.login.recoverSince, recoverSinceRoomSeq: this.login.recoverSince ? this.login.recoverSinceRoomSeq : 0n,
             history: this.login.recoverSince ? 0 : this.login.history,
+            inbox: true, // the client acknowledges at-least-once messages (inbox.ts)
           },
         }),
         frame: (data) => this.onFrame(data),
@@ -137,6 +140,13 @@ export class Session {
       this.waiting.set(seq, { resolve, reject });
       this.write({ case: "send", value: { ...value, seq } });
     });
+  }
+
+  /** ack tells the server the app has the at-least-once messages ids (inbox.ts). */
+  ack(ids: string[]): void {
+    for (let i = 0; i < ids.length && !this.ended; i += MAX_ACK_IDS) {
+      this.write({ case: "ack", value: { ids: ids.slice(i, i + MAX_ACK_IDS) } });
+    }
   }
 
   /** close ends the session without telling the sink; pending sends fail with err. */
@@ -193,6 +203,11 @@ export class Session {
         return;
       case "error": {
         const err = new SendError(k.value.code, k.value.message);
+        if (k.value.code === ErrorCode.ACK_FAILED) {
+          // The messages stay stored: they come again after the next login, and are acknowledged then.
+          this.s.logger?.warn(`roomcast: acknowledgement not applied: ${k.value.message}`);
+          return;
+        }
         // seq 0 answers no send: the login's history request was refused (109, 503).
         if (k.value.seq === 0n) this.tell(() => this.sink.historyFailed(this, err));
         else this.answer(k.value.seq, undefined, err);

@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file message.proto.
  */
 export const file_message: GenFile = /*@__PURE__*/
-  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSKsAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQqTwoETGFuZRIUChBMQU5FX1VOU1BFQ0lGSUVEEAASEQoNTEFORV9DUklUSUNBTBABEg8KC0xBTkVfTk9STUFMEAISDQoJTEFORV9CVUxLEANCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
+  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSLXAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQSFQoNYXRfbGVhc3Rfb25jZRgKIAEoCBISCgpleHBpcmVzX21zGAsgASgDKk8KBExhbmUSFAoQTEFORV9VTlNQRUNJRklFRBAAEhEKDUxBTkVfQ1JJVElDQUwQARIPCgtMQU5FX05PUk1BTBACEg0KCUxBTkVfQlVMSxADQhtaGXJvb21jYXN0L3Byb3RvL3Jvb21jYXN0cGJiBnByb3RvMw");
 
 /**
  * @generated from message roomcast.v1.Message
@@ -71,6 +71,23 @@ export type Message = Message$1<"roomcast.v1.Message"> & {
    * @generated from field: uint64 room_seq = 9;
    */
   roomSeq: bigint;
+
+  /**
+   * An at-least-once message to this user (server API SendToUsers with at_least_once): it is
+   * stored until a session of the user acknowledges it with an Ack frame naming its id, and
+   * comes again at each login (Login.inbox) until then. It may arrive more than once: drop
+   * duplicates by id, and acknowledge the duplicates too.
+   *
+   * @generated from field: bool at_least_once = 10;
+   */
+  atLeastOnce: boolean;
+
+  /**
+   * With at_least_once: when the store drops it, acknowledged or not (unix milliseconds).
+   *
+   * @generated from field: int64 expires_ms = 11;
+   */
+  expiresMs: bigint;
 };
 
 /**
