@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"roomcast/api"
 	"roomcast/dispatcher"
+	pb "roomcast/proto/roomcastpb"
 )
 
 // stopTimeout bounds how long an HTTP or gRPC server waits for its calls in flight to end
@@ -76,6 +79,54 @@ func addProfiles(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// jsonErrors answers a request no route of mux takes as the API answers its errors (api.ErrorBody,
+// code 100 BAD_REQUEST) with the mux's own status: 404 for an unknown path, 405 with Allow for
+// a method the path does not take. Without it net/http would answer in plain text.
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		answer := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(answer, r)
+		if answer.status != http.StatusNotFound && answer.status != http.StatusMethodNotAllowed {
+			mux.ServeHTTP(w, r) // a redirect to the path with a trailing slash
+			return
+		}
+		msg := fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)
+		if allow := answer.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+			msg = fmt.Sprintf("%s does not take %s, only %s", r.URL.Path, r.Method, allow)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(answer.status)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Name: "BAD_REQUEST", Error: msg})
+	})
+}
+
+// statusRecorder keeps the status and headers a handler answers with, and drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header { return s.header }
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return len(p), nil
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
 }
 
 // writeHealth answers a health, readiness or liveness check: 200 with h, or with err 503 and
@@ -184,9 +235,9 @@ func listenOps(addr string) (*opsEndpoint, error) {
 	return &opsEndpoint{ln: ln}, nil
 }
 
-func (o *opsEndpoint) serve(h http.Handler, log *slog.Logger) {
+func (o *opsEndpoint) serve(mux *http.ServeMux, log *slog.Logger) {
 	if o != nil {
-		o.srv = serveHTTP(o.ln, h, nil, log)
+		o.srv = serveHTTP(o.ln, jsonErrors(mux), nil, log)
 	}
 }
 

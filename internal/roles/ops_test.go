@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/api"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
 )
@@ -95,4 +97,44 @@ func TestOpsEndpoint(t *testing.T) {
 	defer cancel()
 	go func() { _ = cl.Node.Drain(ctx, 10*time.Millisecond) }()
 	want(ops["chatlink"]+"/readyz", 503, "draining")
+}
+
+// A request no route takes is answered in JSON like the API's errors, on the public and the
+// ops endpoint, with net/http's status: 404, or 405 and Allow.
+func TestNoRouteJSON(t *testing.T) {
+	t.Parallel()
+	ns := startNATS(t, devnats.Config{StoreDir: t.TempDir()})
+	cfg := servicesConfig(ns.ClientURL())
+	cfg.OpsListen = "127.0.0.1:0"
+	svc, err := StartServices(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	cases := []struct {
+		method, url string
+		status      int
+		allow, msg  string
+	}{
+		{"GET", svc.URL() + "/v1/nothing", 404, "", "no route GET /v1/nothing"},
+		{"DELETE", svc.URL() + "/v1/rooms/r", 405, "GET, HEAD, PATCH", "/v1/rooms/r does not take DELETE, only GET, HEAD, PATCH"},
+		{"GET", svc.URL() + "/metrics", 404, "", "no route GET /metrics"},
+		{"GET", "http://" + svc.OpsAddr() + "/nothing", 404, "", "no route GET /nothing"},
+		{"POST", "http://" + svc.OpsAddr() + "/metrics", 405, "GET, HEAD", "/metrics does not take POST, only GET, HEAD"},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, c.url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body api.ErrorBody
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" ||
+			body.Code != 100 || body.Name != "BAD_REQUEST" || body.Error != c.msg || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d %q Allow %q %+v %v, want %d Allow %q and %q", c.method, c.url, resp.StatusCode,
+				resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), body, err, c.status, c.allow, c.msg)
+		}
+	}
 }

@@ -228,7 +228,7 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	s.Dispatcher.RegisterGRPC(grpcSrv)
 	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
 	cors := newCORSPolicy(cfg.CORSOrigins, selfOrigins(s.scheme(), s.httpLn.Addr()), append([]string{"/v1/dispatch"}, cfg.CORSPaths...))
-	s.http = serveHTTP(s.httpLn, cors.wrap(s.routes()), tlsCfg, cfg.Log)
+	s.http = serveHTTP(s.httpLn, cors.wrap(jsonErrors(s.routes())), tlsCfg, cfg.Log)
 	s.ops.serve(s.opsRoutes(), cfg.Log)
 	return s, nil
 }
