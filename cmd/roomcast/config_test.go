@@ -245,3 +245,40 @@ func TestPresenceFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigDocExamples: every YAML example in docs/configuration.md passes `roomcast config
+// check`, so the documented file is one the binary takes.
+func TestConfigDocExamples(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	blocks := strings.Split(string(doc), "```yaml\n")[1:]
+	if len(blocks) == 0 {
+		t.Fatal("docs/configuration.md has no yaml example")
+	}
+	for i, b := range blocks {
+		example, _, _ := strings.Cut(b, "```")
+		// The secret files the example names exist on the host it describes; here, empty ones.
+		for _, key := range []string{"secret-file: ", "api-key-file: "} {
+			if _, rest, ok := strings.Cut(example, key); ok {
+				name, _, _ := strings.Cut(rest, " ")
+				local := filepath.Join(dir, filepath.Base(name))
+				if err := os.WriteFile(local, []byte("demo=x\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				example = strings.Replace(example, key+name, key+local, 1)
+			}
+		}
+		path := filepath.Join(dir, fmt.Sprintf("example%d.yaml", i))
+		if err := os.WriteFile(path, []byte(example), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{"config", "check", path}, &stdout, &stderr); code != 0 {
+			t.Errorf("example %d: config check exit %d: %s", i, code, stderr.String())
+		}
+	}
+}

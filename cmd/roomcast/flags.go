@@ -175,5 +175,5 @@ func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
 // bindKVReplicasFlag binds --kv-replicas, the copies of the JetStream KV buckets and streams a
 // role creates.
 func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {
-	fs.IntVar(replicas, "kv-replicas", 0, "copies of the JetStream KV buckets and streams this role creates: 3 on a 3-node NATS cluster, at most the cluster's size (0: 1); an existing bucket keeps its own")
+	fs.IntVar(replicas, "kv-replicas", 0, "copies of the JetStream KV buckets and streams this role creates or updates at start: 3 on a 3-node NATS cluster, at most the cluster's size; give every process the same (0: 1)")
 }
