@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,7 +21,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
+
+	"roomcast/internal/testkit"
+	"roomcast/room"
 )
 
 // The files of deploy/ agree with the binary: the NATS configs parse as the nats-server we
@@ -337,6 +343,155 @@ func TestDeployKubernetes(t *testing.T) {
 					t.Errorf("Service %s targets port %q, which its workload does not name", o.Metadata.Name, p.TargetPort)
 				}
 			}
+		}
+	}
+}
+
+// startDeployNATS starts the three NATS servers of deploy/nats/ in this process, each from its
+// file with its addresses moved to free local ports and its store to a temporary directory,
+// and returns their client URLs once JetStream answers.
+func startDeployNATS(t *testing.T) []string {
+	t.Helper()
+	files, _ := filepath.Glob("../../deploy/nats/nats-*.conf")
+	routes := make([]*url.URL, len(files))
+	clients := make([]string, len(files))
+	for i := range files {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: testkit.FreeAddr(t)}
+		clients[i] = "nats://" + testkit.FreeAddr(t)
+	}
+	for i, file := range files {
+		opts, err := server.ProcessConfigFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pu, _ := url.Parse(clients[i])
+		opts.Host, opts.Port = "127.0.0.1", mustAtoi(t, pu.Port())
+		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", mustAtoi(t, routes[i].Port())
+		opts.Routes = routes
+		opts.HTTPPort = 0
+		opts.StoreDir = t.TempDir()
+		opts.NoLog, opts.NoSigs = true, true
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("%s: not ready", file)
+		}
+	}
+	nc, err := nats.Connect(strings.Join(clients, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	testkit.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		_, err := js.AccountInfo(context.Background())
+		return err
+	})
+	return clients
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReferenceDeployment runs the reference deployment of docs/operations.md in one process:
+// a 3-node JetStream cluster from deploy/nats/, the services and a ChatLink from
+// deploy/roomcast.yaml, with only this host's addresses and the secrets as flags; a room
+// created through the API; the probe through it. The buckets have the file's 3 replicas and
+// every role is ready.
+func TestReferenceDeployment(t *testing.T) {
+	t.Parallel()
+	natsURL := strings.Join(startDeployNATS(t), ",") // about 5s: the JetStream cluster elects its leader
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	config := "../../deploy/roomcast.yaml"
+	type role struct {
+		done chan int
+		out  *syncBuffer
+	}
+	start := func(args ...string) role {
+		r := role{done: make(chan int, 1), out: &syncBuffer{}}
+		go func() { r.done <- run(ctx, args, r.out, r.out) }()
+		return r
+	}
+	api, servicesOps, edgeOps := testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
+	services := start("services", "--config", config, "--nats", natsURL, "--api-key", "k1=demo",
+		"--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", servicesOps)
+	edge := start("chatlink", "--config", config, "--nats", natsURL, "--node", "edge-1", "--secret", "demo=s3cr3t",
+		"--tls-cert", "", "--tls-key", "", "--ws", testkit.FreeAddr(t), "--tcp", testkit.FreeAddr(t), "--ops", edgeOps)
+	for _, ops := range []string{servicesOps, edgeOps} {
+		testkit.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+			resp, err := http.Get("http://" + ops + "/readyz")
+			if err != nil {
+				return fmt.Errorf("%v\nservices: %s\nchatlink: %s", err, services.out.String(), edge.out.String())
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("%s/readyz: %s", ops, resp.Status)
+			}
+			return nil
+		})
+	}
+	// require-created is on in the file: the probe's room must exist.
+	req, _ := http.NewRequest("POST", "http://"+api+"/v1/rooms", strings.NewReader(`{"room":"probe"}`))
+	req.Header.Set("Authorization", "Bearer k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("CreateRoom: %s", resp.Status)
+	}
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		resp, err := http.Get("http://" + api + "/v1/dispatch")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), "edge-1") {
+			return fmt.Errorf("dispatch: %s", body)
+		}
+		return nil
+	})
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"probe", "--dispatcher", "http://" + api, "--app", "demo", "--secret", "s3cr3t",
+		"--room", "probe", "--clients", "4", "--messages", "10"}, &out, &errOut); code != 0 {
+		t.Fatalf("probe exit %d: %s%s", code, out.String(), errOut.String())
+	}
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(context.Background(), "KV_"+room.BucketRooms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := stream.CachedInfo().Config.Replicas; r != 3 {
+		t.Errorf("%s has %d replicas, want deploy/roomcast.yaml's kv-replicas 3", room.BucketRooms, r)
+	}
+	cancel()
+	for name, r := range map[string]role{"services": services, "chatlink": edge} {
+		select {
+		case code := <-r.done:
+			if code != 0 {
+				t.Errorf("%s exited %d:\n%s", name, code, r.out.String())
+			}
+		case <-time.After(40 * time.Second):
+			t.Errorf("%s did not stop", name)
 		}
 	}
 }
