@@ -65,6 +65,12 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
 		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
+		handle("GET", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ListQueue),
+		handle("POST", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.OfferQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ClearQueue),
+		handle("GET", "/v1/rooms/{room}/queue/head", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PeekQueue),
+		handle("POST", "/v1/rooms/{room}/queue/poll", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PollQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue/{key}", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.RemoveQueueEntry),
 	}
 }
 
@@ -78,7 +84,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid"}
+	pathParams := []string{"room", "uid", "key"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,

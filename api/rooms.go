@@ -55,7 +55,7 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
 	}
-	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr} {
+	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
 		if src == "" {
 			continue
 		}

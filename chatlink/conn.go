@@ -137,6 +137,11 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.ack(k.Ack)
 		}
+	case *pb.Frame_QueueRequest:
+		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.queueRequest(k.QueueRequest) // queue.go
+		}
 	default:
 		c.node.m.frameBad.Inc()
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")

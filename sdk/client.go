@@ -346,25 +346,35 @@ func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, err
 	if n := proto.Size(f); n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
+	cur, err := c.connected(ctx, "send")
+	if err != nil {
+		return nil, err
+	}
+	ack, err := cur.send(ctx, m)
+	if err == nil {
+		c.d.remember(ack.GetMessageId())
+	}
+	return ack, err
+}
+
+// connected returns the current connection, waiting for one while the Client reconnects. what
+// names the caller in errors.
+func (c *Client) connected(ctx context.Context, what string) (*conn, error) {
 	for {
 		c.mu.Lock()
 		cur, ready, err := c.cur, c.ready, c.err
 		c.mu.Unlock()
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("roomcast: send: %w", err)
+			return nil, fmt.Errorf("roomcast: %s: %w", what, err)
 		case cur != nil:
-			ack, err := cur.send(ctx, m)
-			if err == nil {
-				c.d.remember(ack.GetMessageId())
-			}
-			return ack, err
+			return cur, nil
 		}
 		select {
 		case <-ready:
 		case <-c.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("roomcast: send: %w", ctx.Err())
+			return nil, fmt.Errorf("roomcast: %s: %w", what, ctx.Err())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
+	"roomcast/roomqueue"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -75,10 +76,16 @@ func bindNATSFlag(fs *flag.FlagSet, url *string) {
 // bindServicesFlags binds the flags of the services role that `roomcast services` and
 // `roomcast dev` share: its two endpoints and the dispatcher's GeoIP databases.
 func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *string) {
-	fs.StringVar(listen, "listen", "127.0.0.1:8080", "address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics (and dev's demo page)")
+	fs.StringVar(listen, "listen", "127.0.0.1:8080", "address of the public HTTP endpoint: dispatch, the server API, /healthz (in dev also /metrics, /v1/nodes and the demo page)")
 	fs.StringVar(grpcListen, "grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
 	fs.StringVar(cityDB, "geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
+}
+
+// bindQueueFlags binds the room queue service's limits (roomqueue.Config).
+func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).

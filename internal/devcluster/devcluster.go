@@ -1,6 +1,6 @@
 // Package devcluster starts a whole Roomcast deployment in one process: an embedded NATS server
 // with JetStream (internal/devnats), an embedded S3 store (internal/devs3), the services role
-// (the room and presence services, any number of instances of each, the dispatcher, the server
+// (the room, presence and room queue services, any number of instances of each, the dispatcher, the server
 // API over HTTP/JSON and gRPC, the CDN manager and a CDN pusher writing to the embedded store,
 // whose segments the HTTP endpoint serves under /cdn/ as a CDN origin) and a number of
 // ChatLinks, each role started by internal/roles as production starts it. `roomcast
@@ -39,6 +39,7 @@ import (
 	"roomcast/internal/roles"
 	"roomcast/presence"
 	"roomcast/room"
+	"roomcast/roomqueue"
 )
 
 // The dev deployment's one app and its credentials. They are printed by `roomcast dev` and are
@@ -76,7 +77,7 @@ type Config struct {
 	LoginTimeout, HeartbeatInterval time.Duration
 	// ChatLink, when set, adjusts each ChatLink's configuration before it starts.
 	ChatLink func(*chatlink.Config)
-	// ServiceInstances is how many instances of the room and presence services to run. Zero
+	// ServiceInstances is how many instances of the room, presence and room queue services to run. Zero
 	// value means 1.
 	ServiceInstances int
 	// LeaseInterval is how often a ChatLink reports (its lease); the services drop a node silent
@@ -89,6 +90,8 @@ type Config struct {
 	APIKeys auth.APIKeys
 	// Presence configures the presence instances; its Bus, Log and LeaseTTL are set here.
 	Presence presence.Config
+	// Queue configures the room queue instances; their Bus and Log are set here.
+	Queue roomqueue.Config
 	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
 	// means rooms open implicitly, as the demo page needs.
 	RequireCreated bool
@@ -203,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Instances:  cfg.ServiceInstances,
 		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
+		Queue:      cfg.Queue,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,

@@ -154,9 +154,19 @@ type RoomSettings struct {
 	// For senders that broadcast_expr does not allow: their messages reach only the members that
 	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
 	// tag expression. Empty: such senders are refused.
-	ScopePrefix   string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ScopePrefix string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	// Room queue: which members may offer entries and remove or poll their own, a tag
+	// expression over the member (tags, uid). Empty: every member. Reading (peek, list) is open
+	// to every member.
+	QueueExpr string `protobuf:"bytes,17,opt,name=queue_expr,json=queueExpr,proto3" json:"queue_expr,omitempty"`
+	// Room queue: which members may also poll, peek-and-take or remove other members' entries,
+	// replace their values and clear the queue. Empty: none (only the app server).
+	QueueAdminExpr string `protobuf:"bytes,18,opt,name=queue_admin_expr,json=queueAdminExpr,proto3" json:"queue_admin_expr,omitempty"`
+	// Room queue: the most entries the queue holds; an offer beyond it fails with 116
+	// (QUEUE_FULL). 0: the service's default (100); above the service's limit: the limit.
+	QueueMaxEntries uint32 `protobuf:"varint,19,opt,name=queue_max_entries,json=queueMaxEntries,proto3" json:"queue_max_entries,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -250,6 +260,27 @@ func (x *RoomSettings) GetScopePrefix() string {
 		return x.ScopePrefix
 	}
 	return ""
+}
+
+func (x *RoomSettings) GetQueueExpr() string {
+	if x != nil {
+		return x.QueueExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetQueueAdminExpr() string {
+	if x != nil {
+		return x.QueueAdminExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetQueueMaxEntries() uint32 {
+	if x != nil {
+		return x.QueueMaxEntries
+	}
+	return 0
 }
 
 // Room is a created room's record, as kept in JetStream KV.
@@ -2951,11 +2982,168 @@ func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
 	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
+// QueueRequest is the request of every room queue call. Which fields count depends on the call.
+type QueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// OfferQueue, RemoveQueueEntry: the entry's key (required). PollQueue, PeekQueue: the key,
+	// or empty for the head.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// OfferQueue: the value (base64 in JSON).
+	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// OfferQueue: the entry's owner. Empty: the app server.
+	Uid string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	// OfferQueue: a session of uid in the room that owns the entry; with drop_on_leave the entry
+	// goes when that session ends.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// OfferQueue: fail with QUEUE_KEY_EXISTS when the key is in the queue.
+	IfAbsent bool `protobuf:"varint,6,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// OfferQueue: take the entry out when session_id's session ends (needs session_id).
+	DropOnLeave   bool `protobuf:"varint,7,opt,name=drop_on_leave,json=dropOnLeave,proto3" json:"drop_on_leave,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRequest) Reset() {
+	*x = QueueRequest{}
+	mi := &file_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRequest) ProtoMessage() {}
+
+func (x *QueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRequest.ProtoReflect.Descriptor instead.
+func (*QueueRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *QueueRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *QueueRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *QueueRequest) GetDropOnLeave() bool {
+	if x != nil {
+		return x.DropOnLeave
+	}
+	return false
+}
+
+// QueueResponse answers a room queue call.
+type QueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OfferQueue: the entry as stored. PollQueue, PeekQueue, RemoveQueueEntry: the entry.
+	// ListQueue: every entry, head first. ClearQueue: the entries taken out.
+	Entries []*QueueEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The queue's version after the call (1, 2, 3 ... one per change; 0: never changed).
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResponse) Reset() {
+	*x = QueueResponse{}
+	mi := &file_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResponse) ProtoMessage() {}
+
+func (x *QueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResponse.ProtoReflect.Descriptor instead.
+func (*QueueResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *QueueResponse) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *QueueResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\xee\x02\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe3\x03\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -2968,7 +3156,11 @@ const file_api_proto_rawDesc = "" +
 	"\tsend_expr\x18\b \x01(\tR\bsendExpr\x12%\n" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
-	" \x01(\tR\vscopePrefixJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
+	" \x01(\tR\vscopePrefix\x12\x1d\n" +
+	"\n" +
+	"queue_expr\x18\x11 \x01(\tR\tqueueExpr\x12(\n" +
+	"\x10queue_admin_expr\x18\x12 \x01(\tR\x0equeueAdminExpr\x12*\n" +
+	"\x11queue_max_entries\x18\x13 \x01(\rR\x0fqueueMaxEntriesJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3183,7 +3375,19 @@ const file_api_proto_rawDesc = "" +
 	"\x0epoll_jitter_ms\x18\x06 \x01(\rR\fpollJitterMs\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\a \x01(\x03R\tupdatedMs\"\x15\n" +
-	"\x13GetCdnPolicyRequest*W\n" +
+	"\x13GetCdnPolicyRequest\"\xbc\x01\n" +
+	"\fQueueRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tif_absent\x18\x06 \x01(\bR\bifAbsent\x12\"\n" +
+	"\rdrop_on_leave\x18\a \x01(\bR\vdropOnLeave\"\\\n" +
+	"\rQueueResponse\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -3193,7 +3397,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xef\v\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\x90\x0f\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3220,7 +3424,15 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
 	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
-	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicyB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12C\n" +
+	"\n" +
+	"OfferQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tPollQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tPeekQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tListQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12I\n" +
+	"\x10RemoveQueueEntry\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12C\n" +
+	"\n" +
+	"ClearQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponseB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -3235,7 +3447,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -3280,10 +3492,13 @@ var file_api_proto_goTypes = []any{
 	(*RoomCdn)(nil),                 // 40: roomcast.v1.RoomCdn
 	(*CdnPolicy)(nil),               // 41: roomcast.v1.CdnPolicy
 	(*GetCdnPolicyRequest)(nil),     // 42: roomcast.v1.GetCdnPolicyRequest
-	nil,                             // 43: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 44: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 45: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 46: roomcast.v1.CdnVendor
+	(*QueueRequest)(nil),            // 43: roomcast.v1.QueueRequest
+	(*QueueResponse)(nil),           // 44: roomcast.v1.QueueResponse
+	nil,                             // 45: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 46: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 47: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 48: roomcast.v1.CdnVendor
+	(*QueueEntry)(nil),              // 49: roomcast.v1.QueueEntry
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -3294,7 +3509,7 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 5: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 6: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 7: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	43, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	45, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 9: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	14, // 10: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	15, // 11: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
@@ -3303,57 +3518,70 @@ var file_api_proto_depIdxs = []int32{
 	33, // 14: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
 	33, // 15: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
 	34, // 16: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	44, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	44, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	44, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	45, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	46, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	44, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
-	5,  // 23: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	7,  // 24: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	8,  // 25: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	10, // 26: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	12, // 27: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	15, // 28: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	17, // 29: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
-	19, // 30: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	21, // 31: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	23, // 32: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	24, // 33: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	25, // 34: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	28, // 35: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	31, // 36: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	35, // 37: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	37, // 38: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	38, // 39: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
-	39, // 40: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
-	41, // 41: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
-	42, // 42: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	6,  // 43: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 44: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	9,  // 45: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	11, // 46: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	13, // 47: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	16, // 48: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 49: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	20, // 50: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 51: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 52: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 53: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 54: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 55: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 56: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	36, // 57: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	34, // 58: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	40, // 59: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 60: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	41, // 61: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	41, // 62: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	43, // [43:63] is the sub-list for method output_type
-	23, // [23:43] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	46, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	46, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	46, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	47, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	48, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	46, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	49, // 23: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
+	5,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	7,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	8,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	10, // 27: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	12, // 28: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	15, // 29: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	17, // 30: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	19, // 31: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	21, // 32: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	23, // 33: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	24, // 34: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	25, // 35: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	28, // 36: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	31, // 37: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	35, // 38: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	37, // 39: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	38, // 40: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	39, // 41: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	41, // 42: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	42, // 43: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	43, // 44: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 45: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 46: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 47: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 48: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	43, // 49: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	6,  // 50: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 51: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 52: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 53: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 54: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 55: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 56: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	20, // 57: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 58: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 59: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 60: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 61: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 62: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 63: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	36, // 64: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	34, // 65: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	40, // 66: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 67: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	41, // 68: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	41, // 69: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	44, // 70: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 71: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 72: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 73: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 74: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	44, // 75: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	50, // [50:76] is the sub-list for method output_type
+	24, // [24:50] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3362,6 +3590,7 @@ func file_api_proto_init() {
 		return
 	}
 	file_cdn_proto_init()
+	file_message_proto_init()
 	file_api_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3369,7 +3598,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -431,7 +431,9 @@ type Reply struct {
 	// Set by a successful batch send: the messages' ids, in order.
 	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// Set by a successful join of a room in CDN mode: what the member is told in its LoginAck.
-	Cdn           *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	Cdn *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// Set by a successful room queue request (rc.svc.queue).
+	Queue         *QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +534,13 @@ func (x *Reply) GetMessageIds() []string {
 func (x *Reply) GetCdn() *CdnConfig {
 	if x != nil {
 		return x.Cdn
+	}
+	return nil
+}
+
+func (x *Reply) GetQueue() *QueueResponse {
+	if x != nil {
+		return x.Queue
 	}
 	return nil
 }
@@ -683,15 +692,20 @@ func (x *RoomBatch) GetCdn() *CdnConfig {
 // SessionEvent: a session logged in or out. ChatLinks publish them in batches
 // (subject rc.svc.presence.events).
 type SessionEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          SessionEvent_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=roomcast.v1.SessionEvent_Kind" json:"kind,omitempty"`
-	App           string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Room          string                 `protobuf:"bytes,4,opt,name=room,proto3" json:"room,omitempty"`
-	Node          string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
-	SessionId     string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Device        string                 `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
-	TimeMs        int64                  `protobuf:"varint,8,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      SessionEvent_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=roomcast.v1.SessionEvent_Kind" json:"kind,omitempty"`
+	App       string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Uid       string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Room      string                 `protobuf:"bytes,4,opt,name=room,proto3" json:"room,omitempty"`
+	Node      string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	SessionId string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Device    string                 `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
+	TimeMs    int64                  `protobuf:"varint,8,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// Why a KIND_LOGOUT came: empty when the ChatLink reported it (the client left, was kicked,
+	// the node shut down); "lease ended" when the presence service ended the session because its
+	// node's reports stopped for the lease time (the node died or was cut off), "node restarted"
+	// when the node came back with a new boot before its lease ended.
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -780,6 +794,13 @@ func (x *SessionEvent) GetTimeMs() int64 {
 		return x.TimeMs
 	}
 	return 0
+}
+
+func (x *SessionEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // SessionEvents is a batch of session events from one node (subject rc.sessions.events).
@@ -2067,6 +2088,87 @@ func (x *PusherReport) GetLeaving() bool {
 	return false
 }
 
+// QueueBusRequest asks the room queue service to read or change a room's queue (subject
+// rc.svc.queue). The answer is a Reply with queue set, or a code.
+type QueueBusRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	App     string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Op      QueueOp                `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.QueueOp" json:"op,omitempty"`
+	Request *QueueRequest          `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	// Set when a member asks through its ChatLink: its session and tags, for the room's
+	// queue_expr and queue_admin_expr. request.uid is the member's uid then. Empty: the app
+	// server asks.
+	MemberSession string   `protobuf:"bytes,4,opt,name=member_session,json=memberSession,proto3" json:"member_session,omitempty"`
+	MemberTags    []string `protobuf:"bytes,5,rep,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBusRequest) Reset() {
+	*x = QueueBusRequest{}
+	mi := &file_bus_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBusRequest) ProtoMessage() {}
+
+func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
+func (*QueueBusRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueueBusRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *QueueBusRequest) GetOp() QueueOp {
+	if x != nil {
+		return x.Op
+	}
+	return QueueOp_QUEUE_OP_UNSPECIFIED
+}
+
+func (x *QueueBusRequest) GetRequest() *QueueRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *QueueBusRequest) GetMemberSession() string {
+	if x != nil {
+		return x.MemberSession
+	}
+	return ""
+}
+
+func (x *QueueBusRequest) GetMemberTags() []string {
+	if x != nil {
+		return x.MemberTags
+	}
+	return nil
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
@@ -2094,7 +2196,7 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x80\x03\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xb2\x03\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2110,7 +2212,8 @@ const file_bus_proto_rawDesc = "" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
 	"messageIds\x12(\n" +
 	"\x03cdn\x18\n" +
-	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xba\x01\n" +
+	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x120\n" +
+	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -2124,7 +2227,7 @@ const file_bus_proto_rawDesc = "" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
 	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12(\n" +
-	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\x9d\x02\n" +
+	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xb5\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
@@ -2134,7 +2237,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06device\x18\a \x01(\tR\x06device\x12\x17\n" +
-	"\atime_ms\x18\b \x01(\x03R\x06timeMs\"=\n" +
+	"\atime_ms\x18\b \x01(\x03R\x06timeMs\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"=\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2274,7 +2378,14 @@ const file_bus_proto_rawDesc = "" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\rR\bwindowMs\x12\x14\n" +
 	"\x05rooms\x18\x04 \x01(\x03R\x05rooms\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleavingB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"\xc6\x01\n" +
+	"\x0fQueueBusRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12$\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x14.roomcast.v1.QueueOpR\x02op\x123\n" +
+	"\arequest\x18\x03 \x01(\v2\x19.roomcast.v1.QueueRequestR\arequest\x12%\n" +
+	"\x0emember_session\x18\x04 \x01(\tR\rmemberSession\x12\x1f\n" +
+	"\vmember_tags\x18\x05 \x03(\tR\n" +
+	"memberTagsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -2289,7 +2400,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2314,43 +2425,50 @@ var file_bus_proto_goTypes = []any{
 	(*CdnRoute)(nil),         // 20: roomcast.v1.CdnRoute
 	(*CdnBatch)(nil),         // 21: roomcast.v1.CdnBatch
 	(*PusherReport)(nil),     // 22: roomcast.v1.PusherReport
-	nil,                      // 23: roomcast.v1.RoomInfo.NodesEntry
-	nil,                      // 24: roomcast.v1.NodeControlReply.TagCountsEntry
-	(Lane)(0),                // 25: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 26: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 27: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 28: roomcast.v1.CdnConfig
-	(*Message)(nil),          // 29: roomcast.v1.Message
-	(CdnMode)(0),             // 30: roomcast.v1.CdnMode
+	(*QueueBusRequest)(nil),  // 23: roomcast.v1.QueueBusRequest
+	nil,                      // 24: roomcast.v1.RoomInfo.NodesEntry
+	nil,                      // 25: roomcast.v1.NodeControlReply.TagCountsEntry
+	(Lane)(0),                // 26: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 27: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 28: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
+	(*QueueResponse)(nil),    // 30: roomcast.v1.QueueResponse
+	(*Message)(nil),          // 31: roomcast.v1.Message
+	(CdnMode)(0),             // 32: roomcast.v1.CdnMode
+	(QueueOp)(0),             // 33: roomcast.v1.QueueOp
+	(*QueueRequest)(nil),     // 34: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	25, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	26, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	26, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	27, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	28, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	23, // 6: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	29, // 7: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	26, // 8: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	28, // 9: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 10: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 11: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 12: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 13: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 14: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	29, // 15: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 16: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	24, // 17: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	8,  // 18: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	30, // 19: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	28, // 20: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	29, // 21: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	27, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	28, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	29, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	30, // 6: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	24, // 7: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	31, // 8: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	27, // 9: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	29, // 10: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 11: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 12: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	8,  // 13: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 14: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 15: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	31, // 16: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 17: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	25, // 18: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	8,  // 19: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	32, // 20: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	29, // 21: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	31, // 22: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	33, // 23: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	34, // 24: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2367,7 +2485,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,6 +21,8 @@ import {
   type LoginAck,
   type Push,
   type Reconnect,
+  type RoomQueueReply,
+  type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
 import { MAX_ACK_IDS } from "./inbox.js";
@@ -49,8 +51,9 @@ export interface LoginOptions {
   history: number;
 }
 
+/** A Send or a queue request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck): void;
+  resolve(a: SendAck | RoomQueueReply): void;
   reject(e: Error): void;
 }
 
@@ -137,7 +140,7 @@ export class Session {
   send(seq: bigint, value: { type: string; lane: number; body: Uint8Array; tagExpr: string }): Promise<SendAck> {
     if (this.ended) return Promise.reject(this.ended);
     return new Promise<SendAck>((resolve, reject) => {
-      this.waiting.set(seq, { resolve, reject });
+      this.waiting.set(seq, { resolve: (a) => resolve(a as SendAck), reject });
       this.write({ case: "send", value: { ...value, seq } });
     });
   }
@@ -149,7 +152,16 @@ export class Session {
     }
   }
 
-  /** close ends the session without telling the sink; pending sends fail with err. */
+  /** queue writes a RoomQueueRequest and resolves with its RoomQueueReply (whatever its code), or rejects with the connection's end. */
+  queue(seq: bigint, value: Omit<MessageInitShape<typeof RoomQueueRequestSchema>, "seq" | "$typeName">): Promise<RoomQueueReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<RoomQueueReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as RoomQueueReply), reject });
+      this.write({ case: "queueRequest", value: { ...value, seq } });
+    });
+  }
+
+  /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
   }
@@ -157,8 +169,8 @@ export class Session {
   private write(kind: MessageInitShape<typeof FrameSchema>["kind"]): void {
     const bytes = toBinary(FrameSchema, create(FrameSchema, { kind }));
     if (bytes.length > MAX_FRAME_SIZE) {
-      // Only a Send can be this large; refuse it without harm to the connection.
-      if (kind?.case === "send") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
+      // Only a Send or a queue offer can be this large; refuse it without harm to the connection.
+      if (kind?.case === "send" || kind?.case === "queueRequest") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
       return;
     }
     this.conn?.send(bytes);
@@ -201,6 +213,9 @@ export class Session {
       case "sendAck":
         this.answer(k.value.seq, k.value);
         return;
+      case "queueReply":
+        this.answer(k.value.seq, k.value);
+        return;
       case "error": {
         const err = new SendError(k.value.code, k.value.message);
         if (k.value.code === ErrorCode.ACK_FAILED) {
@@ -229,7 +244,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | RoomQueueReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);

@@ -12,7 +12,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { CdnConfig } from "./cdn_pb.js";
 import { file_cdn } from "./cdn_pb.js";
-import type { Lane, Message as Message$1 } from "./message_pb.js";
+import type { Lane, Message as Message$1, QueueEntry, QueueOp } from "./message_pb.js";
 import { file_message } from "./message_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIvUDCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJKrMDCglFcnJvckNvZGUSEQoNRVJST1JfQ09ERV9PSxAAEhoKFkVSUk9SX0NPREVfQkFEX1JFUVVFU1QQZBIgChxFUlJPUl9DT0RFX01FU1NBR0VfVE9PX0xBUkdFEGUSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQZhIYChRFUlJPUl9DT0RFX0ZPUkJJRERFThBnEhsKF0VSUk9SX0NPREVfQkFEX1RBR19FWFBSEGgSHQoZRVJST1JfQ09ERV9ST09NX05PVF9GT1VORBBpEhsKF0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEGoSHQoZRVJST1JfQ09ERV9VU0VSX05PVF9GT1VORBBrEhcKE0VSUk9SX0NPREVfQ09ORkxJQ1QQbBIgChxFUlJPUl9DT0RFX0JBRF9SRUNPVkVSX1NJTkNFEG0SGQoVRVJST1JfQ09ERV9JTkJPWF9GVUxMEHASGQoVRVJST1JfQ09ERV9BQ0tfRkFJTEVEEHESGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKtQDCglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEhgKE0NMT1NFX0NPREVfU0hVVERPV04QlCMSHQoYQ0xPU0VfQ09ERV9MT0dJTl9USU1FT1VUEJUjEiEKHENMT1NFX0NPREVfSEVBUlRCRUFUX1RJTUVPVVQQliMSGwoWQ0xPU0VfQ09ERV9TTE9XX1JFQURFUhCXIxIbChZDTE9TRV9DT0RFX1VOQVZBSUxBQkxFEJgjEhkKFENMT1NFX0NPREVfUk9PTV9GVUxMEJkjQhtaGXJvb21jYXN0L3Byb3RvL3Jvb21jYXN0cGJiBnByb3RvMw", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIuEECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCqPBAoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKtQDCglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEhgKE0NMT1NFX0NPREVfU0hVVERPV04QlCMSHQoYQ0xPU0VfQ09ERV9MT0dJTl9USU1FT1VUEJUjEiEKHENMT1NFX0NPREVfSEVBUlRCRUFUX1RJTUVPVVQQliMSGwoWQ0xPU0VfQ09ERV9TTE9XX1JFQURFUhCXIxIbChZDTE9TRV9DT0RFX1VOQVZBSUxBQkxFEJgjEhkKFENMT1NFX0NPREVfUk9PTV9GVUxMEJkjQhtaGXJvb21jYXN0L3Byb3RvL3Jvb21jYXN0cGJiBnByb3RvMw", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -127,6 +127,22 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: Ack;
     case: "ack";
+  } | {
+    /**
+     * client -> server: read or change the room queue
+     *
+     * @generated from field: roomcast.v1.RoomQueueRequest queue_request = 15;
+     */
+    value: RoomQueueRequest;
+    case: "queueRequest";
+  } | {
+    /**
+     * server -> client: answers a RoomQueueRequest
+     *
+     * @generated from field: roomcast.v1.RoomQueueReply queue_reply = 16;
+     */
+    value: RoomQueueReply;
+    case: "queueReply";
   } | { case: undefined; value?: undefined };
 };
 
@@ -610,6 +626,109 @@ export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
   messageDesc(file_client, 13);
 
 /**
+ * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
+ * queue"). A connection's queue requests are answered one at a time, in the order sent.
+ *
+ * @generated from message roomcast.v1.RoomQueueRequest
+ */
+export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
+  /**
+   * Chosen by the client, echoed in the RoomQueueReply.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: roomcast.v1.QueueOp op = 2;
+   */
+  op: QueueOp;
+
+  /**
+   * OFFER, REMOVE: the entry's key (required). POLL, PEEK: the entry's key, or empty for the head.
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+
+  /**
+   * OFFER: the value.
+   *
+   * @generated from field: bytes value = 4;
+   */
+  value: Uint8Array;
+
+  /**
+   * OFFER: fail with 114 (QUEUE_KEY_EXISTS) when the key is in the queue, instead of replacing
+   * its value (grab the mic: of several offers of one key, exactly one succeeds).
+   *
+   * @generated from field: bool if_absent = 5;
+   */
+  ifAbsent: boolean;
+
+  /**
+   * OFFER: take the entry out of the queue when this session ends.
+   *
+   * @generated from field: bool drop_on_leave = 6;
+   */
+  dropOnLeave: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomQueueRequest.
+ * Use `create(RoomQueueRequestSchema)` to create a new message.
+ */
+export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
+  messageDesc(file_client, 14);
+
+/**
+ * RoomQueueReply answers a RoomQueueRequest.
+ *
+ * @generated from message roomcast.v1.RoomQueueReply
+ */
+export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 0 on success, else an ErrorCode: 114-116 for the queue's own refusals, 100, 101, 103 for
+   * bad or forbidden requests, 503 when the queue service did not answer.
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * OFFER: the entry as stored. POLL, PEEK, REMOVE: the entry. LIST: every entry, head first.
+   * CLEAR: the entries taken out.
+   *
+   * @generated from field: repeated roomcast.v1.QueueEntry entries = 4;
+   */
+  entries: QueueEntry[];
+
+  /**
+   * The queue's version after the request (for LIST and PEEK: as read).
+   *
+   * @generated from field: uint64 version = 5;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomQueueReply.
+ * Use `create(RoomQueueReplySchema)` to create a new message.
+ */
+export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
+  messageDesc(file_client, 15);
+
+/**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
  * open. 1xx: the request was wrong and retrying it unchanged fails again; 5xx: the server could
  * not serve it now and a retry may succeed.
@@ -707,6 +826,28 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_ACK_FAILED = 113;
    */
   ACK_FAILED = 113,
+
+  /**
+   * Room queue: an offer with if_absent named a key the queue holds (someone else grabbed it),
+   * or a member offered a key another member owns.
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_KEY_EXISTS = 114;
+   */
+  QUEUE_KEY_EXISTS = 114,
+
+  /**
+   * Room queue: no entry with that key, or the queue is empty (poll, peek, remove).
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_NOT_FOUND = 115;
+   */
+  QUEUE_NOT_FOUND = 115,
+
+  /**
+   * Room queue: the queue holds as many entries as the room allows.
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_FULL = 116;
+   */
+  QUEUE_FULL = 116,
 
   /**
    * A bug on our side.
