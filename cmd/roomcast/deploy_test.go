@@ -26,7 +26,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"roomcast/internal/testkit"
-	"roomcast/room"
 )
 
 // The files of deploy/ agree with the binary: the NATS configs parse as the nats-server we
@@ -476,12 +475,17 @@ func TestReferenceDeployment(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	stream, err := js.Stream(context.Background(), "KV_"+room.BucketRooms)
-	if err != nil {
-		t.Fatal(err)
+	// Every bucket and stream of the deployment has the file's replication.
+	streams := js.ListStreams(context.Background())
+	n := 0
+	for info := range streams.Info() {
+		n++
+		if r := info.Config.Replicas; r != 3 {
+			t.Errorf("stream %s has %d replicas, want deploy/roomcast.yaml's kv-replicas 3", info.Config.Name, r)
+		}
 	}
-	if r := stream.CachedInfo().Config.Replicas; r != 3 {
-		t.Errorf("%s has %d replicas, want deploy/roomcast.yaml's kv-replicas 3", room.BucketRooms, r)
+	if streams.Err() != nil || n == 0 {
+		t.Errorf("listed %d streams: %v", n, streams.Err())
 	}
 	cancel()
 	for name, r := range map[string]role{"services": services, "chatlink": edge} {

@@ -33,6 +33,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&node.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
 	fs.DurationVar(&node.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
 	tune := bindChatLinkFlags(fs)
+	bindKVReplicasFlag(fs, &node.KVReplicas)
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
 	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
@@ -106,8 +107,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
 	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
-	var replicas int
-	bindKVReplicasFlag(fs, &replicas)
+	bindKVReplicasFlag(fs, &cfg.KVReplicas)
 	fs.Var((*urls)(&cfg.Dispatcher.TrustedProxies), "trusted-proxy", "address or CIDR of a proxy in front of --listen and --grpc-listen whose X-Forwarded-For / X-Real-IP name the client the dispatcher places (repeatable; default: none, the client is the connection's peer)")
 	presenceFlags := bindPresenceFlags(fs)
 	fs.Usage = func() {
@@ -126,7 +126,6 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "roomcast services:", err)
 		return 2
 	}
-	cfg.Room.KVReplicas, cfg.API.KVReplicas, cfg.CDN.KVReplicas, pusher.KVReplicas = replicas, replicas, replicas, replicas
 	if pusher.Pusher.Endpoint != "" {
 		pusher.Pusher.Window = cfg.CDN.Window
 		cfg.Pusher = &pusher

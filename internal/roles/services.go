@@ -61,6 +61,11 @@ type ServicesConfig struct {
 	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP endpoint: never where others
 	// can reach it. Zero value means none (the ops endpoint serves them anyway).
 	Pprof bool
+	// KVReplicas, when set, is the replication of every KV bucket and stream the components
+	// create or update (rooms, restrictions, member tags, history, the inbox, room queues,
+	// presence's lease ends, CDN state): it overrides each component's own KVReplicas. Zero value means each
+	// component's (1 unless set).
+	KVReplicas int
 	// OpsListen is the address of the private ops endpoint: /metrics, the admin /v1/nodes,
 	// /healthz, /readyz, /livez and /debug/pprof/. Zero value means none.
 	OpsListen string
@@ -116,6 +121,15 @@ func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.KVReplicas > 0 {
+		c.Room.KVReplicas, c.API.KVReplicas, c.CDN.KVReplicas, c.Queue.KVReplicas = c.KVReplicas, c.KVReplicas, c.KVReplicas, c.KVReplicas
+		c.Presence.KVReplicas = c.KVReplicas
+		if c.Pusher != nil {
+			pusher := *c.Pusher
+			pusher.KVReplicas = c.KVReplicas
+			c.Pusher = &pusher
+		}
 	}
 	c.Dispatcher.ReloadOnSIGHUP = c.Dispatcher.ReloadOnSIGHUP || c.Dispatcher.CityDB != "" || c.Dispatcher.ISPDB != ""
 	return c, nil
