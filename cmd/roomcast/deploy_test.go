@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -380,17 +381,79 @@ func startDeployNATS(t *testing.T) []string {
 			t.Fatalf("%s: not ready", file)
 		}
 	}
-	nc, err := nats.Connect(strings.Join(clients, ","))
-	if err != nil {
-		t.Fatal(err)
+	waitJetStream(t, clients)
+	return clients
+}
+
+// startDeployNATSProcesses runs deploy/nats/'s three files as they are written, in three
+// nats-server v2.15.2 processes (built from the module this one requires, as `go install
+// github.com/nats-io/nats-server/v2@v2.15.2` builds it), with only the addresses and the store
+// moved to free local ports and a temporary directory; it returns their client URLs once
+// JetStream answers.
+func startDeployNATSProcesses(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nats-server")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
+		t.Fatalf("building nats-server: %v\n%s", err, out)
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	testkit.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
-		_, err := js.AccountInfo(context.Background())
+	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.Contains(string(out), "v2.15.2") {
+		t.Fatalf("nats-server --version: %q %v", out, err)
+	}
+	files, _ := filepath.Glob("../../deploy/nats/nats-*.conf")
+	routes := make([]string, len(files))
+	clients := make([]string, len(files))
+	for i := range files {
+		routes[i], clients[i] = testkit.FreeAddr(t), testkit.FreeAddr(t)
+	}
+	for i, file := range files {
+		conf, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := strings.NewReplacer(
+			"listen: 0.0.0.0:4222", "listen: "+clients[i],
+			"listen: 0.0.0.0:6222", "listen: "+routes[i],
+			"http: 127.0.0.1:8222", "http: "+testkit.FreeAddr(t),
+			"store_dir: /var/lib/nats", "store_dir: "+strconv.Quote(filepath.Join(dir, fmt.Sprint(i))),
+			"nats-1.internal:6222", routes[0], "nats-2.internal:6222", routes[1], "nats-3.internal:6222", routes[2],
+		).Replace(string(conf))
+		path := filepath.Join(dir, filepath.Base(file))
+		if err := os.WriteFile(path, []byte(local), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-c", path)
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("%s:\n%s", file, out.String())
+			}
+		})
+		clients[i] = "nats://" + clients[i]
+	}
+	waitJetStream(t, clients)
+	return clients
+}
+
+// waitJetStream waits until the servers' JetStream answers: the cluster has elected its leader.
+func waitJetStream(t *testing.T, urls []string) {
+	t.Helper()
+	testkit.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		nc, err := nats.Connect(strings.Join(urls, ","))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		_, err = js.AccountInfo(context.Background())
 		return err
 	})
-	return clients
 }
 
 func mustAtoi(t *testing.T, s string) int {
@@ -406,10 +469,15 @@ func mustAtoi(t *testing.T, s string) int {
 // a 3-node JetStream cluster from deploy/nats/, the services and a ChatLink from
 // deploy/roomcast.yaml, with only this host's addresses and the secrets as flags; a room
 // created through the API; the probe through it. The buckets have the file's 3 replicas and
-// every role is ready.
+// every role is ready. With -short the NATS servers run in this process; without, as
+// nats-server processes.
 func TestReferenceDeployment(t *testing.T) {
 	t.Parallel()
-	natsURL := strings.Join(startDeployNATS(t), ",") // about 5s: the JetStream cluster elects its leader
+	startNATS := startDeployNATSProcesses
+	if testing.Short() {
+		startNATS = startDeployNATS
+	}
+	natsURL := strings.Join(startNATS(t), ",") // about 5s: the JetStream cluster elects its leader
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	config := "../../deploy/roomcast.yaml"
