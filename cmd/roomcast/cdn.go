@@ -14,7 +14,7 @@ import (
 	"roomcast/internal/roles"
 )
 
-// urls is a repeatable flag of URLs.
+// urls is a repeatable flag of strings: URLs, proxies.
 type urls []string
 
 func (u *urls) String() string     { return strings.Join(*u, ",") }

@@ -38,6 +38,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 	presenceFlags := bindPresenceFlags(flags)
+	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]

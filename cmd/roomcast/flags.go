@@ -179,6 +179,12 @@ func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
 	}
 }
 
+// bindTrustedProxyFlag binds --trusted-proxy, the proxies whose forwarding headers the
+// dispatcher believes.
+func bindTrustedProxyFlag(fs *flag.FlagSet, proxies *[]string) {
+	fs.Var((*urls)(proxies), "trusted-proxy", "address or CIDR of a proxy in front of --listen and --grpc-listen whose X-Forwarded-For / X-Real-IP name the client the dispatcher places (repeatable; default: none, the client is the connection's peer)")
+}
+
 // bindKVReplicasFlag binds --kv-replicas, the copies of the JetStream KV buckets and streams a
 // role creates.
 func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {

@@ -108,7 +108,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
 	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
 	bindKVReplicasFlag(fs, &cfg.KVReplicas)
-	fs.Var((*urls)(&cfg.Dispatcher.TrustedProxies), "trusted-proxy", "address or CIDR of a proxy in front of --listen and --grpc-listen whose X-Forwarded-For / X-Real-IP name the client the dispatcher places (repeatable; default: none, the client is the connection's peer)")
+	bindTrustedProxyFlag(fs, &cfg.Dispatcher.TrustedProxies)
 	presenceFlags := bindPresenceFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room, presence and room queue services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")

@@ -65,6 +65,9 @@ type Config struct {
 	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
 	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
 	CityDB, ISPDB string
+	// TrustedProxies are the proxies whose forwarding headers the dispatcher believes
+	// (dispatcher.Config.TrustedProxies). Zero value means none.
+	TrustedProxies []string
 	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
 	Home http.Handler
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
@@ -207,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
-		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
+		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, TrustedProxies: cfg.TrustedProxies},
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
