@@ -82,6 +82,11 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
+// bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
+func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
+	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+}
+
 // bindQueueFlags binds the room queue service's limits (roomqueue.Config).
 func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
 	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))

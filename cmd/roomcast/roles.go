@@ -93,6 +93,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	var cfg roles.ServicesConfig
 	bindNATSFlag(fs, &cfg.NATSURL)
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
+	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
 	bindInboxFlags(fs, &cfg.API.Inbox)

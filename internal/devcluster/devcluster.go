@@ -68,6 +68,11 @@ type Config struct {
 	// TrustedProxies are the proxies whose forwarding headers the dispatcher believes
 	// (dispatcher.Config.TrustedProxies). Zero value means none.
 	TrustedProxies []string
+	// RoomShare is the dispatcher's room affinity (dispatcher.Config.RoomShare). Zero value
+	// means the dispatcher's default.
+	RoomShare float64
+	// Dispatcher, when set, adjusts the dispatcher's configuration before it starts.
+	Dispatcher func(*dispatcher.Config)
 	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
 	Home http.Handler
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
@@ -203,6 +208,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
+	dcfg := dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, RoomShare: cfg.RoomShare, TrustedProxies: cfg.TrustedProxies}
+	if cfg.Dispatcher != nil {
+		cfg.Dispatcher(&dcfg)
+	}
 	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
@@ -210,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
-		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, TrustedProxies: cfg.TrustedProxies},
+		Dispatcher: dcfg,
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
