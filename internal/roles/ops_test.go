@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"roomcast/api"
+	"roomcast/cdnpusher"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
 )
@@ -55,6 +56,14 @@ func TestOpsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cl.Shutdown(context.Background()) }()
+	// A pusher whose storage is not there: its ops endpoint answers all the same.
+	pusherCfg := PusherConfig{NATSURL: ns.ClientURL(), OpsListen: "127.0.0.1:0"}
+	pusherCfg.Pusher.Pusher = cdnpusher.Config{Endpoint: "127.0.0.1:1", Bucket: "b"}
+	pusher, err := StartPusher(pusherCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pusher.Shutdown(context.Background()) }()
 
 	want := func(url string, code int, body string) {
 		t.Helper()
@@ -65,7 +74,7 @@ func TestOpsEndpoint(t *testing.T) {
 			return nil
 		})
 	}
-	ops := map[string]string{"services": "http://" + svc.OpsAddr(), "chatlink": "http://" + cl.OpsAddr()}
+	ops := map[string]string{"services": "http://" + svc.OpsAddr(), "chatlink": "http://" + cl.OpsAddr(), "cdnpusher": "http://" + pusher.OpsAddr()}
 	for _, url := range ops {
 		want(url+"/metrics", 200, "# HELP go_")
 		want(url+"/livez", 200, `"status":"ok"`)
