@@ -33,6 +33,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
 	bindInboxFlags(flags, &cfg.Inbox)
 	bindQueueFlags(flags, &cfg.Queue)
+	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
@@ -59,6 +60,11 @@ secret and API key are fixed and printed.
 	cfg.CORSOrigins = corsOrigins()
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 2
+	}
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev: --callbacks:", err)
 		return 2
 	}
 	if cfg.ChatLinks < 1 || cfg.ChatLinks > 64 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/chatlink"
 	"roomcast/inbox"
 	"roomcast/internal/bus"
@@ -194,4 +195,16 @@ func bindTrustedProxyFlag(fs *flag.FlagSet, proxies *[]string) {
 // role creates.
 func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {
 	fs.IntVar(replicas, "kv-replicas", 0, "copies of the JetStream KV buckets and streams this role creates or updates at start: 3 on a 3-node NATS cluster, at most the cluster's size; give every process the same (0: 1)")
+}
+
+// bindCallbacksFlag binds --callbacks, the file of the apps' login and send callbacks
+// (docs/callbacks.md); after parsing, the returned function loads it (nil without the flag).
+func bindCallbacksFlag(fs *flag.FlagSet) func() (map[string]callback.AppConfig, error) {
+	path := fs.String("callbacks", "", "JSON file of the apps' login and send callbacks: URLs, secret_file or secret_env, timeout, concurrency, breaker, fail-open or fail-closed (docs/callbacks.md; empty: none)")
+	return func() (map[string]callback.AppConfig, error) {
+		if *path == "" {
+			return nil, nil
+		}
+		return callback.LoadFile(*path)
+	}
 }

@@ -98,6 +98,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
 	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindQueueFlags(fs, &cfg.Queue)
+	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
@@ -125,6 +126,11 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	cfg.API.Keys = auth.APIKeys(keys)
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast services:", err)
+		return 2
+	}
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast services: --callbacks:", err)
 		return 2
 	}
 	if pusher.Pusher.Endpoint != "" {

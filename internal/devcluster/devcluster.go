@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/chatlink"
@@ -123,6 +124,9 @@ type Config struct {
 	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
 	// value means none; `roomcast dev` passes "self".
 	CORSOrigins []string
+	// Callbacks are the apps' login and send callbacks (roles.ServicesConfig.Callbacks). Zero
+	// value means none.
+	Callbacks callback.Config
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -222,6 +226,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Dispatcher: dcfg,
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
+		Callbacks:  cfg.Callbacks,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
 		PublicAdmin: true,
 		CDN:         cfg.CDN,

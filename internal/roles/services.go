@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/dispatcher"
@@ -55,6 +56,10 @@ type ServicesConfig struct {
 	Queue      roomqueue.Config
 	Dispatcher dispatcher.Config
 	API        api.Config
+	// Callbacks configures the apps' login and send callbacks (package callback), one client
+	// that every room instance of the process shares; its Log and Registerer are set here. Zero
+	// value means no app is called back.
+	Callbacks callback.Config
 	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
 	// with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
@@ -145,6 +150,8 @@ type Services struct {
 	CDN        *cdnmanager.Manager
 	// Pusher is the CDN pusher instance of ServicesConfig.Pusher, or nil.
 	Pusher *cdnpusher.Service
+	// Callbacks is the room instances' callback client, or nil without callbacks.
+	Callbacks *callback.Client
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
 
@@ -186,6 +193,14 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	}
 	if s.ops, err = listenOps(cfg.OpsListen); err != nil {
 		return nil, err
+	}
+	if len(cfg.Callbacks.Apps) > 0 {
+		ccfg := cfg.Callbacks
+		ccfg.Log, ccfg.Registerer = cfg.Log, cfg.Registry
+		ccfg.MaxBodyBytes, ccfg.MaxTypeBytes = room.MaxBodyBytes, room.MaxTypeBytes
+		if s.Callbacks, err = callback.New(ccfg); err != nil {
+			return nil, err
+		}
 	}
 	for i := range cfg.Instances {
 		r, err := s.startRoom(i)
@@ -329,7 +344,7 @@ func (s *Services) startRoom(i int) (*room.Service, error) {
 	if cfg.Bus, err = s.bus.connect("room " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Callbacks = s.cfg.Log, s.Callbacks
 	r, err := room.New(cfg)
 	if err != nil {
 		return nil, err
@@ -414,6 +429,11 @@ func (s *Services) Close() {
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()
+		}
+		if s.Callbacks != nil {
+			// Before the rooms: the calls it cuts short are answered (by the failure policy)
+			// while the rooms' connections are up.
+			s.Callbacks.Close()
 		}
 		for _, q := range s.Queues {
 			if q != nil {

@@ -167,7 +167,9 @@ type JoinRequest struct {
 	// asks (a node sets it on one join per room at a time). The room service then answers with
 	// the room's settings read from the store rather than from its cache, so that settings
 	// changed just before the room's first member arrives on a node are not missed.
-	FirstOnNode   bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
+	FirstOnNode bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
+	// The device the client named in its Login (at most 32 bytes), for the app's login callback.
+	Device        string `protobuf:"bytes,8,opt,name=device,proto3" json:"device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +251,13 @@ func (x *JoinRequest) GetFirstOnNode() bool {
 		return x.FirstOnNode
 	}
 	return false
+}
+
+func (x *JoinRequest) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
 }
 
 // SendRequest: a message to a room, from a member (through its ChatLink) or from the server API
@@ -2193,7 +2202,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xb0\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xc8\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2202,7 +2211,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04tags\x18\x06 \x03(\tR\x04tags\x12\"\n" +
-	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\"\xef\x01\n" +
+	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\x12\x16\n" +
+	"\x06device\x18\b \x01(\tR\x06device\"\xef\x01\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
