@@ -39,6 +39,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := flags.Bool("v", false, "log at debug level")
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
+	presenceFlags := bindPresenceFlags(flags)
+	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
@@ -56,6 +58,10 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
+	if err := presenceFlags(&cfg.Presence); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 2
+	}
 	var err error
 	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev: --callbacks:", err)

@@ -66,6 +66,9 @@ type Config struct {
 	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
 	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
 	CityDB, ISPDB string
+	// TrustedProxies are the proxies whose forwarding headers the dispatcher believes
+	// (dispatcher.Config.TrustedProxies). Zero value means none.
+	TrustedProxies []string
 	// RoomShare is the dispatcher's room affinity (dispatcher.Config.RoomShare). Zero value
 	// means the dispatcher's default.
 	RoomShare float64
@@ -212,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
-	dcfg := dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, RoomShare: cfg.RoomShare}
+	dcfg := dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, RoomShare: cfg.RoomShare, TrustedProxies: cfg.TrustedProxies}
 	if cfg.Dispatcher != nil {
 		cfg.Dispatcher(&dcfg)
 	}
@@ -227,9 +230,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
 		Callbacks:  cfg.Callbacks,
-		CDN:        cfg.CDN,
-		Pusher:     pusher,
-		CDNOrigin:  c.S3.Origin(),
+		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
+		PublicAdmin: true,
+		CDN:         cfg.CDN,
+		Pusher:      pusher,
+		CDNOrigin:   c.S3.Origin(),
 		Routes: func(mux *http.ServeMux) {
 			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {

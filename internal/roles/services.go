@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -35,8 +36,8 @@ type ServicesConfig struct {
 	// NATSOptions add to the options of every NATS connection (bus.Connect); the dev assembly
 	// passes nats.InProcessServer. Zero value means none.
 	NATSOptions []nats.Option
-	// Listen is the address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics.
-	// Zero value means 127.0.0.1:0.
+	// Listen is the address of the public HTTP endpoint: dispatch, the server API, /healthz
+	// (and with PublicAdmin /metrics and /v1/nodes). Zero value means 127.0.0.1:0.
 	Listen string
 	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
 	// and the dispatcher. Zero value means 127.0.0.1:0.
@@ -63,8 +64,20 @@ type ServicesConfig struct {
 	// with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
 	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP endpoint: never where others
-	// can reach it. Zero value means none.
+	// can reach it. Zero value means none (the ops endpoint serves them anyway).
 	Pprof bool
+	// KVReplicas, when set, is the replication of every KV bucket and stream the components
+	// create or update (rooms, restrictions, member tags, history, the inbox, room queues,
+	// presence's lease ends, CDN state): it overrides each component's own KVReplicas. Zero value means each
+	// component's (1 unless set).
+	KVReplicas int
+	// OpsListen is the address of the private ops endpoint: /metrics, the admin /v1/nodes,
+	// /healthz, /readyz, /livez and /debug/pprof/. Zero value means none.
+	OpsListen string
+	// PublicAdmin serves /metrics and the admin /v1/nodes on the public HTTP endpoint too, as
+	// before the ops endpoint existed (the dev assembly, a local tool, sets it). Zero value
+	// means only the ops endpoint serves them.
+	PublicAdmin bool
 	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
 	// demo page and tokens).
 	Routes func(*http.ServeMux)
@@ -114,6 +127,15 @@ func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.KVReplicas > 0 {
+		c.Room.KVReplicas, c.API.KVReplicas, c.CDN.KVReplicas, c.Queue.KVReplicas = c.KVReplicas, c.KVReplicas, c.KVReplicas, c.KVReplicas
+		c.Presence.KVReplicas = c.KVReplicas
+		if c.Pusher != nil {
+			pusher := *c.Pusher
+			pusher.KVReplicas = c.KVReplicas
+			c.Pusher = &pusher
+		}
+	}
 	c.Dispatcher.ReloadOnSIGHUP = c.Dispatcher.ReloadOnSIGHUP || c.Dispatcher.CityDB != "" || c.Dispatcher.ISPDB != ""
 	return c, nil
 }
@@ -137,6 +159,7 @@ type Services struct {
 	bus       *busConns
 	httpLn    net.Listener
 	grpcLn    net.Listener
+	ops       *opsEndpoint
 	http      *httpServer
 	grpc      *grpcServer
 	closeOnce sync.Once
@@ -167,6 +190,9 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 		return nil, listenError("gRPC", cfg.GRPCListen, err)
+	}
+	if s.ops, err = listenOps(cfg.OpsListen); err != nil {
+		return nil, err
 	}
 	if len(cfg.Callbacks.Apps) > 0 {
 		ccfg := cfg.Callbacks
@@ -243,7 +269,8 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	s.Dispatcher.RegisterGRPC(grpcSrv)
 	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
 	cors := newCORSPolicy(cfg.CORSOrigins, selfOrigins(s.scheme(), s.httpLn.Addr()), append([]string{"/v1/dispatch"}, cfg.CORSPaths...))
-	s.http = serveHTTP(s.httpLn, cors.wrap(s.routes()), tlsCfg, cfg.Log)
+	s.http = serveHTTP(s.httpLn, cors.wrap(jsonErrors(s.routes())), tlsCfg, cfg.Log)
+	s.ops.serve(s.opsRoutes(), cfg.Log)
 	return s, nil
 }
 
@@ -255,11 +282,19 @@ func (s *Services) scheme() string {
 	return "http"
 }
 
-// routes is the HTTP endpoint's one route list.
+// routes is the public HTTP endpoint's one route list.
 func (s *Services) routes() *http.ServeMux {
-	mux := newMux(s.Registry, s.health, s.cfg.Pprof)
+	mux := http.NewServeMux()
+	// A load balancer's health check stays on the public endpoint.
+	mux.Handle("GET /healthz", healthHandler(s.health))
+	if s.cfg.PublicAdmin {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
+	}
+	if s.cfg.Pprof {
+		addProfiles(mux)
+	}
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
-	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
 	s.API.Register(mux)
 	if s.cfg.CDNOrigin != nil {
 		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
@@ -269,6 +304,16 @@ func (s *Services) routes() *http.ServeMux {
 	}
 	return mux
 }
+
+// opsRoutes is the ops endpoint's route list: the admin routes and every role's.
+func (s *Services) opsRoutes() *http.ServeMux {
+	mux := newMux(s.Registry, s.health, s.bus.connected, true)
+	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
+	return mux
+}
+
+// OpsAddr returns the host:port of the ops endpoint, or "" without one.
+func (s *Services) OpsAddr() string { return s.ops.addr() }
 
 // health makes the services unavailable while a NATS connection is down or no ChatLink is
 // known: a client sent here would find no node.
@@ -365,6 +410,7 @@ func (s *Services) Close() {
 		} else if s.httpLn != nil {
 			_ = s.httpLn.Close()
 		}
+		s.ops.stop()
 		if s.grpc != nil {
 			s.grpc.stop()
 		} else if s.grpcLn != nil {
