@@ -1,7 +1,13 @@
 package chatlink
 
 import (
+	"context"
+	"log/slog"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/internal/prom"
 
 	pb "roomcast/proto/roomcastpb"
 )
@@ -33,6 +39,7 @@ type metrics struct {
 	drops              [4][dropReasons]prometheus.Counter
 	criticalOverBudget prometheus.Counter
 	logins             *prometheus.CounterVec // by result
+	loginSeconds       prometheus.Histogram
 	closes             *prometheus.CounterVec // by close code name
 	sendErrors         *prometheus.CounterVec // by error code name
 	flowStrength       prometheus.Gauge
@@ -80,6 +87,10 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_logins_total", Help: "Login attempts, by result.",
 		}, []string{"result"}),
+		loginSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "roomcast_chatlink_login_seconds", Help: "Time from a login frame to its answer (the ack, or the close that refuses it), the room service's admission included.",
+			Buckets: prom.LatencyBuckets,
+		}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_closes_total", Help: "Connections closed by the server, by close code.",
 		}, []string{"code"}),
@@ -111,7 +122,22 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.closes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
+			m.logins, m.loginSeconds, m.closes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m
+}
+
+// countLogin counts a login's result and its time since start (zero: not timed); a refused
+// one gets an audit record with the close code and reason the client is told.
+func (n *Node) countLogin(c *conn, start time.Time, result string, code pb.CloseCode, reason string) {
+	n.m.logins.WithLabelValues(result).Inc()
+	if !start.IsZero() {
+		n.m.loginSeconds.Observe(time.Since(start).Seconds())
+	}
+	if result == "ok" {
+		return
+	}
+	n.audit.LogAttrs(context.Background(), slog.LevelWarn, "login refused",
+		slog.String("result", result), slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", c.uid),
+		slog.String("close_code", code.String()), slog.String("reason", reason))
 }

@@ -33,6 +33,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
@@ -85,6 +86,9 @@ type Config struct {
 	// Callbacks asks the apps' backends about the logins and the members' sends the service
 	// admitted (callbacks.go); several instances may share one. Zero value means none.
 	Callbacks *callback.Client
+	// Registerer receives the service's metrics (roomcast_room_*); instances in one process
+	// share them. Zero value means they are kept but not exported.
+	Registerer prometheus.Registerer
 }
 
 // Service is one instance of the room service.
@@ -99,6 +103,7 @@ type Service struct {
 	hist  *history
 	cdn   *cdnRoutes
 	exprs *tag.Cache // tag expressions checked, compiled once
+	m     *metrics
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the expiry loop
@@ -141,7 +146,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), stop: make(chan struct{})}, nil
+	return &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), m: newMetrics(cfg.Registerer), stop: make(chan struct{})}, nil
 }
 
 // Start opens the KV buckets, loads them, and subscribes the service to its subjects.
@@ -249,25 +254,26 @@ func (s *Service) admit(req *pb.JoinRequest, meta *pb.Room, now time.Time) *pb.R
 const storeReadTimeout = 2 * time.Second
 
 func (s *Service) onJoin(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opJoin, start, rep)
 		return
 	}
 	meta := s.cache.room(req.App, req.Room)
 	if rep := s.admit(&req, meta, s.cfg.Now()); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opJoin, start, rep)
 		return
 	}
-	if s.loginCallback(msg, &req, meta) { // the app's backend decides, and callbacks.go answers
+	if s.loginCallback(msg, start, &req, meta) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.answerJoin(msg, &req, meta, nil)
+	s.answerJoin(msg, start, &req, meta, nil)
 }
 
 // answerJoin answers an admitted login with what its ChatLink needs; tags, when not nil, are
 // the member's (from the app's login callback).
-func (s *Service) answerJoin(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
+func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
 	if req.FirstOnNode {
@@ -286,7 +292,7 @@ func (s *Service) answerJoin(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room, 
 		}
 		cancel()
 	}
-	bus.Respond(s.log, msg, &pb.Reply{
+	s.respond(msg, opJoin, start, &pb.Reply{
 		Settings:   settings,
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
@@ -368,42 +374,45 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 }
 
 func (s *Service) onSend(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opSend, start, rep)
 		return
 	}
-	if s.sendCallback(msg, &req) { // the app's backend decides, and callbacks.go answers
+	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	bus.Respond(s.log, msg, s.send([]*pb.SendRequest{&req}))
+	s.respond(msg, opSend, start, s.send([]*pb.SendRequest{&req}))
 }
 
 // MaxBatch bounds the messages of one batch send.
 const MaxBatch = 100
 
 func (s *Service) onSendBatch(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.SendBatchRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opSend, start, rep)
 		return
 	}
 	if n := len(req.Sends); n == 0 || n > MaxBatch {
-		bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
+		s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
 		return
 	}
 	for _, r := range req.Sends[1:] {
 		if r.App != req.Sends[0].App || r.Room != req.Sends[0].Room {
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
+			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
 			return
 		}
 	}
-	bus.Respond(s.log, msg, s.send(req.Sends))
+	s.respond(msg, opSend, start, s.send(req.Sends))
 }
 
 // send checks, stamps and broadcasts messages to one room: all of them, as one room batch, or
 // none. It returns the reply.
 func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
+	s.m.batch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
 		rep := ValidateSend(req, s.exprs)
@@ -450,6 +459,7 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
 	}
 	rep := &pb.Reply{ServerTimeMs: now.UnixMilli()}
+	s.m.messages.Add(float64(len(batch.Messages)))
 	for _, m := range batch.Messages {
 		s.hist.record(app, m)
 		rep.MessageIds = append(rep.MessageIds, m.Id)
