@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"roomcast/internal/bus"
 	"roomcast/internal/prom"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -29,6 +30,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec   // by transport, method and code
 	latency  *prometheus.HistogramVec // by transport and method
+	bus      *prometheus.HistogramVec // by subject
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,7 +44,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to answer a server API call, by transport and method.",
 			Buckets: prom.LatencyBuckets,
 		}, []string{"transport", "method"})),
+		bus: prom.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "roomcast_api_bus_request_seconds",
+			Help:    "Round trips of the API's requests over NATS to the services and the ChatLinks, by subject (rc.node.* as node).",
+			Buckets: prom.LatencyBuckets,
+		}, []string{"subject"})),
 	}
+}
+
+// observeBus times a request over NATS to subject that started at start.
+func (m *metrics) observeBus(subject string, start time.Time) {
+	if strings.HasPrefix(subject, bus.NodeSubject("")) {
+		subject = "node"
+	}
+	m.bus.WithLabelValues(subject).Observe(time.Since(start).Seconds())
 }
 
 // observedWriter is the response writer of an HTTP call being observed: writeError and

@@ -223,7 +223,7 @@ func (c *conn) login(l *pb.Login) {
 	fresh := n.rooms.claimFresh(c.app, c.room)
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	var rep pb.Reply
-	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
+	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
 		FirstOnNode: fresh, Device: c.device,
 	}, &rep)
@@ -354,7 +354,7 @@ func (c *conn) forward(s *pb.Send) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep pb.Reply
-	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
+	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
 		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
 	}, &rep)

@@ -185,7 +185,10 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 		{svc.OpsAddr(), "roomcast_room_send_batch_messages", nil},
 		{svc.OpsAddr(), "roomcast_presence_events_total", []string{"kind", "login"}},
 		{svc.OpsAddr(), "roomcast_presence_sessions", nil},
+		{svc.OpsAddr(), "roomcast_api_bus_request_seconds", []string{"subject", "rc.svc.room.history"}},
 		{cl.OpsAddr(), "roomcast_chatlink_login_seconds", nil},
+		{cl.OpsAddr(), "roomcast_chatlink_bus_request_seconds", []string{"op", "join"}},
+		{cl.OpsAddr(), "roomcast_chatlink_bus_request_seconds", []string{"op", "send"}},
 		{cl.OpsAddr(), "roomcast_chatlink_logins_total", []string{"result", "bad_token"}},
 	}
 	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
