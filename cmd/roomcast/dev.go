@@ -30,6 +30,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
+	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")

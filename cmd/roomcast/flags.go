@@ -10,6 +10,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
+	"roomcast/room"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -59,6 +60,13 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
 func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
+}
+
+// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow and
+// BulkPerSecond) that `roomcast services` and `roomcast dev` share.
+func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond *int) {
+	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
+	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -94,6 +94,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
+	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)

@@ -100,6 +100,11 @@ type Config struct {
 	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
 	// means the room service's default (100).
 	HistoryPerRoom int
+	// RoomBatchWindow and RoomBulkPerSecond are the room service's batch window and default
+	// bulk cap (room.Config.BatchWindow, BulkPerSecond). Zero values mean the room service's
+	// defaults.
+	RoomBatchWindow   time.Duration
+	RoomBulkPerSecond int
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -194,8 +199,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.Services, err = roles.StartServices(roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
-		Instances:  cfg.ServiceInstances,
-		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom},
+		Instances: cfg.ServiceInstances,
+		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom,
+			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
 		Presence:   presenceCfg,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
 		API:        api.Config{Keys: cfg.APIKeys},

@@ -154,7 +154,11 @@ type RoomSettings struct {
 	// For senders that broadcast_expr does not allow: their messages reach only the members that
 	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
 	// tag expression. Empty: such senders are refused.
-	ScopePrefix   string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	ScopePrefix string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	// Bulk messages the room passes to the bus per second at most, over all its senders; past it
+	// they are sampled out before the bus and counted (roomcast_room_bulk_sampled_out_total). 0:
+	// the room service's default (200, --room-bulk-per-second); -1: no cap.
+	BulkPerSecond int32 `protobuf:"varint,11,opt,name=bulk_per_second,json=bulkPerSecond,proto3" json:"bulk_per_second,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +254,13 @@ func (x *RoomSettings) GetScopePrefix() string {
 		return x.ScopePrefix
 	}
 	return ""
+}
+
+func (x *RoomSettings) GetBulkPerSecond() int32 {
+	if x != nil {
+		return x.BulkPerSecond
+	}
+	return 0
 }
 
 // Room is a created room's record, as kept in JetStream KV.
@@ -2687,7 +2698,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\xee\x02\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\x96\x03\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -2700,7 +2711,8 @@ const file_api_proto_rawDesc = "" +
 	"\tsend_expr\x18\b \x01(\tR\bsendExpr\x12%\n" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
-	" \x01(\tR\vscopePrefixJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
+	" \x01(\tR\vscopePrefix\x12&\n" +
+	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecondJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
