@@ -38,8 +38,8 @@ type batcher struct {
 type pending struct {
 	flushing sync.Mutex // held while a window is numbered and published: keeps the room's windows in order
 	msgs     []*pb.Message
-	senders  []string // the sessions that sent msgs, "" for the app server
-	armed    bool     // a timer will flush this room; caller holds batcher.mu
+	senders  []string    // the sessions that sent msgs, "" for the app server
+	timer    *time.Timer // when not nil, it will flush this room; caller holds batcher.mu
 }
 
 func newBatcher(s *Service, window time.Duration) *batcher {
@@ -62,10 +62,9 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch) {
 	}
 	p.msgs = append(p.msgs, batch.Messages...)
 	p.senders = append(p.senders, batch.SenderSessions...)
-	if !p.armed {
-		p.armed = true
+	if p.timer == nil {
 		b.wg.Add(1)
-		time.AfterFunc(b.window, func() {
+		p.timer = time.AfterFunc(b.window, func() {
 			defer b.wg.Done()
 			b.flush(k, p)
 		})
@@ -73,31 +72,43 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch) {
 	b.mu.Unlock()
 }
 
-// flush sends what room k gathered. Only one timer of a room is armed at a time, so at most one
-// flush waits for another.
+// flush sends what room k gathered. A room has one timer at a time, so at most one flush waits
+// for another.
 func (b *batcher) flush(k roomKey, p *pending) {
 	p.flushing.Lock()
 	defer p.flushing.Unlock()
 	b.mu.Lock()
 	batch := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}
-	p.msgs, p.senders, p.armed = nil, nil, false
+	p.msgs, p.senders, p.timer = nil, nil, nil
 	b.mu.Unlock()
 
 	b.s.broadcast(k.app, k.room, batch)
 
 	b.mu.Lock()
-	if !p.armed && len(p.msgs) == 0 && b.rooms[k] == p {
+	if p.timer == nil && len(p.msgs) == 0 && b.rooms[k] == p {
 		delete(b.rooms, k)
 	}
 	b.mu.Unlock()
 }
 
-// close sends what is pending (waiting at most one window) and makes later adds send at once.
-// It may be called more than once.
+// close sends what is pending at once and makes later adds send at once. It may be called more
+// than once.
 func (b *batcher) close() {
 	b.mu.Lock()
 	b.closed = true
+	var early []func()
+	for k, p := range b.rooms {
+		if p.timer != nil && p.timer.Stop() {
+			early = append(early, func() {
+				defer b.wg.Done()
+				b.flush(k, p)
+			})
+		}
+	}
 	b.mu.Unlock()
+	for _, f := range early {
+		f()
+	}
 	b.wg.Wait()
 }
 

@@ -204,6 +204,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
 	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
 		FlushTickMS: uint32(cfg.Tick.Milliseconds()), NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1,
+		BulkPerSecond: -1,
 	})
 	if err != nil {
 		return res, err
