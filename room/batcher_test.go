@@ -279,7 +279,7 @@ func TestBulkCapRefills(t *testing.T) {
 	} {
 		now = now.Add(step.after)
 		msgs, senders := bulk(step.send)
-		kept, _, out := c.keep(k, 100, now, msgs, senders)
+		kept, _, out := c.keep(k, 100, nil, now, msgs, senders)
 		if len(kept) != step.kept || out != step.send-step.kept {
 			t.Errorf("%s: kept %d, sampled out %d; want %d, %d", step.description, len(kept), out, step.kept, step.send-step.kept)
 		}

@@ -13,8 +13,9 @@ import (
 const DefaultBulkPerSecond = 200
 
 // bulkCap thins each room's bulk lane before the bus: a room passes at most its rate of bulk
-// messages a second (bursts of up to one second's worth), and the rest are sampled out, counted
-// and never published. Critical and normal messages are never capped here. The cap is per
+// messages a second to its nodes (bursts of up to one second's worth), and the rest are sampled
+// out, counted and never published. Critical and normal messages are never capped here, nor
+// bulk messages on their way to a CDN pusher, which samples its segments itself. The cap is per
 // instance: with n instances sharing a room's senders, the room passes up to n times the rate.
 type bulkCap struct {
 	mu    sync.Mutex // guards rooms
@@ -30,9 +31,10 @@ type tokens struct {
 func newBulkCap() *bulkCap { return &bulkCap{rooms: make(map[roomKey]*tokens)} }
 
 // keep decides which of a room's bulk messages go on, at rate a second (rate <= 0: all of
-// them). It returns msgs without the sampled out ones (in place, order kept) and how many those
-// were.
-func (c *bulkCap) keep(k roomKey, rate int, now time.Time, msgs []*pb.Message, senders []string) ([]*pb.Message, []string, int) {
+// them); those that route sends to a CDN pusher are not counted here (the pusher samples
+// its own). It returns msgs without the sampled out ones (in place, order kept) and how many
+// those were.
+func (c *bulkCap) keep(k roomKey, rate int, route *pb.CdnRoute, now time.Time, msgs []*pb.Message, senders []string) ([]*pb.Message, []string, int) {
 	if rate <= 0 {
 		return msgs, senders, 0
 	}
@@ -47,7 +49,7 @@ func (c *bulkCap) keep(k roomKey, rate int, now time.Time, msgs []*pb.Message, s
 	t.at = now
 	n := 0
 	for i, m := range msgs {
-		if m.Lane == pb.Lane_LANE_BULK {
+		if m.Lane == pb.Lane_LANE_BULK && !toPusher(route, m) {
 			if t.level < 1 {
 				continue
 			}

@@ -422,7 +422,7 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	s.metrics.accepted.Add(float64(len(batch.Messages)))
 	var sampled int
 	rate := s.bulkRate(s.cache.room(app, room).GetSettings())
-	batch.Messages, batch.SenderSessions, sampled = s.bulk.keep(roomKey{app, room}, rate, now, batch.Messages, batch.SenderSessions)
+	batch.Messages, batch.SenderSessions, sampled = s.bulk.keep(roomKey{app, room}, rate, s.cdn.get(app, room), now, batch.Messages, batch.SenderSessions)
 	s.metrics.bulkSampled.Add(float64(sampled))
 	switch {
 	case len(batch.Messages) == 0:

@@ -155,9 +155,10 @@ type RoomSettings struct {
 	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
 	// tag expression. Empty: such senders are refused.
 	ScopePrefix string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
-	// Bulk messages the room passes to the bus per second at most, over all its senders; past it
-	// they are sampled out before the bus and counted (roomcast_room_bulk_sampled_out_total). 0:
-	// the room service's default (200, --room-bulk-per-second); -1: no cap.
+	// Bulk messages the room passes to its nodes per second at most, over all its senders; past
+	// it they are sampled out before the bus and counted (roomcast_room_bulk_sampled_out_total).
+	// Bulk messages a room in CDN mode sends to its pusher are not capped here. 0: the room
+	// service's default (200, --room-bulk-per-second); -1: no cap.
 	BulkPerSecond int32 `protobuf:"varint,11,opt,name=bulk_per_second,json=bulkPerSecond,proto3" json:"bulk_per_second,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
