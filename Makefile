@@ -38,7 +38,8 @@ FUZZ_TARGETS := \
 	./dispatcher:FuzzClientAddr \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
-	./internal/loadgen:FuzzParseMetrics
+	./internal/loadgen:FuzzParseMetrics \
+	./roomqueue:FuzzQueueChange
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.

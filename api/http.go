@@ -63,6 +63,14 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
+		handle("GET", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ListQueue),
+		handle("POST", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.OfferQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ClearQueue),
+		handle("GET", "/v1/rooms/{room}/queue/head", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PeekQueue),
+		handle("POST", "/v1/rooms/{room}/queue/poll", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PollQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue/{key}", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.RemoveQueueEntry),
 	}
 }
 
@@ -76,7 +84,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid"}
+	pathParams := []string{"room", "uid", "key"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,
@@ -136,12 +144,20 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 	}
 }
 
-// setQuery fills string and integer fields from the query parameters of the same name.
+// setQuery fills string and integer fields from the query parameters of the same name; a
+// repeated string field takes every value of its parameter, in order.
 func setQuery(m protoreflect.Message, r *http.Request) error {
 	for name, vals := range r.URL.Query() {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
-		if fd == nil || fd.IsList() || fd.IsMap() {
+		if fd == nil || fd.IsMap() || (fd.IsList() && fd.Kind() != protoreflect.StringKind) {
 			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
+		}
+		if fd.IsList() {
+			list := m.Mutable(fd).List()
+			for _, v := range vals {
+				list.Append(protoreflect.ValueOfString(v))
+			}
+			continue
 		}
 		v := vals[len(vals)-1]
 		switch fd.Kind() {

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/base64"
-	"slices"
 	"strings"
 
 	"roomcast/internal/auth"
@@ -33,7 +32,8 @@ func parsePageToken(tok string) (node, after string, err error) {
 }
 
 // ListMembers implements RoomcastAPI. It walks the nodes that hold the room in name order and
-// asks each for a page of its members in session id order; the page token says where to go on.
+// asks each for a page of its members (with the tag, and satisfying the tag expression, when
+// given) in session id order; the page token says where to go on.
 func (a *API) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.ListMembersResponse, error) {
 	app := appOf(ctx)
 	size := int(req.PageSize)
@@ -45,6 +45,11 @@ func (a *API) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.
 	case len(req.Tag) > 128:
 		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag is longer than 128 bytes")
 	}
+	if req.TagExpr != "" {
+		if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
+			return nil, err
+		}
+	}
 	fromNode, after, err := parsePageToken(req.PageToken)
 	if err != nil {
 		return nil, err
@@ -53,13 +58,7 @@ func (a *API) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]string, 0, len(info.Nodes))
-	for n := range info.Nodes {
-		if n >= fromNode {
-			nodes = append(nodes, n)
-		}
-	}
-	slices.Sort(nodes)
+	nodes := roomNodes(info, fromNode)
 	out := &pb.ListMembersResponse{Members: []*pb.RoomMember{}}
 	for i, node := range nodes {
 		from := ""
@@ -68,7 +67,7 @@ func (a *API) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.
 		}
 		var rep pb.NodeControlReply
 		if err := a.ask(ctx, bus.NodeSubject(node), &pb.NodeControl{
-			Op: pb.NodeControl_OP_MEMBERS, App: app, Room: req.Room, Tag: req.Tag, After: from, Limit: int32(size - len(out.Members)),
+			Op: pb.NodeControl_OP_MEMBERS, App: app, Room: req.Room, Tag: req.Tag, TagExpr: req.TagExpr, After: from, Limit: int32(size - len(out.Members)),
 		}, &rep); err != nil {
 			return nil, err
 		}

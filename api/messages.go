@@ -105,18 +105,28 @@ func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := a.sessionsOf(ctx, app, req.Uids...)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	m := &pb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
-	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_DELIVER, App: app, Message: m})
-	if err != nil {
-		return nil, err
+	out := &pb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Offline: []string{}}
+	uids := req.Uids
+	if req.AtLeastOnce {
+		// Stored before the sessions are looked up: a login after the store reads it, a session
+		// found gets it live, so no user falls between the two (users.go).
+		if uids, err = a.storeForUsers(ctx, app, req, m, out); err != nil {
+			return nil, err
+		}
 	}
-	out := &pb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Sessions: n, Offline: []string{}}
-	for _, uid := range req.Uids {
+	sessions, err := a.sessionsOf(ctx, app, uids...)
+	if err == nil {
+		out.Sessions, err = a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_DELIVER, App: app, Message: m})
+	}
+	switch {
+	case err != nil && !req.AtLeastOnce:
+		return nil, err
+	case err != nil:
+		a.log.Warn("at-least-once message stored but not delivered live: the sessions get it at their next login", "id", m.Id, "err", err)
+	}
+	for _, uid := range uids {
 		if !slices.ContainsFunc(sessions, func(s *pb.SessionEvent) bool { return s.Uid == uid }) && !slices.Contains(out.Offline, uid) {
 			out.Offline = append(out.Offline, uid)
 		}

@@ -8,20 +8,26 @@ import (
 
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/room"
 )
 
-// Moderation: kick a user's sessions, mute a room, mute or ban a member of a room.
+// Moderation: kick a user's sessions, or a room's members by tag expression; mute a room, or its
+// members by tag expression; mute or ban a member of a room.
 
 // Kick implements RoomcastAPI.
 func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
 	app := appOf(ctx)
+	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+	}
+	if req.TagExpr != "" {
+		return a.kickByTags(ctx, req)
+	}
 	switch {
 	case !auth.ValidName(req.Uid):
 		return nil, badName("uid", req.Uid)
 	case req.Room != "" && !auth.ValidName(req.Room):
 		return nil, badName("room", req.Room)
-	case len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason):
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
 	}
 	sessions, err := a.sessionsOf(ctx, app, req.Uid)
 	if err != nil {
@@ -40,10 +46,51 @@ func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, 
 	return &pb.KickResponse{Kicked: n}, nil
 }
 
+// kickByTags closes every session in a room whose member's tags satisfy req.TagExpr: each node
+// holding the room, as the room service knows them from their reports, closes its own and says
+// how many. Then every node is told, for a node that took its first member of the room since its
+// last report: what it closes is not counted. A node that fails fails the call; the others may
+// have kicked already, so a retry is safe (it finds fewer).
+func (a *API) kickByTags(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
+	app := appOf(ctx)
+	switch {
+	case req.Room == "":
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr needs room")
+	case req.Uid != "" || req.SessionId != "":
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr names no uid or session_id (POST /v1/rooms/{room}/kick)")
+	}
+	if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
+		return nil, err
+	}
+	_, info, err := a.existing(ctx, app, req.Room)
+	if err != nil {
+		return nil, err
+	}
+	kick := &pb.NodeControl{Op: pb.NodeControl_OP_KICK_EXPR, App: app, Room: req.Room, TagExpr: req.TagExpr, Reason: req.Reason}
+	reps, err := a.askNodes(ctx, roomNodes(info, ""), kick)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.broadcast(kick); err != nil {
+		return nil, err
+	}
+	out := &pb.KickResponse{}
+	for _, rep := range reps {
+		out.Kicked += rep.Affected
+	}
+	return out, nil
+}
+
 // MuteRoom implements RoomcastAPI.
 func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
+	}
+	if req.TagExpr != "" {
+		return a.muteByTags(ctx, req)
+	}
+	if req.DurationMs != 0 {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms is for a mute by tag_expr; a room mute holds until lifted")
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
@@ -52,6 +99,40 @@ func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, 
 		return nil
 	})
 	return r, a.storeError("mute room", req.Room, err)
+}
+
+// muteByTags adds to a room's tag mutes (or, muted false, lifts one): the room service then
+// refuses sends from members whose tags satisfy the expression. Muting an expression again sets
+// its time anew; lifting one the room does not hold changes nothing. Mutes past their time are
+// dropped at each change.
+func (a *API) muteByTags(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
+	if req.DurationMs < 0 {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	}
+	if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
+		now := time.Now()
+		r.TagMutes = slices.DeleteFunc(r.TagMutes, func(m *pb.TagMute) bool {
+			return m.TagExpr == req.TagExpr || !room.TagMuteHolds(m, now)
+		})
+		if req.Muted {
+			if len(r.TagMutes) >= room.MaxTagMutes {
+				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "room %q holds %d tag mutes, the limit: lift one first", req.Room, len(r.TagMutes))
+			}
+			m := &pb.TagMute{TagExpr: req.TagExpr, CreatedMs: now.UnixMilli()}
+			if req.DurationMs > 0 {
+				m.UntilMs = now.UnixMilli() + req.DurationMs
+			}
+			r.TagMutes = append(r.TagMutes, m)
+		}
+		r.UpdatedMs = now.UnixMilli()
+		return nil
+	})
+	return r, a.storeError("mute room by tags", req.Room, err)
 }
 
 // restrict checks a mute or ban request and writes it.

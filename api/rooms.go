@@ -57,7 +57,7 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
 	}
-	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr} {
+	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
 		if src == "" {
 			continue
 		}
@@ -130,6 +130,7 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 		reopened = old.Status == pb.RoomStatus_ROOM_STATUS_CLOSED
 		if reopened {
 			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, pb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
+			old.TagMutes = nil
 		}
 		return nil
 	})

@@ -40,6 +40,9 @@ func TestRegister(t *testing.T) {
 		"POST /v1/users/messages", "POST /v1/users/u/kick", "GET /v1/users/u/sessions",
 		"GET /v1/online", "PUT /v1/users/u/tags", "GET /v1/users/u/tags",
 		"PUT /v1/rooms/r/cdn", "GET /v1/rooms/r/cdn", "PUT /v1/cdn", "GET /v1/cdn",
+		"POST /v1/rooms/r/kick", "GET /v1/rooms/r/online",
+		"GET /v1/rooms/r/queue", "POST /v1/rooms/r/queue", "DELETE /v1/rooms/r/queue",
+		"GET /v1/rooms/r/queue/head", "POST /v1/rooms/r/queue/poll", "DELETE /v1/rooms/r/queue/k",
 	} {
 		method, path, _ := strings.Cut(r, " ")
 		if status, ctype := call(method, path); status != http.StatusUnauthorized || ctype != "application/json" {

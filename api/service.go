@@ -1,12 +1,14 @@
 // Package api is the server API for app backends: the gRPC service roomcast.v1.RoomcastAPI
 // (proto/api.proto) and the same calls over HTTP/JSON (http.go). It manages rooms (rooms.go),
 // lists their members (members.go), sends to rooms and users (messages.go), kicks, mutes and bans
-// (moderation.go), answers about users, their sessions and tags (users.go), and sets rooms' CDN
-// modes and apps' CDN policies (cdn.go).
+// (moderation.go), counts who is online (online.go), answers about users, their sessions and
+// tags (users.go), and sets rooms' CDN modes and apps' CDN policies (cdn.go). The kicks, mutes,
+// member lists and counts by tag expression share byexpr.go.
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
-// JetStream KV (room.Store, cdnmanager.Store) and asks the room and presence services and the ChatLinks over NATS
+// JetStream KV (room.Store, cdnmanager.Store), at-least-once messages to users to their store
+// (inbox.Store), and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
 // through the bus and the room store.
 package api
@@ -14,14 +16,17 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
 	"roomcast/cdnmanager"
+	"roomcast/inbox"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
@@ -58,9 +63,24 @@ type Config struct {
 	BodyTimeout time.Duration
 	// Log receives the API's logs. Zero value means none.
 	Log *slog.Logger
-	// KVReplicas is the replication of the KV buckets, when the API creates them. Zero value
-	// means 1.
+	// KVReplicas is the replication of the KV buckets and of the inbox stream, when the API
+	// creates them. Zero value means 1.
 	KVReplicas int
+	// Inbox sets the expiry and the limits of the at-least-once messages to users.
+	Inbox InboxConfig
+}
+
+// InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).
+type InboxConfig struct {
+	// Expiry is how long a message stays stored unacknowledged when the send does not say.
+	// Zero value means 24h.
+	Expiry time.Duration
+	// MaxExpiry is the longest expiry a send may ask for, and the store's age limit. Zero
+	// value means 7 days.
+	MaxExpiry time.Duration
+	// MaxPerUser is how many messages a user may have stored; a send to a user who has that
+	// many fails for that user (INBOX_FULL). Zero value means 100.
+	MaxPerUser int
 }
 
 // withDefaults checks the required fields and fills in the zero values' defaults.
@@ -83,6 +103,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KVReplicas <= 0 {
 		c.KVReplicas = 1
 	}
+	if c.Inbox.Expiry <= 0 {
+		c.Inbox.Expiry = inbox.DefaultExpiry
+	}
+	if c.Inbox.MaxExpiry <= 0 {
+		c.Inbox.MaxExpiry = max(inbox.DefaultMaxExpiry, c.Inbox.Expiry)
+	}
+	if c.Inbox.Expiry > c.Inbox.MaxExpiry {
+		return c, fmt.Errorf("api: inbox expiry %v is longer than the maximum %v", c.Inbox.Expiry, c.Inbox.MaxExpiry)
+	}
+	if c.Inbox.MaxPerUser <= 0 {
+		c.Inbox.MaxPerUser = inbox.DefaultMaxPerUser
+	}
 	return c, nil
 }
 
@@ -95,6 +127,7 @@ type API struct {
 	log   *slog.Logger // cfg.Log, naming the API in each record
 	store *room.Store
 	cdn   *cdnmanager.Store
+	inbox *inbox.Store // the at-least-once messages to users
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
 }
@@ -117,7 +150,15 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, exprs: tag.NewCache(exprCacheSize)}, nil
+	js, err := jetstream.New(cfg.Bus)
+	if err != nil {
+		return nil, fmt.Errorf("api: jetstream: %w", err)
+	}
+	in, err := inbox.Open(ctx, js, inbox.Config{Replicas: cfg.KVReplicas, MaxPerUser: cfg.Inbox.MaxPerUser, MaxExpiry: cfg.Inbox.MaxExpiry})
+	if err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for

@@ -2,15 +2,18 @@ package api
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
+	"roomcast/inbox"
 	"roomcast/internal/auth"
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
 
-// Users: their sessions, the app's online counts, and member tags.
+// Users: their sessions, member tags, and the at-least-once messages stored for them. The
+// app's online counts are in online.go.
 
 // GetUserSessions implements RoomcastAPI.
 func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsRequest) (*pb.GetUserSessionsResponse, error) {
@@ -26,15 +29,6 @@ func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsReques
 		out.Sessions = append(out.Sessions, &pb.Session{SessionId: s.SessionId, Uid: s.Uid, Room: s.Room, Node: s.Node, Device: s.Device, LoginTimeMs: s.TimeMs})
 	}
 	return out, nil
-}
-
-// CountOnline implements RoomcastAPI.
-func (a *API) CountOnline(ctx context.Context, _ *pb.CountOnlineRequest) (*pb.CountOnlineResponse, error) {
-	var rep pb.PresenceReply
-	if err := a.ask(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: appOf(ctx)}, &rep); err != nil {
-		return nil, err
-	}
-	return &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}, nil
 }
 
 // SetMemberTags implements RoomcastAPI.
@@ -79,4 +73,42 @@ func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (
 		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "no tags stored for user %q: it has its login token's", req.Uid)
 	}
 	return t, nil
+}
+
+// storeForUsers stores m, marked at-least-once, for each user of req (once per uid however often
+// it is listed) and returns the uids it was stored for; out gets the expiry and the uids whose
+// store was full. It fails with INBOX_FULL when the message was stored for no one, and with
+// UNAVAILABLE when the store did not answer: the users listed before the one that failed may
+// have it already, and a retry stores it again under a new id.
+func (a *API) storeForUsers(ctx context.Context, app string, req *pb.SendToUsersRequest, m *pb.Message, out *pb.SendToUsersResponse) ([]string, error) {
+	expiry := a.cfg.Inbox.Expiry
+	if req.ExpirySeconds > 0 {
+		expiry = time.Duration(req.ExpirySeconds) * time.Second
+	}
+	if expiry > a.cfg.Inbox.MaxExpiry {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "expiry_seconds %d is longer than the deployment allows (%d)", req.ExpirySeconds, int64(a.cfg.Inbox.MaxExpiry/time.Second))
+	}
+	m.AtLeastOnce, m.ExpiresMs = true, m.ServerTimeMs+expiry.Milliseconds()
+	out.ExpiresMs, out.InboxFull = m.ExpiresMs, []string{}
+	ctx, cancel := a.timeout(ctx)
+	defer cancel()
+	var stored []string
+	for _, uid := range req.Uids {
+		if slices.Contains(stored, uid) || slices.Contains(out.InboxFull, uid) {
+			continue
+		}
+		switch err := a.inbox.Put(ctx, app, uid, m, expiry); {
+		case errors.Is(err, inbox.ErrFull):
+			a.log.Info("at-least-once message not stored: the user's store is full", "uid", uid, "id", m.Id)
+			out.InboxFull = append(out.InboxFull, uid)
+		case err != nil:
+			return nil, apiError(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "the message store did not answer (stored for %d of the users before %q): %v", len(stored), uid, err)
+		default:
+			stored = append(stored, uid)
+		}
+	}
+	if len(stored) == 0 {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_INBOX_FULL, "every user named has %d messages stored, as many as allowed: nothing was stored", a.cfg.Inbox.MaxPerUser)
+	}
+	return stored, nil
 }

@@ -71,8 +71,9 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
 	state   connState
+	sending bool       // sendLoop is running (next to state: the two share a word)
 	sendq   []*pb.Send // sends waiting for the room service, oldest first
-	sending bool       // sendLoop is running
+	acks    *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
 func (n *Node) newConn(t transport) *conn {
@@ -130,6 +131,16 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.frameHeartbeat.Inc()
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
+		}
+	case *pb.Frame_Ack:
+		c.node.m.framesIn.WithLabelValues("ack").Inc()
+		if c.requireLive() {
+			c.ack(k.Ack)
+		}
+	case *pb.Frame_QueueRequest:
+		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.queueRequest(k.QueueRequest) // queue.go
 		}
 	default:
 		c.node.m.frameBad.Inc()
@@ -265,6 +276,9 @@ func (c *conn) login(l *pb.Login) {
 		}}})
 	case ask.wanted():
 		n.goAsync(func() { n.recoverHistory(c, ask) })
+	}
+	if l.Inbox {
+		n.goAsync(func() { n.deliverInbox(c) })
 	}
 	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 }

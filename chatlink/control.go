@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 )
 
 // Control: what the services and the server API ask of a node's connections. A request for this
-// node arrives on rc.node.<node> (request/reply: kick, deliver, member lists, resync); a request
-// for every node arrives on rc.nodes.control (bans, room closes, resync after a service restart).
+// node arrives on rc.node.<node> (request/reply: kick, deliver, member lists, resync, and the
+// requests by tag expression: kick, list and count a room's members whose tags satisfy one); a
+// request for every node arrives on rc.nodes.control (bans, room closes, resync after a service
+// restart).
 
 // tombstoneTTL is how long a node remembers a ban or a room close, to refuse logins that passed
 // the room service's check just before it learned of the change. It must outlast a join
@@ -26,6 +29,10 @@ const tombstoneTTL = 30 * time.Second
 
 // maxMemberPage bounds one member list answer.
 const maxMemberPage = 1000
+
+// maxTagCounts bounds the distinct tags one OP_COUNT_TAGS answer counts: a prefix that more
+// tags start with is answered with more set and no counts, not with a reply too big for the bus.
+const maxTagCounts = 1000
 
 // controlState is a node's memory of recent bans and room closes.
 type controlState struct {
@@ -76,13 +83,30 @@ func (n *Node) onControl(msg *nats.Msg) {
 		return
 	}
 	var rep pb.NodeControlReply
+	var e *tag.Expr // req.TagExpr compiled; nil when there is none
+	if req.TagExpr != "" {
+		var err error
+		if e, err = n.exprs.Get(req.TagExpr); err != nil {
+			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), err.Error()
+			bus.Respond(n.log, msg, &rep)
+			return
+		}
+	}
 	switch req.Op {
 	case pb.NodeControl_OP_KICK:
 		rep.Affected = n.kick(&req)
 	case pb.NodeControl_OP_DELIVER:
 		rep.Affected = n.deliverTo(&req)
 	case pb.NodeControl_OP_MEMBERS:
-		rep.Members, rep.More = n.listMembers(&req)
+		rep.Members, rep.More = n.listMembers(&req, e)
+	case pb.NodeControl_OP_KICK_EXPR:
+		if e == nil || req.Room == "" {
+			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), "a kick by tag expression needs room and tag_expr"
+			break
+		}
+		rep.Affected = n.kickByTags(&req, e)
+	case pb.NodeControl_OP_COUNT_TAGS:
+		n.countTags(&req, &rep)
 	case pb.NodeControl_OP_BAN:
 		if req.Lift {
 			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
@@ -185,15 +209,16 @@ func (n *Node) deliverTo(req *pb.NodeControl) int64 {
 	return delivered
 }
 
-// listMembers answers a page of a room's local members, in session id order.
-func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
+// listMembers answers a page of a room's local members, in session id order: those with
+// req.Tag, when set, and whose tags satisfy e, when not nil.
+func (n *Node) listMembers(req *pb.NodeControl, e *tag.Expr) ([]*pb.Member, bool) {
 	limit := int(req.Limit)
 	if limit <= 0 || limit > maxMemberPage {
 		limit = maxMemberPage
 	}
 	var conns []*conn
 	for _, c := range n.rooms.members(req.App, req.Room) {
-		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tagList(), req.Tag)) {
+		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tagList(), req.Tag)) && satisfies(e, c) {
 			conns = append(conns, c)
 		}
 	}
@@ -207,6 +232,98 @@ func (n *Node) listMembers(req *pb.NodeControl) ([]*pb.Member, bool) {
 		out[i] = &pb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tagList(), LoginTimeMs: c.loginMS}
 	}
 	return out, more
+}
+
+// satisfies reports whether c's tags satisfy e; a nil e is satisfied by every member, a member
+// that has closed (and lost its tags) by none.
+func satisfies(e *tag.Expr, c *conn) bool {
+	if e == nil {
+		return true
+	}
+	set := c.tags.Load()
+	return set != nil && e.Eval(set, c.uid)
+}
+
+// kickByTags closes every live session in req.Room whose member's tags satisfy e.
+func (n *Node) kickByTags(req *pb.NodeControl, e *tag.Expr) int64 {
+	reason := req.Reason
+	if reason == "" {
+		reason = "removed by the app server"
+	}
+	var kicked int64
+	for _, c := range n.rooms.members(req.App, req.Room) {
+		if c.getState() == stateLive && !c.closing.Load() && satisfies(e, c) {
+			c.close(pb.CloseCode_CLOSE_CODE_KICKED, reason)
+			kicked++
+		}
+	}
+	return kicked
+}
+
+// countTags answers how many of req.Room's local members there are (affected), how many satisfy
+// each of req.TagExprs and how many carry each tag starting with req.TagPrefix. It works on the
+// room's tag sets: each expression is evaluated once per distinct set present (once per member
+// only when it reads uid), so a count costs the room's distinct tag sets, not its members.
+func (n *Node) countTags(req *pb.NodeControl, rep *pb.NodeControlReply) {
+	exprs := make([]*tag.Expr, len(req.TagExprs))
+	for i, src := range req.TagExprs {
+		e, err := n.exprs.Get(src)
+		if err != nil {
+			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), fmt.Sprintf("tag_exprs[%d]: %v", i, err)
+			return
+		}
+		exprs[i] = e
+	}
+	sets := n.rooms.tagSets(req.App, req.Room)
+	rep.ExprCounts = make([]int64, len(exprs))
+	var members []*conn // fetched once, for the expressions that read uid
+	for i, e := range exprs {
+		if !e.UsesUID() {
+			for set, k := range sets {
+				if e.Eval(set, "") {
+					rep.ExprCounts[i] += int64(k)
+				}
+			}
+			continue
+		}
+		if members == nil {
+			members = n.rooms.members(req.App, req.Room)
+		}
+		for _, c := range members {
+			if satisfies(e, c) {
+				rep.ExprCounts[i]++
+			}
+		}
+	}
+	for _, k := range sets {
+		rep.Affected += int64(k)
+	}
+	if req.TagPrefix == "" {
+		return
+	}
+	rep.TagCounts = make(map[string]int64)
+	for set, k := range sets {
+		for _, t := range set.Tags {
+			if strings.HasPrefix(t, req.TagPrefix) {
+				rep.TagCounts[t] += int64(k)
+			}
+		}
+		if len(rep.TagCounts) > maxTagCounts {
+			rep.TagCounts, rep.More = nil, true
+			return
+		}
+	}
+}
+
+// tagSets returns how many of a room's local members hold each tag set (a copy).
+func (t *roomTable) tagSets(app, room string) map[*tag.Set]int {
+	r := t.lookup(app, room)
+	if r == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.sets)
 }
 
 func (s *controlState) remember(m *map[string]tombstone, key, reason string, now time.Time) {

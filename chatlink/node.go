@@ -23,6 +23,7 @@ import (
 
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
+	"roomcast/inbox"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
@@ -60,6 +61,7 @@ type Node struct {
 	cpu        cpuMeter
 	tags       *tag.Interner // members' tag sets, shared by identical sets
 	exprs      *tag.Cache    // compiled tag expressions
+	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -89,6 +91,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
 	n.m = newMetrics(cfg.Registry, n)
+	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Session numbers start from the boot time in milliseconds, shifted so a node can hand out
@@ -140,6 +143,7 @@ func (n *Node) start() error {
 	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {
 		return fmt.Errorf("chatlink: jetstream: %w", err)
 	}
+	n.inbox.store = inbox.NewReader(n.js)
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	lease, err := acquireNameLease(ctx, n)
 	cancel()
@@ -172,6 +176,7 @@ func (n *Node) start() error {
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
+	n.goAsync(n.inboxRecheckLoop)
 	return nil
 }
 

@@ -261,13 +261,18 @@ func (t *roomTable) counts() []*pb.RoomCount {
 	return out
 }
 
-// members returns the local members of a room.
-func (t *roomTable) members(app, room string) []*conn {
+// lookup returns a room with local members, or nil.
+func (t *roomTable) lookup(app, room string) *localRoom {
 	key := app + "/" + room
 	sh := t.shard(key)
 	sh.mu.Lock()
-	r := sh.rooms[key]
-	sh.mu.Unlock()
+	defer sh.mu.Unlock()
+	return sh.rooms[key]
+}
+
+// members returns the local members of a room.
+func (t *roomTable) members(app, room string) []*conn {
+	r := t.lookup(app, room)
 	if r == nil {
 		return nil
 	}

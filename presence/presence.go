@@ -8,10 +8,16 @@
 // repaired by a resync when it starts or drifts; queries are shared by the instances in a queue
 // group. A node's sessions vanish when its reports (its lease) stop: there is no timer per
 // session. The service must not hold state that only one instance has.
+//
+// When a node's lease ends (or the node comes back with a new boot before it ends), its sessions
+// get logout events with a reason (lease.go), published and posted like the ChatLinks' own, so
+// that app backends and the room queue never keep ghosts. Every instance sees the lease end; one
+// of them, chosen by a create in JetStream KV, emits the events.
 package presence
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +25,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
@@ -39,7 +47,7 @@ type DevicePolicy struct {
 
 // Config configures a presence service instance.
 type Config struct {
-	// Bus is the NATS connection. Required.
+	// Bus is the NATS connection. Required; its server must have JetStream (lease.go).
 	Bus *nats.Conn
 	// Log receives the service's logs. Zero value means none.
 	Log *slog.Logger
@@ -64,6 +72,11 @@ type Service struct {
 	log  *slog.Logger // cfg.Log, naming the service
 	subs []*nats.Subscription
 	hook *webhooks
+	ends jetstream.KeyValue // who emits a node's lease-end events (lease.go)
+
+	// Logouts of dropped nodes' sessions this instance emitted, and left to another instance
+	// (lease.go).
+	leaseEndsEmitted, leaseEndsSkipped atomic.Int64
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the expiry loop and the webhook loop
@@ -74,6 +87,7 @@ type Service struct {
 	users   map[userKey]map[string]*pb.SessionEvent // app/uid -> session id -> login
 	perApp  map[string]*appCount
 	applied chan struct{} // closed and replaced whenever a node's sequence advances
+	ended   []endedNode   // nodes dropped with their sessions, whose logouts are not emitted yet
 }
 
 type userKey struct{ app, uid string }
@@ -149,6 +163,12 @@ func (s *Service) Start() error {
 		s.subs = append(s.subs, sub)
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if s.ends, err = openLeaseEnds(ctx, s.cfg.Bus); err != nil {
+		return err
+	}
 	for _, err := range []error{
 		subscribe(bus.SubjectSessions, "", s.onStream),
 		subscribe(bus.SubjectPresenceEvents, s.cfg.Queue+"-effects", s.onEffects),
@@ -188,7 +208,7 @@ func (s *Service) Close() {
 func (s *Service) nodeLocked(node, boot string) *nodeView {
 	v := s.nodes[node]
 	if v != nil && v.boot != boot {
-		s.dropNodeLocked(node)
+		s.dropNodeLocked(node, ReasonNodeRestarted)
 		v = nil
 	}
 	if v == nil {
@@ -198,14 +218,20 @@ func (s *Service) nodeLocked(node, boot string) *nodeView {
 	return v
 }
 
-// dropNodeLocked forgets a node and its sessions. Caller holds s.mu.
-func (s *Service) dropNodeLocked(node string) {
+// dropNodeLocked forgets a node and its sessions, and queues their logouts with reason for
+// emitLeaseEnds. Caller holds s.mu.
+func (s *Service) dropNodeLocked(node, reason string) {
 	v := s.nodes[node]
 	if v == nil {
 		return
 	}
-	for id := range v.sessions {
+	end := endedNode{node: node, boot: v.boot, reason: reason}
+	for id, ev := range v.sessions {
+		end.sessions = append(end.sessions, ev)
 		s.removeLocked(v, id)
+	}
+	if len(end.sessions) > 0 {
+		s.ended = append(s.ended, end)
 	}
 	delete(s.nodes, node)
 }
@@ -347,7 +373,8 @@ func (s *Service) onStream(msg *nats.Msg) {
 	}
 }
 
-// expireLoop drops the sessions of nodes whose lease ran out.
+// expireLoop drops the sessions of nodes whose lease ran out, and emits the logouts of the
+// sessions dropped with a node (lease.go).
 func (s *Service) expireLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(max(s.cfg.LeaseTTL/5, 10*time.Millisecond))
@@ -361,10 +388,15 @@ func (s *Service) expireLoop() {
 			for name, v := range s.nodes {
 				if now.Sub(v.seen) > s.cfg.LeaseTTL {
 					s.log.Info("node lease expired, dropping its sessions", "node", name, "sessions", len(v.sessions))
-					s.dropNodeLocked(name)
+					s.dropNodeLocked(name, ReasonLeaseEnded)
 				}
 			}
+			ended := s.ended
+			s.ended = nil
 			s.mu.Unlock()
+			for _, end := range ended {
+				s.emitLeaseEnd(end)
+			}
 		}
 	}
 }
@@ -402,21 +434,27 @@ func (s *Service) onEffects(msg *nats.Msg) {
 	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
 		return
 	}
-	byApp := make(map[string][]*pb.SessionEvent)
-	for _, ev := range evs.Events {
-		byApp[ev.App] = append(byApp[ev.App], ev)
-	}
-	for app, list := range byApp {
-		if err := bus.Publish(s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
-			s.log.Warn("app events not published", "app", app, "err", err)
-		}
-		s.hook.add(app, list)
-	}
+	s.publishEvents(evs.Events)
 	s.waitApplied(evs.Node, evs.Boot, evs.Seq)
 	for _, ev := range evs.Events {
 		if ev.Kind == pb.SessionEvent_KIND_LOGIN {
 			s.enforcePolicy(ev)
 		}
+	}
+}
+
+// publishEvents publishes session events on their apps' subjects and queues them for the apps'
+// webhooks.
+func (s *Service) publishEvents(evs []*pb.SessionEvent) {
+	byApp := make(map[string][]*pb.SessionEvent)
+	for _, ev := range evs {
+		byApp[ev.App] = append(byApp[ev.App], ev)
+	}
+	for app, list := range byApp {
+		if err := bus.Publish(s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
+			s.log.Warn("app events not published", "app", app, "events", len(list), "err", err)
+		}
+		s.hook.add(app, list)
 	}
 }
 
@@ -517,4 +555,10 @@ func (s *Service) Sessions() int {
 		n += len(v.sessions)
 	}
 	return n
+}
+
+// LeaseEndLogouts returns how many logouts of sessions whose node is gone this instance emitted,
+// and how many it left to the instance that claimed the node's end first.
+func (s *Service) LeaseEndLogouts() (emitted, skipped int64) {
+	return s.leaseEndsEmitted.Load(), s.leaseEndsSkipped.Load()
 }

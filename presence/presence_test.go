@@ -1,12 +1,8 @@
 package presence_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,18 +35,7 @@ func login(t *testing.T, addr, uid, device string) *testkit.Client {
 // NATS, and the batched webhook, with two presence instances: each event is acted on once.
 func TestDevicePolicyEventsWebhook(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var posted []presence.WebhookEvent
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b presence.WebhookBatch
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.App != devcluster.App {
-			t.Errorf("webhook got %v %v", b, err)
-		}
-		mu.Lock()
-		posted = append(posted, b.Events...)
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook, posted := webhook(t)
 
 	// The ChatLinks stamp each login with their clock, and the policy replaces the oldest
 	// sessions first: the test moves the clock on between logins.
@@ -123,10 +108,8 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 		return nil
 	})
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(posted) != 6 {
-			return fmt.Errorf("webhook got %d events, want 6: %v", len(posted), posted)
+		if got := posted(); len(got) != 6 {
+			return fmt.Errorf("webhook got %d events, want 6: %v", len(got), got)
 		}
 		return nil
 	})

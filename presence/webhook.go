@@ -38,6 +38,9 @@ type WebhookEvent struct {
 	SessionID string `json:"session_id"`
 	Device    string `json:"device"`
 	TimeMS    int64  `json:"time_ms"`
+	// Reason says why an offline event came when the session did not end on its node but
+	// with the node: "lease ended" or "node restarted". Absent otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 func (w *webhooks) add(app string, evs []*pb.SessionEvent) {
@@ -87,7 +90,7 @@ func (w *webhooks) post(app string, evs []*pb.SessionEvent) error {
 		if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
 			kind = "offline"
 		}
-		batch.Events[i] = WebhookEvent{Kind: kind, UID: ev.Uid, Room: ev.Room, Node: ev.Node, SessionID: ev.SessionId, Device: ev.Device, TimeMS: ev.TimeMs}
+		batch.Events[i] = WebhookEvent{Kind: kind, UID: ev.Uid, Room: ev.Room, Node: ev.Node, SessionID: ev.SessionId, Device: ev.Device, TimeMS: ev.TimeMs, Reason: ev.Reason}
 	}
 	body, err := json.Marshal(batch)
 	if err != nil {

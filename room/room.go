@@ -39,6 +39,10 @@ import (
 // exprCacheSize bounds the compiled tag expressions a service instance keeps.
 const exprCacheSize = 4096
 
+// ReservedTypePrefix starts the message types of Roomcast's own messages (the room queue's
+// "rc.queue"): members may not send them, so a client can trust them.
+const ReservedTypePrefix = "rc."
+
 // Limits on what a room accepts from a sender.
 const (
 	MaxBodyBytes = 16 << 10
@@ -310,6 +314,8 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room does not exist")
 	case meta != nil && meta.Status == pb.RoomStatus_ROOM_STATUS_CLOSED:
 		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room is closed")
+	case req.SessionId != "" && strings.HasPrefix(req.Type, ReservedTypePrefix):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "message types starting with "+ReservedTypePrefix+" are Roomcast's own")
 	case req.SessionId == "":
 		return nil
 	case meta.GetMuted():
@@ -325,6 +331,8 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
 	case mutedAt(r, now):
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
+	case tagMuted(meta, req.SenderTags, req.Uid, now, s.exprs):
+		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
 	}
 	return s.scopeByTags(req, meta.GetSettings())
 }

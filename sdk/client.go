@@ -79,6 +79,7 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomca
 	return &roomcastpb.Login{
 		Token: c.cfg.Token, Device: c.cfg.Device, Client: ClientName, ProtocolVersion: ProtocolVersion,
 		RecoverSince: since, RecoverSinceRoomSeq: sinceSeq, History: history,
+		Inbox: true, // the callbacks acknowledge at-least-once messages (inbox.go)
 	}
 }
 
@@ -257,17 +258,27 @@ func (c *Client) callbacks() {
 	defer c.wg.Done()
 	for {
 		items, ok := c.d.take()
+		var acks []string
 		for _, it := range items {
 			switch {
+			case it.ack != "":
+				acks = append(acks, it.ack)
 			case it.msg != nil:
 				if c.cfg.OnMessage != nil && !c.closed.Load() {
 					c.cfg.OnMessage(it.msg)
+					if it.msg.GetAtLeastOnce() {
+						c.d.handedOn(it.msg.GetId())
+						acks = append(acks, it.msg.GetId())
+					}
 				}
 			case c.cfg.OnEvent != nil:
 				if _, last := it.ev.(*ClosedEvent); last || !c.closed.Load() {
 					c.cfg.OnEvent(it.ev)
 				}
 			}
+		}
+		if len(acks) > 0 {
+			c.ack(acks)
 		}
 		if !ok {
 			return
@@ -335,25 +346,35 @@ func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, err
 	if n := proto.Size(f); n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
+	cur, err := c.connected(ctx, "send")
+	if err != nil {
+		return nil, err
+	}
+	ack, err := cur.send(ctx, m)
+	if err == nil {
+		c.d.remember(ack.GetMessageId())
+	}
+	return ack, err
+}
+
+// connected returns the current connection, waiting for one while the Client reconnects. what
+// names the caller in errors.
+func (c *Client) connected(ctx context.Context, what string) (*conn, error) {
 	for {
 		c.mu.Lock()
 		cur, ready, err := c.cur, c.ready, c.err
 		c.mu.Unlock()
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("roomcast: send: %w", err)
+			return nil, fmt.Errorf("roomcast: %s: %w", what, err)
 		case cur != nil:
-			ack, err := cur.send(ctx, m)
-			if err == nil {
-				c.d.remember(ack.GetMessageId())
-			}
-			return ack, err
+			return cur, nil
 		}
 		select {
 		case <-ready:
 		case <-c.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("roomcast: send: %w", ctx.Err())
+			return nil, fmt.Errorf("roomcast: %s: %w", what, ctx.Err())
 		}
 	}
 }

@@ -47,12 +47,14 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	err     error
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
-	pending map[uint64]chan sendResult // Sends waiting for their SendAck or Error, by seq
+	pending map[uint64]chan sendResult // Sends and queue requests waiting for their answer, by seq
 }
 
+// sendResult answers a Send (ack or err) or a queue request (queue).
 type sendResult struct {
-	ack *roomcastpb.SendAck
-	err error
+	ack   *roomcastpb.SendAck
+	queue *roomcastpb.RoomQueueReply
+	err   error
 }
 
 // Outgoing is a message to Send.
@@ -159,13 +161,24 @@ func (c *conn) fail(err error) {
 
 // send sends m and waits for the server's answer.
 func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
+	r := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
+		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
+			Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
+		}}}
+	})
+	return r.ack, r.err
+}
+
+// request sends the frame made for the next seq and waits for the answer with that seq. what
+// names the request in errors.
+func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) *roomcastpb.Frame) sendResult {
 	seq := c.nextSeq.Add(1)
 	answer := make(chan sendResult, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, fmt.Errorf("roomcast: send: %w", err)
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, err)}
 	}
 	c.pending[seq] = answer
 	c.mu.Unlock()
@@ -175,23 +188,20 @@ func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error
 		c.mu.Unlock()
 	}()
 
-	f := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
-		Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
-	}}}
-	if err := c.writeFrame(f); err != nil {
-		return nil, fmt.Errorf("roomcast: send: %w", err)
+	if err := c.writeFrame(frame(seq)); err != nil {
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, err)}
 	}
 	select {
 	case r := <-answer:
-		return r.ack, r.err
+		return r
 	case <-ctx.Done():
-		return nil, fmt.Errorf("roomcast: send: %w", ctx.Err())
+		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, ctx.Err())}
 	case <-c.done:
 		select {
 		case r := <-answer: // answered just before the end
-			return r.ack, r.err
+			return r
 		default:
-			return nil, fmt.Errorf("roomcast: send: %w", c.Err())
+			return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, c.Err())}
 		}
 	}
 }
@@ -260,8 +270,14 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 	switch k := f.Kind.(type) {
 	case *roomcastpb.Frame_SendAck:
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
+	case *roomcastpb.Frame_QueueReply:
+		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
 	case *roomcastpb.Frame_Error:
 		e := k.Error
+		if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_ACK_FAILED) {
+			c.log.Warn("roomcast: acknowledgement not applied: the messages come again after the next login", "message", e.GetMessage())
+			return
+		}
 		if e.GetSeq() == 0 { // the answer to the login's history request
 			c.log.Warn("roomcast: history not sent", "code", e.GetCode(), "message", e.GetMessage())
 			err := error(&SendError{Code: e.GetCode(), Message: e.GetMessage()})

@@ -13,6 +13,7 @@ import (
 type item struct {
 	msg *roomcastpb.Message
 	ev  Event
+	ack string // the id of an at-least-once message handed on before, whose copy came (inbox.go)
 }
 
 // idFloor returns the least message id of millisecond ms: it sorts before every id made then or
@@ -65,6 +66,7 @@ type delivery struct {
 	queued   int // messages in queue
 	closed   bool
 	wake     chan struct{} // one value: the queue changed
+	inbox    inboxSeen     // at-least-once messages taken (inbox.go)
 
 	playout // CDN mode: messages wait for their play time (playout.go)
 }
@@ -122,7 +124,7 @@ func (d *delivery) push(gen uint64, p *roomcastpb.Push) bool {
 	if t := p.GetThinned(); t != nil {
 		d.enqueueLocked(item{ev: &ThinnedEvent{Normal: t.GetNormal(), Bulk: t.GetBulk()}})
 	}
-	fresh := d.freshLocked(p.GetMessages())
+	fresh := d.freshLocked(d.takeInboxLocked(p.GetMessages()))
 	for _, m := range fresh {
 		d.lastID = max(d.lastID, m.GetId())
 		d.lastSeq = max(d.lastSeq, m.GetRoomSeq())

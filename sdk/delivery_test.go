@@ -22,6 +22,10 @@ func drain(d *delivery) []string {
 	for _, it := range items {
 		switch ev := it.ev.(type) {
 		case nil:
+			if it.ack != "" {
+				out = append(out, "ack:"+it.ack) // a copy of an at-least-once message to acknowledge
+				continue
+			}
 			out = append(out, it.msg.GetId())
 		case *RecoveredEvent:
 			out = append(out, fmt.Sprintf("recovered(%v,%d,%d)", ev.Recovered, ev.Missing, ev.Count))

@@ -31,6 +31,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
+	bindInboxFlags(flags, &cfg.Inbox)
+	bindQueueFlags(flags, &cfg.Queue)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
@@ -40,8 +42,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
 
-Runs everything in one process: an embedded NATS server with JetStream, the room and presence
-services, the dispatcher, the server API, the CDN manager and a CDN pusher writing to an embedded
+Runs everything in one process: an embedded NATS server with JetStream, the room, presence and
+room queue services, the dispatcher, the server API, the CDN manager and a CDN pusher writing to an embedded
 S3 store (in memory, served as a CDN origin under /cdn/), and --chatlinks ChatLink nodes (each
 with a WebSocket and a TCP port), and serves a demo page. Ctrl-C shuts down cleanly. For local use only: the app,
 secret and API key are fixed and printed.

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"roomcast/api"
 	"roomcast/chatlink"
+	"roomcast/inbox"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/room"
+	"roomcast/roomqueue"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -57,6 +60,12 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
+// bindQueueFlags binds the room queue service's limits (roomqueue.Config).
+func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
+}
+
 // bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
 func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
 	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
@@ -67,6 +76,14 @@ func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
 func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond *int) {
 	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
 	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
+}
+
+// bindInboxFlags binds the server API's settings of the at-least-once messages to users
+// (api.InboxConfig).
+func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {
+	fs.DurationVar(&cfg.Expiry, "inbox-expiry", inbox.DefaultExpiry, "how long an at-least-once message to a user stays stored unacknowledged when the send does not say (expiry_seconds)")
+	fs.DurationVar(&cfg.MaxExpiry, "inbox-max-expiry", inbox.DefaultMaxExpiry, "the longest expiry an at-least-once send may ask for; longer ones are refused (400)")
+	fs.IntVar(&cfg.MaxPerUser, "inbox-max-per-user", inbox.DefaultMaxPerUser, "how many at-least-once messages a user may have stored; sends to a user with that many fail for that user (INBOX_FULL)")
 }
 
 // bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;

@@ -95,6 +95,8 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
 	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond)
+	bindInboxFlags(fs, &cfg.API.Inbox)
+	bindQueueFlags(fs, &cfg.Queue)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
@@ -104,7 +106,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room and presence services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")
+		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room, presence and room queue services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args); code >= 0 {

@@ -28,6 +28,9 @@ const (
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
 
+	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
+	SubjectQueue = "rc.svc.queue"
+
 	SubjectPresenceCount    = "rc.svc.presence.count"
 	SubjectPresenceSessions = "rc.svc.presence.sessions"
 
@@ -112,6 +115,9 @@ func FollowKV(ctx context.Context, kv jetstream.KeyValue, apply func(key string,
 
 // AppEventsSubject carries an app's online/offline events (SessionEvents) for app backends.
 func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" }
+
+// SubjectAppEvents matches every app's AppEventsSubject.
+const SubjectAppEvents = "rc.app.*.sessions"
 
 // HistoryStream is the JetStream stream of rooms' recent messages (critical and normal lanes),
 // one subject per room (HistorySubject), HistoryPerRoom messages each unless the room service is

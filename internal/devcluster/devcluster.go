@@ -1,6 +1,6 @@
 // Package devcluster starts a whole Roomcast deployment in one process: an embedded NATS server
 // with JetStream (internal/devnats), an embedded S3 store (internal/devs3), the services role
-// (the room and presence services, any number of instances of each, the dispatcher, the server
+// (the room, presence and room queue services, any number of instances of each, the dispatcher, the server
 // API over HTTP/JSON and gRPC, the CDN manager and a CDN pusher writing to the embedded store,
 // whose segments the HTTP endpoint serves under /cdn/ as a CDN origin) and a number of
 // ChatLinks, each role started by internal/roles as production starts it. `roomcast
@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"roomcast/internal/roles"
 	"roomcast/presence"
 	"roomcast/room"
+	"roomcast/roomqueue"
 )
 
 // The dev deployment's one app and its credentials. They are printed by `roomcast dev` and are
@@ -75,7 +77,7 @@ type Config struct {
 	LoginTimeout, HeartbeatInterval time.Duration
 	// ChatLink, when set, adjusts each ChatLink's configuration before it starts.
 	ChatLink func(*chatlink.Config)
-	// ServiceInstances is how many instances of the room and presence services to run. Zero
+	// ServiceInstances is how many instances of the room, presence and room queue services to run. Zero
 	// value means 1.
 	ServiceInstances int
 	// LeaseInterval is how often a ChatLink reports (its lease); the services drop a node silent
@@ -88,6 +90,8 @@ type Config struct {
 	APIKeys auth.APIKeys
 	// Presence configures the presence instances; its Bus, Log and LeaseTTL are set here.
 	Presence presence.Config
+	// Queue configures the room queue instances; their Bus and Log are set here.
+	Queue roomqueue.Config
 	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
 	// means rooms open implicitly, as the demo page needs.
 	RequireCreated bool
@@ -105,6 +109,9 @@ type Config struct {
 	// defaults.
 	RoomBatchWindow   time.Duration
 	RoomBulkPerSecond int
+	// Inbox sets the expiry and limits of the at-least-once messages to users (api.Config).
+	// Zero value means the API's defaults.
+	Inbox api.InboxConfig
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -150,6 +157,8 @@ type Cluster struct {
 	dataLock  *os.File // holds DataDir's lock (lockDataDir) until Close
 	chatlinks []*roles.ChatLink
 	closed    bool
+
+	servicesCfg roles.ServicesConfig // what RestartServices starts again
 }
 
 // Start brings a cluster up and returns once every ChatLink is known to the dispatcher.
@@ -196,15 +205,16 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
-	c.Services, err = roles.StartServices(roles.ServicesConfig{
+	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances: cfg.ServiceInstances,
 		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom,
 			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
 		Presence:   presenceCfg,
+		Queue:      cfg.Queue,
 		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
-		API:        api.Config{Keys: cfg.APIKeys},
+		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
 		CDN:        cfg.CDN,
 		Pusher:     pusher,
@@ -218,7 +228,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		},
 		Log: log,
 		TLS: cfg.TLS, CORSOrigins: cfg.CORSOrigins, CORSPaths: []string{devTokenPath},
-	})
+	}
+	c.Services, err = roles.StartServices(c.servicesCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +264,35 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// RestartServices stops the services role and starts it again on the same NATS server and
+// JetStream store, and on the same HTTP and gRPC addresses, as a deploy of the services would;
+// it returns once the new dispatcher knows every ChatLink again. The new role has a metrics
+// registry of its own: the ChatLinks' metrics stay on the old one.
+func (c *Cluster) RestartServices(ctx context.Context) error {
+	cfg := c.servicesCfg
+	cfg.Listen, cfg.GRPCListen = c.httpAddr(), c.GRPCAddr()
+	c.Services.Close()
+	s, err := roles.StartServices(cfg)
+	if err != nil {
+		return fmt.Errorf("devcluster: restart the services: %w", err)
+	}
+	c.Services = s
+	for c.Dispatcher.LiveNodes() < len(c.Nodes) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devcluster: waiting for ChatLinks to report after the restart: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// httpAddr is the HTTP endpoint's host:port.
+func (c *Cluster) httpAddr() string {
+	u := c.URL()
+	return u[strings.Index(u, "://")+3:]
 }
 
 // checkFree returns a roles.ListenError unless addr can be listened on now.

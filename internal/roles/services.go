@@ -24,6 +24,7 @@ import (
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
 	"roomcast/room"
+	"roomcast/roomqueue"
 )
 
 // ServicesConfig configures the services role.
@@ -39,15 +40,18 @@ type ServicesConfig struct {
 	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
 	// and the dispatcher. Zero value means 127.0.0.1:0.
 	GRPCListen string
-	// Instances is how many instances of the room and presence services run in this process:
+	// Instances is how many instances of the room, presence and room queue services run in this process:
 	// more than one lets the dev assembly and tests exercise the queue groups as several
 	// processes would. Zero value means 1.
 	Instances int
 	// Room, Presence, Dispatcher and API configure the components; each one's Bus and Log are
 	// set here, and the dispatcher's Registry. The dispatcher reloads its GeoIP databases on
 	// SIGHUP when it has any (ReloadOnSIGHUP is set then).
-	Room       room.Config
-	Presence   presence.Config
+	Room     room.Config
+	Presence presence.Config
+	// Queue configures the room queue instances (roomqueue); their Bus, Log and Registerer are
+	// set here.
+	Queue      roomqueue.Config
 	Dispatcher dispatcher.Config
 	API        api.Config
 	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
@@ -113,6 +117,7 @@ func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
 type Services struct {
 	Rooms      []*room.Service
 	Presences  []*presence.Service
+	Queues     []*roomqueue.Service
 	Dispatcher *dispatcher.Dispatcher
 	API        *api.API
 	CDN        *cdnmanager.Manager
@@ -167,6 +172,13 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		p, err := s.startPresence(i)
 		if p != nil {
 			s.Presences = append(s.Presences, p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		q, err := s.startQueue(i)
+		if q != nil {
+			s.Queues = append(s.Queues, q)
 		}
 		if err != nil {
 			return nil, err
@@ -296,6 +308,20 @@ func (s *Services) startPresence(i int) (*presence.Service, error) {
 	return p, p.Start()
 }
 
+func (s *Services) startQueue(i int) (*roomqueue.Service, error) {
+	cfg := s.cfg.Queue
+	var err error
+	if cfg.Bus, err = s.bus.connect("roomqueue " + strconv.Itoa(i+1)); err != nil {
+		return nil, err
+	}
+	cfg.Log, cfg.Registerer = s.cfg.Log, s.cfg.Registry
+	q, err := roomqueue.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return q, q.Start()
+}
+
 // RestartRooms stops every room service instance and starts new ones, as a deploy would; the new
 // ones know only what JetStream and the ChatLinks tell them.
 func (s *Services) RestartRooms() error { return restart("room", s.Rooms, s.startRoom) }
@@ -344,6 +370,11 @@ func (s *Services) Close() {
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()
+		}
+		for _, q := range s.Queues {
+			if q != nil {
+				q.Close()
+			}
 		}
 		for _, p := range s.Presences {
 			if p != nil {

@@ -160,8 +160,18 @@ type RoomSettings struct {
 	// Bulk messages a room in CDN mode sends to its pusher are not capped here. 0: the room
 	// service's default (200, --room-bulk-per-second); -1: no cap.
 	BulkPerSecond int32 `protobuf:"varint,11,opt,name=bulk_per_second,json=bulkPerSecond,proto3" json:"bulk_per_second,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Room queue: which members may offer entries and remove or poll their own, a tag
+	// expression over the member (tags, uid). Empty: every member. Reading (peek, list) is open
+	// to every member.
+	QueueExpr string `protobuf:"bytes,17,opt,name=queue_expr,json=queueExpr,proto3" json:"queue_expr,omitempty"`
+	// Room queue: which members may also poll, peek-and-take or remove other members' entries,
+	// replace their values and clear the queue. Empty: none (only the app server).
+	QueueAdminExpr string `protobuf:"bytes,18,opt,name=queue_admin_expr,json=queueAdminExpr,proto3" json:"queue_admin_expr,omitempty"`
+	// Room queue: the most entries the queue holds; an offer beyond it fails with 116
+	// (QUEUE_FULL). 0: the service's default (100); above the service's limit: the limit.
+	QueueMaxEntries uint32 `protobuf:"varint,19,opt,name=queue_max_entries,json=queueMaxEntries,proto3" json:"queue_max_entries,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -264,6 +274,27 @@ func (x *RoomSettings) GetBulkPerSecond() int32 {
 	return 0
 }
 
+func (x *RoomSettings) GetQueueExpr() string {
+	if x != nil {
+		return x.QueueExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetQueueAdminExpr() string {
+	if x != nil {
+		return x.QueueAdminExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetQueueMaxEntries() uint32 {
+	if x != nil {
+		return x.QueueMaxEntries
+	}
+	return 0
+}
+
 // Room is a created room's record, as kept in JetStream KV.
 type Room struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -278,7 +309,10 @@ type Room struct {
 	// Members may not send (the app server still may).
 	Muted bool `protobuf:"varint,8,opt,name=muted,proto3" json:"muted,omitempty"`
 	// Why the room was closed.
-	CloseReason   string `protobuf:"bytes,9,opt,name=close_reason,json=closeReason,proto3" json:"close_reason,omitempty"`
+	CloseReason string `protobuf:"bytes,9,opt,name=close_reason,json=closeReason,proto3" json:"close_reason,omitempty"`
+	// Members whose tags satisfy one of these expressions may not send (MuteRoom with tag_expr);
+	// the app server still may. Mutes past their time are left out of answers.
+	TagMutes      []*TagMute `protobuf:"bytes,20,rep,name=tag_mutes,json=tagMutes,proto3" json:"tag_mutes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +410,75 @@ func (x *Room) GetCloseReason() string {
 	return ""
 }
 
+func (x *Room) GetTagMutes() []*TagMute {
+	if x != nil {
+		return x.TagMutes
+	}
+	return nil
+}
+
+// TagMute stops the members whose tags satisfy tag_expr sending to a room.
+type TagMute struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TagExpr string                 `protobuf:"bytes,1,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// 0: until lifted.
+	UntilMs       int64 `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	CreatedMs     int64 `protobuf:"varint,3,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagMute) Reset() {
+	*x = TagMute{}
+	mi := &file_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagMute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagMute) ProtoMessage() {}
+
+func (x *TagMute) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagMute.ProtoReflect.Descriptor instead.
+func (*TagMute) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TagMute) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *TagMute) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
+func (x *TagMute) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
+}
+
 type CreateRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-128 characters of A-Z a-z 0-9 _ -.
@@ -389,7 +492,7 @@ type CreateRoomRequest struct {
 
 func (x *CreateRoomRequest) Reset() {
 	*x = CreateRoomRequest{}
-	mi := &file_api_proto_msgTypes[2]
+	mi := &file_api_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +504,7 @@ func (x *CreateRoomRequest) String() string {
 func (*CreateRoomRequest) ProtoMessage() {}
 
 func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[2]
+	mi := &file_api_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +517,7 @@ func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomRequest.ProtoReflect.Descriptor instead.
 func (*CreateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{2}
+	return file_api_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateRoomRequest) GetRoom() string {
@@ -456,7 +559,7 @@ type CreateRoomResponse struct {
 
 func (x *CreateRoomResponse) Reset() {
 	*x = CreateRoomResponse{}
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +571,7 @@ func (x *CreateRoomResponse) String() string {
 func (*CreateRoomResponse) ProtoMessage() {}
 
 func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +584,7 @@ func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomResponse.ProtoReflect.Descriptor instead.
 func (*CreateRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{3}
+	return file_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRoomResponse) GetRoom() *Room {
@@ -511,7 +614,7 @@ type UpdateRoomRequest struct {
 
 func (x *UpdateRoomRequest) Reset() {
 	*x = UpdateRoomRequest{}
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +626,7 @@ func (x *UpdateRoomRequest) String() string {
 func (*UpdateRoomRequest) ProtoMessage() {}
 
 func (x *UpdateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +639,7 @@ func (x *UpdateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRoomRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{4}
+	return file_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateRoomRequest) GetRoom() string {
@@ -578,7 +681,7 @@ type CloseRoomRequest struct {
 
 func (x *CloseRoomRequest) Reset() {
 	*x = CloseRoomRequest{}
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +693,7 @@ func (x *CloseRoomRequest) String() string {
 func (*CloseRoomRequest) ProtoMessage() {}
 
 func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +706,7 @@ func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomRequest.ProtoReflect.Descriptor instead.
 func (*CloseRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{5}
+	return file_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseRoomRequest) GetRoom() string {
@@ -631,7 +734,7 @@ type CloseRoomResponse struct {
 
 func (x *CloseRoomResponse) Reset() {
 	*x = CloseRoomResponse{}
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +746,7 @@ func (x *CloseRoomResponse) String() string {
 func (*CloseRoomResponse) ProtoMessage() {}
 
 func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +759,7 @@ func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomResponse.ProtoReflect.Descriptor instead.
 func (*CloseRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{6}
+	return file_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CloseRoomResponse) GetRoom() *Room {
@@ -682,7 +785,7 @@ type GetRoomRequest struct {
 
 func (x *GetRoomRequest) Reset() {
 	*x = GetRoomRequest{}
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +797,7 @@ func (x *GetRoomRequest) String() string {
 func (*GetRoomRequest) ProtoMessage() {}
 
 func (x *GetRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +810,7 @@ func (x *GetRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{7}
+	return file_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRoomRequest) GetRoom() string {
@@ -733,7 +836,7 @@ type GetRoomResponse struct {
 
 func (x *GetRoomResponse) Reset() {
 	*x = GetRoomResponse{}
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +848,7 @@ func (x *GetRoomResponse) String() string {
 func (*GetRoomResponse) ProtoMessage() {}
 
 func (x *GetRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +861,7 @@ func (x *GetRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{8}
+	return file_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRoomResponse) GetRoom() string {
@@ -797,14 +900,16 @@ type ListMembersRequest struct {
 	// At most this many members. 0 means 100; at most 1000.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From the previous answer's next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only members whose tags satisfy this tag expression (docs/tags.md); with tag, both must hold.
+	TagExpr       string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +921,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +934,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{9}
+	return file_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListMembersRequest) GetRoom() string {
@@ -860,6 +965,13 @@ func (x *ListMembersRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListMembersRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
 type ListMembersResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Members []*RoomMember          `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -871,7 +983,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +995,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1008,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{10}
+	return file_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListMembersResponse) GetMembers() []*RoomMember {
@@ -927,7 +1039,7 @@ type RoomMember struct {
 
 func (x *RoomMember) Reset() {
 	*x = RoomMember{}
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1051,7 @@ func (x *RoomMember) String() string {
 func (*RoomMember) ProtoMessage() {}
 
 func (x *RoomMember) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1064,7 @@ func (x *RoomMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomMember.ProtoReflect.Descriptor instead.
 func (*RoomMember) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{11}
+	return file_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RoomMember) GetUid() string {
@@ -1018,7 +1130,7 @@ type SendToRoomRequest struct {
 
 func (x *SendToRoomRequest) Reset() {
 	*x = SendToRoomRequest{}
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1142,7 @@ func (x *SendToRoomRequest) String() string {
 func (*SendToRoomRequest) ProtoMessage() {}
 
 func (x *SendToRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1155,7 @@ func (x *SendToRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToRoomRequest.ProtoReflect.Descriptor instead.
 func (*SendToRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{12}
+	return file_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SendToRoomRequest) GetRoom() string {
@@ -1105,7 +1217,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1229,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1242,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{13}
+	return file_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SendResponse) GetId() string {
@@ -1158,7 +1270,7 @@ type SendBatchToRoomRequest struct {
 
 func (x *SendBatchToRoomRequest) Reset() {
 	*x = SendBatchToRoomRequest{}
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1282,7 @@ func (x *SendBatchToRoomRequest) String() string {
 func (*SendBatchToRoomRequest) ProtoMessage() {}
 
 func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1295,7 @@ func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchToRoomRequest.ProtoReflect.Descriptor instead.
 func (*SendBatchToRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{14}
+	return file_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SendBatchToRoomRequest) GetRoom() string {
@@ -1211,7 +1323,7 @@ type SendBatchResponse struct {
 
 func (x *SendBatchResponse) Reset() {
 	*x = SendBatchResponse{}
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1335,7 @@ func (x *SendBatchResponse) String() string {
 func (*SendBatchResponse) ProtoMessage() {}
 
 func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1348,7 @@ func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchResponse.ProtoReflect.Descriptor instead.
 func (*SendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{15}
+	return file_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendBatchResponse) GetIds() []string {
@@ -1256,19 +1368,27 @@ func (x *SendBatchResponse) GetServerTimeMs() int64 {
 type SendToUsersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1-100 uids.
-	Uids          []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
-	Type          string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Lane          string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
-	Body          string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	BodyBase64    []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
-	Sender        string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	Uids       []string `protobuf:"bytes,1,rep,name=uids,proto3" json:"uids,omitempty"`
+	Type       string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Lane       string   `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Body       string   `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBase64 []byte   `protobuf:"bytes,5,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
+	Sender     string   `protobuf:"bytes,6,opt,name=sender,proto3" json:"sender,omitempty"`
+	// Store the message for each user until one of its sessions acknowledges it, delivering it
+	// at each login until then (docs/api.md, "At-least-once messages"). Without it the message
+	// reaches only the sessions online now.
+	AtLeastOnce bool `protobuf:"varint,7,opt,name=at_least_once,json=atLeastOnce,proto3" json:"at_least_once,omitempty"`
+	// With at_least_once: how long the message stays stored unacknowledged, in seconds. 0 means
+	// the deployment's default (--inbox-expiry); more than its maximum (--inbox-max-expiry) is
+	// refused with 100 (BAD_REQUEST).
+	ExpirySeconds uint32 `protobuf:"varint,8,opt,name=expiry_seconds,json=expirySeconds,proto3" json:"expiry_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendToUsersRequest) Reset() {
 	*x = SendToUsersRequest{}
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1400,7 @@ func (x *SendToUsersRequest) String() string {
 func (*SendToUsersRequest) ProtoMessage() {}
 
 func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1413,7 @@ func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersRequest.ProtoReflect.Descriptor instead.
 func (*SendToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{16}
+	return file_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendToUsersRequest) GetUids() []string {
@@ -1338,6 +1458,20 @@ func (x *SendToUsersRequest) GetSender() string {
 	return ""
 }
 
+func (x *SendToUsersRequest) GetAtLeastOnce() bool {
+	if x != nil {
+		return x.AtLeastOnce
+	}
+	return false
+}
+
+func (x *SendToUsersRequest) GetExpirySeconds() uint32 {
+	if x != nil {
+		return x.ExpirySeconds
+	}
+	return 0
+}
+
 type SendToUsersResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1345,14 +1479,20 @@ type SendToUsersResponse struct {
 	// Sessions the message was handed to.
 	Sessions int64 `protobuf:"varint,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	// The uids asked for that had no session online.
-	Offline       []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	Offline []string `protobuf:"bytes,4,rep,name=offline,proto3" json:"offline,omitempty"`
+	// With at_least_once: when the stored copies expire (unix milliseconds).
+	ExpiresMs int64 `protobuf:"varint,5,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	// With at_least_once: the uids whose store was full (--inbox-max-per-user), for whom the
+	// message was neither stored nor delivered. When it lists every uid the call fails with 112
+	// (INBOX_FULL) instead.
+	InboxFull     []string `protobuf:"bytes,6,rep,name=inbox_full,json=inboxFull,proto3" json:"inbox_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendToUsersResponse) Reset() {
 	*x = SendToUsersResponse{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1504,7 @@ func (x *SendToUsersResponse) String() string {
 func (*SendToUsersResponse) ProtoMessage() {}
 
 func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1517,7 @@ func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersResponse.ProtoReflect.Descriptor instead.
 func (*SendToUsersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendToUsersResponse) GetId() string {
@@ -1408,6 +1548,20 @@ func (x *SendToUsersResponse) GetOffline() []string {
 	return nil
 }
 
+func (x *SendToUsersResponse) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
+func (x *SendToUsersResponse) GetInboxFull() []string {
+	if x != nil {
+		return x.InboxFull
+	}
+	return nil
+}
+
 type KickRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -1416,14 +1570,17 @@ type KickRequest struct {
 	// Only this session.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Told to the user in the Kick frame.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With room and no uid: every session in room whose member's tags satisfy this tag
+	// expression, on every node holding the room.
+	TagExpr       string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1592,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1605,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KickRequest) GetUid() string {
@@ -1479,6 +1636,13 @@ func (x *KickRequest) GetReason() string {
 	return ""
 }
 
+func (x *KickRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
 type KickResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kicked        int64                  `protobuf:"varint,1,opt,name=kicked,proto3" json:"kicked,omitempty"`
@@ -1488,7 +1652,7 @@ type KickResponse struct {
 
 func (x *KickResponse) Reset() {
 	*x = KickResponse{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1664,7 @@ func (x *KickResponse) String() string {
 func (*KickResponse) ProtoMessage() {}
 
 func (x *KickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1677,7 @@ func (x *KickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickResponse.ProtoReflect.Descriptor instead.
 func (*KickResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KickResponse) GetKicked() int64 {
@@ -1527,14 +1691,19 @@ type MuteRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
 	// true mutes, false lets members send again.
-	Muted         bool `protobuf:"varint,2,opt,name=muted,proto3" json:"muted,omitempty"`
+	Muted bool `protobuf:"varint,2,opt,name=muted,proto3" json:"muted,omitempty"`
+	// Mute (or lift the mute of) only the members whose tags satisfy this tag expression, not the
+	// whole room. A lift names the expression exactly as it was muted.
+	TagExpr string `protobuf:"bytes,5,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// With tag_expr: how long the mute holds; 0 means until lifted.
+	DurationMs    int64 `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MuteRoomRequest) Reset() {
 	*x = MuteRoomRequest{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1715,7 @@ func (x *MuteRoomRequest) String() string {
 func (*MuteRoomRequest) ProtoMessage() {}
 
 func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1728,7 @@ func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteRoomRequest.ProtoReflect.Descriptor instead.
 func (*MuteRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MuteRoomRequest) GetRoom() string {
@@ -1576,6 +1745,20 @@ func (x *MuteRoomRequest) GetMuted() bool {
 	return false
 }
 
+func (x *MuteRoomRequest) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *MuteRoomRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 type MuteMemberRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
@@ -1590,7 +1773,7 @@ type MuteMemberRequest struct {
 
 func (x *MuteMemberRequest) Reset() {
 	*x = MuteMemberRequest{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1785,7 @@ func (x *MuteMemberRequest) String() string {
 func (*MuteMemberRequest) ProtoMessage() {}
 
 func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1798,7 @@ func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MuteMemberRequest) GetRoom() string {
@@ -1662,7 +1845,7 @@ type BanMemberRequest struct {
 
 func (x *BanMemberRequest) Reset() {
 	*x = BanMemberRequest{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1857,7 @@ func (x *BanMemberRequest) String() string {
 func (*BanMemberRequest) ProtoMessage() {}
 
 func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1870,7 @@ func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberRequest.ProtoReflect.Descriptor instead.
 func (*BanMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BanMemberRequest) GetRoom() string {
@@ -1743,7 +1926,7 @@ type MemberRestriction struct {
 
 func (x *MemberRestriction) Reset() {
 	*x = MemberRestriction{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1938,7 @@ func (x *MemberRestriction) String() string {
 func (*MemberRestriction) ProtoMessage() {}
 
 func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1951,7 @@ func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRestriction.ProtoReflect.Descriptor instead.
 func (*MemberRestriction) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MemberRestriction) GetRoom() string {
@@ -1831,7 +2014,7 @@ type BanMemberResponse struct {
 
 func (x *BanMemberResponse) Reset() {
 	*x = BanMemberResponse{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2026,7 @@ func (x *BanMemberResponse) String() string {
 func (*BanMemberResponse) ProtoMessage() {}
 
 func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2039,7 @@ func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberResponse.ProtoReflect.Descriptor instead.
 func (*BanMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BanMemberResponse) GetRestriction() *MemberRestriction {
@@ -1882,7 +2065,7 @@ type GetUserSessionsRequest struct {
 
 func (x *GetUserSessionsRequest) Reset() {
 	*x = GetUserSessionsRequest{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2077,7 @@ func (x *GetUserSessionsRequest) String() string {
 func (*GetUserSessionsRequest) ProtoMessage() {}
 
 func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2090,7 @@ func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetUserSessionsRequest) GetUid() string {
@@ -1931,7 +2114,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2126,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2139,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2012,7 +2195,7 @@ type GetUserSessionsResponse struct {
 
 func (x *GetUserSessionsResponse) Reset() {
 	*x = GetUserSessionsResponse{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2207,7 @@ func (x *GetUserSessionsResponse) String() string {
 func (*GetUserSessionsResponse) ProtoMessage() {}
 
 func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2220,7 @@ func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetUserSessionsResponse) GetUid() string {
@@ -2062,14 +2245,20 @@ func (x *GetUserSessionsResponse) GetSessions() []*Session {
 }
 
 type CountOnlineRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also count this room's members online, asking the nodes that hold it.
+	Room string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// With room: count the members whose tags satisfy each of these tag expressions (at most 32).
+	TagExprs []string `protobuf:"bytes,2,rep,name=tag_exprs,json=tagExprs,proto3" json:"tag_exprs,omitempty"`
+	// With room: count the members carrying each tag that starts with this prefix (e.g. "class:").
+	TagPrefix     string `protobuf:"bytes,3,opt,name=tag_prefix,json=tagPrefix,proto3" json:"tag_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountOnlineRequest) Reset() {
 	*x = CountOnlineRequest{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2270,7 @@ func (x *CountOnlineRequest) String() string {
 func (*CountOnlineRequest) ProtoMessage() {}
 
 func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,20 +2283,48 @@ func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineRequest.ProtoReflect.Descriptor instead.
 func (*CountOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CountOnlineRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *CountOnlineRequest) GetTagExprs() []string {
+	if x != nil {
+		return x.TagExprs
+	}
+	return nil
+}
+
+func (x *CountOnlineRequest) GetTagPrefix() string {
+	if x != nil {
+		return x.TagPrefix
+	}
+	return ""
 }
 
 type CountOnlineResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      int64                  `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	Users         int64                  `protobuf:"varint,2,opt,name=users,proto3" json:"users,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions and distinct users online in the app.
+	Sessions int64 `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Users    int64 `protobuf:"varint,2,opt,name=users,proto3" json:"users,omitempty"`
+	// With room: the room's members online, as its nodes count them now.
+	RoomOnline int64 `protobuf:"varint,3,opt,name=room_online,json=roomOnline,proto3" json:"room_online,omitempty"`
+	// With tag_exprs: one count per expression, in the order asked.
+	ExprCounts []*TagCount `protobuf:"bytes,4,rep,name=expr_counts,json=exprCounts,proto3" json:"expr_counts,omitempty"`
+	// With tag_prefix: one count per tag with the prefix that a member online carries, by tag.
+	TagCounts     []*TagCount `protobuf:"bytes,5,rep,name=tag_counts,json=tagCounts,proto3" json:"tag_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountOnlineResponse) Reset() {
 	*x = CountOnlineResponse{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2336,7 @@ func (x *CountOnlineResponse) String() string {
 func (*CountOnlineResponse) ProtoMessage() {}
 
 func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2349,7 @@ func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineResponse.ProtoReflect.Descriptor instead.
 func (*CountOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CountOnlineResponse) GetSessions() int64 {
@@ -2149,6 +2366,88 @@ func (x *CountOnlineResponse) GetUsers() int64 {
 	return 0
 }
 
+func (x *CountOnlineResponse) GetRoomOnline() int64 {
+	if x != nil {
+		return x.RoomOnline
+	}
+	return 0
+}
+
+func (x *CountOnlineResponse) GetExprCounts() []*TagCount {
+	if x != nil {
+		return x.ExprCounts
+	}
+	return nil
+}
+
+func (x *CountOnlineResponse) GetTagCounts() []*TagCount {
+	if x != nil {
+		return x.TagCounts
+	}
+	return nil
+}
+
+// TagCount is how many of a room's members online satisfy a tag expression or carry a tag.
+type TagCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TagExpr       string                 `protobuf:"bytes,1,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Online        int64                  `protobuf:"varint,3,opt,name=online,proto3" json:"online,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagCount) Reset() {
+	*x = TagCount{}
+	mi := &file_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagCount) ProtoMessage() {}
+
+func (x *TagCount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagCount.ProtoReflect.Descriptor instead.
+func (*TagCount) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TagCount) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *TagCount) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *TagCount) GetOnline() int64 {
+	if x != nil {
+		return x.Online
+	}
+	return 0
+}
+
 // MemberTags are a user's tags as the app server set them (they override the login token's).
 type MemberTags struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2161,7 +2460,7 @@ type MemberTags struct {
 
 func (x *MemberTags) Reset() {
 	*x = MemberTags{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2472,7 @@ func (x *MemberTags) String() string {
 func (*MemberTags) ProtoMessage() {}
 
 func (x *MemberTags) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2485,7 @@ func (x *MemberTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberTags.ProtoReflect.Descriptor instead.
 func (*MemberTags) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MemberTags) GetUid() string {
@@ -2221,7 +2520,7 @@ type SetMemberTagsRequest struct {
 
 func (x *SetMemberTagsRequest) Reset() {
 	*x = SetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2532,7 @@ func (x *SetMemberTagsRequest) String() string {
 func (*SetMemberTagsRequest) ProtoMessage() {}
 
 func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2545,7 @@ func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetMemberTagsRequest) GetUid() string {
@@ -2274,7 +2573,7 @@ type SetMemberTagsResponse struct {
 
 func (x *SetMemberTagsResponse) Reset() {
 	*x = SetMemberTagsResponse{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2585,7 @@ func (x *SetMemberTagsResponse) String() string {
 func (*SetMemberTagsResponse) ProtoMessage() {}
 
 func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2598,7 @@ func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetMemberTagsResponse) GetTags() *MemberTags {
@@ -2325,7 +2624,7 @@ type GetMemberTagsRequest struct {
 
 func (x *GetMemberTagsRequest) Reset() {
 	*x = GetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2636,7 @@ func (x *GetMemberTagsRequest) String() string {
 func (*GetMemberTagsRequest) ProtoMessage() {}
 
 func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2649,7 @@ func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetMemberTagsRequest) GetUid() string {
@@ -2373,7 +2672,7 @@ type SetRoomCdnRequest struct {
 
 func (x *SetRoomCdnRequest) Reset() {
 	*x = SetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2684,7 @@ func (x *SetRoomCdnRequest) String() string {
 func (*SetRoomCdnRequest) ProtoMessage() {}
 
 func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2697,7 @@ func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetRoomCdnRequest) GetRoom() string {
@@ -2431,7 +2730,7 @@ type GetRoomCdnRequest struct {
 
 func (x *GetRoomCdnRequest) Reset() {
 	*x = GetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2742,7 @@ func (x *GetRoomCdnRequest) String() string {
 func (*GetRoomCdnRequest) ProtoMessage() {}
 
 func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2755,7 @@ func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRoomCdnRequest) GetRoom() string {
@@ -2487,7 +2786,7 @@ type RoomCdn struct {
 
 func (x *RoomCdn) Reset() {
 	*x = RoomCdn{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2798,7 @@ func (x *RoomCdn) String() string {
 func (*RoomCdn) ProtoMessage() {}
 
 func (x *RoomCdn) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2811,7 @@ func (x *RoomCdn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCdn.ProtoReflect.Descriptor instead.
 func (*RoomCdn) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RoomCdn) GetRoom() string {
@@ -2582,7 +2881,7 @@ type CdnPolicy struct {
 
 func (x *CdnPolicy) Reset() {
 	*x = CdnPolicy{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2893,7 @@ func (x *CdnPolicy) String() string {
 func (*CdnPolicy) ProtoMessage() {}
 
 func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2906,7 @@ func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnPolicy.ProtoReflect.Descriptor instead.
 func (*CdnPolicy) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CdnPolicy) GetVendors() []*CdnVendor {
@@ -2667,7 +2966,7 @@ type GetCdnPolicyRequest struct {
 
 func (x *GetCdnPolicyRequest) Reset() {
 	*x = GetCdnPolicyRequest{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2978,7 @@ func (x *GetCdnPolicyRequest) String() string {
 func (*GetCdnPolicyRequest) ProtoMessage() {}
 
 func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,14 +2991,171 @@ func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCdnPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{40}
+}
+
+// QueueRequest is the request of every room queue call. Which fields count depends on the call.
+type QueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// OfferQueue, RemoveQueueEntry: the entry's key (required). PollQueue, PeekQueue: the key,
+	// or empty for the head.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// OfferQueue: the value (base64 in JSON).
+	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// OfferQueue: the entry's owner. Empty: the app server.
+	Uid string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	// OfferQueue: a session of uid in the room that owns the entry; with drop_on_leave the entry
+	// goes when that session ends.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// OfferQueue: fail with QUEUE_KEY_EXISTS when the key is in the queue.
+	IfAbsent bool `protobuf:"varint,6,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// OfferQueue: take the entry out when session_id's session ends (needs session_id).
+	DropOnLeave   bool `protobuf:"varint,7,opt,name=drop_on_leave,json=dropOnLeave,proto3" json:"drop_on_leave,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRequest) Reset() {
+	*x = QueueRequest{}
+	mi := &file_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRequest) ProtoMessage() {}
+
+func (x *QueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRequest.ProtoReflect.Descriptor instead.
+func (*QueueRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *QueueRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *QueueRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *QueueRequest) GetDropOnLeave() bool {
+	if x != nil {
+		return x.DropOnLeave
+	}
+	return false
+}
+
+// QueueResponse answers a room queue call.
+type QueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OfferQueue: the entry as stored. PollQueue, PeekQueue, RemoveQueueEntry: the entry.
+	// ListQueue: every entry, head first. ClearQueue: the entries taken out.
+	Entries []*QueueEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The queue's version after the call (1, 2, 3 ... one per change; 0: never changed).
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResponse) Reset() {
+	*x = QueueResponse{}
+	mi := &file_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResponse) ProtoMessage() {}
+
+func (x *QueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResponse.ProtoReflect.Descriptor instead.
+func (*QueueResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *QueueResponse) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *QueueResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\"\x96\x03\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\x8b\x04\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -2713,7 +3169,11 @@ const file_api_proto_rawDesc = "" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
 	" \x01(\tR\vscopePrefix\x12&\n" +
-	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecondJ\x04\b\x04\x10\x05R\bcdn_mode\"\xa3\x02\n" +
+	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecond\x12\x1d\n" +
+	"\n" +
+	"queue_expr\x18\x11 \x01(\tR\tqueueExpr\x12(\n" +
+	"\x10queue_admin_expr\x18\x12 \x01(\tR\x0equeueAdminExpr\x12*\n" +
+	"\x11queue_max_entries\x18\x13 \x01(\rR\x0fqueueMaxEntriesJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2725,7 +3185,13 @@ const file_api_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\x0e2\x17.roomcast.v1.RoomStatusR\x06status\x125\n" +
 	"\bsettings\x18\a \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12\x14\n" +
 	"\x05muted\x18\b \x01(\bR\x05muted\x12!\n" +
-	"\fclose_reason\x18\t \x01(\tR\vcloseReason\"\x88\x01\n" +
+	"\fclose_reason\x18\t \x01(\tR\vcloseReason\x121\n" +
+	"\ttag_mutes\x18\x14 \x03(\v2\x14.roomcast.v1.TagMuteR\btagMutes\"^\n" +
+	"\aTagMute\x12\x19\n" +
+	"\btag_expr\x18\x01 \x01(\tR\atagExpr\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x03 \x01(\x03R\tcreatedMs\"\x88\x01\n" +
 	"\x11CreateRoomRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2757,13 +3223,14 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x91\x01\n" +
 	"\x12ListMembersRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\"p\n" +
 	"\x13ListMembersResponse\x121\n" +
 	"\amembers\x18\x01 \x03(\v2\x17.roomcast.v1.RoomMemberR\amembers\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa1\x01\n" +
@@ -2793,7 +3260,7 @@ const file_api_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x1e.roomcast.v1.SendToRoomRequestR\bmessages\"K\n" +
 	"\x11SendBatchResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12$\n" +
-	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\x9d\x01\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"\xe8\x01\n" +
 	"\x12SendToUsersRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
@@ -2801,23 +3268,33 @@ const file_api_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x12\x1f\n" +
 	"\vbody_base64\x18\x05 \x01(\fR\n" +
 	"bodyBase64\x12\x16\n" +
-	"\x06sender\x18\x06 \x01(\tR\x06sender\"\x81\x01\n" +
+	"\x06sender\x18\x06 \x01(\tR\x06sender\x12\"\n" +
+	"\rat_least_once\x18\a \x01(\bR\vatLeastOnce\x12%\n" +
+	"\x0eexpiry_seconds\x18\b \x01(\rR\rexpirySeconds\"\xbf\x01\n" +
 	"\x13SendToUsersResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
 	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\x12\x1a\n" +
 	"\bsessions\x18\x03 \x01(\x03R\bsessions\x12\x18\n" +
-	"\aoffline\x18\x04 \x03(\tR\aoffline\"j\n" +
+	"\aoffline\x18\x04 \x03(\tR\aoffline\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x05 \x01(\x03R\texpiresMs\x12\x1d\n" +
+	"\n" +
+	"inbox_full\x18\x06 \x03(\tR\tinboxFull\"\x85\x01\n" +
 	"\vKickRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"&\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\"&\n" +
 	"\fKickResponse\x12\x16\n" +
-	"\x06kicked\x18\x01 \x01(\x03R\x06kicked\";\n" +
+	"\x06kicked\x18\x01 \x01(\x03R\x06kicked\"w\n" +
 	"\x0fMuteRoomRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
-	"\x05muted\x18\x02 \x01(\bR\x05muted\"n\n" +
+	"\x05muted\x18\x02 \x01(\bR\x05muted\x12\x19\n" +
+	"\btag_expr\x18\x05 \x01(\tR\atagExpr\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x03R\n" +
+	"durationMs\"n\n" +
 	"\x11MuteMemberRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1f\n" +
@@ -2855,11 +3332,25 @@ const file_api_proto_rawDesc = "" +
 	"\x17GetUserSessionsResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x16\n" +
 	"\x06online\x18\x02 \x01(\bR\x06online\x120\n" +
-	"\bsessions\x18\x03 \x03(\v2\x14.roomcast.v1.SessionR\bsessions\"\x14\n" +
-	"\x12CountOnlineRequest\"G\n" +
+	"\bsessions\x18\x03 \x03(\v2\x14.roomcast.v1.SessionR\bsessions\"d\n" +
+	"\x12CountOnlineRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x1b\n" +
+	"\ttag_exprs\x18\x02 \x03(\tR\btagExprs\x12\x1d\n" +
+	"\n" +
+	"tag_prefix\x18\x03 \x01(\tR\ttagPrefix\"\xd6\x01\n" +
 	"\x13CountOnlineResponse\x12\x1a\n" +
 	"\bsessions\x18\x01 \x01(\x03R\bsessions\x12\x14\n" +
-	"\x05users\x18\x02 \x01(\x03R\x05users\"Q\n" +
+	"\x05users\x18\x02 \x01(\x03R\x05users\x12\x1f\n" +
+	"\vroom_online\x18\x03 \x01(\x03R\n" +
+	"roomOnline\x126\n" +
+	"\vexpr_counts\x18\x04 \x03(\v2\x15.roomcast.v1.TagCountR\n" +
+	"exprCounts\x124\n" +
+	"\n" +
+	"tag_counts\x18\x05 \x03(\v2\x15.roomcast.v1.TagCountR\ttagCounts\"O\n" +
+	"\bTagCount\x12\x19\n" +
+	"\btag_expr\x18\x01 \x01(\tR\atagExpr\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06online\x18\x03 \x01(\x03R\x06online\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
@@ -2897,7 +3388,19 @@ const file_api_proto_rawDesc = "" +
 	"\x0epoll_jitter_ms\x18\x06 \x01(\rR\fpollJitterMs\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\a \x01(\x03R\tupdatedMs\"\x15\n" +
-	"\x13GetCdnPolicyRequest*W\n" +
+	"\x13GetCdnPolicyRequest\"\xbc\x01\n" +
+	"\fQueueRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tif_absent\x18\x06 \x01(\bR\bifAbsent\x12\"\n" +
+	"\rdrop_on_leave\x18\a \x01(\bR\vdropOnLeave\"\\\n" +
+	"\rQueueResponse\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -2907,7 +3410,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xef\v\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\x90\x0f\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -2934,7 +3437,15 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
 	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
-	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicyB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12C\n" +
+	"\n" +
+	"OfferQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tPollQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tPeekQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
+	"\tListQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12I\n" +
+	"\x10RemoveQueueEntry\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12C\n" +
+	"\n" +
+	"ClearQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponseB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2949,120 +3460,141 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
 	(*RoomSettings)(nil),            // 2: roomcast.v1.RoomSettings
 	(*Room)(nil),                    // 3: roomcast.v1.Room
-	(*CreateRoomRequest)(nil),       // 4: roomcast.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),      // 5: roomcast.v1.CreateRoomResponse
-	(*UpdateRoomRequest)(nil),       // 6: roomcast.v1.UpdateRoomRequest
-	(*CloseRoomRequest)(nil),        // 7: roomcast.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),       // 8: roomcast.v1.CloseRoomResponse
-	(*GetRoomRequest)(nil),          // 9: roomcast.v1.GetRoomRequest
-	(*GetRoomResponse)(nil),         // 10: roomcast.v1.GetRoomResponse
-	(*ListMembersRequest)(nil),      // 11: roomcast.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),     // 12: roomcast.v1.ListMembersResponse
-	(*RoomMember)(nil),              // 13: roomcast.v1.RoomMember
-	(*SendToRoomRequest)(nil),       // 14: roomcast.v1.SendToRoomRequest
-	(*SendResponse)(nil),            // 15: roomcast.v1.SendResponse
-	(*SendBatchToRoomRequest)(nil),  // 16: roomcast.v1.SendBatchToRoomRequest
-	(*SendBatchResponse)(nil),       // 17: roomcast.v1.SendBatchResponse
-	(*SendToUsersRequest)(nil),      // 18: roomcast.v1.SendToUsersRequest
-	(*SendToUsersResponse)(nil),     // 19: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),             // 20: roomcast.v1.KickRequest
-	(*KickResponse)(nil),            // 21: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),         // 22: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),       // 23: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),        // 24: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),       // 25: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),       // 26: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),  // 27: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                 // 28: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil), // 29: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),      // 30: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),     // 31: roomcast.v1.CountOnlineResponse
-	(*MemberTags)(nil),              // 32: roomcast.v1.MemberTags
-	(*SetMemberTagsRequest)(nil),    // 33: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),   // 34: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),    // 35: roomcast.v1.GetMemberTagsRequest
-	(*SetRoomCdnRequest)(nil),       // 36: roomcast.v1.SetRoomCdnRequest
-	(*GetRoomCdnRequest)(nil),       // 37: roomcast.v1.GetRoomCdnRequest
-	(*RoomCdn)(nil),                 // 38: roomcast.v1.RoomCdn
-	(*CdnPolicy)(nil),               // 39: roomcast.v1.CdnPolicy
-	(*GetCdnPolicyRequest)(nil),     // 40: roomcast.v1.GetCdnPolicyRequest
-	nil,                             // 41: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 42: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 43: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 44: roomcast.v1.CdnVendor
+	(*TagMute)(nil),                 // 4: roomcast.v1.TagMute
+	(*CreateRoomRequest)(nil),       // 5: roomcast.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),      // 6: roomcast.v1.CreateRoomResponse
+	(*UpdateRoomRequest)(nil),       // 7: roomcast.v1.UpdateRoomRequest
+	(*CloseRoomRequest)(nil),        // 8: roomcast.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),       // 9: roomcast.v1.CloseRoomResponse
+	(*GetRoomRequest)(nil),          // 10: roomcast.v1.GetRoomRequest
+	(*GetRoomResponse)(nil),         // 11: roomcast.v1.GetRoomResponse
+	(*ListMembersRequest)(nil),      // 12: roomcast.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),     // 13: roomcast.v1.ListMembersResponse
+	(*RoomMember)(nil),              // 14: roomcast.v1.RoomMember
+	(*SendToRoomRequest)(nil),       // 15: roomcast.v1.SendToRoomRequest
+	(*SendResponse)(nil),            // 16: roomcast.v1.SendResponse
+	(*SendBatchToRoomRequest)(nil),  // 17: roomcast.v1.SendBatchToRoomRequest
+	(*SendBatchResponse)(nil),       // 18: roomcast.v1.SendBatchResponse
+	(*SendToUsersRequest)(nil),      // 19: roomcast.v1.SendToUsersRequest
+	(*SendToUsersResponse)(nil),     // 20: roomcast.v1.SendToUsersResponse
+	(*KickRequest)(nil),             // 21: roomcast.v1.KickRequest
+	(*KickResponse)(nil),            // 22: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),         // 23: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),       // 24: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),        // 25: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),       // 26: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),       // 27: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),  // 28: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                 // 29: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil), // 30: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),      // 31: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),     // 32: roomcast.v1.CountOnlineResponse
+	(*TagCount)(nil),                // 33: roomcast.v1.TagCount
+	(*MemberTags)(nil),              // 34: roomcast.v1.MemberTags
+	(*SetMemberTagsRequest)(nil),    // 35: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),   // 36: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),    // 37: roomcast.v1.GetMemberTagsRequest
+	(*SetRoomCdnRequest)(nil),       // 38: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),       // 39: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                 // 40: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),               // 41: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),     // 42: roomcast.v1.GetCdnPolicyRequest
+	(*QueueRequest)(nil),            // 43: roomcast.v1.QueueRequest
+	(*QueueResponse)(nil),           // 44: roomcast.v1.QueueResponse
+	nil,                             // 45: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 46: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 47: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 48: roomcast.v1.CdnVendor
+	(*QueueEntry)(nil),              // 49: roomcast.v1.QueueEntry
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
 	0,  // 1: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
 	2,  // 2: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
-	2,  // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
-	3,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	2,  // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
-	3,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	41, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
-	3,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
-	13, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
-	14, // 10: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
-	25, // 11: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
-	28, // 12: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	32, // 13: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	42, // 14: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	42, // 15: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	42, // 16: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	43, // 17: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	44, // 18: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	42, // 19: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
-	4,  // 20: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	6,  // 21: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	7,  // 22: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	9,  // 23: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	11, // 24: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	14, // 25: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	16, // 26: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
-	18, // 27: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	20, // 28: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	22, // 29: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	23, // 30: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	24, // 31: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	27, // 32: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	30, // 33: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	33, // 34: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	35, // 35: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	36, // 36: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
-	37, // 37: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
-	39, // 38: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
-	40, // 39: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	5,  // 40: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 41: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	8,  // 42: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	10, // 43: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	12, // 44: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	15, // 45: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	17, // 46: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	19, // 47: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	21, // 48: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 49: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	25, // 50: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	26, // 51: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	29, // 52: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	31, // 53: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	34, // 54: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	32, // 55: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	38, // 56: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	38, // 57: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 58: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	39, // 59: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	40, // [40:60] is the sub-list for method output_type
-	20, // [20:40] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 3: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
+	2,  // 4: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	3,  // 5: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
+	2,  // 6: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	3,  // 7: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
+	45, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	3,  // 9: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
+	14, // 10: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
+	15, // 11: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
+	26, // 12: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
+	29, // 13: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
+	33, // 14: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
+	33, // 15: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
+	34, // 16: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	46, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	46, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	46, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	47, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	48, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	46, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	49, // 23: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
+	5,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	7,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	8,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	10, // 27: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	12, // 28: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	15, // 29: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	17, // 30: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	19, // 31: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	21, // 32: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	23, // 33: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	24, // 34: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	25, // 35: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	28, // 36: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	31, // 37: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	35, // 38: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	37, // 39: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	38, // 40: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	39, // 41: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	41, // 42: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	42, // 43: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	43, // 44: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 45: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 46: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 47: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	43, // 48: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	43, // 49: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	6,  // 50: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 51: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 52: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 53: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 54: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 55: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 56: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	20, // 57: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 58: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 59: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 60: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 61: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 62: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 63: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	36, // 64: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	34, // 65: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	40, // 66: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 67: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	41, // 68: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	41, // 69: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	44, // 70: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 71: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 72: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 73: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	44, // 74: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	44, // 75: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	50, // [50:76] is the sub-list for method output_type
+	24, // [24:50] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3071,14 +3603,15 @@ func file_api_proto_init() {
 		return
 	}
 	file_cdn_proto_init()
-	file_api_proto_msgTypes[4].OneofWrappers = []any{}
+	file_message_proto_init()
+	file_api_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,26 +22,32 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RoomcastAPI_CreateRoom_FullMethodName      = "/roomcast.v1.RoomcastAPI/CreateRoom"
-	RoomcastAPI_UpdateRoom_FullMethodName      = "/roomcast.v1.RoomcastAPI/UpdateRoom"
-	RoomcastAPI_CloseRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/CloseRoom"
-	RoomcastAPI_GetRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/GetRoom"
-	RoomcastAPI_ListMembers_FullMethodName     = "/roomcast.v1.RoomcastAPI/ListMembers"
-	RoomcastAPI_SendToRoom_FullMethodName      = "/roomcast.v1.RoomcastAPI/SendToRoom"
-	RoomcastAPI_SendBatchToRoom_FullMethodName = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
-	RoomcastAPI_SendToUsers_FullMethodName     = "/roomcast.v1.RoomcastAPI/SendToUsers"
-	RoomcastAPI_Kick_FullMethodName            = "/roomcast.v1.RoomcastAPI/Kick"
-	RoomcastAPI_MuteRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/MuteRoom"
-	RoomcastAPI_MuteMember_FullMethodName      = "/roomcast.v1.RoomcastAPI/MuteMember"
-	RoomcastAPI_BanMember_FullMethodName       = "/roomcast.v1.RoomcastAPI/BanMember"
-	RoomcastAPI_GetUserSessions_FullMethodName = "/roomcast.v1.RoomcastAPI/GetUserSessions"
-	RoomcastAPI_CountOnline_FullMethodName     = "/roomcast.v1.RoomcastAPI/CountOnline"
-	RoomcastAPI_SetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/SetMemberTags"
-	RoomcastAPI_GetMemberTags_FullMethodName   = "/roomcast.v1.RoomcastAPI/GetMemberTags"
-	RoomcastAPI_SetRoomCdn_FullMethodName      = "/roomcast.v1.RoomcastAPI/SetRoomCdn"
-	RoomcastAPI_GetRoomCdn_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
-	RoomcastAPI_SetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
-	RoomcastAPI_GetCdnPolicy_FullMethodName    = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_CreateRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/CreateRoom"
+	RoomcastAPI_UpdateRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/UpdateRoom"
+	RoomcastAPI_CloseRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/CloseRoom"
+	RoomcastAPI_GetRoom_FullMethodName          = "/roomcast.v1.RoomcastAPI/GetRoom"
+	RoomcastAPI_ListMembers_FullMethodName      = "/roomcast.v1.RoomcastAPI/ListMembers"
+	RoomcastAPI_SendToRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendToRoom"
+	RoomcastAPI_SendBatchToRoom_FullMethodName  = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
+	RoomcastAPI_SendToUsers_FullMethodName      = "/roomcast.v1.RoomcastAPI/SendToUsers"
+	RoomcastAPI_Kick_FullMethodName             = "/roomcast.v1.RoomcastAPI/Kick"
+	RoomcastAPI_MuteRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/MuteRoom"
+	RoomcastAPI_MuteMember_FullMethodName       = "/roomcast.v1.RoomcastAPI/MuteMember"
+	RoomcastAPI_BanMember_FullMethodName        = "/roomcast.v1.RoomcastAPI/BanMember"
+	RoomcastAPI_GetUserSessions_FullMethodName  = "/roomcast.v1.RoomcastAPI/GetUserSessions"
+	RoomcastAPI_CountOnline_FullMethodName      = "/roomcast.v1.RoomcastAPI/CountOnline"
+	RoomcastAPI_SetMemberTags_FullMethodName    = "/roomcast.v1.RoomcastAPI/SetMemberTags"
+	RoomcastAPI_GetMemberTags_FullMethodName    = "/roomcast.v1.RoomcastAPI/GetMemberTags"
+	RoomcastAPI_SetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/SetRoomCdn"
+	RoomcastAPI_GetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
+	RoomcastAPI_SetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
+	RoomcastAPI_GetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_OfferQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/OfferQueue"
+	RoomcastAPI_PollQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PollQueue"
+	RoomcastAPI_PeekQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PeekQueue"
+	RoomcastAPI_ListQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/ListQueue"
+	RoomcastAPI_RemoveQueueEntry_FullMethodName = "/roomcast.v1.RoomcastAPI/RemoveQueueEntry"
+	RoomcastAPI_ClearQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/ClearQueue"
 )
 
 // RoomcastAPIClient is the client API for RoomcastAPI service.
@@ -66,7 +72,7 @@ type RoomcastAPIClient interface {
 	// GetRoom returns a room's record and how many members are online, per node.
 	GetRoom(ctx context.Context, in *GetRoomRequest, opts ...grpc.CallOption) (*GetRoomResponse, error)
 	// ListMembers lists the members online in a room, a page at a time, optionally those with a
-	// tag. The nodes that hold the room answer.
+	// tag or whose tags satisfy a tag expression. The nodes that hold the room answer.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(ctx context.Context, in *SendToRoomRequest, opts ...grpc.CallOption) (*SendResponse, error)
@@ -75,9 +81,11 @@ type RoomcastAPIClient interface {
 	SendBatchToRoom(ctx context.Context, in *SendBatchToRoomRequest, opts ...grpc.CallOption) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error)
-	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
+	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
+	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(ctx context.Context, in *KickRequest, opts ...grpc.CallOption) (*KickResponse, error)
-	// MuteRoom stops (or lets again) members sending to a room; the app server still can.
+	// MuteRoom stops (or lets again) members sending to a room, all of them or, with tag_expr,
+	// those whose tags satisfy it; the app server still can.
 	MuteRoom(ctx context.Context, in *MuteRoomRequest, opts ...grpc.CallOption) (*Room, error)
 	// MuteMember stops (or lets again) one user sending to a room, for a time or until lifted.
 	MuteMember(ctx context.Context, in *MuteMemberRequest, opts ...grpc.CallOption) (*MemberRestriction, error)
@@ -86,7 +94,8 @@ type RoomcastAPIClient interface {
 	BanMember(ctx context.Context, in *BanMemberRequest, opts ...grpc.CallOption) (*BanMemberResponse, error)
 	// GetUserSessions lists a user's sessions: whether it is online, where, on which devices.
 	GetUserSessions(ctx context.Context, in *GetUserSessionsRequest, opts ...grpc.CallOption) (*GetUserSessionsResponse, error)
-	// CountOnline counts the app's sessions and distinct users online.
+	// CountOnline counts the app's sessions and distinct users online and, for a room, its members
+	// online in total, per tag expression and per tag.
 	CountOnline(ctx context.Context, in *CountOnlineRequest, opts ...grpc.CallOption) (*CountOnlineResponse, error)
 	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
 	// and applied at once to the user's sessions online.
@@ -104,6 +113,21 @@ type RoomcastAPIClient interface {
 	SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error)
+	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
+	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
+	// room's queue_expr and queue_admin_expr.
+	// OfferQueue adds an entry at the tail, or replaces the value of the entry with its key.
+	OfferQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
+	// PollQueue takes the head entry (or the entry with key) out of the queue.
+	PollQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
+	// PeekQueue returns the head entry (or the entry with key).
+	PeekQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
+	// ListQueue returns every entry, head first.
+	ListQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
+	// RemoveQueueEntry takes the entry with key out of the queue.
+	RemoveQueueEntry(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
+	// ClearQueue empties the queue.
+	ClearQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error)
 }
 
 type roomcastAPIClient struct {
@@ -314,6 +338,66 @@ func (c *roomcastAPIClient) GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRe
 	return out, nil
 }
 
+func (c *roomcastAPIClient) OfferQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_OfferQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) PollQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_PollQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) PeekQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_PeekQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) ListQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_ListQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) RemoveQueueEntry(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_RemoveQueueEntry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) ClearQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_ClearQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RoomcastAPIServer is the server API for RoomcastAPI service.
 // All implementations must embed UnimplementedRoomcastAPIServer
 // for forward compatibility.
@@ -336,7 +420,7 @@ type RoomcastAPIServer interface {
 	// GetRoom returns a room's record and how many members are online, per node.
 	GetRoom(context.Context, *GetRoomRequest) (*GetRoomResponse, error)
 	// ListMembers lists the members online in a room, a page at a time, optionally those with a
-	// tag. The nodes that hold the room answer.
+	// tag or whose tags satisfy a tag expression. The nodes that hold the room answer.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// SendToRoom sends a message to every member of a room (or those whose tags satisfy tag_expr).
 	SendToRoom(context.Context, *SendToRoomRequest) (*SendResponse, error)
@@ -345,9 +429,11 @@ type RoomcastAPIServer interface {
 	SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error)
-	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007.
+	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
+	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(context.Context, *KickRequest) (*KickResponse, error)
-	// MuteRoom stops (or lets again) members sending to a room; the app server still can.
+	// MuteRoom stops (or lets again) members sending to a room, all of them or, with tag_expr,
+	// those whose tags satisfy it; the app server still can.
 	MuteRoom(context.Context, *MuteRoomRequest) (*Room, error)
 	// MuteMember stops (or lets again) one user sending to a room, for a time or until lifted.
 	MuteMember(context.Context, *MuteMemberRequest) (*MemberRestriction, error)
@@ -356,7 +442,8 @@ type RoomcastAPIServer interface {
 	BanMember(context.Context, *BanMemberRequest) (*BanMemberResponse, error)
 	// GetUserSessions lists a user's sessions: whether it is online, where, on which devices.
 	GetUserSessions(context.Context, *GetUserSessionsRequest) (*GetUserSessionsResponse, error)
-	// CountOnline counts the app's sessions and distinct users online.
+	// CountOnline counts the app's sessions and distinct users online and, for a room, its members
+	// online in total, per tag expression and per tag.
 	CountOnline(context.Context, *CountOnlineRequest) (*CountOnlineResponse, error)
 	// Replaces a user's tags: stored, so they hold from the next login on (over the token's),
 	// and applied at once to the user's sessions online.
@@ -374,6 +461,21 @@ type RoomcastAPIServer interface {
 	SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error)
+	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
+	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
+	// room's queue_expr and queue_admin_expr.
+	// OfferQueue adds an entry at the tail, or replaces the value of the entry with its key.
+	OfferQueue(context.Context, *QueueRequest) (*QueueResponse, error)
+	// PollQueue takes the head entry (or the entry with key) out of the queue.
+	PollQueue(context.Context, *QueueRequest) (*QueueResponse, error)
+	// PeekQueue returns the head entry (or the entry with key).
+	PeekQueue(context.Context, *QueueRequest) (*QueueResponse, error)
+	// ListQueue returns every entry, head first.
+	ListQueue(context.Context, *QueueRequest) (*QueueResponse, error)
+	// RemoveQueueEntry takes the entry with key out of the queue.
+	RemoveQueueEntry(context.Context, *QueueRequest) (*QueueResponse, error)
+	// ClearQueue empties the queue.
+	ClearQueue(context.Context, *QueueRequest) (*QueueResponse, error)
 	mustEmbedUnimplementedRoomcastAPIServer()
 }
 
@@ -443,6 +545,24 @@ func (UnimplementedRoomcastAPIServer) SetCdnPolicy(context.Context, *CdnPolicy) 
 }
 func (UnimplementedRoomcastAPIServer) GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCdnPolicy not implemented")
+}
+func (UnimplementedRoomcastAPIServer) OfferQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method OfferQueue not implemented")
+}
+func (UnimplementedRoomcastAPIServer) PollQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PollQueue not implemented")
+}
+func (UnimplementedRoomcastAPIServer) PeekQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PeekQueue not implemented")
+}
+func (UnimplementedRoomcastAPIServer) ListQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListQueue not implemented")
+}
+func (UnimplementedRoomcastAPIServer) RemoveQueueEntry(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveQueueEntry not implemented")
+}
+func (UnimplementedRoomcastAPIServer) ClearQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClearQueue not implemented")
 }
 func (UnimplementedRoomcastAPIServer) mustEmbedUnimplementedRoomcastAPIServer() {}
 func (UnimplementedRoomcastAPIServer) testEmbeddedByValue()                     {}
@@ -825,6 +945,114 @@ func _RoomcastAPI_GetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_OfferQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).OfferQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_OfferQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).OfferQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_PollQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).PollQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_PollQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).PollQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_PeekQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).PeekQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_PeekQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).PeekQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_ListQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).ListQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_ListQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).ListQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_RemoveQueueEntry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).RemoveQueueEntry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_RemoveQueueEntry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).RemoveQueueEntry(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_ClearQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).ClearQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_ClearQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).ClearQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RoomcastAPI_ServiceDesc is the grpc.ServiceDesc for RoomcastAPI service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -911,6 +1139,30 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCdnPolicy",
 			Handler:    _RoomcastAPI_GetCdnPolicy_Handler,
+		},
+		{
+			MethodName: "OfferQueue",
+			Handler:    _RoomcastAPI_OfferQueue_Handler,
+		},
+		{
+			MethodName: "PollQueue",
+			Handler:    _RoomcastAPI_PollQueue_Handler,
+		},
+		{
+			MethodName: "PeekQueue",
+			Handler:    _RoomcastAPI_PeekQueue_Handler,
+		},
+		{
+			MethodName: "ListQueue",
+			Handler:    _RoomcastAPI_ListQueue_Handler,
+		},
+		{
+			MethodName: "RemoveQueueEntry",
+			Handler:    _RoomcastAPI_RemoveQueueEntry_Handler,
+		},
+		{
+			MethodName: "ClearQueue",
+			Handler:    _RoomcastAPI_ClearQueue_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

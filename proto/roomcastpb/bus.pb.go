@@ -80,7 +80,8 @@ const (
 	NodeControl_OP_KICK NodeControl_Op = 1
 	// Push message to the sessions listed.
 	NodeControl_OP_DELIVER NodeControl_Op = 2
-	// List the members of room (with tag, when set) after the session id after, at most limit.
+	// List the members of room (with tag and satisfying tag_expr, when set) after the session
+	// id after, at most limit.
 	NodeControl_OP_MEMBERS NodeControl_Op = 3
 	// Close uid's sessions in room and refuse its logins there that are already past the room
 	// service's check (a ban racing a login).
@@ -91,6 +92,11 @@ const (
 	NodeControl_OP_RESYNC NodeControl_Op = 6
 	// Give the sessions listed (or every session of uid) the tags in tags.
 	NodeControl_OP_SET_TAGS NodeControl_Op = 7
+	// Close every session in room whose member's tags satisfy tag_expr; affected counts them.
+	NodeControl_OP_KICK_EXPR NodeControl_Op = 8
+	// Count room's members: affected is all of them, expr_counts those satisfying each of
+	// tag_exprs, tag_counts those carrying each tag starting with tag_prefix (when set).
+	NodeControl_OP_COUNT_TAGS NodeControl_Op = 9
 )
 
 // Enum value maps for NodeControl_Op.
@@ -104,6 +110,8 @@ var (
 		5: "OP_CLOSE_ROOM",
 		6: "OP_RESYNC",
 		7: "OP_SET_TAGS",
+		8: "OP_KICK_EXPR",
+		9: "OP_COUNT_TAGS",
 	}
 	NodeControl_Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -114,6 +122,8 @@ var (
 		"OP_CLOSE_ROOM":  5,
 		"OP_RESYNC":      6,
 		"OP_SET_TAGS":    7,
+		"OP_KICK_EXPR":   8,
+		"OP_COUNT_TAGS":  9,
 	}
 )
 
@@ -421,7 +431,9 @@ type Reply struct {
 	// Set by a successful batch send: the messages' ids, in order.
 	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// Set by a successful join of a room in CDN mode: what the member is told in its LoginAck.
-	Cdn           *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	Cdn *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// Set by a successful room queue request (rc.svc.queue).
+	Queue         *QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +534,13 @@ func (x *Reply) GetMessageIds() []string {
 func (x *Reply) GetCdn() *CdnConfig {
 	if x != nil {
 		return x.Cdn
+	}
+	return nil
+}
+
+func (x *Reply) GetQueue() *QueueResponse {
+	if x != nil {
+		return x.Queue
 	}
 	return nil
 }
@@ -673,15 +692,20 @@ func (x *RoomBatch) GetCdn() *CdnConfig {
 // SessionEvent: a session logged in or out. ChatLinks publish them in batches
 // (subject rc.svc.presence.events).
 type SessionEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          SessionEvent_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=roomcast.v1.SessionEvent_Kind" json:"kind,omitempty"`
-	App           string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Room          string                 `protobuf:"bytes,4,opt,name=room,proto3" json:"room,omitempty"`
-	Node          string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
-	SessionId     string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Device        string                 `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
-	TimeMs        int64                  `protobuf:"varint,8,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      SessionEvent_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=roomcast.v1.SessionEvent_Kind" json:"kind,omitempty"`
+	App       string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Uid       string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Room      string                 `protobuf:"bytes,4,opt,name=room,proto3" json:"room,omitempty"`
+	Node      string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	SessionId string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Device    string                 `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
+	TimeMs    int64                  `protobuf:"varint,8,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// Why a KIND_LOGOUT came: empty when the ChatLink reported it (the client left, was kicked,
+	// the node shut down); "lease ended" when the presence service ended the session because its
+	// node's reports stopped for the lease time (the node died or was cut off), "node restarted"
+	// when the node came back with a new boot before its lease ended.
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -770,6 +794,13 @@ func (x *SessionEvent) GetTimeMs() int64 {
 		return x.TimeMs
 	}
 	return 0
+}
+
+func (x *SessionEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // SessionEvents is a batch of session events from one node (subject rc.sessions.events).
@@ -1096,7 +1127,12 @@ type NodeControl struct {
 	// OP_BAN, OP_CLOSE_ROOM: the ban was lifted, the room opened again: forget it.
 	Lift bool `protobuf:"varint,12,opt,name=lift,proto3" json:"lift,omitempty"`
 	// OP_SET_TAGS: the new tags.
-	Tags          []string `protobuf:"bytes,13,rep,name=tags,proto3" json:"tags,omitempty"`
+	Tags []string `protobuf:"bytes,13,rep,name=tags,proto3" json:"tags,omitempty"`
+	// OP_KICK_EXPR, OP_MEMBERS: only members whose tags satisfy this tag expression.
+	TagExpr string `protobuf:"bytes,14,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
+	// OP_COUNT_TAGS: what to count.
+	TagExprs      []string `protobuf:"bytes,15,rep,name=tag_exprs,json=tagExprs,proto3" json:"tag_exprs,omitempty"`
+	TagPrefix     string   `protobuf:"bytes,16,opt,name=tag_prefix,json=tagPrefix,proto3" json:"tag_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1222,6 +1258,27 @@ func (x *NodeControl) GetTags() []string {
 	return nil
 }
 
+func (x *NodeControl) GetTagExpr() string {
+	if x != nil {
+		return x.TagExpr
+	}
+	return ""
+}
+
+func (x *NodeControl) GetTagExprs() []string {
+	if x != nil {
+		return x.TagExprs
+	}
+	return nil
+}
+
+func (x *NodeControl) GetTagPrefix() string {
+	if x != nil {
+		return x.TagPrefix
+	}
+	return ""
+}
+
 type NodeControlReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -1229,8 +1286,12 @@ type NodeControlReply struct {
 	// Sessions kicked or delivered to.
 	Affected int64     `protobuf:"varint,3,opt,name=affected,proto3" json:"affected,omitempty"`
 	Members  []*Member `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	// More members follow the last one listed.
-	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	// More members follow the last one listed; OP_COUNT_TAGS: more distinct tags start with
+	// tag_prefix than the answer holds (tag_counts is then empty).
+	More bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	// OP_COUNT_TAGS: one count per tag_exprs, in order, and one per tag starting with tag_prefix.
+	ExprCounts    []int64          `protobuf:"varint,21,rep,packed,name=expr_counts,json=exprCounts,proto3" json:"expr_counts,omitempty"`
+	TagCounts     map[string]int64 `protobuf:"bytes,22,rep,name=tag_counts,json=tagCounts,proto3" json:"tag_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1298,6 +1359,20 @@ func (x *NodeControlReply) GetMore() bool {
 		return x.More
 	}
 	return false
+}
+
+func (x *NodeControlReply) GetExprCounts() []int64 {
+	if x != nil {
+		return x.ExprCounts
+	}
+	return nil
+}
+
+func (x *NodeControlReply) GetTagCounts() map[string]int64 {
+	if x != nil {
+		return x.TagCounts
+	}
+	return nil
 }
 
 // Member is one session in a room, as its ChatLink knows it.
@@ -2013,6 +2088,87 @@ func (x *PusherReport) GetLeaving() bool {
 	return false
 }
 
+// QueueBusRequest asks the room queue service to read or change a room's queue (subject
+// rc.svc.queue). The answer is a Reply with queue set, or a code.
+type QueueBusRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	App     string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Op      QueueOp                `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.QueueOp" json:"op,omitempty"`
+	Request *QueueRequest          `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	// Set when a member asks through its ChatLink: its session and tags, for the room's
+	// queue_expr and queue_admin_expr. request.uid is the member's uid then. Empty: the app
+	// server asks.
+	MemberSession string   `protobuf:"bytes,4,opt,name=member_session,json=memberSession,proto3" json:"member_session,omitempty"`
+	MemberTags    []string `protobuf:"bytes,5,rep,name=member_tags,json=memberTags,proto3" json:"member_tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBusRequest) Reset() {
+	*x = QueueBusRequest{}
+	mi := &file_bus_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBusRequest) ProtoMessage() {}
+
+func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
+func (*QueueBusRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueueBusRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *QueueBusRequest) GetOp() QueueOp {
+	if x != nil {
+		return x.Op
+	}
+	return QueueOp_QUEUE_OP_UNSPECIFIED
+}
+
+func (x *QueueBusRequest) GetRequest() *QueueRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *QueueBusRequest) GetMemberSession() string {
+	if x != nil {
+		return x.MemberSession
+	}
+	return ""
+}
+
+func (x *QueueBusRequest) GetMemberTags() []string {
+	if x != nil {
+		return x.MemberTags
+	}
+	return nil
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
@@ -2040,7 +2196,7 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x80\x03\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xb2\x03\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2056,7 +2212,8 @@ const file_bus_proto_rawDesc = "" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
 	"messageIds\x12(\n" +
 	"\x03cdn\x18\n" +
-	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xba\x01\n" +
+	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x120\n" +
+	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -2070,7 +2227,7 @@ const file_bus_proto_rawDesc = "" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
 	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12(\n" +
-	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\x9d\x02\n" +
+	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xb5\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
@@ -2080,7 +2237,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06device\x18\a \x01(\tR\x06device\x12\x17\n" +
-	"\atime_ms\x18\b \x01(\x03R\x06timeMs\"=\n" +
+	"\atime_ms\x18\b \x01(\x03R\x06timeMs\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"=\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2109,7 +2267,7 @@ const file_bus_proto_rawDesc = "" +
 	"\tRoomCount\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\x03R\amembers\"\xe2\x03\n" +
+	"\amembers\x18\x03 \x01(\x03R\amembers\"\xde\x04\n" +
 	"\vNodeControl\x12+\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
@@ -2125,7 +2283,11 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\v \x01(\x05R\x05limit\x12\x12\n" +
 	"\x04lift\x18\f \x01(\bR\x04lift\x12\x12\n" +
-	"\x04tags\x18\r \x03(\tR\x04tags\"\x84\x01\n" +
+	"\x04tags\x18\r \x03(\tR\x04tags\x12\x19\n" +
+	"\btag_expr\x18\x0e \x01(\tR\atagExpr\x12\x1b\n" +
+	"\ttag_exprs\x18\x0f \x03(\tR\btagExprs\x12\x1d\n" +
+	"\n" +
+	"tag_prefix\x18\x10 \x01(\tR\ttagPrefix\"\xa9\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_KICK\x10\x01\x12\x0e\n" +
@@ -2137,13 +2299,22 @@ const file_bus_proto_rawDesc = "" +
 	"\x06OP_BAN\x10\x04\x12\x11\n" +
 	"\rOP_CLOSE_ROOM\x10\x05\x12\r\n" +
 	"\tOP_RESYNC\x10\x06\x12\x0f\n" +
-	"\vOP_SET_TAGS\x10\a\"\x9f\x01\n" +
+	"\vOP_SET_TAGS\x10\a\x12\x10\n" +
+	"\fOP_KICK_EXPR\x10\b\x12\x11\n" +
+	"\rOP_COUNT_TAGS\x10\t\"\xcb\x02\n" +
 	"\x10NodeControlReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1a\n" +
 	"\baffected\x18\x03 \x01(\x03R\baffected\x12-\n" +
 	"\amembers\x18\x04 \x03(\v2\x13.roomcast.v1.MemberR\amembers\x12\x12\n" +
-	"\x04more\x18\x05 \x01(\bR\x04more\"\x9d\x01\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\x12\x1f\n" +
+	"\vexpr_counts\x18\x15 \x03(\x03R\n" +
+	"exprCounts\x12K\n" +
+	"\n" +
+	"tag_counts\x18\x16 \x03(\v2,.roomcast.v1.NodeControlReply.TagCountsEntryR\ttagCounts\x1a<\n" +
+	"\x0eTagCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9d\x01\n" +
 	"\x06Member\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
@@ -2207,7 +2378,14 @@ const file_bus_proto_rawDesc = "" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\rR\bwindowMs\x12\x14\n" +
 	"\x05rooms\x18\x04 \x01(\x03R\x05rooms\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleavingB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"\xc6\x01\n" +
+	"\x0fQueueBusRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12$\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x14.roomcast.v1.QueueOpR\x02op\x123\n" +
+	"\arequest\x18\x03 \x01(\v2\x19.roomcast.v1.QueueRequestR\arequest\x12%\n" +
+	"\x0emember_session\x18\x04 \x01(\tR\rmemberSession\x12\x1f\n" +
+	"\vmember_tags\x18\x05 \x03(\tR\n" +
+	"memberTagsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -2222,7 +2400,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2247,41 +2425,50 @@ var file_bus_proto_goTypes = []any{
 	(*CdnRoute)(nil),         // 20: roomcast.v1.CdnRoute
 	(*CdnBatch)(nil),         // 21: roomcast.v1.CdnBatch
 	(*PusherReport)(nil),     // 22: roomcast.v1.PusherReport
-	nil,                      // 23: roomcast.v1.RoomInfo.NodesEntry
-	(Lane)(0),                // 24: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 25: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 26: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 27: roomcast.v1.CdnConfig
-	(*Message)(nil),          // 28: roomcast.v1.Message
-	(CdnMode)(0),             // 29: roomcast.v1.CdnMode
+	(*QueueBusRequest)(nil),  // 23: roomcast.v1.QueueBusRequest
+	nil,                      // 24: roomcast.v1.RoomInfo.NodesEntry
+	nil,                      // 25: roomcast.v1.NodeControlReply.TagCountsEntry
+	(Lane)(0),                // 26: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 27: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 28: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
+	(*QueueResponse)(nil),    // 30: roomcast.v1.QueueResponse
+	(*Message)(nil),          // 31: roomcast.v1.Message
+	(CdnMode)(0),             // 32: roomcast.v1.CdnMode
+	(QueueOp)(0),             // 33: roomcast.v1.QueueOp
+	(*QueueRequest)(nil),     // 34: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	24, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	26, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	25, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	26, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	27, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	23, // 6: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	28, // 7: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	25, // 8: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	27, // 9: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 10: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 11: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 12: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 13: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 14: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	28, // 15: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 16: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	8,  // 17: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	29, // 18: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	27, // 19: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	28, // 20: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	27, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	28, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	29, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	30, // 6: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	24, // 7: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	31, // 8: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	27, // 9: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	29, // 10: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 11: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	8,  // 12: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	8,  // 13: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	12, // 14: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 15: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	31, // 16: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	15, // 17: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	25, // 18: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	8,  // 19: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	32, // 20: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	29, // 21: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	31, // 22: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	33, // 23: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	34, // 24: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2298,7 +2485,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

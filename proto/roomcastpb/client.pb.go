@@ -54,6 +54,19 @@ const (
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// Login.recover_since is not a message id: no history follows (the session goes on).
 	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
+	// Server API: an at-least-once send stored nothing, because every user named has as many
+	// messages stored as the deployment allows (--inbox-max-per-user).
+	ErrorCode_ERROR_CODE_INBOX_FULL ErrorCode = 112
+	// An Ack frame could not be applied (the store did not answer): the messages stay stored and
+	// come again at the next login.
+	ErrorCode_ERROR_CODE_ACK_FAILED ErrorCode = 113
+	// Room queue: an offer with if_absent named a key the queue holds (someone else grabbed it),
+	// or a member offered a key another member owns.
+	ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS ErrorCode = 114
+	// Room queue: no entry with that key, or the queue is empty (poll, peek, remove).
+	ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND ErrorCode = 115
+	// Room queue: the queue holds as many entries as the room allows.
+	ErrorCode_ERROR_CODE_QUEUE_FULL ErrorCode = 116
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -74,6 +87,11 @@ var (
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
 		109: "ERROR_CODE_BAD_RECOVER_SINCE",
+		112: "ERROR_CODE_INBOX_FULL",
+		113: "ERROR_CODE_ACK_FAILED",
+		114: "ERROR_CODE_QUEUE_KEY_EXISTS",
+		115: "ERROR_CODE_QUEUE_NOT_FOUND",
+		116: "ERROR_CODE_QUEUE_FULL",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -89,6 +107,11 @@ var (
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
+		"ERROR_CODE_INBOX_FULL":        112,
+		"ERROR_CODE_ACK_FAILED":        113,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":  114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":   115,
+		"ERROR_CODE_QUEUE_FULL":        116,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -244,6 +267,9 @@ type Frame struct {
 	//	*Frame_Kick
 	//	*Frame_Reconnect
 	//	*Frame_CdnConfig
+	//	*Frame_Ack
+	//	*Frame_QueueRequest
+	//	*Frame_QueueReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -385,6 +411,33 @@ func (x *Frame) GetCdnConfig() *CdnConfig {
 	return nil
 }
 
+func (x *Frame) GetAck() *Ack {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetQueueRequest() *RoomQueueRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_QueueRequest); ok {
+			return x.QueueRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetQueueReply() *RoomQueueReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_QueueReply); ok {
+			return x.QueueReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -433,6 +486,18 @@ type Frame_CdnConfig struct {
 	CdnConfig *CdnConfig `protobuf:"bytes,11,opt,name=cdn_config,json=cdnConfig,proto3,oneof"` // server -> client: the room's CDN config changed
 }
 
+type Frame_Ack struct {
+	Ack *Ack `protobuf:"bytes,14,opt,name=ack,proto3,oneof"` // client -> server: at-least-once messages handed to the app
+}
+
+type Frame_QueueRequest struct {
+	QueueRequest *RoomQueueRequest `protobuf:"bytes,15,opt,name=queue_request,json=queueRequest,proto3,oneof"` // client -> server: read or change the room queue
+}
+
+type Frame_QueueReply struct {
+	QueueReply *RoomQueueReply `protobuf:"bytes,16,opt,name=queue_reply,json=queueReply,proto3,oneof"` // server -> client: answers a RoomQueueRequest
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -454,6 +519,12 @@ func (*Frame_Kick) isFrame_Kind() {}
 func (*Frame_Reconnect) isFrame_Kind() {}
 
 func (*Frame_CdnConfig) isFrame_Kind() {}
+
+func (*Frame_Ack) isFrame_Kind() {}
+
+func (*Frame_QueueRequest) isFrame_Kind() {}
+
+func (*Frame_QueueReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -479,8 +550,13 @@ type Login struct {
 	// The protocol version the client speaks. 0 means 1, the only version so far. A ChatLink
 	// closes a connection asking for a version it does not speak with 4003 (BAD_FRAME).
 	ProtocolVersion uint32 `protobuf:"varint,7,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Deliver the user's stored at-least-once messages (Message.at_least_once) after the
+	// LoginAck, in Push frames; the client promises to acknowledge each with an Ack frame once
+	// its app has it. Without it the client still receives those sent while it is online, but
+	// no stored ones at login.
+	Inbox         bool `protobuf:"varint,8,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Login) Reset() {
@@ -560,6 +636,13 @@ func (x *Login) GetProtocolVersion() uint32 {
 		return x.ProtocolVersion
 	}
 	return 0
+}
+
+func (x *Login) GetInbox() bool {
+	if x != nil {
+		return x.Inbox
+	}
+	return false
 }
 
 type LoginAck struct {
@@ -1175,6 +1258,56 @@ func (x *Error) GetSeq() uint64 {
 	return 0
 }
 
+// Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
+// named: they are removed from the user's store and not delivered again, to any session of the
+// user. Unknown ids (already acknowledged, expired, or never stored) are ignored. At most 100
+// ids, each a message id; a malformed Ack closes the connection with 4003 (BAD_FRAME). If the
+// store cannot be reached an Error with code 113 (ACK_FAILED) answers: the messages stay
+// stored and come again at the next login.
+type Ack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ack) Reset() {
+	*x = Ack{}
+	mi := &file_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ack) ProtoMessage() {}
+
+func (x *Ack) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ack.ProtoReflect.Descriptor instead.
+func (*Ack) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Ack) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
 // Kick is the last frame before the server closes the connection. Over WebSocket the close
 // frame carries the same code.
 type Kick struct {
@@ -1187,7 +1320,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1332,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1345,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{11}
+	return file_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -1240,7 +1373,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1385,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1398,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1282,11 +1415,185 @@ func (x *Reconnect) GetReason() string {
 	return ""
 }
 
+// RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
+// queue"). A connection's queue requests are answered one at a time, in the order sent.
+type RoomQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the RoomQueueReply.
+	Seq uint64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Op  QueueOp `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.QueueOp" json:"op,omitempty"`
+	// OFFER, REMOVE: the entry's key (required). POLL, PEEK: the entry's key, or empty for the head.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// OFFER: the value.
+	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// OFFER: fail with 114 (QUEUE_KEY_EXISTS) when the key is in the queue, instead of replacing
+	// its value (grab the mic: of several offers of one key, exactly one succeeds).
+	IfAbsent bool `protobuf:"varint,5,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// OFFER: take the entry out of the queue when this session ends.
+	DropOnLeave   bool `protobuf:"varint,6,opt,name=drop_on_leave,json=dropOnLeave,proto3" json:"drop_on_leave,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomQueueRequest) Reset() {
+	*x = RoomQueueRequest{}
+	mi := &file_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomQueueRequest) ProtoMessage() {}
+
+func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
+func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RoomQueueRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RoomQueueRequest) GetOp() QueueOp {
+	if x != nil {
+		return x.Op
+	}
+	return QueueOp_QUEUE_OP_UNSPECIFIED
+}
+
+func (x *RoomQueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RoomQueueRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RoomQueueRequest) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *RoomQueueRequest) GetDropOnLeave() bool {
+	if x != nil {
+		return x.DropOnLeave
+	}
+	return false
+}
+
+// RoomQueueReply answers a RoomQueueRequest.
+type RoomQueueReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 114-116 for the queue's own refusals, 100, 101, 103 for
+	// bad or forbidden requests, 503 when the queue service did not answer.
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// OFFER: the entry as stored. POLL, PEEK, REMOVE: the entry. LIST: every entry, head first.
+	// CLEAR: the entries taken out.
+	Entries []*QueueEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The queue's version after the request (for LIST and PEEK: as read).
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomQueueReply) Reset() {
+	*x = RoomQueueReply{}
+	mi := &file_client_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomQueueReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomQueueReply) ProtoMessage() {}
+
+func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
+func (*RoomQueueReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RoomQueueReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RoomQueueReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RoomQueueReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RoomQueueReply) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *RoomQueueReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xb6\x04\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe2\x05\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1300,8 +1607,12 @@ const file_client_proto_rawDesc = "" +
 	"\treconnect\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
 	"\n" +
-	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfigB\x06\n" +
-	"\x04kind\"\xec\x01\n" +
+	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfig\x12$\n" +
+	"\x03ack\x18\x0e \x01(\v2\x10.roomcast.v1.AckH\x00R\x03ack\x12D\n" +
+	"\rqueue_request\x18\x0f \x01(\v2\x1d.roomcast.v1.RoomQueueRequestH\x00R\fqueueRequest\x12>\n" +
+	"\vqueue_reply\x18\x10 \x01(\v2\x1b.roomcast.v1.RoomQueueReplyH\x00R\n" +
+	"queueReplyB\x06\n" +
+	"\x04kind\"\x82\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x16\n" +
@@ -1309,7 +1620,8 @@ const file_client_proto_rawDesc = "" +
 	"\rrecover_since\x18\x04 \x01(\tR\frecoverSince\x12\x18\n" +
 	"\ahistory\x18\x05 \x01(\rR\ahistory\x123\n" +
 	"\x16recover_since_room_seq\x18\x06 \x01(\x04R\x13recoverSinceRoomSeq\x12)\n" +
-	"\x10protocol_version\x18\a \x01(\rR\x0fprotocolVersion\"\xa4\x02\n" +
+	"\x10protocol_version\x18\a \x01(\rR\x0fprotocolVersion\x12\x14\n" +
+	"\x05inbox\x18\b \x01(\bR\x05inbox\"\xa4\x02\n" +
 	"\bLoginAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -1352,13 +1664,28 @@ const file_client_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"2\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x17\n" +
+	"\x03Ack\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"2\n" +
 	"\x04Kick\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xfd\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb3\x01\n" +
+	"\x10RoomQueueRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x14.roomcast.v1.QueueOpR\x02op\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1b\n" +
+	"\tif_absent\x18\x05 \x01(\bR\bifAbsent\x12\"\n" +
+	"\rdrop_on_leave\x18\x06 \x01(\bR\vdropOnLeave\"\x9d\x01\n" +
+	"\x0eRoomQueueReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
+	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\x8f\x04\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1370,7 +1697,12 @@ const file_client_proto_rawDesc = "" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
-	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x18\n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x19\n" +
+	"\x15ERROR_CODE_INBOX_FULL\x10p\x12\x19\n" +
+	"\x15ERROR_CODE_ACK_FAILED\x10q\x12\x1f\n" +
+	"\x1bERROR_CODE_QUEUE_KEY_EXISTS\x10r\x12\x1e\n" +
+	"\x1aERROR_CODE_QUEUE_NOT_FOUND\x10s\x12\x19\n" +
+	"\x15ERROR_CODE_QUEUE_FULL\x10t\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -1404,26 +1736,31 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_client_proto_goTypes = []any{
-	(ErrorCode)(0),       // 0: roomcast.v1.ErrorCode
-	(CloseCode)(0),       // 1: roomcast.v1.CloseCode
-	(*Frame)(nil),        // 2: roomcast.v1.Frame
-	(*Login)(nil),        // 3: roomcast.v1.Login
-	(*LoginAck)(nil),     // 4: roomcast.v1.LoginAck
-	(*Send)(nil),         // 5: roomcast.v1.Send
-	(*SendAck)(nil),      // 6: roomcast.v1.SendAck
-	(*Push)(nil),         // 7: roomcast.v1.Push
-	(*Recovery)(nil),     // 8: roomcast.v1.Recovery
-	(*Thinned)(nil),      // 9: roomcast.v1.Thinned
-	(*Heartbeat)(nil),    // 10: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil), // 11: roomcast.v1.HeartbeatAck
-	(*Error)(nil),        // 12: roomcast.v1.Error
-	(*Kick)(nil),         // 13: roomcast.v1.Kick
-	(*Reconnect)(nil),    // 14: roomcast.v1.Reconnect
-	(*CdnConfig)(nil),    // 15: roomcast.v1.CdnConfig
-	(Lane)(0),            // 16: roomcast.v1.Lane
-	(*Message)(nil),      // 17: roomcast.v1.Message
+	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
+	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
+	(*Frame)(nil),            // 2: roomcast.v1.Frame
+	(*Login)(nil),            // 3: roomcast.v1.Login
+	(*LoginAck)(nil),         // 4: roomcast.v1.LoginAck
+	(*Send)(nil),             // 5: roomcast.v1.Send
+	(*SendAck)(nil),          // 6: roomcast.v1.SendAck
+	(*Push)(nil),             // 7: roomcast.v1.Push
+	(*Recovery)(nil),         // 8: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 9: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 10: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 11: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 12: roomcast.v1.Error
+	(*Ack)(nil),              // 13: roomcast.v1.Ack
+	(*Kick)(nil),             // 14: roomcast.v1.Kick
+	(*Reconnect)(nil),        // 15: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 16: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 17: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 18: roomcast.v1.CdnConfig
+	(Lane)(0),                // 19: roomcast.v1.Lane
+	(*Message)(nil),          // 20: roomcast.v1.Message
+	(QueueOp)(0),             // 21: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 22: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1434,19 +1771,24 @@ var file_client_proto_depIdxs = []int32{
 	10, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
 	11, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
 	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	13, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	14, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	15, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	15, // 11: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	16, // 12: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	17, // 13: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	8,  // 14: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	9,  // 15: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	15, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	18, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	13, // 11: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	16, // 12: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	17, // 13: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	18, // 14: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	19, // 15: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	20, // 16: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	8,  // 17: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	9,  // 18: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	21, // 19: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	22, // 20: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1468,6 +1810,9 @@ func file_client_proto_init() {
 		(*Frame_Kick)(nil),
 		(*Frame_Reconnect)(nil),
 		(*Frame_CdnConfig)(nil),
+		(*Frame_Ack)(nil),
+		(*Frame_QueueRequest)(nil),
+		(*Frame_QueueReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1475,7 +1820,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -80,6 +80,79 @@ func (Lane) EnumDescriptor() ([]byte, []int) {
 	return file_message_proto_rawDescGZIP(), []int{0}
 }
 
+// QueueOp is what a queue request does, and what a QueueEvent reports.
+type QueueOp int32
+
+const (
+	QueueOp_QUEUE_OP_UNSPECIFIED QueueOp = 0
+	// Add an entry at the tail, or replace the value of the entry with its key in place.
+	QueueOp_QUEUE_OP_OFFER QueueOp = 1
+	// Take the head entry (or the entry with the key given) out of the queue and return it.
+	QueueOp_QUEUE_OP_POLL QueueOp = 2
+	// Return the head entry (or the entry with the key given) without taking it.
+	QueueOp_QUEUE_OP_PEEK QueueOp = 3
+	// Return every entry, head first.
+	QueueOp_QUEUE_OP_LIST QueueOp = 4
+	// Take the entry with the key given out of the queue.
+	QueueOp_QUEUE_OP_REMOVE QueueOp = 5
+	// Take every entry out of the queue.
+	QueueOp_QUEUE_OP_CLEAR QueueOp = 6
+	// Only in a QueueEvent: entries taken out because their owner's session ended (the owner
+	// left, was kicked, or its ChatLink's lease ended) and they were offered with drop_on_leave.
+	QueueOp_QUEUE_OP_DROP QueueOp = 7
+)
+
+// Enum value maps for QueueOp.
+var (
+	QueueOp_name = map[int32]string{
+		0: "QUEUE_OP_UNSPECIFIED",
+		1: "QUEUE_OP_OFFER",
+		2: "QUEUE_OP_POLL",
+		3: "QUEUE_OP_PEEK",
+		4: "QUEUE_OP_LIST",
+		5: "QUEUE_OP_REMOVE",
+		6: "QUEUE_OP_CLEAR",
+		7: "QUEUE_OP_DROP",
+	}
+	QueueOp_value = map[string]int32{
+		"QUEUE_OP_UNSPECIFIED": 0,
+		"QUEUE_OP_OFFER":       1,
+		"QUEUE_OP_POLL":        2,
+		"QUEUE_OP_PEEK":        3,
+		"QUEUE_OP_LIST":        4,
+		"QUEUE_OP_REMOVE":      5,
+		"QUEUE_OP_CLEAR":       6,
+		"QUEUE_OP_DROP":        7,
+	}
+)
+
+func (x QueueOp) Enum() *QueueOp {
+	p := new(QueueOp)
+	*p = x
+	return p
+}
+
+func (x QueueOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QueueOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_message_proto_enumTypes[1].Descriptor()
+}
+
+func (QueueOp) Type() protoreflect.EnumType {
+	return &file_message_proto_enumTypes[1]
+}
+
+func (x QueueOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QueueOp.Descriptor instead.
+func (QueueOp) EnumDescriptor() ([]byte, []int) {
+	return file_message_proto_rawDescGZIP(), []int{1}
+}
+
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Time-ordered, unique across the whole deployment (26 characters, Crockford base32).
@@ -96,7 +169,14 @@ type Message struct {
 	// numbered 1, 2, 3, ... as the room service stamps them. 0 for bulk messages (not kept) and
 	// when the number could not be assigned. A client keeps the last one it saw for
 	// Login.recover_since_room_seq.
-	RoomSeq       uint64 `protobuf:"varint,9,opt,name=room_seq,json=roomSeq,proto3" json:"room_seq,omitempty"`
+	RoomSeq uint64 `protobuf:"varint,9,opt,name=room_seq,json=roomSeq,proto3" json:"room_seq,omitempty"`
+	// An at-least-once message to this user (server API SendToUsers with at_least_once): it is
+	// stored until a session of the user acknowledges it with an Ack frame naming its id, and
+	// comes again at each login (Login.inbox) until then. It may arrive more than once: drop
+	// duplicates by id, and acknowledge the duplicates too.
+	AtLeastOnce bool `protobuf:"varint,10,opt,name=at_least_once,json=atLeastOnce,proto3" json:"at_least_once,omitempty"`
+	// With at_least_once: when the store drops it, acknowledged or not (unix milliseconds).
+	ExpiresMs     int64 `protobuf:"varint,11,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,11 +274,238 @@ func (x *Message) GetRoomSeq() uint64 {
 	return 0
 }
 
+func (x *Message) GetAtLeastOnce() bool {
+	if x != nil {
+		return x.AtLeastOnce
+	}
+	return false
+}
+
+func (x *Message) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
+// QueueEntry is one entry of a room queue.
+type QueueEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique in the queue: 1 to 64 bytes of A-Z a-z 0-9 _ - . :
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Opaque to Roomcast; at most the service's value limit (1024 bytes by default).
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The member that offered it (empty when the app server offered it without a uid).
+	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The owner's session, when it offered the entry from a client (or the app server named one).
+	SessionId string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Server time of the offer (of the last replacement), Unix milliseconds.
+	TimeMs int64 `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// The entry leaves the queue when session_id's session ends.
+	DropOnLeave   bool `protobuf:"varint,6,opt,name=drop_on_leave,json=dropOnLeave,proto3" json:"drop_on_leave,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEntry) Reset() {
+	*x = QueueEntry{}
+	mi := &file_message_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEntry) ProtoMessage() {}
+
+func (x *QueueEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_message_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEntry.ProtoReflect.Descriptor instead.
+func (*QueueEntry) Descriptor() ([]byte, []int) {
+	return file_message_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueueEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *QueueEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *QueueEntry) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *QueueEntry) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *QueueEntry) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *QueueEntry) GetDropOnLeave() bool {
+	if x != nil {
+		return x.DropOnLeave
+	}
+	return false
+}
+
+// QueueEvent is the body of a room message of type "rc.queue" (critical lane, sent by the app
+// server, so Message.sender is empty): one change of the room's queue. version numbers the
+// queue's changes 1, 2, 3 ... with no gaps; an event with version v applies to the queue as of
+// v-1. Events may arrive out of order: apply them in version order, and when one is missing
+// for long, list the queue again.
+type QueueEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OFFER: entries holds the entry added at the tail, or the one whose value was replaced in
+	// place. POLL, REMOVE, DROP: the entries taken out (key, uid and session_id only). CLEAR:
+	// the queue is empty now (entries lists the keys taken out).
+	Op            QueueOp       `protobuf:"varint,1,opt,name=op,proto3,enum=roomcast.v1.QueueOp" json:"op,omitempty"`
+	Version       uint64        `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Entries       []*QueueEntry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEvent) Reset() {
+	*x = QueueEvent{}
+	mi := &file_message_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEvent) ProtoMessage() {}
+
+func (x *QueueEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_message_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEvent.ProtoReflect.Descriptor instead.
+func (*QueueEvent) Descriptor() ([]byte, []int) {
+	return file_message_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueueEvent) GetOp() QueueOp {
+	if x != nil {
+		return x.Op
+	}
+	return QueueOp_QUEUE_OP_UNSPECIFIED
+}
+
+func (x *QueueEvent) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *QueueEvent) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// QueueState is a room's queue as the room queue service stores it (JetStream KV bucket
+// rc_room_queues, key "<app>.<room>"). Not seen by clients.
+type QueueState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Entries       []*QueueEntry          `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueState) Reset() {
+	*x = QueueState{}
+	mi := &file_message_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueState) ProtoMessage() {}
+
+func (x *QueueState) ProtoReflect() protoreflect.Message {
+	mi := &file_message_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
+func (*QueueState) Descriptor() ([]byte, []int) {
+	return file_message_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueueState) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *QueueState) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_message_proto protoreflect.FileDescriptor
 
 const file_message_proto_rawDesc = "" +
 	"\n" +
-	"\rmessage.proto\x12\vroomcast.v1\"\xf0\x01\n" +
+	"\rmessage.proto\x12\vroomcast.v1\"\xb3\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -208,12 +515,43 @@ const file_message_proto_rawDesc = "" +
 	"\btag_expr\x18\x06 \x01(\tR\atagExpr\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12$\n" +
 	"\x0eserver_time_ms\x18\b \x01(\x03R\fserverTimeMs\x12\x19\n" +
-	"\broom_seq\x18\t \x01(\x04R\aroomSeq*O\n" +
+	"\broom_seq\x18\t \x01(\x04R\aroomSeq\x12\"\n" +
+	"\rat_least_once\x18\n" +
+	" \x01(\bR\vatLeastOnce\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\v \x01(\x03R\texpiresMs\"\xa2\x01\n" +
+	"\n" +
+	"QueueEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x17\n" +
+	"\atime_ms\x18\x05 \x01(\x03R\x06timeMs\x12\"\n" +
+	"\rdrop_on_leave\x18\x06 \x01(\bR\vdropOnLeave\"\x7f\n" +
+	"\n" +
+	"QueueEvent\x12$\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x14.roomcast.v1.QueueOpR\x02op\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x121\n" +
+	"\aentries\x18\x03 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\"Y\n" +
+	"\n" +
+	"QueueState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x121\n" +
+	"\aentries\x18\x02 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries*O\n" +
 	"\x04Lane\x12\x14\n" +
 	"\x10LANE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rLANE_CRITICAL\x10\x01\x12\x0f\n" +
 	"\vLANE_NORMAL\x10\x02\x12\r\n" +
-	"\tLANE_BULK\x10\x03B\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\tLANE_BULK\x10\x03*\xac\x01\n" +
+	"\aQueueOp\x12\x18\n" +
+	"\x14QUEUE_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eQUEUE_OP_OFFER\x10\x01\x12\x11\n" +
+	"\rQUEUE_OP_POLL\x10\x02\x12\x11\n" +
+	"\rQUEUE_OP_PEEK\x10\x03\x12\x11\n" +
+	"\rQUEUE_OP_LIST\x10\x04\x12\x13\n" +
+	"\x0fQUEUE_OP_REMOVE\x10\x05\x12\x12\n" +
+	"\x0eQUEUE_OP_CLEAR\x10\x06\x12\x11\n" +
+	"\rQUEUE_OP_DROP\x10\aB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_message_proto_rawDescOnce sync.Once
@@ -227,19 +565,26 @@ func file_message_proto_rawDescGZIP() []byte {
 	return file_message_proto_rawDescData
 }
 
-var file_message_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_message_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_message_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_message_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_message_proto_goTypes = []any{
-	(Lane)(0),       // 0: roomcast.v1.Lane
-	(*Message)(nil), // 1: roomcast.v1.Message
+	(Lane)(0),          // 0: roomcast.v1.Lane
+	(QueueOp)(0),       // 1: roomcast.v1.QueueOp
+	(*Message)(nil),    // 2: roomcast.v1.Message
+	(*QueueEntry)(nil), // 3: roomcast.v1.QueueEntry
+	(*QueueEvent)(nil), // 4: roomcast.v1.QueueEvent
+	(*QueueState)(nil), // 5: roomcast.v1.QueueState
 }
 var file_message_proto_depIdxs = []int32{
 	0, // 0: roomcast.v1.Message.lane:type_name -> roomcast.v1.Lane
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 1: roomcast.v1.QueueEvent.op:type_name -> roomcast.v1.QueueOp
+	3, // 2: roomcast.v1.QueueEvent.entries:type_name -> roomcast.v1.QueueEntry
+	3, // 3: roomcast.v1.QueueState.entries:type_name -> roomcast.v1.QueueEntry
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_message_proto_init() }
@@ -252,8 +597,8 @@ func file_message_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_message_proto_rawDesc), len(file_message_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   1,
+			NumEnums:      2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

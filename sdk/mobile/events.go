@@ -65,6 +65,9 @@ type Message struct {
 	ServerTimeMs int64
 	// RoomSeq is the message's number in its room's history; 0 for bulk messages.
 	RoomSeq int64
+	// AtLeastOnce marks a message the app server sent at least once: the client acknowledges
+	// it once the message callback returned, and drops copies (docs/go-sdk.md).
+	AtLeastOnce bool
 }
 
 // Event is something that happened to a Client. Kind says what (one of the Event constants);
@@ -114,7 +117,7 @@ func newMessage(m *roomcastpb.Message) *Message {
 	return &Message{
 		ID: m.GetId(), Room: m.GetRoom(), Sender: m.GetSender(), Type: m.GetType(),
 		Lane: laneName(m.GetLane()), TagExpr: m.GetTagExpr(), Body: m.GetBody(),
-		ServerTimeMs: m.GetServerTimeMs(), RoomSeq: toInt64(m.GetRoomSeq()),
+		ServerTimeMs: m.GetServerTimeMs(), RoomSeq: toInt64(m.GetRoomSeq()), AtLeastOnce: m.GetAtLeastOnce(),
 	}
 }
 

@@ -47,9 +47,9 @@ func TestNewMessage(t *testing.T) {
 		roomcastpb.Lane_LANE_BULK:        LaneBulk,
 	} {
 		m := newMessage(&roomcastpb.Message{Id: "01K", Room: "r", Sender: "s", Type: "chat", Lane: lane,
-			TagExpr: "vip", Body: []byte("hi"), ServerTimeMs: 42, RoomSeq: 7})
+			TagExpr: "vip", Body: []byte("hi"), ServerTimeMs: 42, RoomSeq: 7, AtLeastOnce: true})
 		if m.ID != "01K" || m.Room != "r" || m.Sender != "s" || m.Type != "chat" || m.Lane != want ||
-			m.TagExpr != "vip" || string(m.Body) != "hi" || m.ServerTimeMs != 42 || m.RoomSeq != 7 {
+			m.TagExpr != "vip" || string(m.Body) != "hi" || m.ServerTimeMs != 42 || m.RoomSeq != 7 || !m.AtLeastOnce {
 			t.Errorf("lane %v: %+v", lane, m)
 		}
 		if lane == roomcastpb.Lane_LANE_UNSPECIFIED {

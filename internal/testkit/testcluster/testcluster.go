@@ -2,17 +2,25 @@
 // in-process Roomcast deployment (internal/devcluster) for a test: real NATS with JetStream, the
 // services, the dispatcher and ChatLinks on free loopback ports, stopped when the test ends. It
 // sits apart from testkit because it imports every component, and the components' own
-// in-package tests import testkit. Only tests import it; it starts clusters, it does not test
-// them.
+// in-package tests import testkit. Only tests import it; it starts clusters and looks into
+// them (a user's stored messages, whether presence knows a user), it does not test them.
 package testcluster
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"roomcast/inbox"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
 )
 
 // Option adjusts a cluster's configuration before it starts.
@@ -53,4 +61,53 @@ func Token(t testing.TB, uid, room string, tags ...string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// Stored returns the ids of the at-least-once messages stored for uid of the dev app, oldest
+// first, read from JetStream.
+func Stored(t testing.TB, c *devcluster.Cluster, uid string) []string {
+	t.Helper()
+	nc, err := nats.Connect(c.NATSURL(), nats.InProcessServer(c.NATS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stored, err := inbox.NewReader(js).List(ctx, devcluster.App, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range stored {
+		ids = append(ids, s.Message.Id)
+	}
+	return ids
+}
+
+// WaitOnline waits until presence knows a session of uid of the dev app: the server API pushes
+// to users only the sessions it knows.
+func WaitOnline(t testing.TB, c *devcluster.Cluster, uid string) {
+	t.Helper()
+	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		req, err := http.NewRequest(http.MethodGet, c.URL()+"/v1/users/"+uid+"/sessions", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var out struct{ Online bool }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || !out.Online {
+			return fmt.Errorf("%s not online yet (%v)", uid, err)
+		}
+		return nil
+	})
 }

@@ -5,6 +5,7 @@ import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
 import { Delivery, idFloor } from "./delivery.js";
+import { InboxSeen } from "./inbox.js";
 import { dispatch } from "./dispatch.js";
 import {
   ClosedError,
@@ -12,12 +13,14 @@ import {
   closeCodeName,
   HistoryUnavailableError,
   NotConnectedError,
+  ProtocolError,
   RoomcastError,
   type SendError,
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
-import { ErrorCode, type LoginAck, type Push, type Reconnect, type SendAck } from "./gen/client_pb.js";
-import { Lane, type Message } from "./gen/message_pb.js";
+import { ErrorCode, type LoginAck, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
+import { Lane, type Message, type QueueEntry, QueueOp } from "./gen/message_pb.js";
+import { QueueError } from "./queue.js";
 import { type LoginOptions, Session, type SessionSink } from "./session.js";
 
 const unavailable = (why: string) => ({
@@ -134,6 +137,7 @@ type Listener<T> = (ev: T) => void;
 export class Client {
   private readonly s: Settings;
   private readonly delivery: Delivery;
+  private readonly inbox = new InboxSeen(); // at-least-once messages handed on (inbox.ts)
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener<never>>>();
   private session: Session | undefined;
   private _state: State = "idle";
@@ -247,6 +251,53 @@ export class Client {
     return ack;
   }
 
+  /**
+   * queueOffer adds an entry with key and value at the tail of the room's queue, or replaces the
+   * value of this member's entry with key in place, and resolves with the entry as stored. With
+   * ifAbsent a taken key rejects with a QueueError 114 (grab the mic: of many offers of one key,
+   * exactly one wins); with dropOnLeave the entry goes when this connection's session ends.
+   */
+  async queueOffer(key: string, value: Uint8Array | string = new Uint8Array(), opts: { ifAbsent?: boolean; dropOnLeave?: boolean } = {}): Promise<QueueEntry> {
+    const bytes = typeof value === "string" ? new TextEncoder().encode(value) : value;
+    return first(await this.queue({ op: QueueOp.OFFER, key, value: bytes, ifAbsent: opts.ifAbsent ?? false, dropOnLeave: opts.dropOnLeave ?? false }));
+  }
+
+  /** queuePoll takes the entry with key (the head, for "") out of the queue and resolves with it. */
+  async queuePoll(key = ""): Promise<QueueEntry> {
+    return first(await this.queue({ op: QueueOp.POLL, key }));
+  }
+
+  /** queuePeek resolves with the entry with key (the head, for "") without taking it. */
+  async queuePeek(key = ""): Promise<QueueEntry> {
+    return first(await this.queue({ op: QueueOp.PEEK, key }));
+  }
+
+  /** queueRemove takes the entry with key out of the queue and resolves with it. */
+  async queueRemove(key: string): Promise<QueueEntry> {
+    return first(await this.queue({ op: QueueOp.REMOVE, key }));
+  }
+
+  /** queueList resolves with every entry, head first, and the queue's version (for QueueView.reset). */
+  async queueList(): Promise<{ entries: QueueEntry[]; version: bigint }> {
+    const r = await this.queue({ op: QueueOp.LIST });
+    return { entries: r.entries, version: r.version };
+  }
+
+  /** queueClear empties the queue (the room's queue_admin_expr must allow it) and resolves with the entries taken out. */
+  async queueClear(): Promise<QueueEntry[]> {
+    return (await this.queue({ op: QueueOp.CLEAR })).entries;
+  }
+
+  /** queue sends a queue request on the current connection; a refusal rejects with a QueueError. */
+  private async queue(req: { op: QueueOp; key?: string; value?: Uint8Array; ifAbsent?: boolean; dropOnLeave?: boolean }): Promise<RoomQueueReply> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    const r = await s.queue(++this.seq, req);
+    if (r.code !== 0) throw new QueueError(r.code, r.message);
+    return r;
+  }
+
   /** close ends the connection and stops reconnecting; the closed event follows. It may be called more than once. */
   close(): void {
     this.stop(new ClosedError());
@@ -337,12 +388,30 @@ export class Client {
   private onPush(s: Session, p: Push): void {
     if (s !== this.session) return;
     if (p.thinned) this.emit("thinned", { normal: p.thinned.normal, bulk: p.thinned.bulk });
-    const n = this.delivery.add(p.messages);
+    const room = p.messages.filter((m) => !m.atLeastOnce);
+    if (room.length < p.messages.length) this.takeInbox(s, p.messages);
+    const n = this.delivery.add(room);
     if (p.history && this.recovering) {
       this.recovering.count += n;
       // The last Push of the answer says what it did.
       if (p.recovery) this.endHold({ recovered: p.recovery.recovered, missing: Number(p.recovery.missing) });
     }
+  }
+
+  /**
+   * takeInbox hands the new at-least-once messages of msgs to the app and acknowledges them,
+   * with the copies of those it had (inbox.ts). Without a "message" listener nothing is handed
+   * on, so nothing is acknowledged: the server keeps them.
+   */
+  private takeInbox(s: Session, msgs: readonly Message[]): void {
+    if (!this.listeners.get("message")?.size) return;
+    const ids: string[] = [];
+    for (const m of msgs) {
+      if (!m.atLeastOnce) continue;
+      if (this.inbox.take(m.id)) this.emit("message", m);
+      ids.push(m.id);
+    }
+    s.ack(ids);
   }
 
   /** The server refused the login's history request: the hold ends with nothing recovered. */
@@ -456,4 +525,11 @@ export class Client {
       }
     }
   }
+}
+
+/** first is the one entry a queue answer carries. */
+function first(r: RoomQueueReply): QueueEntry {
+  const e = r.entries[0];
+  if (!e) throw new ProtocolError("roomcast: protocol error: a queue answer without its entry");
+  return e;
 }

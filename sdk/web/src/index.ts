@@ -48,5 +48,6 @@ export { CdnMode } from "./gen/cdn_pb.js";
 export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
 export { CloseCode, ErrorCode } from "./gen/client_pb.js";
 export type { LoginAck, SendAck } from "./gen/client_pb.js";
-export { Lane } from "./gen/message_pb.js";
-export type { Message } from "./gen/message_pb.js";
+export { Lane, QueueOp } from "./gen/message_pb.js";
+export type { Message, QueueEntry, QueueEvent } from "./gen/message_pb.js";
+export { QUEUE_EVENT_TYPE, QueueError, queueEventOf, QueueView } from "./queue.js";

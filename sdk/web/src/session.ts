@@ -14,14 +14,18 @@ import {
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
+  ErrorCode,
   type Frame,
   FrameSchema,
   type Kick,
   type LoginAck,
   type Push,
   type Reconnect,
+  type RoomQueueReply,
+  type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
+import { MAX_ACK_IDS } from "./inbox.js";
 import { type ConnHandlers, dialSSE, dialWebSocket, type FrameConn } from "./transport.js";
 
 const defaultHeartbeatMs = 25000;
@@ -47,8 +51,9 @@ export interface LoginOptions {
   history: number;
 }
 
+/** A Send or a queue request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck): void;
+  resolve(a: SendAck | RoomQueueReply): void;
   reject(e: Error): void;
 }
 
@@ -107,6 +112,7 @@ export class Session {
             token: this.s.token, device: this.s.device, client: CLIENT_NAME, protocolVersion: PROTOCOL_VERSION,
             recoverSince: this.login.recoverSince, recoverSinceRoomSeq: this.login.recoverSince ? this.login.recoverSinceRoomSeq : 0n,
             history: this.login.recoverSince ? 0 : this.login.history,
+            inbox: true, // the client acknowledges at-least-once messages (inbox.ts)
           },
         }),
         frame: (data) => this.onFrame(data),
@@ -134,12 +140,28 @@ export class Session {
   send(seq: bigint, value: { type: string; lane: number; body: Uint8Array; tagExpr: string }): Promise<SendAck> {
     if (this.ended) return Promise.reject(this.ended);
     return new Promise<SendAck>((resolve, reject) => {
-      this.waiting.set(seq, { resolve, reject });
+      this.waiting.set(seq, { resolve: (a) => resolve(a as SendAck), reject });
       this.write({ case: "send", value: { ...value, seq } });
     });
   }
 
-  /** close ends the session without telling the sink; pending sends fail with err. */
+  /** ack tells the server the app has the at-least-once messages ids (inbox.ts). */
+  ack(ids: string[]): void {
+    for (let i = 0; i < ids.length && !this.ended; i += MAX_ACK_IDS) {
+      this.write({ case: "ack", value: { ids: ids.slice(i, i + MAX_ACK_IDS) } });
+    }
+  }
+
+  /** queue writes a RoomQueueRequest and resolves with its RoomQueueReply (whatever its code), or rejects with the connection's end. */
+  queue(seq: bigint, value: Omit<MessageInitShape<typeof RoomQueueRequestSchema>, "seq" | "$typeName">): Promise<RoomQueueReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<RoomQueueReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as RoomQueueReply), reject });
+      this.write({ case: "queueRequest", value: { ...value, seq } });
+    });
+  }
+
+  /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
   }
@@ -147,8 +169,8 @@ export class Session {
   private write(kind: MessageInitShape<typeof FrameSchema>["kind"]): void {
     const bytes = toBinary(FrameSchema, create(FrameSchema, { kind }));
     if (bytes.length > MAX_FRAME_SIZE) {
-      // Only a Send can be this large; refuse it without harm to the connection.
-      if (kind?.case === "send") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
+      // Only a Send or a queue offer can be this large; refuse it without harm to the connection.
+      if (kind?.case === "send" || kind?.case === "queueRequest") this.answer(BigInt(kind.value.seq ?? 0), undefined, new RoomcastError(`roomcast: frame too large: ${bytes.length} bytes, the limit is ${MAX_FRAME_SIZE}`));
       return;
     }
     this.conn?.send(bytes);
@@ -191,8 +213,16 @@ export class Session {
       case "sendAck":
         this.answer(k.value.seq, k.value);
         return;
+      case "queueReply":
+        this.answer(k.value.seq, k.value);
+        return;
       case "error": {
         const err = new SendError(k.value.code, k.value.message);
+        if (k.value.code === ErrorCode.ACK_FAILED) {
+          // The messages stay stored: they come again after the next login, and are acknowledged then.
+          this.s.logger?.warn(`roomcast: acknowledgement not applied: ${k.value.message}`);
+          return;
+        }
         // seq 0 answers no send: the login's history request was refused (109, 503).
         if (k.value.seq === 0n) this.tell(() => this.sink.historyFailed(this, err));
         else this.answer(k.value.seq, undefined, err);
@@ -214,7 +244,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | RoomQueueReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);

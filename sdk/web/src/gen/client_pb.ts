@@ -12,7 +12,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { CdnConfig } from "./cdn_pb.js";
 import { file_cdn } from "./cdn_pb.js";
-import type { Lane, Message as Message$1 } from "./message_pb.js";
+import type { Lane, Message as Message$1, QueueEntry, QueueOp } from "./message_pb.js";
 import { file_message } from "./message_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxItQDCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIAEIGCgRraW5kIpgBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0iygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIiQKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSr9AgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrUAwoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIuEECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCqPBAoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKtQDCglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEhgKE0NMT1NFX0NPREVfU0hVVERPV04QlCMSHQoYQ0xPU0VfQ09ERV9MT0dJTl9USU1FT1VUEJUjEiEKHENMT1NFX0NPREVfSEVBUlRCRUFUX1RJTUVPVVQQliMSGwoWQ0xPU0VfQ09ERV9TTE9XX1JFQURFUhCXIxIbChZDTE9TRV9DT0RFX1VOQVZBSUxBQkxFEJgjEhkKFENMT1NFX0NPREVfUk9PTV9GVUxMEJkjQhtaGXJvb21jYXN0L3Byb3RvL3Jvb21jYXN0cGJiBnByb3RvMw", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -119,6 +119,30 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: CdnConfig;
     case: "cdnConfig";
+  } | {
+    /**
+     * client -> server: at-least-once messages handed to the app
+     *
+     * @generated from field: roomcast.v1.Ack ack = 14;
+     */
+    value: Ack;
+    case: "ack";
+  } | {
+    /**
+     * client -> server: read or change the room queue
+     *
+     * @generated from field: roomcast.v1.RoomQueueRequest queue_request = 15;
+     */
+    value: RoomQueueRequest;
+    case: "queueRequest";
+  } | {
+    /**
+     * server -> client: answers a RoomQueueRequest
+     *
+     * @generated from field: roomcast.v1.RoomQueueReply queue_reply = 16;
+     */
+    value: RoomQueueReply;
+    case: "queueReply";
   } | { case: undefined; value?: undefined };
 };
 
@@ -189,6 +213,16 @@ export type Login = Message<"roomcast.v1.Login"> & {
    * @generated from field: uint32 protocol_version = 7;
    */
   protocolVersion: number;
+
+  /**
+   * Deliver the user's stored at-least-once messages (Message.at_least_once) after the
+   * LoginAck, in Push frames; the client promises to acknowledge each with an Ack frame once
+   * its app has it. Without it the client still receives those sent while it is online, but
+   * no stored ones at login.
+   *
+   * @generated from field: bool inbox = 8;
+   */
+  inbox: boolean;
 };
 
 /**
@@ -519,6 +553,30 @@ export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
   messageDesc(file_client, 10);
 
 /**
+ * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
+ * named: they are removed from the user's store and not delivered again, to any session of the
+ * user. Unknown ids (already acknowledged, expired, or never stored) are ignored. At most 100
+ * ids, each a message id; a malformed Ack closes the connection with 4003 (BAD_FRAME). If the
+ * store cannot be reached an Error with code 113 (ACK_FAILED) answers: the messages stay
+ * stored and come again at the next login.
+ *
+ * @generated from message roomcast.v1.Ack
+ */
+export type Ack = Message<"roomcast.v1.Ack"> & {
+  /**
+   * @generated from field: repeated string ids = 1;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message roomcast.v1.Ack.
+ * Use `create(AckSchema)` to create a new message.
+ */
+export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
+  messageDesc(file_client, 11);
+
+/**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
  * frame carries the same code.
  *
@@ -541,7 +599,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 11);
+  messageDesc(file_client, 12);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -565,7 +623,110 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 13);
+
+/**
+ * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
+ * queue"). A connection's queue requests are answered one at a time, in the order sent.
+ *
+ * @generated from message roomcast.v1.RoomQueueRequest
+ */
+export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
+  /**
+   * Chosen by the client, echoed in the RoomQueueReply.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: roomcast.v1.QueueOp op = 2;
+   */
+  op: QueueOp;
+
+  /**
+   * OFFER, REMOVE: the entry's key (required). POLL, PEEK: the entry's key, or empty for the head.
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+
+  /**
+   * OFFER: the value.
+   *
+   * @generated from field: bytes value = 4;
+   */
+  value: Uint8Array;
+
+  /**
+   * OFFER: fail with 114 (QUEUE_KEY_EXISTS) when the key is in the queue, instead of replacing
+   * its value (grab the mic: of several offers of one key, exactly one succeeds).
+   *
+   * @generated from field: bool if_absent = 5;
+   */
+  ifAbsent: boolean;
+
+  /**
+   * OFFER: take the entry out of the queue when this session ends.
+   *
+   * @generated from field: bool drop_on_leave = 6;
+   */
+  dropOnLeave: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomQueueRequest.
+ * Use `create(RoomQueueRequestSchema)` to create a new message.
+ */
+export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
+  messageDesc(file_client, 14);
+
+/**
+ * RoomQueueReply answers a RoomQueueRequest.
+ *
+ * @generated from message roomcast.v1.RoomQueueReply
+ */
+export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 0 on success, else an ErrorCode: 114-116 for the queue's own refusals, 100, 101, 103 for
+   * bad or forbidden requests, 503 when the queue service did not answer.
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * OFFER: the entry as stored. POLL, PEEK, REMOVE: the entry. LIST: every entry, head first.
+   * CLEAR: the entries taken out.
+   *
+   * @generated from field: repeated roomcast.v1.QueueEntry entries = 4;
+   */
+  entries: QueueEntry[];
+
+  /**
+   * The queue's version after the request (for LIST and PEEK: as read).
+   *
+   * @generated from field: uint64 version = 5;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomQueueReply.
+ * Use `create(RoomQueueReplySchema)` to create a new message.
+ */
+export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
+  messageDesc(file_client, 15);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -649,6 +810,44 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_BAD_RECOVER_SINCE = 109;
    */
   BAD_RECOVER_SINCE = 109,
+
+  /**
+   * Server API: an at-least-once send stored nothing, because every user named has as many
+   * messages stored as the deployment allows (--inbox-max-per-user).
+   *
+   * @generated from enum value: ERROR_CODE_INBOX_FULL = 112;
+   */
+  INBOX_FULL = 112,
+
+  /**
+   * An Ack frame could not be applied (the store did not answer): the messages stay stored and
+   * come again at the next login.
+   *
+   * @generated from enum value: ERROR_CODE_ACK_FAILED = 113;
+   */
+  ACK_FAILED = 113,
+
+  /**
+   * Room queue: an offer with if_absent named a key the queue holds (someone else grabbed it),
+   * or a member offered a key another member owns.
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_KEY_EXISTS = 114;
+   */
+  QUEUE_KEY_EXISTS = 114,
+
+  /**
+   * Room queue: no entry with that key, or the queue is empty (poll, peek, remove).
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_NOT_FOUND = 115;
+   */
+  QUEUE_NOT_FOUND = 115,
+
+  /**
+   * Room queue: the queue holds as many entries as the room allows.
+   *
+   * @generated from enum value: ERROR_CODE_QUEUE_FULL = 116;
+   */
+  QUEUE_FULL = 116,
 
   /**
    * A bug on our side.

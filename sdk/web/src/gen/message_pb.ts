@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file message.proto.
  */
 export const file_message: GenFile = /*@__PURE__*/
-  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSKsAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQqTwoETGFuZRIUChBMQU5FX1VOU1BFQ0lGSUVEEAASEQoNTEFORV9DUklUSUNBTBABEg8KC0xBTkVfTk9STUFMEAISDQoJTEFORV9CVUxLEANCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
+  fileDesc("Cg1tZXNzYWdlLnByb3RvEgtyb29tY2FzdC52MSLXAQoHTWVzc2FnZRIKCgJpZBgBIAEoCRIMCgRyb29tGAIgASgJEg4KBnNlbmRlchgDIAEoCRIMCgR0eXBlGAQgASgJEh8KBGxhbmUYBSABKA4yES5yb29tY2FzdC52MS5MYW5lEhAKCHRhZ19leHByGAYgASgJEgwKBGJvZHkYByABKAwSFgoOc2VydmVyX3RpbWVfbXMYCCABKAMSEAoIcm9vbV9zZXEYCSABKAQSFQoNYXRfbGVhc3Rfb25jZRgKIAEoCBISCgpleHBpcmVzX21zGAsgASgDInEKClF1ZXVlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgMEgsKA3VpZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg8KB3RpbWVfbXMYBSABKAMSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJpCgpRdWV1ZUV2ZW50EiAKAm9wGAEgASgOMhQucm9vbWNhc3QudjEuUXVldWVPcBIPCgd2ZXJzaW9uGAIgASgEEigKB2VudHJpZXMYAyADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5IkcKClF1ZXVlU3RhdGUSDwoHdmVyc2lvbhgBIAEoBBIoCgdlbnRyaWVzGAIgAygLMhcucm9vbWNhc3QudjEuUXVldWVFbnRyeSpPCgRMYW5lEhQKEExBTkVfVU5TUEVDSUZJRUQQABIRCg1MQU5FX0NSSVRJQ0FMEAESDwoLTEFORV9OT1JNQUwQAhINCglMQU5FX0JVTEsQAyqsAQoHUXVldWVPcBIYChRRVUVVRV9PUF9VTlNQRUNJRklFRBAAEhIKDlFVRVVFX09QX09GRkVSEAESEQoNUVVFVUVfT1BfUE9MTBACEhEKDVFVRVVFX09QX1BFRUsQAxIRCg1RVUVVRV9PUF9MSVNUEAQSEwoPUVVFVUVfT1BfUkVNT1ZFEAUSEgoOUVVFVUVfT1BfQ0xFQVIQBhIRCg1RVUVVRV9PUF9EUk9QEAdCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z");
 
 /**
  * @generated from message roomcast.v1.Message
@@ -71,6 +71,23 @@ export type Message = Message$1<"roomcast.v1.Message"> & {
    * @generated from field: uint64 room_seq = 9;
    */
   roomSeq: bigint;
+
+  /**
+   * An at-least-once message to this user (server API SendToUsers with at_least_once): it is
+   * stored until a session of the user acknowledges it with an Ack frame naming its id, and
+   * comes again at each login (Login.inbox) until then. It may arrive more than once: drop
+   * duplicates by id, and acknowledge the duplicates too.
+   *
+   * @generated from field: bool at_least_once = 10;
+   */
+  atLeastOnce: boolean;
+
+  /**
+   * With at_least_once: when the store drops it, acknowledged or not (unix milliseconds).
+   *
+   * @generated from field: int64 expires_ms = 11;
+   */
+  expiresMs: bigint;
 };
 
 /**
@@ -79,6 +96,124 @@ export type Message = Message$1<"roomcast.v1.Message"> & {
  */
 export const MessageSchema: GenMessage<Message> = /*@__PURE__*/
   messageDesc(file_message, 0);
+
+/**
+ * QueueEntry is one entry of a room queue.
+ *
+ * @generated from message roomcast.v1.QueueEntry
+ */
+export type QueueEntry = Message$1<"roomcast.v1.QueueEntry"> & {
+  /**
+   * Unique in the queue: 1 to 64 bytes of A-Z a-z 0-9 _ - . :
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Opaque to Roomcast; at most the service's value limit (1024 bytes by default).
+   *
+   * @generated from field: bytes value = 2;
+   */
+  value: Uint8Array;
+
+  /**
+   * The member that offered it (empty when the app server offered it without a uid).
+   *
+   * @generated from field: string uid = 3;
+   */
+  uid: string;
+
+  /**
+   * The owner's session, when it offered the entry from a client (or the app server named one).
+   *
+   * @generated from field: string session_id = 4;
+   */
+  sessionId: string;
+
+  /**
+   * Server time of the offer (of the last replacement), Unix milliseconds.
+   *
+   * @generated from field: int64 time_ms = 5;
+   */
+  timeMs: bigint;
+
+  /**
+   * The entry leaves the queue when session_id's session ends.
+   *
+   * @generated from field: bool drop_on_leave = 6;
+   */
+  dropOnLeave: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.QueueEntry.
+ * Use `create(QueueEntrySchema)` to create a new message.
+ */
+export const QueueEntrySchema: GenMessage<QueueEntry> = /*@__PURE__*/
+  messageDesc(file_message, 1);
+
+/**
+ * QueueEvent is the body of a room message of type "rc.queue" (critical lane, sent by the app
+ * server, so Message.sender is empty): one change of the room's queue. version numbers the
+ * queue's changes 1, 2, 3 ... with no gaps; an event with version v applies to the queue as of
+ * v-1. Events may arrive out of order: apply them in version order, and when one is missing
+ * for long, list the queue again.
+ *
+ * @generated from message roomcast.v1.QueueEvent
+ */
+export type QueueEvent = Message$1<"roomcast.v1.QueueEvent"> & {
+  /**
+   * OFFER: entries holds the entry added at the tail, or the one whose value was replaced in
+   * place. POLL, REMOVE, DROP: the entries taken out (key, uid and session_id only). CLEAR:
+   * the queue is empty now (entries lists the keys taken out).
+   *
+   * @generated from field: roomcast.v1.QueueOp op = 1;
+   */
+  op: QueueOp;
+
+  /**
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+
+  /**
+   * @generated from field: repeated roomcast.v1.QueueEntry entries = 3;
+   */
+  entries: QueueEntry[];
+};
+
+/**
+ * Describes the message roomcast.v1.QueueEvent.
+ * Use `create(QueueEventSchema)` to create a new message.
+ */
+export const QueueEventSchema: GenMessage<QueueEvent> = /*@__PURE__*/
+  messageDesc(file_message, 2);
+
+/**
+ * QueueState is a room's queue as the room queue service stores it (JetStream KV bucket
+ * rc_room_queues, key "<app>.<room>"). Not seen by clients.
+ *
+ * @generated from message roomcast.v1.QueueState
+ */
+export type QueueState = Message$1<"roomcast.v1.QueueState"> & {
+  /**
+   * @generated from field: uint64 version = 1;
+   */
+  version: bigint;
+
+  /**
+   * @generated from field: repeated roomcast.v1.QueueEntry entries = 2;
+   */
+  entries: QueueEntry[];
+};
+
+/**
+ * Describes the message roomcast.v1.QueueState.
+ * Use `create(QueueStateSchema)` to create a new message.
+ */
+export const QueueStateSchema: GenMessage<QueueState> = /*@__PURE__*/
+  messageDesc(file_message, 3);
 
 /**
  * Lane is a message's priority class, highest first.
@@ -120,4 +255,72 @@ export enum Lane {
  */
 export const LaneSchema: GenEnum<Lane> = /*@__PURE__*/
   enumDesc(file_message, 0);
+
+/**
+ * QueueOp is what a queue request does, and what a QueueEvent reports.
+ *
+ * @generated from enum roomcast.v1.QueueOp
+ */
+export enum QueueOp {
+  /**
+   * @generated from enum value: QUEUE_OP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Add an entry at the tail, or replace the value of the entry with its key in place.
+   *
+   * @generated from enum value: QUEUE_OP_OFFER = 1;
+   */
+  OFFER = 1,
+
+  /**
+   * Take the head entry (or the entry with the key given) out of the queue and return it.
+   *
+   * @generated from enum value: QUEUE_OP_POLL = 2;
+   */
+  POLL = 2,
+
+  /**
+   * Return the head entry (or the entry with the key given) without taking it.
+   *
+   * @generated from enum value: QUEUE_OP_PEEK = 3;
+   */
+  PEEK = 3,
+
+  /**
+   * Return every entry, head first.
+   *
+   * @generated from enum value: QUEUE_OP_LIST = 4;
+   */
+  LIST = 4,
+
+  /**
+   * Take the entry with the key given out of the queue.
+   *
+   * @generated from enum value: QUEUE_OP_REMOVE = 5;
+   */
+  REMOVE = 5,
+
+  /**
+   * Take every entry out of the queue.
+   *
+   * @generated from enum value: QUEUE_OP_CLEAR = 6;
+   */
+  CLEAR = 6,
+
+  /**
+   * Only in a QueueEvent: entries taken out because their owner's session ended (the owner
+   * left, was kicked, or its ChatLink's lease ended) and they were offered with drop_on_leave.
+   *
+   * @generated from enum value: QUEUE_OP_DROP = 7;
+   */
+  DROP = 7,
+}
+
+/**
+ * Describes the enum roomcast.v1.QueueOp.
+ */
+export const QueueOpSchema: GenEnum<QueueOp> = /*@__PURE__*/
+  enumDesc(file_message, 1);
 

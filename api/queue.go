@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Room queue calls: each asks the room queue service (roomqueue) as the app server, which the
+// room's queue_expr and queue_admin_expr do not bind.
+
+func (a *API) queue(ctx context.Context, op pb.QueueOp, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	var rep pb.Reply
+	if err := a.ask(ctx, bus.SubjectQueue, &pb.QueueBusRequest{App: appOf(ctx), Op: op, Request: req}, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Queue == nil {
+		return &pb.QueueResponse{}, nil
+	}
+	return rep.Queue, nil
+}
+
+// OfferQueue implements RoomcastAPI.
+func (a *API) OfferQueue(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_OFFER, req)
+}
+
+// PollQueue implements RoomcastAPI.
+func (a *API) PollQueue(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_POLL, req)
+}
+
+// PeekQueue implements RoomcastAPI.
+func (a *API) PeekQueue(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_PEEK, req)
+}
+
+// ListQueue implements RoomcastAPI.
+func (a *API) ListQueue(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_LIST, req)
+}
+
+// RemoveQueueEntry implements RoomcastAPI.
+func (a *API) RemoveQueueEntry(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_REMOVE, req)
+}
+
+// ClearQueue implements RoomcastAPI.
+func (a *API) ClearQueue(ctx context.Context, req *pb.QueueRequest) (*pb.QueueResponse, error) {
+	return a.queue(ctx, pb.QueueOp_QUEUE_OP_CLEAR, req)
+}

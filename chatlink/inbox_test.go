@@ -1,0 +1,135 @@
+package chatlink_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"roomcast/internal/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// sendToUser sends an at-least-once message to uid through the server API's HTTP endpoint and
+// returns the HTTP status and the answer.
+func sendToUser(t *testing.T, c *devcluster.Cluster, uid, body string, expirySeconds int) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"uids": []string{uid}, "type": "notice", "body": body, "at_least_once": true, "expiry_seconds": expirySeconds})
+	req, _ := http.NewRequest(http.MethodPost, c.URL()+"/v1/users/messages", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("answer %q: %v", data, err)
+	}
+	return resp.StatusCode, out
+}
+
+// inboxLogin connects to the cluster's first ChatLink and logs uid in, asking for its stored
+// messages (Login.inbox) when inbox is set.
+func inboxLogin(t *testing.T, c *devcluster.Cluster, uid string, inbox bool) *testkit.Client {
+	t.Helper()
+	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
+	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: inbox}}})
+	if f := cl.Next(); f.GetLoginAck() == nil {
+		t.Fatalf("login answered with %v", f)
+	}
+	return cl
+}
+
+func ackFrame(ids ...string) *pb.Frame { return &pb.Frame{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: ids}}} }
+
+// TestInboxUnackedComesAgain: an at-least-once message reaches the online session at once,
+// marked; the client drops without acknowledging it, and the next login gets it again. Another
+// user's Ack does not remove it, a login that does not ask for the inbox does not get it, and
+// once acknowledged no login gets it.
+func TestInboxUnackedComesAgain(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+
+	bob := inboxLogin(t, c, "bob", true)
+	testcluster.WaitOnline(t, c, "bob")
+	status, rep := sendToUser(t, c, "bob", "hello", 0)
+	if status != http.StatusOK || rep["sessions"] != float64(1) {
+		t.Fatalf("send: %d %v", status, rep)
+	}
+	live := bob.Next().GetPush().GetMessages()
+	if len(live) != 1 || !live[0].AtLeastOnce || string(live[0].Body) != "hello" || live[0].ExpiresMs <= live[0].ServerTimeMs {
+		t.Fatalf("live delivery: %v", live)
+	}
+	id := live[0].Id
+	bob.Close() // no Ack
+
+	carol := inboxLogin(t, c, "carol", true)
+	carol.Send(ackFrame(id)) // not carol's: ignored
+	plain := inboxLogin(t, c, "bob", false)
+	plain.ExpectSilence(300 * time.Millisecond)
+
+	bob = inboxLogin(t, c, "bob", true)
+	again := bob.Next().GetPush().GetMessages()
+	if len(again) != 1 || again[0].Id != id || !again[0].AtLeastOnce {
+		t.Fatalf("at the next login: %v, want %s again", again, id)
+	}
+	bob.Send(ackFrame(id))
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if ids := testcluster.Stored(t, c, "bob"); len(ids) > 0 {
+			return fmt.Errorf("still stored after the Ack: %v", ids)
+		}
+		return nil
+	})
+	bob.Close()
+	bob = inboxLogin(t, c, "bob", true)
+	bob.ExpectSilence(300 * time.Millisecond)
+}
+
+// TestInboxLimits: the per-user limit refuses a send (INBOX_FULL) without dropping what is
+// stored, an expiry over the maximum is refused, a message past its expiry is no longer
+// delivered, and a malformed Ack closes the connection.
+func TestInboxLimits(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.Inbox.MaxPerUser, cfg.Inbox.Expiry, cfg.Inbox.MaxExpiry = 2, time.Minute, time.Hour
+	})
+	for i := range 2 {
+		if status, rep := sendToUser(t, c, "dave", fmt.Sprint(i), 0); status != http.StatusOK {
+			t.Fatalf("send %d: %d %v", i, status, rep)
+		}
+	}
+	if status, rep := sendToUser(t, c, "dave", "one too many", 0); status != http.StatusTooManyRequests || rep["code"] != float64(pb.ErrorCode_ERROR_CODE_INBOX_FULL) {
+		t.Fatalf("third send: %d %v, want 429 with code 112", status, rep)
+	}
+	if n := len(testcluster.Stored(t, c, "dave")); n != 2 {
+		t.Fatalf("%d stored, want the first 2", n)
+	}
+	if status, rep := sendToUser(t, c, "dave", "too long", 7200); status != http.StatusBadRequest {
+		t.Fatalf("expiry over the maximum: %d %v, want 400", status, rep)
+	}
+
+	if status, rep := sendToUser(t, c, "erin", "short-lived", 1); status != http.StatusOK {
+		t.Fatalf("send: %d %v", status, rep)
+	}
+	if n := len(testcluster.Stored(t, c, "erin")); n != 1 {
+		t.Fatalf("%d stored, want 1", n)
+	}
+	testkit.CheckFor(t, 5*time.Second, 100*time.Millisecond, func() error {
+		if ids := testcluster.Stored(t, c, "erin"); len(ids) > 0 {
+			return fmt.Errorf("still stored past its expiry: %v", ids)
+		}
+		return nil
+	})
+	erin := inboxLogin(t, c, "erin", true)
+	erin.ExpectSilence(300 * time.Millisecond)
+
+	erin.Send(ackFrame("not-a-message-id"))
+	erin.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
+}

@@ -1,0 +1,102 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"roomcast/inbox"
+	"roomcast/internal/devnats"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// startJS starts an embedded NATS server with JetStream and returns a JetStream context on it.
+func startJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func ids(stored []inbox.Stored) []string {
+	var out []string
+	for _, s := range stored {
+		out = append(out, s.Message.Id)
+	}
+	return out
+}
+
+// TestStore: messages are kept per user, in order; a full user refuses new ones and keeps the
+// old; Ack removes only the user's own messages named, with or without known sequences; a
+// reader finds nothing before the stream exists.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	reader := inbox.NewReader(js)
+	if got, err := reader.List(ctx, "app", "ann"); err != nil || len(got) != 0 {
+		t.Fatalf("before the stream exists: %v, %v", got, err)
+	}
+	st, err := inbox.Open(ctx, js, inbox.Config{MaxPerUser: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(uid, id string) error {
+		return st.Put(ctx, "app", uid, &pb.Message{Id: id, AtLeastOnce: true}, time.Hour)
+	}
+	for _, id := range []string{"A1", "A2", "A3"} {
+		if err := put("ann", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("ann", "A4"); !errors.Is(err, inbox.ErrFull) {
+		t.Fatalf("fourth put: %v, want ErrFull", err)
+	}
+	if err := put("ben", "B1"); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := reader.List(ctx, "app", "ann")
+	if err != nil || !slices.Equal(ids(stored), []string{"A1", "A2", "A3"}) {
+		t.Fatalf("ann's: %v, %v", ids(stored), err)
+	}
+
+	// ben acknowledges ann's id: nothing of ann's goes.
+	if n, err := st.Ack(ctx, "app", "ben", []string{"A1"}, nil); err != nil || n != 0 {
+		t.Fatalf("another user's ack removed %d (%v)", n, err)
+	}
+	// A known sequence, and one found by reading.
+	if n, err := reader.Ack(ctx, "app", "ann", []string{"A1"}, map[string]uint64{"A1": stored[0].Seq}); err != nil || n != 1 {
+		t.Fatalf("ack with a known sequence: %d, %v", n, err)
+	}
+	if n, err := reader.Ack(ctx, "app", "ann", []string{"A3", "A1", "nope"}, nil); err != nil || n != 1 {
+		t.Fatalf("ack by reading: %d, %v (A1 is gone already)", n, err)
+	}
+	if got, _ := reader.List(ctx, "app", "ann"); !slices.Equal(ids(got), []string{"A2"}) {
+		t.Fatalf("after the acks: %v, want A2", ids(got))
+	}
+	if err := put("ann", "A5"); err != nil {
+		t.Fatalf("a put after the acks made room: %v", err)
+	}
+	if got, _ := reader.List(ctx, "app", "ben"); !slices.Equal(ids(got), []string{"B1"}) {
+		t.Fatalf("ben's: %v", ids(got))
+	}
+}
