@@ -10,12 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
-
-	"roomcast/internal/bus"
-	"roomcast/internal/testkit"
 
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit/testcluster"
@@ -241,7 +236,7 @@ func TestClusterCloseNoLeaks(t *testing.T) {
 	// subscriptions, among them the room service's for its history writes, which follow the
 	// send by a batch window): not a leak.
 	session(t, sdk.TransportTCP)
-	waitHistoryWrite(t, c.NATSURL())
+	historyHas(t, c, "lobby", 1)
 	forEachTransport(t, func(t *testing.T, transport string) {
 		before := goleak.IgnoreCurrent()
 		cl := session(t, transport)
@@ -255,30 +250,6 @@ func TestClusterCloseNoLeaks(t *testing.T) {
 		}
 		// Both the client's goroutines and the ChatLink's for this connection must be gone.
 		goleak.VerifyNone(t, before)
-	})
-}
-
-// waitHistoryWrite waits until the history stream holds a message.
-func waitHistoryWrite(t *testing.T, natsURL string) {
-	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		st, err := js.Stream(context.Background(), bus.HistoryStream)
-		if err != nil {
-			return err
-		}
-		if st.CachedInfo().State.Msgs == 0 {
-			return errors.New("no message in the history yet")
-		}
-		return nil
 	})
 }
 
