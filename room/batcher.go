@@ -112,11 +112,20 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// broadcast numbers a room's accepted messages, publishes them to the room's nodes (and, in CDN
-// mode, its CDN lanes to their pusher) and appends them to the history. It returns an error
-// when the publish failed; the messages are then counted as unsent and logged.
+// broadcast numbers a room's accepted messages, stamps them with the time they leave,
+// publishes them to the room's nodes (and, in CDN mode, its CDN lanes to their pusher) and
+// appends them to the history. It returns an error when the publish failed; the messages are
+// then counted as unsent and logged.
+//
+// The server time is the time of the publish, not of the acceptance: a CDN pusher files a
+// message under the window of its server time, and one that came a batch window (or a slow
+// numbering) after its time would miss the pusher's grace and land in the next segment.
 func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 	s.hist.number(app, room, batch.Messages)
+	sent := s.cfg.Now().UnixMilli()
+	for _, m := range batch.Messages {
+		m.ServerTimeMs = sent
+	}
 	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
 	long, toPushers := s.cdn.split(app, room, batch)
 	var err error

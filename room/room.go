@@ -442,8 +442,8 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	return rep
 }
 
-// stamp turns accepted send requests into the room's messages: an id, the server time and the
-// normal lane when none was named.
+// stamp turns accepted send requests into the room's messages: an id, the server time (which
+// broadcast sets again when they leave) and the normal lane when none was named.
 func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 	batch := &pb.RoomBatch{Messages: make([]*pb.Message, len(reqs)), SenderSessions: make([]string, len(reqs))}
 	for i, req := range reqs {
