@@ -39,7 +39,8 @@ FUZZ_TARGETS := \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
 	./internal/loadgen:FuzzParseMetrics \
-	./roomqueue:FuzzQueueChange
+	./roomqueue:FuzzQueueChange \
+	./callback:FuzzAnswer
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
 ## test with -race, the load generator's at their -short sizes.

@@ -110,6 +110,9 @@ type Config struct {
 	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
 	// value means 32.
 	MaxInflightSends int
+	// KVReplicas is the replication of the KV bucket of the nodes' name leases (NodesBucket),
+	// which the node creates or updates at start. Zero value means 1.
+	KVReplicas int
 	// MaxConnections is how many client connections the node takes: it reports the number to
 	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
 	// value means the process's open-file limit less 256 for everything else.

@@ -217,7 +217,7 @@ func (c *conn) login(l *pb.Login) {
 	var rep pb.Reply
 	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
-		FirstOnNode: fresh,
+		FirstOnNode: fresh, Device: c.device,
 	}, &rep)
 	cancel()
 	if fresh && (err != nil || rep.Code != 0) {

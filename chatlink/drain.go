@@ -76,5 +76,8 @@ func (n *Node) serveDrain(msg *nats.Msg) {
 	}()
 }
 
+// Draining says whether the node drains (or has drained): it takes no more logins.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
 // Drained is closed when a drain asked for over the bus has shut the node down.
 func (n *Node) Drained() <-chan struct{} { return n.drained }

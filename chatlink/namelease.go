@@ -31,7 +31,7 @@ type nameLease struct {
 }
 
 func acquireNameLease(ctx context.Context, n *Node) (*nameLease, error) {
-	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Description: "Roomcast ChatLink name leases"})
+	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Replicas: max(1, n.cfg.KVReplicas), Description: "Roomcast ChatLink name leases"})
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: node lease bucket: %w", err)
 	}

@@ -8,7 +8,9 @@
 // client it hands out counts against the node it chose, and a node that has just (re)joined
 // fills its capacity over a slow-start window, so a flash crowd spreads instead of landing on
 // the node that looked emptiest. Rankings are cached per (region, ISP) bucket; the cache keeps
-// the candidates, not the choice, so cached decisions still see every assignment.
+// the candidates, not the choice, so cached decisions still see every assignment. Members of
+// a room go to the nodes that hold it, up to a share of each node's capacity (room affinity,
+// rooms.go), after capacity and locality.
 //
 // It keeps no state that must survive it: everything it knows comes back with the next round
 // of load reports. It must not talk to clients beyond answering where to go.
@@ -33,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 )
 
@@ -91,6 +94,11 @@ type Config struct {
 	// LinkRTT is the bus round trip at which a node's link quality is one half. Zero value
 	// means 20ms.
 	LinkRTT time.Duration
+	// RoomShare is the share of a node's capacity (after slow start) one room may fill with
+	// the members the dispatcher steers to it before the room's next members open another
+	// node (docs/dispatch.md, "Room affinity"). Zero value means 0.5; negative means no room
+	// affinity: members are dispatched on locality and load alone.
+	RoomShare float64
 
 	// Now is the clock. Zero value means time.Now.
 	Now func() time.Time
@@ -120,10 +128,30 @@ type Request struct {
 	// Client is the client's address. The zero value, and addresses that cannot be located,
 	// mean the client is dispatched on load alone.
 	Client netip.Addr
+	// App and Room are the room the client joins: its members are steered to the nodes that
+	// hold it. Both or neither; empty means no room affinity.
+	App, Room string
 }
 
-// ErrNoNodes is returned by Dispatch when no live node takes clients.
-var ErrNoNodes = errors.New("dispatcher: no ChatLink available")
+// check refuses a room that is not a valid name, or half a room.
+func (r Request) check() error {
+	switch {
+	case r.App == "" && r.Room == "":
+		return nil
+	case r.App == "" || r.Room == "":
+		return fmt.Errorf("%w: app and room go together", ErrBadRequest)
+	case !auth.ValidName(r.App) || !auth.ValidName(r.Room):
+		return fmt.Errorf("%w: app and room must be 1 to 128 characters of A-Z a-z 0-9 _ -", ErrBadRequest)
+	}
+	return nil
+}
+
+var (
+	// ErrNoNodes is returned by Dispatch when no live node takes clients.
+	ErrNoNodes = errors.New("dispatcher: no ChatLink available")
+	// ErrBadRequest is returned by Dispatch for a request it cannot serve (a bad room name).
+	ErrBadRequest = errors.New("dispatcher: bad request")
+)
 
 const (
 	maxTopK       = 16
@@ -158,6 +186,7 @@ type Dispatcher struct {
 	gen       atomic.Uint64           // bumped when live changes; older rankings are rebuilt
 
 	cache rankCache
+	rooms roomTable
 
 	sub       *nats.Subscription
 	stop      chan struct{}
@@ -223,6 +252,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LinkRTT <= 0 {
 		c.LinkRTT = 20 * time.Millisecond
 	}
+	switch {
+	case math.IsNaN(c.RoomShare) || c.RoomShare > 1:
+		return c, fmt.Errorf("dispatcher: RoomShare %v must be at most 1", c.RoomShare)
+	case c.RoomShare == 0:
+		c.RoomShare = 0.5
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -245,6 +280,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d.hysteresis = max(d.nearEqual(), 1) / 2
 	d.cache.init(cfg.CacheBuckets)
+	d.rooms.init()
 	d.candidates = min(max(16, 4*cfg.TopK), maxCandidates)
 	w := cfg.Weights
 	d.maxQuality = w.SpareConnections + w.SpareEgress + w.FlowControl + w.CPU + w.Link
@@ -430,8 +466,12 @@ func (d *Dispatcher) locate(ip netip.Addr) location {
 }
 
 // Dispatch ranks the live nodes for a client and returns the best TopK, counting the client
-// against the first one until that node's next report.
+// against the first one until that node's next report. A client of a room goes first to a node
+// that holds the room, within the room's limit there (placeInRoom).
 func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
+	if err := req.check(); err != nil {
+		return Answer{}, err
+	}
 	now := d.now()
 	loc := d.locate(req.Client)
 	key := loc.bucket()
@@ -460,9 +500,17 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 		d.m.noNodes.Inc()
 		return Answer{}, ErrNoNodes
 	}
-	k := d.choose(sc)
-	first := &r.cands[sc[0].i]
-	first.n.assigned.Add(1)
+	var first pick
+	var k int
+	var holder bool
+	if req.Room != "" && d.roomAffinity() {
+		first, k, holder = d.placeInRoom(roomKey{req.App, req.Room}, loc, r, sc, now)
+	} else {
+		k = d.choose(sc)
+		c := &r.cands[sc[0].i]
+		first = pick{n: c.n, level: c.level, sameISP: c.sameISP}
+		first.n.assigned.Add(1)
+	}
 	d.m.decisions.Inc()
 	first.n.decisions.Inc()
 	d.m.regionMatch[first.level].Inc()
@@ -474,11 +522,30 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 	default:
 		d.m.ispMatch[ispOther].Inc()
 	}
-	ans := Answer{Nodes: make([]Endpoint, k), TTLMS: d.cfg.TTL.Milliseconds()}
-	for i := range k {
-		ans.Nodes[i] = r.cands[sc[i].i].n.snap.Load().endpoint
+	ans := Answer{TTLMS: d.cfg.TTL.Milliseconds()}
+	if !holder {
+		ans.Nodes = make([]Endpoint, k)
+		for i := range k {
+			ans.Nodes[i] = r.cands[sc[i].i].n.snap.Load().endpoint
+		}
+		return ans, nil
+	}
+	// The room's node first, then the others best first.
+	ans.Nodes = make([]Endpoint, 0, d.cfg.TopK)
+	ans.Nodes = append(ans.Nodes, first.n.snap.Load().endpoint)
+	for i := 0; i < len(sc) && len(ans.Nodes) < d.cfg.TopK; i++ {
+		if n := r.cands[sc[i].i].n; n != first.n {
+			ans.Nodes = append(ans.Nodes, n.snap.Load().endpoint)
+		}
 	}
 	return ans, nil
+}
+
+// pick is the node a client is counted against, with how near it is for the metrics.
+type pick struct {
+	n       *node
+	level   matchLevel
+	sameISP bool
 }
 
 // ranking is a bucket's candidates: the best nodes for its clients when it was built, with

@@ -26,8 +26,8 @@ type grpcService struct {
 var _ pb.DispatcherServer = grpcService{}
 
 // Dispatch answers like GET /v1/dispatch. The client is the gRPC peer, or what a trusted proxy
-// put in the x-forwarded-for / x-real-ip metadata.
-func (g grpcService) Dispatch(ctx context.Context, _ *pb.DispatchRequest) (*pb.DispatchResponse, error) {
+// put in the x-forwarded-for / x-real-ip metadata; app and room steer it to the room's nodes.
+func (g grpcService) Dispatch(ctx context.Context, req *pb.DispatchRequest) (*pb.DispatchResponse, error) {
 	var addr string
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
@@ -38,9 +38,12 @@ func (g grpcService) Dispatch(ctx context.Context, _ *pb.DispatchRequest) (*pb.D
 		realIP = v[0]
 	}
 	ip := g.d.clientOf(addr, md.Get("x-forwarded-for"), realIP)
-	ans, err := g.d.Dispatch(Request{Client: ip})
+	ans, err := g.d.Dispatch(Request{Client: ip, App: req.GetApp(), Room: req.GetRoom()})
 	if errors.Is(err, ErrNoNodes) {
 		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if errors.Is(err, ErrBadRequest) {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -13,9 +14,14 @@ func (d *Dispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	ip := d.clientOf(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
-	ans, err := d.Dispatch(Request{Client: ip})
+	q := r.URL.Query()
+	ans, err := d.Dispatch(Request{Client: ip, App: q.Get("app"), Room: q.Get("room")})
 	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, ErrBadRequest) {
+			status = http.StatusBadRequest
+		}
+		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}
@@ -31,7 +37,9 @@ func (d *Dispatcher) clientOf(peer string, forwarded []string, realIP string) ne
 
 // NodesHandler serves the admin view, GET /v1/nodes: every known node with its labels, last
 // report and score inputs. With ?ip=ADDR it also shows where that address is placed and each
-// node's score for it, best first. It is for operators: serve it where clients cannot reach.
+// node's score for it, best first; with ?app=APP&room=ROOM, the room's members per node as the
+// dispatcher counts them (room affinity). It is for operators: serve it where clients cannot
+// reach.
 func (d *Dispatcher) NodesHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -52,6 +60,15 @@ func (d *Dispatcher) NodesHandler() http.Handler {
 				"region": regionLabel(d.in, loc.region),
 				"isp":    d.ispLabel(loc),
 			}
+		}
+		if q := r.URL.Query(); q.Has("app") || q.Has("room") {
+			req := Request{App: q.Get("app"), Room: q.Get("room")}
+			if err := req.check(); err != nil || req.App == "" {
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "app and room must both be valid names"})
+				return
+			}
+			resp["room"] = map[string]any{"app": req.App, "room": req.Room, "members": d.rooms.held(roomKey{req.App, req.Room})}
 		}
 		resp["health"] = d.Health()
 		resp["nodes"] = d.Nodes(client)

@@ -75,6 +75,14 @@ func TestHTTP(t *testing.T) {
 	if _, ans := get("192.0.2.10:443", http.Header{"X-Forwarded-For": {"garbage"}}); ans.Nodes[0].Node != "gb" {
 		t.Fatalf("garbage header from the proxy: %q, want load alone (gb)", names(ans))
 	}
+	for _, q := range []string{"app=demo", "room=r", "app=demo&room=a.b", "app=%20&room=r"} {
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/dispatch?"+q, nil))
+		var body map[string]string
+		if rec.Code != http.StatusBadRequest || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body["error"] == "" {
+			t.Fatalf("?%s: HTTP %d %s, want 400 with an error", q, rec.Code, rec.Body)
+		}
+	}
 }
 
 func TestNodesHandler(t *testing.T) {
@@ -124,6 +132,18 @@ func TestNodesHandler(t *testing.T) {
 	if code, _ := get("/v1/nodes?ip=nonsense"); code != http.StatusBadRequest {
 		t.Fatalf("bad ip: HTTP %d, want 400", code)
 	}
+	if _, err := d.Dispatch(Request{App: "demo", Room: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = get("/v1/nodes?app=demo&room=r")
+	room, _ := body["room"].(map[string]any)
+	members, _ := room["members"].(map[string]any)
+	if code != 200 || len(members) != 1 || members["gb"] != float64(1) {
+		t.Fatalf("room view: HTTP %d %v, want gb: 1", code, body["room"])
+	}
+	if code, _ := get("/v1/nodes?room=r"); code != http.StatusBadRequest {
+		t.Fatalf("room without app: HTTP %d, want 400", code)
+	}
 }
 
 func TestGRPC(t *testing.T) {
@@ -170,6 +190,17 @@ func TestGRPC(t *testing.T) {
 	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &pb.DispatchRequest{})
 	if err != nil || resp.Nodes[0].Node != "jl" {
 		t.Fatalf("forwarded Jilin client: %v %v, want jl first", resp, err)
+	}
+	if _, err := client.Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "a.b"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad room: %v, want INVALID_ARGUMENT", err)
+	}
+	// The room reaches the decision: the member goes to the node holding it.
+	held := nodeReport("jl", "AS/CN/22", "unicom", 500, 1000)
+	held.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 100}}
+	report(d, held)
+	resp, err = client.Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "r"})
+	if err != nil || resp.Nodes[0].Node != "jl" {
+		t.Fatalf("a member of the room held by jl: %v %v, want jl first", resp, err)
 	}
 	md = metadata.Pairs("x-real-ip", "175.16.199.9")
 	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &pb.DispatchRequest{})

@@ -17,6 +17,7 @@ type metrics struct {
 	clientAddr    [len(sourceNames)]prometheus.Counter
 	reports       *prometheus.CounterVec // by result: ok or why it was rejected
 	geoReloads    *prometheus.CounterVec // by db and result
+	roomDecisions [numRoomResults]prometheus.Counter
 }
 
 const (
@@ -48,6 +49,11 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 		Help: "Where each client's address came from (peer, forwarded, real_ip; " +
 			"ignored_headers: forwarding headers from an untrusted peer; invalid: none usable).",
 	}, []string{"source"})
+	rooms := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_dispatcher_room_decisions_total",
+		Help: "Decisions for clients of a room, by result (joined: a node holding the room; " +
+			"opened: a node new to the room; overflow: every near node holds the room at its limit, or every node is full).",
+	}, []string{"result"})
 	m := &metrics{
 		decisions: decisions.WithLabelValues("ok"),
 		noNodes:   decisions.WithLabelValues("no_nodes"),
@@ -75,8 +81,11 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 	for i, name := range sourceNames {
 		m.clientAddr[i] = addr.WithLabelValues(name)
 	}
+	for i, name := range roomResultNames {
+		m.roomDecisions[i] = rooms.WithLabelValues(name)
+	}
 	if reg != nil {
-		reg.MustRegister(decisions, cache, region, isp, addr, m.nodeDecisions, m.reports, m.geoReloads,
+		reg.MustRegister(decisions, cache, region, isp, addr, rooms, m.nodeDecisions, m.reports, m.geoReloads,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "roomcast_dispatcher_nodes",
 				Help: "Live ChatLinks known to the dispatcher (draining ones included).",

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,13 @@ type node struct {
 	seen      atomic.Int64 // unix ns of the last report
 	removed   atomic.Bool  // taken out of the registry; cached rankings must skip it
 	decisions prometheus.Counter
+
+	// Room affinity (rooms.go). reportGen counts the node's reports: room counts of an older
+	// report count nothing.
+	reportGen atomic.Uint64
+	heldRooms []uint64   // the rooms its last report listed (roomTable.hash); guarded by Dispatcher.mu
+	roomsMu   sync.Mutex // guards sentRooms
+	sentRooms []uint64   // rooms it got members of since its report, not listed in it
 }
 
 // stale says whether the node has missed its reports at now.
@@ -44,7 +52,12 @@ const (
 	rejectURL         errReport = "bad_url"
 	rejectNegative    errReport = "negative"
 	rejectNotFinite   errReport = "not_finite"
+	rejectRooms       errReport = "bad_rooms" // a room name that is not valid, or too many rooms
 )
+
+// maxRoomsHeld bounds the rooms a report may list: ChatLinks list at most 1,000; more is a
+// report the dispatcher refuses rather than a cost it pays every second.
+const maxRoomsHeld = 10_000
 
 // checkReport refuses reports a node cannot have meant. Out-of-range fractions are clamped
 // later; a capacity of 0 means "not reported".
@@ -72,6 +85,17 @@ func checkReport(r *pb.LoadReport) error {
 	for _, v := range []int64{r.Connections, r.Rooms, r.EgressBytesPerSec, r.EgressCapacityBytesPerSec,
 		r.MaxConnections, r.BusRttUs, r.ReportIntervalMs} {
 		if v < 0 {
+			return rejectNegative
+		}
+	}
+	if len(r.RoomsHeld) > maxRoomsHeld {
+		return rejectRooms
+	}
+	for _, rc := range r.RoomsHeld {
+		if !auth.ValidName(rc.App) || !auth.ValidName(rc.Room) {
+			return rejectRooms
+		}
+		if rc.Members < 0 {
 			return rejectNegative
 		}
 	}
@@ -126,6 +150,9 @@ func (d *Dispatcher) accept(r *pb.LoadReport) {
 	n.snap.Store(s)
 	n.assigned.Store(0)
 	n.seen.Store(now)
+	if d.roomAffinity() {
+		d.roomsReported(n, r)
+	}
 	if membership {
 		d.publishLive()
 	}
@@ -227,7 +254,7 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			live.labels = make([]nodeLabels, len(live.nodes))
 			for i, n := range live.nodes {
 				s := n.snap.Load()
-				live.labels[i] = nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
+				live.labels[i] = s.labels()
 			}
 			d.live.Store(live)
 			d.liveDirty.Store(false)
@@ -246,6 +273,7 @@ func (d *Dispatcher) sweep(now int64) {
 		if n.stale(n.snap.Load(), now) {
 			delete(d.nodes, name)
 			n.removed.Store(true)
+			d.roomsRemoved(n)
 			d.m.nodeDecisions.DeleteLabelValues(name)
 			d.log.Info("node is out: no load report in time", "node", name)
 			changed = true
@@ -352,7 +380,13 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 
 // matchesISP says whether a node with snapshot s is reached through the client's ISP.
 func (l location) matchesISP(s *nodeSnap) bool {
-	return l.matchesLabels(&nodeLabels{isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}, s)
+	nl := s.labels()
+	return l.matchesLabels(&nl, s)
+}
+
+// labels copies what locality is computed from.
+func (s *nodeSnap) labels() nodeLabels {
+	return nodeLabels{region: s.region, isp0: s.isp0, isp1: s.isp1, moreISPs: len(s.isps) > 2}
 }
 
 // matchesLabels is matchesISP from a node's copied labels; s is read only for nodes with more

@@ -38,13 +38,13 @@ type endedNode struct {
 	sessions           []*pb.SessionEvent
 }
 
-func openLeaseEnds(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+func openLeaseEnds(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("presence: jetstream: %w", err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: BucketLeaseEnds, History: 1, TTL: leaseEndsTTL,
+		Bucket: BucketLeaseEnds, History: 1, TTL: leaseEndsTTL, Replicas: max(1, replicas),
 		Description: "Roomcast presence: which instance emits the logouts of a node whose lease ended",
 	})
 	if err != nil {

@@ -64,6 +64,8 @@ type Config struct {
 	WebhookEvery time.Duration
 	// HTTPClient posts to webhooks. Zero value means a client with a 5s timeout.
 	HTTPClient *http.Client
+	// KVReplicas is the replication of the KV bucket BucketLeaseEnds. Zero value means 1.
+	KVReplicas int
 }
 
 // Service is one instance of the presence service.
@@ -166,7 +168,7 @@ func (s *Service) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if s.ends, err = openLeaseEnds(ctx, s.cfg.Bus); err != nil {
+	if s.ends, err = openLeaseEnds(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
 	for _, err := range []error{

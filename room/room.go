@@ -1,8 +1,9 @@
 // Package room is the room service: it admits members into rooms (or refuses them: closed room,
 // banned user, full room), checks and stamps every message (id, server time) and broadcasts it on
 // the room's subject to the ChatLinks that hold members, and knows how many members each room has
-// on each node. It does not serve app backends: the server API (package api) writes the Store and
-// asks this service over NATS.
+// on each node. An app with callbacks (package callback) has the last word on the logins and the
+// members' sends admitted here. It does not serve app backends: the server API (package api)
+// writes the Store and asks this service over NATS.
 //
 // Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
 // watches the buckets, so checks on the hot path read memory. Membership is owned by the
@@ -16,6 +17,7 @@
 package room
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/callback"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
@@ -83,6 +86,9 @@ type Config struct {
 	BulkPerSecond int
 	// Registerer receives the instance's metrics. Zero value means none are registered.
 	Registerer prometheus.Registerer
+	// Callbacks asks the apps' backends about the logins and the members' sends the service
+	// admitted (callbacks.go); several instances may share one. Zero value means none.
+	Callbacks *callback.Client
 }
 
 // Service is one instance of the room service.
@@ -271,6 +277,15 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
+	if s.loginCallback(msg, &req, meta) { // the app's backend decides, and callbacks.go answers
+		return
+	}
+	s.answerJoin(msg, &req, meta, nil)
+}
+
+// answerJoin answers an admitted login with what its ChatLink needs; tags, when not nil, are
+// the member's (from the app's login callback).
+func (s *Service) answerJoin(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
 	if req.FirstOnNode {
@@ -291,7 +306,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 	}
 	bus.Respond(s.log, msg, &pb.Reply{
 		Settings:   settings,
-		MemberTags: s.cache.memberTags(req.App, req.Uid),
+		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
 	})
 }
@@ -374,6 +389,9 @@ func (s *Service) onSend(msg *nats.Msg) {
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		bus.Respond(s.log, msg, rep)
+		return
+	}
+	if s.sendCallback(msg, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
 	bus.Respond(s.log, msg, s.send([]*pb.SendRequest{&req}))

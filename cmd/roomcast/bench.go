@@ -64,7 +64,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Dispatcher, "dispatcher", "http://127.0.0.1:8080", "dispatcher base URL")
 	fs.StringVar(&cfg.API, "api", "", "server API base URL (default: the dispatcher's)")
 	fs.StringVar(&cfg.APIKey, "api-key", devcluster.APIKey, "server API key, for the room settings and messages of fanout")
-	fs.StringVar(&cfg.Metrics, "metrics", "", "URL of the server's Prometheus metrics (default: <api>/metrics)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "URL of the server's Prometheus metrics (default: <api>/metrics, which roomcast dev serves; roomcast services serves them on its --ops address)")
 	fs.IntVar(&cfg.PID, "pid", 0, "read the server's RSS and CPU time from /proc/PID instead of /metrics (a local server)")
 	secret := fs.String("secret", devcluster.Secret, "the app's token secret")
 	fs.StringVar(&cfg.App, "app", devcluster.App, "app id")

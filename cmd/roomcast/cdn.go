@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -15,30 +14,23 @@ import (
 	"roomcast/internal/roles"
 )
 
-// urls is a repeatable flag of URLs.
+// urls is a repeatable flag of strings: URLs, proxies.
 type urls []string
 
 func (u *urls) String() string     { return strings.Join(*u, ",") }
 func (u *urls) Set(s string) error { *u = append(*u, s); return nil }
 
-// envOr returns the environment variable's value, or def when it is unset.
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-// bindS3Flags binds the object storage flags of a CDN pusher; each defaults to an environment
-// variable, which is where credentials belong (a command line is visible to other users).
+// bindS3Flags binds the object storage flags of a CDN pusher. Like every flag, each can be set
+// by an environment variable (config.go), which is where credentials belong: a command line is
+// visible to other users.
 func bindS3Flags(fs *flag.FlagSet, c *cdnpusher.Config) {
-	fs.StringVar(&c.Endpoint, "s3-endpoint", envOr("ROOMCAST_S3_ENDPOINT", ""), "S3 endpoint host[:port] the segments are written to ($ROOMCAST_S3_ENDPOINT)")
-	fs.StringVar(&c.Bucket, "s3-bucket", envOr("ROOMCAST_S3_BUCKET", ""), "S3 bucket of the segments ($ROOMCAST_S3_BUCKET)")
-	fs.StringVar(&c.Region, "s3-region", envOr("ROOMCAST_S3_REGION", ""), "the bucket's region (empty: ask the endpoint) ($ROOMCAST_S3_REGION)")
-	fs.StringVar(&c.AccessKey, "s3-access-key", envOr("ROOMCAST_S3_ACCESS_KEY", ""), "S3 access key ($ROOMCAST_S3_ACCESS_KEY)")
-	fs.StringVar(&c.SecretKey, "s3-secret-key", envOr("ROOMCAST_S3_SECRET_KEY", ""), "S3 secret key; prefer the environment variable ($ROOMCAST_S3_SECRET_KEY)")
-	fs.BoolVar(&c.Secure, "s3-secure", envOr("ROOMCAST_S3_SECURE", "") == "true", "talk HTTPS to the S3 endpoint ($ROOMCAST_S3_SECURE=true)")
-	fs.StringVar(&c.Prefix, "s3-prefix", envOr("ROOMCAST_S3_PREFIX", ""), "key prefix of the segments, e.g. \"roomcast/\" ($ROOMCAST_S3_PREFIX)")
+	fs.StringVar(&c.Endpoint, "s3-endpoint", "", "S3 endpoint host[:port] the segments are written to ($ROOMCAST_S3_ENDPOINT)")
+	fs.StringVar(&c.Bucket, "s3-bucket", "", "S3 bucket of the segments ($ROOMCAST_S3_BUCKET)")
+	fs.StringVar(&c.Region, "s3-region", "", "the bucket's region (empty: ask the endpoint) ($ROOMCAST_S3_REGION)")
+	fs.StringVar(&c.AccessKey, "s3-access-key", "", "S3 access key ($ROOMCAST_S3_ACCESS_KEY)")
+	fs.StringVar(&c.SecretKey, "s3-secret-key", "", "S3 secret key; prefer the environment variable ($ROOMCAST_S3_SECRET_KEY)")
+	fs.BoolVar(&c.Secure, "s3-secure", false, "talk HTTPS to the S3 endpoint ($ROOMCAST_S3_SECURE=true)")
+	fs.StringVar(&c.Prefix, "s3-prefix", "", "key prefix of the segments, e.g. \"roomcast/\" ($ROOMCAST_S3_PREFIX)")
 	fs.IntVar(&c.MaxMessages, "cdn-max-messages", 0, "a segment's cap of messages per room and window; beyond it they are sampled (0: 200)")
 }
 
@@ -63,7 +55,8 @@ func runCdnPusher(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.Pusher.ID, "id", "", "this pusher's name in the CDN routes (empty: pusher-<random>, new at every start)")
 	bindS3Flags(fs, &cfg.Pusher.Pusher)
 	bindCDNWindowFlag(fs, &cfg.Pusher.Pusher.Window)
-	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9401", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
+	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9401", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
+	bindKVReplicasFlag(fs, &cfg.Pusher.KVReplicas)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast cdnpusher --nats URL --s3-endpoint HOST --s3-bucket B [flags]
 

@@ -28,16 +28,20 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.IntVar(&cfg.ChatLinks, "chatlinks", 2, "how many ChatLink nodes to run")
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
+	bindRoomShareFlag(flags, &cfg.RoomShare)
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
 	bindQueueFlags(flags, &cfg.Queue)
+	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
 	verbose := flags.Bool("v", false, "log at debug level")
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
+	presenceFlags := bindPresenceFlags(flags)
+	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
@@ -55,6 +59,15 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
+	if err := presenceFlags(&cfg.Presence); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 2
+	}
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev: --callbacks:", err)
+		return 2
+	}
 	if cfg.ChatLinks < 1 || cfg.ChatLinks > 64 {
 		fmt.Fprintln(stderr, "roomcast dev: --chatlinks must be 1 to 64")
 		return 2

@@ -4,14 +4,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/chatlink"
 	"roomcast/inbox"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
+	"roomcast/presence"
 	"roomcast/room"
 	"roomcast/roomqueue"
 )
@@ -30,9 +34,12 @@ func (p pairs) Set(s string) error {
 	return nil
 }
 
-// parseFlags parses args, printing usage on --help; it returns the exit code to use when the
-// caller should stop (0 after --help, 2 after a bad flag) and -1 to go on.
+// parseFlags parses args, printing usage on --help, then sets the flags args left unset from
+// the environment and the config file (config.go); it returns the exit code to use when the
+// caller should stop (0 after --help or --check-config, 2 after a bad flag or configuration)
+// and -1 to go on.
 func parseFlags(fs *flag.FlagSet, args []string) int {
+	path, check := bindConfigFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -43,8 +50,25 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(fs.Output(), "roomcast %s: unexpected arguments %q\n", fs.Name(), fs.Args())
 		return 2
 	}
+	if *path == "" {
+		*path = os.Getenv(envName("config"))
+	}
+	if err := applyConfig(fs, *path, os.LookupEnv); err != nil {
+		fmt.Fprintf(fs.Output(), "roomcast %s: %s\n", fs.Name(), oneLine(err.Error()))
+		return 2
+	}
+	if parsedHook != nil {
+		parsedHook(fs)
+	}
+	if *check {
+		return 0
+	}
 	return -1
 }
+
+// parsedHook, when set (by tests, never concurrently with a command), sees each command's flags
+// once they are parsed and configured.
+var parsedHook func(*flag.FlagSet)
 
 // bindNATSFlag binds --nats, the NATS server of the commands that connect to one.
 func bindNATSFlag(fs *flag.FlagSet, url *string) {
@@ -54,10 +78,15 @@ func bindNATSFlag(fs *flag.FlagSet, url *string) {
 // bindServicesFlags binds the flags of the services role that `roomcast services` and
 // `roomcast dev` share: its two endpoints and the dispatcher's GeoIP databases.
 func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *string) {
-	fs.StringVar(listen, "listen", "127.0.0.1:8080", "address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics (and dev's demo page)")
+	fs.StringVar(listen, "listen", "127.0.0.1:8080", "address of the public HTTP endpoint: dispatch, the server API, /healthz (in dev also /metrics, /v1/nodes and the demo page)")
 	fs.StringVar(grpcListen, "grpc-listen", "127.0.0.1:9090", "address of the gRPC listener: the server API and the dispatcher")
 	fs.StringVar(cityDB, "geoip-city", "", "GeoIP2/GeoLite2 City or Country database for the dispatcher (empty: dispatch on load alone)")
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
+}
+
+// bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
+func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
+	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
 }
 
 // bindQueueFlags binds the room queue service's limits (roomqueue.Config).
@@ -125,5 +154,65 @@ func bindCORSFlag(fs *flag.FlagSet, def string) func() []string {
 			}
 		}
 		return out
+	}
+}
+
+// bindPresenceFlags binds the presence service's per-app settings that `roomcast services`
+// and `roomcast dev` share; after parsing, the returned function checks them and sets them in
+// the config.
+func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
+	webhooks, policies := pairs{}, pairs{}
+	var every time.Duration
+	fs.Var(webhooks, "presence-webhook", "APP=URL: where the app's online/offline events are POSTed, batched as JSON (repeatable; docs/api.md)")
+	fs.DurationVar(&every, "presence-webhook-every", 0, "how often the batched presence events are posted (0: 1s)")
+	fs.Var(policies, "device-policy", "APP=RULES: the app's rule for users with several sessions, RULES a comma-separated list of max-sessions=N and one-per-device; a login that breaks it closes the user's older sessions with 4010 REPLACED (repeatable; default: no limits)")
+	return func(c *presence.Config) error {
+		c.WebhookEvery = every
+		if len(webhooks) > 0 {
+			c.Webhooks = webhooks
+		}
+		for app, rules := range policies {
+			if c.Policies == nil {
+				c.Policies = map[string]presence.DevicePolicy{}
+			}
+			var p presence.DevicePolicy
+			for rule := range strings.SplitSeq(rules, ",") {
+				name, val, _ := strings.Cut(strings.TrimSpace(rule), "=")
+				switch n, err := strconv.Atoi(val); {
+				case name == "one-per-device" && val == "":
+					p.OnePerDevice = true
+				case name == "max-sessions" && err == nil && n > 0:
+					p.MaxSessions = n
+				default:
+					return fmt.Errorf("--device-policy %s=%s: %q is not max-sessions=N (N > 0) or one-per-device", app, rules, rule)
+				}
+			}
+			c.Policies[app] = p
+		}
+		return nil
+	}
+}
+
+// bindTrustedProxyFlag binds --trusted-proxy, the proxies whose forwarding headers the
+// dispatcher believes.
+func bindTrustedProxyFlag(fs *flag.FlagSet, proxies *[]string) {
+	fs.Var((*urls)(proxies), "trusted-proxy", "address or CIDR of a proxy in front of --listen and --grpc-listen whose X-Forwarded-For / X-Real-IP name the client the dispatcher places (repeatable; default: none, the client is the connection's peer)")
+}
+
+// bindKVReplicasFlag binds --kv-replicas, the copies of the JetStream KV buckets and streams a
+// role creates.
+func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {
+	fs.IntVar(replicas, "kv-replicas", 0, "copies of the JetStream KV buckets and streams this role creates or updates at start: 3 on a 3-node NATS cluster, at most the cluster's size; give every process the same (0: 1)")
+}
+
+// bindCallbacksFlag binds --callbacks, the file of the apps' login and send callbacks
+// (docs/callbacks.md); after parsing, the returned function loads it (nil without the flag).
+func bindCallbacksFlag(fs *flag.FlagSet) func() (map[string]callback.AppConfig, error) {
+	path := fs.String("callbacks", "", "JSON file of the apps' login and send callbacks: URLs, secret_file or secret_env, timeout, concurrency, breaker, fail-open or fail-closed (docs/callbacks.md; empty: none)")
+	return func() (map[string]callback.AppConfig, error) {
+		if *path == "" {
+			return nil, nil
+		}
+		return callback.LoadFile(*path)
 	}
 }

@@ -22,8 +22,11 @@ Usage:
   roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
   roomcast bench     <conns|fanout|login|cdn> [flags]   load generator: memory per
                                connection, room fan-out, login rate, the CDN path
+  roomcast config    check FILE   check a config file (docs/configuration.md)
+  roomcast version             the build: module version, commit, Go version
 
-Run 'roomcast <command> --help' for a command's flags.
+Run 'roomcast <command> --help' for a command's flags. Every flag can also be set in a config
+file (--config FILE, section <command>) or as $ROOMCAST_<FLAG>: docs/configuration.md.
 `
 
 func main() {
@@ -57,6 +60,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runProbe(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
+	case "config":
+		return runConfig(ctx, rest, stdout, stderr)
+	case "version":
+		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -222,7 +222,7 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		return r
 	}
 	api := testkit.FreeAddr(t)
-	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--api-key", "k1=demo")
+	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", testkit.FreeAddr(t), "--api-key", "k1=demo")
 	var links []role
 	ops := []string{testkit.FreeAddr(t), testkit.FreeAddr(t)}
 	for i, name := range []string{"edge-a", "edge-b"} {

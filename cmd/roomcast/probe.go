@@ -28,7 +28,9 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
                      [--transport ws|tcp] [--secret S] [--app A] [--timeout 15s]
 
 An end-to-end check of a running deployment. N clients (uids probe-<run>-<i>) get tokens minted
-with the app secret, ask the dispatcher where to connect, and join room R. Then each sends M
+with the app secret, ask the dispatcher where to connect, and join room R, client i trying the
+dispatcher's list from its i-th node on, so that they spread over the nodes it offers (it would
+put a room's members together) and cross-node delivery is checked. Then each sends M
 messages on the critical lane, waiting for each SendAck, and the probe checks that every other
 client receives every message exactly once and that no sender gets its own message back.
 

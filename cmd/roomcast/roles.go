@@ -29,11 +29,12 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&node.PublicTCPAddr, "public-tcp-addr", "", "host:port to advertise for the TCP transport instead of the listener's")
 	fs.BoolVar(&node.PublicTCPTLS, "public-tcp-tls", false, "advertise the TCP transport as TLS although this node serves it plain (a proxy at --public-tcp-addr terminates TLS)")
 	bindTLSFlags(fs, &cfg.TLS, "--ws as wss:// and --tcp")
-	fs.StringVar(&node.Region, "region", "", "region label for the dispatcher, e.g. CN-22")
+	fs.StringVar(&node.Region, "region", "", "region label for the dispatcher: CONTINENT/COUNTRY/SUBDIVISION in MaxMind's codes or a prefix of it, e.g. AS/CN/22 or EU/GB (docs/dispatch.md)")
 	fs.StringVar(&node.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
 	fs.DurationVar(&node.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
 	tune := bindChatLinkFlags(fs)
-	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz and /debug/pprof/ (keep it private)")
+	bindKVReplicasFlag(fs, &node.KVReplicas)
+	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
 	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
 	lifetimes := pairs{}
@@ -92,11 +93,13 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	var cfg roles.ServicesConfig
 	bindNATSFlag(fs, &cfg.NATSURL)
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
+	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlag(fs, &cfg.Room.HistoryPerRoom)
 	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond)
 	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindQueueFlags(fs, &cfg.Queue)
+	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")
 	corsOrigins := bindCORSFlag(fs, "")
 	bindCDNManagerFlags(fs, &cfg.CDN)
@@ -105,6 +108,11 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindS3Flags(fs, &pusher.Pusher)
 	keys := pairs{}
 	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
+	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
+	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
+	bindKVReplicasFlag(fs, &cfg.KVReplicas)
+	bindTrustedProxyFlag(fs, &cfg.Dispatcher.TrustedProxies)
+	presenceFlags := bindPresenceFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room, presence and room queue services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")
 		fs.PrintDefaults()
@@ -117,6 +125,15 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	if err := presenceFlags(&cfg.Presence); err != nil {
+		fmt.Fprintln(stderr, "roomcast services:", err)
+		return 2
+	}
+	var err error
+	if cfg.Callbacks.Apps, err = callbacks(); err != nil {
+		fmt.Fprintln(stderr, "roomcast services: --callbacks:", err)
+		return 2
+	}
 	if pusher.Pusher.Endpoint != "" {
 		pusher.Pusher.Window = cfg.CDN.Window
 		cfg.Pusher = &pusher
@@ -127,7 +144,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	s, err := roles.StartServices(cfg)
 	if err != nil {
 		logs.drop()
-		return startFailed(stderr, "services", err, map[string]string{"HTTP": "--listen", "gRPC": "--grpc-listen"})
+		return startFailed(stderr, "services", err, map[string]string{"HTTP": "--listen", "gRPC": "--grpc-listen", "ops": "--ops"})
 	}
 	logs.release()
 	defer s.Close()

@@ -147,7 +147,7 @@ func TestStartupErrors(t *testing.T) {
 		return append([]string{"dev", "--data", t.TempDir(), "--listen", free, "--grpc-listen", free}, args...)
 	}
 	services := func(nats string, args ...string) []string {
-		return append([]string{"services", "--nats", nats, "--api-key", "k=demo", "--listen", free, "--grpc-listen", free}, args...)
+		return append([]string{"services", "--nats", nats, "--api-key", "k=demo", "--listen", free, "--grpc-listen", free, "--ops", free}, args...)
 	}
 	chatlinkRole := func(nats string, args ...string) []string {
 		return append([]string{"chatlink", "--nats", nats, "--node", "edge-1", "--secret", "demo=s", "--ws", free, "--tcp", free, "--ops", free}, args...)

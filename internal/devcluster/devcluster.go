@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/chatlink"
@@ -65,6 +66,14 @@ type Config struct {
 	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
 	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
 	CityDB, ISPDB string
+	// TrustedProxies are the proxies whose forwarding headers the dispatcher believes
+	// (dispatcher.Config.TrustedProxies). Zero value means none.
+	TrustedProxies []string
+	// RoomShare is the dispatcher's room affinity (dispatcher.Config.RoomShare). Zero value
+	// means the dispatcher's default.
+	RoomShare float64
+	// Dispatcher, when set, adjusts the dispatcher's configuration before it starts.
+	Dispatcher func(*dispatcher.Config)
 	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
 	Home http.Handler
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
@@ -120,6 +129,9 @@ type Config struct {
 	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
 	// value means none; `roomcast dev` passes "self".
 	CORSOrigins []string
+	// Callbacks are the apps' login and send callbacks (roles.ServicesConfig.Callbacks). Zero
+	// value means none.
+	Callbacks callback.Config
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 }
@@ -205,6 +217,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	presenceCfg := cfg.Presence
 	presenceCfg.LeaseTTL = leaseTTL
+	dcfg := dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, RoomShare: cfg.RoomShare, TrustedProxies: cfg.TrustedProxies}
+	if cfg.Dispatcher != nil {
+		cfg.Dispatcher(&dcfg)
+	}
 	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
@@ -213,12 +229,15 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
-		Dispatcher: dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB},
+		Dispatcher: dcfg,
 		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
 		Pprof:      cfg.Pprof,
-		CDN:        cfg.CDN,
-		Pusher:     pusher,
-		CDNOrigin:  c.S3.Origin(),
+		Callbacks:  cfg.Callbacks,
+		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
+		PublicAdmin: true,
+		CDN:         cfg.CDN,
+		Pusher:      pusher,
+		CDNOrigin:   c.S3.Origin(),
 		Routes: func(mux *http.ServeMux) {
 			mux.HandleFunc("GET "+devTokenPath, devToken)
 			if cfg.Home != nil {

@@ -1,7 +1,7 @@
 // Package probe is an end-to-end check of a running Roomcast deployment, behind `roomcast
-// probe`: a few clients join one room through the dispatcher, each sends a few messages, and the
-// probe verifies that every other client received each message exactly once, that no sender got
-// its own message back, and how long delivery took.
+// probe`: a few clients join one room through the dispatcher (spread over the nodes it offers),
+// each sends a few messages, and the probe verifies that every other client received each
+// message exactly once, that no sender got its own message back, and how long delivery took.
 //
 // It uses only the public surface a real client uses (the dispatcher, the wire protocol through
 // package sdk, and tokens minted with the app secret); it must not reach into servers. It is a
@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -185,11 +186,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				errs[i] = fmt.Errorf("mint token for %s: %w", uid, err)
 				return
 			}
+			// Client i tries the dispatcher's list from its i-th node on: the dispatcher puts a
+			// room's members together (room affinity), and the probe wants its clients on every
+			// node it offers, to check delivery across nodes.
+			eps, err := sdk.Dispatch(ctx, http.DefaultClient, cfg.Dispatcher, tok)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			eps = append(eps[i%len(eps):], eps[:i%len(eps)]...)
 			clients[i], errs[i] = sdk.Dial(ctx, sdk.Config{
-				Token:      tok,
-				Dispatcher: cfg.Dispatcher,
-				Transport:  cfg.Transport,
-				Device:     "probe",
+				Token:     tok,
+				Endpoints: eps,
+				Transport: cfg.Transport,
+				Device:    "probe",
 				// A dropped client and a duplicate are findings, not something to hide.
 				NoReconnect:  true,
 				DedupeWindow: -1,

@@ -25,7 +25,8 @@ type PusherConfig struct {
 	// Registry receives the metrics and is served on the ops endpoint. Zero value means a new
 	// registry with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
-	// OpsListen is the address of /metrics, /healthz and /debug/pprof/: keep it private. Zero
+	// OpsListen is the address of /metrics, /healthz, /readyz, /livez and /debug/pprof/: keep
+	// it private. Zero
 	// value means none.
 	OpsListen string
 	// Log receives the role's logs. Zero value means none.
@@ -73,7 +74,7 @@ func StartPusher(cfg PusherConfig) (_ *Pusher, err error) {
 	if p.Service, err = startPusherService(p.bus, cfg.Pusher, cfg.Registry, cfg.Log); err != nil {
 		return nil, err
 	}
-	p.ops.serve(newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, true), cfg.Log)
+	p.ops.serve(newMux(cfg.Registry, func(*Health) error { return p.bus.connected() }, p.bus.connected, true), cfg.Log)
 	return p, nil
 }
 

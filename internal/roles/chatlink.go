@@ -31,8 +31,8 @@ type ChatLinkConfig struct {
 	// Registry receives the node's metrics and is served on the ops endpoint. Zero value means
 	// a new registry with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
-	// OpsListen is the address of the node's /metrics, /healthz and /debug/pprof/: keep it
-	// private. Zero value means no ops endpoint (the dev assembly serves its nodes' metrics on
+	// OpsListen is the address of the node's /metrics, /healthz, /readyz, /livez and
+	// /debug/pprof/: keep it private. Zero value means no ops endpoint (the dev assembly serves its nodes' metrics on
 	// the services' endpoint).
 	OpsListen string
 }
@@ -106,7 +106,7 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 		return nil, nodeListenError(ncfg, err)
 	}
 	c.Node = node
-	c.ops.serve(newMux(cfg.Registry, c.health, true), log)
+	c.ops.serve(newMux(cfg.Registry, c.health, c.ready, true), log)
 	return c, nil
 }
 
@@ -141,6 +141,15 @@ func sameAddr(addr string, a net.Addr) bool {
 func (c *ChatLink) health(h *Health) error {
 	conns := c.Node.Connections()
 	h.Node, h.Connections = c.Node.Name(), &conns
+	return c.bus.connected()
+}
+
+// ready makes the node unready while its NATS connection is down or it drains: a load
+// balancer should send it no new clients.
+func (c *ChatLink) ready() error {
+	if c.Node.Draining() {
+		return errors.New("draining")
+	}
 	return c.bus.connected()
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,14 +16,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"roomcast/api"
 	"roomcast/dispatcher"
+	pb "roomcast/proto/roomcastpb"
 )
 
 // stopTimeout bounds how long an HTTP or gRPC server waits for its calls in flight to end
 // before it closes them.
 const stopTimeout = 2 * time.Second
 
-// Health is the body of every role's GET /healthz, one shape for all of them: Status is "ok"
+// Health is the body of every role's GET /healthz (and /readyz and /livez, which fill only
+// Status and Error), one shape for all of them: Status is "ok"
 // (HTTP 200) or "unavailable" (HTTP 503, with Error saying why); the other fields are the
 // role's own and left out by the roles that have none.
 type Health struct {
@@ -38,31 +42,103 @@ type Health struct {
 	Connections *int   `json:"connections,omitempty"`
 }
 
-// newMux returns a mux with the routes every role's HTTP endpoint has: GET /metrics from reg,
-// GET /healthz from health (which fills h and returns why the role is unavailable, or nil) and,
-// with profiles, Go's profiles under /debug/pprof/.
-func newMux(reg prometheus.Gatherer, health func(h *Health) error, profiles bool) *http.ServeMux {
+// newMux returns a mux with the routes every role's ops endpoint has: GET /metrics from reg,
+// GET /healthz from health (which fills h and returns why the role is unavailable, or nil),
+// GET /readyz from ready (nil: this process's engines are connected and serving, so traffic
+// may come), GET /livez (the process answers: restart it if not) and, with profiles, Go's
+// profiles under /debug/pprof/.
+func newMux(reg prometheus.Gatherer, health func(h *Health) error, ready func() error, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		h := Health{Status: "ok"}
-		code := http.StatusOK
-		if err := health(&h); err != nil {
-			h.Status, h.Error, code = "unavailable", err.Error(), http.StatusServiceUnavailable
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(h)
+	mux.Handle("GET /healthz", healthHandler(health))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, &Health{Status: "ok"}, ready())
+	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, &Health{Status: "ok"}, nil)
 	})
 	if profiles {
-		// The index serves the named profiles too: heap, block, mutex, goroutine, ... Not
-		// /debug/pprof/cmdline: a command line holds secrets (--secret).
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		addProfiles(mux)
 	}
 	return mux
+}
+
+// healthHandler answers GET /healthz from health.
+func healthHandler(health func(h *Health) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := Health{Status: "ok"}
+		writeHealth(w, &h, health(&h))
+	})
+}
+
+// addProfiles serves Go's profiles under /debug/pprof/. The index serves the named profiles
+// too: heap, block, mutex, goroutine, ... Not /debug/pprof/cmdline: a command line holds
+// secrets (--secret).
+func addProfiles(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// jsonErrors answers a request no route of mux takes as the API answers its errors (api.ErrorBody,
+// code 100 BAD_REQUEST) with the mux's own status: 404 for an unknown path, 405 with Allow for
+// a method the path does not take. Without it net/http would answer in plain text.
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		answer := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(answer, r)
+		if answer.status != http.StatusNotFound && answer.status != http.StatusMethodNotAllowed {
+			mux.ServeHTTP(w, r) // a redirect to the path with a trailing slash
+			return
+		}
+		msg := fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)
+		if allow := answer.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+			msg = fmt.Sprintf("%s does not take %s, only %s", r.URL.Path, r.Method, allow)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(answer.status)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Name: "BAD_REQUEST", Error: msg})
+	})
+}
+
+// statusRecorder keeps the status and headers a handler answers with, and drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header { return s.header }
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return len(p), nil
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+}
+
+// writeHealth answers a health, readiness or liveness check: 200 with h, or with err 503 and
+// h's status "unavailable" and error.
+func writeHealth(w http.ResponseWriter, h *Health, err error) {
+	code := http.StatusOK
+	if err != nil {
+		h.Status, h.Error, code = "unavailable", err.Error(), http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(h)
 }
 
 // httpServer serves HTTP on a listener until stop.
@@ -159,9 +235,9 @@ func listenOps(addr string) (*opsEndpoint, error) {
 	return &opsEndpoint{ln: ln}, nil
 }
 
-func (o *opsEndpoint) serve(h http.Handler, log *slog.Logger) {
+func (o *opsEndpoint) serve(mux *http.ServeMux, log *slog.Logger) {
 	if o != nil {
-		o.srv = serveHTTP(o.ln, h, nil, log)
+		o.srv = serveHTTP(o.ln, jsonErrors(mux), nil, log)
 	}
 }
 

@@ -14,10 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/dispatcher"
@@ -34,8 +36,8 @@ type ServicesConfig struct {
 	// NATSOptions add to the options of every NATS connection (bus.Connect); the dev assembly
 	// passes nats.InProcessServer. Zero value means none.
 	NATSOptions []nats.Option
-	// Listen is the address of the HTTP endpoint: dispatch, the server API, /healthz, /metrics.
-	// Zero value means 127.0.0.1:0.
+	// Listen is the address of the public HTTP endpoint: dispatch, the server API, /healthz
+	// (and with PublicAdmin /metrics and /v1/nodes). Zero value means 127.0.0.1:0.
 	Listen string
 	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
 	// and the dispatcher. Zero value means 127.0.0.1:0.
@@ -54,12 +56,28 @@ type ServicesConfig struct {
 	Queue      roomqueue.Config
 	Dispatcher dispatcher.Config
 	API        api.Config
+	// Callbacks configures the apps' login and send callbacks (package callback), one client
+	// that every room instance of the process shares; its Log and Registerer are set here. Zero
+	// value means no app is called back.
+	Callbacks callback.Config
 	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
 	// with the Go runtime's and the process's collectors.
 	Registry *prometheus.Registry
 	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP endpoint: never where others
-	// can reach it. Zero value means none.
+	// can reach it. Zero value means none (the ops endpoint serves them anyway).
 	Pprof bool
+	// KVReplicas, when set, is the replication of every KV bucket and stream the components
+	// create or update (rooms, restrictions, member tags, history, the inbox, room queues,
+	// presence's lease ends, CDN state): it overrides each component's own KVReplicas. Zero value means each
+	// component's (1 unless set).
+	KVReplicas int
+	// OpsListen is the address of the private ops endpoint: /metrics, the admin /v1/nodes,
+	// /healthz, /readyz, /livez and /debug/pprof/. Zero value means none.
+	OpsListen string
+	// PublicAdmin serves /metrics and the admin /v1/nodes on the public HTTP endpoint too, as
+	// before the ops endpoint existed (the dev assembly, a local tool, sets it). Zero value
+	// means only the ops endpoint serves them.
+	PublicAdmin bool
 	// Routes, when set, adds routes of the caller's to the HTTP endpoint (the dev assembly's
 	// demo page and tokens).
 	Routes func(*http.ServeMux)
@@ -109,6 +127,15 @@ func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.KVReplicas > 0 {
+		c.Room.KVReplicas, c.API.KVReplicas, c.CDN.KVReplicas, c.Queue.KVReplicas = c.KVReplicas, c.KVReplicas, c.KVReplicas, c.KVReplicas
+		c.Presence.KVReplicas = c.KVReplicas
+		if c.Pusher != nil {
+			pusher := *c.Pusher
+			pusher.KVReplicas = c.KVReplicas
+			c.Pusher = &pusher
+		}
+	}
 	c.Dispatcher.ReloadOnSIGHUP = c.Dispatcher.ReloadOnSIGHUP || c.Dispatcher.CityDB != "" || c.Dispatcher.ISPDB != ""
 	return c, nil
 }
@@ -123,6 +150,8 @@ type Services struct {
 	CDN        *cdnmanager.Manager
 	// Pusher is the CDN pusher instance of ServicesConfig.Pusher, or nil.
 	Pusher *cdnpusher.Service
+	// Callbacks is the room instances' callback client, or nil without callbacks.
+	Callbacks *callback.Client
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
 
@@ -130,6 +159,7 @@ type Services struct {
 	bus       *busConns
 	httpLn    net.Listener
 	grpcLn    net.Listener
+	ops       *opsEndpoint
 	http      *httpServer
 	grpc      *grpcServer
 	closeOnce sync.Once
@@ -160,6 +190,17 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 		return nil, listenError("gRPC", cfg.GRPCListen, err)
+	}
+	if s.ops, err = listenOps(cfg.OpsListen); err != nil {
+		return nil, err
+	}
+	if len(cfg.Callbacks.Apps) > 0 {
+		ccfg := cfg.Callbacks
+		ccfg.Log, ccfg.Registerer = cfg.Log, cfg.Registry
+		ccfg.MaxBodyBytes, ccfg.MaxTypeBytes = room.MaxBodyBytes, room.MaxTypeBytes
+		if s.Callbacks, err = callback.New(ccfg); err != nil {
+			return nil, err
+		}
 	}
 	for i := range cfg.Instances {
 		r, err := s.startRoom(i)
@@ -228,7 +269,8 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	s.Dispatcher.RegisterGRPC(grpcSrv)
 	s.grpc = serveGRPC(s.grpcLn, grpcSrv, cfg.Log)
 	cors := newCORSPolicy(cfg.CORSOrigins, selfOrigins(s.scheme(), s.httpLn.Addr()), append([]string{"/v1/dispatch"}, cfg.CORSPaths...))
-	s.http = serveHTTP(s.httpLn, cors.wrap(s.routes()), tlsCfg, cfg.Log)
+	s.http = serveHTTP(s.httpLn, cors.wrap(jsonErrors(s.routes())), tlsCfg, cfg.Log)
+	s.ops.serve(s.opsRoutes(), cfg.Log)
 	return s, nil
 }
 
@@ -240,11 +282,19 @@ func (s *Services) scheme() string {
 	return "http"
 }
 
-// routes is the HTTP endpoint's one route list.
+// routes is the public HTTP endpoint's one route list.
 func (s *Services) routes() *http.ServeMux {
-	mux := newMux(s.Registry, s.health, s.cfg.Pprof)
+	mux := http.NewServeMux()
+	// A load balancer's health check stays on the public endpoint.
+	mux.Handle("GET /healthz", healthHandler(s.health))
+	if s.cfg.PublicAdmin {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
+	}
+	if s.cfg.Pprof {
+		addProfiles(mux)
+	}
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
-	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
 	s.API.Register(mux)
 	if s.cfg.CDNOrigin != nil {
 		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
@@ -254,6 +304,16 @@ func (s *Services) routes() *http.ServeMux {
 	}
 	return mux
 }
+
+// opsRoutes is the ops endpoint's route list: the admin routes and every role's.
+func (s *Services) opsRoutes() *http.ServeMux {
+	mux := newMux(s.Registry, s.health, s.bus.connected, true)
+	mux.Handle("GET /v1/nodes", s.Dispatcher.NodesHandler())
+	return mux
+}
+
+// OpsAddr returns the host:port of the ops endpoint, or "" without one.
+func (s *Services) OpsAddr() string { return s.ops.addr() }
 
 // health makes the services unavailable while a NATS connection is down or no ChatLink is
 // known: a client sent here would find no node.
@@ -284,7 +344,7 @@ func (s *Services) startRoom(i int) (*room.Service, error) {
 	if cfg.Bus, err = s.bus.connect("room " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Callbacks = s.cfg.Log, s.Callbacks
 	// Instances in one process share the registry: each counts under its own label.
 	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"instance": strconv.Itoa(i + 1)}, s.cfg.Registry)
 	r, err := room.New(cfg)
@@ -352,6 +412,7 @@ func (s *Services) Close() {
 		} else if s.httpLn != nil {
 			_ = s.httpLn.Close()
 		}
+		s.ops.stop()
 		if s.grpc != nil {
 			s.grpc.stop()
 		} else if s.grpcLn != nil {
@@ -370,6 +431,11 @@ func (s *Services) Close() {
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()
+		}
+		if s.Callbacks != nil {
+			// Before the rooms: the calls it cuts short are answered (by the failure policy)
+			// while the rooms' connections are up.
+			s.Callbacks.Close()
 		}
 		for _, q := range s.Queues {
 			if q != nil {

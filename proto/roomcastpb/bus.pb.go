@@ -167,7 +167,9 @@ type JoinRequest struct {
 	// asks (a node sets it on one join per room at a time). The room service then answers with
 	// the room's settings read from the store rather than from its cache, so that settings
 	// changed just before the room's first member arrives on a node are not missed.
-	FirstOnNode   bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
+	FirstOnNode bool `protobuf:"varint,7,opt,name=first_on_node,json=firstOnNode,proto3" json:"first_on_node,omitempty"`
+	// The device the client named in its Login (at most 32 bytes), for the app's login callback.
+	Device        string `protobuf:"bytes,8,opt,name=device,proto3" json:"device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +251,13 @@ func (x *JoinRequest) GetFirstOnNode() bool {
 		return x.FirstOnNode
 	}
 	return false
+}
+
+func (x *JoinRequest) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
 }
 
 // SendRequest: a message to a room, from a member (through its ChatLink) or from the server API
@@ -1624,9 +1633,15 @@ type LoadReport struct {
 	// How often the node reports, in milliseconds; three missed reports take it out.
 	ReportIntervalMs int64 `protobuf:"varint,16,opt,name=report_interval_ms,json=reportIntervalMs,proto3" json:"report_interval_ms,omitempty"`
 	// Clients reach tcp_addr over TLS (the node serves TLS, or a proxy in front of it does).
-	TcpTls        bool `protobuf:"varint,17,opt,name=tcp_tls,json=tcpTls,proto3" json:"tcp_tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TcpTls bool `protobuf:"varint,17,opt,name=tcp_tls,json=tcpTls,proto3" json:"tcp_tls,omitempty"`
+	// The node's rooms with their members, the most members first, at most 1,000 (a node with
+	// 100k rooms would otherwise send megabytes a second): what the dispatcher steers a room's
+	// new members by (docs/dispatch.md, "Room affinity").
+	RoomsHeld []*RoomCount `protobuf:"bytes,18,rep,name=rooms_held,json=roomsHeld,proto3" json:"rooms_held,omitempty"`
+	// rooms_held leaves rooms out: those have no more members than the last one listed.
+	RoomsHeldPartial bool `protobuf:"varint,19,opt,name=rooms_held_partial,json=roomsHeldPartial,proto3" json:"rooms_held_partial,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -1774,6 +1789,20 @@ func (x *LoadReport) GetReportIntervalMs() int64 {
 func (x *LoadReport) GetTcpTls() bool {
 	if x != nil {
 		return x.TcpTls
+	}
+	return false
+}
+
+func (x *LoadReport) GetRoomsHeld() []*RoomCount {
+	if x != nil {
+		return x.RoomsHeld
+	}
+	return nil
+}
+
+func (x *LoadReport) GetRoomsHeldPartial() bool {
+	if x != nil {
+		return x.RoomsHeldPartial
 	}
 	return false
 }
@@ -2173,7 +2202,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xb0\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xc8\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2182,7 +2211,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04tags\x18\x06 \x03(\tR\x04tags\x12\"\n" +
-	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\"\xef\x01\n" +
+	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\x12\x16\n" +
+	"\x06device\x18\b \x01(\tR\x06device\"\xef\x01\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2331,7 +2361,7 @@ const file_bus_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
 	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
-	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xb0\x04\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\x95\x05\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -2352,7 +2382,10 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"bus_rtt_us\x18\x0f \x01(\x03R\bbusRttUs\x12,\n" +
 	"\x12report_interval_ms\x18\x10 \x01(\x03R\x10reportIntervalMs\x12\x17\n" +
-	"\atcp_tls\x18\x11 \x01(\bR\x06tcpTls\"L\n" +
+	"\atcp_tls\x18\x11 \x01(\bR\x06tcpTls\x125\n" +
+	"\n" +
+	"rooms_held\x18\x12 \x03(\v2\x16.roomcast.v1.RoomCountR\troomsHeld\x12,\n" +
+	"\x12rooms_held_partial\x18\x13 \x01(\bR\x10roomsHeldPartial\"L\n" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
@@ -2459,16 +2492,17 @@ var file_bus_proto_depIdxs = []int32{
 	15, // 17: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
 	25, // 18: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
 	8,  // 19: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	32, // 20: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	29, // 21: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	31, // 22: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	33, // 23: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	34, // 24: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	12, // 20: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	32, // 21: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	29, // 22: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	31, // 23: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	33, // 24: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	34, // 25: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }

@@ -67,6 +67,10 @@ const (
 	ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND ErrorCode = 115
 	// Room queue: the queue holds as many entries as the room allows.
 	ErrorCode_ERROR_CODE_QUEUE_FULL ErrorCode = 116
+	// The app's send callback denied the message (docs/callbacks.md); the Error's message is the
+	// app's reason. A send the callback could not judge is refused with 503 (UNAVAILABLE) when the
+	// app fails closed.
+	ErrorCode_ERROR_CODE_DENIED_BY_APP ErrorCode = 118
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -92,6 +96,7 @@ var (
 		114: "ERROR_CODE_QUEUE_KEY_EXISTS",
 		115: "ERROR_CODE_QUEUE_NOT_FOUND",
 		116: "ERROR_CODE_QUEUE_FULL",
+		118: "ERROR_CODE_DENIED_BY_APP",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -112,6 +117,7 @@ var (
 		"ERROR_CODE_QUEUE_KEY_EXISTS":  114,
 		"ERROR_CODE_QUEUE_NOT_FOUND":   115,
 		"ERROR_CODE_QUEUE_FULL":        116,
+		"ERROR_CODE_DENIED_BY_APP":     118,
 		"ERROR_CODE_INTERNAL":          500,
 		"ERROR_CODE_UNAVAILABLE":       503,
 	}
@@ -170,6 +176,10 @@ const (
 	CloseCode_CLOSE_CODE_ROOM_CLOSED CloseCode = 4009
 	// Another session of the same user replaced this one (the app's multi-device policy).
 	CloseCode_CLOSE_CODE_REPLACED CloseCode = 4010
+	// The app's login callback denied the login (docs/callbacks.md); the reason is the app's. A
+	// login the callback could not judge is closed with 4504 (UNAVAILABLE) when the app fails
+	// closed.
+	CloseCode_CLOSE_CODE_DENIED_BY_APP CloseCode = 4011
 	// The ChatLink is shutting down; dispatch again.
 	CloseCode_CLOSE_CODE_SHUTDOWN CloseCode = 4500
 	// No Login frame arrived in time after connecting.
@@ -197,6 +207,7 @@ var (
 		4008: "CLOSE_CODE_BANNED",
 		4009: "CLOSE_CODE_ROOM_CLOSED",
 		4010: "CLOSE_CODE_REPLACED",
+		4011: "CLOSE_CODE_DENIED_BY_APP",
 		4500: "CLOSE_CODE_SHUTDOWN",
 		4501: "CLOSE_CODE_LOGIN_TIMEOUT",
 		4502: "CLOSE_CODE_HEARTBEAT_TIMEOUT",
@@ -215,6 +226,7 @@ var (
 		"CLOSE_CODE_BANNED":            4008,
 		"CLOSE_CODE_ROOM_CLOSED":       4009,
 		"CLOSE_CODE_REPLACED":          4010,
+		"CLOSE_CODE_DENIED_BY_APP":     4011,
 		"CLOSE_CODE_SHUTDOWN":          4500,
 		"CLOSE_CODE_LOGIN_TIMEOUT":     4501,
 		"CLOSE_CODE_HEARTBEAT_TIMEOUT": 4502,
@@ -1685,7 +1697,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\x8f\x04\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xad\x04\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1702,9 +1714,10 @@ const file_client_proto_rawDesc = "" +
 	"\x15ERROR_CODE_ACK_FAILED\x10q\x12\x1f\n" +
 	"\x1bERROR_CODE_QUEUE_KEY_EXISTS\x10r\x12\x1e\n" +
 	"\x1aERROR_CODE_QUEUE_NOT_FOUND\x10s\x12\x19\n" +
-	"\x15ERROR_CODE_QUEUE_FULL\x10t\x12\x18\n" +
+	"\x15ERROR_CODE_QUEUE_FULL\x10t\x12\x1c\n" +
+	"\x18ERROR_CODE_DENIED_BY_APP\x10v\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xd4\x03\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xf3\x03\n" +
 	"\tCloseCode\x12\x1a\n" +
 	"\x16CLOSE_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14CLOSE_CODE_BAD_TOKEN\x10\xa1\x1f\x12\x1d\n" +
@@ -1715,7 +1728,8 @@ const file_client_proto_rawDesc = "" +
 	"\x11CLOSE_CODE_KICKED\x10\xa7\x1f\x12\x16\n" +
 	"\x11CLOSE_CODE_BANNED\x10\xa8\x1f\x12\x1b\n" +
 	"\x16CLOSE_CODE_ROOM_CLOSED\x10\xa9\x1f\x12\x18\n" +
-	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x18\n" +
+	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x1d\n" +
+	"\x18CLOSE_CODE_DENIED_BY_APP\x10\xab\x1f\x12\x18\n" +
 	"\x13CLOSE_CODE_SHUTDOWN\x10\x94#\x12\x1d\n" +
 	"\x18CLOSE_CODE_LOGIN_TIMEOUT\x10\x95#\x12!\n" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +

@@ -25,10 +25,14 @@ const (
 )
 
 type DispatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
-	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The room the client joins: its members are steered to the ChatLinks that already hold it
+	// (docs/dispatch.md, "Room affinity"). Both or neither; a name that is not valid (1 to 128
+	// characters of A-Z a-z 0-9 _ -), or one without the other, is INVALID_ARGUMENT.
+	App  string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room string `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	// Not used for the decision.
+	Uid           string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

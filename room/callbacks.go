@@ -1,0 +1,92 @@
+package room
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/callback"
+	"roomcast/internal/bus"
+	pb "roomcast/proto/roomcastpb"
+	"roomcast/tag"
+)
+
+// The app's backend is called from the NATS handlers, but not waited for there: the callback
+// client answers on a goroutine of the app's own bounded pool, and the decision's function
+// answers the request. A slow backend holds its app's pool only, never the handler that admits
+// every app's logins and sends. The room service's own refusals come first, so an app is never
+// asked about a banned member or a closed room.
+
+// loginCallback hands an admitted login to its app's login hook, when the app has one, and
+// answers the join when the hook decided. It reports whether it did.
+func (s *Service) loginCallback(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room) bool {
+	return s.cfg.Callbacks.Login(req.App, callback.LoginRequest{
+		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Device: req.Device, Tags: req.Tags,
+	}, func(d callback.Decision) {
+		switch {
+		case !d.Allow && d.Failure != "":
+			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
+		case !d.Allow:
+			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, pb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
+		case d.Tags != nil:
+			s.answerJoin(msg, req, meta, &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
+		default:
+			s.answerJoin(msg, req, meta, nil)
+		}
+	})
+}
+
+// sendCallback hands a member's send the room would take to its app's send hook, when the app
+// has one, and answers the send when the hook decided. It reports whether it did. The server
+// API's sends are never called back: they come from the app's own server.
+func (s *Service) sendCallback(msg *nats.Msg, req *pb.SendRequest) bool {
+	if req.SessionId == "" || !s.cfg.Callbacks.Has(req.App, callback.HookSend) {
+		return false
+	}
+	// On a copy: maySend narrows the copy's audience, and send checks the original again.
+	pre := proto.CloneOf(req)
+	rep := ValidateSend(pre, s.exprs)
+	if rep == nil {
+		rep = s.maySend(pre, s.cfg.Now())
+	}
+	if rep != nil {
+		bus.Respond(s.log, msg, rep)
+		return true
+	}
+	return s.cfg.Callbacks.Send(req.App, callback.SendRequest{
+		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId,
+		Type: req.Type, Lane: int32(req.Lane), Body: req.Body, TagExpr: req.TagExpr, SenderTags: req.SenderTags,
+	}, func(d callback.Decision) {
+		switch {
+		case !d.Allow && d.Failure != "":
+			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
+			return
+		case !d.Allow:
+			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
+			return
+		}
+		if d.Body != nil {
+			req.Body = d.Body
+		}
+		if d.Type != nil {
+			req.Type = *d.Type
+		}
+		bus.Respond(s.log, msg, s.send([]*pb.SendRequest{req}))
+	})
+}
+
+// maxReasonBytes bounds the app's reason a client is told.
+const maxReasonBytes = 200
+
+// denyReason is the app's reason for a deny, or def without one.
+func denyReason(d callback.Decision, def string) string {
+	r := d.Reason
+	if r == "" {
+		return def
+	}
+	if len(r) > maxReasonBytes {
+		r = strings.ToValidUTF8(r[:maxReasonBytes], "")
+	}
+	return r
+}
