@@ -39,6 +39,7 @@ FUZZ_TARGETS := \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
 	./internal/loadgen:FuzzParseMetrics \
+	./room:FuzzHistoryCursor \
 	./roomqueue:FuzzQueueChange \
 	./callback:FuzzAnswer
 

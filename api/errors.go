@@ -60,6 +60,7 @@ var errorMappings = map[pb.ErrorCode]struct {
 	pb.ErrorCode_ERROR_CODE_CONFLICT:          {codes.FailedPrecondition, http.StatusConflict},
 	pb.ErrorCode_ERROR_CODE_UNAUTHORIZED:      {codes.Unauthenticated, http.StatusUnauthorized},
 	pb.ErrorCode_ERROR_CODE_UNAVAILABLE:       {codes.Unavailable, http.StatusServiceUnavailable},
+	pb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY: {codes.InvalidArgument, http.StatusBadRequest},
 	pb.ErrorCode_ERROR_CODE_INBOX_FULL:        {codes.ResourceExhausted, http.StatusTooManyRequests},
 	pb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS:  {codes.AlreadyExists, http.StatusConflict},
 	pb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND:   {codes.NotFound, http.StatusNotFound},

@@ -63,6 +63,7 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("GET", "/v1/rooms/{room}/history", func() *pb.GetHistoryRequest { return new(pb.GetHistoryRequest) }, a.GetHistory),
 		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
 		handle("GET", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ListQueue),
@@ -144,8 +145,8 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 	}
 }
 
-// setQuery fills string and integer fields from the query parameters of the same name; a
-// repeated string field takes every value of its parameter, in order.
+// setQuery fills string, integer and boolean fields from the query parameters of the same name;
+// a repeated string field takes every value of its parameter, in order.
 func setQuery(m protoreflect.Message, r *http.Request) error {
 	for name, vals := range r.URL.Query() {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
@@ -161,6 +162,18 @@ func setQuery(m protoreflect.Message, r *http.Request) error {
 		}
 		v := vals[len(vals)-1]
 		switch fd.Kind() {
+		case protoreflect.Uint32Kind:
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
+			}
+			m.Set(fd, protoreflect.ValueOfUint32(uint32(n)))
+		case protoreflect.BoolKind:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not true or false", name, v)
+			}
+			m.Set(fd, protoreflect.ValueOfBool(b))
 		case protoreflect.StringKind:
 			m.Set(fd, protoreflect.ValueOfString(v))
 		case protoreflect.Int32Kind:

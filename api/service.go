@@ -2,8 +2,9 @@
 // (proto/api.proto) and the same calls over HTTP/JSON (http.go). It manages rooms (rooms.go),
 // lists their members (members.go), sends to rooms and users (messages.go), kicks, mutes and bans
 // (moderation.go), counts who is online (online.go), answers about users, their sessions and
-// tags (users.go), and sets rooms' CDN modes and apps' CDN policies (cdn.go). The kicks, mutes,
-// member lists and counts by tag expression share byexpr.go.
+// tags (users.go), sets rooms' CDN modes and apps' CDN policies (cdn.go), and pages rooms'
+// history (history.go). The kicks, mutes, member lists and counts by tag expression share
+// byexpr.go.
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to

@@ -71,9 +71,11 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below; lock order: conn.mu -> the tag interner's lock
 	state   connState
-	sending bool       // sendLoop is running (next to state: the two share a word)
-	sendq   []*pb.Send // sends waiting for the room service, oldest first
-	acks    *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
+	sending bool // sendLoop is running (next to state: the two share a word)
+	// History queries waiting for the room service (history.go); in the same word.
+	historyQ uint8
+	sendq    []*pb.Send // sends waiting for the room service, oldest first
+	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
 func (n *Node) newConn(t transport) *conn {
@@ -131,6 +133,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.frameHeartbeat.Inc()
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
+		}
+	case *pb.Frame_HistoryQuery:
+		c.node.m.frameHistory.Inc()
+		if c.requireLive() {
+			c.queryHistory(k.HistoryQuery)
 		}
 	case *pb.Frame_Ack:
 		c.node.m.framesIn.WithLabelValues("ack").Inc()
@@ -275,6 +282,7 @@ func (c *conn) login(l *pb.Login) {
 			Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE), Message: "recover_since is not a message id",
 		}}})
 	case ask.wanted():
+		ask.keep, ask.age = r.fanout.historyRetention()
 		n.goAsync(func() { n.recoverHistory(c, ask) })
 	}
 	if l.Inbox {

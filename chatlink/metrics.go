@@ -25,6 +25,7 @@ type metrics struct {
 	frameLogin         prometheus.Counter     // framesIn's children, resolved once: every
 	frameSend          prometheus.Counter     // client frame counts in one
 	frameHeartbeat     prometheus.Counter
+	frameHistory       prometheus.Counter
 	frameBad           prometheus.Counter
 	pushFrames         prometheus.Counter
 	ringSends          prometheus.Counter
@@ -100,6 +101,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	}
 	m.frameLogin, m.frameSend = m.framesIn.WithLabelValues("login"), m.framesIn.WithLabelValues("send")
 	m.frameHeartbeat, m.frameBad = m.framesIn.WithLabelValues("heartbeat"), m.framesIn.WithLabelValues("bad")
+	m.frameHistory = m.framesIn.WithLabelValues("history_query")
 	for l := range m.deliveries {
 		m.deliveries[l] = deliveries.WithLabelValues(laneName(l))
 		for r := range m.drops[l] {

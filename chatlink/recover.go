@@ -2,11 +2,7 @@ package chatlink
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
@@ -26,6 +22,10 @@ type historyAsk struct {
 	since    string
 	sinceSeq uint64
 	last     int
+	// The room's retention when it keeps less than the stream (RoomSettings.history_max_*):
+	// the newest keep messages (0: all), none older than age (0: any age).
+	keep int
+	age  time.Duration
 }
 
 func askOf(l *pb.Login) historyAsk {
@@ -48,7 +48,7 @@ func checkSince(since string, now time.Time) bool {
 func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 	defer cancel()
-	kept, err := n.history(ctx, c.app, c.room)
+	kept, err := n.history(ctx, c.app, c.room, ask)
 	if err != nil {
 		n.log.Warn("history not read", "session", c.session, "err", err)
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
@@ -108,38 +108,22 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 	return out, &pb.Recovery{Recovered: complete}
 }
 
-// history reads the messages kept for a room, oldest first.
-func (n *Node) history(ctx context.Context, app, room string) ([]*pb.Message, error) {
-	subject := bus.HistorySubject(app, room)
-	stream, err := n.js.Stream(ctx, bus.HistoryStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil // nothing was ever sent
+// history reads the messages kept for a room within the retention ask carries, oldest first.
+func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([]*pb.Message, error) {
+	var since time.Time
+	if ask.age > 0 {
+		since = n.now().Add(-ask.age)
+	}
+	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, bus.HistoryRange{Since: since, Keep: ask.keep})
+	if skipped > 0 {
+		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}
 	if err != nil {
 		return nil, err
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return nil, err
+	out := make([]*pb.Message, len(kept))
+	for i, k := range kept {
+		out[i] = k.Msg
 	}
-	count := int(info.State.Subjects[subject])
-	if count == 0 {
-		return nil, nil
-	}
-	cons, err := n.js.OrderedConsumer(ctx, bus.HistoryStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, err
-	}
-	batch, err := cons.Fetch(count, jetstream.FetchMaxWait(recoverTimeout))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*pb.Message, 0, count)
-	for msg := range batch.Messages() {
-		var m pb.Message
-		if err := proto.Unmarshal(msg.Data(), &m); err == nil {
-			out = append(out, &m)
-		}
-	}
-	return out, batch.Error()
+	return out, nil
 }

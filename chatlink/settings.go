@@ -17,8 +17,10 @@ const (
 type roomSettings struct {
 	tick           time.Duration
 	merge          bool
-	normalBudget   float64 // messages per member per second; negative: unlimited
-	criticalBudget float64 // counted only; negative: unlimited
+	normalBudget   float64       // messages per member per second; negative: unlimited
+	criticalBudget float64       // counted only; negative: unlimited
+	historyKeep    int           // the room's history retention, where narrower than the stream's:
+	historyAge     time.Duration // newest messages kept (0: the stream's), and for how long (0: the stream's)
 }
 
 func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
@@ -36,7 +38,16 @@ func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
 	if st.CriticalBudget != 0 {
 		s.criticalBudget = float64(st.CriticalBudget)
 	}
+	s.historyKeep = int(st.HistoryMaxMessages)
+	s.historyAge = time.Duration(st.HistoryMaxAgeS) * time.Second
 	return s
+}
+
+// historyRetention returns the room's history retention (roomSettings.historyKeep, historyAge).
+func (f *roomFanout) historyRetention() (keep int, age time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.settings.historyKeep, f.settings.historyAge
 }
 
 // setSettings replaces the room's settings, as an announcement of a change does.

@@ -15,8 +15,8 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// historyMaxAge is how long a message stays recoverable.
-const historyMaxAge = 24 * time.Hour
+// DefaultHistoryMaxAge is how long a message stays in history unless Config.HistoryMaxAge says.
+const DefaultHistoryMaxAge = 24 * time.Hour
 
 // numberTimeout bounds numbering a send's messages; past it they go out unnumbered.
 const numberTimeout = time.Second
@@ -30,7 +30,7 @@ type history struct {
 	log *slog.Logger
 }
 
-func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, log *slog.Logger) (*history, error) {
+func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxAge time.Duration, log *slog.Logger) (*history, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		log.Warn("message not kept in history", "subject", m.Subject, "err", err)
 	}))
@@ -42,9 +42,11 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, log 
 		Description:       "Roomcast rooms' recent messages, for recovery after a reconnect",
 		Subjects:          []string{bus.HistorySubject("*", "*")},
 		MaxMsgsPerSubject: int64(perRoom),
-		MaxAge:            historyMaxAge,
+		MaxAge:            maxAge,
 		Discard:           jetstream.DiscardOld,
 		Replicas:          replicas,
+		// Readers (bus.ReadHistory) use batched direct gets: no consumer per read.
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("room: history stream: %w", err)

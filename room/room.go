@@ -14,6 +14,10 @@
 // A room in CDN mode has a route, written by the CDN manager (cdn.go): its CDN lanes go to the
 // pusher that route names instead of the room's subject. The service does not decide the mode
 // or the pusher.
+//
+// It keeps the rooms' critical and normal messages in a JetStream stream (history.go) and
+// answers pages of it, with each room's retention and what a member may see
+// (historyquery.go), for the server API and for members through their ChatLink.
 package room
 
 import (
@@ -73,7 +77,7 @@ type Config struct {
 	// HistoryPerRoom is how many of a room's critical and normal messages are kept for
 	// recovery after a reconnect (for 24 hours at most). It is a setting of the stream all
 	// instances share: the last instance to start sets it. Zero value means bus.HistoryPerRoom
-	// (100).
+	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
 	HistoryPerRoom int
 	// BatchWindow is how long the instance gathers a room's messages before it numbers them and
 	// sends them to the room's nodes as one RoomBatch (batcher.go). A send is answered when it is
@@ -86,6 +90,10 @@ type Config struct {
 	BulkPerSecond int
 	// Registerer receives the instance's metrics. Zero value means none are registered.
 	Registerer prometheus.Registerer
+	// HistoryMaxAge is how long the history keeps a message, a setting of the stream like
+	// HistoryPerRoom. A room's settings may keep them for less (RoomSettings.history_max_age_s).
+	// Zero value means 24h.
+	HistoryMaxAge time.Duration
 	// Callbacks asks the apps' backends about the logins and the members' sends the service
 	// admitted (callbacks.go); several instances may share one. Zero value means none.
 	Callbacks *callback.Client
@@ -142,6 +150,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BulkPerSecond == 0 {
 		c.BulkPerSecond = DefaultBulkPerSecond
 	}
+	if c.HistoryMaxAge <= 0 {
+		c.HistoryMaxAge = DefaultHistoryMaxAge
+	}
 	return c, nil
 }
 
@@ -170,7 +181,7 @@ func (s *Service) Start() error {
 	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
 		return err
 	}
-	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.log); err != nil {
+	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge, s.log); err != nil {
 		s.cache.stop()
 		return err
 	}
@@ -190,6 +201,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomSend:      s.onSend,
 		bus.SubjectRoomSendBatch: s.onSendBatch,
 		bus.SubjectRoomInfo:      s.onInfo,
+		bus.SubjectRoomHistory:   s.onHistory,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)

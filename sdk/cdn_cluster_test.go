@@ -41,7 +41,7 @@ func apiJSON(ctx context.Context, c *devcluster.Cluster, method, path string, bo
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 { // 201 for a room created
 		return fmt.Errorf("%s %s: %s %s", method, path, resp.Status, data)
 	}
 	if out != nil {

@@ -47,12 +47,13 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	err     error
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
-	pending map[uint64]chan sendResult // Sends and queue requests waiting for their answer, by seq
+	pending map[uint64]chan sendResult // Sends, HistoryQueries and queue requests waiting for their answer, by seq
 }
 
-// sendResult answers a Send (ack or err) or a queue request (queue).
+// sendResult answers a Send (ack or err), a HistoryQuery (page or err) or a queue request (queue).
 type sendResult struct {
 	ack   *roomcastpb.SendAck
+	page  *roomcastpb.HistoryPage
 	queue *roomcastpb.RoomQueueReply
 	err   error
 }
@@ -169,6 +170,18 @@ func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error
 	return r.ack, r.err
 }
 
+// queryHistory sends q and waits for the server's answer.
+func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.HistoryPage, error) {
+	r := c.request(ctx, "history", func(seq uint64) *roomcastpb.Frame {
+		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_HistoryQuery{HistoryQuery: q.frame(seq)}}
+	})
+	var refused *SendError
+	if errors.As(r.err, &refused) {
+		return nil, &HistoryError{Code: refused.Code, Message: refused.Message}
+	}
+	return r.page, r.err
+}
+
 // request sends the frame made for the next seq and waits for the answer with that seq. what
 // names the request in errors.
 func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) *roomcastpb.Frame) sendResult {
@@ -270,6 +283,8 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 	switch k := f.Kind.(type) {
 	case *roomcastpb.Frame_SendAck:
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
+	case *roomcastpb.Frame_HistoryPage:
+		c.answer(k.HistoryPage.GetSeq(), sendResult{page: k.HistoryPage})
 	case *roomcastpb.Frame_QueueReply:
 		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
 	case *roomcastpb.Frame_Error:
@@ -319,7 +334,7 @@ func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
 	c.loginAck <- ack
 }
 
-// answer hands r to the Send waiting for seq, if it still waits.
+// answer hands r to the Send or HistoryQuery waiting for seq, if it still waits.
 func (c *conn) answer(seq uint64, r sendResult) {
 	c.mu.Lock()
 	ch := c.pending[seq]

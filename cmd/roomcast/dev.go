@@ -30,7 +30,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	bindRoomShareFlag(flags, &cfg.RoomShare)
 	cfg.ChatLink = bindChatLinkFlags(flags)
-	bindHistoryFlag(flags, &cfg.HistoryPerRoom)
+	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
 	bindQueueFlags(flags, &cfg.Queue)

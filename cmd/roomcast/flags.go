@@ -84,6 +84,13 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
+// bindHistoryFlags binds the room service's history retention (room.Config.HistoryPerRoom and
+// HistoryMaxAge): the deployment's defaults, which a room's settings may lower.
+func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
+	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
+	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
+}
+
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
 	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
@@ -93,11 +100,6 @@ func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
 func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
 	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
 	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
-}
-
-// bindHistoryFlag binds the room service's kept history per room (room.Config.HistoryPerRoom).
-func bindHistoryFlag(fs *flag.FlagSet, perRoom *int) {
-	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (24 h at most) for clients to recover after a reconnect")
 }
 
 // bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow and

@@ -1,5 +1,6 @@
 // Package bus is the plumbing every Roomcast role shares to talk over NATS: subject names,
-// connecting, request/reply with protobuf payloads. It holds no business logic, and it does not
+// connecting, request/reply with protobuf payloads, and reading a room's kept messages from the
+// history stream (history.go), which the ChatLinks and the room service both need. It holds no business logic, and it does not
 // run a NATS server: the embedded one of `roomcast dev` and tests is internal/devnats.
 package bus
 
@@ -27,6 +28,7 @@ const (
 	SubjectRoomSend      = "rc.svc.room.send"
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
+	SubjectRoomHistory   = "rc.svc.room.history"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

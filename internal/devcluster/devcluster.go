@@ -118,6 +118,9 @@ type Config struct {
 	// defaults.
 	RoomBatchWindow   time.Duration
 	RoomBulkPerSecond int
+	// HistoryMaxAge is how long a room's history keeps a message (room.Config). Zero value
+	// means 24h.
+	HistoryMaxAge time.Duration
 	// Inbox sets the expiry and limits of the at-least-once messages to users (api.Config).
 	// Zero value means the API's defaults.
 	Inbox api.InboxConfig
@@ -225,7 +228,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances: cfg.ServiceInstances,
-		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom,
+		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge,
 			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,

@@ -160,6 +160,13 @@ type RoomSettings struct {
 	// Bulk messages a room in CDN mode sends to its pusher are not capped here. 0: the room
 	// service's default (200, --room-bulk-per-second); -1: no cap.
 	BulkPerSecond int32 `protobuf:"varint,11,opt,name=bulk_per_second,json=bulkPerSecond,proto3" json:"bulk_per_second,omitempty"`
+	// How many of the room's newest critical and normal messages its history keeps (for the
+	// history API, login history and recovery). 0: the deployment's (--history-per-room, 100);
+	// more than it: the deployment's.
+	HistoryMaxMessages uint32 `protobuf:"varint,14,opt,name=history_max_messages,json=historyMaxMessages,proto3" json:"history_max_messages,omitempty"`
+	// How long, in seconds, the room's history keeps a message. 0: the deployment's
+	// (--history-max-age, 24 h); longer than it: the deployment's.
+	HistoryMaxAgeS uint32 `protobuf:"varint,15,opt,name=history_max_age_s,json=historyMaxAgeS,proto3" json:"history_max_age_s,omitempty"`
 	// Room queue: which members may offer entries and remove or poll their own, a tag
 	// expression over the member (tags, uid). Empty: every member. Reading (peek, list) is open
 	// to every member.
@@ -270,6 +277,20 @@ func (x *RoomSettings) GetScopePrefix() string {
 func (x *RoomSettings) GetBulkPerSecond() int32 {
 	if x != nil {
 		return x.BulkPerSecond
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetHistoryMaxMessages() uint32 {
+	if x != nil {
+		return x.HistoryMaxMessages
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetHistoryMaxAgeS() uint32 {
+	if x != nil {
+		return x.HistoryMaxAgeS
 	}
 	return 0
 }
@@ -2994,6 +3015,120 @@ func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
 	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// At most this many messages. 0 means 50; more than 200 means 200.
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// At most one of before_id, after_id and cursor (HistoryQuery in client.proto says what
+	// each asks for).
+	BeforeId string `protobuf:"bytes,3,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	AfterId  string `protobuf:"bytes,4,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	Cursor   string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// "critical" or "normal": only that lane. Empty: both.
+	Lane string `protobuf:"bytes,6,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Only what this member would see: the messages whose tag_expr its uid and tags satisfy.
+	// Without as_member every kept message is returned.
+	AsMember      bool     `protobuf:"varint,7,opt,name=as_member,json=asMember,proto3" json:"as_member,omitempty"`
+	Uid           string   `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	Tags          []string `protobuf:"bytes,9,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetHistoryRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetBeforeId() string {
+	if x != nil {
+		return x.BeforeId
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetAsMember() bool {
+	if x != nil {
+		return x.AsMember
+	}
+	return false
+}
+
+func (x *GetHistoryRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // QueueRequest is the request of every room queue call. Which fields count depends on the call.
 type QueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3018,7 +3153,7 @@ type QueueRequest struct {
 
 func (x *QueueRequest) Reset() {
 	*x = QueueRequest{}
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3165,7 @@ func (x *QueueRequest) String() string {
 func (*QueueRequest) ProtoMessage() {}
 
 func (x *QueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3178,7 @@ func (x *QueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{41}
+	return file_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueRequest) GetRoom() string {
@@ -3109,7 +3244,7 @@ type QueueResponse struct {
 
 func (x *QueueResponse) Reset() {
 	*x = QueueResponse{}
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3256,7 @@ func (x *QueueResponse) String() string {
 func (*QueueResponse) ProtoMessage() {}
 
 func (x *QueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3269,7 @@ func (x *QueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{42}
+	return file_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *QueueResponse) GetEntries() []*QueueEntry {
@@ -3155,7 +3290,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\x8b\x04\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\rmessage.proto\"\xe8\x04\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -3169,7 +3304,9 @@ const file_api_proto_rawDesc = "" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
 	" \x01(\tR\vscopePrefix\x12&\n" +
-	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecond\x12\x1d\n" +
+	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecond\x120\n" +
+	"\x14history_max_messages\x18\x0e \x01(\rR\x12historyMaxMessages\x12)\n" +
+	"\x11history_max_age_s\x18\x0f \x01(\rR\x0ehistoryMaxAgeS\x12\x1d\n" +
 	"\n" +
 	"queue_expr\x18\x11 \x01(\tR\tqueueExpr\x12(\n" +
 	"\x10queue_admin_expr\x18\x12 \x01(\tR\x0equeueAdminExpr\x12*\n" +
@@ -3388,7 +3525,17 @@ const file_api_proto_rawDesc = "" +
 	"\x0epoll_jitter_ms\x18\x06 \x01(\rR\fpollJitterMs\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\a \x01(\x03R\tupdatedMs\"\x15\n" +
-	"\x13GetCdnPolicyRequest\"\xbc\x01\n" +
+	"\x13GetCdnPolicyRequest\"\xe4\x01\n" +
+	"\x11GetHistoryRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tbefore_id\x18\x03 \x01(\tR\bbeforeId\x12\x19\n" +
+	"\bafter_id\x18\x04 \x01(\tR\aafterId\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\x12\x12\n" +
+	"\x04lane\x18\x06 \x01(\tR\x04lane\x12\x1b\n" +
+	"\tas_member\x18\a \x01(\bR\basMember\x12\x10\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\t \x03(\tR\x04tags\"\xbc\x01\n" +
 	"\fQueueRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -3410,7 +3557,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\x90\x0f\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xd8\x0f\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3437,7 +3584,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
 	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
-	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12C\n" +
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12F\n" +
+	"\n" +
+	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12C\n" +
 	"\n" +
 	"OfferQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
 	"\tPollQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
@@ -3460,7 +3609,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -3505,13 +3654,15 @@ var file_api_proto_goTypes = []any{
 	(*RoomCdn)(nil),                 // 40: roomcast.v1.RoomCdn
 	(*CdnPolicy)(nil),               // 41: roomcast.v1.CdnPolicy
 	(*GetCdnPolicyRequest)(nil),     // 42: roomcast.v1.GetCdnPolicyRequest
-	(*QueueRequest)(nil),            // 43: roomcast.v1.QueueRequest
-	(*QueueResponse)(nil),           // 44: roomcast.v1.QueueResponse
-	nil,                             // 45: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 46: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 47: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 48: roomcast.v1.CdnVendor
-	(*QueueEntry)(nil),              // 49: roomcast.v1.QueueEntry
+	(*GetHistoryRequest)(nil),       // 43: roomcast.v1.GetHistoryRequest
+	(*QueueRequest)(nil),            // 44: roomcast.v1.QueueRequest
+	(*QueueResponse)(nil),           // 45: roomcast.v1.QueueResponse
+	nil,                             // 46: roomcast.v1.GetRoomResponse.NodesEntry
+	(CdnMode)(0),                    // 47: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 48: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 49: roomcast.v1.CdnVendor
+	(*QueueEntry)(nil),              // 50: roomcast.v1.QueueEntry
+	(*HistoryPage)(nil),             // 51: roomcast.v1.HistoryPage
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -3522,7 +3673,7 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 5: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 6: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 7: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	45, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	46, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 9: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	14, // 10: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	15, // 11: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
@@ -3531,13 +3682,13 @@ var file_api_proto_depIdxs = []int32{
 	33, // 14: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
 	33, // 15: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
 	34, // 16: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	46, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	46, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	46, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	47, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	48, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	46, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
-	49, // 23: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
+	47, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	47, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	47, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	48, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	49, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	47, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	50, // 23: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
 	5,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	7,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	8,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3558,40 +3709,42 @@ var file_api_proto_depIdxs = []int32{
 	39, // 41: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	41, // 42: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	42, // 43: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	43, // 44: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	43, // 45: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	43, // 46: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	43, // 47: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	43, // 48: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	43, // 49: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	6,  // 50: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 51: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	9,  // 52: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	11, // 53: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	13, // 54: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	16, // 55: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 56: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	20, // 57: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 58: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 59: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 60: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 61: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 62: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 63: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	36, // 64: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	34, // 65: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	40, // 66: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 67: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	41, // 68: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	41, // 69: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	44, // 70: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	44, // 71: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	44, // 72: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	44, // 73: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	44, // 74: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	44, // 75: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	50, // [50:76] is the sub-list for method output_type
-	24, // [24:50] is the sub-list for method input_type
+	43, // 44: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	44, // 45: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 46: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 47: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 48: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 49: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	44, // 50: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	6,  // 51: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 52: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 53: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 54: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 55: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 56: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 57: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	20, // 58: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 59: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 60: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 61: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 62: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 63: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 64: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	36, // 65: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	34, // 66: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	40, // 67: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 68: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	41, // 69: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	41, // 70: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	51, // 71: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	45, // 72: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 73: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 74: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 75: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 76: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	45, // 77: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	51, // [51:78] is the sub-list for method output_type
+	24, // [24:51] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3603,6 +3756,7 @@ func file_api_proto_init() {
 		return
 	}
 	file_cdn_proto_init()
+	file_client_proto_init()
 	file_message_proto_init()
 	file_api_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
@@ -3611,7 +3765,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	RoomcastAPI_GetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
 	RoomcastAPI_SetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
 	RoomcastAPI_GetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_GetHistory_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetHistory"
 	RoomcastAPI_OfferQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/OfferQueue"
 	RoomcastAPI_PollQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PollQueue"
 	RoomcastAPI_PeekQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PeekQueue"
@@ -113,6 +114,10 @@ type RoomcastAPIClient interface {
 	SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error)
+	// GetHistory returns a page of a room's kept history (critical and normal messages): the
+	// newest, those before or after a message id, or the next page of a previous answer;
+	// optionally only what one member may see.
+	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*HistoryPage, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -338,6 +343,16 @@ func (c *roomcastAPIClient) GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRe
 	return out, nil
 }
 
+func (c *roomcastAPIClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*HistoryPage, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryPage)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *roomcastAPIClient) OfferQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*QueueResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueResponse)
@@ -461,6 +476,10 @@ type RoomcastAPIServer interface {
 	SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error)
+	// GetHistory returns a page of a room's kept history (critical and normal messages): the
+	// newest, those before or after a message id, or the next page of a previous answer;
+	// optionally only what one member may see.
+	GetHistory(context.Context, *GetHistoryRequest) (*HistoryPage, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -545,6 +564,9 @@ func (UnimplementedRoomcastAPIServer) SetCdnPolicy(context.Context, *CdnPolicy) 
 }
 func (UnimplementedRoomcastAPIServer) GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCdnPolicy not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetHistory(context.Context, *GetHistoryRequest) (*HistoryPage, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetHistory not implemented")
 }
 func (UnimplementedRoomcastAPIServer) OfferQueue(context.Context, *QueueRequest) (*QueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method OfferQueue not implemented")
@@ -945,6 +967,24 @@ func _RoomcastAPI_GetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetHistory(ctx, req.(*GetHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RoomcastAPI_OfferQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueueRequest)
 	if err := dec(in); err != nil {
@@ -1139,6 +1179,10 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCdnPolicy",
 			Handler:    _RoomcastAPI_GetCdnPolicy_Handler,
+		},
+		{
+			MethodName: "GetHistory",
+			Handler:    _RoomcastAPI_GetHistory_Handler,
 		},
 		{
 			MethodName: "OfferQueue",

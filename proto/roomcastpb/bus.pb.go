@@ -69,7 +69,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6, 0}
+	return file_bus_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type NodeControl_Op int32
@@ -151,7 +151,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11, 0}
+	return file_bus_proto_rawDescGZIP(), []int{12, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -441,6 +441,8 @@ type Reply struct {
 	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// Set by a successful join of a room in CDN mode: what the member is told in its LoginAck.
 	Cdn *CdnConfig `protobuf:"bytes,10,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// Set by a history query (rc.svc.room.history).
+	History *HistoryPage `protobuf:"bytes,11,opt,name=history,proto3" json:"history,omitempty"`
 	// Set by a successful room queue request (rc.svc.queue).
 	Queue         *QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -547,9 +549,103 @@ func (x *Reply) GetCdn() *CdnConfig {
 	return nil
 }
 
+func (x *Reply) GetHistory() *HistoryPage {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 func (x *Reply) GetQueue() *QueueResponse {
 	if x != nil {
 		return x.Queue
+	}
+	return nil
+}
+
+// HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
+// API (subject rc.svc.room.history).
+type HistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room  string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Query *HistoryQuery          `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	// Only what this member may see (its uid and tags against each message's tag_expr).
+	AsMember      bool     `protobuf:"varint,4,opt,name=as_member,json=asMember,proto3" json:"as_member,omitempty"`
+	Uid           string   `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Tags          []string `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRequest) Reset() {
+	*x = HistoryRequest{}
+	mi := &file_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRequest) ProtoMessage() {}
+
+func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
+func (*HistoryRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HistoryRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetQuery() *HistoryQuery {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *HistoryRequest) GetAsMember() bool {
+	if x != nil {
+		return x.AsMember
+	}
+	return false
+}
+
+func (x *HistoryRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
 	}
 	return nil
 }
@@ -568,7 +664,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +676,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +689,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -642,7 +738,7 @@ type RoomBatch struct {
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +750,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +763,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoomBatch) GetMessages() []*Message {
@@ -721,7 +817,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +829,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +842,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -827,7 +923,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +935,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +948,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -898,7 +994,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1006,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1019,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -981,7 +1077,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1089,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1102,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1069,7 +1165,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1177,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1190,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1148,7 +1244,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1256,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1269,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1307,7 +1403,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1415,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1428,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1399,7 +1495,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1507,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1520,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Member) GetUid() string {
@@ -1480,7 +1576,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1588,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1601,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1537,7 +1633,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1645,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1658,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -1646,7 +1742,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1754,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1767,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -1821,7 +1917,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1929,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1942,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -1890,7 +1986,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1998,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2011,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -1993,7 +2089,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2101,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2114,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2054,7 +2150,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2162,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2175,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2135,7 +2231,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2243,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2256,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2202,7 +2298,7 @@ var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
 	"\n" +
-	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\rmessage.proto\"\xc8\x01\n" +
+	"\tbus.proto\x12\vroomcast.v1\x1a\tapi.proto\x1a\tcdn.proto\x1a\fclient.proto\x1a\rmessage.proto\"\xc8\x01\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2226,7 +2322,7 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xb2\x03\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xe6\x03\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2242,8 +2338,16 @@ const file_bus_proto_rawDesc = "" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
 	"messageIds\x12(\n" +
 	"\x03cdn\x18\n" +
-	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x120\n" +
-	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\"\xba\x01\n" +
+	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x122\n" +
+	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\x120\n" +
+	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\"\xaa\x01\n" +
+	"\x0eHistoryRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
+	"\x05query\x18\x03 \x01(\v2\x19.roomcast.v1.HistoryQueryR\x05query\x12\x1b\n" +
+	"\tas_member\x18\x04 \x01(\bR\basMember\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04tags\x18\x06 \x03(\tR\x04tags\"\xba\x01\n" +
 	"\bRoomInfo\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x16\n" +
@@ -2433,7 +2537,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2441,68 +2545,73 @@ var file_bus_proto_goTypes = []any{
 	(*SendRequest)(nil),      // 3: roomcast.v1.SendRequest
 	(*SendBatchRequest)(nil), // 4: roomcast.v1.SendBatchRequest
 	(*Reply)(nil),            // 5: roomcast.v1.Reply
-	(*RoomInfo)(nil),         // 6: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),        // 7: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),     // 8: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),    // 9: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),     // 10: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),       // 11: roomcast.v1.NodeReport
-	(*RoomCount)(nil),        // 12: roomcast.v1.RoomCount
-	(*NodeControl)(nil),      // 13: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil), // 14: roomcast.v1.NodeControlReply
-	(*Member)(nil),           // 15: roomcast.v1.Member
-	(*PresenceQuery)(nil),    // 16: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),    // 17: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),       // 18: roomcast.v1.LoadReport
-	(*DrainRequest)(nil),     // 19: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),         // 20: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),         // 21: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),     // 22: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),  // 23: roomcast.v1.QueueBusRequest
-	nil,                      // 24: roomcast.v1.RoomInfo.NodesEntry
-	nil,                      // 25: roomcast.v1.NodeControlReply.TagCountsEntry
-	(Lane)(0),                // 26: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 27: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 28: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
-	(*QueueResponse)(nil),    // 30: roomcast.v1.QueueResponse
-	(*Message)(nil),          // 31: roomcast.v1.Message
-	(CdnMode)(0),             // 32: roomcast.v1.CdnMode
-	(QueueOp)(0),             // 33: roomcast.v1.QueueOp
-	(*QueueRequest)(nil),     // 34: roomcast.v1.QueueRequest
+	(*HistoryRequest)(nil),   // 6: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),         // 7: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),        // 8: roomcast.v1.RoomBatch
+	(*SessionEvent)(nil),     // 9: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),    // 10: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),     // 11: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),       // 12: roomcast.v1.NodeReport
+	(*RoomCount)(nil),        // 13: roomcast.v1.RoomCount
+	(*NodeControl)(nil),      // 14: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil), // 15: roomcast.v1.NodeControlReply
+	(*Member)(nil),           // 16: roomcast.v1.Member
+	(*PresenceQuery)(nil),    // 17: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),    // 18: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),       // 19: roomcast.v1.LoadReport
+	(*DrainRequest)(nil),     // 20: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),         // 21: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),         // 22: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),     // 23: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),  // 24: roomcast.v1.QueueBusRequest
+	nil,                      // 25: roomcast.v1.RoomInfo.NodesEntry
+	nil,                      // 26: roomcast.v1.NodeControlReply.TagCountsEntry
+	(Lane)(0),                // 27: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 28: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 29: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 30: roomcast.v1.CdnConfig
+	(*HistoryPage)(nil),      // 31: roomcast.v1.HistoryPage
+	(*QueueResponse)(nil),    // 32: roomcast.v1.QueueResponse
+	(*HistoryQuery)(nil),     // 33: roomcast.v1.HistoryQuery
+	(*Message)(nil),          // 34: roomcast.v1.Message
+	(CdnMode)(0),             // 35: roomcast.v1.CdnMode
+	(QueueOp)(0),             // 36: roomcast.v1.QueueOp
+	(*QueueRequest)(nil),     // 37: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	26, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	27, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
-	6,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	27, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	28, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	29, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	30, // 6: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
-	24, // 7: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	31, // 8: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	27, // 9: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	29, // 10: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 11: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	8,  // 12: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	8,  // 13: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 14: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 15: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	31, // 16: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	15, // 17: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	25, // 18: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	8,  // 19: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	12, // 20: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	32, // 21: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	29, // 22: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	31, // 23: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	33, // 24: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	34, // 25: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	28, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	29, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	30, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	31, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	32, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	33, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	25, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	34, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	28, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	30, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 13: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	9,  // 14: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	9,  // 15: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	13, // 16: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 17: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	34, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	16, // 19: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	26, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	9,  // 21: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	13, // 22: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	35, // 23: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	30, // 24: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	34, // 25: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	36, // 26: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	37, // 27: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2512,6 +2621,7 @@ func file_bus_proto_init() {
 	}
 	file_api_proto_init()
 	file_cdn_proto_init()
+	file_client_proto_init()
 	file_message_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2519,7 +2629,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -54,6 +54,11 @@ const (
 	ErrorCode_ERROR_CODE_CONFLICT ErrorCode = 108
 	// Login.recover_since is not a message id: no history follows (the session goes on).
 	ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE ErrorCode = 109
+	// A history query is malformed: a cursor that is not one, an id that is not a message id,
+	// more than one of before_id, after_id and cursor, an unknown lane.
+	ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY ErrorCode = 110
+	// Too many history queries of this connection wait for an answer; retry after one comes.
+	ErrorCode_ERROR_CODE_HISTORY_BUSY ErrorCode = 111
 	// Server API: an at-least-once send stored nothing, because every user named has as many
 	// messages stored as the deployment allows (--inbox-max-per-user).
 	ErrorCode_ERROR_CODE_INBOX_FULL ErrorCode = 112
@@ -91,6 +96,8 @@ var (
 		107: "ERROR_CODE_USER_NOT_FOUND",
 		108: "ERROR_CODE_CONFLICT",
 		109: "ERROR_CODE_BAD_RECOVER_SINCE",
+		110: "ERROR_CODE_BAD_HISTORY_QUERY",
+		111: "ERROR_CODE_HISTORY_BUSY",
 		112: "ERROR_CODE_INBOX_FULL",
 		113: "ERROR_CODE_ACK_FAILED",
 		114: "ERROR_CODE_QUEUE_KEY_EXISTS",
@@ -112,6 +119,8 @@ var (
 		"ERROR_CODE_USER_NOT_FOUND":    107,
 		"ERROR_CODE_CONFLICT":          108,
 		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
+		"ERROR_CODE_BAD_HISTORY_QUERY": 110,
+		"ERROR_CODE_HISTORY_BUSY":      111,
 		"ERROR_CODE_INBOX_FULL":        112,
 		"ERROR_CODE_ACK_FAILED":        113,
 		"ERROR_CODE_QUEUE_KEY_EXISTS":  114,
@@ -279,6 +288,8 @@ type Frame struct {
 	//	*Frame_Kick
 	//	*Frame_Reconnect
 	//	*Frame_CdnConfig
+	//	*Frame_HistoryQuery
+	//	*Frame_HistoryPage
 	//	*Frame_Ack
 	//	*Frame_QueueRequest
 	//	*Frame_QueueReply
@@ -423,6 +434,24 @@ func (x *Frame) GetCdnConfig() *CdnConfig {
 	return nil
 }
 
+func (x *Frame) GetHistoryQuery() *HistoryQuery {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_HistoryQuery); ok {
+			return x.HistoryQuery
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetHistoryPage() *HistoryPage {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_HistoryPage); ok {
+			return x.HistoryPage
+		}
+	}
+	return nil
+}
+
 func (x *Frame) GetAck() *Ack {
 	if x != nil {
 		if x, ok := x.Kind.(*Frame_Ack); ok {
@@ -498,6 +527,14 @@ type Frame_CdnConfig struct {
 	CdnConfig *CdnConfig `protobuf:"bytes,11,opt,name=cdn_config,json=cdnConfig,proto3,oneof"` // server -> client: the room's CDN config changed
 }
 
+type Frame_HistoryQuery struct {
+	HistoryQuery *HistoryQuery `protobuf:"bytes,12,opt,name=history_query,json=historyQuery,proto3,oneof"` // client -> server: a page of the room's history
+}
+
+type Frame_HistoryPage struct {
+	HistoryPage *HistoryPage `protobuf:"bytes,13,opt,name=history_page,json=historyPage,proto3,oneof"` // server -> client: the answer to a HistoryQuery
+}
+
 type Frame_Ack struct {
 	Ack *Ack `protobuf:"bytes,14,opt,name=ack,proto3,oneof"` // client -> server: at-least-once messages handed to the app
 }
@@ -531,6 +568,10 @@ func (*Frame_Kick) isFrame_Kind() {}
 func (*Frame_Reconnect) isFrame_Kind() {}
 
 func (*Frame_CdnConfig) isFrame_Kind() {}
+
+func (*Frame_HistoryQuery) isFrame_Kind() {}
+
+func (*Frame_HistoryPage) isFrame_Kind() {}
 
 func (*Frame_Ack) isFrame_Kind() {}
 
@@ -1211,7 +1252,7 @@ type Error struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	// The seq of the Send this answers, or 0: then it answers the login's history request
+	// The seq of the Send or HistoryQuery this answers, or 0: then it answers the login's history request
 	// (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
 	// follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
 	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -1374,6 +1415,166 @@ func (x *Kick) GetReason() string {
 	return ""
 }
 
+// HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
+// those the member's tags allow). Without before_id, after_id or cursor: the newest messages.
+// Give at most one of the three. docs/protocol.md describes paging.
+type HistoryQuery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the HistoryPage or Error that answers. Sends and history
+	// queries share one sequence of seqs.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// At most this many messages. 0 means 50; more than 200 means 200.
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The messages older than this message id (it need not be kept any more).
+	BeforeId string `protobuf:"bytes,3,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	// The messages newer than this message id.
+	AfterId string `protobuf:"bytes,4,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// The next page: a HistoryPage.next_cursor, as it was (opaque).
+	Cursor string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Only this lane (LANE_CRITICAL or LANE_NORMAL); LANE_UNSPECIFIED: both.
+	Lane          Lane `protobuf:"varint,6,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryQuery) Reset() {
+	*x = HistoryQuery{}
+	mi := &file_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryQuery) ProtoMessage() {}
+
+func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
+func (*HistoryQuery) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HistoryQuery) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryQuery) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *HistoryQuery) GetBeforeId() string {
+	if x != nil {
+		return x.BeforeId
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *HistoryQuery) GetLane() Lane {
+	if x != nil {
+		return x.Lane
+	}
+	return Lane_LANE_UNSPECIFIED
+}
+
+// HistoryPage answers a HistoryQuery (and GetHistory of the server API).
+type HistoryPage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The HistoryQuery's seq.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Oldest first.
+	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Give it as HistoryQuery.cursor for the next page in the same direction: older for the
+	// newest messages, before_id and older pages; newer for after_id and newer pages. Empty
+	// when the room keeps nothing more in that direction now.
+	NextCursor    string `protobuf:"bytes,3,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryPage) Reset() {
+	*x = HistoryPage{}
+	mi := &file_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryPage) ProtoMessage() {}
+
+func (x *HistoryPage) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
+func (*HistoryPage) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HistoryPage) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryPage) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *HistoryPage) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
 // Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
 type Reconnect struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1385,7 +1586,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1598,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1611,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{13}
+	return file_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1449,7 +1650,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1662,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1675,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{14}
+	return file_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -1538,7 +1739,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1751,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1764,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -1605,7 +1806,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe2\x05\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe3\x06\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1619,7 +1820,9 @@ const file_client_proto_rawDesc = "" +
 	"\treconnect\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.ReconnectH\x00R\treconnect\x127\n" +
 	"\n" +
-	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfig\x12$\n" +
+	"cdn_config\x18\v \x01(\v2\x16.roomcast.v1.CdnConfigH\x00R\tcdnConfig\x12@\n" +
+	"\rhistory_query\x18\f \x01(\v2\x19.roomcast.v1.HistoryQueryH\x00R\fhistoryQuery\x12=\n" +
+	"\fhistory_page\x18\r \x01(\v2\x18.roomcast.v1.HistoryPageH\x00R\vhistoryPage\x12$\n" +
 	"\x03ack\x18\x0e \x01(\v2\x10.roomcast.v1.AckH\x00R\x03ack\x12D\n" +
 	"\rqueue_request\x18\x0f \x01(\v2\x1d.roomcast.v1.RoomQueueRequestH\x00R\fqueueRequest\x12>\n" +
 	"\vqueue_reply\x18\x10 \x01(\v2\x1b.roomcast.v1.RoomQueueReplyH\x00R\n" +
@@ -1681,7 +1884,19 @@ const file_client_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\"2\n" +
 	"\x04Kick\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\">\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xad\x01\n" +
+	"\fHistoryQuery\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tbefore_id\x18\x03 \x01(\tR\bbeforeId\x12\x19\n" +
+	"\bafter_id\x18\x04 \x01(\tR\aafterId\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\x12%\n" +
+	"\x04lane\x18\x06 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\"r\n" +
+	"\vHistoryPage\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x120\n" +
+	"\bmessages\x18\x02 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x1f\n" +
+	"\vnext_cursor\x18\x03 \x01(\tR\n" +
+	"nextCursor\">\n" +
 	"\tReconnect\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\rR\adelayMs\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb3\x01\n" +
@@ -1697,7 +1912,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xad\x04\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xec\x04\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1709,7 +1924,9 @@ const file_client_proto_rawDesc = "" +
 	"\x17ERROR_CODE_UNAUTHORIZED\x10j\x12\x1d\n" +
 	"\x19ERROR_CODE_USER_NOT_FOUND\x10k\x12\x17\n" +
 	"\x13ERROR_CODE_CONFLICT\x10l\x12 \n" +
-	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12\x19\n" +
+	"\x1cERROR_CODE_BAD_RECOVER_SINCE\x10m\x12 \n" +
+	"\x1cERROR_CODE_BAD_HISTORY_QUERY\x10n\x12\x1b\n" +
+	"\x17ERROR_CODE_HISTORY_BUSY\x10o\x12\x19\n" +
 	"\x15ERROR_CODE_INBOX_FULL\x10p\x12\x19\n" +
 	"\x15ERROR_CODE_ACK_FAILED\x10q\x12\x1f\n" +
 	"\x1bERROR_CODE_QUEUE_KEY_EXISTS\x10r\x12\x1e\n" +
@@ -1750,7 +1967,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
@@ -1767,14 +1984,16 @@ var file_client_proto_goTypes = []any{
 	(*Error)(nil),            // 12: roomcast.v1.Error
 	(*Ack)(nil),              // 13: roomcast.v1.Ack
 	(*Kick)(nil),             // 14: roomcast.v1.Kick
-	(*Reconnect)(nil),        // 15: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 16: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 17: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 18: roomcast.v1.CdnConfig
-	(Lane)(0),                // 19: roomcast.v1.Lane
-	(*Message)(nil),          // 20: roomcast.v1.Message
-	(QueueOp)(0),             // 21: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 22: roomcast.v1.QueueEntry
+	(*HistoryQuery)(nil),     // 15: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),      // 16: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),        // 17: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 18: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 19: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 20: roomcast.v1.CdnConfig
+	(Lane)(0),                // 21: roomcast.v1.Lane
+	(*Message)(nil),          // 22: roomcast.v1.Message
+	(QueueOp)(0),             // 23: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 24: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -1786,23 +2005,27 @@ var file_client_proto_depIdxs = []int32{
 	11, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
 	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
 	14, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	15, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	18, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	13, // 11: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	16, // 12: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	17, // 13: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
-	18, // 14: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	19, // 15: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	20, // 16: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	8,  // 17: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	9,  // 18: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	21, // 19: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	22, // 20: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	17, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	20, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	15, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	16, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	13, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	18, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	19, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	20, // 16: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	21, // 17: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	22, // 18: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	8,  // 19: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	9,  // 20: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	21, // 21: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	22, // 22: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	23, // 23: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	24, // 24: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -1824,6 +2047,8 @@ func file_client_proto_init() {
 		(*Frame_Kick)(nil),
 		(*Frame_Reconnect)(nil),
 		(*Frame_CdnConfig)(nil),
+		(*Frame_HistoryQuery)(nil),
+		(*Frame_HistoryPage)(nil),
 		(*Frame_Ack)(nil),
 		(*Frame_QueueRequest)(nil),
 		(*Frame_QueueReply)(nil),
@@ -1834,7 +2059,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

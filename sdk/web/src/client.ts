@@ -18,7 +18,7 @@ import {
   type SendError,
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
-import { ErrorCode, type LoginAck, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
+import { ErrorCode, type HistoryPage, type LoginAck, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
 import { Lane, type Message, type QueueEntry, QueueOp } from "./gen/message_pb.js";
 import { QueueError } from "./queue.js";
 import { type LoginOptions, Session, type SessionSink } from "./session.js";
@@ -39,6 +39,23 @@ export interface Outgoing {
   body: Uint8Array | string;
   /** If set, only members whose tags satisfy it receive the message. */
   tagExpr?: string;
+}
+
+/**
+ * A page of the room's history to ask for (Client.history). Give at most one of beforeId,
+ * afterId and cursor; none asks for the newest messages.
+ */
+export interface HistoryQuery {
+  /** At most this many messages. Default 50; the server caps it at 200. */
+  limit?: number;
+  /** The messages older than this message id. */
+  beforeId?: string;
+  /** The messages newer than this message id. */
+  afterId?: string;
+  /** The next page: a HistoryPage's nextCursor, as it came. */
+  cursor?: string;
+  /** Only this lane: Lane.CRITICAL or Lane.NORMAL. Default both. */
+  lane?: Lane;
 }
 
 /** The client's state; `state` changes are reported by the events below. */
@@ -249,6 +266,23 @@ export class Client {
     const ack = await s.send(++this.seq, { type: m.type ?? "chat", lane: m.lane ?? Lane.NORMAL, body, tagExpr: m.tagExpr ?? "" });
     this.delivery.remember(ack.messageId);
     return ack;
+  }
+
+  /**
+   * history asks for a page of the room's kept history (critical and normal messages this
+   * member may see) and resolves with it, or rejects with a HistoryError (the connection stays)
+   * or the connection's end. The page's messages come oldest first and are not emitted as
+   * "message" events; its nextCursor, given as the next query's cursor, continues in the same
+   * direction (older for the newest messages and beforeId, newer for afterId), and is empty
+   * when the room keeps nothing more that way. docs/protocol.md describes paging.
+   */
+  async history(q: HistoryQuery = {}): Promise<HistoryPage> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    return s.history(++this.seq, {
+      limit: q.limit ?? 0, beforeId: q.beforeId ?? "", afterId: q.afterId ?? "", cursor: q.cursor ?? "", lane: q.lane ?? Lane.UNSPECIFIED,
+    });
   }
 
   /**

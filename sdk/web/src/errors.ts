@@ -83,6 +83,27 @@ export class SendError extends RoomcastError {
 }
 
 /**
+ * HistoryError is a history query the server refused with an Error frame (docs/protocol.md):
+ * BAD_HISTORY_QUERY (110), HISTORY_BUSY (111: too many of this connection's queries wait;
+ * retry after one answers) or UNAVAILABLE (503). The connection stays.
+ */
+export class HistoryError extends RoomcastError {
+  override name = "HistoryError";
+  constructor(
+    /** An ErrorCode. */
+    readonly code: number,
+    readonly serverMessage = "",
+  ) {
+    super(`roomcast: history query refused: code ${code} (${errorCodeName(code)})${serverMessage ? ": " + serverMessage : ""}`);
+  }
+
+  /** temporary reports whether the same query may succeed later (5xx codes and HISTORY_BUSY). */
+  get temporary(): boolean {
+    return this.code >= 500 || this.code === ErrorCode.HISTORY_BUSY;
+  }
+}
+
+/**
  * ProtocolError is a violation of the wire protocol by the server: a frame that does not parse,
  * a text message, a client-only frame, a frame out of order, or a first answer that is not a
  * LoginAck (a server speaking another protocol or version).

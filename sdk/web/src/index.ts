@@ -11,6 +11,7 @@ export { Client } from "./client.js";
 export type {
   ClientEvents,
   ConnectedEvent,
+  HistoryQuery,
   KickedEvent,
   Outgoing,
   ReconnectingEvent,
@@ -34,6 +35,7 @@ export {
   closeCodeName,
   DispatchError,
   errorCodeName,
+  HistoryError,
   HistoryUnavailableError,
   LoginTimeoutError,
   NotConnectedError,
@@ -47,7 +49,7 @@ export {
 export { CdnMode } from "./gen/cdn_pb.js";
 export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
 export { CloseCode, ErrorCode } from "./gen/client_pb.js";
-export type { LoginAck, SendAck } from "./gen/client_pb.js";
+export type { HistoryPage, LoginAck, SendAck } from "./gen/client_pb.js";
 export { Lane, QueueOp } from "./gen/message_pb.js";
 export type { Message, QueueEntry, QueueEvent } from "./gen/message_pb.js";
 export { QUEUE_EVENT_TYPE, QueueError, queueEventOf, QueueView } from "./queue.js";

@@ -5,6 +5,7 @@ import type { Endpoint, Settings } from "./config.js";
 import { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
 import {
   CloseError,
+  HistoryError,
   LoginTimeoutError,
   ProtocolError,
   RoomcastError,
@@ -17,6 +18,7 @@ import {
   ErrorCode,
   type Frame,
   FrameSchema,
+  type HistoryPage,
   type Kick,
   type LoginAck,
   type Push,
@@ -51,10 +53,12 @@ export interface LoginOptions {
   history: number;
 }
 
-/** A Send or a queue request waiting for its answer. */
+/** A Send, HistoryQuery or queue request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | RoomQueueReply): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply): void;
   reject(e: Error): void;
+  /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
+  history?: boolean;
 }
 
 /**
@@ -145,6 +149,15 @@ export class Session {
     });
   }
 
+  /** history writes a HistoryQuery frame and resolves with its HistoryPage, or rejects with a HistoryError or the connection's end. */
+  history(seq: bigint, value: { limit: number; beforeId: string; afterId: string; cursor: string; lane: number }): Promise<HistoryPage> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<HistoryPage>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as HistoryPage), reject, history: true });
+      this.write({ case: "historyQuery", value: { ...value, seq } });
+    });
+  }
+
   /** ack tells the server the app has the at-least-once messages ids (inbox.ts). */
   ack(ids: string[]): void {
     for (let i = 0; i < ids.length && !this.ended; i += MAX_ACK_IDS) {
@@ -211,8 +224,7 @@ export class Session {
         this.tell(() => this.sink.push(this, k.value));
         return;
       case "sendAck":
-        this.answer(k.value.seq, k.value);
-        return;
+      case "historyPage":
       case "queueReply":
         this.answer(k.value.seq, k.value);
         return;
@@ -244,11 +256,12 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | RoomQueueReply, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);
-    if (err) w.reject(err);
+    if (err instanceof SendError && w.history) w.reject(new HistoryError(err.code, err.serverMessage));
+    else if (err) w.reject(err);
     else w.resolve(ack!);
   }
 

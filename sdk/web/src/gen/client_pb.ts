@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIuEECgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCqtBAoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSHAoYRVJST1JfQ09ERV9ERU5JRURfQllfQVBQEHYSGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKvMDCglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEh0KGENMT1NFX0NPREVfREVOSUVEX0JZX0FQUBCrHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IbWhlyb29tY2FzdC9wcm90by9yb29tY2FzdHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIscFCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSIzCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEIhIKA0FjaxILCgNpZHMYASADKAkiJAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKHAQoQUm9vbVF1ZXVlUmVxdWVzdBILCgNzZXEYASABKAQSIAoCb3AYAiABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIRCglpZl9hYnNlbnQYBSABKAgSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJ3Cg5Sb29tUXVldWVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEigKB2VudHJpZXMYBCADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Eg8KB3ZlcnNpb24YBSABKAQq7AQKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIZChVFUlJPUl9DT0RFX0lOQk9YX0ZVTEwQcBIZChVFUlJPUl9DT0RFX0FDS19GQUlMRUQQcRIfChtFUlJPUl9DT0RFX1FVRVVFX0tFWV9FWElTVFMQchIeChpFUlJPUl9DT0RFX1FVRVVFX05PVF9GT1VORBBzEhkKFUVSUk9SX0NPREVfUVVFVUVfRlVMTBB0EhwKGEVSUk9SX0NPREVfREVOSUVEX0JZX0FQUBB2EhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrzAwoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIdChhDTE9TRV9DT0RFX0RFTklFRF9CWV9BUFAQqx8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -119,6 +119,22 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: CdnConfig;
     case: "cdnConfig";
+  } | {
+    /**
+     * client -> server: a page of the room's history
+     *
+     * @generated from field: roomcast.v1.HistoryQuery history_query = 12;
+     */
+    value: HistoryQuery;
+    case: "historyQuery";
+  } | {
+    /**
+     * server -> client: the answer to a HistoryQuery
+     *
+     * @generated from field: roomcast.v1.HistoryPage history_page = 13;
+     */
+    value: HistoryPage;
+    case: "historyPage";
   } | {
     /**
      * client -> server: at-least-once messages handed to the app
@@ -536,7 +552,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
   message: string;
 
   /**
-   * The seq of the Send this answers, or 0: then it answers the login's history request
+   * The seq of the Send or HistoryQuery this answers, or 0: then it answers the login's history request
    * (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
    * follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
    *
@@ -602,6 +618,102 @@ export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
   messageDesc(file_client, 12);
 
 /**
+ * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
+ * those the member's tags allow). Without before_id, after_id or cursor: the newest messages.
+ * Give at most one of the three. docs/protocol.md describes paging.
+ *
+ * @generated from message roomcast.v1.HistoryQuery
+ */
+export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
+  /**
+   * Chosen by the client, echoed in the HistoryPage or Error that answers. Sends and history
+   * queries share one sequence of seqs.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * At most this many messages. 0 means 50; more than 200 means 200.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * The messages older than this message id (it need not be kept any more).
+   *
+   * @generated from field: string before_id = 3;
+   */
+  beforeId: string;
+
+  /**
+   * The messages newer than this message id.
+   *
+   * @generated from field: string after_id = 4;
+   */
+  afterId: string;
+
+  /**
+   * The next page: a HistoryPage.next_cursor, as it was (opaque).
+   *
+   * @generated from field: string cursor = 5;
+   */
+  cursor: string;
+
+  /**
+   * Only this lane (LANE_CRITICAL or LANE_NORMAL); LANE_UNSPECIFIED: both.
+   *
+   * @generated from field: roomcast.v1.Lane lane = 6;
+   */
+  lane: Lane;
+};
+
+/**
+ * Describes the message roomcast.v1.HistoryQuery.
+ * Use `create(HistoryQuerySchema)` to create a new message.
+ */
+export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
+  messageDesc(file_client, 13);
+
+/**
+ * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
+ *
+ * @generated from message roomcast.v1.HistoryPage
+ */
+export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
+  /**
+   * The HistoryQuery's seq.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated roomcast.v1.Message messages = 2;
+   */
+  messages: Message$1[];
+
+  /**
+   * Give it as HistoryQuery.cursor for the next page in the same direction: older for the
+   * newest messages, before_id and older pages; newer for after_id and newer pages. Empty
+   * when the room keeps nothing more in that direction now.
+   *
+   * @generated from field: string next_cursor = 3;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message roomcast.v1.HistoryPage.
+ * Use `create(HistoryPageSchema)` to create a new message.
+ */
+export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
+  messageDesc(file_client, 14);
+
+/**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
  *
  * @generated from message roomcast.v1.Reconnect
@@ -623,7 +735,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 13);
+  messageDesc(file_client, 15);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -679,7 +791,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 14);
+  messageDesc(file_client, 16);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -726,7 +838,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 15);
+  messageDesc(file_client, 17);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -810,6 +922,21 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_BAD_RECOVER_SINCE = 109;
    */
   BAD_RECOVER_SINCE = 109,
+
+  /**
+   * A history query is malformed: a cursor that is not one, an id that is not a message id,
+   * more than one of before_id, after_id and cursor, an unknown lane.
+   *
+   * @generated from enum value: ERROR_CODE_BAD_HISTORY_QUERY = 110;
+   */
+  BAD_HISTORY_QUERY = 110,
+
+  /**
+   * Too many history queries of this connection wait for an answer; retry after one comes.
+   *
+   * @generated from enum value: ERROR_CODE_HISTORY_BUSY = 111;
+   */
+  HISTORY_BUSY = 111,
 
   /**
    * Server API: an at-least-once send stored nothing, because every user named has as many

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Client, CloseError, LoginTimeoutError, ProtocolError, SendError, ServerTimeoutError } from "../../dist/index.js";
+import { Client, CloseError, HistoryError, Lane, LoginTimeoutError, ProtocolError, SendError, ServerTimeoutError } from "../../dist/index.js";
 import { harness, message, startServer } from "./fakeserver.mjs";
 
 const { server, client, until } = harness();
@@ -197,4 +197,29 @@ test("a draining node that closes before the move's delay: the client reconnects
   assert.equal(s.conns.length, 2, "one new connection");
   await new Promise((r) => setTimeout(r, 200));
   assert.equal(s.conns.length, 2, "and no second one");
+});
+
+test("history: a query frame with its own seq, the page matched to it, a refusal as a HistoryError", async () => {
+  const s = await server(async (conn) => {
+    await conn.acceptLogin();
+    const q1 = await conn.next("historyQuery"), q2 = await conn.next("historyQuery");
+    assert.deepEqual([q1.limit, q1.beforeId, q1.lane], [2, "01B", Lane.CRITICAL]);
+    assert.equal(q2.cursor, "c1");
+    assert.notEqual(q1.seq, q2.seq);
+    // Answered out of order, one refused: each answer reaches its own query; a send between
+    // them keeps its own answer too.
+    conn.send("error", { seq: q2.seq, code: 110, message: "cursor is not one a history page gave" });
+    const send = await conn.next("send");
+    conn.send("sendAck", { seq: send.seq, messageId: "id-s" });
+    conn.send("historyPage", { seq: q1.seq, messages: [message("01A", 1)], nextCursor: "c0" });
+  });
+  const { c, of } = client({ endpoints: [s.endpoint] });
+  await c.connect();
+  const page = c.history({ limit: 2, beforeId: "01B", lane: Lane.CRITICAL });
+  const refused = c.history({ cursor: "c1" });
+  await assert.rejects(refused, (e) => e instanceof HistoryError && e.code === 110 && !e.temporary && /BAD_HISTORY_QUERY/.test(e.message));
+  assert.equal((await c.send({ body: "x" })).messageId, "id-s");
+  const p = await page;
+  assert.deepEqual([p.messages.map((m) => m.id), p.nextCursor], [["01A"], "c0"]);
+  assert.equal(of("message").length, 0, "history pages are not message events");
 });

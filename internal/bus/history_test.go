@@ -1,0 +1,95 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/devnats"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// TestReadHistory reads a room's history over several batches, among another room's messages
+// and one that does not decode, from a sequence, from a time, and keeping the newest few.
+func TestReadHistory(t *testing.T) {
+	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: HistoryStream, Subjects: []string{HistorySubject("*", "*")}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	old := historyBatch
+	historyBatch = 4
+	defer func() { historyBatch = old }()
+
+	if kept, skipped, err := ReadHistory(ctx, js, "a", "empty", HistoryRange{}); err != nil || len(kept) != 0 || skipped != 0 {
+		t.Fatalf("empty room: %v, %d, %v", kept, skipped, err)
+	}
+	start := time.Now().Add(-time.Hour)
+	var seqs []uint64
+	for i := range 11 {
+		b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()})
+		ack, err := js.Publish(ctx, HistorySubject("a", "r"), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+		if _, err := js.Publish(ctx, HistorySubject("a", "other"), b); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5 {
+			if _, err := js.Publish(ctx, HistorySubject("a", "r"), []byte{0xff}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := func(kept []KeptMessage) []string {
+		var out []string
+		for _, k := range kept {
+			out = append(out, k.Msg.Id)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		r    HistoryRange
+		want []string
+	}{
+		{"all", HistoryRange{}, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}},
+		{"from a sequence", HistoryRange{FromSeq: seqs[7]}, []string{"7", "8", "9", "10"}},
+		{"since a time", HistoryRange{Since: start.Add(150 * time.Second)}, []string{"3", "4", "5", "6", "7", "8", "9", "10"}},
+		{"the newest 3", HistoryRange{Keep: 3}, []string{"8", "9", "10"}},
+	} {
+		kept, skipped, err := ReadHistory(ctx, js, "a", "r", tc.r)
+		if err != nil || !slices.Equal(ids(kept), tc.want) {
+			t.Errorf("%s: %v (%v), want %v", tc.name, ids(kept), err, tc.want)
+		}
+		if wantSkipped := tc.r.FromSeq == 0; (skipped == 1) != wantSkipped {
+			t.Errorf("%s: skipped %d", tc.name, skipped)
+		}
+		for i := 1; i < len(kept); i++ {
+			if kept[i].Seq <= kept[i-1].Seq {
+				t.Errorf("%s: sequences out of order: %d after %d", tc.name, kept[i].Seq, kept[i-1].Seq)
+			}
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package room
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/ids"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// The history API: pages of a room's kept messages, for members (through their ChatLink) and
+// the server API, asked on bus.SubjectRoomHistory. The messages are read with bus.ReadHistory,
+// the reader of login history and recovery; this file adds the room's retention, the paging and
+// what a member may see.
+
+// Page sizes of the history API.
+const (
+	DefaultHistoryPage = 50
+	MaxHistoryPage     = 200
+)
+
+// historyReadTimeout bounds reading a room's history for one page.
+const historyReadTimeout = 2 * time.Second
+
+// historyCursor is a position in a room's history and the direction to page from it: a
+// sequence of bus.HistoryStream, which stays where it is while messages are added and dropped,
+// so the pages after it neither repeat nor skip a message.
+type historyCursor struct {
+	older bool   // page towards older messages: those before seq; else newer: those after it
+	seq   uint64 // stream sequence of the last message of the previous page
+}
+
+// cursorVersion starts every encoded cursor, so the encoding can change without a cursor of
+// the old one being read wrongly.
+const cursorVersion = 1
+
+func (c historyCursor) String() string {
+	b := []byte{cursorVersion, 0}
+	if c.older {
+		b[1] = 1
+	}
+	return base64.RawURLEncoding.EncodeToString(binary.AppendUvarint(b, c.seq))
+}
+
+var errBadCursor = errors.New("not a history cursor")
+
+func parseHistoryCursor(s string) (historyCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 3 || b[0] != cursorVersion || b[1] > 1 {
+		return historyCursor{}, errBadCursor
+	}
+	seq, n := binary.Uvarint(b[2:])
+	if n <= 0 || 2+n != len(b) || seq == 0 {
+		return historyCursor{}, errBadCursor
+	}
+	return historyCursor{older: b[1] == 1, seq: seq}, nil
+}
+
+// historyRange is what one page asks for: the direction, and which kept messages lie in range.
+type historyRange struct {
+	older bool
+	in    func(bus.KeptMessage) bool
+	// Where reading may start, for a page of newer messages: the stream sequence after a
+	// cursor, or a time before an after_id. Zero: at the room's oldest message.
+	fromSeq  uint64
+	fromTime time.Time
+}
+
+// maxStampSkew is how far a room service's clock, which stamps a message's id, may run ahead of
+// the NATS server's, which stamps when it was stored: a read of the messages after an id starts
+// that much before the id's time.
+const maxStampSkew = time.Minute
+
+// rangeOf checks a query's anchor (at most one of before_id, after_id, cursor) and returns its
+// range, or the refusal.
+func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
+	bad := func(msg string) (historyRange, *pb.Reply) {
+		return historyRange{}, refuse(pb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY, 0, msg)
+	}
+	anchors := 0
+	for _, a := range []string{q.BeforeId, q.AfterId, q.Cursor} {
+		if a != "" {
+			anchors++
+		}
+	}
+	switch {
+	case anchors > 1:
+		return bad("give at most one of before_id, after_id and cursor")
+	case q.Lane != pb.Lane_LANE_UNSPECIFIED && q.Lane != pb.Lane_LANE_CRITICAL && q.Lane != pb.Lane_LANE_NORMAL:
+		return bad("lane must be critical or normal (bulk messages are not kept)")
+	case q.BeforeId != "":
+		if _, ok := ids.MessageTime(q.BeforeId); !ok {
+			return bad("before_id is not a message id")
+		}
+		return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Msg.Id < q.BeforeId }}, nil
+	case q.AfterId != "":
+		at, ok := ids.MessageTime(q.AfterId)
+		if !ok {
+			return bad("after_id is not a message id")
+		}
+		return historyRange{in: func(k bus.KeptMessage) bool { return k.Msg.Id > q.AfterId }, fromTime: at.Add(-maxStampSkew)}, nil
+	case q.Cursor != "":
+		c, err := parseHistoryCursor(q.Cursor)
+		if err != nil {
+			return bad("cursor is not one a history page gave")
+		}
+		if c.older {
+			return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Seq < c.seq }}, nil
+		}
+		return historyRange{in: func(k bus.KeptMessage) bool { return k.Seq > c.seq }, fromSeq: c.seq + 1}, nil
+	}
+	return historyRange{older: true, in: func(bus.KeptMessage) bool { return true }}, nil
+}
+
+// historyRetention is how many messages a room's history keeps and for how long: its settings
+// where they ask for less than the deployment, the deployment's otherwise.
+func (s *Service) historyRetention(st *pb.RoomSettings) (keep int, age time.Duration) {
+	keep, age = s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge
+	if n := int(st.GetHistoryMaxMessages()); n > 0 && n < keep {
+		keep = n
+	}
+	if a := time.Duration(st.GetHistoryMaxAgeS()) * time.Second; a > 0 && a < age {
+		age = a
+	}
+	return keep, age
+}
+
+// selectPage takes from the messages in range that allow lets through the limit nearest the
+// anchor, oldest first, with the cursor to the next page when more lie beyond them.
+func selectPage(kept []bus.KeptMessage, r historyRange, limit int, allow func(*pb.Message) bool) *pb.HistoryPage {
+	ok := func(k bus.KeptMessage) bool { return r.in(k) && allow(k.Msg) }
+	var picked []bus.KeptMessage
+	more := false
+	if r.older {
+		for i := len(kept) - 1; i >= 0; i-- {
+			if !ok(kept[i]) {
+				continue
+			}
+			if len(picked) == limit {
+				more = true
+				break
+			}
+			picked = append(picked, kept[i])
+		}
+		slices.Reverse(picked)
+	} else {
+		for _, k := range kept {
+			if !ok(k) {
+				continue
+			}
+			if len(picked) == limit {
+				more = true
+				break
+			}
+			picked = append(picked, k)
+		}
+	}
+	page := &pb.HistoryPage{Messages: make([]*pb.Message, len(picked))}
+	for i, k := range picked {
+		page.Messages[i] = k.Msg
+	}
+	if more {
+		edge := picked[len(picked)-1]
+		if r.older {
+			edge = picked[0]
+		}
+		page.NextCursor = historyCursor{older: r.older, seq: edge.Seq}.String()
+	}
+	return page
+}
+
+func (s *Service) onHistory(msg *nats.Msg) {
+	var req pb.HistoryRequest
+	if rep := decode(msg, &req); rep != nil {
+		bus.Respond(s.log, msg, rep)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), historyReadTimeout)
+	defer cancel()
+	bus.Respond(s.log, msg, s.historyPage(ctx, &req))
+}
+
+// historyPage answers a history request: the page, or the refusal.
+func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.Reply {
+	q := req.Query
+	if q == nil {
+		q = &pb.HistoryQuery{}
+	}
+	r, rep := rangeOf(q)
+	if rep != nil {
+		return rep
+	}
+	limit := int(q.Limit)
+	if limit == 0 {
+		limit = DefaultHistoryPage
+	}
+	limit = min(limit, MaxHistoryPage)
+
+	keep, age := s.historyRetention(s.cache.room(req.App, req.Room).GetSettings())
+	read := bus.HistoryRange{Since: s.cfg.Now().Add(-age), Keep: keep}
+	if keep >= s.cfg.HistoryPerRoom {
+		// The stream keeps no more of the room than its retention: a page of newer messages
+		// may start reading at its anchor, and need not count back from the newest.
+		read.Keep, read.FromSeq = 0, r.fromSeq
+		if r.fromTime.After(read.Since) {
+			read.Since = r.fromTime
+		}
+	}
+	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, read)
+	if skipped > 0 {
+		s.log.Warn("kept messages that do not decode left out of a history page", "app", req.App, "room", req.Room, "skipped", skipped)
+	}
+	if err != nil {
+		s.log.Warn("history not read", "app", req.App, "room", req.Room, "err", err)
+		return refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
+	}
+	allow := func(m *pb.Message) bool {
+		if q.Lane != pb.Lane_LANE_UNSPECIFIED && m.Lane != q.Lane {
+			return false
+		}
+		if !req.AsMember || m.TagExpr == "" {
+			return true
+		}
+		e, err := s.exprs.Get(m.TagExpr)
+		return err == nil && e.EvalTags(req.Tags, req.Uid)
+	}
+	page := selectPage(kept, r, limit, allow)
+	page.Seq = q.Seq
+	return &pb.Reply{History: page}
+}

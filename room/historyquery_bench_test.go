@@ -1,0 +1,80 @@
+package room
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// BenchmarkHistoryPage measures one page of a room that keeps 100 messages (the deployment's
+// default), as the room service answers it: the newest 50, and the 50 after a cursor (which
+// starts reading at the cursor). cpu-ns/op is the process's CPU per page, the NATS server's
+// (with JetStream, in this process) included.
+func BenchmarkHistoryPage(b *testing.B) {
+	ns, err := devnats.Start(devnats.Config{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := New(Config{Bus: nc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const app, room = "bench", "hall"
+	now := time.Now()
+	for i := range 150 {
+		s.hist.record(app, &pb.Message{Id: s.ids.New(now), Room: room, Lane: pb.Lane_LANE_NORMAL, Body: []byte(fmt.Sprint("message ", i)), ServerTimeMs: now.UnixMilli()})
+	}
+	select {
+	case <-s.hist.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+		b.Fatal("history not written")
+	}
+	ctx := context.Background()
+	first := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: &pb.HistoryQuery{Limit: 50}})
+	if n := len(first.GetHistory().GetMessages()); n != 50 {
+		b.Fatalf("first page: %d messages, %v", n, first)
+	}
+	// A cursor of the newer direction: the page after the kept window's first 25.
+	kept, _, err := bus.ReadHistory(ctx, s.hist.js, app, room, bus.HistoryRange{})
+	if err != nil || len(kept) != 100 {
+		b.Fatalf("kept %d, %v", len(kept), err)
+	}
+	newer := historyCursor{seq: kept[24].Seq}.String()
+	for _, bc := range []struct {
+		name string
+		q    *pb.HistoryQuery
+	}{
+		{"newest", &pb.HistoryQuery{Limit: 50}},
+		{"after-cursor", &pb.HistoryQuery{Limit: 50, Cursor: newer}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			before := testkit.ProcessCPU()
+			for b.Loop() {
+				rep := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: bc.q, AsMember: true, Uid: "u"})
+				if len(rep.GetHistory().GetMessages()) != 50 {
+					b.Fatalf("page: %v", rep)
+				}
+			}
+			b.ReportMetric(float64((testkit.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
