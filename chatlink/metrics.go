@@ -54,8 +54,8 @@ type metrics struct {
 	logins             *prometheus.CounterVec // by result
 	loginSeconds       prometheus.Histogram
 	busSeconds         [numBusOps]prometheus.Observer // by op
-	closes             *prometheus.CounterVec // by close code name
-	sendErrors         *prometheus.CounterVec // by error code name
+	closes             *prometheus.CounterVec         // by close code name
+	sendErrors         *prometheus.CounterVec         // by error code name
 	flowStrength       prometheus.Gauge
 	egressUsage        prometheus.Gauge
 	egressBytes        prometheus.CounterFunc

@@ -21,35 +21,43 @@ const (
 
 var opNames = [numOps]string{"join", "send", "history"}
 
-// metrics are the service's Prometheus instruments. Instances in one process (the dev
-// assembly, tests) share one set: the first registers it, the others find it registered.
+// metrics are an instance's instruments: the requests it answers and its way in. An instance
+// restarted in the same process (roles.RestartRooms) counts on where its predecessor stopped.
 type metrics struct {
-	requests *prometheus.CounterVec // by op and answer code
-	latency  [numOps]prometheus.Observer
-	messages prometheus.Counter  // messages broadcast
-	batch    prometheus.Observer // messages per send request
+	requests      *prometheus.CounterVec // by op and answer code
+	latency       [numOps]prometheus.Observer
+	sendBatch     prometheus.Observer // messages per send request
+	batchMessages prometheus.Observer // messages per room batch published
+	accepted      prometheus.Counter  // messages accepted (before the bulk cap)
+	bulkSampled   prometheus.Counter  // bulk messages the room's cap left out
+	batches       prometheus.Counter  // room batches published
+	unsent        prometheus.Counter  // accepted messages whose publish failed
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	requests := prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "roomcast_room_requests_total",
-		Help: "Requests answered by the room service, by op (join, send, history) and answer code (OK, or the refusal's ERROR_CODE_*).",
-	}, []string{"op", "code"}))
+	c := func(name, help string) prometheus.Counter {
+		return prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: "roomcast", Subsystem: "room", Name: name, Help: help}))
+	}
+	h := func(name, help string, buckets []float64) prometheus.Observer {
+		return prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "roomcast", Subsystem: "room", Name: name, Help: help, Buckets: buckets}))
+	}
+	sizes := []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 	latency := prom.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "roomcast_room_request_seconds",
 		Help:    "Time from a request's arrival at the room service to its answer, by op (an app's callback included).",
 		Buckets: prom.LatencyBuckets,
 	}, []string{"op"}))
 	m := &metrics{
-		requests: requests,
-		messages: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "roomcast_room_messages_total", Help: "Messages the room service stamped and broadcast.",
-		})),
-		batch: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "roomcast_room_send_batch_messages",
-			Help:    "Messages per send request the room service took (a ChatLink's batch window or an API batch).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 100},
-		})),
+		requests: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_room_requests_total",
+			Help: "Requests answered by the room service, by op (join, send, history) and answer code (OK, or the refusal's ERROR_CODE_*).",
+		}, []string{"op", "code"})),
+		sendBatch:     h("send_batch_messages", "Messages per send request the room service took (a ChatLink's batch, an API batch).", sizes),
+		batchMessages: h("batch_window_messages", "Messages per room batch published to the rooms' nodes: what one batch window gathered.", sizes),
+		accepted:      c("messages_accepted_total", "Messages the room service accepted for broadcast."),
+		bulkSampled:   c("bulk_sampled_out_total", "Bulk messages left out by their room's bulk cap (RoomSettings.bulk_per_second) before the bus."),
+		batches:       c("batches_published_total", "Room batches published to the rooms' nodes (one per room and batch window)."),
+		unsent:        c("messages_unsent_total", "Accepted messages whose broadcast failed (bus down or closed): not delivered, not kept."),
 	}
 	for op, name := range opNames {
 		m.latency[op] = latency.WithLabelValues(name)
@@ -68,6 +76,6 @@ func codeName(code uint32) string {
 // respond answers a request of op that arrived at start, and counts it.
 func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *pb.Reply) {
 	bus.Respond(s.log, msg, rep)
-	s.m.requests.WithLabelValues(opNames[op], codeName(rep.GetCode())).Inc()
-	s.m.latency[op].Observe(time.Since(start).Seconds())
+	s.metrics.requests.WithLabelValues(opNames[op], codeName(rep.GetCode())).Inc()
+	s.metrics.latency[op].Observe(time.Since(start).Seconds())
 }

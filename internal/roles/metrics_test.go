@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"roomcast/cdnpusher"
-		"roomcast/internal/devnats"
+	"roomcast/internal/devnats"
 	"roomcast/internal/probe"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
@@ -122,7 +122,7 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 
 	// Every family is there before anything happened (counters by label appear when counted).
 	families := map[string][]string{
-		svc.OpsAddr(): {"roomcast_room_messages_total", "roomcast_room_send_batch_messages", "roomcast_presence_sessions",
+		svc.OpsAddr(): {"roomcast_room_messages_accepted_total", "roomcast_room_send_batch_messages", "roomcast_room_bulk_sampled_out_total", "roomcast_presence_sessions",
 			"roomcast_presence_replaced_sessions_total", "roomcast_dispatcher_nodes", "go_goroutines"},
 		cl.OpsAddr():     {"roomcast_chatlink_login_seconds", "roomcast_chatlink_connections", "process_open_fds"},
 		pusher.OpsAddr(): {"roomcast_cdnpusher_queued_segments", "go_goroutines"},
@@ -181,7 +181,8 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 		{svc.OpsAddr(), "roomcast_room_requests_total", []string{"op", "send", "code", "OK"}},
 		{svc.OpsAddr(), "roomcast_room_requests_total", []string{"op", "history", "code", "OK"}},
 		{svc.OpsAddr(), "roomcast_room_request_seconds", []string{"op", "send"}},
-		{svc.OpsAddr(), "roomcast_room_messages_total", nil},
+		{svc.OpsAddr(), "roomcast_room_messages_accepted_total", nil},
+		{svc.OpsAddr(), "roomcast_room_batch_window_messages", nil},
 		{svc.OpsAddr(), "roomcast_room_send_batch_messages", nil},
 		{svc.OpsAddr(), "roomcast_presence_events_total", []string{"kind", "login"}},
 		{svc.OpsAddr(), "roomcast_presence_sessions", nil},
