@@ -1,7 +1,6 @@
 package roles
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"roomcast/cdnpusher"
 	"roomcast/internal/devnats"
 	"roomcast/internal/probe"
 	"roomcast/internal/testkit"
@@ -71,24 +68,6 @@ next:
 	return sum
 }
 
-// syncBuffer is a log destination tests read while the roles write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Every role's ops endpoint serves its components' metric families, and they move when the
 // thing they count happens: logins, sends and history reads at the room service, sessions and
 // events at presence, calls at the server API, logins at the ChatLink. The audit trail records
@@ -96,7 +75,7 @@ func (s *syncBuffer) String() string {
 func TestRoleMetricsAndAudit(t *testing.T) {
 	t.Parallel()
 	ns := startNATS(t, devnats.Config{StoreDir: t.TempDir()})
-	audit := &syncBuffer{}
+	audit := &testkit.Buffer{}
 	cfg := servicesConfig(ns.ClientURL())
 	cfg.OpsListen = "127.0.0.1:0"
 	cfg.Audit = slog.New(slog.NewJSONHandler(audit, nil))
@@ -112,13 +91,7 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cl.Shutdown(context.Background()) }()
-	pusherCfg := PusherConfig{NATSURL: ns.ClientURL(), OpsListen: "127.0.0.1:0"}
-	pusherCfg.Pusher.Pusher = cdnpusher.Config{Endpoint: "127.0.0.1:1", Bucket: "b"}
-	pusher, err := StartPusher(pusherCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pusher.Shutdown(context.Background()) }()
+	pusher := startStoragelessPusher(t, ns.ClientURL())
 
 	// Every family is there before anything happened (counters by label appear when counted).
 	families := map[string][]string{
