@@ -23,7 +23,9 @@ import (
 // What the API tells operators about its calls: metrics of every call (count by transport,
 // method and answer code; latency by transport and method), and an audit record of every call
 // that changes something (who: the app and the API key's fingerprint; what: the method; the
-// target room and user; the answer). HTTP and gRPC calls are observed alike: an HTTP route by
+// target room and user; the answer; the trace id). Each call is a span of the W3C trace its
+// traceparent header (HTTP) or metadata (gRPC) names, or of a new trace: its requests over
+// NATS carry the span's traceparent to the services (bus.WithTraceparent). HTTP and gRPC calls are observed alike: an HTTP route by
 // its pattern ("POST /v1/rooms/{room}/close"), a gRPC call by its method ("CloseRoom").
 
 // metrics are the API's Prometheus instruments. Instances in one process share one set.
@@ -84,8 +86,9 @@ func (a *API) observeHTTP(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		o := &observedWriter{ResponseWriter: w}
-		h(o, r)
-		a.record("http", pattern, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg)
+		tp := bus.ChildTraceparent(r.Header.Get(bus.TraceparentHeader))
+		h(o, r.WithContext(bus.WithTraceparent(r.Context(), tp)))
+		a.record("http", pattern, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg, tp)
 	}
 }
 
@@ -97,17 +100,21 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 		return h(ctx, req)
 	}
 	start := time.Now()
-	resp, err := h(ctx, req)
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(key string) string {
+		if v := md.Get(key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	tp := bus.ChildTraceparent(first(bus.TraceparentHeader))
+	resp, err := h(bus.WithTraceparent(ctx, tp), req)
 	code, msg := pb.ErrorCode(0), ""
 	if err != nil {
 		code, msg = errorCodeOf(err)
 	}
-	var authz string
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) > 0 {
-		authz = md.Get("authorization")[0]
-	}
 	m, _ := req.(proto.Message)
-	a.record("grpc", method, start, code, m, authz, mutates(method), msg)
+	a.record("grpc", method, start, code, m, first("authorization"), mutates(method), msg, tp)
 	return resp, err
 }
 
@@ -122,7 +129,7 @@ func mutates(method string) bool {
 }
 
 // record counts a call and, when it changes something, writes its audit record.
-func (a *API) record(transport, method string, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg string) {
+func (a *API) record(transport, method string, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
 	name := "OK"
 	if code != 0 {
 		name = codeName(code)
@@ -139,7 +146,8 @@ func (a *API) record(transport, method string, start time.Time, code pb.ErrorCod
 		slog.String("app", app), slog.String("key", keyFingerprint(key)),
 	}
 	attrs = append(attrs, targetOf(req)...)
-	attrs = append(attrs, slog.String("result", name))
+	trace, _ := bus.TraceID(traceparent)
+	attrs = append(attrs, slog.String("result", name), slog.String("trace_id", trace))
 	if msg != "" {
 		attrs = append(attrs, slog.String("error", msg))
 	}

@@ -1,6 +1,8 @@
 package room
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +78,10 @@ func codeName(code uint32) string {
 // respond answers a request of op that arrived at start, and counts it.
 func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *pb.Reply) {
 	bus.Respond(s.log, msg, rep)
+	if tp := bus.TraceparentOf(msg); tp != "" && s.log.Enabled(context.Background(), slog.LevelDebug) {
+		trace, _ := bus.TraceID(tp)
+		s.log.Debug("request answered", "op", opNames[op], "code", codeName(rep.GetCode()), "trace_id", trace, "traceparent", tp)
+	}
 	s.metrics.requests.WithLabelValues(opNames[op], codeName(rep.GetCode())).Inc()
 	s.metrics.latency[op].Observe(time.Since(start).Seconds())
 }
