@@ -80,7 +80,7 @@ func (a *API) routes() []route {
 // API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
 func (a *API) Register(mux *http.ServeMux) {
 	for _, r := range a.routes() {
-		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
+		mux.HandleFunc(r.method+" "+r.pattern, a.observeHTTP(r.method+" "+r.pattern, a.serveRoute(r)))
 	}
 }
 
@@ -101,6 +101,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			return
 		}
 		req := rt.newReq()
+		observe(w, req)
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -198,5 +199,8 @@ type ErrorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	code, msg := errorCodeOf(err)
+	if o, ok := w.(*observedWriter); ok {
+		o.code, o.msg = code, msg
+	}
 	writeJSON(w, httpStatus(code), ErrorBody{Code: uint32(code), Name: codeName(code), Error: msg})
 }

@@ -48,6 +48,7 @@ const wsReadBuffer = 256
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
+	audit      *slog.Logger // cfg.Audit, naming the node and the audit trail
 	m          *metrics
 	rooms      *roomTable
 	conns      *connTable
@@ -89,7 +90,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
+	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), audit: cfg.Audit.With("node", cfg.Node, "audit", true)}
 	n.m = newMetrics(cfg.Registry, n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -37,7 +36,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
-	verbose := flags.Bool("v", false, "log at debug level")
+	logFlags := bindLogFlags(flags)
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 	presenceFlags := bindPresenceFlags(flags)
@@ -77,12 +76,13 @@ secret and API key are fixed and printed.
 			cfg.DataDir, strings.Join(strings.Fields(err.Error()), " "))
 		return 1
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
 	logs := &heldLog{out: stderr}
-	cfg.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	var closeAudit func()
+	if cfg.Log, cfg.Audit, closeAudit, err = logFlags.loggers(logs, "dev"); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 2
+	}
+	defer closeAudit()
 	page, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
@@ -94,7 +94,7 @@ secret and API key are fixed and printed.
 	c, err := devcluster.Start(startCtx, cfg)
 	cancel()
 	if err != nil {
-		if *verbose {
+		if logFlags.verbose {
 			logs.release()
 		} else {
 			logs.drop()
