@@ -13,7 +13,7 @@ import (
 // handlers: without an API key each answers the API's 401, before it asks any service.
 func TestRegister(t *testing.T) {
 	t.Parallel()
-	a := &API{cfg: Config{Keys: auth.APIKeys{"k": "app"}}}
+	a := &API{cfg: Config{Keys: auth.APIKeys{"k": {App: "app"}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/dispatch", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	a.Register(mux)

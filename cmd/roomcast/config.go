@@ -36,6 +36,7 @@ type repeatable interface {
 }
 
 func (pairs) repeatable() {}
+func (apiKeys) repeatable() {}
 func (*urls) repeatable() {}
 
 // envName is the environment variable of a flag: ROOMCAST_NATS for --nats.
