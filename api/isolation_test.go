@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -400,4 +401,160 @@ func newMessage(t *testing.T, md protoreflect.MessageDescriptor) proto.Message {
 		t.Fatal(err)
 	}
 	return mt.New().Interface()
+}
+
+// TestIsolationFrames sends every kind of client frame (walked from Frame's oneof, so a kind
+// added later is walked too) from the attacker's member, logged in as the attacker's "bob" in its
+// own "stage", aimed at the victim's messages, history, inbox and queue; and a login with a
+// token naming the victim's app, signed with the attacker's secret. Kinds only the server sends
+// close the connection (4003 BAD_FRAME).
+func TestIsolationFrames(t *testing.T) {
+	t.Parallel()
+	v := startVictim(t)
+	before := v.state(t)
+	addr := v.c.Nodes[0].TCPAddr()
+	attackerToken := func(t *testing.T, app, uid, room string) string {
+		t.Helper()
+		tok, err := auth.Mint([]byte(attackerSecret), app, uid, room, []string{victimTag}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	login := func(t *testing.T) *testkit.Client {
+		t.Helper()
+		cl := testkit.DialTCP(t, addr)
+		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: attackerToken(t, attackerApp, "bob", "stage"), Inbox: true, History: 100}}})
+		for {
+			f := cl.Next()
+			v.checkAnswer(t, "login", f)
+			if ack := f.GetLoginAck(); ack != nil && ack.App != attackerApp {
+				t.Fatalf("the attacker's token logged into %v", ack)
+			} else if f.GetPush().GetRecovery() != nil {
+				return cl // the history asked for has come: the victim's is not in it
+			}
+		}
+	}
+
+	// What each kind a client sends carries: the victim's ids, keys and names.
+	var queueOps []*pb.Frame
+	ops := pb.QueueOp(0).Descriptor().Values()
+	for i := range ops.Len() {
+		op := ops.Get(i)
+		queueOps = append(queueOps, &pb.Frame{Kind: &pb.Frame_QueueRequest{QueueRequest: &pb.RoomQueueRequest{
+			Seq: uint64(op.Number()) + 100, Op: pb.QueueOp(op.Number()), Key: victimKey, Value: []byte("mallory-body")}}})
+	}
+	clientFrames := map[protoreflect.Name][]*pb.Frame{
+		"send":      {{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 1, Body: []byte("mallory-body"), TagExpr: `"` + victimTag + `" in tags`}}}},
+		"heartbeat": {{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}}},
+		"history_query": {
+			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 2}}},
+			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 3, BeforeId: v.msgID}}},
+			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 4, AfterId: "00000000000000000000000000"}}},
+			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 5, Cursor: v.cursor}}},
+		},
+		"ack":           {{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: v.inboxIDs}}}},
+		"queue_request": queueOps,
+	}
+
+	kinds := (&pb.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
+	for i := range kinds.Len() {
+		kind := kinds.Get(i)
+		t.Run(string(kind.Name()), func(t *testing.T) {
+			switch frames, ok := clientFrames[kind.Name()]; {
+			case kind.Name() == "login":
+				// A token naming the victim's app, signed with the attacker's secret.
+				cl := testkit.DialTCP(t, addr)
+				f := cl.LoginAs(attackerToken(t, devcluster.App, "bob", "stage"), "web")
+				if f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+					t.Fatalf("a token for the victim's app signed with the attacker's secret: %v, want a kick 4001", f)
+				}
+				// A second Login on the attacker's session.
+				cl = login(t)
+				cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: attackerToken(t, devcluster.App, "bob", "stage")}}})
+				for f, ok := cl.Frames(), true; ok; {
+					var fr *pb.Frame
+					select {
+					case fr, ok = <-f:
+					case <-cl.Done():
+						ok = false
+					}
+					if fr != nil && fr.GetLoginAck() != nil {
+						t.Fatalf("a second login was answered %v", fr)
+					}
+				}
+			case ok:
+				cl := login(t)
+				for _, f := range frames {
+					cl.Send(f)
+					if seq, ok := seqOf(f); ok {
+						v.until(t, cl, string(kind.Name()), func(a *pb.Frame) bool { s, ok := seqOf(a); return ok && s == seq })
+					}
+					v.untilHeartbeatAck(t, cl, string(kind.Name()))
+				}
+			default:
+				cl := login(t)
+				f := &pb.Frame{}
+				m := f.ProtoReflect()
+				m.Set(kind, m.NewField(kind))
+				cl.Send(f)
+				for {
+					fr := cl.Next()
+					v.checkAnswer(t, string(kind.Name()), fr)
+					if fr.GetKick() != nil {
+						if fr.GetKick().Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_FRAME) {
+							t.Fatalf("a %s frame from a client: %v, want a kick 4003 (a kind a client sends needs its frames in clientFrames)", kind.Name(), fr)
+						}
+						return
+					}
+				}
+			}
+		})
+	}
+	if after := v.state(t); after != before {
+		t.Errorf("the victim's state changed:\n%s\nthen\n%s", before, after)
+	}
+	v.checkBob(t)
+}
+
+// untilHeartbeatAck sends a Heartbeat and checks every answer up to its HeartbeatAck.
+func (v *victim) untilHeartbeatAck(t *testing.T, cl *testkit.Client, what string) {
+	t.Helper()
+	cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 42}}})
+	v.until(t, cl, what, func(f *pb.Frame) bool { return f.GetHeartbeatAck().GetClientTimeMs() == 42 })
+}
+
+// until checks every frame the attacker receives up to the one last says is the last.
+func (v *victim) until(t *testing.T, cl *testkit.Client, what string, last func(*pb.Frame) bool) {
+	t.Helper()
+	for {
+		f := cl.Next()
+		v.checkAnswer(t, what, f)
+		if last(f) {
+			return
+		}
+		t.Logf("%s: %v", what, f)
+	}
+}
+
+// seqOf returns the seq of a frame whose kind has one (a request, or the answer to one).
+func seqOf(f *pb.Frame) (uint64, bool) {
+	m := f.ProtoReflect()
+	kind := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
+	if kind == nil || kind.Message() == nil {
+		return 0, false
+	}
+	inner := m.Get(kind).Message()
+	if seq := inner.Descriptor().Fields().ByName("seq"); seq != nil {
+		return inner.Get(seq).Uint(), true
+	}
+	return 0, false
+}
+
+// checkAnswer fails if a frame to the attacker carries the victim's data.
+func (v *victim) checkAnswer(t *testing.T, what string, f *pb.Frame) {
+	t.Helper()
+	if raw := rawText(f.ProtoReflect()); strings.Contains(raw, victimMarker) || strings.Contains(raw, v.msgID) || strings.Contains(raw, v.session) {
+		t.Errorf("%s: the attacker received the victim's data: %v", what, f)
+	}
 }
