@@ -58,6 +58,7 @@ type victim struct {
 func startVictim(t *testing.T) *victim {
 	t.Helper()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.LeaseInterval = 100 * time.Millisecond
 		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, attackerKey: {App: attackerApp}}
 		cfg.ChatLink = func(n *chatlink.Config) {
 			n.Keys = auth.Keyring{devcluster.App: []byte(devcluster.Secret), attackerApp: []byte(attackerSecret)}
@@ -98,6 +99,25 @@ func startVictim(t *testing.T) *victim {
 		// One message kept: any cursor the victim could be given reads the same way.
 		v.cursor = page.Messages[0].Id
 	}
+	// The room's counts come from the node's reports: wait for them before reading the state.
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		room, err := v.api.GetRoom(ctx, &pb.GetRoomRequest{Room: "stage"})
+		if err != nil {
+			return err
+		}
+		members, err := v.api.ListMembers(ctx, &pb.ListMembersRequest{Room: "stage"})
+		if err != nil {
+			return err
+		}
+		online, err := v.api.CountOnline(ctx, &pb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
+		if err != nil {
+			return err
+		}
+		if room.Online != 1 || len(members.Members) != 1 || online.RoomOnline != 1 || online.ExprCounts[0].Online != 1 {
+			return fmt.Errorf("bob not counted yet: %v, %v, %v", room, members, online)
+		}
+		return nil
+	})
 	v.inboxIDs = testcluster.Stored(t, c, "bob")
 	if len(v.inboxIDs) != 1 {
 		t.Fatalf("bob's stored messages: %v, want one", v.inboxIDs)
