@@ -296,6 +296,9 @@ func TestAPIKeyScopes(t *testing.T) {
 	if got := configured(t, "services", "--api-key", "k=app:admin").Lookup("api-key").Value.String(); got != "map[k:app:admin]" {
 		t.Errorf("api-key with a scope from the command line: %s", got)
 	}
+	if got := configured(t, "dev", "--api-key", "ro=demo:read").Lookup("api-key").Value.String(); got != "map[ro:demo:read roomcast-dev-key:demo]" {
+		t.Errorf("dev's api-key beside the dev key: %s", got)
+	}
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"services", "--check-config", "--api-key", "k=app:write"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown API key scope "write"`) {
 		t.Errorf("an unknown scope: exit %d: %s", code, stderr.String())
