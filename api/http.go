@@ -25,6 +25,7 @@ import (
 
 type route struct {
 	method, pattern string
+	rpc             string // the call's RPC name, which names its scope (scopes.go)
 	newReq          func() proto.Message
 	call            func(ctx context.Context, req proto.Message) (proto.Message, error)
 }
@@ -32,7 +33,7 @@ type route struct {
 // handle adapts a typed API method to a route.
 func handle[Req, Resp proto.Message](method, pattern string, newReq func() Req, f func(context.Context, Req) (Resp, error)) route {
 	return route{
-		method: method, pattern: pattern,
+		method: method, pattern: pattern, rpc: callName(f),
 		newReq: func() proto.Message { return newReq() },
 		call: func(ctx context.Context, req proto.Message) (proto.Message, error) {
 			return f(ctx, req.(Req))
@@ -95,7 +96,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			// Not supported by a test's ResponseRecorder: then there is no connection to hold.
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
 		}
-		app, err := a.appFor(r.Header.Get("Authorization"))
+		app, err := a.authorize(r.Header.Get("Authorization"), rt.rpc)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -140,7 +140,8 @@ func (a *API) record(transport, method string, start time.Time, code pb.ErrorCod
 		return
 	}
 	key, _ := strings.CutPrefix(authz, "Bearer ")
-	app, _ := a.cfg.Keys.App(key)
+	k, _ := a.cfg.Keys.Lookup(key)
+	app := k.App
 	attrs := []slog.Attr{
 		slog.String("transport", transport), slog.String("method", method),
 		slog.String("app", app), slog.String("key", keyFingerprint(key)),

@@ -15,7 +15,7 @@ import (
 func TestRegister(t *testing.T) {
 	t.Parallel()
 	// Without New: no bus to open the stores on, which a refused call never reaches.
-	a := &API{cfg: Config{Keys: auth.APIKeys{"k": "app"}}, audit: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
+	a := &API{cfg: Config{Keys: auth.APIKeys{"k": {App: "app"}}}, audit: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/dispatch", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	a.Register(mux)

@@ -55,7 +55,8 @@ const (
 type Config struct {
 	// Bus is the NATS connection to the services. Required; its server must have JetStream.
 	Bus *nats.Conn
-	// Keys maps API keys to apps. Required.
+	// Keys maps API keys to their apps and scopes (Scopes; a key with none has every scope).
+	// Required.
 	Keys auth.APIKeys
 	// Timeout bounds each request to a service or a node. Zero value means 3s.
 	Timeout time.Duration
@@ -98,6 +99,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Keys) == 0 {
 		return c, errors.New("api: Config.Keys needs at least one key")
+	}
+	for _, k := range c.Keys {
+		if err := CheckScopes(k.Scopes); err != nil {
+			return c, fmt.Errorf("api: the key of app %q: %w", k.App, err)
+		}
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 3 * time.Second

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 )
 
@@ -41,6 +42,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 	presenceFlags := bindPresenceFlags(flags)
 	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
+	keys := apiKeys{devcluster.APIKey: {App: devcluster.App}}
+	flags.Var(keys, "api-key", "KEY=APP:SCOPE,SCOPE: a server API key beside the dev key (which has every scope), e.g. a read-only one to try scopes: send, moderate, read, admin (repeatable)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
@@ -58,6 +61,7 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
+	cfg.APIKeys = auth.APIKeys(keys)
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 2

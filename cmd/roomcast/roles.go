@@ -111,8 +111,8 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindCDNWindowFlag(fs, &cfg.CDN.Window)
 	var pusher cdnpusher.ServiceConfig
 	bindS3Flags(fs, &pusher.Pusher)
-	keys := pairs{}
-	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
+	keys := apiKeys{}
+	fs.Var(keys, "api-key", "KEY=APP or KEY=APP:SCOPE,SCOPE: a server API key, the app it acts for and the scopes of calls it may make, of send, moderate, read and admin (repeatable, at least one; without scopes: every scope)")
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
 	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
 	bindKVReplicasFlag(fs, &cfg.KVReplicas)

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -372,19 +371,4 @@ func (p *hmacPools) verify(secret []byte, msg string, mac []byte) bool {
 	_, _ = h.Write(unsafe.Slice(unsafe.StringData(msg), len(msg))) // Write only reads
 	var sum [sha256.Size]byte
 	return hmac.Equal(h.Sum(sum[:0]), mac)
-}
-
-// APIKeys maps a server API key to the app it acts for.
-type APIKeys map[string]string
-
-// App returns the app that key belongs to. It compares in constant time.
-func (k APIKeys) App(key string) (string, bool) {
-	var app string
-	found := false
-	for candidate, a := range k {
-		if subtle.ConstantTimeCompare([]byte(candidate), []byte(key)) == 1 {
-			app, found = a, true
-		}
-	}
-	return app, found
 }

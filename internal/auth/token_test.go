@@ -67,18 +67,6 @@ func TestMintRefusesBadInput(t *testing.T) {
 	}
 }
 
-func TestAPIKeys(t *testing.T) {
-	k := APIKeys{"key-1": "app1"}
-	if app, ok := k.App("key-1"); !ok || app != "app1" {
-		t.Fatalf("App(key-1) = %q, %v", app, ok)
-	}
-	for _, bad := range []string{"", "key-2", "key-1 "} {
-		if _, ok := k.App(bad); ok {
-			t.Errorf("App(%q) accepted", bad)
-		}
-	}
-}
-
 func BenchmarkVerify(b *testing.B) {
 	keys := Keyring{"demo": []byte("roomcast-dev-secret")}
 	tok, err := Mint(keys["demo"], "demo", "user-12345", "room-1", []string{"class:3", "role:student"}, time.Hour)

@@ -153,7 +153,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LeaseInterval = time.Second
 	}
 	if c.APIKeys == nil {
-		c.APIKeys = auth.APIKeys{APIKey: App}
+		c.APIKeys = auth.APIKeys{APIKey: {App: App}}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
