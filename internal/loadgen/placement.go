@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CPUList is a set of CPU numbers in the kernel's list syntax ("0", "1-3", "0,2-3"), as
@@ -173,5 +174,13 @@ func (r *runner) pin() error {
 			}
 		}
 	}
+	if len(r.cfg.BenchCPUs) > 0 || len(r.cfg.ServerCPUs) > 0 {
+		// A Go process (the server, this one) fits GOMAXPROCS to its CPUs within a second of
+		// their change; until then it runs more threads than it has CPUs, which costs.
+		time.Sleep(repinSettle)
+	}
 	return nil
 }
+
+// repinSettle is how long a run waits after pinning before it measures.
+const repinSettle = 1500 * time.Millisecond
