@@ -134,11 +134,15 @@ func (n *Node) start() error {
 		return err
 	}
 	var err error
-	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
+	// No TCP keepalive on clients' connections: a connection silent past its heartbeats is
+	// closed by the node (conn.go), and Go's default keepalive costs four setsockopt calls
+	// at every accept, a login storm's hot path.
+	lc := net.ListenConfig{KeepAlive: -1}
+	if n.wsLn, err = lc.Listen(n.ctx, "tcp", n.cfg.WSListen); err != nil {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
 	n.sse = newSSEServer(n)
-	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
+	if n.tcpLn, err = lc.Listen(n.ctx, "tcp", n.cfg.TCPListen); err != nil {
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
 	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {
