@@ -17,7 +17,7 @@ VERSITYGW_VERSION := v1.8.0
 # gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz
+.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz chaos
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
@@ -44,11 +44,11 @@ FUZZ_TARGETS := \
 	./callback:FuzzAnswer
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
-## test with -race, the load generator's at their -short sizes.
-test: proto-check lint unit web-test
+## test with -race, the load generator's at their -short sizes; then the chaos cases.
+test: proto-check lint unit chaos web-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long web-test
+test-long: proto-check lint unit-long chaos web-test
 
 # installed succeeds when $(GOBIN)/$(1) was built by this Go from module $(2) at version $(3):
 # `make tools` runs `go install` only for a tool that is missing or stale.
@@ -99,6 +99,13 @@ unit:
 
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## chaos: the fault cases of internal/chaos, each against the deployment as real processes (three
+## nats-server, two services, two ChatLinks, versitygw, the CDN pusher); -short skips them in
+## `unit`, so they run here, one at a time, without -race (the processes are the subject). Each
+## case writes its figures into docs/reliability.md's results table.
+chaos: tools
+	ROOMCAST_CHAOS_REPORT=$(CURDIR)/docs/reliability.md go test -count=1 -v -timeout 10m ./internal/chaos
 
 ## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
 ## package's testdata/fuzz, to fix and commit.

@@ -37,6 +37,11 @@ func start(t *testing.T, cfg procs.Config) *procs.Deployment {
 
 // apiCall makes a server API call on the services process at api with the deployment's key.
 func apiCall(ctx context.Context, hc *http.Client, api, method, path, body string) error {
+	return apiJSON(ctx, hc, api, method, path, body, nil)
+}
+
+// apiJSON is apiCall that decodes the answer into out, unless out is nil.
+func apiJSON(ctx context.Context, hc *http.Client, api, method, path, body string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+api+path, strings.NewReader(body))
 	if err != nil {
 		return err
@@ -47,11 +52,14 @@ func apiCall(ctx context.Context, hc *http.Client, api, method, path, body strin
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
 	}
-	return nil
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // dispatched returns the nodes the dispatcher at api hands out for a member of room.
@@ -149,22 +157,9 @@ func join(t *testing.T, d *procs.Deployment, name string, n int) *room {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			tok, err := auth.Mint([]byte(procs.Secret), procs.App, fmt.Sprintf("viewer-%d", i), name, nil, time.Hour)
-			if err != nil {
-				t.Error(err)
-				return
+			if err := r.dial(ctx, t, m, fmt.Sprintf("viewer-%d", i)); err != nil && failed.Add(1) <= 3 {
+				t.Errorf("member %d: %v", i, err)
 			}
-			cfg := m.config()
-			cfg.Token, cfg.Dispatcher, cfg.HTTPClient = tok, d.Dispatcher(), hc
-			cl, err := sdk.Dial(ctx, cfg)
-			if err != nil {
-				if failed.Add(1) <= 3 {
-					t.Errorf("member %d: %v", i, err)
-				}
-				return
-			}
-			m.cl = cl
-			t.Cleanup(func() { cl.Close() })
 		})
 	}
 	wg.Wait()
@@ -172,6 +167,24 @@ func join(t *testing.T, d *procs.Deployment, name string, n int) *room {
 		t.FailNow()
 	}
 	return r
+}
+
+// dial logs m in as uid through the first services process's dispatcher; the client is closed
+// when t ends.
+func (r *room) dial(ctx context.Context, t *testing.T, m *member, uid string) error {
+	tok, err := auth.Mint([]byte(procs.Secret), procs.App, uid, r.name, nil, time.Hour)
+	if err != nil {
+		return err
+	}
+	cfg := m.config()
+	cfg.Token, cfg.Dispatcher, cfg.HTTPClient = tok, r.d.Dispatcher(), r.hc
+	cl, err := sdk.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	m.cl = cl
+	t.Cleanup(func() { cl.Close() })
+	return nil
 }
 
 // on returns the members on each node.

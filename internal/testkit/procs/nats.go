@@ -88,6 +88,11 @@ func StartNATS(t testing.TB, bin, deployDir string) *NATS {
 		n.URLs[i] = "nats://" + clients[i]
 	}
 	WaitJetStream(t, n.URLs)
+	// And every server's JetStream current, as docs/operations.md has operators wait: a bucket
+	// of 3 replicas created before that may not get its peers within a role's start timeout.
+	for i := range n.Servers {
+		testkit.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error { return n.Healthy(i) })
+	}
 	return n
 }
 
