@@ -149,7 +149,7 @@ func Start(t testing.TB, cfg Config) *Deployment {
 		d.ChatLinks[i].Start()
 	}
 	for i := range cfg.Pushers {
-		r := &Role{Ops: testkit.FreeAddr(t)}
+		r := &Role{Ops: freeAddr(t)}
 		r.Proc = NewProc(t, fmt.Sprintf("cdnpusher-%d", i+1), d.Bin.Roomcast, "cdnpusher", "--config", d.config,
 			"--nats", d.NATS.URL(), "--id", fmt.Sprintf("pusher-%d", i+1), "--ops", r.Ops,
 			"--s3-endpoint", d.S3.Endpoint, "--s3-bucket", s3test.Bucket, "--s3-secure=false",
@@ -162,9 +162,9 @@ func Start(t testing.TB, cfg Config) *Deployment {
 }
 
 func (d *Deployment) startServices(t testing.TB, i int) *Role {
-	r := &Role{Ops: testkit.FreeAddr(t), API: testkit.FreeAddr(t)}
+	r := &Role{Ops: freeAddr(t), API: freeAddr(t)}
 	args := append([]string{"services", "--config", d.config, "--nats", d.NATS.URL(),
-		"--api-key", APIKey + "=" + App, "--listen", r.API, "--grpc-listen", testkit.FreeAddr(t), "--ops", r.Ops,
+		"--api-key", APIKey + "=" + App, "--listen", r.API, "--grpc-listen", "127.0.0.1:0", "--ops", r.Ops,
 	}, d.cfg.ServicesArgs...)
 	r.Proc = NewProc(t, fmt.Sprintf("services-%d", i+1), d.Bin.Roomcast, args...)
 	r.Start()
@@ -173,7 +173,7 @@ func (d *Deployment) startServices(t testing.TB, i int) *Role {
 
 // NewChatLink returns a ChatLink named node on free ports, not started.
 func (d *Deployment) NewChatLink(t testing.TB, node string) *Role {
-	r := &Role{Ops: testkit.FreeAddr(t), Node: node, WS: testkit.FreeAddr(t), TCP: testkit.FreeAddr(t)}
+	r := &Role{Ops: freeAddr(t), Node: node, WS: freeAddr(t), TCP: freeAddr(t)}
 	args := append([]string{"chatlink", "--config", d.config, "--nats", d.NATS.URL(), "--node", node,
 		"--secret", App + "=" + Secret, "--tls-cert", "", "--tls-key", "",
 		"--ws", r.WS, "--tcp", r.TCP, "--ops", r.Ops,

@@ -64,7 +64,7 @@ func StartNATS(t testing.TB, bin, deployDir string) *NATS {
 	n := &NATS{URLs: make([]string, len(files)), Monitors: make([]string, len(files))}
 	clients := make([]string, len(files))
 	for i := range files {
-		routes[i], clients[i], n.Monitors[i] = testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
+		routes[i], clients[i], n.Monitors[i] = freeAddr(t), freeAddr(t), freeAddr(t)
 	}
 	for i, file := range files {
 		conf, err := os.ReadFile(file)

@@ -9,6 +9,8 @@ package procs
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -142,3 +144,20 @@ func (p *Proc) Pid() int {
 
 // Output is the last of what the process wrote, across its starts.
 func (p *Proc) Output() string { return p.out.String() }
+
+// freeAddr returns a loopback address with a port free right now, below Linux's ephemeral range
+// (32768-60999): a process starts listening on it a while later, and meanwhile the test's many
+// client connections take their local ports from that range, where testkit.FreeAddr finds its
+// ports too.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
+	t.Fatal("procs: no free port below 32768 in 100 tries")
+	return ""
+}
