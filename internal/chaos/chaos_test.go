@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -87,8 +88,10 @@ type member struct {
 	mu          sync.Mutex // guards the fields below
 	bodies      []string   // critical messages, in the order handed on
 	reconnected time.Time  // when the first reconnect's login succeeded
+	reconnects  int        // logins after the first
 	recovered   int        // RecoveredEvents with Recovered true
 	unrecovered int        // RecoveredEvents with Recovered false
+	errs        []error    // ErrorEvents' and ClosedEvents' errors
 }
 
 func (m *member) config() sdk.Config {
@@ -107,8 +110,17 @@ func (m *member) config() sdk.Config {
 			defer m.mu.Unlock()
 			switch e := ev.(type) {
 			case *sdk.ConnectedEvent:
+				if e.Reconnected {
+					m.reconnects++
+				}
 				if e.Reconnected && m.reconnected.IsZero() {
 					m.reconnected = time.Now()
+				}
+			case *sdk.ErrorEvent:
+				m.errs = append(m.errs, e.Err)
+			case *sdk.ClosedEvent:
+				if !errors.Is(e.Err, sdk.ErrClosed) {
+					m.errs = append(m.errs, e.Err)
 				}
 			case *sdk.RecoveredEvent:
 				if e.Recovered {

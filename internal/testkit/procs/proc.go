@@ -69,13 +69,18 @@ func NewProc(t testing.TB, name, bin string, args ...string) *Proc {
 	return p
 }
 
-// Start starts the process; it fails t if it is running already or cannot start.
+// Start starts the process (again, once it has exited or was killed); it fails t if it is
+// running or cannot start.
 func (p *Proc) Start() {
 	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
-		p.t.Fatalf("%s: started twice", p.Name)
+		select {
+		case <-p.exited:
+		default:
+			p.t.Fatalf("%s: started while running", p.Name)
+		}
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	fmt.Fprintf(&p.out, "---- start %s\n", time.Now().Format(time.TimeOnly))
