@@ -254,7 +254,7 @@ func (r *room) await(t *testing.T, total int, wait time.Duration) tally {
 	for i := range want {
 		want[i] = strconv.Itoa(i)
 	}
-	for _, m := range r.members {
+	for i, m := range r.members {
 		m.mu.Lock()
 		seen := map[string]int{}
 		for _, b := range m.bodies {
@@ -263,7 +263,9 @@ func (r *room) await(t *testing.T, total int, wait time.Duration) tally {
 		for _, b := range want {
 			switch n := seen[b]; {
 			case n == 0:
-				tl.lost++
+				if tl.lost++; tl.lost <= 3 {
+					t.Logf("member %d lacks message %s; its errors: %v; reconnects %d", i, b, m.errs, m.reconnects)
+				}
 			case n > 1:
 				tl.duplicates += n - 1
 			}
