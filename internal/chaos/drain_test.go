@@ -40,7 +40,7 @@ func TestRollingDrain(t *testing.T) {
 				restarted <- fmt.Errorf("%s did not exit after its drain", cl.Node)
 				return
 			}
-			drainTook = append(drainTook, time.Since(began))
+			drainTook = append(drainTook, time.Since(began).Round(10*time.Millisecond))
 			cl.Start()
 			for cl.Ready() != nil {
 				time.Sleep(50 * time.Millisecond)

@@ -36,8 +36,12 @@ func record(t *testing.T, figures string) {
 		return
 	}
 	commit := "unknown"
-	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		commit = strings.TrimSpace(string(out))
+		// Changes to the code measured, not to the report the cases write.
+		if changed, err := exec.Command("git", "status", "--porcelain", "--", ":/", ":(exclude,top)docs/reliability.md").Output(); err == nil && len(changed) > 0 {
+			commit += " + changes"
+		}
 	}
 	row := fmt.Sprintf("| %s | %s | %s | %s | `%s` |", t.Name(), figures, met, time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit)
 	reportMu.Lock()
