@@ -70,6 +70,6 @@ func TestRollingDrain(t *testing.T) {
 	if reconnects < members {
 		t.Errorf("%d reconnects of %d members: the drains moved fewer than every member", reconnects, members)
 	}
-	record(t, fmt.Sprintf("%d members, %d critical msgs at %d/s; edge-1 then edge-2 drained (spread %v), restarted: drains took %v; reconnects %d, members with errors %d; critical lost %d, duplicated %d, out of order %d, incomplete recoveries %d",
-		members, total, rate, spread, drainTook, reconnects, withErrors, tl.lost, tl.duplicates, tl.disordered, tl.unrecovered))
+	record(t, fmt.Sprintf("%d members, %d critical msgs at %d/s; edge-1 then edge-2 drained (spread %v), restarted: drains took %v; reconnects %d, members with errors %d; critical lost %d, duplicated %d, in another order than the room's %d, room order departing from send order %d, incomplete recoveries %d",
+		members, total, rate, spread, drainTook, reconnects, withErrors, tl.lost, tl.duplicates, tl.disordered, tl.swapped, tl.unrecovered))
 }

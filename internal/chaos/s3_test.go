@@ -174,6 +174,6 @@ func TestStopS3(t *testing.T) {
 	if rssMax-rssBefore > bound {
 		t.Errorf("the pusher grew from %d MB to %d MB during the outage", int(rssBefore)>>20, int(rssMax)>>20)
 	}
-	record(t, fmt.Sprintf("S3 killed for %v; %d members, %d critical msgs at %d/s, bulk at %d/s in CDN mode: members reconnected %d; critical lost %d, duplicated %d, out of order %d; pusher write failures %v, queue empty %v after S3 was back, segments %d, missing %d, gaps counted %v; pusher RSS %d MB before, %d MB at most",
-		outage, n, total, critRate, bulkRate, reconnects, tl.lost, tl.duplicates, tl.disordered, failures, caughtUp.Round(10*time.Millisecond), len(segs), missing, gaps, int(rssBefore)>>20, int(rssMax)>>20))
+	record(t, fmt.Sprintf("S3 killed for %v; %d members, %d critical msgs at %d/s, bulk at %d/s in CDN mode: members reconnected %d; critical lost %d, duplicated %d, in another order than the room's %d, room order departing from send order %d; pusher write failures %v, queue empty %v after S3 was back, segments %d, missing %d, gaps counted %v; pusher RSS %d MB before, %d MB at most",
+		outage, n, total, critRate, bulkRate, reconnects, tl.lost, tl.duplicates, tl.disordered, tl.swapped, failures, caughtUp.Round(10*time.Millisecond), len(segs), missing, gaps, int(rssBefore)>>20, int(rssMax)>>20))
 }
