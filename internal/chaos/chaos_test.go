@@ -139,6 +139,7 @@ type room struct {
 	d       *procs.Deployment
 	hc      *http.Client
 	members []*member
+	retried atomic.Int64 // sends the API refused and send made again
 }
 
 // join creates the room and logs n members in through the dispatcher, 64 at a time.
@@ -219,8 +220,18 @@ func (r *room) send(ctx context.Context, total, rate int, at func(i int)) error 
 		<-tick.C
 		at(i)
 		body := fmt.Sprintf(`{"type":"notice","lane":"critical","body":%q}`, strconv.Itoa(i))
-		if err := apiCall(ctx, r.hc, r.d.Services[0].API, "POST", "/v1/rooms/"+r.name+"/messages", body); err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
+		// A refused send is retried, as a sender would; a send refused but delivered anyway
+		// shows up as a duplicate.
+		for attempt := 0; ; attempt++ {
+			err := apiCall(ctx, r.hc, r.d.Services[0].API, "POST", "/v1/rooms/"+r.name+"/messages", body)
+			if err == nil {
+				break
+			}
+			if attempt == 50 {
+				return fmt.Errorf("message %d: %w", i, err)
+			}
+			r.retried.Add(1)
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return nil

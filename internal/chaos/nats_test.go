@@ -77,6 +77,6 @@ func TestRestartNATSServer(t *testing.T) {
 		default:
 		}
 	}
-	record(t, fmt.Sprintf("%d members, %d critical msgs at %d/s; %s (%d connections) killed, restarted 3 s later: healthy %v after its restart, every role ready; critical lost %d, duplicated %d, in another order than the room's %d, room order departing from send order %d, incomplete recoveries %d",
-		members, total, rate, server.Name, most, healthy.Round(10*time.Millisecond), tl.lost, tl.duplicates, tl.disordered, tl.swapped, tl.unrecovered))
+	record(t, fmt.Sprintf("%d members, %d critical msgs at %d/s; %s (%d connections) killed, restarted 3 s later: healthy %v after its restart, every role ready; sends refused and retried %d; critical lost %d, duplicated %d, in another order than the room's %d, room order departing from send order %d, incomplete recoveries %d",
+		members, total, rate, server.Name, most, healthy.Round(10*time.Millisecond), r.retried.Load(), tl.lost, tl.duplicates, tl.disordered, tl.swapped, tl.unrecovered))
 }
