@@ -96,7 +96,7 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 // it takes them, and otherwise asks the room service over NATS with req on subject.
 func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*pb.SendRequest) (*pb.Reply, error) {
 	if a.cfg.Rooms != nil {
-		if rep, ok := a.cfg.Rooms.SendLocal(sends); ok {
+		if rep, ok := a.cfg.Rooms.SendLocal(ctx, sends); ok {
 			return rep, refusal(rep)
 		}
 	}

@@ -108,6 +108,9 @@ type ServicesConfig struct {
 	CORSPaths []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
+	// Audit receives the audit trail: the server API's calls that change something. Zero
+	// value means Log.
+	Audit *slog.Logger
 }
 
 func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
@@ -173,9 +176,9 @@ type Services struct {
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
 // SendLocal implements api.RoomSender.
-func (l *localRoom) SendLocal(reqs []*pb.SendRequest) (*pb.Reply, bool) {
+func (l *localRoom) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
 	if r := l.cur.Load(); r != nil {
-		return r.SendLocal(reqs)
+		return r.SendLocal(ctx, reqs)
 	}
 	return nil, false
 }
@@ -271,7 +274,10 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
 	}
-	acfg.Log = cfg.Log
+	acfg.Log, acfg.Registerer = cfg.Log, cfg.Registry
+	if acfg.Audit == nil {
+		acfg.Audit = cfg.Audit
+	}
 	if len(s.Rooms) > 0 {
 		acfg.Rooms = &s.localRoom // the API's sends to rooms skip the NATS round trip
 	}
@@ -384,7 +390,7 @@ func (s *Services) startPresence(i int) (*presence.Service, error) {
 	if cfg.Bus, err = s.bus.connect("presence " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Registerer = s.cfg.Log, s.cfg.Registry
 	p, err := presence.New(cfg)
 	if err != nil {
 		return nil, err
