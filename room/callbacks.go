@@ -72,7 +72,7 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
-		s.respond(msg, opSend, start, s.send([]*pb.SendRequest{req}))
+		s.sendAndRespond(msg, start, []*pb.SendRequest{req})
 	})
 }
 
