@@ -162,7 +162,8 @@ func (b *batcher) close() {
 // numbering) after its time would miss the pusher's grace and land in the next segment.
 func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
-	err := s.untilCritical(critical, func(ctx context.Context) error { return s.hist.number(ctx, app, room, batch.Messages) })
+	deadline := time.Now().Add(criticalTimeout)
+	err := s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.number(ctx, app, room, batch.Messages) })
 	if err != nil && critical {
 		return s.unsent(app, room, batch, err)
 	}
@@ -173,7 +174,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 	for _, m := range batch.Messages {
 		m.ServerTimeMs = sent
 	}
-	err = s.untilCritical(critical, func(ctx context.Context) error { return s.hist.record(ctx, app, batch.Messages) })
+	err = s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.record(ctx, app, batch.Messages) })
 	if err != nil && critical {
 		return s.unsent(app, room, batch, err)
 	}
@@ -189,7 +190,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 		err = errors.Join(err, bus.Publish(s.cfg.Bus, bus.CdnPushSubject(pusher), b))
 	}
 	if err == nil && critical {
-		err = s.cfg.Bus.FlushTimeout(criticalTimeout)
+		err = s.cfg.Bus.FlushTimeout(max(time.Until(deadline), numberTimeout/10))
 	}
 	if err != nil {
 		return s.unsent(app, room, batch, err)
@@ -200,9 +201,8 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 }
 
 // untilCritical runs step with numberTimeout; for a batch holding critical messages it tries
-// again until criticalTimeout has passed or the service closes its bus.
-func (s *Service) untilCritical(critical bool, step func(context.Context) error) error {
-	deadline := time.Now().Add(criticalTimeout)
+// again until deadline has passed or the service closes its bus.
+func (s *Service) untilCritical(critical bool, deadline time.Time, step func(context.Context) error) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), numberTimeout)
 		err := step(ctx)

@@ -25,8 +25,10 @@ const numberTimeout = time.Second
 
 // criticalTimeout bounds how long a window holding critical messages keeps trying to be
 // numbered, kept and published (a NATS server restarting, the connection reconnecting) before
-// it is given up, counted, and its critical senders are answered 503.
-const criticalTimeout = 10 * time.Second
+// it is given up, counted, and its critical senders are answered 503. It stays below the
+// ChatLinks' request timeout (3s by default), so that a sender is not told of a timeout for a
+// message that then goes out.
+const criticalTimeout = 2 * time.Second
 
 // history appends the rooms' critical and normal messages to the history stream, so a member
 // that reconnects can recover what it missed, and numbers them (Message.room_seq) with a
