@@ -281,6 +281,8 @@ const storeReadTimeout = 2 * time.Second
 
 func (s *Service) onJoin(msg *nats.Msg) {
 	start := time.Now()
+	_, span := bus.StartServer(msg, "room join")
+	defer span.End()
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opJoin, start, rep)
@@ -401,6 +403,8 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 
 func (s *Service) onSend(msg *nats.Msg) {
 	start := time.Now()
+	_, span := bus.StartServer(msg, "room send")
+	defer span.End()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opSend, start, rep)

@@ -1,0 +1,162 @@
+package tracing_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
+	"roomcast/internal/tracing"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// collector is a test OTLP/HTTP collector: it decodes the protobuf export requests it is sent
+// and keeps their spans.
+type collector struct {
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "want protobuf on /v1/traces", http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	var req collectortrace.ExportTraceServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(body, &req)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			c.spans = append(c.spans, ss.Spans...)
+		}
+	}
+	c.mu.Unlock()
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// byName returns the spans called name.
+func (c *collector) byName(name string) []*tracepb.Span {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*tracepb.Span
+	for _, s := range c.spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestChatMessageTrace sends one chat message through a ChatLink of a real in-process cluster
+// with tracing exported to a test collector, and checks that the message's spans from the
+// ChatLink, the bus and the room service form one trace: chatlink send → bus request → room send.
+func TestChatMessageTrace(t *testing.T) {
+	col := &collector{}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	stop, err := tracing.Setup(tracing.Config{Endpoint: srv.URL, SampleRatio: 1, Service: "roomcast-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = stop(context.Background())
+		}
+	}()
+
+	c := testcluster.Start(t)
+	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
+	defer cl.Close()
+	cl.Login(testcluster.Token(t, "alice", "r1"))
+	cl.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 1, Body: []byte("hi")}}})
+	for {
+		f := cl.NextWithin(5 * time.Second)
+		if f == nil {
+			t.Fatal("no SendAck")
+		}
+		if ack := f.GetSendAck(); ack != nil {
+			break
+		}
+		if e := f.GetError(); e != nil {
+			t.Fatalf("send refused: %v", e)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stopped = true
+	if err := stop(ctx); err != nil { // sends the buffered spans
+		t.Fatal(err)
+	}
+
+	one := func(name string) *tracepb.Span {
+		t.Helper()
+		s := col.byName(name)
+		if len(s) != 1 {
+			t.Fatalf("%d spans called %q, want 1", len(s), name)
+		}
+		return s[0]
+	}
+	send, room := one("chatlink send"), one("room send")
+	var busReq *tracepb.Span
+	for _, s := range col.byName("bus request") {
+		if string(s.ParentSpanId) == string(send.SpanId) {
+			busReq = s
+		}
+	}
+	if busReq == nil {
+		t.Fatal("no bus request span under the chatlink send span")
+	}
+	for _, s := range []*tracepb.Span{busReq, room} {
+		if fmt.Sprintf("%x", s.TraceId) != fmt.Sprintf("%x", send.TraceId) {
+			t.Fatalf("span %q is in trace %x, the chatlink send in %x", s.Name, s.TraceId, send.TraceId)
+		}
+	}
+	if string(room.ParentSpanId) != string(busReq.SpanId) {
+		t.Fatalf("room send's parent is %x, want the bus request %x", room.ParentSpanId, busReq.SpanId)
+	}
+	if len(send.ParentSpanId) != 0 {
+		t.Fatalf("chatlink send has parent %x, want a new trace", send.ParentSpanId)
+	}
+	kinds := map[string]tracepb.Span_SpanKind{"chatlink send": send.Kind, "bus request": busReq.Kind, "room send": room.Kind}
+	want := map[string]tracepb.Span_SpanKind{"chatlink send": tracepb.Span_SPAN_KIND_SERVER, "bus request": tracepb.Span_SPAN_KIND_CLIENT, "room send": tracepb.Span_SPAN_KIND_SERVER}
+	for name, k := range want {
+		if kinds[name] != k {
+			t.Errorf("%s is a %v span, want %v", name, kinds[name], k)
+		}
+	}
+	if len(col.byName("chatlink login")) != 1 || len(col.byName("room join")) != 1 {
+		t.Errorf("login spans: %d chatlink login, %d room join, want 1 each", len(col.byName("chatlink login")), len(col.byName("room join")))
+	}
+}
+
+func TestSetupRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []tracing.Config{
+		{Endpoint: "collector:4318", SampleRatio: 1},
+		{Endpoint: "http://collector:4318", SampleRatio: 1.5},
+	} {
+		if _, err := tracing.Setup(cfg); err == nil {
+			t.Errorf("Setup(%+v) = nil error, want a refusal", cfg)
+		}
+	}
+}
