@@ -2,10 +2,12 @@ package tracing_test
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/internal/tracing"
@@ -68,7 +71,8 @@ func (c *collector) byName(name string) []*tracepb.Span {
 
 // TestChatMessageTrace sends one chat message through a ChatLink of a real in-process cluster
 // with tracing exported to a test collector, and checks that the message's spans from the
-// ChatLink, the bus and the room service form one trace: chatlink send → bus request → room send.
+// ChatLink, the bus and the room service form one trace: chatlink send → bus request → room send;
+// and that a server API call joins the trace its caller's traceparent names.
 func TestChatMessageTrace(t *testing.T) {
 	col := &collector{}
 	srv := httptest.NewServer(col)
@@ -101,6 +105,24 @@ func TestChatMessageTrace(t *testing.T) {
 			t.Fatalf("send refused: %v", e)
 		}
 	}
+	// An app server's call to the server API, in the app's trace: the API's span is under the
+	// caller's, and the room service's under the API's bus request.
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req, err := http.NewRequest(http.MethodPost, c.URL()+"/v1/rooms/r1/messages", strings.NewReader(`{"body":"from the app"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	req.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("SendToRoom: HTTP %d", resp.StatusCode)
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stopped = true
@@ -116,7 +138,22 @@ func TestChatMessageTrace(t *testing.T) {
 		}
 		return s[0]
 	}
-	send, room := one("chatlink send"), one("room send")
+	apiSpan := one("POST /v1/rooms/{room}/messages")
+	if hex.EncodeToString(apiSpan.TraceId) != callerTrace || hex.EncodeToString(apiSpan.ParentSpanId) != callerSpan {
+		t.Fatalf("API span in trace %x under %x, want the caller's %s under %s", apiSpan.TraceId, apiSpan.ParentSpanId, callerTrace, callerSpan)
+	}
+	var send, room *tracepb.Span
+	send = one("chatlink send")
+	for _, s := range col.byName("room send") {
+		if string(s.TraceId) == string(send.TraceId) {
+			room = s
+		} else if hex.EncodeToString(s.TraceId) != callerTrace {
+			t.Errorf("room send in trace %x, neither the chat message's nor the API call's", s.TraceId)
+		}
+	}
+	if room == nil {
+		t.Fatal("no room send span in the chat message's trace")
+	}
 	var busReq *tracepb.Span
 	for _, s := range col.byName("bus request") {
 		if string(s.ParentSpanId) == string(send.SpanId) {
