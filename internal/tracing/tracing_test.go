@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -195,5 +196,20 @@ func TestSetupRefusesBadConfig(t *testing.T) {
 		if _, err := tracing.Setup(cfg); err == nil {
 			t.Errorf("Setup(%+v) = nil error, want a refusal", cfg)
 		}
+	}
+}
+
+// While tracing is off, starting and ending a span allocates nothing: the send path pays
+// nothing for tracing it has not turned on.
+func TestStartOffAllocatesNothing(t *testing.T) {
+	if tracing.Enabled() {
+		t.Skip("tracing is on in this process")
+	}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() {
+		_, span := tracing.Start(ctx, "chatlink send", trace.SpanKindServer)
+		span.End()
+	}); n != 0 {
+		t.Fatalf("Start with tracing off: %v allocations, want 0", n)
 	}
 }
