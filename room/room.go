@@ -34,6 +34,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
@@ -403,7 +404,7 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 
 func (s *Service) onSend(msg *nats.Msg) {
 	start := time.Now()
-	_, span := bus.StartServer(msg, "room send")
+	ctx, span := bus.StartServer(msg, "room send")
 	defer span.End()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
@@ -413,7 +414,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.respond(msg, opSend, start, s.send([]*pb.SendRequest{&req}))
+	s.respond(msg, opSend, start, s.send(ctx, []*pb.SendRequest{&req}))
 }
 
 // MaxBatch bounds the messages of one batch send.
@@ -436,13 +437,13 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 			return
 		}
 	}
-	s.respond(msg, opSend, start, s.send(req.Sends))
+	s.respond(msg, opSend, start, s.send(context.Background(), req.Sends))
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as
 // one room batch, or none. It returns the reply. With a batch window the reply does not wait
 // for the broadcast (batcher.go).
-func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
+func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) *pb.Reply {
 	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
@@ -474,8 +475,8 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	switch {
 	case len(batch.Messages) == 0:
 	case s.batch != nil:
-		s.batch.add(app, room, batch)
-	case s.broadcast(app, room, batch) != nil:
+		s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
+	case s.broadcast(app, room, batch, linkTo(nil, trace.SpanContextFromContext(ctx))) != nil:
 		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
 	}
 	return rep

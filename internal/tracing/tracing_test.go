@@ -123,6 +123,16 @@ func TestChatMessageTrace(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("SendToRoom: HTTP %d", resp.StatusCode)
 	}
+	// Both messages have left the room service (and its batch window) once alice has the last.
+	for delivered := false; !delivered; {
+		f := cl.NextWithin(5 * time.Second)
+		if f == nil {
+			t.Fatal("the app's message did not reach alice")
+		}
+		for _, m := range f.GetPush().GetMessages() {
+			delivered = delivered || string(m.Body) == "from the app"
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -171,6 +181,15 @@ func TestChatMessageTrace(t *testing.T) {
 	}
 	if string(room.ParentSpanId) != string(busReq.SpanId) {
 		t.Fatalf("room send's parent is %x, want the bus request %x", room.ParentSpanId, busReq.SpanId)
+	}
+	linked := false // the batch the message left in links to its room send
+	for _, pub := range col.byName("room batch publish") {
+		for _, l := range pub.Links {
+			linked = linked || (string(l.TraceId) == string(room.TraceId) && string(l.SpanId) == string(room.SpanId))
+		}
+	}
+	if !linked {
+		t.Error("no room batch publish span links to the message's room send")
 	}
 	if len(send.ParentSpanId) != 0 {
 		t.Fatalf("chatlink send has parent %x, want a new trace", send.ParentSpanId)
