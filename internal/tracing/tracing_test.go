@@ -155,15 +155,21 @@ func TestChatMessageTrace(t *testing.T) {
 	}
 	var send, room *tracepb.Span
 	send = one("chatlink send")
+	apiRoom := false // the API's send reached the room service in the caller's trace
 	for _, s := range col.byName("room send") {
 		if string(s.TraceId) == string(send.TraceId) {
 			room = s
 		} else if hex.EncodeToString(s.TraceId) != callerTrace {
 			t.Errorf("room send in trace %x, neither the chat message's nor the API call's", s.TraceId)
+		} else {
+			apiRoom = true
 		}
 	}
 	if room == nil {
 		t.Fatal("no room send span in the chat message's trace")
+	}
+	if !apiRoom {
+		t.Error("no room send span in the API caller's trace")
 	}
 	var busReq *tracepb.Span
 	for _, s := range col.byName("bus request") {
