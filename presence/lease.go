@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -43,7 +44,7 @@ func openLeaseEnds(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.
 	if err != nil {
 		return nil, fmt.Errorf("presence: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketLeaseEnds, History: 1, TTL: leaseEndsTTL, Replicas: max(1, replicas),
 		Description: "Roomcast presence: which instance emits the logouts of a node whose lease ended",
 	})
@@ -64,6 +65,7 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		s.leaseEndsSkipped.Add(int64(len(end.sessions)))
+		s.m.leaseSkipped.Add(float64(len(end.sessions)))
 		return // another instance emits them
 	case err != nil:
 		s.log.Warn("could not claim a node's lease end; emitting its logouts anyway (other instances may too)",
@@ -82,5 +84,6 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 		s.publishEvents(evs[i:min(i+eventsPerPublish, len(evs))])
 	}
 	s.leaseEndsEmitted.Add(int64(len(evs)))
+	s.m.leaseEmitted.Add(float64(len(evs)))
 	s.log.Info("emitted logouts for a node that is gone", "node", end.node, "reason", end.reason, "sessions", len(evs))
 }

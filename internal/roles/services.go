@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
+	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/roomqueue"
 )
@@ -106,6 +108,9 @@ type ServicesConfig struct {
 	CORSPaths []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
+	// Audit receives the audit trail: the server API's calls that change something. Zero
+	// value means Log.
+	Audit *slog.Logger
 }
 
 func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
@@ -162,7 +167,20 @@ type Services struct {
 	ops       *opsEndpoint
 	http      *httpServer
 	grpc      *grpcServer
+	localRoom localRoom
 	closeOnce sync.Once
+}
+
+// localRoom is the process's first room service instance, the one started last (RestartRooms
+// replaces it), which takes the server API's sends to rooms in the process (api.RoomSender).
+type localRoom struct{ cur atomic.Pointer[room.Service] }
+
+// SendLocal implements api.RoomSender.
+func (l *localRoom) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
+	if r := l.cur.Load(); r != nil {
+		return r.SendLocal(ctx, reqs)
+	}
+	return nil, false
 }
 
 // StartServices starts the services role and serves its HTTP and gRPC endpoints. On error,
@@ -256,7 +274,13 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
 	}
-	acfg.Log = cfg.Log
+	acfg.Log, acfg.Registerer = cfg.Log, cfg.Registry
+	if acfg.Audit == nil {
+		acfg.Audit = cfg.Audit
+	}
+	if len(s.Rooms) > 0 {
+		acfg.Rooms = &s.localRoom // the API's sends to rooms skip the NATS round trip
+	}
 	if s.API, err = api.New(acfg); err != nil {
 		return nil, err
 	}
@@ -351,7 +375,13 @@ func (s *Services) startRoom(i int) (*room.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r, r.Start()
+	if err := r.Start(); err != nil {
+		return r, err
+	}
+	if i == 0 {
+		s.localRoom.cur.Store(r)
+	}
+	return r, nil
 }
 
 func (s *Services) startPresence(i int) (*presence.Service, error) {
@@ -360,7 +390,7 @@ func (s *Services) startPresence(i int) (*presence.Service, error) {
 	if cfg.Bus, err = s.bus.connect("presence " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Registerer = s.cfg.Log, s.cfg.Registry
 	p, err := presence.New(cfg)
 	if err != nil {
 		return nil, err
