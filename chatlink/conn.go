@@ -8,11 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"net/netip"
+
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
+	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -47,10 +50,12 @@ const (
 type conn struct {
 	node       *Node
 	t          transport
-	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
-	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
-	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
-	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
+	lastSeen   atomic.Int64      // unix nanoseconds of the last frame received (or of the connect)
+	accepted   int64             // unix nanoseconds of the connect: the login deadline runs from here
+	addr       netip.Addr        // the client's address (behind a trusted proxy, the one it forwarded); may be invalid
+	sends      *ratelimit.Bucket // the connection's send rate; nil without one
+	hbInterval atomic.Uint32     // milliseconds: the heartbeat interval this client was told
+	closing    atomic.Bool       // a Kick is on its way; frames from the client are ignored
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
@@ -78,8 +83,9 @@ type conn struct {
 	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
-func (n *Node) newConn(t transport) *conn {
-	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
+func (n *Node) newConn(t transport, addr netip.Addr) *conn {
+	c := &conn{node: n, t: t, accepted: n.now().UnixNano(), addr: addr, sends: ratelimit.NewBucket(n.cfg.Limits.SendsPerConn)}
+	n.limits.opened(addr)
 	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
@@ -185,6 +191,11 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
+	now := n.now()
+	if limit, retry := n.limits.loginAddr(c.addr, now); limit != "" {
+		c.refuseLogin(limit, retry, now)
+		return
+	}
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
@@ -197,6 +208,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	case err != nil:
 		n.m.logins.WithLabelValues("bad_token").Inc()
+		n.sampledLog(now, "bad token", "addr", c.addr, "err", err)
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
@@ -213,8 +225,13 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		return
 	}
+	c.app, c.room, c.uid = claims.App, claims.Room, claims.UID
+	if limit, retry := n.limits.loginRoom(c.app, c.room, now); limit != "" {
+		c.refuseLogin(limit, retry, now)
+		return
+	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
-	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
+	c.device = l.Device
 	c.loginMS = n.now().UnixMilli()
 
 	// One login per room and node asks for the settings fresh from the store (the first to
@@ -262,7 +279,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 
 	n.m.logins.WithLabelValues("ok").Inc()
-	now := n.now()
+	now = n.now()
 	ack := &pb.LoginAck{
 		SessionId:           c.session,
 		ServerTimeMs:        now.UnixMilli(),
@@ -322,6 +339,16 @@ func (c *conn) send(s *pb.Send) {
 		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
 	}
+	if limit, retry := n.limits.send(c, n.now()); limit != "" {
+		c.mu.Unlock()
+		n.limitHit(limit, c, n.now())
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+			Code: uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over the " + limit + " rate",
+			Seq: s.Seq, RetryAfterMs: retryMS(retry),
+		}}})
+		n.m.sendErrors.WithLabelValues(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
+		return
+	}
 	c.sendq = append(c.sendq, s)
 	start := !c.sending
 	c.sending = true
@@ -369,6 +396,24 @@ func (c *conn) forward(s *pb.Send) {
 	}
 }
 
+// refuseLogin tells the client which rate its login is over and when to come back, then
+// closes the connection with 4013.
+func (c *conn) refuseLogin(limit string, retry time.Duration, now time.Time) {
+	n := c.node
+	n.m.logins.WithLabelValues("rate_limited").Inc()
+	n.limitHit(limit, c, now)
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+		Code: uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
+		RetryAfterMs: retryMS(retry),
+	}}})
+	c.close(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED, "over the "+limit+" rate")
+}
+
+// retryMS rounds a wait up to whole milliseconds, at least 1.
+func retryMS(d time.Duration) uint32 {
+	return uint32(max(1, (d+time.Millisecond-1)/time.Millisecond))
+}
+
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
 	c.node.m.sendErrors.WithLabelValues(code.String()).Inc()
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{Code: uint32(code), Message: msg, Seq: seq}}})
@@ -413,6 +458,7 @@ func (c *conn) closed() {
 	n := c.node
 	n.conns.remove(c)
 	n.m.connections.Dec()
+	n.limits.closed(c.addr)
 	if prev != stateLive {
 		return // a login in progress undoes its own join
 	}

@@ -62,6 +62,7 @@ type Node struct {
 	tags       *tag.Interner // members' tag sets, shared by identical sets
 	exprs      *tag.Cache    // compiled tag expressions
 	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
+	limits     *limiter      // rates, connections per address, address lists (limits.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -90,6 +91,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
+	if n.limits, err = newLimiter(cfg); err != nil {
+		return nil, err
+	}
 	n.m = newMetrics(cfg.Registry, n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
@@ -177,6 +181,9 @@ func (n *Node) start() error {
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxRecheckLoop)
+	if n.cfg.IPListFile != "" {
+		n.goAsync(n.ipListLoop)
+	}
 	return nil
 }
 
@@ -271,6 +278,9 @@ func (n *Node) acceptTCP() {
 			}
 			n.log.Warn("tcp accept", "err", err)
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !n.admitTCP(nc) {
 			continue
 		}
 		if n.cfg.TLS != nil {

@@ -1,0 +1,286 @@
+package chatlink
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/internal/clientip"
+	"roomcast/internal/ratelimit"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Limits are the rates and counts a ChatLink holds its clients to (docs/security.md). A zero
+// Limit, or a zero ConnectionsPerIP, limits nothing; the command's flags carry the deployment's
+// defaults. IPv6 addresses are counted by their /64, which one subscriber usually holds whole;
+// loopback addresses are not counted.
+type Limits struct {
+	// LoginsPerIP, LoginsPerApp and JoinsPerRoom bound logins from one address, into one app
+	// and into one room on this node; a login over one is refused with Error 121 and Kick 4013.
+	LoginsPerIP, LoginsPerApp, JoinsPerRoom ratelimit.Limit
+	// SendsPerConn, SendsPerUser and SendsPerRoom bound Sends of one connection, of one user
+	// (all its connections on this node) and into one room from this node; a Send over one
+	// is refused with Error 120 and a retry hint.
+	SendsPerConn, SendsPerUser, SendsPerRoom ratelimit.Limit
+	// ConnectionsPerIP bounds the connections open from one address.
+	ConnectionsPerIP int
+	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
+	// means 65536.
+	TableSize int
+}
+
+// Names of the limits, labelling roomcast_chatlink_limited_total.
+const (
+	limitLoginIP   = "login_ip"
+	limitLoginApp  = "login_app"
+	limitJoinRoom  = "join_room"
+	limitSendConn  = "send_conn"
+	limitSendUser  = "send_user"
+	limitSendRoom  = "send_room"
+	limitConnsIP   = "connections_ip"
+	limitDeniedIP  = "denied_ip"
+	ipListInterval = time.Second // how often the IP list file is looked at
+)
+
+type (
+	userKey struct{ app, uid string }
+	roomKey struct{ app, room string }
+)
+
+// limiter holds the node's rate tables and its per-address connection counts.
+type limiter struct {
+	cfg      Limits
+	trusted  clientip.Prefixes
+	limited  *prometheus.CounterVec // by limit name
+	logins   *ratelimit.Table[netip.Addr]
+	apps     *ratelimit.Table[string]
+	joins    *ratelimit.Table[roomKey]
+	users    *ratelimit.Table[userKey]
+	rooms    *ratelimit.Table[roomKey]
+	lists    atomic.Pointer[ipLists]
+	sampled  *ratelimit.Bucket // at most one attack log a second
+	mu       sync.Mutex        // guards open
+	open     map[netip.Addr]int
+	listMod  time.Time // modification time of the list file last read; touched by the reload loop
+	listSize int64
+}
+
+func newLimiter(cfg Config) (*limiter, error) {
+	trusted, err := clientip.Parse(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: trusted proxy: %w", err)
+	}
+	size := cfg.Limits.TableSize
+	if size <= 0 {
+		size = 65536
+	}
+	l := &limiter{
+		cfg: cfg.Limits, trusted: trusted,
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_limited_total",
+			Help: "Connections, logins and sends refused by a limit or an address list, by limit.",
+		}, []string{"limit"}),
+		logins: ratelimit.NewTable[netip.Addr](size), apps: ratelimit.NewTable[string](size),
+		joins: ratelimit.NewTable[roomKey](size), users: ratelimit.NewTable[userKey](size),
+		rooms: ratelimit.NewTable[roomKey](size), open: make(map[netip.Addr]int),
+		sampled: ratelimit.NewBucket(ratelimit.Limit{Rate: 1, Burst: 5}),
+	}
+	l.lists.Store(&ipLists{})
+	if cfg.IPListFile != "" {
+		if err := l.reloadIPList(cfg.IPListFile); err != nil {
+			return nil, fmt.Errorf("chatlink: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// perAddress says whether the per-address limits apply to a: not to an unknown address, nor
+// to loopback, where a local proxy or load generator stands for many clients.
+func perAddress(a netip.Addr) bool { return a.IsValid() && !a.IsLoopback() }
+
+// subscriber returns the key an address is counted under: itself, or its /64 for IPv6.
+func subscriber(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// clientAddr is the address of a client connecting from peer, with the forwarding headers
+// of a trusted proxy (WebSocket and the HTTP fallback); invalid when none can be found.
+func (l *limiter) clientAddr(peer string, forwarded []string, realIP string) netip.Addr {
+	a, _ := l.trusted.ClientAddr(peer, forwarded, realIP)
+	return a
+}
+
+// admit says whether a new connection from a may open: 0 when it may, else the close code.
+func (l *limiter) admit(a netip.Addr) pb.CloseCode {
+	if !l.lists.Load().allows(a) {
+		l.limited.WithLabelValues(limitDeniedIP).Inc()
+		return pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
+	}
+	if max := l.cfg.ConnectionsPerIP; max > 0 && perAddress(a) {
+		l.mu.Lock()
+		open := l.open[subscriber(a)]
+		l.mu.Unlock()
+		if open >= max {
+			l.limited.WithLabelValues(limitConnsIP).Inc()
+			return pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS
+		}
+	}
+	return 0
+}
+
+// opened and closed count a connection of a. Between admit and opened another handshake of
+// the same address may pass: the count can run over by the handshakes in progress.
+func (l *limiter) opened(a netip.Addr) {
+	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
+		l.mu.Lock()
+		l.open[subscriber(a)]++
+		l.mu.Unlock()
+	}
+}
+
+func (l *limiter) closed(a netip.Addr) {
+	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
+		k := subscriber(a)
+		l.mu.Lock()
+		if l.open[k]--; l.open[k] <= 0 {
+			delete(l.open, k)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// loginAddr checks a login from a against the per-address rate.
+func (l *limiter) loginAddr(a netip.Addr, now time.Time) (string, time.Duration) {
+	if perAddress(a) {
+		if ok, retry := l.logins.Take(subscriber(a), l.cfg.LoginsPerIP, now); !ok {
+			return limitLoginIP, retry
+		}
+	}
+	return "", 0
+}
+
+// loginRoom checks a verified login against its app's and room's rates.
+func (l *limiter) loginRoom(app, room string, now time.Time) (string, time.Duration) {
+	if ok, retry := l.apps.Take(app, l.cfg.LoginsPerApp, now); !ok {
+		return limitLoginApp, retry
+	}
+	if ok, retry := l.joins.Take(roomKey{app, room}, l.cfg.JoinsPerRoom, now); !ok {
+		return limitJoinRoom, retry
+	}
+	return "", 0
+}
+
+// send checks a Send of c against the connection's, user's and room's rates.
+func (l *limiter) send(c *conn, now time.Time) (string, time.Duration) {
+	if ok, retry := c.sends.Take(now); !ok {
+		return limitSendConn, retry
+	}
+	if ok, retry := l.users.Take(userKey{c.app, c.uid}, l.cfg.SendsPerUser, now); !ok {
+		return limitSendUser, retry
+	}
+	if ok, retry := l.rooms.Take(roomKey{c.app, c.room}, l.cfg.SendsPerRoom, now); !ok {
+		return limitSendRoom, retry
+	}
+	return "", 0
+}
+
+// limitHit counts a refusal by limit and logs it, sampled: an attack must not flood the log.
+func (n *Node) limitHit(limit string, c *conn, now time.Time) {
+	n.limits.limited.WithLabelValues(limit).Inc()
+	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr, "app", c.app, "room", c.room, "uid", c.uid)
+}
+
+// sampledLog logs an attack pattern at most about once a second.
+func (n *Node) sampledLog(now time.Time, msg string, args ...any) {
+	if ok, _ := n.limits.sampled.Take(now); ok {
+		n.log.Warn(msg, args...)
+	}
+}
+
+// ipLists are the node's allow and deny lists. A denied address is refused; when the allow
+// list is not empty, so is every address not on it, and a connection whose address is unknown.
+type ipLists struct{ allow, deny clientip.Prefixes }
+
+func (l *ipLists) allows(a netip.Addr) bool {
+	if !a.IsValid() {
+		return len(l.allow) == 0
+	}
+	return !l.deny.Contains(a) && (len(l.allow) == 0 || l.allow.Contains(a))
+}
+
+// parseIPList reads lines "allow CIDR" or "deny CIDR" (a bare address is a /32 or /128);
+// blank lines and lines starting with # are skipped.
+func parseIPList(text string) (*ipLists, error) {
+	var out ipLists
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || s[0] == '#' {
+			continue
+		}
+		verb, arg, _ := strings.Cut(s, " ")
+		p, err := clientip.Parse([]string{arg})
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		switch verb {
+		case "allow":
+			out.allow = append(out.allow, p...)
+		case "deny":
+			out.deny = append(out.deny, p...)
+		default:
+			return nil, fmt.Errorf("line %d: want \"allow CIDR\" or \"deny CIDR\", got %q", line, s)
+		}
+	}
+	return &out, sc.Err()
+}
+
+// reloadIPList reads the list file again when it changed; a file that does not parse leaves
+// the lists in force.
+func (l *limiter) reloadIPList(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("ip list: %w", err)
+	}
+	if st.ModTime().Equal(l.listMod) && st.Size() == l.listSize {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("ip list: %w", err)
+	}
+	lists, err := parseIPList(string(b))
+	if err != nil {
+		return fmt.Errorf("ip list %s: %w", path, err)
+	}
+	l.lists.Store(lists)
+	l.listMod, l.listSize = st.ModTime(), st.Size()
+	return nil
+}
+
+// ipListLoop reads the IP list file again when it changes.
+func (n *Node) ipListLoop() {
+	t := time.NewTicker(ipListInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			if err := n.limits.reloadIPList(n.cfg.IPListFile); err != nil {
+				n.log.Warn("ip list not reloaded", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package chatlink_test
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"roomcast/chatlink"
+	"roomcast/internal/devcluster"
+	"roomcast/internal/ratelimit"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
+	pb "roomcast/proto/roomcastpb"
+)
+
+func limitedCount(t *testing.T, c *devcluster.Cluster, node, limit string) int {
+	t.Helper()
+	return metricValue(t, c, `roomcast_chatlink_limited_total{limit="`+limit+`",node="`+node+`"}`)
+}
+
+// TestSendRates: sends under a rate pass, the first over it gets Error 120 with a retry hint,
+// and a send after the hinted wait passes again; per connection and per room.
+func TestSendRates(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 3} // 200ms a token
+			cc.Limits.SendsPerRoom = ratelimit.Limit{Rate: 2, Burst: 5} // 500ms a token
+		}
+	})
+	node := c.Nodes[0]
+	a := testkit.DialTCP(t, node.TCPAddr())
+	a.Login(testcluster.Token(t, "alice", "sr"))
+	seq := uint64(0)
+	send := func(cl *testkit.Client) *pb.Frame {
+		seq++
+		cl.Send(sendFrame(seq, "hi"))
+		for {
+			if f := cl.Next(); f.GetSendAck() != nil || f.GetError() != nil {
+				return f
+			}
+		}
+	}
+	for i := range 3 {
+		if f := send(a); f.GetSendAck() == nil {
+			t.Fatalf("send %d of a burst of 3: %v", i+1, f)
+		}
+	}
+	f := send(a)
+	e := f.GetError()
+	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.Seq != seq {
+		t.Fatalf("fourth send: want Error 120 for seq %d, got %v", seq, f)
+	}
+	if e.RetryAfterMs == 0 || e.RetryAfterMs > 200 {
+		t.Fatalf("retry_after_ms %d, want 1..200 at 5/s", e.RetryAfterMs)
+	}
+	time.Sleep(time.Duration(e.RetryAfterMs) * time.Millisecond)
+	if f := send(a); f.GetSendAck() == nil {
+		t.Fatalf("send after the retry hint: %v", f)
+	}
+	if n := limitedCount(t, c, node.Name(), "send_conn"); n != 1 {
+		t.Fatalf("limited_total{send_conn} = %d, want 1", n)
+	}
+	// The room has had 4 of its burst of 5: a second member gets one more, then the room's limit.
+	b := testkit.DialTCP(t, node.TCPAddr())
+	b.Login(testcluster.Token(t, "bob", "sr"))
+	if f := send(b); f.GetSendAck() == nil {
+		t.Fatalf("bob's first send: %v", f)
+	}
+	f = send(b)
+	if e := f.GetError(); e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 500 {
+		t.Fatalf("bob's second send: want Error 120 with a retry within 500ms, got %v", f)
+	}
+	if n := limitedCount(t, c, node.Name(), "send_room"); n != 1 {
+		t.Fatalf("limited_total{send_room} = %d, want 1", n)
+	}
+}
+
+// TestJoinRate: logins into a room over its rate get Error 121 with a retry hint, then Kick 4013.
+func TestJoinRate(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 1, Burst: 2} }
+	})
+	node := c.Nodes[0]
+	for i, uid := range []string{"u1", "u2"} {
+		cl := testkit.DialWS(t, node.WSURL())
+		if f := cl.LoginAs(testcluster.Token(t, uid, "jr"), "web"); f.GetLoginAck() == nil {
+			t.Fatalf("login %d of a burst of 2: %v", i+1, f)
+		}
+	}
+	other := testkit.DialWS(t, node.WSURL())
+	other.Login(testcluster.Token(t, "u9", "another-room")) // another room is not held
+	cl := testkit.DialWS(t, node.WSURL())
+	f := cl.LoginAs(testcluster.Token(t, "u3", "jr"), "web")
+	e := f.GetError()
+	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 1000 {
+		t.Fatalf("third login: want Error 121 with a retry within 1s, got %v", f)
+	}
+	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED)
+	if n := limitedCount(t, c, node.Name(), "join_room"); n != 1 {
+		t.Fatalf("limited_total{join_room} = %d, want 1", n)
+	}
+}
+
+// upgradeStatus sends a WebSocket upgrade to the node as a trusted proxy forwarding for client
+// and returns the HTTP status.
+func upgradeStatus(t *testing.T, wsURL, client string) int {
+	t.Helper()
+	status, nc := upgrade(t, wsURL, client)
+	nc.Close()
+	return status
+}
+
+// upgrade is upgradeStatus keeping the connection open.
+func upgrade(t *testing.T, wsURL, client string) (int, net.Conn) {
+	t.Helper()
+	u, _ := url.Parse(wsURL)
+	nc, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_, _ = nc.Write([]byte("GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Forwarded-For: " + client + "\r\n\r\n"))
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, nc
+}
+
+// TestAddressLists: behind a trusted proxy, the forwarded address is what the node's list
+// and per-address connection limit judge; the list file is re-read when it changes.
+func TestAddressLists(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), "ips")
+	if err := os.WriteFile(list, []byte("# test\ndeny 198.51.100.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.TrustedProxies = []string{"127.0.0.1"}
+			cc.IPListFile = list
+			cc.Limits.ConnectionsPerIP = 1
+		}
+	})
+	node := c.Nodes[0]
+	if s := upgradeStatus(t, node.WSURL(), "198.51.100.7"); s != http.StatusForbidden {
+		t.Fatalf("denied CIDR: status %d, want 403", s)
+	}
+	if s := upgradeStatus(t, node.WSURL(), "203.0.113.9"); s != http.StatusSwitchingProtocols {
+		t.Fatalf("allowed address: status %d, want 101", s)
+	}
+	if n := limitedCount(t, c, node.Name(), "denied_ip"); n != 1 {
+		t.Fatalf("limited_total{denied_ip} = %d, want 1", n)
+	}
+	// A client on the peer's own address (loopback) is not held by the per-address limit.
+	testkit.DialWS(t, node.WSURL()).Login(testcluster.Token(t, "local1", "al"))
+	testkit.DialWS(t, node.WSURL()).Login(testcluster.Token(t, "local2", "al"))
+
+	// An allow list refuses every address not on it; the change applies within about a second.
+	if err := os.WriteFile(list, []byte("allow 203.0.113.0/24\ndeny 203.0.113.9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 3*time.Second, 50*time.Millisecond, func() error {
+		if s := upgradeStatus(t, node.WSURL(), "198.18.0.1"); s != http.StatusForbidden {
+			return errStatus(s)
+		}
+		return nil
+	})
+	if s := upgradeStatus(t, node.WSURL(), "203.0.113.9"); s != http.StatusForbidden {
+		t.Fatalf("denied single address inside an allowed CIDR: status %d, want 403", s)
+	}
+	if s := upgradeStatus(t, node.WSURL(), "203.0.113.10"); s != http.StatusSwitchingProtocols {
+		t.Fatalf("allowed CIDR: status %d, want 101", s)
+	}
+	// One connection per address: a second one from it is refused with 429 while the first is open.
+	if s, _ := upgrade(t, node.WSURL(), "203.0.113.11"); s != http.StatusSwitchingProtocols {
+		t.Fatalf("first connection: status %d, want 101", s)
+	}
+	if s := upgradeStatus(t, node.WSURL(), "203.0.113.11"); s != http.StatusTooManyRequests {
+		t.Fatalf("second connection of one address: status %d, want 429", s)
+	}
+	if n := limitedCount(t, c, node.Name(), "connections_ip"); n != 1 {
+		t.Fatalf("limited_total{connections_ip} = %d, want 1", n)
+	}
+}
+
+type errStatus int
+
+func (e errStatus) Error() string { return "status " + http.StatusText(int(e)) }
