@@ -100,6 +100,9 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		if !a.limitHTTP(w, r) { // ratelimit.go
+			return
+		}
 		req := rt.newReq()
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
 		if err != nil {
@@ -194,6 +197,8 @@ type ErrorBody struct {
 	Code  uint32 `json:"code"`
 	Name  string `json:"name"`
 	Error string `json:"error"`
+	// With 122 (API_RATE_LIMITED): how long to wait, as the Retry-After header in milliseconds.
+	RetryAfterMS uint32 `json:"retry_after_ms,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, err error) {

@@ -69,6 +69,8 @@ type Config struct {
 	KVReplicas int
 	// Inbox sets the expiry and the limits of the at-least-once messages to users.
 	Inbox InboxConfig
+	// Limits bound the calls of each API key (ratelimit.go).
+	Limits CallLimits
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).
@@ -131,6 +133,7 @@ type API struct {
 	inbox *inbox.Store // the at-least-once messages to users
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
+	calls *callLimiter
 }
 
 var _ pb.RoomcastAPIServer = (*API)(nil)
@@ -159,14 +162,14 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize)}, nil
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize), calls: newCallLimiter(cfg.Limits)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
 // grpcurl); opts add to its options (grpc.Creds for TLS). The caller serves it on a listener
 // and stops it.
 func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.UnaryInterceptor(a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.authenticate, a.limitGRPC), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
 	pb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s

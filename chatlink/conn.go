@@ -344,7 +344,7 @@ func (c *conn) send(s *pb.Send) {
 		n.limitHit(limit, c, n.now())
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
 			Code: uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over the " + limit + " rate",
-			Seq: s.Seq, RetryAfterMs: retryMS(retry),
+			Seq: s.Seq, RetryAfterMs: ratelimit.Millis(retry),
 		}}})
 		n.m.sendErrors.WithLabelValues(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
 		return
@@ -404,14 +404,9 @@ func (c *conn) refuseLogin(limit string, retry time.Duration, now time.Time) {
 	n.limitHit(limit, c, now)
 	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
 		Code: uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
-		RetryAfterMs: retryMS(retry),
+		RetryAfterMs: ratelimit.Millis(retry),
 	}}})
 	c.close(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED, "over the "+limit+" rate")
-}
-
-// retryMS rounds a wait up to whole milliseconds, at least 1.
-func retryMS(d time.Duration) uint32 {
-	return uint32(max(1, (d+time.Millisecond-1)/time.Millisecond))
 }
 
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {

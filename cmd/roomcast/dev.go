@@ -32,6 +32,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindInboxFlags(flags, &cfg.Inbox)
+	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")

@@ -25,6 +25,12 @@ func (f limitFlag) Set(s string) error {
 	return err
 }
 
+// bindAPILimitFlag binds the server API's call rate per key.
+func bindAPILimitFlag(fs *flag.FlagSet, l *ratelimit.Limit) {
+	*l, _ = ratelimit.Parse("5000/s:10000")
+	fs.Var(limitFlag{l}, "limit-api-calls-per-key", "server API calls of one API key on one services instance; over it: HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED with RetryInfo, code 122: RATE/s, RATE/m or RATE/h, optionally :BURST (0: none)")
+}
+
 // bindClientLimitFlags binds the ChatLink's client limits (docs/security.md) with the
 // deployment's defaults; the returned function copies them into a Config.
 func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {

@@ -97,6 +97,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlags(fs, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
 	bindInboxFlags(fs, &cfg.API.Inbox)
+	bindAPILimitFlag(fs, &cfg.API.Limits.PerKey)
 	bindQueueFlags(fs, &cfg.Queue)
 	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")

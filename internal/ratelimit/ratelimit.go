@@ -64,6 +64,11 @@ func Parse(s string) (Limit, error) {
 	return l, nil
 }
 
+// Millis rounds a wait up to whole milliseconds, at least 1: the retry hint clients are told.
+func Millis(d time.Duration) uint32 {
+	return uint32(max(1, (d+time.Millisecond-1)/time.Millisecond))
+}
+
 // Bucket is one token bucket, for a limit held by its owner (a connection's sends).
 type Bucket struct{ l *rate.Limiter }
 

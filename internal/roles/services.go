@@ -256,7 +256,7 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
 	}
-	acfg.Log = cfg.Log
+	acfg.Log, acfg.Limits.Registry = cfg.Log, cfg.Registry
 	if s.API, err = api.New(acfg); err != nil {
 		return nil, err
 	}
