@@ -63,6 +63,8 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("PUT", "/v1/limits", func() *pb.AppLimits { return new(pb.AppLimits) }, a.SetAppLimits),
+		handle("GET", "/v1/limits", func() *pb.GetAppLimitsRequest { return new(pb.GetAppLimitsRequest) }, a.GetAppLimits),
 		handle("GET", "/v1/rooms/{room}/history", func() *pb.GetHistoryRequest { return new(pb.GetHistoryRequest) }, a.GetHistory),
 		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
@@ -100,7 +102,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		if !a.limitHTTP(w, r) { // ratelimit.go
+		if !a.limitHTTP(w, r, app) { // ratelimit.go
 			return
 		}
 		req := rt.newReq()

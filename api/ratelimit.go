@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"roomcast/internal/applimits"
 	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -51,11 +52,16 @@ func newCallLimiter(cfg CallLimits) *callLimiter {
 	return l
 }
 
-// take spends one call of the key in authorization (already checked), or says how long until
-// the key may call again.
-func (l *callLimiter) take(authorization string) (bool, time.Duration) {
+// take spends one call of the key in authorization (already checked) of app, or says how long
+// until the key may call again. The app's own rate (SetAppLimits) replaces the deployment's.
+func (a *API) takeCall(ctx context.Context, app, authorization string) (bool, time.Duration) {
+	l := a.calls
 	key, _ := strings.CutPrefix(authorization, "Bearer ")
-	ok, retry := l.keys.Take(key, l.cfg.PerKey, l.now())
+	limit := l.cfg.PerKey
+	if own := a.appLimits.App(ctx, app); own != nil {
+		limit = applimits.Or(own.APICallsPerKey, limit)
+	}
+	ok, retry := l.keys.Take(key, limit, l.now())
 	if !ok {
 		l.limited.Inc()
 	}
@@ -63,8 +69,8 @@ func (l *callLimiter) take(authorization string) (bool, time.Duration) {
 }
 
 // limitHTTP answers a call over its key's rate with 429 and reports false.
-func (a *API) limitHTTP(w http.ResponseWriter, r *http.Request) bool {
-	ok, retry := a.calls.take(r.Header.Get("Authorization"))
+func (a *API) limitHTTP(w http.ResponseWriter, r *http.Request, app string) bool {
+	ok, retry := a.takeCall(r.Context(), app, r.Header.Get("Authorization"))
 	if ok {
 		return true
 	}
@@ -79,7 +85,8 @@ func (a *API) limitHTTP(w http.ResponseWriter, r *http.Request) bool {
 
 // limitGRPC is the gRPC interceptor, after authenticate, that holds each key to its rate.
 func (a *API) limitGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if appOf(ctx) == "" {
+	app := appOf(ctx)
+	if app == "" {
 		return h(ctx, req) // not an API call: authenticate let it through for its own service
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -87,7 +94,7 @@ func (a *API) limitGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	if v := md.Get("authorization"); len(v) > 0 {
 		authz = v[0]
 	}
-	ok, retry := a.calls.take(authz)
+	ok, retry := a.takeCall(ctx, app, authz)
 	if ok {
 		return h(ctx, req)
 	}

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -90,4 +92,37 @@ func metricValue(t *testing.T, c *devcluster.Cluster, series string) int {
 	}
 	n, _ := strconv.ParseFloat(string(m[1]), 64)
 	return int(n)
+}
+
+// TestAppLimitsThroughTheAPI: SetAppLimits checks what it stores, GetAppLimits returns it, and
+// the app's own call rate replaces the deployment's within about a second.
+func TestAppLimitsThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	if status, out := httpCall(t, c, "PUT", "/v1/limits", devcluster.APIKey, `{"sends_per_conn": "fast"}`); status != 400 {
+		t.Fatalf("a rate that does not parse: HTTP %d %v, want 400", status, out)
+	}
+	if status, out := httpCall(t, c, "PUT", "/v1/limits", devcluster.APIKey, `{"deny": ["10.0.0.0/33"]}`); status != 400 {
+		t.Fatalf("a CIDR that does not parse: HTTP %d %v, want 400", status, out)
+	}
+	mustHTTP(t, c, 200, "PUT", "/v1/limits", `{"api_calls_per_key": "1/m:2", "deny": ["198.51.100.0/24"]}`)
+	got := mustHTTP(t, c, 200, "GET", "/v1/limits", "")
+	if got["api_calls_per_key"] != "1/m:2" || len(got["deny"].([]any)) != 1 {
+		t.Fatalf("GET /v1/limits: %v", got)
+	}
+	start := time.Now()
+	testkit.CheckFor(t, 3*time.Second, 50*time.Millisecond, func() error {
+		if status, out := httpCall(t, c, "GET", "/v1/online", devcluster.APIKey, ""); status != http.StatusTooManyRequests {
+			return fmt.Errorf("call after the change: HTTP %d %v", status, out)
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the app's call rate took %v to apply", d)
+	}
+	// gRPC sees the same limits.
+	l, err := grpcClient(t, c).GetAppLimits(devCtx(), &pb.GetAppLimitsRequest{})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("GetAppLimits over the app's rate: %v %v, want RESOURCE_EXHAUSTED", l, err)
+	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"roomcast/cdnmanager"
 	"roomcast/inbox"
+	"roomcast/internal/applimits"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
@@ -134,6 +135,9 @@ type API struct {
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
 	calls *callLimiter
+	// The apps' own limits (limits.go): written by SetAppLimits, read through a cache.
+	limitStore *applimits.Store
+	appLimits  *applimits.Cache
 }
 
 var _ pb.RoomcastAPIServer = (*API)(nil)
@@ -162,7 +166,11 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize), calls: newCallLimiter(cfg.Limits)}, nil
+	ls, err := applimits.Open(ctx, js, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return &API{limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge), cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize), calls: newCallLimiter(cfg.Limits)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for

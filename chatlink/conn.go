@@ -50,12 +50,11 @@ const (
 type conn struct {
 	node       *Node
 	t          transport
-	lastSeen   atomic.Int64      // unix nanoseconds of the last frame received (or of the connect)
-	accepted   int64             // unix nanoseconds of the connect: the login deadline runs from here
-	addr       netip.Addr        // the client's address (behind a trusted proxy, the one it forwarded); may be invalid
-	sends      *ratelimit.Bucket // the connection's send rate; nil without one
-	hbInterval atomic.Uint32     // milliseconds: the heartbeat interval this client was told
-	closing    atomic.Bool       // a Kick is on its way; frames from the client are ignored
+	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
+	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
+	addr       netip.Addr    // the client's address (behind a trusted proxy, the one it forwarded); may be invalid
+	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
+	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
 
 	// Touched only by the connection's reader.
 	lastBeat    int64 // unix nanoseconds of the last heartbeat
@@ -79,12 +78,13 @@ type conn struct {
 	sending bool // sendLoop is running (next to state: the two share a word)
 	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
-	sendq    []*pb.Send // sends waiting for the room service, oldest first
-	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
+	sendq    []*pb.Send       // sends waiting for the room service, oldest first
+	acks     *inboxAcks       // the Acks waiting for the store (inbox.go); nil until the first use
+	sends    ratelimit.Bucket // the connection's send rate (limits.go)
 }
 
 func (n *Node) newConn(t transport, addr netip.Addr) *conn {
-	c := &conn{node: n, t: t, accepted: n.now().UnixNano(), addr: addr, sends: ratelimit.NewBucket(n.cfg.Limits.SendsPerConn)}
+	c := &conn{node: n, t: t, accepted: n.now().UnixNano(), addr: addr}
 	n.limits.opened(addr)
 	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
@@ -226,6 +226,12 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 	c.app, c.room, c.uid = claims.App, claims.Room, claims.UID
+	if !n.limits.appAllows(c.app, c.addr) {
+		n.m.logins.WithLabelValues("denied").Inc()
+		n.sampledLog(now, "address denied by the app's list", "addr", c.addr, "app", c.app)
+		c.close(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED, "address not allowed for this app")
+		return
+	}
 	if limit, retry := n.limits.loginRoom(c.app, c.room, now); limit != "" {
 		c.refuseLogin(limit, retry, now)
 		return

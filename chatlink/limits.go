@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"roomcast/internal/applimits"
 	"roomcast/internal/clientip"
 	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
@@ -38,15 +40,16 @@ type Limits struct {
 
 // Names of the limits, labelling roomcast_chatlink_limited_total.
 const (
-	limitLoginIP   = "login_ip"
-	limitLoginApp  = "login_app"
-	limitJoinRoom  = "join_room"
-	limitSendConn  = "send_conn"
-	limitSendUser  = "send_user"
-	limitSendRoom  = "send_room"
-	limitConnsIP   = "connections_ip"
-	limitDeniedIP  = "denied_ip"
-	ipListInterval = time.Second // how often the IP list file is looked at
+	limitLoginIP     = "login_ip"
+	limitLoginApp    = "login_app"
+	limitJoinRoom    = "join_room"
+	limitSendConn    = "send_conn"
+	limitSendUser    = "send_user"
+	limitSendRoom    = "send_room"
+	limitConnsIP     = "connections_ip"
+	limitDeniedIP    = "denied_ip"
+	limitDeniedAppIP = "denied_ip_app"
+	ipListInterval   = time.Second // how often the IP list file is looked at
 )
 
 type (
@@ -56,20 +59,21 @@ type (
 
 // limiter holds the node's rate tables and its per-address connection counts.
 type limiter struct {
-	cfg      Limits
-	trusted  clientip.Prefixes
-	limited  *prometheus.CounterVec // by limit name
-	logins   *ratelimit.Table[netip.Addr]
-	apps     *ratelimit.Table[string]
-	joins    *ratelimit.Table[roomKey]
-	users    *ratelimit.Table[userKey]
-	rooms    *ratelimit.Table[roomKey]
-	lists    atomic.Pointer[ipLists]
-	sampled  *ratelimit.Bucket // at most one attack log a second
-	mu       sync.Mutex        // guards open
-	open     map[netip.Addr]int
-	listMod  time.Time // modification time of the list file last read; touched by the reload loop
-	listSize int64
+	cfg       Limits
+	trusted   clientip.Prefixes
+	limited   *prometheus.CounterVec // by limit name
+	logins    *ratelimit.Table[netip.Addr]
+	appLogins *ratelimit.Table[string]
+	apps      *applimits.Watcher // the apps' own limits and lists; nil until the node starts
+	joins     *ratelimit.Table[roomKey]
+	users     *ratelimit.Table[userKey]
+	rooms     *ratelimit.Table[roomKey]
+	lists     atomic.Pointer[applimits.Parsed] // the node's address lists (its Allow and Deny)
+	sampled   *ratelimit.Table[string]         // attack logs by message: about one a second of each
+	mu        sync.Mutex                       // guards open
+	open      map[netip.Addr]int
+	listMod   time.Time // modification time of the list file last read; touched by the reload loop
+	listSize  int64
 }
 
 func newLimiter(cfg Config) (*limiter, error) {
@@ -87,12 +91,12 @@ func newLimiter(cfg Config) (*limiter, error) {
 			Name: "roomcast_chatlink_limited_total",
 			Help: "Connections, logins and sends refused by a limit or an address list, by limit.",
 		}, []string{"limit"}),
-		logins: ratelimit.NewTable[netip.Addr](size), apps: ratelimit.NewTable[string](size),
+		logins: ratelimit.NewTable[netip.Addr](size), appLogins: ratelimit.NewTable[string](size),
 		joins: ratelimit.NewTable[roomKey](size), users: ratelimit.NewTable[userKey](size),
 		rooms: ratelimit.NewTable[roomKey](size), open: make(map[netip.Addr]int),
-		sampled: ratelimit.NewBucket(ratelimit.Limit{Rate: 1, Burst: 5}),
+		sampled: ratelimit.NewTable[string](16),
 	}
-	l.lists.Store(&ipLists{})
+	l.lists.Store(&applimits.Parsed{})
 	if cfg.IPListFile != "" {
 		if err := l.reloadIPList(cfg.IPListFile); err != nil {
 			return nil, fmt.Errorf("chatlink: %w", err)
@@ -123,7 +127,7 @@ func (l *limiter) clientAddr(peer string, forwarded []string, realIP string) net
 
 // admit says whether a new connection from a may open: 0 when it may, else the close code.
 func (l *limiter) admit(a netip.Addr) pb.CloseCode {
-	if !l.lists.Load().allows(a) {
+	if !l.lists.Load().Allows(a) {
 		l.limited.WithLabelValues(limitDeniedIP).Inc()
 		return pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
 	}
@@ -170,26 +174,49 @@ func (l *limiter) loginAddr(a netip.Addr, now time.Time) (string, time.Duration)
 	return "", 0
 }
 
-// loginRoom checks a verified login against its app's and room's rates.
+// appAllows says whether app's own address lists let a login from a in.
+func (l *limiter) appAllows(app string, a netip.Addr) bool {
+	if l.apps.App(app).Allows(a) {
+		return true
+	}
+	l.limited.WithLabelValues(limitDeniedAppIP).Inc()
+	return false
+}
+
+// loginRoom checks a verified login against its app's and room's rates; an app's own limits
+// (SetAppLimits) replace the node's.
 func (l *limiter) loginRoom(app, room string, now time.Time) (string, time.Duration) {
-	if ok, retry := l.apps.Take(app, l.cfg.LoginsPerApp, now); !ok {
+	logins, joins := l.cfg.LoginsPerApp, l.cfg.JoinsPerRoom
+	if own := l.apps.App(app); own != nil {
+		logins, joins = applimits.Or(own.LoginsPerApp, logins), applimits.Or(own.JoinsPerRoom, joins)
+	}
+	if ok, retry := l.appLogins.Take(app, logins, now); !ok {
 		return limitLoginApp, retry
 	}
-	if ok, retry := l.joins.Take(roomKey{app, room}, l.cfg.JoinsPerRoom, now); !ok {
+	if ok, retry := l.joins.Take(roomKey{app, room}, joins, now); !ok {
 		return limitJoinRoom, retry
 	}
 	return "", 0
 }
 
-// send checks a Send of c against the connection's, user's and room's rates.
+// send checks a Send of c against the connection's, user's and room's rates. Caller holds c.mu.
 func (l *limiter) send(c *conn, now time.Time) (string, time.Duration) {
-	if ok, retry := c.sends.Take(now); !ok {
+	own := l.apps.App(c.app)
+	if own == nil { // the usual case: the node's limits
+		return l.sendWith(c, now, l.cfg.SendsPerConn, l.cfg.SendsPerUser, l.cfg.SendsPerRoom)
+	}
+	return l.sendWith(c, now, applimits.Or(own.SendsPerConn, l.cfg.SendsPerConn),
+		applimits.Or(own.SendsPerUser, l.cfg.SendsPerUser), applimits.Or(own.SendsPerRoom, l.cfg.SendsPerRoom))
+}
+
+func (l *limiter) sendWith(c *conn, now time.Time, perConn, perUser, perRoom ratelimit.Limit) (string, time.Duration) {
+	if ok, retry := c.sends.Take(perConn, now); !ok {
 		return limitSendConn, retry
 	}
-	if ok, retry := l.users.Take(userKey{c.app, c.uid}, l.cfg.SendsPerUser, now); !ok {
+	if ok, retry := l.users.Take(userKey{c.app, c.uid}, perUser, now); !ok {
 		return limitSendUser, retry
 	}
-	if ok, retry := l.rooms.Take(roomKey{c.app, c.room}, l.cfg.SendsPerRoom, now); !ok {
+	if ok, retry := l.rooms.Take(roomKey{c.app, c.room}, perRoom, now); !ok {
 		return limitSendRoom, retry
 	}
 	return "", 0
@@ -201,28 +228,18 @@ func (n *Node) limitHit(limit string, c *conn, now time.Time) {
 	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr, "app", c.app, "room", c.room, "uid", c.uid)
 }
 
-// sampledLog logs an attack pattern at most about once a second.
+// sampledLog logs an attack pattern, each msg about once a second at most.
 func (n *Node) sampledLog(now time.Time, msg string, args ...any) {
-	if ok, _ := n.limits.sampled.Take(now); ok {
+	if ok, _ := n.limits.sampled.Take(msg, ratelimit.Limit{Rate: 1, Burst: 5}, now); ok {
 		n.log.Warn(msg, args...)
 	}
 }
 
-// ipLists are the node's allow and deny lists. A denied address is refused; when the allow
-// list is not empty, so is every address not on it, and a connection whose address is unknown.
-type ipLists struct{ allow, deny clientip.Prefixes }
-
-func (l *ipLists) allows(a netip.Addr) bool {
-	if !a.IsValid() {
-		return len(l.allow) == 0
-	}
-	return !l.deny.Contains(a) && (len(l.allow) == 0 || l.allow.Contains(a))
-}
-
 // parseIPList reads lines "allow CIDR" or "deny CIDR" (a bare address is a /32 or /128);
-// blank lines and lines starting with # are skipped.
-func parseIPList(text string) (*ipLists, error) {
-	var out ipLists
+// blank lines and lines starting with # are skipped. A denied address is refused; when the
+// allow list is not empty, so is every address not on it, and one that is unknown.
+func parseIPList(text string) (*applimits.Parsed, error) {
+	var out applimits.Parsed
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for line := 1; sc.Scan(); line++ {
 		s := strings.TrimSpace(sc.Text())
@@ -236,9 +253,9 @@ func parseIPList(text string) (*ipLists, error) {
 		}
 		switch verb {
 		case "allow":
-			out.allow = append(out.allow, p...)
+			out.Allow = append(out.Allow, p...)
 		case "deny":
-			out.deny = append(out.deny, p...)
+			out.Deny = append(out.Deny, p...)
 		default:
 			return nil, fmt.Errorf("line %d: want \"allow CIDR\" or \"deny CIDR\", got %q", line, s)
 		}
@@ -283,4 +300,17 @@ func (n *Node) ipListLoop() {
 			}
 		}
 	}
+}
+
+// followAppLimits opens the apps' limits bucket and reads it.
+func followAppLimits(ctx context.Context, n *Node) (*applimits.Watcher, error) {
+	st, err := applimits.Open(ctx, n.js, n.cfg.KVReplicas)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: %w", err)
+	}
+	w, err := st.Follow(ctx, n.log)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: %w", err)
+	}
+	return w, nil
 }

@@ -2,11 +2,14 @@ package chatlink_test
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,3 +199,78 @@ func TestAddressLists(t *testing.T) {
 type errStatus int
 
 func (e errStatus) Error() string { return "status " + http.StatusText(int(e)) }
+
+// putAppLimits sets the dev app's limits through the server API.
+func putAppLimits(t *testing.T, c *devcluster.Cluster, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", c.URL()+"/v1/limits", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT /v1/limits %s: HTTP %d %s", body, resp.StatusCode, b)
+	}
+}
+
+// TestAppLimitsLive: an app's own limits and address list, set through the server API, apply
+// to the ChatLink's connections within about a second, and removing them lifts them.
+func TestAppLimitsLive(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	node := c.Nodes[0]
+	a := testkit.DialTCP(t, node.TCPAddr())
+	a.Login(testcluster.Token(t, "alice", "live"))
+	seq := uint64(0)
+	send := func() *pb.Frame {
+		seq++
+		a.Send(sendFrame(seq, "hi"))
+		for {
+			if f := a.Next(); f.GetSendAck() != nil || f.GetError() != nil {
+				return f
+			}
+		}
+	}
+	for range 5 { // no limit by default in a test cluster
+		if f := send(); f.GetSendAck() == nil {
+			t.Fatalf("send without a limit: %v", f)
+		}
+	}
+	putAppLimits(t, c, `{"sends_per_conn": "1/m:1"}`)
+	start := time.Now()
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if f := send(); f.GetError().GetCode() != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) {
+			return fmt.Errorf("send after the change: %v", f)
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Fatalf("the app's limit took %v to apply", d)
+	}
+	// The app's deny list refuses a login from the client's address with 4014.
+	putAppLimits(t, c, `{"deny": ["127.0.0.0/8", "::1"]}`)
+	testkit.CheckFor(t, 3*time.Second, 50*time.Millisecond, func() error {
+		cl := testkit.DialTCP(t, node.TCPAddr())
+		defer cl.Close()
+		if f := cl.LoginAs(testcluster.Token(t, "bob", "live"), "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED) {
+			return fmt.Errorf("login from a denied address: %v", f)
+		}
+		return nil
+	})
+	if n := limitedCount(t, c, node.Name(), "denied_ip_app"); n < 1 {
+		t.Fatalf("limited_total{denied_ip_app} = %d, want at least 1", n)
+	}
+	// Limits removed: the node's (none here) apply again.
+	putAppLimits(t, c, `{}`)
+	testkit.CheckFor(t, 3*time.Second, 50*time.Millisecond, func() error {
+		cl := testkit.DialTCP(t, node.TCPAddr())
+		defer cl.Close()
+		if f := cl.LoginAs(testcluster.Token(t, "carol", "live"), "web"); f.GetLoginAck() == nil {
+			return fmt.Errorf("login after the lists were removed: %v", f)
+		}
+		return nil
+	})
+}

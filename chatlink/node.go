@@ -170,8 +170,16 @@ func (n *Node) start() error {
 			}
 		}
 	}
+	// Last, as its watcher is stopped only by Run.
+	ctx, cancel = context.WithTimeout(n.ctx, 10*time.Second)
+	n.limits.apps, err = followAppLimits(ctx, n)
+	cancel()
+	if err != nil {
+		return err
+	}
 	// Nothing fails from here on: the node reports itself to the services and the dispatcher
 	// only now that it will serve.
+	n.goAsync(func() { n.limits.apps.Run(n.ctx) })
 	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.sse.serve)

@@ -69,23 +69,30 @@ func Millis(d time.Duration) uint32 {
 	return uint32(max(1, (d+time.Millisecond-1)/time.Millisecond))
 }
 
-// Bucket is one token bucket, for a limit held by its owner (a connection's sends).
+// Bucket is one token bucket, for a limit held by its owner (a connection's sends). Its zero
+// value is ready: it fills at the first Take. Its owner serializes Takes.
 type Bucket struct{ l *rate.Limiter }
 
-// NewBucket returns a full bucket of l; nil when l is off.
-func NewBucket(l Limit) *Bucket {
+// Take takes a token under limit l at now, or says how long until one is there. An off limit
+// always gives; a changed one applies from now.
+func (b *Bucket) Take(l Limit, now time.Time) (ok bool, retryAfter time.Duration) {
 	if l.Off() {
-		return nil
-	}
-	return &Bucket{rate.NewLimiter(rate.Limit(l.Rate), l.Burst)}
-}
-
-// Take takes a token at now, or says how long until one is there. A nil Bucket always gives.
-func (b *Bucket) Take(now time.Time) (ok bool, retryAfter time.Duration) {
-	if b == nil {
 		return true, 0
 	}
+	if b.l == nil {
+		b.l = rate.NewLimiter(rate.Limit(l.Rate), l.Burst)
+	} else {
+		adjust(b.l, l, now)
+	}
 	return take(b.l, now)
+}
+
+// adjust applies a limit changed live to a bucket.
+func adjust(b *rate.Limiter, l Limit, now time.Time) {
+	if b.Limit() != rate.Limit(l.Rate) || b.Burst() != l.Burst {
+		b.SetLimitAt(now, rate.Limit(l.Rate))
+		b.SetBurstAt(now, l.Burst)
+	}
 }
 
 func take(l *rate.Limiter, now time.Time) (bool, time.Duration) {
@@ -133,9 +140,8 @@ func (t *Table[K]) Take(key K, l Limit, now time.Time) (ok bool, retryAfter time
 		}
 		b = rate.NewLimiter(rate.Limit(l.Rate), l.Burst)
 		t.buckets[key] = b
-	case b.Limit() != rate.Limit(l.Rate) || b.Burst() != l.Burst: // the limit changed live
-		b.SetLimitAt(now, rate.Limit(l.Rate))
-		b.SetBurstAt(now, l.Burst)
+	default:
+		adjust(b, l, now)
 	}
 	return take(b, now)
 }
