@@ -48,11 +48,13 @@ const (
 
 // conn is one client connection, from accept to close.
 type conn struct {
-	node       *Node
-	t          transport
-	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
-	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
-	addr       netip.Addr    // the client's address (behind a trusted proxy, the one it forwarded); may be invalid
+	node     *Node
+	t        transport
+	lastSeen atomic.Int64 // unix nanoseconds of the last frame received (or of the connect)
+	accepted int64        // unix nanoseconds of the connect: the login deadline runs from here
+	// The client's address (behind a trusted proxy, the one it forwarded), IPv4 mapped; zero
+	// when unknown. Not a netip.Addr, whose zone handle would cost 8 more bytes per connection.
+	addr16     [16]byte
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
 
@@ -78,19 +80,36 @@ type conn struct {
 	sending bool // sendLoop is running (next to state: the two share a word)
 	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
-	sendq    []*pb.Send       // sends waiting for the room service, oldest first
-	acks     *inboxAcks       // the Acks waiting for the store (inbox.go); nil until the first use
-	sends    ratelimit.Bucket // the connection's send rate (limits.go)
+	sends    *connSends // nil until the first Send
+	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
 func (n *Node) newConn(t transport, addr netip.Addr) *conn {
-	c := &conn{node: n, t: t, accepted: n.now().UnixNano(), addr: addr}
+	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
+	if addr.IsValid() {
+		c.addr16 = addr.As16()
+	}
 	n.limits.opened(addr)
 	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
 	n.m.connections.Inc()
 	return c
+}
+
+// connSends are a connection's sends waiting for the room service, oldest first, and its send
+// rate (limits.go). Guarded by the conn's mu.
+type connSends struct {
+	q    []*pb.Send
+	rate ratelimit.Bucket
+}
+
+// addr returns the client's address; invalid when unknown.
+func (c *conn) addr() netip.Addr {
+	if c.addr16 == ([16]byte{}) {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16(c.addr16).Unmap()
 }
 
 func (c *conn) getState() connState {
@@ -192,7 +211,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 	now := n.now()
-	if limit, retry := n.limits.loginAddr(c.addr, now); limit != "" {
+	if limit, retry := n.limits.loginAddr(c.addr(), now); limit != "" {
 		c.refuseLogin(limit, retry, now)
 		return
 	}
@@ -208,7 +227,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	case err != nil:
 		n.m.logins.WithLabelValues("bad_token").Inc()
-		n.sampledLog(now, "bad token", "addr", c.addr, "err", err)
+		n.sampledLog(now, "bad token", "addr", c.addr(), "err", err)
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
@@ -226,9 +245,9 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 	c.app, c.room, c.uid = claims.App, claims.Room, claims.UID
-	if !n.limits.appAllows(c.app, c.addr) {
+	if !n.limits.appAllows(c.app, c.addr()) {
 		n.m.logins.WithLabelValues("denied").Inc()
-		n.sampledLog(now, "address denied by the app's list", "addr", c.addr, "app", c.app)
+		n.sampledLog(now, "address denied by the app's list", "addr", c.addr(), "app", c.app)
 		c.close(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED, "address not allowed for this app")
 		return
 	}
@@ -340,7 +359,10 @@ func (c *conn) heartbeat(h *pb.Heartbeat) {
 func (c *conn) send(s *pb.Send) {
 	n := c.node
 	c.mu.Lock()
-	if len(c.sendq) >= n.cfg.MaxInflightSends {
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	if len(c.sends.q) >= n.cfg.MaxInflightSends {
 		c.mu.Unlock()
 		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
@@ -355,7 +377,7 @@ func (c *conn) send(s *pb.Send) {
 		n.m.sendErrors.WithLabelValues(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
 		return
 	}
-	c.sendq = append(c.sendq, s)
+	c.sends.q = append(c.sends.q, s)
 	start := !c.sending
 	c.sending = true
 	c.mu.Unlock()
@@ -367,14 +389,14 @@ func (c *conn) send(s *pb.Send) {
 func (c *conn) sendLoop() {
 	for {
 		c.mu.Lock()
-		if len(c.sendq) == 0 || c.state == stateClosed {
-			c.sendq, c.sending = nil, false
+		if len(c.sends.q) == 0 || c.state == stateClosed {
+			c.sends.q, c.sending = nil, false
 			c.mu.Unlock()
 			return
 		}
-		s := c.sendq[0]
-		c.sendq[0] = nil
-		c.sendq = c.sendq[1:]
+		s := c.sends.q[0]
+		c.sends.q[0] = nil
+		c.sends.q = c.sends.q[1:]
 		c.mu.Unlock()
 		c.forward(s)
 	}
@@ -459,7 +481,7 @@ func (c *conn) closed() {
 	n := c.node
 	n.conns.remove(c)
 	n.m.connections.Dec()
-	n.limits.closed(c.addr)
+	n.limits.closed(c.addr())
 	if prev != stateLive {
 		return // a login in progress undoes its own join
 	}

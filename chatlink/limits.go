@@ -210,7 +210,7 @@ func (l *limiter) send(c *conn, now time.Time) (string, time.Duration) {
 }
 
 func (l *limiter) sendWith(c *conn, now time.Time, perConn, perUser, perRoom ratelimit.Limit) (string, time.Duration) {
-	if ok, retry := c.sends.Take(perConn, now); !ok {
+	if ok, retry := c.sends.rate.Take(perConn, now); !ok {
 		return limitSendConn, retry
 	}
 	if ok, retry := l.users.Take(userKey{c.app, c.uid}, perUser, now); !ok {
@@ -225,7 +225,7 @@ func (l *limiter) sendWith(c *conn, now time.Time, perConn, perUser, perRoom rat
 // limitHit counts a refusal by limit and logs it, sampled: an attack must not flood the log.
 func (n *Node) limitHit(limit string, c *conn, now time.Time) {
 	n.limits.limited.WithLabelValues(limit).Inc()
-	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr, "app", c.app, "room", c.room, "uid", c.uid)
+	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr(), "app", c.app, "room", c.room, "uid", c.uid)
 }
 
 // sampledLog logs an attack pattern, each msg about once a second at most.

@@ -28,7 +28,7 @@ func (f limitFlag) Set(s string) error {
 // bindAPILimitFlag binds the server API's call rate per key.
 func bindAPILimitFlag(fs *flag.FlagSet, l *ratelimit.Limit) {
 	*l, _ = ratelimit.Parse("5000/s:10000")
-	fs.Var(limitFlag{l}, "limit-api-calls-per-key", "server API calls of one API key on one services instance; over it: HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED with RetryInfo, code 122: RATE/s, RATE/m or RATE/h, optionally :BURST (0: none)")
+	fs.Var(limitFlag{l}, "limit-api-calls-per-key", "server API calls of one API key on one services instance; over it: HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED with RetryInfo, code 122: a `rate` RATE/s, RATE/m or RATE/h, optionally :BURST (0: none)")
 }
 
 // bindClientLimitFlags binds the ChatLink's client limits (docs/security.md) with the
@@ -41,7 +41,7 @@ func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	)
 	rate := func(name string, l *ratelimit.Limit, def, what string) {
 		*l, _ = ratelimit.Parse(def)
-		fs.Var(limitFlag{l}, name, what+": RATE/s, RATE/m or RATE/h, optionally :BURST (0: none)")
+		fs.Var(limitFlag{l}, name, what+": a `rate` RATE/s, RATE/m or RATE/h, optionally :BURST (0: none)")
 	}
 	rate("limit-logins-per-ip", &lim.LoginsPerIP, "20/s:100", "logins from one client address (IPv6: its /64) on this node; over it: Error 121 and Kick 4013")
 	rate("limit-logins-per-app", &lim.LoginsPerApp, "0", "logins into one app on this node")
