@@ -3,7 +3,9 @@ package chatlink
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -59,21 +61,22 @@ type (
 
 // limiter holds the node's rate tables and its per-address connection counts.
 type limiter struct {
-	cfg       Limits
-	trusted   clientip.Prefixes
-	limited   *prometheus.CounterVec // by limit name
-	logins    *ratelimit.Table[netip.Addr]
-	appLogins *ratelimit.Table[string]
-	apps      *applimits.Watcher // the apps' own limits and lists; nil until the node starts
-	joins     *ratelimit.Table[roomKey]
-	users     *ratelimit.Table[userKey]
-	rooms     *ratelimit.Table[roomKey]
-	lists     atomic.Pointer[applimits.Parsed] // the node's address lists (its Allow and Deny)
-	sampled   *ratelimit.Table[string]         // attack logs by message: about one a second of each
-	mu        sync.Mutex                       // guards open
-	open      map[netip.Addr]int
-	listMod   time.Time // modification time of the list file last read; touched by the reload loop
-	listSize  int64
+	cfg        Limits
+	trusted    clientip.Prefixes
+	limited    *prometheus.CounterVec // by limit name
+	handshakes *prometheus.CounterVec // failed, by handshake (tls, websocket) and reason (timeout, bad)
+	logins     *ratelimit.Table[netip.Addr]
+	appLogins  *ratelimit.Table[string]
+	apps       *applimits.Watcher // the apps' own limits and lists; nil until the node starts
+	joins      *ratelimit.Table[roomKey]
+	users      *ratelimit.Table[userKey]
+	rooms      *ratelimit.Table[roomKey]
+	lists      atomic.Pointer[applimits.Parsed] // the node's address lists (its Allow and Deny)
+	sampled    *ratelimit.Table[string]         // attack logs by message: about one a second of each
+	mu         sync.Mutex                       // guards open
+	open       map[netip.Addr]int
+	listMod    time.Time // modification time of the list file last read; touched by the reload loop
+	listSize   int64
 }
 
 func newLimiter(cfg Config) (*limiter, error) {
@@ -91,6 +94,10 @@ func newLimiter(cfg Config) (*limiter, error) {
 			Name: "roomcast_chatlink_limited_total",
 			Help: "Connections, logins and sends refused by a limit or an address list, by limit.",
 		}, []string{"limit"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_handshakes_failed_total",
+			Help: "TLS and WebSocket handshakes that failed, by handshake and reason (timeout: never finished).",
+		}, []string{"handshake", "reason"}),
 		logins: ratelimit.NewTable[netip.Addr](size), appLogins: ratelimit.NewTable[string](size),
 		joins: ratelimit.NewTable[roomKey](size), users: ratelimit.NewTable[userKey](size),
 		rooms: ratelimit.NewTable[roomKey](size), open: make(map[netip.Addr]int),
@@ -226,6 +233,17 @@ func (l *limiter) sendWith(c *conn, now time.Time, perConn, perUser, perRoom rat
 func (n *Node) limitHit(limit string, c *conn, now time.Time) {
 	n.limits.limited.WithLabelValues(limit).Inc()
 	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr(), "app", c.app, "room", c.room, "uid", c.uid)
+}
+
+// handshakeFailed counts a TLS or WebSocket handshake that failed, apart those that never
+// finished (slow-loris), and logs it sampled.
+func (n *Node) handshakeFailed(nc net.Conn, what string, err error) {
+	reason := "bad"
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		reason = "timeout"
+	}
+	n.limits.handshakes.WithLabelValues(what, reason).Inc()
+	n.sampledLog(n.now(), "handshake failed", "what", what, "reason", reason, "peer", nc.RemoteAddr().String(), "err", err)
 }
 
 // sampledLog logs an attack pattern, each msg about once a second at most.

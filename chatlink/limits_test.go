@@ -164,6 +164,18 @@ func TestAddressLists(t *testing.T) {
 	if n := limitedCount(t, c, node.Name(), "denied_ip"); n != 1 {
 		t.Fatalf("limited_total{denied_ip} = %d, want 1", n)
 	}
+	// A handshake that is not HTTP is answered 400 and counted.
+	u, _ := url.Parse(node.WSURL())
+	garbage, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = garbage.Write([]byte("\x16\x03\x01 not http\r\n\r\n"))
+	_, _ = io.ReadAll(garbage)
+	garbage.Close()
+	if n := metricValue(t, c, `roomcast_chatlink_handshakes_failed_total{handshake="websocket",node="`+node.Name()+`",reason="bad"}`); n != 1 {
+		t.Fatalf("handshakes_failed_total{websocket,bad} = %d, want 1", n)
+	}
 	// A client on the peer's own address (loopback) is not held by the per-address limit.
 	testkit.DialWS(t, node.WSURL()).Login(testcluster.Token(t, "local1", "al"))
 	testkit.DialWS(t, node.WSURL()).Login(testcluster.Token(t, "local2", "al"))

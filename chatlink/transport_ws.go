@@ -132,6 +132,7 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	case err != nil:
+		n.handshakeFailed(nc, "websocket", err)
 		_, _ = io.WriteString(nc, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		_ = nc.Close()
 		return
