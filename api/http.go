@@ -78,8 +78,8 @@ func (a *API) routes() []route {
 }
 
 // Register serves the API's routes on mux, each under its method and path: POST /v1/rooms and
-// what lies under /v1/rooms/, /v1/users/, /v1/online and /v1/cdn. It is the one way to serve the
-// API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
+// what lies under /v1/rooms/, /v1/users/, /v1/online, /v1/cdn and /v1/limits. It is the one way
+// to serve the API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
 func (a *API) Register(mux *http.ServeMux) {
 	for _, r := range a.routes() {
 		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))

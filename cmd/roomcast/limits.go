@@ -38,6 +38,7 @@ func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 		lim      chatlink.Limits
 		trusted  []string
 		listFile string
+		maxConns int
 	)
 	rate := func(name string, l *ratelimit.Limit, def, what string) {
 		*l, _ = ratelimit.Parse(def)
@@ -50,10 +51,14 @@ func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	rate("limit-sends-per-user", &lim.SendsPerUser, "40/s:80", "Sends of one user over all its connections on this node")
 	rate("limit-sends-per-room", &lim.SendsPerRoom, "0", "Sends into one room from this node")
 	fs.IntVar(&lim.ConnectionsPerIP, "limit-connections-per-ip", 1000, "connections open from one client address (IPv6: its /64); more are refused (WebSocket: HTTP 429; TCP: Kick 4015) (0: none)")
+	fs.IntVar(&maxConns, "max-connections", 0, "client connections a ChatLink (in dev: each) takes; logins beyond are refused with 4504 and it reports the number to the dispatcher (0: the open-file limit less 256)")
 	fs.IntVar(&lim.TableSize, "limit-table-size", 0, "addresses, users and rooms each rate limit remembers at most; the least active are forgotten first (0: 65536)")
 	fs.Var((*urls)(&trusted), "client-trusted-proxy", "address or CIDR of a proxy in front of the ChatLink's WebSocket listener whose X-Forwarded-For / X-Real-IP name the client its limits and address lists apply to (repeatable; default: none)")
 	fs.StringVar(&listFile, "ip-list", "", "file of \"allow CIDR\" and \"deny CIDR\" lines for client addresses, re-read within a second when it changes; denied: HTTP 403 / Kick 4014 (default: all allowed)")
 	return func(c *chatlink.Config) {
 		c.Limits, c.TrustedProxies, c.IPListFile = lim, trusted, listFile
+		if maxConns > 0 {
+			c.MaxConnections = maxConns
+		}
 	}
 }
