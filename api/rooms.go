@@ -52,6 +52,8 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
 	case s.MaxMembers < 0:
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
+	case s.BulkPerSecond < -1:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "bulk_per_second must be -1 (no cap), 0 (the default) or positive")
 	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
 	}

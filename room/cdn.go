@@ -84,6 +84,11 @@ func cdnLane(mode pb.CdnMode, lane pb.Lane) bool {
 	return false
 }
 
+// toPusher says whether route r sends m to a pusher rather than to the room's nodes.
+func toPusher(r *pb.CdnRoute, m *pb.Message) bool {
+	return r != nil && r.Pusher != "" && r.Mode != pb.CdnMode_CDN_MODE_OFF && cdnLane(r.Mode, m.Lane) && m.TagExpr == ""
+}
+
 // split takes out of a room's batch the messages its route sends to pushers: those of its CDN
 // lanes without a tag expression (a segment is public; a targeted message stays on the long
 // connections). Each goes to the pusher of its window: the route's pusher from from_index on,
@@ -96,7 +101,7 @@ func (c *cdnRoutes) split(app, room string, batch *pb.RoomBatch) (long *pb.RoomB
 	}
 	long = &pb.RoomBatch{}
 	for i, m := range batch.Messages {
-		if !cdnLane(r.Mode, m.Lane) || m.TagExpr != "" {
+		if !toPusher(r, m) {
 			long.Messages = append(long.Messages, m)
 			long.SenderSessions = append(long.SenderSessions, batch.SenderSessions[i])
 			continue

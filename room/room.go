@@ -33,6 +33,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
@@ -78,6 +79,17 @@ type Config struct {
 	// instances share: the last instance to start sets it. Zero value means bus.HistoryPerRoom
 	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
 	HistoryPerRoom int
+	// BatchWindow is how long the instance gathers a room's messages before it numbers them and
+	// sends them to the room's nodes as one RoomBatch (batcher.go). A send is answered when it is
+	// accepted, before its window ends. Zero value means DefaultBatchWindow (20ms); a negative
+	// one sends each request's messages at once and answers after the publish.
+	BatchWindow time.Duration
+	// BulkPerSecond caps the bulk messages a room passes to the bus per second, for rooms whose
+	// settings do not set bulk_per_second (bulkcap.go). Zero value means DefaultBulkPerSecond
+	// (200); a negative one means no cap.
+	BulkPerSecond int
+	// Registerer receives the instance's metrics. Zero value means none are registered.
+	Registerer prometheus.Registerer
 	// HistoryMaxAge is how long the history keeps a message, a setting of the stream like
 	// HistoryPerRoom. A room's settings may keep them for less (RoomSettings.history_max_age_s).
 	// Zero value means 24h.
@@ -89,16 +101,19 @@ type Config struct {
 
 // Service is one instance of the room service.
 type Service struct {
-	cfg   Config
-	log   *slog.Logger // cfg.Log, naming the service
-	ids   ids.Generator
-	subs  []*nats.Subscription
-	store *Store
-	cache *cache
-	dist  *distribution
-	hist  *history
-	cdn   *cdnRoutes
-	exprs *tag.Cache // tag expressions checked, compiled once
+	cfg     Config
+	log     *slog.Logger // cfg.Log, naming the service
+	ids     ids.Generator
+	subs    []*nats.Subscription
+	store   *Store
+	cache   *cache
+	dist    *distribution
+	hist    *history
+	cdn     *cdnRoutes
+	exprs   *tag.Cache // tag expressions checked, compiled once
+	batch   *batcher   // nil when Config.BatchWindow is negative
+	bulk    *bulkCap
+	metrics *metrics
 
 	stop chan struct{}
 	wg   sync.WaitGroup // the expiry loop
@@ -129,6 +144,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HistoryPerRoom <= 0 {
 		c.HistoryPerRoom = bus.HistoryPerRoom
 	}
+	if c.BatchWindow == 0 {
+		c.BatchWindow = DefaultBatchWindow
+	}
+	if c.BulkPerSecond == 0 {
+		c.BulkPerSecond = DefaultBulkPerSecond
+	}
 	if c.HistoryMaxAge <= 0 {
 		c.HistoryMaxAge = DefaultHistoryMaxAge
 	}
@@ -141,7 +162,12 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize), stop: make(chan struct{})}, nil
+	s := &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize),
+		bulk: newBulkCap(), metrics: newMetrics(cfg.Registerer), stop: make(chan struct{})}
+	if cfg.BatchWindow > 0 {
+		s.batch = newBatcher(s, cfg.BatchWindow)
+	}
+	return s, nil
 }
 
 // Start opens the KV buckets, loads them, and subscribes the service to its subjects.
@@ -190,13 +216,16 @@ func (s *Service) Start() error {
 	return s.cfg.Bus.Flush()
 }
 
-// Close unsubscribes the service and stops watching the KV buckets. It may be called more than
-// once.
+// Close unsubscribes the service, sends the messages still in their batch window and stops
+// watching the KV buckets. It may be called more than once.
 func (s *Service) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
 	s.subs = nil
+	if s.batch != nil {
+		s.batch.close()
+	}
 	s.once.Do(func() {
 		close(s.stop)
 		if s.cache != nil {
@@ -219,6 +248,7 @@ func (s *Service) expireLoop() {
 			return
 		case now := <-t.C:
 			s.dist.expire(now, s.cfg.LeaseTTL)
+			s.bulk.expire(now)
 		}
 	}
 }
@@ -401,8 +431,9 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 	bus.Respond(s.log, msg, s.send(req.Sends))
 }
 
-// send checks, stamps and broadcasts messages to one room: all of them, as one room batch, or
-// none. It returns the reply.
+// send checks and stamps messages to one room and hands them to the broadcast: all of them, as
+// one room batch, or none. It returns the reply. With a batch window the reply does not wait
+// for the broadcast (batcher.go).
 func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	now := s.cfg.Now()
 	for i, req := range reqs {
@@ -417,6 +448,33 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 			return rep
 		}
 	}
+	batch := s.stamp(reqs, now)
+	rep := &pb.Reply{ServerTimeMs: now.UnixMilli(), MessageIds: make([]string, len(batch.Messages))}
+	for i, m := range batch.Messages {
+		rep.MessageIds[i] = m.Id
+	}
+	if len(reqs) == 1 {
+		rep.MessageId = rep.MessageIds[0]
+	}
+	app, room := reqs[0].App, reqs[0].Room
+	s.metrics.accepted.Add(float64(len(batch.Messages)))
+	var sampled int
+	rate := s.bulkRate(s.cache.room(app, room).GetSettings())
+	batch.Messages, batch.SenderSessions, sampled = s.bulk.keep(roomKey{app, room}, rate, s.cdn.get(app, room), now, batch.Messages, batch.SenderSessions)
+	s.metrics.bulkSampled.Add(float64(sampled))
+	switch {
+	case len(batch.Messages) == 0:
+	case s.batch != nil:
+		s.batch.add(app, room, batch)
+	case s.broadcast(app, room, batch) != nil:
+		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
+	}
+	return rep
+}
+
+// stamp turns accepted send requests into the room's messages: an id, the server time (which
+// broadcast sets again when they leave) and the normal lane when none was named.
+func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 	batch := &pb.RoomBatch{Messages: make([]*pb.Message, len(reqs)), SenderSessions: make([]string, len(reqs))}
 	for i, req := range reqs {
 		m := &pb.Message{
@@ -434,30 +492,7 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 		}
 		batch.Messages[i], batch.SenderSessions[i] = m, req.SessionId
 	}
-	app, room := reqs[0].App, reqs[0].Room
-	s.hist.number(app, room, batch.Messages)
-	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
-	long, toPushers := s.cdn.split(app, room, batch)
-	var err error
-	if len(long.Messages) > 0 {
-		err = bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), long)
-	}
-	for pusher, b := range toPushers {
-		err = errors.Join(err, bus.Publish(s.cfg.Bus, bus.CdnPushSubject(pusher), b))
-	}
-	if err != nil {
-		s.log.Warn("broadcast failed", "app", app, "room", room, "err", err)
-		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
-	}
-	rep := &pb.Reply{ServerTimeMs: now.UnixMilli()}
-	for _, m := range batch.Messages {
-		s.hist.record(app, m)
-		rep.MessageIds = append(rep.MessageIds, m.Id)
-	}
-	if len(reqs) == 1 {
-		rep.MessageId = rep.MessageIds[0]
-	}
-	return rep
+	return batch
 }
 
 // ValidateSend checks a send request against the room's limits. It returns nil when the

@@ -244,7 +244,8 @@ Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 
                             [--slow K] [--client sdk|raw] [target flags]
 
 Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
-per-member budgets (POST/PATCH /v1/rooms settings with normal_budget and critical_budget -1),
+per-member budgets and its bulk cap (POST/PATCH /v1/rooms settings with normal_budget,
+critical_budget and bulk_per_second -1),
 lets the members sit idle for --pause (3s), then publishes R messages per second for D through
 the server API (POST
 /v1/rooms/{room}/messages, several senders on keep-alive connections). Each body carries its

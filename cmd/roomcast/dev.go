@@ -31,6 +31,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindRoomShareFlag(flags, &cfg.RoomShare)
 	cfg.ChatLink = bindChatLinkFlags(flags)
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
+	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
 	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)

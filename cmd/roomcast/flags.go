@@ -102,6 +102,13 @@ func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
 	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
+// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow and
+// BulkPerSecond) that `roomcast services` and `roomcast dev` share.
+func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond *int) {
+	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
+	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
+}
+
 // bindInboxFlags binds the server API's settings of the at-least-once messages to users
 // (api.InboxConfig).
 func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {

@@ -113,6 +113,11 @@ type Config struct {
 	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
 	// means the room service's default (100).
 	HistoryPerRoom int
+	// RoomBatchWindow and RoomBulkPerSecond are the room service's batch window and default
+	// bulk cap (room.Config.BatchWindow, BulkPerSecond). Zero values mean the room service's
+	// defaults.
+	RoomBatchWindow   time.Duration
+	RoomBulkPerSecond int
 	// HistoryMaxAge is how long a room's history keeps a message (room.Config). Zero value
 	// means 24h.
 	HistoryMaxAge time.Duration
@@ -224,8 +229,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
-		Instances:  cfg.ServiceInstances,
-		Room:       room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge},
+		Instances: cfg.ServiceInstances,
+		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge,
+			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
 		Dispatcher: dcfg,

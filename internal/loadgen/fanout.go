@@ -91,6 +91,9 @@ type FanoutResult struct {
 	// over it.
 	ServerCPUSeconds          float64 `json:"server_cpu_seconds"`
 	DeliveriesPerServerCPUSec float64 `json:"deliveries_per_server_cpu_sec"`
+	// ServerCPUPerMessageUS is ServerCPUSeconds over Published, in µs: with one member, the
+	// way in's cost of a message (docs/benchmarks.md).
+	ServerCPUPerMessageUS float64 `json:"server_cpu_us_per_message"`
 	// ServerDeliveries and ServerDrops are the server's own counters over the run window
 	// (roomcast_chatlink_deliveries_total, roomcast_chatlink_drops_total by "lane/reason").
 	ServerDeliveries float64            `json:"server_deliveries"`
@@ -141,8 +144,8 @@ func (r FanoutResult) String() string {
 	fmt.Fprintf(&b, "  by lane     critical %d/%d  normal %d/%d  bulk %d/%d\n",
 		r.DeliveredByLane.Critical, r.ExpectedByLane.Critical, r.DeliveredByLane.Normal, r.ExpectedByLane.Normal,
 		r.DeliveredByLane.Bulk, r.ExpectedByLane.Bulk)
-	fmt.Fprintf(&b, "  throughput  %.0f deliveries/s, %.0f deliveries per server CPU-second (server %.2f CPU-s)\n",
-		r.DeliveriesPerSec, r.DeliveriesPerServerCPUSec, r.ServerCPUSeconds)
+	fmt.Fprintf(&b, "  throughput  %.0f deliveries/s, %.0f deliveries per server CPU-second (server %.2f CPU-s, %.0f µs a message)\n",
+		r.DeliveriesPerSec, r.DeliveriesPerServerCPUSec, r.ServerCPUSeconds, r.ServerCPUPerMessageUS)
 	fmt.Fprintf(&b, "  latency     p50 %.1fms  p99 %.1fms  max %.1fms\n", r.P50MS, r.P99MS, r.MaxMS)
 	if len(r.ServerDrops) > 0 {
 		keys := make([]string, 0, len(r.ServerDrops))
@@ -204,6 +207,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
 	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
 		FlushTickMS: uint32(cfg.Tick.Milliseconds()), NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1,
+		BulkPerSecond: -1,
 	})
 	if err != nil {
 		return res, err
@@ -298,6 +302,9 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	res.ServerCPUSeconds = after.cpu - before.cpu
 	if res.ServerCPUSeconds > 0 {
 		res.DeliveriesPerServerCPUSec = float64(res.Delivered) / res.ServerCPUSeconds
+	}
+	if res.Published > 0 {
+		res.ServerCPUPerMessageUS = res.ServerCPUSeconds / float64(res.Published) * 1e6
 	}
 	res.ServerDeliveries = after.deliveries - before.deliveries
 	res.ServerSlowReaderCloses = after.slowCloses - before.slowCloses

@@ -197,4 +197,5 @@ type roomSettings struct {
 	NoMerge        bool   `json:"no_merge"`
 	NormalBudget   int32  `json:"normal_budget"`
 	CriticalBudget int32  `json:"critical_budget"`
+	BulkPerSecond  int32  `json:"bulk_per_second"`
 }

@@ -345,6 +345,8 @@ func (s *Services) startRoom(i int) (*room.Service, error) {
 		return nil, err
 	}
 	cfg.Log, cfg.Callbacks = s.cfg.Log, s.Callbacks
+	// Instances in one process share the registry: each counts under its own label.
+	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"instance": strconv.Itoa(i + 1)}, s.cfg.Registry)
 	r, err := room.New(cfg)
 	if err != nil {
 		return nil, err

@@ -155,6 +155,11 @@ type RoomSettings struct {
 	// share one of their tags starting with this prefix (e.g. "class:"), and they may not give a
 	// tag expression. Empty: such senders are refused.
 	ScopePrefix string `protobuf:"bytes,10,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	// Bulk messages the room passes to its nodes per second at most, over all its senders; past
+	// it they are sampled out before the bus and counted (roomcast_room_bulk_sampled_out_total).
+	// Bulk messages a room in CDN mode sends to its pusher are not capped here. 0: the room
+	// service's default (200, --room-bulk-per-second); -1: no cap.
+	BulkPerSecond int32 `protobuf:"varint,11,opt,name=bulk_per_second,json=bulkPerSecond,proto3" json:"bulk_per_second,omitempty"`
 	// How many of the room's newest critical and normal messages its history keeps (for the
 	// history API, login history and recovery). 0: the deployment's (--history-per-room, 100);
 	// more than it: the deployment's.
@@ -267,6 +272,13 @@ func (x *RoomSettings) GetScopePrefix() string {
 		return x.ScopePrefix
 	}
 	return ""
+}
+
+func (x *RoomSettings) GetBulkPerSecond() int32 {
+	if x != nil {
+		return x.BulkPerSecond
+	}
+	return 0
 }
 
 func (x *RoomSettings) GetHistoryMaxMessages() uint32 {
@@ -3278,7 +3290,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xc0\x04\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xe8\x04\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -3291,7 +3303,8 @@ const file_api_proto_rawDesc = "" +
 	"\tsend_expr\x18\b \x01(\tR\bsendExpr\x12%\n" +
 	"\x0ebroadcast_expr\x18\t \x01(\tR\rbroadcastExpr\x12!\n" +
 	"\fscope_prefix\x18\n" +
-	" \x01(\tR\vscopePrefix\x120\n" +
+	" \x01(\tR\vscopePrefix\x12&\n" +
+	"\x0fbulk_per_second\x18\v \x01(\x05R\rbulkPerSecond\x120\n" +
 	"\x14history_max_messages\x18\x0e \x01(\rR\x12historyMaxMessages\x12)\n" +
 	"\x11history_max_age_s\x18\x0f \x01(\rR\x0ehistoryMaxAgeS\x12\x1d\n" +
 	"\n" +
