@@ -286,3 +286,48 @@ func TestAppLimitsLive(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLoginRates: logins from one address (behind a trusted proxy) and into one app trip at
+// their rates with Error 121 and Kick 4013, and other addresses and apps are not held.
+func TestLoginRates(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.TrustedProxies = []string{"127.0.0.1", "::1"}
+			cc.Limits.LoginsPerIP = ratelimit.Limit{Rate: 1, Burst: 2}
+			cc.Limits.LoginsPerApp = ratelimit.Limit{Rate: 1, Burst: 4}
+		}
+	})
+	node := c.Nodes[0]
+	login := func(from, uid string) *pb.Frame {
+		return testkit.DialWSFor(t, node.WSURL(), from).LoginAs(testcluster.Token(t, uid, "lr"), "web")
+	}
+	refused := func(f *pb.Frame) bool {
+		e := f.GetError()
+		return e != nil && e.Code == uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) && e.RetryAfterMs > 0 && e.RetryAfterMs <= 1000
+	}
+	for i, uid := range []string{"a1", "a2"} {
+		if f := login("203.0.113.1", uid); f.GetLoginAck() == nil {
+			t.Fatalf("login %d from one address, of a burst of 2: %v", i+1, f)
+		}
+	}
+	if f := login("203.0.113.1", "a3"); !refused(f) {
+		t.Fatalf("third login from one address: want Error 121 with a retry within 1s, got %v", f)
+	}
+	if n := limitedCount(t, c, node.Name(), "login_ip"); n != 1 {
+		t.Fatalf("limited_total{login_ip} = %d, want 1", n)
+	}
+	// Another address has its own bucket; the app's burst of 4 is now spent (the refused login
+	// spent nothing of it).
+	for i, uid := range []string{"b1", "b2"} {
+		if f := login("203.0.113.2", uid); f.GetLoginAck() == nil {
+			t.Fatalf("login %d from another address: %v", i+1, f)
+		}
+	}
+	if f := login("203.0.113.3", "c1"); !refused(f) {
+		t.Fatalf("fifth login into the app: want Error 121, got %v", f)
+	}
+	if n := limitedCount(t, c, node.Name(), "login_app"); n != 1 {
+		t.Fatalf("limited_total{login_app} = %d, want 1", n)
+	}
+}
