@@ -72,26 +72,9 @@ func TestCallRatePerKey(t *testing.T) {
 	if retry <= 0 || retry > 2*time.Second {
 		t.Fatalf("gRPC RetryInfo %v, want up to 2s", retry)
 	}
-	if n := metricValue(t, c, `roomcast_api_limited_total{limit="calls_key"}`); n != 2 {
+	if n := testkit.MetricValue(t, c.URL()+"/metrics", `roomcast_api_limited_total{limit="calls_key"}`); n != 2 {
 		t.Fatalf("roomcast_api_limited_total = %d, want 2", n)
 	}
-}
-
-// metricValue reads one series from the cluster's /metrics; a series not there reads 0.
-func metricValue(t *testing.T, c *devcluster.Cluster, series string) int {
-	t.Helper()
-	resp, err := http.Get(c.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(regexp.QuoteMeta(series) + ` (\S+)`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseFloat(string(m[1]), 64)
-	return int(n)
 }
 
 // TestAppLimitsThroughTheAPI: SetAppLimits checks what it stores, GetAppLimits returns it, and
