@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,19 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
+// testClock is a node's clock (Config.Now) that moves only when told, so a bucket does not
+// refill while a loaded machine runs the test slowly.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
 func limitedCount(t *testing.T, c *devcluster.Cluster, node, limit string) int {
 	t.Helper()
 	return metricValue(t, c, `roomcast_chatlink_limited_total{limit="`+limit+`",node="`+node+`"}`)
@@ -30,8 +44,10 @@ func limitedCount(t *testing.T, c *devcluster.Cluster, node, limit string) int {
 // and a send after the hinted wait passes again; per connection and per room.
 func TestSendRates(t *testing.T) {
 	t.Parallel()
+	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.Now = clock.now
 			cc.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 3} // 200ms a token
 			cc.Limits.SendsPerRoom = ratelimit.Limit{Rate: 2, Burst: 5} // 500ms a token
 		}
@@ -62,7 +78,7 @@ func TestSendRates(t *testing.T) {
 	if e.RetryAfterMs == 0 || e.RetryAfterMs > 200 {
 		t.Fatalf("retry_after_ms %d, want 1..200 at 5/s", e.RetryAfterMs)
 	}
-	time.Sleep(time.Duration(e.RetryAfterMs) * time.Millisecond)
+	clock.advance(time.Duration(e.RetryAfterMs) * time.Millisecond)
 	if f := send(a); f.GetSendAck() == nil {
 		t.Fatalf("send after the retry hint: %v", f)
 	}
@@ -87,8 +103,12 @@ func TestSendRates(t *testing.T) {
 // TestJoinRate: logins into a room over its rate get Error 121 with a retry hint, then Kick 4013.
 func TestJoinRate(t *testing.T) {
 	t.Parallel()
+	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 1, Burst: 2} }
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.Now = clock.now
+			cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 1, Burst: 2}
+		}
 	})
 	node := c.Nodes[0]
 	for i, uid := range []string{"u1", "u2"} {
@@ -291,8 +311,10 @@ func TestAppLimitsLive(t *testing.T) {
 // their rates with Error 121 and Kick 4013, and other addresses and apps are not held.
 func TestLoginRates(t *testing.T) {
 	t.Parallel()
+	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.Now = clock.now
 			cc.TrustedProxies = []string{"127.0.0.1", "::1"}
 			cc.Limits.LoginsPerIP = ratelimit.Limit{Rate: 1, Burst: 2}
 			cc.Limits.LoginsPerApp = ratelimit.Limit{Rate: 1, Burst: 4}
