@@ -31,6 +31,8 @@ FUZZ_TARGETS := \
 	./chatlink/internal/wsproto:FuzzWSReader \
 	./chatlink/internal/wsproto:FuzzReadUpgrade \
 	./chatlink:FuzzTCPFrames \
+	./chatlink:FuzzClientFrame \
+	./chatlink:FuzzSSE \
 	./internal/auth:FuzzVerify \
 	./tag:FuzzCompile \
 	./api:FuzzAPIRequest \
@@ -43,12 +45,18 @@ FUZZ_TARGETS := \
 	./roomqueue:FuzzQueueChange \
 	./callback:FuzzAnswer
 
-## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, and every
-## test with -race, the load generator's at their -short sizes.
-test: proto-check lint unit web-test
+## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, every
+## test with -race (the load generator's at their -short sizes), and every fuzz target for
+## TEST_FUZZTIME.
+test: proto-check lint unit fuzz web-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long web-test
+test-long: proto-check lint unit-long fuzz web-test
+
+# How long `make test` fuzzes each target, after replaying its seed corpus (f.Add and
+# testdata/fuzz): bounded, so that CI's time stays bounded; `make fuzz` alone takes FUZZTIME.
+TEST_FUZZTIME ?= 3s
+test test-long: FUZZTIME = $(TEST_FUZZTIME)
 
 # installed succeeds when $(GOBIN)/$(1) was built by this Go from module $(2) at version $(3):
 # `make tools` runs `go install` only for a tool that is missing or stale.

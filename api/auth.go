@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"reflect"
+	"runtime"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -11,29 +13,40 @@ import (
 )
 
 // The API key check: a call's "Authorization: Bearer KEY" (an HTTP header, or gRPC metadata)
-// names the app the call acts for, which the call's context then carries.
+// names the app the call acts for, which the call's context then carries, and must grant the
+// scope the call needs (scopes.go).
 
 type appKey struct{}
 
 // appOf returns the app the call acts for, put there by the API key check.
 func appOf(ctx context.Context) string { s, _ := ctx.Value(appKey{}).(string); return s }
 
-// appFor returns the app an "Authorization: Bearer KEY" value names.
-func (a *API) appFor(authorization string) (string, error) {
+// authorize returns the app an "Authorization: Bearer KEY" value names, if the key may make
+// call (an RPC name of the service).
+func (a *API) authorize(authorization, call string) (string, error) {
 	key, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok {
 		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
 	}
-	app, ok := a.cfg.Keys.App(key)
+	grant, ok := a.cfg.Keys.Lookup(key)
 	if !ok {
 		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
 	}
-	return app, nil
+	scope, ok := callScopes[call]
+	if !ok {
+		// A programming error (TestEveryCallHasAScope): refused to every key.
+		return "", apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "call %s has no scope", call)
+	}
+	if !grant.Allows(scope) {
+		return "", scopeError(scope, call)
+	}
+	return grant.App, nil
 }
 
 // authenticate is the gRPC interceptor that checks the API key in the call's metadata.
 func (a *API) authenticate(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/") {
+	call, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	if !ok {
 		return h(ctx, req) // another service on the same server (the dispatcher's) has its own rules
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -41,9 +54,17 @@ func (a *API) authenticate(ctx context.Context, req any, info *grpc.UnaryServerI
 	if v := md.Get("authorization"); len(v) > 0 {
 		authz = v[0]
 	}
-	app, err := a.appFor(authz)
+	app, err := a.authorize(authz, call)
 	if err != nil {
 		return nil, err
 	}
 	return h(context.WithValue(ctx, appKey{}, app), req)
+}
+
+// callName names the RPC a method value of *API serves: "CreateRoom" for a.CreateRoom (whose
+// function is "roomcast/api.(*API).CreateRoom-fm"). The HTTP routes name their call this way,
+// so a route cannot name another call than the method it runs.
+func callName(method any) string {
+	name := strings.TrimSuffix(runtime.FuncForPC(reflect.ValueOf(method).Pointer()).Name(), "-fm")
+	return name[strings.LastIndexByte(name, '.')+1:]
 }

@@ -28,7 +28,7 @@ func TestBodyTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	a, err := api.New(api.Config{Bus: nc, Keys: auth.APIKeys{"k": "demo"}, BodyTimeout: time.Second}) // long enough beside the 100 ms slow client on a loaded machine
+	a, err := api.New(api.Config{Bus: nc, Keys: auth.APIKeys{"k": {App: "demo"}}, BodyTimeout: time.Second}) // long enough beside the 100 ms slow client on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -359,7 +359,7 @@ func grpcErrorCode(err error) string {
 func TestAPIBadInputGRPC(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
+		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
 	})
 	g := grpcClient(t, c)
 	ctx := devCtx()
@@ -438,7 +438,7 @@ func TestAPIBadInputGRPC(t *testing.T) {
 func TestAPIBadInputRooms(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
+		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
 	})
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"mine"}`)
 	cases := []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,11 +23,18 @@ import (
 
 // apiError is an error of the API: a gRPC status whose ErrorInfo detail carries the ErrorCode.
 func apiError(code pb.ErrorCode, format string, args ...any) error {
+	return apiErrorInfo(code, nil, format, args...)
+}
+
+// apiErrorInfo is apiError with more metadata in the ErrorInfo beside "code".
+func apiErrorInfo(code pb.ErrorCode, metadata map[string]string, format string, args ...any) error {
 	st := status.New(grpcCode(code), fmt.Sprintf(format, args...))
+	md := map[string]string{"code": strconv.Itoa(int(code))}
+	maps.Copy(md, metadata)
 	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{
 		Reason:   codeName(code),
 		Domain:   "roomcast",
-		Metadata: map[string]string{"code": strconv.Itoa(int(code))},
+		Metadata: md,
 	}); err == nil {
 		st = withInfo
 	}

@@ -25,6 +25,7 @@ import (
 
 type route struct {
 	method, pattern string
+	rpc             string // the call's RPC name, which names its scope (scopes.go)
 	newReq          func() proto.Message
 	call            func(ctx context.Context, req proto.Message) (proto.Message, error)
 }
@@ -32,7 +33,7 @@ type route struct {
 // handle adapts a typed API method to a route.
 func handle[Req, Resp proto.Message](method, pattern string, newReq func() Req, f func(context.Context, Req) (Resp, error)) route {
 	return route{
-		method: method, pattern: pattern,
+		method: method, pattern: pattern, rpc: callName(f),
 		newReq: func() proto.Message { return newReq() },
 		call: func(ctx context.Context, req proto.Message) (proto.Message, error) {
 			return f(ctx, req.(Req))
@@ -82,7 +83,7 @@ func (a *API) routes() []route {
 // to serve the API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
 func (a *API) Register(mux *http.ServeMux) {
 	for _, r := range a.routes() {
-		mux.HandleFunc(r.method+" "+r.pattern, a.serveRoute(r))
+		mux.HandleFunc(r.method+" "+r.pattern, a.observeHTTP(r.method+" "+r.pattern, a.serveRoute(r)))
 	}
 }
 
@@ -97,7 +98,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			// Not supported by a test's ResponseRecorder: then there is no connection to hold.
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
 		}
-		app, err := a.appFor(r.Header.Get("Authorization"))
+		app, err := a.authorize(r.Header.Get("Authorization"), rt.rpc)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -106,6 +107,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			return
 		}
 		req := rt.newReq()
+		observe(w, req)
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -205,5 +207,8 @@ type ErrorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	code, msg := errorCodeOf(err)
+	if o, ok := w.(*observedWriter); ok {
+		o.code, o.msg = code, msg
+	}
 	writeJSON(w, httpStatus(code), ErrorBody{Code: uint32(code), Name: codeName(code), Error: msg})
 }

@@ -26,8 +26,6 @@ import (
 type CallLimits struct {
 	// PerKey bounds the calls of one API key on this instance. Zero value limits nothing.
 	PerKey ratelimit.Limit
-	// Registry receives roomcast_api_limited_total. Zero value means it is not registered.
-	Registry prometheus.Registerer
 }
 
 // callLimiter holds each key's bucket.
@@ -38,7 +36,8 @@ type callLimiter struct {
 	limited prometheus.Counter
 }
 
-func newCallLimiter(cfg CallLimits) *callLimiter {
+// newCallLimiter returns the limiter; reg (may be nil) receives roomcast_api_limited_total.
+func newCallLimiter(cfg CallLimits, reg prometheus.Registerer) *callLimiter {
 	l := &callLimiter{
 		cfg: cfg, now: time.Now, keys: ratelimit.NewTable[string](4096),
 		limited: prometheus.NewCounter(prometheus.CounterOpts{
@@ -46,8 +45,8 @@ func newCallLimiter(cfg CallLimits) *callLimiter {
 			ConstLabels: prometheus.Labels{"limit": "calls_key"},
 		}),
 	}
-	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(l.limited)
+	if reg != nil {
+		reg.MustRegister(l.limited)
 	}
 	return l
 }

@@ -27,7 +27,7 @@ import (
 func TestCallRatePerKey(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: devcluster.App, "other-key": "other"}
+		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
 		cfg.APILimits.PerKey = ratelimit.Limit{Rate: 0.5, Burst: 3} // a token every 2 s
 	})
 	for i := range 3 {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -28,7 +29,10 @@ type codedReply interface {
 func (a *API) ask(ctx context.Context, subject string, req proto.Message, rep codedReply) error {
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	if err := bus.Request(ctx, a.cfg.Bus, subject, req, rep); err != nil {
+	start := time.Now()
+	err := bus.Request(ctx, a.cfg.Bus, subject, req, rep)
+	a.m.observeBus(subject, start)
+	if err != nil {
 		return a.internal("request "+subject, err)
 	}
 	if code := rep.GetCode(); code != 0 {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +14,8 @@ import (
 // handlers: without an API key each answers the API's 401, before it asks any service.
 func TestRegister(t *testing.T) {
 	t.Parallel()
-	a := &API{cfg: Config{Keys: auth.APIKeys{"k": "app"}}}
+	// Without New: no bus to open the stores on, which a refused call never reaches.
+	a := &API{cfg: Config{Keys: auth.APIKeys{"k": {App: "app"}}}, audit: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/dispatch", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	a.Register(mux)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
@@ -55,7 +56,8 @@ const (
 type Config struct {
 	// Bus is the NATS connection to the services. Required; its server must have JetStream.
 	Bus *nats.Conn
-	// Keys maps API keys to apps. Required.
+	// Keys maps API keys to their apps and scopes (Scopes; a key with none has every scope).
+	// Required.
 	Keys auth.APIKeys
 	// Timeout bounds each request to a service or a node. Zero value means 3s.
 	Timeout time.Duration
@@ -70,6 +72,12 @@ type Config struct {
 	KVReplicas int
 	// Inbox sets the expiry and the limits of the at-least-once messages to users.
 	Inbox InboxConfig
+	// Registerer receives the API's metrics (roomcast_api_*). Zero value means they are kept
+	// but not exported.
+	Registerer prometheus.Registerer
+	// Audit receives a record of every call that changes something (observe.go). Zero value
+	// means Log.
+	Audit *slog.Logger
 	// Limits bound the calls of each API key (ratelimit.go).
 	Limits CallLimits
 }
@@ -95,6 +103,11 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Keys) == 0 {
 		return c, errors.New("api: Config.Keys needs at least one key")
 	}
+	for _, k := range c.Keys {
+		if err := CheckScopes(k.Scopes); err != nil {
+			return c, fmt.Errorf("api: the key of app %q: %w", k.App, err)
+		}
+	}
 	if c.Timeout <= 0 {
 		c.Timeout = 3 * time.Second
 	}
@@ -103,6 +116,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Audit == nil {
+		c.Audit = c.Log
 	}
 	if c.KVReplicas <= 0 {
 		c.KVReplicas = 1
@@ -129,6 +145,8 @@ type API struct {
 
 	cfg   Config
 	log   *slog.Logger // cfg.Log, naming the API in each record
+	audit *slog.Logger // cfg.Audit, naming the audit trail in each record
+	m     *metrics
 	store *room.Store
 	cdn   *cdnmanager.Store
 	inbox *inbox.Store // the at-least-once messages to users
@@ -170,14 +188,15 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge), cfg: cfg, log: cfg.Log.With("svc", "api"), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize), calls: newCallLimiter(cfg.Limits)}, nil
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
+		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
 // grpcurl); opts add to its options (grpc.Creds for TLS). The caller serves it on a listener
 // and stops it.
 func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.authenticate, a.limitGRPC), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate, a.limitGRPC), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
 	pb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s

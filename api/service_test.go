@@ -11,7 +11,7 @@ import (
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	keys := auth.APIKeys{"k": "app"}
+	keys := auth.APIKeys{"k": {App: "app"}}
 	if _, err := (Config{Keys: keys}).withDefaults(); err == nil {
 		t.Error("a config without Bus was accepted")
 	}

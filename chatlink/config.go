@@ -139,6 +139,8 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Log receives the node's logs. Zero value means none.
 	Log *slog.Logger
+	// Audit receives the node's audit records: the logins it refused. Zero value means Log.
+	Audit *slog.Logger
 	// Now is the node's clock for what it times by the wall clock: the login and heartbeat
 	// deadlines its sweep enforces, the heartbeat intervals it grants, login and logout times,
 	// how long it remembers bans and room closes, and the times in its reports. Tests set it
@@ -235,6 +237,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Audit == nil {
+		c.Audit = c.Log
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -199,14 +199,15 @@ func (c *conn) login(l *pb.Login) {
 	}
 	c.state = stateLoggingIn
 	c.mu.Unlock()
+	start := time.Now()
 
 	if n.draining.Load() {
-		n.m.logins.WithLabelValues("draining").Inc()
+		n.countLogin(c, start, "draining", pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
 		c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
 		return
 	}
 	if n.conns.len() > n.cfg.MaxConnections {
-		n.m.logins.WithLabelValues("full").Inc()
+		n.countLogin(c, start, "full", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
@@ -218,29 +219,29 @@ func (c *conn) login(l *pb.Login) {
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
-		n.m.logins.WithLabelValues("expired").Inc()
+		n.countLogin(c, start, "expired", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
 		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
 		return
 	case errors.Is(err, auth.ErrLifetime):
-		n.m.logins.WithLabelValues("bad_token").Inc()
+		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
 		return
 	case err != nil:
-		n.m.logins.WithLabelValues("bad_token").Inc()
+		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		n.sampledLog(now, "bad token", "addr", c.addr(), "err", err)
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
-		n.m.logins.WithLabelValues("bad_frame").Inc()
+		n.countLogin(c, start, "bad_frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
 		return
 	case l.ProtocolVersion > ProtocolVersion:
-		n.m.logins.WithLabelValues("bad_frame").Inc()
+		n.countLogin(c, start, "bad_frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
 		return
 	}
 	if err := tag.Validate(claims.Tags); err != nil {
-		n.m.logins.WithLabelValues("bad_token").Inc()
+		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		return
 	}
@@ -264,7 +265,7 @@ func (c *conn) login(l *pb.Login) {
 	fresh := n.rooms.claimFresh(c.app, c.room)
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	var rep pb.Reply
-	err = bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomJoin, &pb.JoinRequest{
+	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
 		FirstOnNode: fresh, Device: c.device,
 	}, &rep)
@@ -275,11 +276,11 @@ func (c *conn) login(l *pb.Login) {
 	switch {
 	case err != nil:
 		n.log.Warn("join failed", "session", c.session, "err", err)
-		n.m.logins.WithLabelValues("unavailable").Inc()
+		n.countLogin(c, start, "unavailable", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
 		return
 	case rep.Code != 0:
-		n.m.logins.WithLabelValues("refused").Inc()
+		n.countLogin(c, start, "refused", refusalCode(&rep), rep.Message)
 		c.close(refusalCode(&rep), rep.Message) // banned, room closed or full (control.go)
 		return
 	}
@@ -303,7 +304,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	}
 
-	n.m.logins.WithLabelValues("ok").Inc()
+	n.countLogin(c, start, "ok", 0, "")
 	now = n.now()
 	ack := &pb.LoginAck{
 		SessionId:           c.session,
@@ -408,7 +409,7 @@ func (c *conn) forward(s *pb.Send) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep pb.Reply
-	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
+	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
 		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
 	}, &rep)

@@ -374,7 +374,7 @@ func (n *Node) refusedLate(c *conn) bool {
 	if reason == "" {
 		reason = "refused"
 	}
-	n.m.logins.WithLabelValues("refused").Inc()
+	n.countLogin(c, time.Time{}, "refused", code, reason)
 	c.close(code, reason)
 	return true
 }

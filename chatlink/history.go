@@ -34,7 +34,7 @@ func (c *conn) queryHistory(q *pb.HistoryQuery) {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 		defer cancel()
 		var rep pb.Reply
-		err := bus.Request(ctx, n.cfg.Bus, bus.SubjectRoomHistory, &pb.HistoryRequest{
+		err := n.request(ctx, busHistory, bus.SubjectRoomHistory, &pb.HistoryRequest{
 			App: c.app, Room: c.room, Query: q, AsMember: true, Uid: c.uid, Tags: c.tagList(),
 		}, &rep)
 		switch {

@@ -1,7 +1,15 @@
 package chatlink
 
 import (
+	"context"
+	"log/slog"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/prom"
 
 	pb "roomcast/proto/roomcastpb"
 )
@@ -15,6 +23,17 @@ const (
 )
 
 var dropReasonNames = [dropReasons]string{"budget", "flow_control", "slow_reader"}
+
+// Requests a node makes over NATS, as its metrics name them.
+const (
+	busJoin = iota
+	busSend
+	busHistory
+	busQueue
+	numBusOps
+)
+
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.
@@ -33,8 +52,10 @@ type metrics struct {
 	drops              [4][dropReasons]prometheus.Counter
 	criticalOverBudget prometheus.Counter
 	logins             *prometheus.CounterVec // by result
-	closes             *prometheus.CounterVec // by close code name
-	sendErrors         *prometheus.CounterVec // by error code name
+	loginSeconds       prometheus.Histogram
+	busSeconds         [numBusOps]prometheus.Observer // by op
+	closes             *prometheus.CounterVec         // by close code name
+	sendErrors         *prometheus.CounterVec         // by error code name
 	flowStrength       prometheus.Gauge
 	egressUsage        prometheus.Gauge
 	egressBytes        prometheus.CounterFunc
@@ -80,6 +101,10 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_logins_total", Help: "Login attempts, by result.",
 		}, []string{"result"}),
+		loginSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "roomcast_chatlink_login_seconds", Help: "Time from a login frame to its answer (the ack, or the close that refuses it), the room service's admission included.",
+			Buckets: prom.LatencyBuckets,
+		}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_closes_total", Help: "Connections closed by the server, by close code.",
 		}, []string{"code"}),
@@ -99,6 +124,13 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			Name: "roomcast_chatlink_write_backlog_bytes", Help: "Bytes queued for client connections and not yet taken by their sockets.",
 		}),
 	}
+	busLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "roomcast_chatlink_bus_request_seconds", Help: "Round trips of the node's requests over NATS, by op (join, send, history, queue): the bus and the service answering.",
+		Buckets: prom.LatencyBuckets,
+	}, []string{"op"})
+	for op, name := range busOpNames {
+		m.busSeconds[op] = busLatency.WithLabelValues(name)
+	}
 	m.frameLogin, m.frameSend = m.framesIn.WithLabelValues("login"), m.framesIn.WithLabelValues("send")
 	m.frameHeartbeat, m.frameBad = m.framesIn.WithLabelValues("heartbeat"), m.framesIn.WithLabelValues("bad")
 	m.frameHistory = m.framesIn.WithLabelValues("history_query")
@@ -111,7 +143,30 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.closes, n.limits.limited, n.limits.handshakes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
+			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m
+}
+
+// countLogin counts a login's result and its time since start (zero: not timed); a refused
+// one gets an audit record with the close code and reason the client is told.
+func (n *Node) countLogin(c *conn, start time.Time, result string, code pb.CloseCode, reason string) {
+	n.m.logins.WithLabelValues(result).Inc()
+	if !start.IsZero() {
+		n.m.loginSeconds.Observe(time.Since(start).Seconds())
+	}
+	if result == "ok" {
+		return
+	}
+	n.audit.LogAttrs(context.Background(), slog.LevelWarn, "login refused",
+		slog.String("result", result), slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", c.uid),
+		slog.String("close_code", code.String()), slog.String("reason", reason))
+}
+
+// request makes a request of op over NATS (bus.Request) and times its round trip.
+func (n *Node) request(ctx context.Context, op int, subject string, req, rep proto.Message) error {
+	start := time.Now()
+	err := bus.Request(ctx, n.cfg.Bus, subject, req, rep)
+	n.m.busSeconds[op].Observe(time.Since(start).Seconds())
+	return err
 }

@@ -48,6 +48,7 @@ const wsReadBuffer = 256
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
+	audit      *slog.Logger // cfg.Audit, naming the node and the audit trail
 	m          *metrics
 	rooms      *roomTable
 	conns      *connTable
@@ -90,7 +91,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node)}
+	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), audit: cfg.Audit.With("node", cfg.Node, "audit", true)}
 	if n.limits, err = newLimiter(cfg); err != nil {
 		return nil, err
 	}
@@ -137,11 +138,15 @@ func (n *Node) start() error {
 		return err
 	}
 	var err error
-	if n.wsLn, err = net.Listen("tcp", n.cfg.WSListen); err != nil {
+	// No TCP keepalive on clients' connections: a connection silent past its heartbeats is
+	// closed by the node (conn.go), and Go's default keepalive costs four setsockopt calls
+	// at every accept, a login storm's hot path.
+	lc := net.ListenConfig{KeepAlive: -1}
+	if n.wsLn, err = lc.Listen(n.ctx, "tcp", n.cfg.WSListen); err != nil {
 		return fmt.Errorf("chatlink: websocket listener: %w", err)
 	}
 	n.sse = newSSEServer(n)
-	if n.tcpLn, err = net.Listen("tcp", n.cfg.TCPListen); err != nil {
+	if n.tcpLn, err = lc.Listen(n.ctx, "tcp", n.cfg.TCPListen); err != nil {
 		return fmt.Errorf("chatlink: tcp listener: %w", err)
 	}
 	if n.js, err = jetstream.New(n.cfg.Bus); err != nil {

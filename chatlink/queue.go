@@ -16,7 +16,7 @@ func (c *conn) queueRequest(r *pb.RoomQueueRequest) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep pb.Reply
-	err := bus.Request(ctx, n.cfg.Bus, bus.SubjectQueue, &pb.QueueBusRequest{
+	err := n.request(ctx, busQueue, bus.SubjectQueue, &pb.QueueBusRequest{
 		App: c.app, Op: r.Op,
 		Request: &pb.QueueRequest{
 			Room: c.room, Key: r.Key, Value: r.Value, Uid: c.uid, SessionId: c.session,

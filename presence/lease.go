@@ -64,6 +64,7 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		s.leaseEndsSkipped.Add(int64(len(end.sessions)))
+		s.m.leaseSkipped.Add(float64(len(end.sessions)))
 		return // another instance emits them
 	case err != nil:
 		s.log.Warn("could not claim a node's lease end; emitting its logouts anyway (other instances may too)",
@@ -82,5 +83,6 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 		s.publishEvents(evs[i:min(i+eventsPerPublish, len(evs))])
 	}
 	s.leaseEndsEmitted.Add(int64(len(evs)))
+	s.m.leaseEmitted.Add(float64(len(evs)))
 	s.log.Info("emitted logouts for a node that is gone", "node", end.node, "reason", end.reason, "sessions", len(evs))
 }

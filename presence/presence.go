@@ -30,6 +30,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
@@ -66,6 +67,9 @@ type Config struct {
 	HTTPClient *http.Client
 	// KVReplicas is the replication of the KV bucket BucketLeaseEnds. Zero value means 1.
 	KVReplicas int
+	// Registerer receives the service's metrics (roomcast_presence_*); instances in one
+	// process share them. Zero value means they are kept but not exported.
+	Registerer prometheus.Registerer
 }
 
 // Service is one instance of the presence service.
@@ -74,6 +78,7 @@ type Service struct {
 	log  *slog.Logger // cfg.Log, naming the service
 	subs []*nats.Subscription
 	hook *webhooks
+	m    *metrics
 	ends jetstream.KeyValue // who emits a node's lease-end events (lease.go)
 
 	// Logouts of dropped nodes' sessions this instance emitted, and left to another instance
@@ -90,6 +95,7 @@ type Service struct {
 	perApp  map[string]*appCount
 	applied chan struct{} // closed and replaced whenever a node's sequence advances
 	ended   []endedNode   // nodes dropped with their sessions, whose logouts are not emitted yet
+	total   int64         // sessions in every app
 }
 
 type userKey struct{ app, uid string }
@@ -141,7 +147,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("svc", "presence"), stop: make(chan struct{}),
 		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*pb.SessionEvent),
-		perApp: make(map[string]*appCount), applied: make(chan struct{}),
+		perApp: make(map[string]*appCount), applied: make(chan struct{}), m: newMetrics(cfg.Registerer),
 	}
 	s.hook = &webhooks{s: s, pending: make(map[string][]*pb.SessionEvent)}
 	return s, nil
@@ -257,6 +263,8 @@ func (s *Service) addLocked(v *nodeView, ev *pb.SessionEvent) {
 	}
 	byID[ev.SessionId] = ev
 	c.sessions++
+	s.total++
+	s.m.sessions.Set(float64(s.total))
 }
 
 func (s *Service) removeLocked(v *nodeView, id string) {
@@ -268,6 +276,8 @@ func (s *Service) removeLocked(v *nodeView, id string) {
 	k := userKey{ev.App, ev.Uid}
 	c := s.perApp[ev.App]
 	c.sessions--
+	s.total--
+	s.m.sessions.Set(float64(s.total))
 	if byID := s.users[k]; byID != nil {
 		delete(byID, id)
 		if len(byID) == 0 {
@@ -458,6 +468,7 @@ func (s *Service) publishEvents(evs []*pb.SessionEvent) {
 		}
 		s.hook.add(app, list)
 	}
+	s.m.countEvents(evs)
 }
 
 // enforcePolicy closes the sessions a login replaces under its app's policy.
@@ -502,7 +513,9 @@ func (s *Service) enforcePolicy(login *pb.SessionEvent) {
 		}
 		if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
 			s.log.Warn("replace kick not published", "session", ev.SessionId, "err", err)
+			continue
 		}
+		s.m.replaced.Inc()
 	}
 }
 

@@ -78,8 +78,11 @@ func (w *webhooks) flush() {
 	w.mu.Unlock()
 	for app, evs := range pending {
 		if err := w.post(app, evs); err != nil {
+			w.s.m.webhookFailed.Inc()
 			w.s.log.Warn("webhook post failed", "app", app, "events", len(evs), "err", err)
+			continue
 		}
+		w.s.m.webhookOK.Inc()
 	}
 }
 

@@ -141,6 +141,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 		return err
 	}
 	s.metrics.batches.Inc()
+	s.metrics.batchMessages.Observe(float64(len(batch.Messages)))
 	for _, m := range batch.Messages {
 		s.hist.record(app, m)
 	}

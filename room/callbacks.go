@@ -2,12 +2,12 @@ package room
 
 import (
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -20,19 +20,19 @@ import (
 
 // loginCallback hands an admitted login to its app's login hook, when the app has one, and
 // answers the join when the hook decided. It reports whether it did.
-func (s *Service) loginCallback(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room) bool {
+func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room) bool {
 	return s.cfg.Callbacks.Login(req.App, callback.LoginRequest{
 		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Device: req.Device, Tags: req.Tags,
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
+			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
 		case !d.Allow:
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, pb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
+			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, pb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
 		case d.Tags != nil:
-			s.answerJoin(msg, req, meta, &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
+			s.answerJoin(msg, start, req, meta, &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
 		default:
-			s.answerJoin(msg, req, meta, nil)
+			s.answerJoin(msg, start, req, meta, nil)
 		}
 	})
 }
@@ -40,7 +40,7 @@ func (s *Service) loginCallback(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Roo
 // sendCallback hands a member's send the room would take to its app's send hook, when the app
 // has one, and answers the send when the hook decided. It reports whether it did. The server
 // API's sends are never called back: they come from the app's own server.
-func (s *Service) sendCallback(msg *nats.Msg, req *pb.SendRequest) bool {
+func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendRequest) bool {
 	if req.SessionId == "" || !s.cfg.Callbacks.Has(req.App, callback.HookSend) {
 		return false
 	}
@@ -51,7 +51,7 @@ func (s *Service) sendCallback(msg *nats.Msg, req *pb.SendRequest) bool {
 		rep = s.maySend(pre, s.cfg.Now())
 	}
 	if rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opSend, start, rep)
 		return true
 	}
 	return s.cfg.Callbacks.Send(req.App, callback.SendRequest{
@@ -60,10 +60,10 @@ func (s *Service) sendCallback(msg *nats.Msg, req *pb.SendRequest) bool {
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
+			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
 			return
 		case !d.Allow:
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
+			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
 			return
 		}
 		if d.Body != nil {
@@ -72,7 +72,7 @@ func (s *Service) sendCallback(msg *nats.Msg, req *pb.SendRequest) bool {
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
-		bus.Respond(s.log, msg, s.send([]*pb.SendRequest{req}))
+		s.respond(msg, opSend, start, s.send([]*pb.SendRequest{req}))
 	})
 }
 

@@ -177,14 +177,15 @@ func selectPage(kept []bus.KeptMessage, r historyRange, limit int, allow func(*p
 }
 
 func (s *Service) onHistory(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.HistoryRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opHistory, start, rep)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), historyReadTimeout)
 	defer cancel()
-	bus.Respond(s.log, msg, s.historyPage(ctx, &req))
+	s.respond(msg, opHistory, start, s.historyPage(ctx, &req))
 }
 
 // historyPage answers a history request: the page, or the refusal.

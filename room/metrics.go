@@ -1,43 +1,87 @@
 package room
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+	"log/slog"
+	"time"
 
-// metrics are an instance's counters of its way in.
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/prom"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Requests the service answers, as its metrics name them.
+const (
+	opJoin = iota
+	opSend
+	opHistory
+	numOps
+)
+
+var opNames = [numOps]string{"join", "send", "history"}
+
+// metrics are an instance's instruments: the requests it answers and its way in. An instance
+// restarted in the same process (roles.RestartRooms) counts on where its predecessor stopped.
 type metrics struct {
-	accepted    prometheus.Counter // messages accepted (before the bulk cap)
-	bulkSampled prometheus.Counter // bulk messages the room's cap left out
-	batches     prometheus.Counter // room batches published
-	unsent      prometheus.Counter // accepted messages whose publish failed
+	requests      *prometheus.CounterVec // by op and answer code
+	latency       [numOps]prometheus.Observer
+	sendBatch     prometheus.Observer // messages per send request
+	batchMessages prometheus.Observer // messages per room batch published
+	accepted      prometheus.Counter  // messages accepted (before the bulk cap)
+	bulkSampled   prometheus.Counter  // bulk messages the room's cap left out
+	batches       prometheus.Counter  // room batches published
+	unsent        prometheus.Counter  // accepted messages whose publish failed
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	c := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "roomcast", Subsystem: "room", Name: name, Help: help})
+		return prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: "roomcast", Subsystem: "room", Name: name, Help: help}))
 	}
+	h := func(name, help string, buckets []float64) prometheus.Observer {
+		return prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "roomcast", Subsystem: "room", Name: name, Help: help, Buckets: buckets}))
+	}
+	sizes := []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	latency := prom.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "roomcast_room_request_seconds",
+		Help:    "Time from a request's arrival at the room service to its answer, by op (an app's callback included).",
+		Buckets: prom.LatencyBuckets,
+	}, []string{"op"}))
 	m := &metrics{
-		accepted:    c("messages_accepted_total", "Messages the room service accepted for broadcast."),
-		bulkSampled: c("bulk_sampled_out_total", "Bulk messages left out by their room's bulk cap (RoomSettings.bulk_per_second) before the bus."),
-		batches:     c("batches_published_total", "Room batches published to the rooms' nodes (one per room and batch window)."),
-		unsent:      c("messages_unsent_total", "Accepted messages whose broadcast failed (bus down or closed): not delivered, not kept."),
+		requests: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_room_requests_total",
+			Help: "Requests answered by the room service, by op (join, send, history) and answer code (OK, or the refusal's ERROR_CODE_*).",
+		}, []string{"op", "code"})),
+		sendBatch:     h("send_batch_messages", "Messages per send request the room service took (a ChatLink's batch, an API batch).", sizes),
+		batchMessages: h("batch_window_messages", "Messages per room batch published to the rooms' nodes: what one batch window gathered.", sizes),
+		accepted:      c("messages_accepted_total", "Messages the room service accepted for broadcast."),
+		bulkSampled:   c("bulk_sampled_out_total", "Bulk messages left out by their room's bulk cap (RoomSettings.bulk_per_second) before the bus."),
+		batches:       c("batches_published_total", "Room batches published to the rooms' nodes (one per room and batch window)."),
+		unsent:        c("messages_unsent_total", "Accepted messages whose broadcast failed (bus down or closed): not delivered, not kept."),
 	}
-	for _, c := range []*prometheus.Counter{&m.accepted, &m.bulkSampled, &m.batches, &m.unsent} {
-		*c = register(reg, *c)
+	for op, name := range opNames {
+		m.latency[op] = latency.WithLabelValues(name)
 	}
 	return m
 }
 
-// register registers c with reg (when not nil) and returns it, or the counter already
-// registered under its name: an instance restarted in the same process (roles.RestartRooms)
-// counts on where its predecessor stopped.
-func register(reg prometheus.Registerer, c prometheus.Counter) prometheus.Counter {
-	if reg == nil {
-		return c
+// codeName is the metrics' name of an answer code.
+func codeName(code uint32) string {
+	if code == 0 {
+		return "OK"
 	}
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			return are.ExistingCollector.(prometheus.Counter)
-		}
-		panic(err) // a name clash with another collector: a programming error
+	return pb.ErrorCode(code).String()
+}
+
+// respond answers a request of op that arrived at start, and counts it.
+func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *pb.Reply) {
+	bus.Respond(s.log, msg, rep)
+	if tp := bus.TraceparentOf(msg); tp != "" && s.log.Enabled(context.Background(), slog.LevelDebug) {
+		trace, _ := bus.TraceID(tp)
+		s.log.Debug("request answered", "op", opNames[op], "code", codeName(rep.GetCode()), "trace_id", trace, "traceparent", tp)
 	}
-	return c
+	s.metrics.requests.WithLabelValues(opNames[op], codeName(rep.GetCode())).Inc()
+	s.metrics.latency[op].Observe(time.Since(start).Seconds())
 }

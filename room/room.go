@@ -88,7 +88,8 @@ type Config struct {
 	// settings do not set bulk_per_second (bulkcap.go). Zero value means DefaultBulkPerSecond
 	// (200); a negative one means no cap.
 	BulkPerSecond int
-	// Registerer receives the instance's metrics. Zero value means none are registered.
+	// Registerer receives the instance's metrics (roomcast_room_*). Zero value means none are
+	// registered.
 	Registerer prometheus.Registerer
 	// HistoryMaxAge is how long the history keeps a message, a setting of the stream like
 	// HistoryPerRoom. A room's settings may keep them for less (RoomSettings.history_max_age_s).
@@ -279,25 +280,26 @@ func (s *Service) admit(req *pb.JoinRequest, meta *pb.Room, now time.Time) *pb.R
 const storeReadTimeout = 2 * time.Second
 
 func (s *Service) onJoin(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opJoin, start, rep)
 		return
 	}
 	meta := s.cache.room(req.App, req.Room)
 	if rep := s.admit(&req, meta, s.cfg.Now()); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opJoin, start, rep)
 		return
 	}
-	if s.loginCallback(msg, &req, meta) { // the app's backend decides, and callbacks.go answers
+	if s.loginCallback(msg, start, &req, meta) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.answerJoin(msg, &req, meta, nil)
+	s.answerJoin(msg, start, &req, meta, nil)
 }
 
 // answerJoin answers an admitted login with what its ChatLink needs; tags, when not nil, are
 // the member's (from the app's login callback).
-func (s *Service) answerJoin(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
+func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
 	if req.FirstOnNode {
@@ -316,7 +318,7 @@ func (s *Service) answerJoin(msg *nats.Msg, req *pb.JoinRequest, meta *pb.Room, 
 		}
 		cancel()
 	}
-	bus.Respond(s.log, msg, &pb.Reply{
+	s.respond(msg, opJoin, start, &pb.Reply{
 		Settings:   settings,
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
@@ -398,43 +400,46 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 }
 
 func (s *Service) onSend(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opSend, start, rep)
 		return
 	}
-	if s.sendCallback(msg, &req) { // the app's backend decides, and callbacks.go answers
+	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	bus.Respond(s.log, msg, s.send([]*pb.SendRequest{&req}))
+	s.respond(msg, opSend, start, s.send([]*pb.SendRequest{&req}))
 }
 
 // MaxBatch bounds the messages of one batch send.
 const MaxBatch = 100
 
 func (s *Service) onSendBatch(msg *nats.Msg) {
+	start := time.Now()
 	var req pb.SendBatchRequest
 	if rep := decode(msg, &req); rep != nil {
-		bus.Respond(s.log, msg, rep)
+		s.respond(msg, opSend, start, rep)
 		return
 	}
 	if n := len(req.Sends); n == 0 || n > MaxBatch {
-		bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
+		s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
 		return
 	}
 	for _, r := range req.Sends[1:] {
 		if r.App != req.Sends[0].App || r.Room != req.Sends[0].Room {
-			bus.Respond(s.log, msg, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
+			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
 			return
 		}
 	}
-	bus.Respond(s.log, msg, s.send(req.Sends))
+	s.respond(msg, opSend, start, s.send(req.Sends))
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as
 // one room batch, or none. It returns the reply. With a batch window the reply does not wait
 // for the broadcast (batcher.go).
 func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
+	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
 		rep := ValidateSend(req, s.exprs)

@@ -1,9 +1,9 @@
 package roomqueue
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/internal/prom"
 )
 
 // metrics are the service's Prometheus metrics. Instances in one process (the dev assembly,
@@ -30,25 +30,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "roomcast_roomqueue_dropped_entries_total", Help: "Room queue entries taken out because the session that offered them with drop_on_leave ended.",
 		}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.requests = register(reg, m.requests)
-	m.retries = register(reg, m.retries)
-	m.broadcasts = register(reg, m.broadcasts)
-	m.dropped = register(reg, m.dropped)
+	m.requests = prom.Register(reg, m.requests)
+	m.retries = prom.Register(reg, m.retries)
+	m.broadcasts = prom.Register(reg, m.broadcasts)
+	m.dropped = prom.Register(reg, m.dropped)
 	return m
-}
-
-// register registers c, or returns the collector registered before it under the same name.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var dup prometheus.AlreadyRegisteredError
-		if errors.As(err, &dup) {
-			if existing, ok := dup.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }

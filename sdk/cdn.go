@@ -130,7 +130,11 @@ func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
 	}
 	if !on {
 		p.conf = nil
-		p.d.setPlayout(0, p.offset)
+		if !p.started || p.stopped {
+			p.d.setPlayout(0, p.offset)
+		}
+		// Else the poller hands on what is held (endPlayout) once a poll under way has merged
+		// its segment: released now, the segment's messages would come after newer pushed ones.
 		notify(p.wake)
 		return
 	}
@@ -185,6 +189,23 @@ func (p *cdnPoller) learnGrace(window int64, index, nextAtMs int64) {
 	}
 	p.grace = g
 	p.d.setPlayout(p.playDelayLocked(), p.offset)
+}
+
+// endPlayout ends CDN mode's playout, handing on what is held in order, unless the mode came
+// back on meanwhile. The poller calls it between polls, so no segment comes after it.
+func (p *cdnPoller) endPlayout() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conf == nil {
+		p.d.setPlayout(0, p.offset)
+	}
+}
+
+// polling reports whether the room is in CDN mode: a round stops asking once it is not.
+func (p *cdnPoller) polling() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conf != nil
 }
 
 // snapshot is what a poll round needs, read under p.mu.

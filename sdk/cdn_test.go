@@ -449,3 +449,74 @@ func TestCDNLiveChange(t *testing.T) {
 		t.Errorf("%d connections: a config change must not reconnect", rel.connected)
 	}
 }
+
+// A poll under way when the mode goes off ends first: its segment's messages come out, in
+// order, before the messages pushed after the change. Handing on what was held at once, as the
+// change came, let the segment come after them, out of order (TestCDNLiveChange failed so under
+// load).
+func TestCDNModeOffDuringPoll(t *testing.T) {
+	t.Parallel()
+	room := startCdnRoom(t, 0, nil)
+	var blocked atomic.Int64 // the index whose request waits for release
+	asked, release := make(chan struct{}), make(chan struct{})
+	v := startVendor(t, room, func(w http.ResponseWriter, index int64) bool {
+		if room.serverNow() < (index+1)*testWindow+testGrace || !blocked.CompareAndSwap(0, index) {
+			return false
+		}
+		close(asked)
+		<-release
+		writeSegment(w, goodSegment(index))
+		return true
+	})
+	// A poll interval of five windows makes the play delay 1.38 s: the segment held back below
+	// is still on time when it comes, on a loaded machine too.
+	room.config = cdnConfig(v.URL)
+	room.config.PollIntervalMs = 5 * testWindow
+	c, rel := dialCdn(t, room, sdk.Config{})
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no segment was asked for")
+	}
+	off := cdnConfig()
+	off.Mode = roomcastpb.CdnMode_CDN_MODE_OFF
+	offAt := room.serverNow()
+	room.reconfigure(off)
+	// Give the messages pushed after the change the chance to come out before the segment:
+	// they do (the bug) unless they wait for the poll to end. Either way the wait ends, at the
+	// latest after 300 ms, well before the segment's messages are due.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		rel.mu.Lock()
+		n := len(rel.msgs)
+		pushed := n > 0 && rel.msgs[n-1].GetServerTimeMs() > offAt
+		rel.mu.Unlock()
+		if pushed {
+			break
+		}
+	}
+	close(release)
+
+	// Nothing lost: the segment's messages and those pushed after the change all come.
+	want := bulk(blocked.Load())
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		rel.mu.Lock()
+		defer rel.mu.Unlock()
+		got := map[string]bool{}
+		for _, m := range rel.msgs {
+			got[m.GetId()] = true
+		}
+		for _, m := range want {
+			if !got[m.GetId()] {
+				return fmt.Errorf("%s of the segment polled during the change not handed on", m.GetId())
+			}
+		}
+		if n := len(rel.msgs); n == 0 || rel.msgs[n-1].GetServerTimeMs() <= offAt {
+			return fmt.Errorf("no message stamped after the change (%d) yet", offAt)
+		}
+		return nil
+	})
+	rel.check(t)
+	if st := c.CDNStats(); st.Late != 0 {
+		t.Errorf("%d late: %+v", st.Late, st)
+	}
+}

@@ -34,6 +34,7 @@ func (p *cdnPoller) pollLoop() {
 		if snap := p.snapshot(); snap.conf != nil {
 			wait = p.round(&st, snap)
 		} else {
+			p.endPlayout()
 			st = pollState{}
 		}
 		timer.Reset(wait)
@@ -85,14 +86,14 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 		st.roundAt = st.sched + jitter(conf)
 	}
 	if now >= st.roundAt {
-		for ; due(st.next) <= now; st.next++ {
+		for ; due(st.next) <= now && p.polling(); st.next++ {
 			p.ask(st, snap, st.next, now)
 		}
 		st.sched = max(st.sched+interval, due(st.next))
 		st.roundAt = st.sched + jitter(conf)
 	}
 	for i, r := range st.retry {
-		if r.at <= now {
+		if r.at <= now && p.polling() {
 			p.ask(st, snap, i, now)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -68,6 +67,7 @@ rooms of a pusher that stops. SIGTERM or Ctrl-C hands its rooms to the others fi
 `)
 		fs.PrintDefaults()
 	}
+	logFlags := bindLogFlags(fs)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -76,7 +76,13 @@ rooms of a pusher that stops. SIGTERM or Ctrl-C hands its rooms to the others fi
 		return 2
 	}
 	logs := &heldLog{out: stderr}
-	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
+	log, _, closeAudit, err := logFlags.loggers(logs, "cdnpusher")
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast cdnpusher:", err)
+		return 2
+	}
+	defer closeAudit()
+	cfg.Log = log
 	p, err := roles.StartPusher(cfg)
 	if err != nil {
 		logs.drop()

@@ -35,8 +35,9 @@ type repeatable interface {
 	repeatable()
 }
 
-func (pairs) repeatable() {}
-func (*urls) repeatable() {}
+func (pairs) repeatable()   {}
+func (apiKeys) repeatable() {}
+func (*urls) repeatable()   {}
 
 // envName is the environment variable of a flag: ROOMCAST_NATS for --nats.
 func envName(flagName string) string {

@@ -284,3 +284,25 @@ func TestConfigDocExamples(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKeyScopes checks --api-key's scopes, from the command line and a config file's block
+// list, and that an unknown scope stops the command with exit 2.
+func TestAPIKeyScopes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("services:\n  api-key:\n    - k1=app:send,read\n    - k2=app\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := configured(t, "services", "--config", file).Lookup("api-key").Value.String(); got != "map[k1:app:send,read k2:app]" {
+		t.Errorf("api-key with scopes from the file: %s", got)
+	}
+	if got := configured(t, "services", "--api-key", "k=app:admin").Lookup("api-key").Value.String(); got != "map[k:app:admin]" {
+		t.Errorf("api-key with a scope from the command line: %s", got)
+	}
+	if got := configured(t, "dev", "--api-key", "ro=demo:read").Lookup("api-key").Value.String(); got != "map[ro:demo:read roomcast-dev-key:demo]" {
+		t.Errorf("dev's api-key beside the dev key: %s", got)
+	}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"services", "--check-config", "--api-key", "k=app:write"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown API key scope "write"`) {
+		t.Errorf("an unknown scope: exit %d: %s", code, stderr.String())
+	}
+}

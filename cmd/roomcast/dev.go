@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
+	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 )
 
@@ -38,11 +38,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
 	corsOrigins := bindCORSFlag(flags, "self")
-	verbose := flags.Bool("v", false, "log at debug level")
+	logFlags := bindLogFlags(flags)
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 	presenceFlags := bindPresenceFlags(flags)
 	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
+	keys := apiKeys{devcluster.APIKey: {App: devcluster.App}}
+	flags.Var(keys, "api-key", "KEY=APP:SCOPE,SCOPE: a server API key beside the dev key (which has every scope), e.g. a read-only one to try scopes: send, moderate, read, admin (repeatable)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, `Usage: roomcast dev [--listen 127.0.0.1:8080] [--data DIR] [--chatlinks 2] [--tls-cert F --tls-key F]
@@ -60,6 +62,7 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
+	cfg.APIKeys = auth.APIKeys(keys)
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 2
@@ -78,12 +81,13 @@ secret and API key are fixed and printed.
 			cfg.DataDir, strings.Join(strings.Fields(err.Error()), " "))
 		return 1
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
 	logs := &heldLog{out: stderr}
-	cfg.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	var closeAudit func()
+	if cfg.Log, cfg.Audit, closeAudit, err = logFlags.loggers(logs, "dev"); err != nil {
+		fmt.Fprintln(stderr, "roomcast dev:", err)
+		return 2
+	}
+	defer closeAudit()
 	page, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
@@ -95,7 +99,7 @@ secret and API key are fixed and printed.
 	c, err := devcluster.Start(startCtx, cfg)
 	cancel()
 	if err != nil {
-		if *verbose {
+		if logFlags.verbose {
 			logs.release()
 		} else {
 			logs.drop()

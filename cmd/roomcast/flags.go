@@ -13,6 +13,7 @@ import (
 	"roomcast/callback"
 	"roomcast/chatlink"
 	"roomcast/inbox"
+	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -31,6 +32,32 @@ func (p pairs) Set(s string) error {
 		return fmt.Errorf("want KEY=VALUE, got %q", s)
 	}
 	p[k] = v
+	return nil
+}
+
+// apiKeys is the repeatable --api-key flag: KEY=APP (every scope) or KEY=APP:SCOPE,SCOPE.
+type apiKeys auth.APIKeys
+
+func (k apiKeys) String() string {
+	m := make(map[string]string, len(k))
+	for key, g := range k {
+		m[key] = g.App
+		if len(g.Scopes) > 0 {
+			m[key] += ":" + strings.Join(g.Scopes, ",")
+		}
+	}
+	return fmt.Sprint(m)
+}
+
+func (k apiKeys) Set(s string) error {
+	key, grant, err := auth.ParseAPIKey(s)
+	if err != nil {
+		return err
+	}
+	if err := api.CheckScopes(grant.Scopes); err != nil {
+		return err
+	}
+	k[key] = grant
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,22 +23,7 @@ import (
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.Buffer
 
 // TestDevThenProbe runs `roomcast dev` and `roomcast probe` against it, as the README's quick
 // start does, then stops dev the way Ctrl-C does.
@@ -222,7 +206,9 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		return r
 	}
 	api := testkit.FreeAddr(t)
-	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", testkit.FreeAddr(t), "--api-key", "k1=demo")
+	auditFile := filepath.Join(t.TempDir(), "audit.log")
+	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", testkit.FreeAddr(t), "--api-key", "k1=demo",
+		"--log-format", "json", "--audit-log", auditFile)
 	var links []role
 	ops := []string{testkit.FreeAddr(t), testkit.FreeAddr(t)}
 	for i, name := range []string{"edge-a", "edge-b"} {
@@ -261,6 +247,29 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 	if code := run(ctx, []string{"probe", "--dispatcher", "http://" + api, "--clients", "4", "--messages", "10"}, &out, &errOut); code != 0 {
 		t.Fatalf("probe exit %d: %s%s", code, out.String(), errOut.String())
 	}
+	// A call that changes something is in the audit file, in JSON like the services' logs.
+	req, _ := http.NewRequest("POST", "http://"+api+"/v1/rooms/closing/close", strings.NewReader(`{"reason":"done"}`))
+	req.Header.Set("Authorization", "Bearer k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	audit, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(audit, &rec); err != nil || rec["audit"] != true || rec["role"] != "services" ||
+		rec["method"] != "POST /v1/rooms/{room}/close" || rec["room"] != "closing" || rec["app"] != "demo" {
+		t.Fatalf("audit log %q (%v), want one JSON record of the close", audit, err)
+	}
+	for line := range strings.Lines(services.out.String()) {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("services' --log-format json wrote %q", line)
+		}
+	}
+
 	if code := run(ctx, []string{"drain", "--nats", ns.ClientURL(), "--node", "edge-a", "--spread", "100ms"}, &out, &errOut); code != 0 {
 		t.Fatalf("drain exit %d: %s", code, errOut.String())
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"roomcast/cdnpusher"
@@ -39,6 +38,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
 	lifetimes := pairs{}
 	fs.Var(lifetimes, "token-max-lifetime", "APP=DURATION: how far ahead a login token of the app may expire; later is refused (repeatable; default 24h)")
+	logFlags := bindLogFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: roomcast chatlink --nats URL --node NAME --secret APP=SECRET [--tls-cert F --tls-key F] [flags]\n\nRuns one ChatLink edge node. SIGTERM or Ctrl-C drains it: clients are told to reconnect elsewhere.\n\n")
 		fs.PrintDefaults()
@@ -65,8 +65,13 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 		node.MaxTokenLifetime[app] = d
 	}
 	logs := &heldLog{out: stderr}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	node.Log = log
+	log, audit, closeAudit, err := logFlags.loggers(logs, "chatlink")
+	if err != nil {
+		fmt.Fprintln(stderr, "roomcast chatlink:", err)
+		return 2
+	}
+	defer closeAudit()
+	node.Log, node.Audit = log, audit
 	cl, err := roles.StartChatLink(cfg)
 	if err != nil {
 		logs.drop()
@@ -107,13 +112,14 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindCDNWindowFlag(fs, &cfg.CDN.Window)
 	var pusher cdnpusher.ServiceConfig
 	bindS3Flags(fs, &pusher.Pusher)
-	keys := pairs{}
-	fs.Var(keys, "api-key", "KEY=APP: a server API key and the app it acts for (repeatable, at least one)")
+	keys := apiKeys{}
+	fs.Var(keys, "api-key", "KEY=APP or KEY=APP:SCOPE,SCOPE: a server API key, the app it acts for and the scopes of calls it may make, of send, moderate, read and admin (repeatable, at least one; without scopes: every scope)")
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
 	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
 	bindKVReplicasFlag(fs, &cfg.KVReplicas)
 	bindTrustedProxyFlag(fs, &cfg.Dispatcher.TrustedProxies)
 	presenceFlags := bindPresenceFlags(fs)
+	logFlags := bindLogFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: roomcast services --nats URL --api-key KEY=APP [--listen ADDR] [--grpc-listen ADDR] [--tls-cert F --tls-key F]\n\nRuns the room, presence and room queue services, the dispatcher, the server API (HTTP/JSON and gRPC) and the\nCDN manager, and with --s3-endpoint a CDN pusher too. Run as many as you like: they share the work\nthrough NATS queue groups and JetStream (one CDN manager leads).\n\n")
 		fs.PrintDefaults()
@@ -141,7 +147,12 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	cfg.CORSOrigins = corsOrigins()
 	logs := &heldLog{out: stderr}
-	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
+	var closeAudit func()
+	if cfg.Log, cfg.Audit, closeAudit, err = logFlags.loggers(logs, "services"); err != nil {
+		fmt.Fprintln(stderr, "roomcast services:", err)
+		return 2
+	}
+	defer closeAudit()
 	s, err := roles.StartServices(cfg)
 	if err != nil {
 		logs.drop()

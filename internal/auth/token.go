@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -152,8 +151,11 @@ func (k Keyring) VerifyWithin(token string, max Lifetimes) (*Claims, error) {
 		return nil, fmt.Errorf("%w: claims: %v", ErrInvalid, err)
 	}
 	var w wireClaims
-	if err := w.decode(body); err != nil {
-		return nil, fmt.Errorf("%w: claims: %v", ErrInvalid, err)
+	if !w.decodePlain(body) {
+		w = wireClaims{}
+		if err := w.decode(body); err != nil {
+			return nil, fmt.Errorf("%w: claims: %v", ErrInvalid, err)
+		}
 	}
 	c := w.claims()
 	secret, ok := k[c.App]
@@ -284,12 +286,21 @@ func (s *seconds) UnmarshalJSON(b []byte) error {
 		*s = seconds{}
 		return nil
 	}
-	v, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || !(0 <= v && v <= maxDate) { // also false for NaN
+	v, ok := parseSeconds(string(b))
+	if !ok {
 		return fmt.Errorf("bad NumericDate %s: want seconds from 0 to %d", b, int64(maxDate))
 	}
-	*s = seconds{v, true}
+	*s = v
 	return nil
+}
+
+// parseSeconds reads a NumericDate's literal, from 0 to maxDate.
+func parseSeconds(lit string) (seconds, bool) {
+	v, err := strconv.ParseFloat(lit, 64)
+	if err != nil || !(0 <= v && v <= maxDate) { // also false for NaN
+		return seconds{}, false
+	}
+	return seconds{v, true}, true
 }
 
 func (s seconds) date() *jwt.NumericDate {
@@ -372,19 +383,4 @@ func (p *hmacPools) verify(secret []byte, msg string, mac []byte) bool {
 	_, _ = h.Write(unsafe.Slice(unsafe.StringData(msg), len(msg))) // Write only reads
 	var sum [sha256.Size]byte
 	return hmac.Equal(h.Sum(sum[:0]), mac)
-}
-
-// APIKeys maps a server API key to the app it acts for.
-type APIKeys map[string]string
-
-// App returns the app that key belongs to. It compares in constant time.
-func (k APIKeys) App(key string) (string, bool) {
-	var app string
-	found := false
-	for candidate, a := range k {
-		if subtle.ConstantTimeCompare([]byte(candidate), []byte(key)) == 1 {
-			app, found = a, true
-		}
-	}
-	return app, found
 }

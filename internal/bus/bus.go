@@ -175,13 +175,18 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 	return nc, nil
 }
 
-// Request sends req on subject and decodes the answer into resp.
+// Request sends req on subject and decodes the answer into resp. A traceparent ctx carries
+// (WithTraceparent) travels in the message's header.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("bus: encode %s: %w", subject, err)
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
+	out := &nats.Msg{Subject: subject, Data: data}
+	if tp := TraceparentFrom(ctx); tp != "" {
+		out.Header = nats.Header{TraceparentHeader: []string{tp}}
+	}
+	msg, err := nc.RequestMsgWithContext(ctx, out)
 	if err != nil {
 		return fmt.Errorf("bus: request %s: %w", subject, err)
 	}

@@ -139,6 +139,9 @@ type Config struct {
 	Callbacks callback.Config
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
+	// Audit receives the audit trail of the server API and the ChatLinks. Zero value means
+	// Log.
+	Audit *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -152,7 +155,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LeaseInterval = time.Second
 	}
 	if c.APIKeys == nil {
-		c.APIKeys = auth.APIKeys{APIKey: App}
+		c.APIKeys = auth.APIKeys{APIKey: {App: App}}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -250,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 				mux.Handle("GET /demo.js", cfg.Home)
 			}
 		},
-		Log: log,
+		Log: log, Audit: cfg.Audit,
 		TLS: cfg.TLS, CORSOrigins: cfg.CORSOrigins, CORSPaths: []string{devTokenPath},
 	}
 	c.Services, err = roles.StartServices(c.servicesCfg)
@@ -261,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	keys := auth.Keyring{App: []byte(Secret)}
 	for i := 1; i <= cfg.ChatLinks; i++ {
 		ncfg := chatlink.Config{
-			Node: nodeName(i), Keys: keys, Log: log,
+			Node: nodeName(i), Keys: keys, Log: log, Audit: cfg.Audit,
 			// The nodes share this process's open files.
 			MaxConnections: max(1000, (chatlink.FileLimit()-1024)/cfg.ChatLinks),
 			LoginTimeout:   cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,

@@ -41,7 +41,9 @@ const defaultConns = 128
 
 // CDNResult is what RunCDN measured. Its JSON is the `roomcast bench cdn --json` line.
 type CDNResult struct {
-	Scenario string  `json:"scenario"` // "cdn"
+	Scenario string `json:"scenario"` // "cdn"
+	// Placement is where the bench and the server ran, and each server process's usage.
+	Placement
 	Viewers  int     `json:"viewers"`
 	Room     string  `json:"room"`
 	Rate     float64 `json:"rate"`
@@ -130,6 +132,7 @@ func (r CDNResult) String() string {
 	for _, e := range r.Errors {
 		fmt.Fprintf(&b, "\n  error       %s", e)
 	}
+	b.WriteString("\n" + r.Placement.summary())
 	return b.String()
 }
 
@@ -173,8 +176,11 @@ func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 	if err := cfg.validateCDN(); err != nil {
 		return res, err
 	}
-	r := newRunner(cfg)
+	r, err := newRunner(cfg)
 	defer r.stop()
+	if err != nil {
+		return res, err
+	}
 	res.Room = r.room
 
 	r.progress("putting room %s in CDN mode", r.room)
@@ -307,6 +313,7 @@ func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 	res.SegmentsWritten = pushAfter[2] - pushBefore[2]
 	res.SegmentBytes = pushAfter[3] - pushBefore[3]
 	res.ServerCPUSeconds = after.cpu - before.cpu
+	res.Placement = r.placement(before, after)
 
 	res.Polls, res.Hits, res.Misses = fleet.requests.Load(), fleet.hits.Load(), fleet.misses.Load()
 	res.Failures, res.GaveUp = fleet.failures.Load(), fleet.gaveUp.Load()

@@ -10,7 +10,9 @@ import (
 
 // ConnsResult is what RunConns measured. Its JSON is the `roomcast bench conns --json` line.
 type ConnsResult struct {
-	Scenario  string `json:"scenario"` // "conns"
+	Scenario string `json:"scenario"` // "conns"
+	// Placement is where the bench and the server ran, and each server process's usage.
+	Placement
 	N         int    `json:"n"`
 	Rooms     int    `json:"rooms"`
 	Transport string `json:"transport"`
@@ -62,6 +64,7 @@ func (r ConnsResult) String() string {
 			r.HeapPerConnBytes, r.StackPerConnBytes, r.GoroutinesPerConn)
 	}
 	fmt.Fprintf(&b, "  bench       %.1f CPU-s, peak RSS %.0f MiB", r.BenchCPUSeconds, float64(r.BenchMaxRSSBytes)/(1<<20))
+	b.WriteString("\n" + r.Placement.summary())
 	return b.String()
 }
 
@@ -77,8 +80,11 @@ func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
 	if err != nil {
 		return res, err
 	}
-	r := newRunner(cfg)
+	r, err := newRunner(cfg)
 	defer r.stop()
+	if err != nil {
+		return res, err
+	}
 	before, err := r.server.read(ctx)
 	if err != nil {
 		return res, err
@@ -104,6 +110,7 @@ func RunConns(ctx context.Context, cfg Config) (ConnsResult, error) {
 		return res, err
 	}
 	res.RSSAfterBytes, res.ServerConnections = after.rss, after.conns
+	res.Placement = r.placement(before, after)
 	if n := float64(res.Connected); n > 0 {
 		res.RSSPerConnBytes = math.Round((after.rss - before.rss) / n)
 		res.HeapPerConnBytes = math.Round((after.heapInuse - before.heapInuse) / n)

@@ -37,7 +37,9 @@ func (c LaneCounts) total() int64 { return c.Critical + c.Normal + c.Bulk }
 
 // FanoutResult is what RunFanout measured. Its JSON is the `roomcast bench fanout --json` line.
 type FanoutResult struct {
-	Scenario  string  `json:"scenario"` // "fanout"
+	Scenario string `json:"scenario"` // "fanout"
+	// Placement is where the bench and the server ran, and each server process's usage.
+	Placement
 	N         int     `json:"n"`
 	Room      string  `json:"room"`
 	Transport string  `json:"transport"`
@@ -160,6 +162,7 @@ func (r FanoutResult) String() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "  bench       %.1f CPU-s, peak RSS %.0f MiB", r.BenchCPUSeconds, float64(r.BenchMaxRSSBytes)/(1<<20))
+	b.WriteString("\n" + r.Placement.summary())
 	return b.String()
 }
 
@@ -201,8 +204,11 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	if err := cfg.validateFanout(); err != nil {
 		return res, err
 	}
-	r := newRunner(cfg)
+	r, err := newRunner(cfg)
 	defer r.stop()
+	if err != nil {
+		return res, err
+	}
 	res.Room = r.room
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
 	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
@@ -300,6 +306,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		}
 	}
 	res.ServerCPUSeconds = after.cpu - before.cpu
+	res.Placement = r.placement(before, after)
 	if res.ServerCPUSeconds > 0 {
 		res.DeliveriesPerServerCPUSec = float64(res.Delivered) / res.ServerCPUSeconds
 	}

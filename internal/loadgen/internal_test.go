@@ -1,9 +1,11 @@
 package loadgen
 
 import (
+	"context"
 	"math"
 	"net"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -244,7 +246,10 @@ func TestStartSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRunner(cfg)
+	r, err := newRunner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := r.start("conns", 0, 16); err != nil {
 		t.Fatal(err)
 	}
@@ -295,4 +300,88 @@ func TestConfigWithDefaults(t *testing.T) {
 		{Name: "bad transport", Config: with(func(c *Config) { c.Transport = "udp" }), WantErr: `unknown transport "udp"`},
 		{Name: "bad client", Config: with(func(c *Config) { c.Client = "curl" }), WantErr: `unknown client "curl"`},
 	})
+}
+
+func TestCPUList(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want string
+		err      bool
+	}{
+		{in: "0", want: "0"},
+		{in: "1-3", want: "1-3"},
+		{in: "5, 0,2-3", want: "0,2-3,5"},
+		{in: "3,1,2,1", want: "1-3"},
+		{in: "0-1,1-2", want: "0-2"},
+		{in: "", err: true},
+		{in: "a", err: true},
+		{in: "3-1", err: true},
+		{in: "-1", err: true},
+		{in: "1,", err: true},
+		{in: "1024", err: true},
+	} {
+		var l CPUList
+		err := l.Set(tc.in)
+		if (err != nil) != tc.err {
+			t.Errorf("Set(%q) error %v, want error %v", tc.in, err, tc.err)
+			continue
+		}
+		if got := l.String(); !tc.err && got != tc.want {
+			t.Errorf("Set(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPIDList(t *testing.T) {
+	t.Parallel()
+	var l PIDList
+	if err := l.Set("42, 7,1000"); err != nil || l.String() != "42,7,1000" {
+		t.Errorf("Set = %v, %v", l, err)
+	}
+	for _, bad := range []string{"", "0", "-3", "x", "4,4", "1,,2"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+	if _, err := (Config{Dispatcher: "http://x", Secret: []byte("s"), N: 1, ServerCPUs: CPUList{0}}).withDefaults(); err == nil {
+		t.Error("server CPUs without pids accepted")
+	}
+}
+
+// TestFleetSums checks that the server's figures are a fleet's sums, and that the placement
+// reports each process's own share of the window.
+func TestFleetSums(t *testing.T) {
+	t.Parallel()
+	self := os.Getpid()
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	p := probeServer{pids: []int{self, child.Process.Pid}}
+	st, err := p.read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.procs) != 2 || st.procs[0].pid != self || st.procs[1].pid != child.Process.Pid {
+		t.Fatalf("procs %+v", st.procs)
+	}
+	if st.procs[1].rss <= 0 || st.rss != st.procs[0].rss+st.procs[1].rss || st.cpu != st.procs[0].cpu+st.procs[1].cpu {
+		t.Errorf("sums rss %v cpu %v of %+v", st.rss, st.cpu, st.procs)
+	}
+	if _, err := (probeServer{pids: []int{self, 1 << 30}}).read(context.Background()); err == nil {
+		t.Error("a missing process was not an error")
+	}
+
+	before := serverStats{procs: []procStats{{pid: 10, cpu: 1, rss: 5}, {pid: 11, cpu: 2, rss: 6}}}
+	after := serverStats{procs: []procStats{{pid: 10, cpu: 1.5, rss: 7 << 20}, {pid: 11, cpu: 4, rss: 9 << 20}}}
+	var r runner
+	pl := r.placement(before, after)
+	if len(pl.ServerProcesses) != 2 || pl.ServerProcesses[0].CPUSeconds != 0.5 || pl.ServerProcesses[1].CPUSeconds != 2 ||
+		pl.ServerProcesses[1].RSSBytes != 9<<20 || pl.ServerProcesses[1].PID != 11 {
+		t.Errorf("placement %+v", pl)
+	}
+	if s := pl.summary(); !strings.Contains(s, "2 processes     2.50 CPU-s  RSS     16 MiB") {
+		t.Errorf("summary %q lacks the fleet's total", s)
+	}
 }

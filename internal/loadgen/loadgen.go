@@ -31,9 +31,16 @@ type Config struct {
 	APIKey string
 	// Metrics is the URL of the server's Prometheus metrics. Zero value means API + "/metrics".
 	Metrics string
-	// PID, when set, is a local server process whose RSS and CPU time are read from /proc
-	// instead of from Metrics.
-	PID int
+	// PIDs, when set, are the local server's processes (a roomcast dev, or a fleet: ChatLinks
+	// and what serves them) whose RSS and CPU time are read from /proc instead of from
+	// Metrics, summed and reported per process.
+	PIDs PIDList
+	// BenchCPUs, when set, pins the bench process and its worker processes to these CPUs.
+	// Zero value means the bench runs where it was started (say, under taskset).
+	BenchCPUs CPUList
+	// ServerCPUs, when set, pins every thread of the PIDs processes to these CPUs. It needs
+	// PIDs. Zero value means they run where they were started.
+	ServerCPUs CPUList
 	// App and Secret mint the clients' tokens. Zero App means "demo"; Secret is required.
 	App    string
 	Secret []byte
@@ -215,6 +222,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("bench: unknown transport %q (want ws or tcp)", c.Transport)
 	case c.Client != "" && c.Client != ClientSDK && c.Client != ClientRaw:
 		return c, fmt.Errorf("bench: unknown client %q (want sdk or raw)", c.Client)
+	case len(c.ServerCPUs) > 0 && len(c.PIDs) == 0:
+		return c, errors.New("bench: server CPUs need the server's pids (--pid)")
 	}
 	return c, nil
 }
@@ -229,15 +238,16 @@ type runner struct {
 	workers []worker
 }
 
-func newRunner(cfg Config) *runner {
+// newRunner pins the bench and the server as cfg asks, before any worker process starts.
+func newRunner(cfg Config) (*runner, error) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2, TLSClientConfig: tlsConfig(cfg.caPEM)}}
-	r := &runner{cfg: cfg, hc: hc, server: probeServer{metricsURL: cfg.Metrics, pid: cfg.PID, hc: hc}}
+	r := &runner{cfg: cfg, hc: hc, server: probeServer{metricsURL: cfg.Metrics, pids: cfg.PIDs, hc: hc}}
 	_, _ = rand.Read(r.id[:])
 	r.room = cfg.Room
 	if r.room == "" {
 		r.room = fmt.Sprintf("bench-%x", r.id)
 	}
-	return r
+	return r, r.pin()
 }
 
 func (r *runner) progress(format string, args ...any) {

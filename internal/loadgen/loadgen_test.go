@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == sleeperFlag {
+		time.Sleep(30 * time.Second) // a stand-in server process: a Go program's several threads
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -126,7 +130,7 @@ func TestConnsPID(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	cfg := config(c, 5)
-	cfg.PID = os.Getpid() // the cluster runs in this process
+	cfg.PIDs = loadgen.PIDList{os.Getpid()} // the cluster runs in this process
 	cfg.Settle = settleFor() - time.Second
 	res, err := loadgen.RunConns(context.Background(), cfg)
 	if err != nil {
@@ -371,3 +375,6 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// sleeperFlag makes the test binary a process that only sleeps, for pinning.
+const sleeperFlag = "-loadgen-sleeper"

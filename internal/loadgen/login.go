@@ -10,7 +10,9 @@ import (
 
 // LoginResult is what RunLogin measured. Its JSON is the `roomcast bench login --json` line.
 type LoginResult struct {
-	Scenario  string  `json:"scenario"` // "login"
+	Scenario string `json:"scenario"` // "login"
+	// Placement is where the bench and the server ran, and each server process's usage.
+	Placement
 	N         int     `json:"n"`
 	Rooms     int     `json:"rooms"`
 	Transport string  `json:"transport"`
@@ -26,11 +28,15 @@ type LoginResult struct {
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
 	MaxMS float64 `json:"max_ms"`
-	// ServerCPUSeconds is the server's CPU time over the logins.
-	ServerCPUSeconds float64  `json:"server_cpu_seconds"`
-	BenchCPUSeconds  float64  `json:"bench_cpu_seconds"`
-	BenchMaxRSSBytes int64    `json:"bench_max_rss_bytes"`
-	Errors           []string `json:"errors,omitempty"`
+	// ServerCPUSeconds is the server's CPU time over the logins (from the first login's start
+	// to the last one's LoginAck); LoginsPerServerCPUSec is OK over it and ServerCPUMSPerLogin
+	// its inverse, in milliseconds: what one login costs the whole server.
+	ServerCPUSeconds      float64  `json:"server_cpu_seconds"`
+	LoginsPerServerCPUSec float64  `json:"logins_per_server_cpu_sec"`
+	ServerCPUMSPerLogin   float64  `json:"server_cpu_ms_per_login"`
+	BenchCPUSeconds       float64  `json:"bench_cpu_seconds"`
+	BenchMaxRSSBytes      int64    `json:"bench_max_rss_bytes"`
+	Errors                []string `json:"errors,omitempty"`
 }
 
 // Passed reports whether every login succeeded.
@@ -41,8 +47,10 @@ func (r LoginResult) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "login: n=%d rate=%g/s rooms=%d transport=%s workers=%d\n", r.N, r.Rate, r.Rooms, r.Transport, r.Workers)
 	fmt.Fprintf(&b, "  logins      %d ok, %d failed in %.2fs: %.0f logins/s (server %.2f CPU-s)\n", r.OK, r.Failed, r.Seconds, r.LoginsPerSec, r.ServerCPUSeconds)
+	fmt.Fprintf(&b, "  server cost %.0f logins per server CPU-second, %.3f ms of server CPU a login\n", r.LoginsPerServerCPUSec, r.ServerCPUMSPerLogin)
 	fmt.Fprintf(&b, "  latency     p50 %.1fms  p99 %.1fms  max %.1fms  (dispatch + connect + LoginAck)\n", r.P50MS, r.P99MS, r.MaxMS)
 	fmt.Fprintf(&b, "  bench       %.1f CPU-s, peak RSS %.0f MiB", r.BenchCPUSeconds, float64(r.BenchMaxRSSBytes)/(1<<20))
+	b.WriteString("\n" + r.Placement.summary())
 	return b.String()
 }
 
@@ -58,8 +66,11 @@ func RunLogin(ctx context.Context, cfg Config) (LoginResult, error) {
 	if cfg.Rate <= 0 {
 		return res, errors.New("bench: login needs a positive rate")
 	}
-	r := newRunner(cfg)
+	r, err := newRunner(cfg)
 	defer r.stop()
+	if err != nil {
+		return res, err
+	}
 	before, err := r.server.read(ctx)
 	if err != nil {
 		return res, err
@@ -86,6 +97,11 @@ func RunLogin(ctx context.Context, cfg Config) (LoginResult, error) {
 	}
 	res.P50MS, res.P99MS, res.MaxMS = quantiles(rep.LoginLatency)
 	res.ServerCPUSeconds = after.cpu - before.cpu
+	res.Placement = r.placement(before, after)
+	if res.ServerCPUSeconds > 0 && res.OK > 0 {
+		res.LoginsPerServerCPUSec = float64(res.OK) / res.ServerCPUSeconds
+		res.ServerCPUMSPerLogin = res.ServerCPUSeconds * 1000 / float64(res.OK)
+	}
 	res.BenchCPUSeconds, res.BenchMaxRSSBytes = rep.CPUSeconds, rep.MaxRSSBytes
 	res.Errors = rep.Errors
 	return res, nil

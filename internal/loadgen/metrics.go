@@ -156,13 +156,22 @@ type serverStats struct {
 	conns      float64
 	// Go runtime figures, when the server is a Go program that exports them (0 otherwise).
 	goroutines, heapInuse, stackInuse float64
+	// procs are the server's processes read from /proc, in the order of --pid; rss and cpu
+	// are then their sums.
+	procs []procStats
 }
 
-// probeServer reads the server's figures: from /metrics, and RSS and CPU from /proc when pid
-// is set.
+// procStats is one server process at one moment.
+type procStats struct {
+	pid      int
+	rss, cpu float64 // bytes; seconds of user+system time
+}
+
+// probeServer reads the server's figures: from /metrics, and RSS and CPU from /proc, summed
+// over its processes, when pids are set.
 type probeServer struct {
 	metricsURL string
-	pid        int
+	pids       []int
 	hc         *http.Client
 }
 
@@ -171,7 +180,7 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 	if p.metricsURL != "" {
 		text, err := p.scrape(ctx)
 		if err != nil {
-			if p.pid == 0 {
+			if len(p.pids) == 0 {
 				return st, err
 			}
 		} else {
@@ -195,21 +204,44 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 			}
 		}
 	}
-	if p.pid != 0 {
-		rss, err := procRSS(p.pid)
+	if len(p.pids) > 0 {
+		procs, err := readProcs(p.pids)
 		if err != nil {
 			return st, err
 		}
-		cpu, err := procCPU(p.pid)
-		if err != nil {
-			return st, err
-		}
-		st.rss, st.cpu = rss, cpu
+		st.procs = procs
+		st.rss, st.cpu = sumProcs(procs)
 	}
 	if math.IsNaN(st.rss) || math.IsNaN(st.cpu) {
 		return st, fmt.Errorf("bench: %s has no %s or %s; use --pid", p.metricsURL, metricRSS, metricCPU)
 	}
 	return st, nil
+}
+
+// readProcs reads RSS and CPU time of each process in pids.
+func readProcs(pids []int) ([]procStats, error) {
+	procs := make([]procStats, 0, len(pids))
+	for _, pid := range pids {
+		rss, err := procRSS(pid)
+		if err != nil {
+			return nil, err
+		}
+		cpu, err := procCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, procStats{pid: pid, rss: rss, cpu: cpu})
+	}
+	return procs, nil
+}
+
+// sumProcs adds up the processes' RSS and CPU time: a fleet's footprint and cost.
+func sumProcs(procs []procStats) (rss, cpu float64) {
+	for _, p := range procs {
+		rss += p.rss
+		cpu += p.cpu
+	}
+	return rss, cpu
 }
 
 // maxMetricsBody bounds a scrape.

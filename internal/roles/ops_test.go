@@ -29,6 +29,20 @@ func status(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// startStoragelessPusher starts a pusher role whose storage is not there: its ops endpoint
+// answers all the same. It stops when t ends.
+func startStoragelessPusher(t *testing.T, natsURL string) *Pusher {
+	t.Helper()
+	cfg := PusherConfig{NATSURL: natsURL, OpsListen: "127.0.0.1:0"}
+	cfg.Pusher.Pusher = cdnpusher.Config{Endpoint: "127.0.0.1:1", Bucket: "b"}
+	p, err := StartPusher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p
+}
+
 // The ops endpoint of every role serves metrics, profiles, liveness and readiness (and the
 // services' admin /v1/nodes) apart from the public endpoint, which serves neither metrics nor
 // the admin routes unless PublicAdmin asks; readiness follows the NATS connection and a
@@ -56,14 +70,7 @@ func TestOpsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cl.Shutdown(context.Background()) }()
-	// A pusher whose storage is not there: its ops endpoint answers all the same.
-	pusherCfg := PusherConfig{NATSURL: ns.ClientURL(), OpsListen: "127.0.0.1:0"}
-	pusherCfg.Pusher.Pusher = cdnpusher.Config{Endpoint: "127.0.0.1:1", Bucket: "b"}
-	pusher, err := StartPusher(pusherCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pusher.Shutdown(context.Background()) }()
+	pusher := startStoragelessPusher(t, ns.ClientURL())
 
 	want := func(url string, code int, body string) {
 		t.Helper()

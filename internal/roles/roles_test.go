@@ -37,7 +37,7 @@ func startNATS(t *testing.T, cfg devnats.Config) *server.Server {
 
 // The configs `roomcast services` and `roomcast chatlink` build from their flags.
 func servicesConfig(natsURL string) ServicesConfig {
-	return ServicesConfig{NATSURL: natsURL, API: api.Config{Keys: auth.APIKeys{"k1": "demo"}}}
+	return ServicesConfig{NATSURL: natsURL, API: api.Config{Keys: auth.APIKeys{"k1": {App: "demo"}}}}
 }
 
 func chatLinkConfig(natsURL, node string) ChatLinkConfig {

@@ -106,6 +106,9 @@ type ServicesConfig struct {
 	CORSPaths []string
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
+	// Audit receives the audit trail: the server API's calls that change something. Zero
+	// value means Log.
+	Audit *slog.Logger
 }
 
 func (c ServicesConfig) withDefaults() (ServicesConfig, error) {
@@ -256,7 +259,10 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if acfg.Bus, err = s.bus.connect("api"); err != nil {
 		return nil, err
 	}
-	acfg.Log, acfg.Limits.Registry = cfg.Log, cfg.Registry
+	acfg.Log, acfg.Registerer = cfg.Log, cfg.Registry
+	if acfg.Audit == nil {
+		acfg.Audit = cfg.Audit
+	}
 	if s.API, err = api.New(acfg); err != nil {
 		return nil, err
 	}
@@ -360,7 +366,7 @@ func (s *Services) startPresence(i int) (*presence.Service, error) {
 	if cfg.Bus, err = s.bus.connect("presence " + strconv.Itoa(i+1)); err != nil {
 		return nil, err
 	}
-	cfg.Log = s.cfg.Log
+	cfg.Log, cfg.Registerer = s.cfg.Log, s.cfg.Registry
 	p, err := presence.New(cfg)
 	if err != nil {
 		return nil, err

@@ -362,15 +362,18 @@ export class Pacer {
     const now = this.now();
     this.delays.push(now - windowStartMs);
     if (this.delays.length > delaysKept) this.delays.shift();
-    const delay = Math.min(Math.max(...this.delays), 3 * windowMs);
+    // One delay for the whole segment, at most a window after it arrived: capping each message
+    // at that instead released every message of a window that came faster than the slowest of
+    // the last few at the same instant, in one burst.
+    const delay = Math.min(Math.max(...this.delays), 3 * windowMs, now - windowStartMs + windowMs);
     for (const m of msgs) {
       if (this.last && compareMessages(m, this.last) < 0) {
         this.stats.late++;
         this.release(m);
         continue;
       }
-      // At the latest a window after it arrived, whatever time a message claims.
-      this.queue.push({ m, at: Math.min(Number(m.serverTimeMs) + delay, now + windowMs) });
+      // At the latest two windows after it arrived, whatever time a message claims.
+      this.queue.push({ m, at: Math.min(Number(m.serverTimeMs) + delay, now + 2 * windowMs) });
     }
     this.queue.sort((a, b) => compareMessages(a.m, b.m));
     this.pump();

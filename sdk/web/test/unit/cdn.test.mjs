@@ -60,11 +60,17 @@ test("segments merge with the long connection: once each, in order, paced over t
   const byWindow = new Map();
   for (const e of viaCdn) {
     const w = Math.floor(Number(e.ev.serverTimeMs) / 200);
-    byWindow.set(w, [...(byWindow.get(w) ?? []), e.at]);
+    byWindow.set(w, [...(byWindow.get(w) ?? []), e]);
   }
-  const spreads = [...byWindow.values()].filter((ats) => ats.length >= 8).map((ats) => Math.max(...ats) - Math.min(...ats));
-  // (A segment that comes very late is released at once, to catch up: on a loaded machine, one may.)
-  assert.ok(spreads.filter((d) => d >= 100).length >= 2, `a window's messages spread over it, not a burst: ${spreads} ms`);
+  // A window's messages come out spread as they were sent: over at least half the time between
+  // its first and last server times. (How many a window holds depends on how punctually the loop
+  // above ran; a segment that comes very late is released at once, to catch up: on a loaded
+  // machine, one may.)
+  const span = (ns) => Math.max(...ns) - Math.min(...ns);
+  const windows = [...byWindow.values()].filter((es) => es.length >= 4);
+  const spreads = windows.map((es) => `${span(es.map((e) => e.at))}/${span(es.map((e) => Number(e.ev.serverTimeMs)))}`);
+  const paced = windows.filter((es) => 2 * span(es.map((e) => e.at)) >= span(es.map((e) => Number(e.ev.serverTimeMs))));
+  assert.ok(paced.length >= 2, `a window's messages spread over it, not a burst (released/sent spans): ${spreads} ms`);
   // Publish to release: at most window + poll interval + 500 ms.
   const latency = viaCdn.map((e) => e.at - Number(e.ev.serverTimeMs)).sort((a, b) => a - b);
   assert.ok(latency[Math.floor(latency.length * 0.9)] <= 900, `released after their time: ${latency} ms`);

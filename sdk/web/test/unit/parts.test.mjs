@@ -114,6 +114,20 @@ test("segmentUrl fills a vendor's template; segmentIndex is floor(server time / 
   assert.equal(segmentIndex(1764451201000, 1000), 1764451201);
 });
 
+test("Pacer keeps a window's spacing when its segment comes faster than the slowest of the last few", () => {
+  let now = 10_600; // on the server's clock; the pacer's timers never find anything due
+  const p = new Pacer(() => now, () => {}, { late: 0 });
+  p.add([message("01", 10_010), message("02", 10_190)], 10_000, 200); // window 0, 600 ms after its start
+  now = 10_650;
+  p.add([message("03", 10_410), message("04", 10_500), message("05", 10_590)], 10_400, 200); // window 2, 250 ms after
+  const at = Object.fromEntries(p.queue.map((q) => [q.m.id, q.at]));
+  p.stop();
+  // Released 90 ms apart as they were sent, not all at one capped instant; at most two windows
+  // after the segment came.
+  assert.deepEqual([at["04"] - at["03"], at["05"] - at["04"]], [90, 90], JSON.stringify(at));
+  assert.ok(at["03"] > now && at["05"] <= now + 400, JSON.stringify(at));
+});
+
 test("Pacer releases a window's messages over the window, in order; a late one at once, counted", async () => {
   const got = [];
   const stats = { late: 0 };

@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/prom"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// What the API tells operators about its calls: metrics of every call (count by transport,
+// method and answer code; latency by transport and method), and an audit record of every call
+// that changes something (who: the app and the API key's fingerprint; what: the method; the
+// target room and user; the answer; the trace id). Each call is a span of the W3C trace its
+// traceparent header (HTTP) or metadata (gRPC) names, or of a new trace: its requests over
+// NATS carry the span's traceparent to the services (bus.WithTraceparent). HTTP and gRPC calls are observed alike: an HTTP route by
+// its pattern ("POST /v1/rooms/{room}/close"), a gRPC call by its method ("CloseRoom").
+
+// metrics are the API's Prometheus instruments. Instances in one process share one set.
+type metrics struct {
+	requests *prometheus.CounterVec   // by transport, method and code
+	latency  *prometheus.HistogramVec // by transport and method
+	bus      *prometheus.HistogramVec // by subject
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	return &metrics{
+		requests: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_api_requests_total",
+			Help: "Server API calls answered, by transport (http, grpc), method (an HTTP route's pattern, a gRPC method's name) and answer code (OK or the error's name, as in docs/api.md).",
+		}, []string{"transport", "method", "code"})),
+		latency: prom.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "roomcast_api_request_seconds",
+			Help:    "Time to answer a server API call, by transport and method.",
+			Buckets: prom.LatencyBuckets,
+		}, []string{"transport", "method"})),
+		bus: prom.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "roomcast_api_bus_request_seconds",
+			Help:    "Round trips of the API's requests over NATS to the services and the ChatLinks, by subject (rc.node.* as node).",
+			Buckets: prom.LatencyBuckets,
+		}, []string{"subject"})),
+	}
+}
+
+// observeBus times a request over NATS to subject that started at start.
+func (m *metrics) observeBus(subject string, start time.Time) {
+	if strings.HasPrefix(subject, bus.NodeSubject("")) {
+		subject = "node"
+	}
+	m.bus.WithLabelValues(subject).Observe(time.Since(start).Seconds())
+}
+
+// observedWriter is the response writer of an HTTP call being observed: writeError and
+// serveRoute tell it the answer's code and the decoded request.
+type observedWriter struct {
+	http.ResponseWriter
+	code pb.ErrorCode
+	msg  string
+	req  proto.Message
+}
+
+// Unwrap lets http.ResponseController reach the connection (serveRoute's read deadline).
+func (o *observedWriter) Unwrap() http.ResponseWriter { return o.ResponseWriter }
+
+// observe notes the request an HTTP route decoded, for its audit record.
+func observe(w http.ResponseWriter, req proto.Message) {
+	if o, ok := w.(*observedWriter); ok {
+		o.req = req
+	}
+}
+
+// observeHTTP wraps an HTTP route's handler with the metrics and the audit record of its calls.
+func (a *API) observeHTTP(pattern string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		o := &observedWriter{ResponseWriter: w}
+		tp := bus.ChildTraceparent(r.Header.Get(bus.TraceparentHeader))
+		h(o, r.WithContext(bus.WithTraceparent(r.Context(), tp)))
+		a.record("http", pattern, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg, tp)
+	}
+}
+
+// observeGRPC is the gRPC interceptor that does for the API's gRPC calls what observeHTTP does
+// for HTTP routes.
+func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	method, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	if !ok {
+		return h(ctx, req)
+	}
+	start := time.Now()
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(key string) string {
+		if v := md.Get(key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	tp := bus.ChildTraceparent(first(bus.TraceparentHeader))
+	resp, err := h(bus.WithTraceparent(ctx, tp), req)
+	code, msg := pb.ErrorCode(0), ""
+	if err != nil {
+		code, msg = errorCodeOf(err)
+	}
+	m, _ := req.(proto.Message)
+	a.record("grpc", method, start, code, m, first("authorization"), mutates(method), msg, tp)
+	return resp, err
+}
+
+// mutates reports whether a gRPC method changes something (and is audited).
+func mutates(method string) bool {
+	for _, read := range []string{"Get", "List", "Count", "Peek"} {
+		if strings.HasPrefix(method, read) {
+			return false
+		}
+	}
+	return true
+}
+
+// record counts a call and, when it changes something, writes its audit record.
+func (a *API) record(transport, method string, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
+	name := "OK"
+	if code != 0 {
+		name = codeName(code)
+	}
+	a.m.requests.WithLabelValues(transport, method, name).Inc()
+	a.m.latency.WithLabelValues(transport, method).Observe(time.Since(start).Seconds())
+	if !audit {
+		return
+	}
+	key, _ := strings.CutPrefix(authz, "Bearer ")
+	k, _ := a.cfg.Keys.Lookup(key)
+	app := k.App
+	attrs := []slog.Attr{
+		slog.String("transport", transport), slog.String("method", method),
+		slog.String("app", app), slog.String("key", keyFingerprint(key)),
+	}
+	attrs = append(attrs, targetOf(req)...)
+	trace, _ := bus.TraceID(traceparent)
+	attrs = append(attrs, slog.String("result", name), slog.String("trace_id", trace))
+	if msg != "" {
+		attrs = append(attrs, slog.String("error", msg))
+	}
+	level := slog.LevelInfo
+	if code != 0 {
+		level = slog.LevelWarn
+	}
+	a.audit.LogAttrs(context.Background(), level, "api call", attrs...)
+}
+
+// keyFingerprint names an API key in the audit log without giving it away: the first 8 hex
+// digits of its SHA-256 ("" for none).
+func keyFingerprint(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
+}
+
+// targetOf returns the room, user and users a request names, as audit attributes.
+func targetOf(req proto.Message) []slog.Attr {
+	if req == nil {
+		return nil
+	}
+	m := req.ProtoReflect()
+	var out []slog.Attr
+	for _, name := range []protoreflect.Name{"room", "uid", "uids"} {
+		fd := m.Descriptor().Fields().ByName(name)
+		if fd == nil || fd.Kind() != protoreflect.StringKind || !m.Has(fd) {
+			continue
+		}
+		if fd.IsList() {
+			list := m.Get(fd).List()
+			uids := make([]string, list.Len())
+			for i := range uids {
+				uids[i] = list.Get(i).String()
+			}
+			out = append(out, slog.Any(string(name), uids))
+			continue
+		}
+		out = append(out, slog.String(string(name), m.Get(fd).String()))
+	}
+	return out
+}
