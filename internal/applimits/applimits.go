@@ -238,9 +238,12 @@ func NewCache(s *Store, maxAge time.Duration) *Cache {
 	return &Cache{store: s, maxAge: maxAge, now: time.Now, apps: make(map[string]cached)}
 }
 
-// App returns app's limits; nil when it has none. When the store cannot be read, the last copy
+// App returns app's limits; nil when it has none (or c is nil). When the store cannot be read, the last copy
 // (or none) stays in force.
 func (c *Cache) App(ctx context.Context, app string) *Parsed {
+	if c == nil {
+		return nil
+	}
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.apps[app]
