@@ -10,12 +10,14 @@ import (
 
 	"net/netip"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -200,6 +202,8 @@ func (c *conn) login(l *pb.Login) {
 	c.state = stateLoggingIn
 	c.mu.Unlock()
 	start := time.Now()
+	loginCtx, span := tracing.Start(n.ctx, "chatlink login", trace.SpanKindServer)
+	defer span.End()
 
 	if n.draining.Load() {
 		n.countLogin(c, start, "draining", pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
@@ -263,7 +267,7 @@ func (c *conn) login(l *pb.Login) {
 	// One login per room and node asks for the settings fresh from the store (the first to
 	// arrive while the node has no member of the room); roomTable.join applies its answer.
 	fresh := n.rooms.claimFresh(c.app, c.room)
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(loginCtx, n.cfg.RequestTimeout)
 	var rep pb.Reply
 	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
@@ -406,7 +410,9 @@ func (c *conn) sendLoop() {
 // forward asks the room service to take s and answers the client.
 func (c *conn) forward(s *pb.Send) {
 	n := c.node
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	ctx, span := tracing.Start(n.ctx, "chatlink send", trace.SpanKindServer)
+	defer span.End() // after the SendAck or the Error is written
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep pb.Reply
 	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{

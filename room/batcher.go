@@ -1,11 +1,16 @@
 package room
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"roomcast/internal/bus"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -38,8 +43,9 @@ type batcher struct {
 type pending struct {
 	flushing sync.Mutex // held while a window is numbered and published: keeps the room's windows in order
 	msgs     []*pb.Message
-	senders  []string    // the sessions that sent msgs, "" for the app server
-	timer    *time.Timer // when not nil, it will flush this room; caller holds batcher.mu
+	senders  []string     // the sessions that sent msgs, "" for the app server
+	links    []trace.Link // the traced sends of msgs (tracing on), for the publish's span
+	timer    *time.Timer  // when not nil, it will flush this room; caller holds batcher.mu
 }
 
 func newBatcher(s *Service, window time.Duration) *batcher {
@@ -47,12 +53,12 @@ func newBatcher(s *Service, window time.Duration) *batcher {
 }
 
 // add queues a room's accepted messages for the current window.
-func (b *batcher) add(app, room string, batch *pb.RoomBatch) {
+func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanContext) {
 	k := roomKey{app, room}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		b.s.broadcast(app, room, batch)
+		b.s.broadcast(app, room, batch, linkTo(nil, sender))
 		return
 	}
 	p := b.rooms[k]
@@ -62,6 +68,7 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch) {
 	}
 	p.msgs = append(p.msgs, batch.Messages...)
 	p.senders = append(p.senders, batch.SenderSessions...)
+	p.links = linkTo(p.links, sender)
 	if p.timer == nil {
 		b.wg.Add(1)
 		p.timer = time.AfterFunc(b.window, func() {
@@ -79,10 +86,11 @@ func (b *batcher) flush(k roomKey, p *pending) {
 	defer p.flushing.Unlock()
 	b.mu.Lock()
 	batch := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}
-	p.msgs, p.senders, p.timer = nil, nil, nil
+	links := p.links
+	p.msgs, p.senders, p.links, p.timer = nil, nil, nil, nil
 	b.mu.Unlock()
 
-	b.s.broadcast(k.app, k.room, batch)
+	b.s.broadcast(k.app, k.room, batch, links)
 
 	b.mu.Lock()
 	if p.timer == nil && len(p.msgs) == 0 && b.rooms[k] == p {
@@ -120,7 +128,14 @@ func (b *batcher) close() {
 // The server time is the time of the publish, not of the acceptance: a CDN pusher files a
 // message under the window of its server time, and one that came a batch window (or a slow
 // numbering) after its time would miss the pusher's grace and land in the next segment.
-func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
+//
+// With tracing on, the publish is a span ("room batch publish") linked to the sends it carries.
+func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace.Link) error {
+	if tracing.Enabled() {
+		_, span := tracing.Start(context.Background(), "room batch publish", trace.SpanKindProducer, trace.WithLinks(links...),
+			trace.WithAttributes(attribute.String("messaging.destination.name", bus.RoomSubject(app, room)), attribute.Int("messaging.batch.message_count", len(batch.Messages))))
+		defer span.End()
+	}
 	s.hist.number(app, room, batch.Messages)
 	sent := s.cfg.Now().UnixMilli()
 	for _, m := range batch.Messages {
@@ -146,4 +161,12 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
 		s.hist.record(app, m)
 	}
 	return nil
+}
+
+// linkTo returns links with a link to the span sc appended when sc is a span's (tracing on).
+func linkTo(links []trace.Link, sc trace.SpanContext) []trace.Link {
+	if !sc.IsValid() {
+		return links
+	}
+	return append(links, trace.Link{SpanContext: sc})
 }

@@ -36,11 +36,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -285,6 +287,8 @@ const storeReadTimeout = 2 * time.Second
 
 func (s *Service) onJoin(msg *nats.Msg) {
 	start := time.Now()
+	_, span := bus.StartServer(msg, "room join")
+	defer span.End()
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opJoin, start, rep)
@@ -405,6 +409,8 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 
 func (s *Service) onSend(msg *nats.Msg) {
 	start := time.Now()
+	ctx, span := bus.StartServer(msg, "room send")
+	defer span.End()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opSend, start, rep)
@@ -413,7 +419,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.respond(msg, opSend, start, s.send([]*pb.SendRequest{&req}))
+	s.respond(msg, opSend, start, s.send(ctx, []*pb.SendRequest{&req}))
 }
 
 // MaxBatch bounds the messages of one batch send.
@@ -430,7 +436,7 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	s.respond(msg, opSend, start, s.send(req.Sends))
+	s.respond(msg, opSend, start, s.send(context.Background(), req.Sends))
 }
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
@@ -457,9 +463,11 @@ func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Re
 	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
 		return nil, false
 	}
+	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
+	defer span.End()
 	rep := checkBatch(reqs)
 	if rep == nil {
-		rep = s.send(reqs)
+		rep = s.send(ctx, reqs)
 	}
 	s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
 	return rep, true
@@ -468,7 +476,7 @@ func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Re
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as
 // one room batch, or none. It returns the reply. With a batch window the reply does not wait
 // for the broadcast (batcher.go).
-func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
+func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) *pb.Reply {
 	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
@@ -500,8 +508,8 @@ func (s *Service) send(reqs []*pb.SendRequest) *pb.Reply {
 	switch {
 	case len(batch.Messages) == 0:
 	case s.batch != nil:
-		s.batch.add(app, room, batch)
-	case s.broadcast(app, room, batch) != nil:
+		s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
+	case s.broadcast(app, room, batch, linkTo(nil, trace.SpanContextFromContext(ctx))) != nil:
 		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
 	}
 	return rep
