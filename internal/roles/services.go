@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
+	"roomcast/console"
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -157,6 +159,8 @@ type Services struct {
 	Callbacks *callback.Client
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
+	// Console is the ops console, served beside the server API (it takes the same keys).
+	Console *console.Console
 
 	cfg       ServicesConfig
 	bus       *busConns
@@ -267,6 +271,17 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		return nil, err
 	}
 
+	ocfg := console.Config{
+		Guard: s.API.Guard(api.ScopeAdmin), Nodes: func() any { return s.Dispatcher.Nodes(netip.Addr{}) },
+		RoomCdn: s.API.RoomCdnOf, Log: cfg.Log,
+	}
+	if ocfg.Bus, err = s.bus.connect("console"); err != nil {
+		return nil, err
+	}
+	if s.Console, err = console.New(ocfg); err != nil {
+		return nil, err
+	}
+
 	var grpcOpts []grpc.ServerOption
 	if tlsCfg != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -302,6 +317,7 @@ func (s *Services) routes() *http.ServeMux {
 	}
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
 	s.API.Register(mux)
+	s.Console.Register(mux)
 	if s.cfg.CDNOrigin != nil {
 		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
 	}
@@ -434,6 +450,9 @@ func (s *Services) Close() {
 		}
 		if s.CDN != nil {
 			s.CDN.Close()
+		}
+		if s.Console != nil {
+			s.Console.Close()
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()
