@@ -39,6 +39,10 @@ type Config struct {
 	// RoomCdn returns a room's CDN settings (the server API's GetRoomCdn). Nil: rooms show no
 	// CDN mode.
 	RoomCdn func(ctx context.Context, app, room string) (*pb.RoomCdn, error)
+	// FlowT1 and FlowT2 are the ChatLinks' flow-control thresholds as shares of their egress
+	// capacity, which the load reports do not carry; the egress charts draw them. Zero values
+	// mean not drawn.
+	FlowT1, FlowT2 float64
 	// Window is how much of each node's history the charts get. Zero value means 5 minutes.
 	Window time.Duration
 	// MaxRooms is how many rooms /v1/console/rooms lists, the most members first. Zero value
@@ -183,14 +187,17 @@ func (c *Console) serveNodes(w http.ResponseWriter, _ *http.Request, _ string) {
 
 // Series is the answer of GET /v1/console/series.
 type Series struct {
-	WindowMs int64               `json:"window_ms"`
-	Nodes    map[string][]Sample `json:"nodes"`
+	WindowMs int64 `json:"window_ms"`
+	// FlowT1 and FlowT2 are Config's: shares of each sample's egress capacity.
+	FlowT1 float64             `json:"flow_t1"`
+	FlowT2 float64             `json:"flow_t2"`
+	Nodes  map[string][]Sample `json:"nodes"`
 	// Dropped counts the load reports that did not decode since the start.
 	Dropped int64 `json:"dropped_reports"`
 }
 
 func (c *Console) serveSeries(w http.ResponseWriter, _ *http.Request, _ string) {
-	out := Series{WindowMs: c.cfg.Window.Milliseconds(), Nodes: make(map[string][]Sample)}
+	out := Series{WindowMs: c.cfg.Window.Milliseconds(), FlowT1: c.cfg.FlowT1, FlowT2: c.cfg.FlowT2, Nodes: make(map[string][]Sample)}
 	c.mu.Lock()
 	for name, n := range c.nodes {
 		out.Nodes[name] = slices.Clone(n.samples)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
@@ -51,7 +52,9 @@ type roomsAnswer struct {
 }
 
 type seriesAnswer struct {
-	WindowMs int64 `json:"window_ms"`
+	WindowMs int64   `json:"window_ms"`
+	FlowT1   float64 `json:"flow_t1"`
+	FlowT2   float64 `json:"flow_t2"`
 	Nodes    map[string][]struct {
 		T           int64 `json:"t"`
 		Connections int64 `json:"connections"`
@@ -164,8 +167,9 @@ func TestConsoleEndpoints(t *testing.T) {
 	get(t, c, "/v1/console/series", "admin-key", &first)
 	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
 		get(t, c, "/v1/console/series", "admin-key", &later)
-		if len(later.Nodes) != 2 || later.WindowMs != (5*time.Minute).Milliseconds() {
-			return fmt.Errorf("series: %d nodes, window %d", len(later.Nodes), later.WindowMs)
+		if len(later.Nodes) != 2 || later.WindowMs != (5*time.Minute).Milliseconds() ||
+			later.FlowT1 != chatlink.DefaultFlowT1 || later.FlowT2 != chatlink.DefaultFlowT2 {
+			return fmt.Errorf("series: %d nodes, window %d, T1 %v, T2 %v", len(later.Nodes), later.WindowMs, later.FlowT1, later.FlowT2)
 		}
 		total := int64(0)
 		for name, s := range later.Nodes {

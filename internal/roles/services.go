@@ -23,6 +23,7 @@ import (
 	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
+	"roomcast/chatlink"
 	"roomcast/console"
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
@@ -274,6 +275,8 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	ocfg := console.Config{
 		Guard: s.API.Guard(api.ScopeAdmin), Nodes: func() any { return s.Dispatcher.Nodes(netip.Addr{}) },
 		RoomCdn: s.API.RoomCdnOf, Log: cfg.Log,
+		// No flag changes the ChatLinks' thresholds: they run with the defaults.
+		FlowT1: chatlink.DefaultFlowT1, FlowT2: chatlink.DefaultFlowT2,
 	}
 	if ocfg.Bus, err = s.bus.connect("console"); err != nil {
 		return nil, err
