@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,16 +32,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	bindRoomShareFlag(flags, &cfg.RoomShare)
 	cfg.ChatLink = bindChatLinkFlags(flags)
-	labels := map[string][2]string{}
-	flags.Func("node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)", func(v string) error {
-		node, label, ok := strings.Cut(v, "=")
-		if !ok || node == "" || label == "" {
-			return fmt.Errorf("want NODE=REGION[:ISP], got %q", v)
-		}
-		region, isp, _ := strings.Cut(label, ":")
-		labels[node] = [2]string{region, isp}
-		return nil
-	})
+	labels := nodeLabels{}
+	flags.Var(labels, "node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)")
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
@@ -76,7 +69,7 @@ secret and API key are fixed and printed.
 		cfg.ChatLink = func(c *chatlink.Config) {
 			chatlinkFlags(c)
 			if l, ok := labels[c.Node]; ok {
-				c.Region, c.ISP = l[0], l[1]
+				c.Region, c.ISP, _ = strings.Cut(l, ":")
 			}
 		}
 	}
@@ -138,6 +131,27 @@ secret and API key are fixed and printed.
 	fmt.Fprintln(stdout, "roomcast dev: shutting down")
 	c.Close()
 	return 0
+}
+
+// nodeLabels maps dev's ChatLinks to their REGION[:ISP] labels (--node-label).
+type nodeLabels map[string]string
+
+func (l nodeLabels) String() string {
+	out := make([]string, 0, len(l))
+	for node, label := range l {
+		out = append(out, node+"="+label)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func (l nodeLabels) Set(v string) error {
+	node, label, ok := strings.Cut(v, "=")
+	if !ok || node == "" || label == "" || strings.HasPrefix(label, ":") {
+		return fmt.Errorf("want NODE=REGION[:ISP], got %q", v)
+	}
+	l[node] = label
+	return nil
 }
 
 func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
