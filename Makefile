@@ -17,7 +17,7 @@ VERSITYGW_VERSION := v1.8.0
 # gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz
+.PHONY: all build test test-long tools proto proto-check lint vet unit unit-long fuzz chaos chaos-ci
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
@@ -46,12 +46,12 @@ FUZZ_TARGETS := \
 	./callback:FuzzAnswer
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, every
-## test with -race (the load generator's at their -short sizes), and every fuzz target for
-## TEST_FUZZTIME.
-test: proto-check lint unit fuzz web-test
+## test with -race (the load generator's at their -short sizes), every fuzz target for
+## TEST_FUZZTIME, and the chaos cases (chaos-ci).
+test: proto-check lint unit fuzz chaos-ci web-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long fuzz web-test
+test-long: proto-check lint unit-long fuzz chaos-ci web-test
 
 # How long `make test` fuzzes each target, after replaying its seed corpus (f.Add and
 # testdata/fuzz): bounded, so that CI's time stays bounded; `make fuzz` alone takes FUZZTIME.
@@ -107,6 +107,23 @@ unit:
 
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## chaos: the fault cases of internal/chaos, each against the deployment as real processes (three
+## nats-server, two services, two ChatLinks, versitygw, the CDN pusher); -short skips them in
+## `unit`, so they run here, one at a time, without -race (the processes are the subject). Each
+## case writes its figures into docs/reliability.md's results table.
+CHAOS = ROOMCAST_CHAOS_REPORT=$(CURDIR)/docs/reliability.md go test -count=1 -v -timeout 10m
+chaos: tools
+	$(CHAOS) ./internal/chaos
+
+# The cases that fail some runs for a reason not fixed yet, each a known failure of
+# docs/reliability.md: `make chaos` runs them, CI (chaos-ci) leaves them out until fixed.
+CHAOS_KNOWN_FAILURES := TestRollingDrain TestKillChatLink TestRestartNATSServer
+# alternation joins names with | for a regular expression.
+alternation = $(subst $(eval) ,|,$(strip $(1)))
+
+chaos-ci: tools
+	$(CHAOS) -skip '^($(call alternation,$(CHAOS_KNOWN_FAILURES)))$$' ./internal/chaos
 
 ## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
 ## package's testdata/fuzz, to fix and commit.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
@@ -59,8 +61,8 @@ func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.Se
 	}
 	// message checked type, lane and body; the room service checks the tag expression.
 	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
-	var rep pb.Reply
-	if err := a.ask(ctx, bus.SubjectRoomSend, send, &rep); err != nil {
+	rep, err := a.sendToRoom(ctx, bus.SubjectRoomSend, send, send)
+	if err != nil {
 		return nil, err
 	}
 	return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
@@ -83,11 +85,26 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 		}
 		batch.Sends[i] = &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: m.Sender, Type: m.Type, Lane: lane, Body: body, TagExpr: m.TagExpr}
 	}
-	var rep pb.Reply
-	if err := a.ask(ctx, bus.SubjectRoomSendBatch, batch, &rep); err != nil {
+	rep, err := a.sendToRoom(ctx, bus.SubjectRoomSendBatch, batch, batch.Sends...)
+	if err != nil {
 		return nil, err
 	}
 	return &pb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
+}
+
+// sendToRoom hands sends to one room to the room service in this process (Config.Rooms) when
+// it takes them, and otherwise asks the room service over NATS with req on subject.
+func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*pb.SendRequest) (*pb.Reply, error) {
+	if a.cfg.Rooms != nil {
+		if rep, ok := a.cfg.Rooms.SendLocal(ctx, sends); ok {
+			return rep, refusal(rep)
+		}
+	}
+	rep := new(pb.Reply)
+	if err := a.ask(ctx, subject, req, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
 
 // SendToUsers implements RoomcastAPI.

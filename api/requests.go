@@ -35,6 +35,11 @@ func (a *API) ask(ctx context.Context, subject string, req proto.Message, rep co
 	if err != nil {
 		return a.internal("request "+subject, err)
 	}
+	return refusal(rep)
+}
+
+// refusal returns the API error of a service's reply that refuses, or nil.
+func refusal(rep codedReply) error {
 	if code := rep.GetCode(); code != 0 {
 		return apiError(pb.ErrorCode(code), "%s", rep.GetMessage())
 	}

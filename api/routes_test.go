@@ -14,8 +14,7 @@ import (
 // handlers: without an API key each answers the API's 401, before it asks any service.
 func TestRegister(t *testing.T) {
 	t.Parallel()
-	// Without New: no bus to open the stores on, which a refused call never reaches.
-	a := &API{cfg: Config{Keys: auth.APIKeys{"k": {App: "app"}}}, audit: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
+	a := bareAPI(auth.APIKeys{"k": {App: "app"}})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/dispatch", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	a.Register(mux)
@@ -60,4 +59,10 @@ func TestRegister(t *testing.T) {
 	if status, _ := call("GET", "/v1/rooms/r/nothing"); status != http.StatusNotFound {
 		t.Errorf("GET /v1/rooms/r/nothing: HTTP %d, want 404", status)
 	}
+}
+
+// bareAPI is an API made without New, for tests of calls refused before any service is asked:
+// no bus to open the stores on, which such calls never reach.
+func bareAPI(keys auth.APIKeys) *API {
+	return &API{cfg: Config{Keys: keys}, audit: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
 }

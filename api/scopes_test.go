@@ -81,7 +81,7 @@ func TestScopes(t *testing.T) {
 		keys["without-"+s] = auth.APIKey{App: "app", Scopes: others}
 		keys["only-"+s] = auth.APIKey{App: "app", Scopes: []string{s}}
 	}
-	a := &API{cfg: Config{Keys: keys}}
+	a := bareAPI(keys)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

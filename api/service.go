@@ -77,6 +77,16 @@ type Config struct {
 	// Audit receives a record of every call that changes something (observe.go). Zero value
 	// means Log.
 	Audit *slog.Logger
+	// Rooms is a room service instance in the same process, which takes the API's sends to
+	// rooms without the NATS round trip. Zero value means none: sends go over NATS.
+	Rooms RoomSender
+}
+
+// RoomSender is a room service in the server API's process (room.Service).
+type RoomSender interface {
+	// SendLocal checks, stamps and hands on sends to one room as the room service's NATS
+	// handlers would, and returns their reply; false when it takes no sends (then NATS).
+	SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool)
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).

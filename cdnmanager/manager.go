@@ -105,7 +105,7 @@ func Start(cfg Config) (_ *Manager, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cdnmanager: jetstream: %w", err)
 	}
-	if m.leaderKV, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if m.leaderKV, err = bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: bucketLeader, History: 1, TTL: cfg.LeaderTTL, Replicas: cfg.KVReplicas,
 		Description: "Roomcast CDN manager's leader lease",
 	}); err != nil {

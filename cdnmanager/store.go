@@ -40,7 +40,7 @@ func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("cdnmanager: jetstream: %w", err)
 	}
-	policy, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	policy, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketPolicy, History: 1, Replicas: max(1, replicas),
 		Description: "Roomcast CDN policies and room pins (cdnmanager)",
 	})

@@ -24,15 +24,23 @@ func (n *Node) expr(src string) *tag.Expr {
 // audiences works out which of one write's messages each member may see, by the members' tag
 // sets: a message with a tag expression goes only to members whose tags satisfy it, and a
 // message the budgets left out for a tag set (queued.skip) goes to no member with that set. The
-// expressions are compiled once (n.exprs) and evaluated once per distinct tag set in the room,
-// or once per member when one of them reads uid.
+// expressions are compiled once (n.exprs). A message whose expression names tags (tag.Expr.AnyOf:
+// `"c:3" in tags || "g:17" in tags`) is found by the tags of each set, without evaluating it; the
+// others are evaluated once per distinct tag set in the write, or once per member when one of
+// them reads uid. A write to 600 members in 500 tag sets of 25 such messages does 1,000 map
+// lookups instead of 12,500 evaluations.
 type audiences struct {
 	msgs       []queued
 	exprs      []*tag.Expr              // by message; nil when no message is targeted or skipped
 	perMember  bool                     // an expression reads uid
+	always     []byte                   // bits of the messages without an expression
+	byTag      map[string][]byte        // bits of the messages whose expression names the tag (AnyOf)
+	evaluated  []int                    // messages whose expression is evaluated per set (or member)
+	skipped    []int                    // messages the budgets left out for some sets
 	bySet      map[*tag.Set]string      // the variant's audience key per tag set, as far as worked out
 	thinnedFor map[*tag.Set]*pb.Thinned // left out by the budgets, by tag set (a marker's thinnedCounts.byAudience)
 	thinned    map[string]*pb.Thinned   // the same, by audience key
+	scratch    []byte                   // the key being built
 }
 
 // newAudiences compiles the tag expressions of msgs; thinnedFor is what the budgets left out
@@ -54,8 +62,37 @@ func (n *Node) newAudiences(msgs []queued, thinnedFor map[*tag.Set]*pb.Thinned) 
 	if a.exprs == nil && thinnedFor != nil {
 		a.exprs = make([]*tag.Expr, len(msgs))
 	}
-	if a.exprs != nil {
-		a.bySet = make(map[*tag.Set]string)
+	if a.exprs == nil {
+		return a
+	}
+	a.bySet = make(map[*tag.Set]string)
+	size := (len(msgs) + 7) / 8
+	a.always = make([]byte, size)
+	a.scratch = make([]byte, size)
+	for i, e := range a.exprs {
+		if msgs[i].skip != nil {
+			a.skipped = append(a.skipped, i)
+		}
+		if e == nil {
+			a.always[i/8] |= 1 << (i % 8)
+			continue
+		}
+		tags, ok := e.AnyOf()
+		if !ok {
+			a.evaluated = append(a.evaluated, i)
+			continue
+		}
+		if a.byTag == nil {
+			a.byTag = make(map[string][]byte)
+		}
+		for _, t := range tags {
+			bits := a.byTag[t]
+			if bits == nil {
+				bits = make([]byte, size)
+				a.byTag[t] = bits
+			}
+			bits[i/8] |= 1 << (i % 8)
+		}
 	}
 	return a
 }
@@ -70,7 +107,7 @@ func (a *audiences) of(c *conn) string {
 	set := c.tags.Load()
 	key, ok := a.bySet[set]
 	if !ok || a.perMember {
-		key = audience(a.exprs, a.msgs, set, c.uid)
+		key = a.audience(set, c.uid)
 		if t := a.thinnedFor[set]; t != nil {
 			key = string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32([]byte(key), t.Normal), t.Bulk))
 			if a.thinned == nil {
@@ -89,14 +126,24 @@ func (a *audiences) thinnedOf(key string) *pb.Thinned { return a.thinned[key] }
 // audience returns the bitset of the messages a member with tag set set and uid may see: bit i
 // is set when message i has no tag expression or the member satisfies it, and the budgets did
 // not leave it out for set.
-func audience(exprs []*tag.Expr, msgs []queued, set *tag.Set, uid string) string {
-	bits := make([]byte, (len(exprs)+7)/8)
-	for i, e := range exprs {
-		if _, skipped := msgs[i].skip[set]; skipped {
-			continue
+func (a *audiences) audience(set *tag.Set, uid string) string {
+	bits := a.scratch
+	copy(bits, a.always)
+	if a.byTag != nil && set != nil {
+		for _, t := range set.Tags {
+			for j, b := range a.byTag[t] {
+				bits[j] |= b
+			}
 		}
-		if e == nil || e.Eval(set, uid) {
+	}
+	for _, i := range a.evaluated {
+		if a.exprs[i].Eval(set, uid) {
 			bits[i/8] |= 1 << (i % 8)
+		}
+	}
+	for _, i := range a.skipped {
+		if _, skipped := a.msgs[i].skip[set]; skipped {
+			bits[i/8] &^= 1 << (i % 8)
 		}
 	}
 	return string(bits)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"roomcast/internal/bus"
 )
 
 // NodesBucket is the JetStream KV bucket where ChatLinks lease their names. A name is the
@@ -31,7 +33,7 @@ type nameLease struct {
 }
 
 func acquireNameLease(ctx context.Context, n *Node) (*nameLease, error) {
-	kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Replicas: max(1, n.cfg.KVReplicas), Description: "Roomcast ChatLink name leases"})
+	kv, err := bus.CreateOrUpdateKeyValue(ctx, n.js, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: leaseTTL, Replicas: max(1, n.cfg.KVReplicas), Description: "Roomcast ChatLink name leases"})
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: node lease bucket: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -89,7 +90,7 @@ type Store struct {
 // calls it: it is the one that writes.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := bus.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:                 Stream,
 		Description:          "Roomcast at-least-once messages to users, until acknowledged or expired",
 		Subjects:             []string{Subject("*", "*")},

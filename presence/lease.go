@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -43,7 +44,7 @@ func openLeaseEnds(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.
 	if err != nil {
 		return nil, fmt.Errorf("presence: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketLeaseEnds, History: 1, TTL: leaseEndsTTL, Replicas: max(1, replicas),
 		Description: "Roomcast presence: which instance emits the logouts of a node whose lease ended",
 	})

@@ -37,7 +37,7 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 	if err != nil {
 		return nil, fmt.Errorf("room: jetstream: %w", err)
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err = bus.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:              bus.HistoryStream,
 		Description:       "Roomcast rooms' recent messages, for recovery after a reconnect",
 		Subjects:          []string{bus.HistorySubject("*", "*")},
@@ -53,7 +53,7 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 	}
 	// The counters are kept without an age limit: a room's numbers must not start again at 1
 	// while a client still holds an older one.
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err = bus.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:              bus.RoomSeqStream,
 		Description:       "Roomcast rooms' message counters (Message.room_seq)",
 		Subjects:          []string{bus.RoomSeqSubject("*", "*")},

@@ -78,7 +78,12 @@ func codeName(code uint32) string {
 // respond answers a request of op that arrived at start, and counts it.
 func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *pb.Reply) {
 	bus.Respond(s.log, msg, rep)
-	if tp := bus.TraceparentOf(msg); tp != "" && s.log.Enabled(context.Background(), slog.LevelDebug) {
+	s.answered(bus.TraceparentOf(msg), op, start, rep)
+}
+
+// answered logs the answer to a traced request (traceparent tp) and counts it.
+func (s *Service) answered(tp string, op int, start time.Time, rep *pb.Reply) {
+	if tp != "" && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		trace, _ := bus.TraceID(tp)
 		s.log.Debug("request answered", "op", opNames[op], "code", codeName(rep.GetCode()), "trace_id", trace, "traceparent", tp)
 	}

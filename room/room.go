@@ -26,9 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -116,9 +118,10 @@ type Service struct {
 	bulk    *bulkCap
 	metrics *metrics
 
-	stop chan struct{}
-	wg   sync.WaitGroup // the expiry loop
-	once sync.Once
+	stop    chan struct{}
+	closing atomic.Bool    // Close has begun: SendLocal takes no more sends
+	wg      sync.WaitGroup // the expiry loop
+	once    sync.Once
 }
 
 // withDefaults returns c with the zero values replaced by the documented defaults, or an error
@@ -220,6 +223,7 @@ func (s *Service) Start() error {
 // Close unsubscribes the service, sends the messages still in their batch window and stops
 // watching the KV buckets. It may be called more than once.
 func (s *Service) Close() {
+	s.closing.Store(true)
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
@@ -422,17 +426,43 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	if n := len(req.Sends); n == 0 || n > MaxBatch {
-		s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n)))
+	if rep := checkBatch(req.Sends); rep != nil {
+		s.respond(msg, opSend, start, rep)
 		return
 	}
-	for _, r := range req.Sends[1:] {
-		if r.App != req.Sends[0].App || r.Room != req.Sends[0].Room {
-			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room"))
-			return
+	s.respond(msg, opSend, start, s.send(req.Sends))
+}
+
+// checkBatch refuses a batch send of no messages, too many, or to more than one room.
+func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
+	if n := len(reqs); n == 0 || n > MaxBatch {
+		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n))
+	}
+	for _, r := range reqs[1:] {
+		if r.App != reqs[0].App || r.Room != reqs[0].Room {
+			return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room")
 		}
 	}
-	s.respond(msg, opSend, start, s.send(req.Sends))
+	return nil
+}
+
+// SendLocal takes the server API's sends to one room from the same process, without the NATS
+// request and reply: it checks, stamps and hands them on exactly as a request on
+// SubjectRoomSend (one send) or SubjectRoomSendBatch (several) would, and returns the reply
+// that request would get. It reports false, having done nothing, when the service has not
+// started or has begun to close (the caller then asks over NATS), and for a send with a
+// session: a member's sends may be called back to its app (callbacks.go) and go over NATS.
+func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
+	start := time.Now()
+	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
+		return nil, false
+	}
+	rep := checkBatch(reqs)
+	if rep == nil {
+		rep = s.send(reqs)
+	}
+	s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
+	return rep, true
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as

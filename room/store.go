@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -46,7 +47,7 @@ func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error)
 	}
 	s := &Store{}
 	for bucket, kv := range map[string]*jetstream.KeyValue{BucketRooms: &s.rooms, BucketRestrictions: &s.restrictions, BucketMemberTags: &s.memberTags} {
-		*kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		*kv, err = bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 			Bucket: bucket, History: 1, Replicas: replicas,
 			Description: "Roomcast room state (room package)",
 		})

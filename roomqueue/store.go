@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -42,7 +43,7 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int, retries prometh
 	if err != nil {
 		return nil, fmt.Errorf("roomqueue: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: Bucket, History: 1, Replicas: max(1, replicas),
 		Description: "Roomcast room queues (roomqueue)",
 	})

@@ -35,6 +35,7 @@ type Expr struct {
 	src     string
 	prog    *vm.Program
 	usesUID bool
+	anyOf   []string // the expression is true exactly for sets holding one of these; nil when not of that form
 
 	mu      sync.Mutex      // guards results
 	results map[uint64]bool // by Set.ID: the expression's value for that set
@@ -112,7 +113,34 @@ func Compile(src string) (*Expr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return &Expr{src: src, prog: prog, usesUID: c.usesUID, results: make(map[uint64]bool)}, nil
+	return &Expr{src: src, prog: prog, usesUID: c.usesUID, anyOf: anyOf(tree.Node), results: make(map[uint64]bool)}, nil
+}
+
+// AnyOf returns the tags t1, ..., tn when the expression is `"t1" in tags || ... || "tn" in
+// tags` (in any grouping, with or as well as ||): it is true exactly for the members holding one
+// of them. A fan-out can then find a message's audience by the members' tags, without
+// evaluating it per tag set. ok is false for any other expression.
+func (e *Expr) AnyOf() (tags []string, ok bool) { return e.anyOf, e.anyOf != nil }
+
+// anyOf returns the tags of a disjunction of `"t" in tags`, or nil.
+func anyOf(node ast.Node) []string {
+	switch n := node.(type) {
+	case *ast.BinaryNode:
+		switch n.Operator {
+		case "||", "or":
+			left, right := anyOf(n.Left), anyOf(n.Right)
+			if left == nil || right == nil {
+				return nil
+			}
+			return append(left, right...)
+		case "in":
+			lit, ok := n.Left.(*ast.StringNode)
+			if id, isIdent := n.Right.(*ast.IdentifierNode); ok && isIdent && id.Value == "tags" {
+				return []string{lit.Value}
+			}
+		}
+	}
+	return nil
 }
 
 // Eval evaluates the expression for a member with tag set s and uid. Unless the expression

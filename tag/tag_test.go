@@ -2,6 +2,7 @@ package tag
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,50 @@ func FuzzCompile(f *testing.F) {
 			t.Fatalf("%q took %v to evaluate", src, d)
 		}
 	})
+}
+
+// TestAnyOf: a disjunction of tag memberships names its tags, and holding one of them is
+// exactly what the expression says; any other shape names none.
+func TestAnyOf(t *testing.T) {
+	in := NewInterner()
+	sets := []*Set{
+		in.Intern(nil),
+		in.Intern([]string{"c:3", "g:17"}),
+		in.Intern([]string{"c:4", "g:117"}),
+		in.Intern([]string{"role:teacher", "c:5"}),
+	}
+	cases := []struct {
+		src  string
+		tags []string // nil: not a disjunction of memberships
+	}{
+		{`"c:3" in tags`, []string{"c:3"}},
+		{`"c:3" in tags || "c:5" in tags || "g:117" in tags`, []string{"c:3", "c:5", "g:117"}},
+		{`("c:3" in tags or "c:5" in tags) || ("g:117" in tags)`, []string{"c:3", "c:5", "g:117"}},
+		{`"c:3" in tags && "g:17" in tags`, nil},
+		{`"c:3" in tags || !("g:17" in tags)`, nil},
+		{`"c:3" in tags || role == "teacher"`, nil},
+		{`"c:3" in tags || uid == "u"`, nil},
+		{`role in ["teacher"]`, nil},
+		{`true`, nil},
+	}
+	for _, tc := range cases {
+		e, err := Compile(tc.src)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		got, ok := e.AnyOf()
+		if ok != (tc.tags != nil) || !slices.Equal(got, tc.tags) {
+			t.Errorf("%s: AnyOf = %q, %v; want %q", tc.src, got, ok, tc.tags)
+			continue
+		}
+		for _, s := range sets {
+			if !ok {
+				break
+			}
+			holds := slices.ContainsFunc(got, func(tg string) bool { return slices.Contains(s.Tags, tg) })
+			if v := e.Eval(s, "u"); v != holds {
+				t.Errorf("%s for %v: Eval %v, holds one of %q: %v", tc.src, s.Tags, v, got, holds)
+			}
+		}
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -27,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/procs"
 )
 
 // The files of deploy/ agree with the binary: the NATS configs parse as the nats-server we
@@ -381,79 +381,17 @@ func startDeployNATS(t *testing.T) []string {
 			t.Fatalf("%s: not ready", file)
 		}
 	}
-	waitJetStream(t, clients)
+	procs.WaitJetStream(t, clients)
 	return clients
 }
 
 // startDeployNATSProcesses runs deploy/nats/'s three files as they are written, in three
-// nats-server v2.15.2 processes (built from the module this one requires, as `go install
-// github.com/nats-io/nats-server/v2@v2.15.2` builds it), with only the addresses and the store
-// moved to free local ports and a temporary directory; it returns their client URLs once
-// JetStream answers.
+// nats-server processes (internal/testkit/procs), and returns their client URLs once JetStream
+// answers.
 func startDeployNATSProcesses(t *testing.T) []string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "nats-server")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
-		t.Fatalf("building nats-server: %v\n%s", err, out)
-	}
-	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.Contains(string(out), "v2.15.2") {
-		t.Fatalf("nats-server --version: %q %v", out, err)
-	}
-	files, _ := filepath.Glob("../../deploy/nats/nats-*.conf")
-	routes := make([]string, len(files))
-	clients := make([]string, len(files))
-	for i := range files {
-		routes[i], clients[i] = testkit.FreeAddr(t), testkit.FreeAddr(t)
-	}
-	for i, file := range files {
-		conf, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		local := strings.NewReplacer(
-			"listen: 0.0.0.0:4222", "listen: "+clients[i],
-			"listen: 0.0.0.0:6222", "listen: "+routes[i],
-			"http: 127.0.0.1:8222", "http: "+testkit.FreeAddr(t),
-			"store_dir: /var/lib/nats", "store_dir: "+strconv.Quote(filepath.Join(dir, fmt.Sprint(i))),
-			"nats-1.internal:6222", routes[0], "nats-2.internal:6222", routes[1], "nats-3.internal:6222", routes[2],
-		).Replace(string(conf))
-		path := filepath.Join(dir, filepath.Base(file))
-		if err := os.WriteFile(path, []byte(local), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-c", path)
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("%s:\n%s", file, out.String())
-			}
-		})
-		clients[i] = "nats://" + clients[i]
-	}
-	waitJetStream(t, clients)
-	return clients
-}
-
-// waitJetStream waits until the servers' JetStream answers: the cluster has elected its leader.
-func waitJetStream(t *testing.T, urls []string) {
-	t.Helper()
-	testkit.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
-		nc, err := nats.Connect(strings.Join(urls, ","))
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		_, err = js.AccountInfo(context.Background())
-		return err
-	})
+	bin := procs.BuildNATSServer(t, t.TempDir())
+	return procs.StartNATS(t, bin, "../../deploy").URLs
 }
 
 func mustAtoi(t *testing.T, s string) int {

@@ -68,7 +68,7 @@ func CdnRoutes(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyV
 	if err != nil {
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketCdnRoutes, History: 1, Replicas: max(1, replicas),
 		Description: "Roomcast rooms in CDN mode (cdnmanager)",
 	})

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
+	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/roomqueue"
 )
@@ -170,7 +172,20 @@ type Services struct {
 	ops       *opsEndpoint
 	http      *httpServer
 	grpc      *grpcServer
+	localRoom localRoom
 	closeOnce sync.Once
+}
+
+// localRoom is the process's first room service instance, the one started last (RestartRooms
+// replaces it), which takes the server API's sends to rooms in the process (api.RoomSender).
+type localRoom struct{ cur atomic.Pointer[room.Service] }
+
+// SendLocal implements api.RoomSender.
+func (l *localRoom) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
+	if r := l.cur.Load(); r != nil {
+		return r.SendLocal(ctx, reqs)
+	}
+	return nil, false
 }
 
 // StartServices starts the services role and serves its HTTP and gRPC endpoints. On error,
@@ -267,6 +282,9 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	acfg.Log, acfg.Registerer = cfg.Log, cfg.Registry
 	if acfg.Audit == nil {
 		acfg.Audit = cfg.Audit
+	}
+	if len(s.Rooms) > 0 {
+		acfg.Rooms = &s.localRoom // the API's sends to rooms skip the NATS round trip
 	}
 	if s.API, err = api.New(acfg); err != nil {
 		return nil, err
@@ -376,7 +394,13 @@ func (s *Services) startRoom(i int) (*room.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r, r.Start()
+	if err := r.Start(); err != nil {
+		return r, err
+	}
+	if i == 0 {
+		s.localRoom.cur.Store(r)
+	}
+	return r, nil
 }
 
 func (s *Services) startPresence(i int) (*presence.Service, error) {
