@@ -124,6 +124,16 @@ type Config struct {
 	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
 	// value means the process's open-file limit less 256 for everything else.
 	MaxConnections int
+	// Limits are the rates and counts clients are held to (limits.go). Zero value limits
+	// nothing.
+	Limits Limits
+	// TrustedProxies are the addresses and CIDRs of proxies in front of the node whose
+	// X-Forwarded-For and X-Real-IP headers (WebSocket upgrade, HTTP fallback) name the client
+	// the limits and address lists apply to. Zero value means none: the peer is the client.
+	TrustedProxies []string
+	// IPListFile names a file of "allow CIDR" and "deny CIDR" lines, read again within a second
+	// when it changes (limits.go). Zero value means every address is allowed.
+	IPListFile string
 	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
 	ExprCacheSize int
 	// DrainSpread is how widely the reconnect delays told to clients are spread when the node

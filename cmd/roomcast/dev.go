@@ -37,6 +37,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
+	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
