@@ -34,6 +34,8 @@ FUZZ_TARGETS := \
 	./chatlink:FuzzClientFrame \
 	./chatlink:FuzzSSE \
 	./internal/auth:FuzzVerify \
+	./internal/auth:FuzzDecodePlain \
+	./internal/bus:FuzzTraceID \
 	./tag:FuzzCompile \
 	./api:FuzzAPIRequest \
 	./proto/segment:FuzzSegmentDecode \

@@ -24,6 +24,17 @@ func appOf(ctx context.Context) string { s, _ := ctx.Value(appKey{}).(string); r
 // authorize returns the app an "Authorization: Bearer KEY" value names, if the key may make
 // call (an RPC name of the service).
 func (a *API) authorize(authorization, call string) (string, error) {
+	scope, ok := callScopes[call]
+	if !ok {
+		// A programming error (TestEveryCallHasAScope): refused to every key.
+		return "", apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "call %s has no scope", call)
+	}
+	return a.authorizeScope(authorization, scope, call)
+}
+
+// authorizeScope returns the app an "Authorization: Bearer KEY" value names, if the key has
+// scope; call names what was asked, for the refusal.
+func (a *API) authorizeScope(authorization, scope, call string) (string, error) {
 	key, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok {
 		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
@@ -31,11 +42,6 @@ func (a *API) authorize(authorization, call string) (string, error) {
 	grant, ok := a.cfg.Keys.Lookup(key)
 	if !ok {
 		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
-	}
-	scope, ok := callScopes[call]
-	if !ok {
-		// A programming error (TestEveryCallHasAScope): refused to every key.
-		return "", apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "call %s has no scope", call)
 	}
 	if !grant.Allows(scope) {
 		return "", scopeError(scope, call)

@@ -73,6 +73,7 @@ var errorMappings = map[pb.ErrorCode]struct {
 	pb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS:  {codes.AlreadyExists, http.StatusConflict},
 	pb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND:   {codes.NotFound, http.StatusNotFound},
 	pb.ErrorCode_ERROR_CODE_QUEUE_FULL:        {codes.ResourceExhausted, http.StatusConflict},
+	pb.ErrorCode_ERROR_CODE_API_RATE_LIMITED:  {codes.ResourceExhausted, http.StatusTooManyRequests},
 }
 
 // errorCodeOf recovers the ErrorCode of an error returned by an API method.

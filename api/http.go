@@ -64,6 +64,8 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
 		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
 		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("PUT", "/v1/limits", func() *pb.AppLimits { return new(pb.AppLimits) }, a.SetAppLimits),
+		handle("GET", "/v1/limits", func() *pb.GetAppLimitsRequest { return new(pb.GetAppLimitsRequest) }, a.GetAppLimits),
 		handle("GET", "/v1/rooms/{room}/history", func() *pb.GetHistoryRequest { return new(pb.GetHistoryRequest) }, a.GetHistory),
 		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
@@ -77,8 +79,8 @@ func (a *API) routes() []route {
 }
 
 // Register serves the API's routes on mux, each under its method and path: POST /v1/rooms and
-// what lies under /v1/rooms/, /v1/users/, /v1/online and /v1/cdn. It is the one way to serve the
-// API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
+// what lies under /v1/rooms/, /v1/users/, /v1/online, /v1/cdn and /v1/limits. It is the one way
+// to serve the API over HTTP. Like mux.Handle, it panics if mux already has one of these patterns.
 func (a *API) Register(mux *http.ServeMux) {
 	for _, r := range a.routes() {
 		mux.HandleFunc(r.method+" "+r.pattern, a.observeHTTP(r.method+" "+r.pattern, a.serveRoute(r)))
@@ -99,6 +101,9 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 		app, err := a.authorize(r.Header.Get("Authorization"), rt.rpc)
 		if err != nil {
 			writeError(w, err)
+			return
+		}
+		if !a.limitHTTP(w, r, app) { // ratelimit.go
 			return
 		}
 		req := rt.newReq()
@@ -196,6 +201,8 @@ type ErrorBody struct {
 	Code  uint32 `json:"code"`
 	Name  string `json:"name"`
 	Error string `json:"error"`
+	// With 122 (API_RATE_LIMITED): how long to wait, as the Retry-After header in milliseconds.
+	RetryAfterMS uint32 `json:"retry_after_ms,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, err error) {

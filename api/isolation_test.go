@@ -152,6 +152,8 @@ func (v *victim) state(t *testing.T) string {
 	add("room cdn", cdn, err)
 	policy, err := v.api.GetCdnPolicy(ctx, &pb.GetCdnPolicyRequest{})
 	add("cdn policy", policy, err)
+	limits, err := v.api.GetAppLimits(ctx, &pb.GetAppLimitsRequest{})
+	add("app limits", limits, err)
 	online, err := v.api.CountOnline(ctx, &pb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
 	add("online", online, err)
 	fmt.Fprintf(&b, "inbox: %v\n", testcluster.Stored(t, v.c, "bob"))

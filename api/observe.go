@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +19,7 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/prom"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -25,7 +28,8 @@ import (
 // that changes something (who: the app and the API key's fingerprint; what: the method; the
 // target room and user; the answer; the trace id). Each call is a span of the W3C trace its
 // traceparent header (HTTP) or metadata (gRPC) names, or of a new trace: its requests over
-// NATS carry the span's traceparent to the services (bus.WithTraceparent). HTTP and gRPC calls are observed alike: an HTTP route by
+// NATS carry the span's traceparent to the services. With tracing on (internal/tracing) the
+// span is recorded and exported, named by the route's pattern or the gRPC method. HTTP and gRPC calls are observed alike: an HTTP route by
 // its pattern ("POST /v1/rooms/{room}/close"), a gRPC call by its method ("CloseRoom").
 
 // metrics are the API's Prometheus instruments. Instances in one process share one set.
@@ -86,8 +90,10 @@ func (a *API) observeHTTP(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		o := &observedWriter{ResponseWriter: w}
-		tp := bus.ChildTraceparent(r.Header.Get(bus.TraceparentHeader))
-		h(o, r.WithContext(bus.WithTraceparent(r.Context(), tp)))
+		ctx, span := tracing.Start(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), pattern, trace.SpanKindServer)
+		defer span.End()
+		tp := spanTraceparent(span, r.Header.Get(bus.TraceparentHeader))
+		h(o, r.WithContext(bus.WithTraceparent(ctx, tp)))
 		a.record("http", pattern, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg, tp)
 	}
 }
@@ -107,7 +113,9 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 		}
 		return ""
 	}
-	tp := bus.ChildTraceparent(first(bus.TraceparentHeader))
+	ctx, span := tracing.Start(tracing.Extract(ctx, metadataCarrier(md)), method, trace.SpanKindServer)
+	defer span.End()
+	tp := spanTraceparent(span, first(bus.TraceparentHeader))
 	resp, err := h(bus.WithTraceparent(ctx, tp), req)
 	code, msg := pb.ErrorCode(0), ""
 	if err != nil {
@@ -116,6 +124,34 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 	m, _ := req.(proto.Message)
 	a.record("grpc", method, start, code, m, first("authorization"), mutates(method), msg, tp)
 	return resp, err
+}
+
+// spanTraceparent returns the traceparent of a call's span, or with tracing off a new one
+// under the caller's traceparent tp (bus.ChildTraceparent), for the audit record and the bus.
+func spanTraceparent(span trace.Span, tp string) string {
+	sc := span.SpanContext()
+	if !sc.IsValid() {
+		return bus.ChildTraceparent(tp)
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
+// metadataCarrier lets the OpenTelemetry propagator read a gRPC call's metadata.
+type metadataCarrier metadata.MD
+
+func (m metadataCarrier) Get(key string) string {
+	if v := metadata.MD(m).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // mutates reports whether a gRPC method changes something (and is audited).

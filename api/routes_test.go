@@ -40,7 +40,7 @@ func TestRegister(t *testing.T) {
 		"POST /v1/rooms/r/mute", "POST /v1/rooms/r/members/u/mute", "POST /v1/rooms/r/members/u/ban",
 		"POST /v1/users/messages", "POST /v1/users/u/kick", "GET /v1/users/u/sessions",
 		"GET /v1/online", "PUT /v1/users/u/tags", "GET /v1/users/u/tags",
-		"PUT /v1/rooms/r/cdn", "GET /v1/rooms/r/cdn", "PUT /v1/cdn", "GET /v1/cdn",
+		"PUT /v1/rooms/r/cdn", "GET /v1/rooms/r/cdn", "PUT /v1/cdn", "GET /v1/cdn", "PUT /v1/limits", "GET /v1/limits",
 		"POST /v1/rooms/r/kick", "GET /v1/rooms/r/online",
 		"GET /v1/rooms/r/queue", "POST /v1/rooms/r/queue", "DELETE /v1/rooms/r/queue",
 		"GET /v1/rooms/r/queue/head", "POST /v1/rooms/r/queue/poll", "DELETE /v1/rooms/r/queue/k",

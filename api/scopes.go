@@ -19,9 +19,9 @@ const (
 	ScopeSend = "send"
 	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues.
 	ScopeModerate = "moderate"
-	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, history, queues.
+	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues.
 	ScopeRead = "read"
-	// ScopeAdmin: create, change and close rooms, set CDN modes and policies.
+	// ScopeAdmin: create, change and close rooms, set CDN modes and policies, set the app's limits.
 	ScopeAdmin = "admin"
 )
 
@@ -36,6 +36,7 @@ var callScopes = map[string]string{
 	"CloseRoom":        ScopeAdmin,
 	"SetRoomCdn":       ScopeAdmin,
 	"SetCdnPolicy":     ScopeAdmin,
+	"SetAppLimits":     ScopeAdmin,
 	"SendToRoom":       ScopeSend,
 	"SendBatchToRoom":  ScopeSend,
 	"SendToUsers":      ScopeSend,
@@ -55,6 +56,7 @@ var callScopes = map[string]string{
 	"GetMemberTags":    ScopeRead,
 	"GetRoomCdn":       ScopeRead,
 	"GetCdnPolicy":     ScopeRead,
+	"GetAppLimits":     ScopeRead,
 	"GetHistory":       ScopeRead,
 	"PeekQueue":        ScopeRead,
 	"ListQueue":        ScopeRead,

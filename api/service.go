@@ -29,6 +29,7 @@ import (
 
 	"roomcast/cdnmanager"
 	"roomcast/inbox"
+	"roomcast/internal/applimits"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
@@ -77,6 +78,8 @@ type Config struct {
 	// Audit receives a record of every call that changes something (observe.go). Zero value
 	// means Log.
 	Audit *slog.Logger
+	// Limits bound the calls of each API key (ratelimit.go).
+	Limits CallLimits
 	// Rooms is a room service instance in the same process, which takes the API's sends to
 	// rooms without the NATS round trip. Zero value means none: sends go over NATS.
 	Rooms RoomSender
@@ -159,6 +162,10 @@ type API struct {
 	inbox *inbox.Store // the at-least-once messages to users
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
+	calls *callLimiter
+	// The apps' own limits (limits.go): written by SetAppLimits, read through a cache.
+	limitStore *applimits.Store
+	appLimits  *applimits.Cache
 }
 
 var _ pb.RoomcastAPIServer = (*API)(nil)
@@ -187,14 +194,19 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize)}, nil
+	ls, err := applimits.Open(ctx, js, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
+		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}, nil
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for
 // grpcurl); opts add to its options (grpc.Creds for TLS). The caller serves it on a listener
 // and stops it.
 func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate, a.limitGRPC), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
 	pb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s

@@ -1,6 +1,8 @@
 package cdnpusher
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,6 +12,27 @@ const (
 	gapGaveUp    = "gave_up"    // storage failed for longer than GiveUpAfter
 	gapShutdown  = "shutdown"   // Close's context ended before storage took it
 )
+
+// Reasons a message was refused (the refused metric's label).
+const (
+	refusedReleased = "released" // its window is another pusher's (ErrReleased)
+	refusedTargeted = "targeted" // it has a tag expression (ErrTargeted)
+	refusedInvalid  = "invalid"  // ErrInvalid
+	refusedClosed   = "closed"   // the pusher was closed (ErrClosed)
+)
+
+// refusalOf is the refused metric's label for an error of Add.
+func refusalOf(err error) string {
+	switch {
+	case errors.Is(err, ErrReleased):
+		return refusedReleased
+	case errors.Is(err, ErrTargeted):
+		return refusedTargeted
+	case errors.Is(err, ErrClosed):
+		return refusedClosed
+	}
+	return refusedInvalid
+}
 
 // metrics are the pusher's Prometheus instruments, resolved once: Add only increments.
 type metrics struct {
@@ -23,6 +46,7 @@ type metrics struct {
 	failures     prometheus.Counter
 	retries      prometheus.Counter
 	gaps         map[string]prometheus.Counter
+	refused      map[string]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metrics {
@@ -33,6 +57,11 @@ func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metric
 		Name: "roomcast_cdnpusher_gaps_total",
 		Help: "Segments that never reached storage (missing indexes for clients), by reason " +
 			"(queue_full, gave_up, shutdown).",
+	}, []string{"reason"})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_cdnpusher_refused_messages_total",
+		Help: "Messages Add refused, in no segment, by reason (released: their window is another " +
+			"pusher's after a handoff; targeted, invalid, closed).",
 	}, []string{"reason"})
 	m := &metrics{
 		messages: counter("messages_total", "Messages handed to the pusher."),
@@ -50,13 +79,17 @@ func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metric
 		failures: counter("write_failures_total", "Segment write attempts that failed."),
 		retries:  counter("write_retries_total", "Segment write attempts made again after a failure."),
 		gaps:     map[string]prometheus.Counter{},
+		refused:  map[string]prometheus.Counter{},
 	}
 	for _, r := range []string{gapQueueFull, gapGaveUp, gapShutdown} {
 		m.gaps[r] = gaps.WithLabelValues(r)
 	}
+	for _, r := range []string{refusedReleased, refusedTargeted, refusedInvalid, refusedClosed} {
+		m.refused[r] = refused.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.messages, m.late, m.sampled, m.segments, m.emptySegs, m.bytes, m.writeSeconds,
-			m.failures, m.retries, gaps,
+			m.failures, m.retries, gaps, refused,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "roomcast_cdnpusher_queued_segments",
 				Help: "Segments waiting for storage.",

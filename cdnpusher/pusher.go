@@ -150,8 +150,17 @@ func New(cfg Config) (*Pusher, error) {
 
 // Add hands m, a message of room m.Room of app, to the window of its server time (or, if that
 // window was already written out, to the oldest one still open). It never waits on storage.
-// The pusher keeps m: the caller must not change it afterwards.
+// The pusher keeps m: the caller must not change it afterwards. A message refused is counted
+// by its reason (roomcast_cdnpusher_refused_messages_total).
 func (p *Pusher) Add(app string, m *pb.Message) error {
+	err := p.add(app, m)
+	if err != nil {
+		p.metrics.refused[refusalOf(err)].Inc()
+	}
+	return err
+}
+
+func (p *Pusher) add(app string, m *pb.Message) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("%w: nil", ErrInvalid)

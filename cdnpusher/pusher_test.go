@@ -225,6 +225,12 @@ func TestAddRefuses(t *testing.T) {
 	if got := promtest.ToFloat64(p.metrics.messages); got != 0 {
 		t.Fatalf("messages metric %v after refusals", got)
 	}
+	// Nothing refused goes uncounted.
+	for reason, want := range map[string]float64{refusedTargeted: 1, refusedInvalid: 5, refusedReleased: 0, refusedClosed: 0} {
+		if got := promtest.ToFloat64(p.metrics.refused[reason]); got != want {
+			t.Errorf("refused{reason=%q} = %v, want %v", reason, got, want)
+		}
+	}
 }
 
 // With storage down, windows keep closing: at most Queue segments wait (the oldest are dropped
@@ -378,5 +384,8 @@ func TestHandoff(t *testing.T) {
 	}
 	if err := old.Add(app, msg("r", pb.Lane_LANE_BULK, at*1000+900, 5)); !errors.Is(err, ErrReleased) || old.Rooms() != 0 {
 		t.Fatalf("a straggler after the handoff: %v, %d rooms", err, old.Rooms())
+	}
+	if got := promtest.ToFloat64(old.metrics.refused[refusedReleased]); got != 2 {
+		t.Errorf("the old pusher counted %v messages refused after the handoff, want 2", got)
 	}
 }

@@ -142,7 +142,8 @@ func (s *Service) onBatch(msg *nats.Msg) {
 	for _, m := range b.Messages {
 		if err := s.pusher.Add(b.App, m); err != nil {
 			// ErrReleased: a message that crossed a handoff; the room service sends the
-			// windows after it to the new pusher. Anything else is the sender's bug.
+			// windows after it to the new pusher. Anything else is the sender's bug. Add
+			// counts every refusal (roomcast_cdnpusher_refused_messages_total).
 			s.log.Debug("message not taken", "app", b.App, "room", m.GetRoom(), "err", err)
 		}
 	}

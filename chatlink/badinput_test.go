@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,18 +29,7 @@ func closeCount(t *testing.T, c *devcluster.Cluster, node string, code string) i
 // metricValue reads one series from /metrics; a series not there yet reads 0.
 func metricValue(t *testing.T, c *devcluster.Cluster, series string) int {
 	t.Helper()
-	resp, err := http.Get(c.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(regexp.QuoteMeta(series) + ` (\S+)`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseFloat(string(m[1]), 64)
-	return int(n)
+	return testkit.MetricValue(t, c.URL()+"/metrics", series)
 }
 
 func expiredToken(t *testing.T) string {

@@ -16,6 +16,13 @@ import (
 	"roomcast/internal/auth"
 )
 
+// The thresholds of node flow control when Config leaves them zero, as shares of the egress
+// capacity (docs/edge.md).
+const (
+	DefaultFlowT1 = 0.70
+	DefaultFlowT2 = 0.85
+)
+
 // Config configures a ChatLink node. New applies the defaults (withDefaults); the node keeps
 // the result.
 type Config struct {
@@ -97,7 +104,7 @@ type Config struct {
 	// control. Zero value means unlimited: no flow control.
 	EgressCapacity float64
 	// FlowT1 and FlowT2 are the two thresholds of node flow control, as shares of
-	// EgressCapacity. Zero values mean 0.70 and 0.85.
+	// EgressCapacity. Zero values mean DefaultFlowT1 and DefaultFlowT2.
 	FlowT1, FlowT2 float64
 	// ThinAtPendingBytes, CriticalOnlyAtPendingBytes and MaxPendingBytes set how a connection's
 	// write backlog (bytes queued, not yet taken by its socket) changes what it gets: from the
@@ -117,6 +124,16 @@ type Config struct {
 	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
 	// value means the process's open-file limit less 256 for everything else.
 	MaxConnections int
+	// Limits are the rates and counts clients are held to (limits.go). Zero value limits
+	// nothing.
+	Limits Limits
+	// TrustedProxies are the addresses and CIDRs of proxies in front of the node whose
+	// X-Forwarded-For and X-Real-IP headers (WebSocket upgrade, HTTP fallback) name the client
+	// the limits and address lists apply to. Zero value means none: the peer is the client.
+	TrustedProxies []string
+	// IPListFile names a file of "allow CIDR" and "deny CIDR" lines, read again within a second
+	// when it changes (limits.go). Zero value means every address is allowed.
+	IPListFile string
 	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
 	ExprCacheSize int
 	// DrainSpread is how widely the reconnect delays told to clients are spread when the node
@@ -199,10 +216,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.PhaseMembers = defaultPhaseMembers
 	}
 	if c.FlowT1 <= 0 {
-		c.FlowT1 = 0.70
+		c.FlowT1 = DefaultFlowT1
 	}
 	if c.FlowT2 <= 0 {
-		c.FlowT2 = 0.85
+		c.FlowT2 = DefaultFlowT2
 	}
 	if c.ThinAtPendingBytes <= 0 {
 		c.ThinAtPendingBytes = 64 << 10

@@ -8,11 +8,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"net/netip"
+
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
+	"roomcast/internal/ratelimit"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -45,10 +50,13 @@ const (
 
 // conn is one client connection, from accept to close.
 type conn struct {
-	node       *Node
-	t          transport
-	lastSeen   atomic.Int64  // unix nanoseconds of the last frame received (or of the connect)
-	accepted   int64         // unix nanoseconds of the connect: the login deadline runs from here
+	node     *Node
+	t        transport
+	lastSeen atomic.Int64 // unix nanoseconds of the last frame received (or of the connect)
+	accepted int64        // unix nanoseconds of the connect: the login deadline runs from here
+	// The client's address (behind a trusted proxy, the one it forwarded), IPv4 mapped; zero
+	// when unknown. Not a netip.Addr, whose zone handle would cost 8 more bytes per connection.
+	addr16     [16]byte
 	hbInterval atomic.Uint32 // milliseconds: the heartbeat interval this client was told
 	closing    atomic.Bool   // a Kick is on its way; frames from the client are ignored
 
@@ -74,17 +82,36 @@ type conn struct {
 	sending bool // sendLoop is running (next to state: the two share a word)
 	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
-	sendq    []*pb.Send // sends waiting for the room service, oldest first
+	sends    *connSends // nil until the first Send
 	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
-func (n *Node) newConn(t transport) *conn {
+func (n *Node) newConn(t transport, addr netip.Addr) *conn {
 	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
+	if addr.IsValid() {
+		c.addr16 = addr.As16()
+	}
+	n.limits.opened(addr)
 	c.lastSeen.Store(c.accepted)
 	c.hbInterval.Store(uint32(n.cfg.HeartbeatInterval.Milliseconds()))
 	n.conns.add(c)
 	n.m.connections.Inc()
 	return c
+}
+
+// connSends are a connection's sends waiting for the room service, oldest first, and its send
+// rate (limits.go). Guarded by the conn's mu.
+type connSends struct {
+	q    []*pb.Send
+	rate ratelimit.Bucket
+}
+
+// addr returns the client's address; invalid when unknown.
+func (c *conn) addr() netip.Addr {
+	if c.addr16 == ([16]byte{}) {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16(c.addr16).Unmap()
 }
 
 func (c *conn) getState() connState {
@@ -175,6 +202,8 @@ func (c *conn) login(l *pb.Login) {
 	c.state = stateLoggingIn
 	c.mu.Unlock()
 	start := time.Now()
+	loginCtx, span := tracing.Start(n.ctx, "chatlink login", trace.SpanKindServer)
+	defer span.End()
 
 	if n.draining.Load() {
 		n.countLogin(c, start, "draining", pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
@@ -184,6 +213,11 @@ func (c *conn) login(l *pb.Login) {
 	if n.conns.len() > n.cfg.MaxConnections {
 		n.countLogin(c, start, "full", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
+		return
+	}
+	now := n.now()
+	if limit, retry := n.limits.loginAddr(c.addr(), now); limit != "" {
+		c.refuseLogin(limit, retry, now)
 		return
 	}
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
@@ -198,6 +232,7 @@ func (c *conn) login(l *pb.Login) {
 		return
 	case err != nil:
 		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
+		n.sampledLog(now, "bad token", "addr", c.addr(), "err", err)
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
@@ -214,14 +249,25 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		return
 	}
+	c.app, c.room, c.uid = claims.App, claims.Room, claims.UID
+	if !n.limits.appAllows(c.app, c.addr()) {
+		n.m.logins.WithLabelValues("denied").Inc()
+		n.sampledLog(now, "address denied by the app's list", "addr", c.addr(), "app", c.app)
+		c.close(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED, "address not allowed for this app")
+		return
+	}
+	if limit, retry := n.limits.loginRoom(c.app, c.room, now); limit != "" {
+		c.refuseLogin(limit, retry, now)
+		return
+	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
-	c.app, c.room, c.uid, c.device = claims.App, claims.Room, claims.UID, l.Device
+	c.device = l.Device
 	c.loginMS = n.now().UnixMilli()
 
 	// One login per room and node asks for the settings fresh from the store (the first to
 	// arrive while the node has no member of the room); roomTable.join applies its answer.
 	fresh := n.rooms.claimFresh(c.app, c.room)
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(loginCtx, n.cfg.RequestTimeout)
 	var rep pb.Reply
 	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &pb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
@@ -263,7 +309,7 @@ func (c *conn) login(l *pb.Login) {
 	}
 
 	n.countLogin(c, start, "ok", 0, "")
-	now := n.now()
+	now = n.now()
 	ack := &pb.LoginAck{
 		SessionId:           c.session,
 		ServerTimeMs:        now.UnixMilli(),
@@ -318,12 +364,25 @@ func (c *conn) heartbeat(h *pb.Heartbeat) {
 func (c *conn) send(s *pb.Send) {
 	n := c.node
 	c.mu.Lock()
-	if len(c.sendq) >= n.cfg.MaxInflightSends {
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	if len(c.sends.q) >= n.cfg.MaxInflightSends {
 		c.mu.Unlock()
 		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
 	}
-	c.sendq = append(c.sendq, s)
+	if limit, retry := n.limits.send(c, n.now()); limit != "" {
+		c.mu.Unlock()
+		n.limitHit(limit, c, n.now())
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+			Code: uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over the " + limit + " rate",
+			Seq: s.Seq, RetryAfterMs: ratelimit.Millis(retry),
+		}}})
+		n.m.sendErrors.WithLabelValues(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
+		return
+	}
+	c.sends.q = append(c.sends.q, s)
 	start := !c.sending
 	c.sending = true
 	c.mu.Unlock()
@@ -335,14 +394,14 @@ func (c *conn) send(s *pb.Send) {
 func (c *conn) sendLoop() {
 	for {
 		c.mu.Lock()
-		if len(c.sendq) == 0 || c.state == stateClosed {
-			c.sendq, c.sending = nil, false
+		if len(c.sends.q) == 0 || c.state == stateClosed {
+			c.sends.q, c.sending = nil, false
 			c.mu.Unlock()
 			return
 		}
-		s := c.sendq[0]
-		c.sendq[0] = nil
-		c.sendq = c.sendq[1:]
+		s := c.sends.q[0]
+		c.sends.q[0] = nil
+		c.sends.q = c.sends.q[1:]
 		c.mu.Unlock()
 		c.forward(s)
 	}
@@ -351,7 +410,9 @@ func (c *conn) sendLoop() {
 // forward asks the room service to take s and answers the client.
 func (c *conn) forward(s *pb.Send) {
 	n := c.node
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	ctx, span := tracing.Start(n.ctx, "chatlink send", trace.SpanKindServer)
+	defer span.End() // after the SendAck or the Error is written
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep pb.Reply
 	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{
@@ -368,6 +429,19 @@ func (c *conn) forward(s *pb.Send) {
 			Seq: s.Seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
 		}}})
 	}
+}
+
+// refuseLogin tells the client which rate its login is over and when to come back, then
+// closes the connection with 4013.
+func (c *conn) refuseLogin(limit string, retry time.Duration, now time.Time) {
+	n := c.node
+	n.m.logins.WithLabelValues("rate_limited").Inc()
+	n.limitHit(limit, c, now)
+	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+		Code: uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
+		RetryAfterMs: ratelimit.Millis(retry),
+	}}})
+	c.close(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED, "over the "+limit+" rate")
 }
 
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
@@ -414,6 +488,7 @@ func (c *conn) closed() {
 	n := c.node
 	n.conns.remove(c)
 	n.m.connections.Dec()
+	n.limits.closed(c.addr())
 	if prev != stateLive {
 		return // a login in progress undoes its own join
 	}

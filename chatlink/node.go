@@ -63,6 +63,7 @@ type Node struct {
 	tags       *tag.Interner // members' tag sets, shared by identical sets
 	exprs      *tag.Cache    // compiled tag expressions
 	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
+	limits     *limiter      // rates, connections per address, address lists (limits.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -91,6 +92,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), audit: cfg.Audit.With("node", cfg.Node, "audit", true)}
+	if n.limits, err = newLimiter(cfg); err != nil {
+		return nil, err
+	}
 	n.m = newMetrics(cfg.Registry, n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
@@ -171,8 +175,16 @@ func (n *Node) start() error {
 			}
 		}
 	}
+	// Last, as its watcher is stopped only by Run.
+	ctx, cancel = context.WithTimeout(n.ctx, 10*time.Second)
+	n.limits.apps, err = followAppLimits(ctx, n)
+	cancel()
+	if err != nil {
+		return err
+	}
 	// Nothing fails from here on: the node reports itself to the services and the dispatcher
 	// only now that it will serve.
+	n.goAsync(func() { n.limits.apps.Run(n.ctx) })
 	n.goAsync(n.sessionReportLoop)
 	n.goAsync(n.acceptWS)
 	n.goAsync(n.sse.serve)
@@ -182,6 +194,9 @@ func (n *Node) start() error {
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxRecheckLoop)
+	if n.cfg.IPListFile != "" {
+		n.goAsync(n.ipListLoop)
+	}
 	return nil
 }
 
@@ -276,6 +291,9 @@ func (n *Node) acceptTCP() {
 			}
 			n.log.Warn("tcp accept", "err", err)
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !n.admitTCP(nc) {
 			continue
 		}
 		if n.cfg.TLS != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,8 +132,19 @@ func (s *sseServer) stream(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(raw[:])
 	key := hex.EncodeToString(raw[:])
 
+	addr := s.n.limits.clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
+	if code := s.n.limits.admit(addr); code != 0 {
+		s.n.m.closes.WithLabelValues(code.String()).Inc()
+		status := http.StatusForbidden
+		if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+			status = http.StatusTooManyRequests
+		}
+		w.Header().Set("Roomcast-Close-Code", strconv.Itoa(int(code)))
+		http.Error(w, code.String(), status)
+		return
+	}
 	t := &sseTransport{wake: make(chan struct{}, 1)}
-	c := s.n.newConn(t)
+	c := s.n.newConn(t, addr)
 	s.mu.Lock()
 	s.streams[key] = c
 	s.mu.Unlock()

@@ -6,10 +6,14 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/clientip"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -25,11 +29,35 @@ func (n *Node) startPolledTCP(tc *net.TCPConn) {
 	}
 	p.feed = p.tcpFeed
 	if n.rings != nil {
-		p.c = n.newConn(newSockWriter(p, false)) // the node's batch sends (batch.go)
+		p.c = n.newConn(newSockWriter(p, false), peerAddr(tc)) // the node's batch sends (batch.go)
 	} else {
-		p.c = n.newConn(&tcpTransport{n: n, nc: p})
+		p.c = n.newConn(&tcpTransport{n: n, nc: p}, peerAddr(tc))
 	}
 	p.start(nil)
+}
+
+// peerAddr is a connection's peer address: TCP clients are not behind HTTP proxies.
+func peerAddr(nc net.Conn) netip.Addr {
+	a, _ := clientip.ParseHostAddr(nc.RemoteAddr().String())
+	return a
+}
+
+// admitTCP refuses a connection whose address is denied or has too many connections open:
+// a plain one gets a Kick with the close code, one over TLS is closed without a word.
+func (n *Node) admitTCP(nc net.Conn) bool {
+	code := n.limits.admit(peerAddr(nc))
+	if code == 0 {
+		return true
+	}
+	if n.cfg.TLS == nil {
+		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: &pb.Kick{Code: uint32(code), Reason: code.String()}}})
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
+		_, _ = nc.Write(b)
+	}
+	n.m.closes.WithLabelValues(code.String()).Inc()
+	_ = nc.Close()
+	return false
 }
 
 // serveTCP runs one length-prefixed TCP connection: it reads frames until the connection ends.
@@ -37,7 +65,7 @@ func (n *Node) serveTCP(nc net.Conn) {
 	defer n.wg.Done()
 	_, overTLS := nc.(*tls.Conn)
 	t := &tcpTransport{n: n, nc: nc, oneWrite: overTLS}
-	c := n.newConn(t)
+	c := n.newConn(t, peerAddr(nc))
 	defer c.closed()
 	defer t.forceClose()
 	br := bufio.NewReaderSize(nc, wsReadBuffer)

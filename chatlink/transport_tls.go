@@ -24,6 +24,7 @@ func (n *Node) handshakeTLS(nc net.Conn) *tls.Conn {
 	tc := tls.Server(nc, n.cfg.TLS)
 	if err := tc.Handshake(); err != nil {
 		n.log.Debug("tls handshake", "remote", nc.RemoteAddr().String(), "err", err)
+		n.handshakeFailed(nc, "tls", err)
 		_ = nc.Close()
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,13 +132,21 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	case err != nil:
+		n.handshakeFailed(nc, "websocket", err)
 		_, _ = io.WriteString(nc, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		_ = nc.Close()
+		return
+	}
+	addr := n.limits.clientAddr(nc.RemoteAddr().String(), req.Header.Values("X-Forwarded-For"), req.Header.Get("X-Real-IP"))
+	if code := n.limits.admit(addr); code != 0 {
+		n.m.closes.WithLabelValues(code.String()).Inc()
+		_, _ = io.WriteString(nc, refusalResponse(code))
 		_ = nc.Close()
 		return
 	}
 	tc, _ := nc.(*net.TCPConn)
 	if n.poll == nil || tc == nil {
-		n.serveWSReader(nc, br, req) // gws keeps br
+		n.serveWSReader(nc, br, req, addr) // gws keeps br
 		return
 	}
 	// Read by the poller. gws gets no reader: it answers the upgrade, and writes only where
@@ -164,23 +174,33 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
 		// only answered the upgrade, is not kept.
 		f.w = newSockWriter(p, true)
-		p.c = n.newConn(f.w)
+		p.c = n.newConn(f.w, addr)
 	} else {
 		f.s = socket
-		p.c = n.newConn(&wsTransport{s: socket})
+		p.c = n.newConn(&wsTransport{s: socket}, addr)
 	}
 	p.start(early)
 }
 
+// refusalResponse is the HTTP answer to an upgrade refused by admit: 403 for a denied
+// address, 429 for one with too many connections, with the close code in a header.
+func refusalResponse(code pb.CloseCode) string {
+	status := "403 Forbidden"
+	if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+		status = "429 Too Many Requests"
+	}
+	return "HTTP/1.1 " + status + "\r\nRoomcast-Close-Code: " + strconv.Itoa(int(code)) + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+}
+
 // serveWSReader upgrades a connection that gets a reader goroutine of its own
 // (Config.ReaderGoroutines, no poller on this platform, or TLS).
-func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request) {
+func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request, addr netip.Addr) {
 	socket, err := n.upgrader.UpgradeFromConn(nc, br, req)
 	if err != nil {
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket})
+	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket}, addr)
 	// Not n.goAsync: a wrapper frame is enough to push the reader's parked stack past 2 KiB,
 	// and it would then hold 4 KiB for the connection's life. OnClose, the last thing the
 	// reader runs, tells n.wg it is done.

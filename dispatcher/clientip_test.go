@@ -47,7 +47,7 @@ func TestClientAddr(t *testing.T) {
 		{"peer that is not an address", "pipe", nil, "", "", sourceInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, src := trusted.clientAddr(tc.peer, tc.forwarded, tc.realIP)
+			got, src := trusted.ClientAddr(tc.peer, tc.forwarded, tc.realIP)
 			var want netip.Addr
 			if tc.want != "" {
 				want = netip.MustParseAddr(tc.want)
@@ -70,7 +70,7 @@ func TestParseTrustedProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.contains(netip.MustParseAddr("10.200.0.1")) || !p.contains(netip.MustParseAddr("192.0.2.1")) {
+	if !p.Contains(netip.MustParseAddr("10.200.0.1")) || !p.Contains(netip.MustParseAddr("192.0.2.1")) {
 		t.Fatalf("parsed %v", p)
 	}
 }
@@ -80,7 +80,7 @@ func FuzzClientAddr(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4, 10.0.0.2", "5.6.7.8")
 	f.Add("[::1]:1", "[2001:db8::1]:80", "")
 	f.Fuzz(func(t *testing.T, peer, forwarded, realIP string) {
-		ip, src := trusted.clientAddr(peer, []string{forwarded}, realIP)
+		ip, src := trusted.ClientAddr(peer, []string{forwarded}, realIP)
 		if src == sourceInvalid && ip.IsValid() {
 			t.Fatalf("invalid source with address %v", ip)
 		}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"roomcast/internal/clientip"
 )
 
 // ServeHTTP answers GET /v1/dispatch (docs/protocol.md section 1): the client is the request's
@@ -30,7 +32,7 @@ func (d *Dispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // clientOf picks the client's address and counts where it came from.
 func (d *Dispatcher) clientOf(peer string, forwarded []string, realIP string) netip.Addr {
-	ip, src := d.trusted.clientAddr(peer, forwarded, realIP)
+	ip, src := d.trusted.ClientAddr(peer, forwarded, realIP)
 	d.m.clientAddr[src].Inc()
 	return ip
 }
@@ -47,7 +49,7 @@ func (d *Dispatcher) NodesHandler() http.Handler {
 		var client netip.Addr
 		resp := map[string]any{}
 		if s := r.URL.Query().Get("ip"); s != "" {
-			a, ok := parseHostAddr(strings.TrimSpace(s))
+			a, ok := clientip.ParseHostAddr(strings.TrimSpace(s))
 			if !ok {
 				w.WriteHeader(http.StatusBadRequest)
 				_ = json.NewEncoder(w).Encode(map[string]string{"error": "ip must be an IPv4 or IPv6 address"})

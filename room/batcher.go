@@ -7,7 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"roomcast/internal/bus"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -40,9 +44,10 @@ type batcher struct {
 type pending struct {
 	flushing sync.Mutex // held while a window is numbered and published: keeps the room's windows in order
 	msgs     []*pb.Message
-	senders  []string    // the sessions that sent msgs, "" for the app server
-	timer    *time.Timer // when not nil, it will flush this room; caller holds batcher.mu
-	sent     *windowDone // the outcome of the window msgs belong to
+	senders  []string     // the sessions that sent msgs, "" for the app server
+	links    []trace.Link // the traced sends of msgs (tracing on), for the publish's span
+	timer    *time.Timer  // when not nil, it will flush this room; caller holds batcher.mu
+	sent     *windowDone  // the outcome of the window msgs belong to
 }
 
 // windowDone is the outcome of one window: done is closed once its batch was published (err
@@ -75,13 +80,13 @@ func newBatcher(s *Service, window time.Duration) *batcher {
 
 // add queues a room's accepted messages for the current window and returns the window's
 // outcome.
-func (b *batcher) add(app, room string, batch *pb.RoomBatch) *windowDone {
+func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanContext) *windowDone {
 	k := roomKey{app, room}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		w := newWindowDone()
-		w.finish(b.s.broadcast(app, room, batch))
+		w.finish(b.s.broadcast(app, room, batch, linkTo(nil, sender)))
 		return w
 	}
 	p := b.rooms[k]
@@ -91,6 +96,7 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch) *windowDone {
 	}
 	p.msgs = append(p.msgs, batch.Messages...)
 	p.senders = append(p.senders, batch.SenderSessions...)
+	p.links = linkTo(p.links, sender)
 	if p.sent == nil {
 		p.sent = newWindowDone()
 	}
@@ -112,11 +118,11 @@ func (b *batcher) flush(k roomKey, p *pending) {
 	p.flushing.Lock()
 	defer p.flushing.Unlock()
 	b.mu.Lock()
-	batch, sent := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}, p.sent
-	p.msgs, p.senders, p.timer, p.sent = nil, nil, nil, nil
+	batch, sent, links := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}, p.sent, p.links
+	p.msgs, p.senders, p.links, p.timer, p.sent = nil, nil, nil, nil, nil
 	b.mu.Unlock()
 
-	sent.finish(b.s.broadcast(k.app, k.room, batch))
+	sent.finish(b.s.broadcast(k.app, k.room, batch, links))
 
 	b.mu.Lock()
 	if p.timer == nil && len(p.msgs) == 0 && b.rooms[k] == p {
@@ -160,7 +166,14 @@ func (b *batcher) close() {
 // The server time is the time of the publish, not of the acceptance: a CDN pusher files a
 // message under the window of its server time, and one that came a batch window (or a slow
 // numbering) after its time would miss the pusher's grace and land in the next segment.
-func (s *Service) broadcast(app, room string, batch *pb.RoomBatch) error {
+//
+// With tracing on, the publish is a span ("room batch publish") linked to the sends it carries.
+func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace.Link) error {
+	if tracing.Enabled() {
+		_, span := tracing.Start(context.Background(), "room batch publish", trace.SpanKindProducer, trace.WithLinks(links...),
+			trace.WithAttributes(attribute.String("messaging.destination.name", bus.RoomSubject(app, room)), attribute.Int("messaging.batch.message_count", len(batch.Messages))))
+		defer span.End()
+	}
 	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
 	deadline := time.Now().Add(criticalTimeout)
 	err := s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.number(ctx, app, room, batch.Messages) })
@@ -220,4 +233,12 @@ func (s *Service) unsent(app, room string, batch *pb.RoomBatch, err error) error
 	s.metrics.unsent.Add(float64(len(batch.Messages)))
 	s.log.Warn("broadcast failed", "app", app, "room", room, "messages", len(batch.Messages), "err", err)
 	return err
+}
+
+// linkTo returns links with a link to the span sc appended when sc is a span's (tracing on).
+func linkTo(links []trace.Link, sc trace.SpanContext) []trace.Link {
+	if !sc.IsValid() {
+		return links
+	}
+	return append(links, trace.Link{SpanContext: sc})
 }

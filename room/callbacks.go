@@ -1,6 +1,7 @@
 package room
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -72,7 +73,7 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
-		s.sendAndRespond(msg, start, []*pb.SendRequest{req})
+		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
 	})
 }
 

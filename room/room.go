@@ -36,11 +36,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
 	"roomcast/internal/bus"
 	"roomcast/internal/ids"
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -285,6 +287,8 @@ const storeReadTimeout = 2 * time.Second
 
 func (s *Service) onJoin(msg *nats.Msg) {
 	start := time.Now()
+	_, span := bus.StartServer(msg, "room join")
+	defer span.End()
 	var req pb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opJoin, start, rep)
@@ -405,6 +409,8 @@ func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Repl
 
 func (s *Service) onSend(msg *nats.Msg) {
 	start := time.Now()
+	ctx, span := bus.StartServer(msg, "room send")
+	defer span.End()
 	var req pb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opSend, start, rep)
@@ -413,7 +419,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.sendAndRespond(msg, start, []*pb.SendRequest{&req})
+	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
 }
 
 // MaxBatch bounds the messages of one batch send.
@@ -430,7 +436,7 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	s.sendAndRespond(msg, start, req.Sends)
+	s.sendAndRespond(context.Background(), msg, start, req.Sends)
 }
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
@@ -457,10 +463,12 @@ func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Re
 	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
 		return nil, false
 	}
+	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
+	defer span.End()
 	rep := checkBatch(reqs)
 	if rep == nil {
 		var w *windowDone
-		if rep, w = s.send(reqs); w != nil {
+		if rep, w = s.send(ctx, reqs); w != nil {
 			rep = w.reply(rep)
 		}
 	}
@@ -473,7 +481,7 @@ func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Re
 // under a batch window, the reply to give once the window it returns is published (w.reply):
 // a critical send is answered only when its messages are numbered, kept and published, and 503
 // when they were not. Bulk and normal sends are answered on acceptance (batcher.go).
-func (s *Service) send(reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
+func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
 	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
@@ -506,10 +514,10 @@ func (s *Service) send(reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
 	switch {
 	case len(batch.Messages) == 0:
 	case s.batch != nil && critical:
-		return rep, s.batch.add(app, room, batch)
+		return rep, s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
 	case s.batch != nil:
-		s.batch.add(app, room, batch)
-	case s.broadcast(app, room, batch) != nil:
+		s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
+	case s.broadcast(app, room, batch, linkTo(nil, trace.SpanContextFromContext(ctx))) != nil:
 		return notSent(), nil
 	}
 	return rep, nil
@@ -523,8 +531,8 @@ func notSent() *pb.Reply {
 // sendAndRespond sends reqs and answers msg: at once, or, for a send holding a critical message,
 // from a goroutine once its window is published, so that the subscription goes on taking
 // sends meanwhile.
-func (s *Service) sendAndRespond(msg *nats.Msg, start time.Time, reqs []*pb.SendRequest) {
-	rep, w := s.send(reqs)
+func (s *Service) sendAndRespond(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*pb.SendRequest) {
+	rep, w := s.send(ctx, reqs)
 	if w == nil {
 		s.respond(msg, opSend, start, rep)
 		return

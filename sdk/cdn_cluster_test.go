@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/cdnpusher"
 	"roomcast/internal/bus"
@@ -115,8 +118,10 @@ func TestClusterCDN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pusherMetrics := prometheus.NewRegistry()
 	pusher, err := cdnpusher.StartService(cdnpusher.ServiceConfig{Bus: nc, ID: "p1", Pusher: cdnpusher.Config{
 		Endpoint: s3.Endpoint, Bucket: s3test.Bucket, AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey,
+		Registerer: pusherMetrics,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -134,17 +139,33 @@ func TestClusterCDN(t *testing.T) {
 	if err := apiJSON(context.Background(), c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Once the room's segments are being written, from the window the clients start at.
-	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
-		resp, _, err := s3.Get(segment.Key(devcluster.App, room, window, segment.Index(time.Now().UnixMilli(), window)-1))
-		if err != nil {
+	// Once the room service sends the room's bulk lane to the pusher and the probes that showed
+	// it are all in stored segments. The pusher follows the routes on its own and may have the
+	// room's before the room service does; until the room service has it, the bulk lane goes to
+	// the long connections, and such messages, counted as sent, would be in no segment. The
+	// probes come before the clients, and in windows written before the run's first.
+	probes := map[string]bool{}
+	afterSegments := map[string]bool{} // probes sent once the pusher was writing the room's segments
+	probeFrom := segment.Index(time.Now().UnixMilli(), window)
+	testkit.CheckFor(t, 15*time.Second, 100*time.Millisecond, func() error {
+		var out struct {
+			IDs []string `json:"ids"`
+		}
+		probe := map[string]any{"messages": []map[string]string{{"lane": "bulk", "type": "probe", "body": "probe"}}}
+		if err := apiJSON(context.Background(), c, "POST", "/v1/rooms/"+room+"/messages/batch", probe, &out); err != nil {
 			return err
 		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("no segment yet: %s", resp.Status)
+		resp, _, err := s3.Get(segment.Key(devcluster.App, room, window, segment.Index(time.Now().UnixMilli(), window)-1))
+		for _, id := range out.IDs {
+			probes[id] = true
+			afterSegments[id] = err == nil && resp.StatusCode == http.StatusOK
+		}
+		if gathered(t, pusherMetrics, "roomcast_cdnpusher_messages_total") == 0 {
+			return fmt.Errorf("none of %d probes reached the pusher", len(probes))
 		}
 		return nil
 	})
+	probesEnd := segment.Index(time.Now().UnixMilli(), window)
 
 	rels := make([]*released, clients)
 	cls := make([]*sdk.Client, clients)
@@ -155,6 +176,47 @@ func TestClusterCDN(t *testing.T) {
 			t.Fatalf("client %d: LoginAck's CDN mode %v", i, m)
 		}
 	}
+
+	// The probes are all in stored segments (a probe may still be on its way when the first
+	// reaches the pusher): their windows come before the run's.
+	var probed float64
+	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		probed = gathered(t, pusherMetrics, "roomcast_cdnpusher_messages_total")
+		if segment.Index(time.Now().UnixMilli(), window) <= probesEnd+1 {
+			return fmt.Errorf("the last probe's window is not written yet")
+		}
+		stored, storedAfter := 0, 0
+		for i := probeFrom; i < segment.Index(time.Now().UnixMilli(), window); i++ {
+			resp, body, err := s3.Get(segment.Key(devcluster.App, room, window, i))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				continue
+			}
+			s, err := segment.Decode(body, segment.Want{App: devcluster.App, Room: room, WindowMs: window, Index: i})
+			if err != nil {
+				return err
+			}
+			for _, m := range s.Messages {
+				if probes[m.Id] {
+					stored++
+					if afterSegments[m.Id] {
+						storedAfter++
+					}
+				}
+			}
+		}
+		if float64(stored) != probed {
+			return fmt.Errorf("%d of the %v probes the pusher took are in segments", stored, probed)
+		}
+		sentAfter := 0
+		for _, after := range afterSegments {
+			if after {
+				sentAfter++
+			}
+		}
+		t.Logf("probes: %d sent, %v reached the pusher; %d sent while the pusher was writing the room's segments, %d of them in no segment",
+			len(probes), probed, sentAfter, sentAfter-storedAfter)
+		return nil
+	})
 
 	// Publish, keeping each message's lane and publish time.
 	var mu sync.Mutex
@@ -205,9 +267,32 @@ func TestClusterCDN(t *testing.T) {
 		}
 	}
 
-	// The segments of the run, as stored: a late message may be in the window after its own.
-	first, last := segment.Index(firstMs.Load(), window), segment.Index(lastMs.Load(), window)+1
+	var nBulk, nCritical int
+	for _, crit := range critical {
+		if crit {
+			nCritical++
+		} else {
+			nBulk++
+		}
+	}
+	// The segments of the run, as stored. An answer's server_time_ms is when the messages were
+	// accepted, not their server time, which is when their batch left the room service (later
+	// by the batch window, or by much more on a loaded machine); and a message that reached the
+	// pusher after its window was written sits in the oldest window still open. So the last
+	// window that may hold the run's messages is known only once the pusher has taken them all:
+	// none is in a window after the one current then.
+	var last int64
+	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		if n := gathered(t, pusherMetrics, "roomcast_cdnpusher_messages_total") - probed; n != float64(nBulk) {
+			return fmt.Errorf("the pusher took %v of the %d bulk messages", n, nBulk)
+		}
+		last = segment.Index(time.Now().UnixMilli(), window)
+		return nil
+	})
+	first := segment.Index(firstMs.Load(), window)
 	inSegments := map[string]bool{}
+	segOf := map[string]int64{} // a bulk message's segment
+	segSize := map[int64]int{}  // a segment's messages
 	var sampled int
 	for i := first; i <= last; i++ {
 		var s *roomcastpb.Segment
@@ -223,36 +308,57 @@ func TestClusterCDN(t *testing.T) {
 			t.Errorf("segment %d holds %d messages, over the cap", i, len(s.Messages))
 		}
 		sampled += int(s.Sampled)
+		segSize[i] = len(s.Messages)
 		for _, m := range s.Messages {
-			if critical[m.Id] || m.Lane != roomcastpb.Lane_LANE_BULK {
+			if critical[m.Id] || probes[m.Id] || m.Lane != roomcastpb.Lane_LANE_BULK {
 				t.Errorf("segment %d holds %s of lane %v", i, m.Id, m.Lane)
 			}
 			inSegments[m.Id] = true
-		}
-	}
-	var nBulk, nCritical int
-	for _, crit := range critical {
-		if crit {
-			nCritical++
-		} else {
-			nBulk++
+			segOf[m.Id] = i
 		}
 	}
 	if len(inSegments)+sampled != nBulk {
 		t.Errorf("%d bulk messages in segments and %d sampled, of %d sent", len(inSegments), sampled, nBulk)
 	}
-	t.Logf("%d bulk messages in %s (%.0f/s), %d in segments, %d sampled; %d critical", nBulk, run,
-		float64(nBulk)/run.Seconds(), len(inSegments), sampled, nCritical)
+	// Reading up to the window after the answers' last (as this test once did) would have missed
+	// the messages after it: logged, to show how far behind the answers' times fall.
+	afterAnswers := 0
+	for _, seg := range segOf {
+		if seg > segment.Index(lastMs.Load(), window)+1 {
+			afterAnswers++
+		}
+	}
+	t.Logf("%d bulk messages in %s (%.0f/s), %d in segments %d-%d (%d after the answers' last window but one), %d sampled, %v late to the pusher; %d critical",
+		nBulk, run, float64(nBulk)/run.Seconds(), len(inSegments), first, last, afterAnswers, sampled,
+		gathered(t, pusherMetrics, "roomcast_cdnpusher_late_messages_total"), nCritical)
 
-	// Every client gets every critical message and every bulk message of the segments, once and
-	// in order.
+	// Every client gets every critical message, and every bulk message of the segments but for
+	// those of the windows it counted as gaps (CDNStats.Gaps: a poller that fell more than a few
+	// windows behind skips to the present, docs/cdn.md): a segment comes whole or not at all, and
+	// no more segments are missing than gaps counted. At full size none is.
 	for i, rel := range rels {
 		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 			got, _ := rel.order(t)
+			st := cls[i].CDNStats()
+			missing := map[int64]int{} // segment: its messages not handed on
 			for id, crit := range critical {
-				if _, ok := got[id]; !ok && (crit || inSegments[id]) {
-					return fmt.Errorf("client %d: %s not handed on (%+v)", i, id, cls[i].CDNStats())
+				if _, ok := got[id]; ok {
+					continue
 				}
+				switch {
+				case crit:
+					return fmt.Errorf("client %d: critical %s not handed on (%+v)", i, id, st)
+				case inSegments[id]:
+					missing[segOf[id]]++
+				}
+			}
+			for seg, n := range missing {
+				if n != segSize[seg] {
+					return fmt.Errorf("client %d: %d of the %d messages of segment %d not handed on (%+v)", i, n, segSize[seg], seg, st)
+				}
+			}
+			if uint64(len(missing)) > st.Gaps || len(missing) > 0 && !testing.Short() {
+				return fmt.Errorf("client %d: segments %v not handed on, %d gaps counted (%+v)", i, slices.Sorted(maps.Keys(missing)), st.Gaps, st)
 			}
 			return nil
 		})
@@ -267,6 +373,9 @@ func TestClusterCDN(t *testing.T) {
 	for i, rel := range rels {
 		got, _ := rel.order(t)
 		for id, at := range got {
+			if probes[id] {
+				continue // sent before the client came: never handed on, unless the room's recent messages are
+			}
 			if _, ok := published[id]; !ok {
 				t.Errorf("client %d: %s was never published", i, id)
 			}
@@ -290,7 +399,7 @@ func TestClusterCDN(t *testing.T) {
 		// size none is; under -short the run shares a loaded machine with the rest of the suite
 		// (at load 12-20 fetches took up to 1.4 s and a quarter of the messages came late; at
 		// load 25 one timed out now and then, a failure retried, nothing lost).
-		if uint64(unsorted) > st.Late || st.Gaps != 0 || !testing.Short() && (st.Late != 0 || st.Failures != 0) {
+		if uint64(unsorted) > st.Late || !testing.Short() && (st.Late != 0 || st.Failures != 0 || st.Gaps != 0) {
 			t.Errorf("client %d: %d handed on out of their place, %d counted late: %+v", i, unsorted, st.Late, st)
 		}
 	}
@@ -359,4 +468,19 @@ func sortedRun(msgs []*roomcastpb.Message) int {
 		}
 	}
 	return len(tails)
+}
+
+// gathered returns the value of the counter name in reg (0 if it has none).
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

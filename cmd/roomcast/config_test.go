@@ -58,6 +58,8 @@ func testValues(f *flag.Flag) [3]string {
 		return [3]string{"1.5", "2.5", "3.5"}
 	case "duration":
 		return [3]string{"11s", "22s", "33s"}
+	case "rate": // the --limit-... rates
+		return [3]string{"11/s", "22/s", "33/s"}
 	case "value": // the repeatable KEY=VALUE and URL flags
 		return [3]string{"k=file", "k=env", "k=argv"}
 	}

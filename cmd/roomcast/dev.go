@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
+	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 )
@@ -30,9 +32,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
 	bindRoomShareFlag(flags, &cfg.RoomShare)
 	cfg.ChatLink = bindChatLinkFlags(flags)
+	labels := nodeLabels{}
+	flags.Var(labels, "node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)")
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
 	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
+	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
@@ -61,6 +66,14 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
+	if chatlinkFlags := cfg.ChatLink; len(labels) > 0 {
+		cfg.ChatLink = func(c *chatlink.Config) {
+			chatlinkFlags(c)
+			if l, ok := labels[c.Node]; ok {
+				c.Region, c.ISP, _ = strings.Cut(l, ":")
+			}
+		}
+	}
 	cfg.APIKeys = auth.APIKeys(keys)
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
@@ -121,6 +134,27 @@ secret and API key are fixed and printed.
 	return 0
 }
 
+// nodeLabels maps dev's ChatLinks to their REGION[:ISP] labels (--node-label).
+type nodeLabels map[string]string
+
+func (l nodeLabels) String() string {
+	out := make([]string, 0, len(l))
+	for node, label := range l {
+		out = append(out, node+"="+label)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func (l nodeLabels) Set(v string) error {
+	node, label, ok := strings.Cut(v, "=")
+	if !ok || node == "" || label == "" || strings.HasPrefix(label, ":") {
+		return fmt.Errorf("want NODE=REGION[:ISP], got %q", v)
+	}
+	l[node] = label
+	return nil
+}
+
 func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	abs, err := filepath.Abs(data)
 	if err != nil {
@@ -132,6 +166,7 @@ func printBanner(w io.Writer, c *devcluster.Cluster, data string) {
 	fmt.Fprintf(&b, "  dispatch      %s/v1/dispatch   gRPC %s   nodes %s/v1/nodes   (%s)\n",
 		c.URL(), c.GRPCAddr(), c.URL(), c.Dispatcher.Health().Mode)
 	fmt.Fprintf(&b, "  server API    %s/v1/rooms/{room}/messages   (API key %s)\n", c.URL(), devcluster.APIKey)
+	fmt.Fprintf(&b, "  ops console   %s/console   (an API key with the admin scope; docs/operations.md)\n", c.URL())
 	fmt.Fprintf(&b, "  server gRPC   %s   (roomcast.v1.RoomcastAPI, docs/api.md)\n", c.GRPCAddr())
 	fmt.Fprintf(&b, "  health        %s/healthz   metrics %s/metrics\n", c.URL(), c.URL())
 	fmt.Fprintf(&b, "  NATS          %s   (JetStream data in %s)\n", c.NATSURL(), abs)

@@ -159,7 +159,9 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
 	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
+	limits := bindClientLimitFlags(fs)
 	return func(c *chatlink.Config) {
+		limits(c)
 		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
 		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
 	}

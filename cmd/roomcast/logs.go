@@ -1,18 +1,24 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"time"
+
+	"roomcast/internal/tracing"
 )
 
-// logFlags are the logging flags every role takes: -v, --log-format and --audit-log.
+// logFlags are the logging and tracing flags every role takes: -v, --log-format, --audit-log,
+// --otlp-endpoint and --trace-sample-ratio.
 type logFlags struct {
 	verbose  bool
 	format   string
 	auditLog string
+	tracing  tracing.Config
 }
 
 // bindLogFlags binds -v, --log-format and --audit-log.
@@ -21,12 +27,15 @@ func bindLogFlags(fs *flag.FlagSet) *logFlags {
 	fs.BoolVar(&f.verbose, "v", false, "log at debug level")
 	fs.StringVar(&f.format, "log-format", "text", "log record format on stderr: text (key=value) or json (one object a line)")
 	fs.StringVar(&f.auditLog, "audit-log", "", "file the audit trail (refused logins, the server API's calls that change something) is appended to, in --log-format, as well as logged with audit=true (empty: only logged)")
+	fs.StringVar(&f.tracing.Endpoint, "otlp-endpoint", "", "OpenTelemetry collector's OTLP/HTTP URL to export traces to, such as http://collector:4318 (empty: tracing off)")
+	fs.Float64Var(&f.tracing.SampleRatio, "trace-sample-ratio", 1, "share of new traces recorded with --otlp-endpoint, 0 to 1 (a trace begun by a caller's traceparent follows the caller)")
 	return f
 }
 
 // loggers returns the role's logger, writing to w and naming the role in every record, and its
 // audit logger: the same records with audit=true, also appended to --audit-log when it is set.
-// close closes the audit file.
+// It also starts exporting the process's traces when --otlp-endpoint is set. close sends the
+// spans still buffered and closes the audit file.
 func (f *logFlags) loggers(w io.Writer, role string) (log, audit *slog.Logger, close func(), err error) {
 	level := slog.LevelInfo
 	if f.verbose {
@@ -38,16 +47,29 @@ func (f *logFlags) loggers(w io.Writer, role string) (log, audit *slog.Logger, c
 	}
 	h := newHandler(w, &slog.HandlerOptions{Level: level})
 	log = slog.New(h).With("role", role)
+	f.tracing.Service = "roomcast-" + role
+	stopTracing, err := tracing.Setup(f.tracing)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--otlp-endpoint: %w", err)
+	}
+	flush := func() { // sends the spans still buffered
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("tracing: spans not exported", "err", err)
+		}
+	}
 	if f.auditLog == "" {
-		return log, log, func() {}, nil
+		return log, log, flush, nil
 	}
 	file, err := os.OpenFile(f.auditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
+		flush()
 		return nil, nil, nil, fmt.Errorf("--audit-log: %w", err)
 	}
 	// Every audit record goes to the file whatever -v says: it is at info level or above.
 	audit = slog.New(slog.NewMultiHandler(h, newHandler(file, nil))).With("role", role)
-	return log, audit, func() { _ = file.Close() }, nil
+	return log, audit, func() { flush(); _ = file.Close() }, nil
 }
 
 // handler returns the constructor of --log-format's handler.

@@ -66,6 +66,11 @@ func TestLogFlags(t *testing.T) {
 	if _, _, _, err := parse("--audit-log", filepath.Join(t.TempDir(), "no", "such", "dir")).loggers(io.Discard, "dev"); err == nil || !strings.Contains(err.Error(), "--audit-log") {
 		t.Errorf("--audit-log in a missing directory: %v", err)
 	}
+	for _, args := range [][]string{{"--otlp-endpoint", "collector:4318"}, {"--otlp-endpoint", "http://collector:4318", "--trace-sample-ratio", "2"}} {
+		if _, _, _, err := parse(args...).loggers(io.Discard, "dev"); err == nil || !strings.Contains(err.Error(), "--otlp-endpoint") {
+			t.Errorf("%v: %v, want a refusal naming --otlp-endpoint", args, err)
+		}
+	}
 }
 
 // Every role takes the logging flags.
@@ -74,7 +79,7 @@ func TestRolesTakeLogFlags(t *testing.T) {
 	for _, role := range []string{"dev", "chatlink", "services", "cdnpusher"} {
 		var out, errOut bytes.Buffer
 		run(t.Context(), []string{role, "--help"}, &out, &errOut)
-		for _, f := range []string{"  -v\tlog at debug level", "-log-format string", "-audit-log string"} {
+		for _, f := range []string{"  -v\tlog at debug level", "-log-format string", "-audit-log string", "-otlp-endpoint string", "-trace-sample-ratio float"} {
 			if !strings.Contains(errOut.String(), f) {
 				t.Errorf("roomcast %s --help has no %q", role, f)
 			}

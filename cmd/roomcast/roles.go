@@ -103,6 +103,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindHistoryFlags(fs, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
 	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond)
 	bindInboxFlags(fs, &cfg.API.Inbox)
+	bindAPILimitFlag(fs, &cfg.API.Limits.PerKey)
 	bindQueueFlags(fs, &cfg.Queue)
 	callbacks := bindCallbacksFlag(fs)
 	bindTLSFlags(fs, &cfg.TLS, "--listen as HTTPS and --grpc-listen")

@@ -13,7 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+
+	"roomcast/internal/tracing"
 )
 
 // Subjects. Services subscribe to the rc.svc.* subjects in queue groups named after the service,
@@ -175,19 +180,30 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 	return nc, nil
 }
 
-// Request sends req on subject and decodes the answer into resp. A traceparent ctx carries
-// (WithTraceparent) travels in the message's header.
+// Request sends req on subject and decodes the answer into resp. With tracing on it is a
+// client span ("bus request") whose context travels in the message's traceparent header;
+// with tracing off, a traceparent ctx carries (WithTraceparent) travels there.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("bus: encode %s: %w", subject, err)
 	}
 	out := &nats.Msg{Subject: subject, Data: data}
-	if tp := TraceparentFrom(ctx); tp != "" {
+	var span trace.Span // nil while tracing is off
+	if tracing.Enabled() {
+		ctx, span = tracing.Start(ctx, "bus request", trace.SpanKindClient, trace.WithAttributes(
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject)))
+		defer span.End()
+		out.Header = nats.Header{}
+		tracing.Inject(ctx, headerCarrier(out.Header))
+	} else if tp := TraceparentFrom(ctx); tp != "" {
 		out.Header = nats.Header{TraceparentHeader: []string{tp}}
 	}
 	msg, err := nc.RequestMsgWithContext(ctx, out)
 	if err != nil {
+		if span != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
 		return fmt.Errorf("bus: request %s: %w", subject, err)
 	}
 	if err := proto.Unmarshal(msg.Data, resp); err != nil {

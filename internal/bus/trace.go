@@ -7,12 +7,17 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"roomcast/internal/tracing"
 )
 
-// W3C trace context (https://www.w3.org/TR/trace-context/) over the bus: a request whose
-// context carries a traceparent sends it in the NATS header of the same name, so that the
-// service answering can log the trace id the caller logged. Only the header travels: no spans
-// are recorded or exported.
+// W3C trace context (https://www.w3.org/TR/trace-context/) over the bus: a request sends the
+// trace context of its context in the NATS header traceparent, so that the service answering
+// records its span in the caller's trace (internal/tracing) and logs the trace id the caller
+// logged. With tracing on, Request records a client span and sends its context; with tracing
+// off, it sends the traceparent WithTraceparent put in its context, if any.
 
 // TraceparentHeader is the header, HTTP or NATS, that carries the trace context.
 const TraceparentHeader = "traceparent"
@@ -77,4 +82,31 @@ func ChildTraceparent(tp string) string {
 	trace := make([]byte, 16)
 	_, _ = rand.Read(trace)
 	return "00-" + hex.EncodeToString(trace) + "-" + hex.EncodeToString(span) + "-01"
+}
+
+// headerCarrier lets the OpenTelemetry propagator read and write a NATS message's header.
+type headerCarrier nats.Header
+
+func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
+func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// StartServer begins the server span called name of a request that came over the bus, in the
+// trace its traceparent header names (or a new one). The caller ends the span.
+func StartServer(msg *nats.Msg, name string) (context.Context, trace.Span) {
+	ctx := context.Background()
+	if !tracing.Enabled() {
+		return tracing.Start(ctx, name, trace.SpanKindServer)
+	}
+	if msg.Header != nil {
+		ctx = tracing.Extract(ctx, headerCarrier(msg.Header))
+	}
+	return tracing.Start(ctx, name, trace.SpanKindServer,
+		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject)))
 }

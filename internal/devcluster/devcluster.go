@@ -124,6 +124,8 @@ type Config struct {
 	// Inbox sets the expiry and limits of the at-least-once messages to users (api.Config).
 	// Zero value means the API's defaults.
 	Inbox api.InboxConfig
+	// APILimits bound the server API's calls per key (api.Config.Limits). Zero value limits nothing.
+	APILimits api.CallLimits
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -236,7 +238,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
 		Dispatcher: dcfg,
-		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox},
+		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox, Limits: cfg.APILimits},
 		Pprof:      cfg.Pprof,
 		Callbacks:  cfg.Callbacks,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,8 @@ import (
 	"roomcast/callback"
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
+	"roomcast/chatlink"
+	"roomcast/console"
 	"roomcast/dispatcher"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -159,6 +162,8 @@ type Services struct {
 	Callbacks *callback.Client
 	// Registry is the one served on /metrics (ServicesConfig.Registry).
 	Registry *prometheus.Registry
+	// Console is the ops console, served beside the server API (it takes the same keys).
+	Console *console.Console
 
 	cfg       ServicesConfig
 	bus       *busConns
@@ -285,6 +290,19 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 		return nil, err
 	}
 
+	ocfg := console.Config{
+		Guard: s.API.Guard(api.ScopeAdmin), Nodes: func() any { return s.Dispatcher.Nodes(netip.Addr{}) },
+		RoomCdn: s.API.RoomCdnOf, Log: cfg.Log,
+		// No flag changes the ChatLinks' thresholds: they run with the defaults.
+		FlowT1: chatlink.DefaultFlowT1, FlowT2: chatlink.DefaultFlowT2,
+	}
+	if ocfg.Bus, err = s.bus.connect("console"); err != nil {
+		return nil, err
+	}
+	if s.Console, err = console.New(ocfg); err != nil {
+		return nil, err
+	}
+
 	var grpcOpts []grpc.ServerOption
 	if tlsCfg != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -320,6 +338,7 @@ func (s *Services) routes() *http.ServeMux {
 	}
 	mux.Handle("GET /v1/dispatch", s.Dispatcher)
 	s.API.Register(mux)
+	s.Console.Register(mux)
 	if s.cfg.CDNOrigin != nil {
 		mux.Handle("/cdn/", http.StripPrefix("/cdn", s.cfg.CDNOrigin))
 	}
@@ -458,6 +477,9 @@ func (s *Services) Close() {
 		}
 		if s.CDN != nil {
 			s.CDN.Close()
+		}
+		if s.Console != nil {
+			s.Console.Close()
 		}
 		if s.Dispatcher != nil {
 			s.Dispatcher.Close()

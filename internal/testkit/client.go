@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,8 +51,20 @@ func newClient(t testing.TB) *Client {
 // DialWS opens a WebSocket to url (the ChatLink's /v1/ws) and closes it when the test ends.
 func DialWS(t testing.TB, url string) *Client {
 	t.Helper()
+	return dialWS(t, url, nil)
+}
+
+// DialWSFor is DialWS through a proxy forwarding for client: the upgrade carries
+// X-Forwarded-For: client.
+func DialWSFor(t testing.TB, url, client string) *Client {
+	t.Helper()
+	return dialWS(t, url, http.Header{"X-Forwarded-For": {client}})
+}
+
+func dialWS(t testing.TB, url string, header http.Header) *Client {
+	t.Helper()
 	c := newClient(t)
-	socket, _, err := gws.NewClient(wsEvents{c: c}, &gws.ClientOption{Addr: url})
+	socket, _, err := gws.NewClient(wsEvents{c: c}, &gws.ClientOption{Addr: url, RequestHeader: header})
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}

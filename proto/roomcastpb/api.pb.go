@@ -3290,7 +3290,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\rmessage.proto\"\xe8\x04\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xe8\x04\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -3557,7 +3557,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xd8\x0f\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xe2\x10\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3584,7 +3584,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetRoomCdn\x12\x1e.roomcast.v1.GetRoomCdnRequest\x1a\x14.roomcast.v1.RoomCdn\x12>\n" +
 	"\fSetCdnPolicy\x12\x16.roomcast.v1.CdnPolicy\x1a\x16.roomcast.v1.CdnPolicy\x12H\n" +
-	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12F\n" +
+	"\fGetCdnPolicy\x12 .roomcast.v1.GetCdnPolicyRequest\x1a\x16.roomcast.v1.CdnPolicy\x12>\n" +
+	"\fSetAppLimits\x12\x16.roomcast.v1.AppLimits\x1a\x16.roomcast.v1.AppLimits\x12H\n" +
+	"\fGetAppLimits\x12 .roomcast.v1.GetAppLimitsRequest\x1a\x16.roomcast.v1.AppLimits\x12F\n" +
 	"\n" +
 	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12C\n" +
 	"\n" +
@@ -3662,7 +3664,9 @@ var file_api_proto_goTypes = []any{
 	(*CdnConfig)(nil),               // 48: roomcast.v1.CdnConfig
 	(*CdnVendor)(nil),               // 49: roomcast.v1.CdnVendor
 	(*QueueEntry)(nil),              // 50: roomcast.v1.QueueEntry
-	(*HistoryPage)(nil),             // 51: roomcast.v1.HistoryPage
+	(*AppLimits)(nil),               // 51: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),     // 52: roomcast.v1.GetAppLimitsRequest
+	(*HistoryPage)(nil),             // 53: roomcast.v1.HistoryPage
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -3709,42 +3713,46 @@ var file_api_proto_depIdxs = []int32{
 	39, // 41: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	41, // 42: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	42, // 43: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	43, // 44: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	44, // 45: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 46: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 47: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 48: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 49: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	44, // 50: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	6,  // 51: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 52: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	9,  // 53: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	11, // 54: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	13, // 55: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	16, // 56: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 57: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	20, // 58: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 59: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 60: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 61: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 62: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 63: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 64: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	36, // 65: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	34, // 66: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	40, // 67: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 68: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	41, // 69: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	41, // 70: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	51, // 71: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	45, // 72: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 73: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 74: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 75: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 76: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	45, // 77: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	51, // [51:78] is the sub-list for method output_type
-	24, // [24:51] is the sub-list for method input_type
+	51, // 44: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	52, // 45: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	43, // 46: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	44, // 47: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 48: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 49: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 50: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	44, // 51: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	44, // 52: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	6,  // 53: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 54: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 55: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 56: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 57: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 58: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 59: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	20, // 60: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 61: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 62: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 63: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 64: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 65: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 66: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	36, // 67: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	34, // 68: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	40, // 69: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 70: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	41, // 71: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	41, // 72: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	51, // 73: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	51, // 74: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	53, // 75: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	45, // 76: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 77: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 78: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 79: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	45, // 80: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	45, // 81: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	53, // [53:82] is the sub-list for method output_type
+	24, // [24:53] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3757,6 +3765,7 @@ func file_api_proto_init() {
 	}
 	file_cdn_proto_init()
 	file_client_proto_init()
+	file_limits_proto_init()
 	file_message_proto_init()
 	file_api_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}

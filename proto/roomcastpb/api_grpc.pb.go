@@ -42,6 +42,8 @@ const (
 	RoomcastAPI_GetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
 	RoomcastAPI_SetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
 	RoomcastAPI_GetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_SetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetAppLimits"
+	RoomcastAPI_GetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetAppLimits"
 	RoomcastAPI_GetHistory_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetHistory"
 	RoomcastAPI_OfferQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/OfferQueue"
 	RoomcastAPI_PollQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PollQueue"
@@ -114,6 +116,11 @@ type RoomcastAPIClient interface {
 	SetCdnPolicy(ctx context.Context, in *CdnPolicy, opts ...grpc.CallOption) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRequest, opts ...grpc.CallOption) (*CdnPolicy, error)
+	// SetAppLimits replaces the app's limits and address lists (proto/limits.proto); ChatLinks and
+	// the server API apply them within about a second.
+	SetAppLimits(ctx context.Context, in *AppLimits, opts ...grpc.CallOption) (*AppLimits, error)
+	// GetAppLimits returns the app's limits as stored (empty fields: the deployment's defaults).
+	GetAppLimits(ctx context.Context, in *GetAppLimitsRequest, opts ...grpc.CallOption) (*AppLimits, error)
 	// GetHistory returns a page of a room's kept history (critical and normal messages): the
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
@@ -343,6 +350,26 @@ func (c *roomcastAPIClient) GetCdnPolicy(ctx context.Context, in *GetCdnPolicyRe
 	return out, nil
 }
 
+func (c *roomcastAPIClient) SetAppLimits(ctx context.Context, in *AppLimits, opts ...grpc.CallOption) (*AppLimits, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppLimits)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SetAppLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) GetAppLimits(ctx context.Context, in *GetAppLimitsRequest, opts ...grpc.CallOption) (*AppLimits, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppLimits)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetAppLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *roomcastAPIClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*HistoryPage, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HistoryPage)
@@ -476,6 +503,11 @@ type RoomcastAPIServer interface {
 	SetCdnPolicy(context.Context, *CdnPolicy) (*CdnPolicy, error)
 	// GetCdnPolicy returns the app's CDN policy as stored (zero values: the deployment's defaults).
 	GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error)
+	// SetAppLimits replaces the app's limits and address lists (proto/limits.proto); ChatLinks and
+	// the server API apply them within about a second.
+	SetAppLimits(context.Context, *AppLimits) (*AppLimits, error)
+	// GetAppLimits returns the app's limits as stored (empty fields: the deployment's defaults).
+	GetAppLimits(context.Context, *GetAppLimitsRequest) (*AppLimits, error)
 	// GetHistory returns a page of a room's kept history (critical and normal messages): the
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
@@ -564,6 +596,12 @@ func (UnimplementedRoomcastAPIServer) SetCdnPolicy(context.Context, *CdnPolicy) 
 }
 func (UnimplementedRoomcastAPIServer) GetCdnPolicy(context.Context, *GetCdnPolicyRequest) (*CdnPolicy, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCdnPolicy not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SetAppLimits(context.Context, *AppLimits) (*AppLimits, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetAppLimits not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetAppLimits(context.Context, *GetAppLimitsRequest) (*AppLimits, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetAppLimits not implemented")
 }
 func (UnimplementedRoomcastAPIServer) GetHistory(context.Context, *GetHistoryRequest) (*HistoryPage, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetHistory not implemented")
@@ -967,6 +1005,42 @@ func _RoomcastAPI_GetCdnPolicy_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_SetAppLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppLimits)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SetAppLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SetAppLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SetAppLimits(ctx, req.(*AppLimits))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_GetAppLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAppLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetAppLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetAppLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetAppLimits(ctx, req.(*GetAppLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RoomcastAPI_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetHistoryRequest)
 	if err := dec(in); err != nil {
@@ -1179,6 +1253,14 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCdnPolicy",
 			Handler:    _RoomcastAPI_GetCdnPolicy_Handler,
+		},
+		{
+			MethodName: "SetAppLimits",
+			Handler:    _RoomcastAPI_SetAppLimits_Handler,
+		},
+		{
+			MethodName: "GetAppLimits",
+			Handler:    _RoomcastAPI_GetAppLimits_Handler,
 		},
 		{
 			MethodName: "GetHistory",

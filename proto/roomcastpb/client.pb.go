@@ -76,6 +76,14 @@ const (
 	// app's reason. A send the callback could not judge is refused with 503 (UNAVAILABLE) when the
 	// app fails closed.
 	ErrorCode_ERROR_CODE_DENIED_BY_APP ErrorCode = 118
+	// A Send refused by a send rate (of the connection, the user or the room; the message says
+	// which). Error.retry_after_ms says when to send again; the connection stays.
+	ErrorCode_ERROR_CODE_SEND_RATE_LIMITED ErrorCode = 120
+	// A login refused by a login or join rate (of the address, the app or the room): this Error,
+	// with retry_after_ms, comes right before the Kick 4013 (LOGIN_RATE_LIMITED).
+	ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED ErrorCode = 121
+	// Server API: the key made more calls than its app's rate allows (HTTP 429, Retry-After).
+	ErrorCode_ERROR_CODE_API_RATE_LIMITED ErrorCode = 122
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -104,31 +112,37 @@ var (
 		115: "ERROR_CODE_QUEUE_NOT_FOUND",
 		116: "ERROR_CODE_QUEUE_FULL",
 		118: "ERROR_CODE_DENIED_BY_APP",
+		120: "ERROR_CODE_SEND_RATE_LIMITED",
+		121: "ERROR_CODE_LOGIN_RATE_LIMITED",
+		122: "ERROR_CODE_API_RATE_LIMITED",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_OK":                0,
-		"ERROR_CODE_BAD_REQUEST":       100,
-		"ERROR_CODE_MESSAGE_TOO_LARGE": 101,
-		"ERROR_CODE_RATE_LIMITED":      102,
-		"ERROR_CODE_FORBIDDEN":         103,
-		"ERROR_CODE_BAD_TAG_EXPR":      104,
-		"ERROR_CODE_ROOM_NOT_FOUND":    105,
-		"ERROR_CODE_UNAUTHORIZED":      106,
-		"ERROR_CODE_USER_NOT_FOUND":    107,
-		"ERROR_CODE_CONFLICT":          108,
-		"ERROR_CODE_BAD_RECOVER_SINCE": 109,
-		"ERROR_CODE_BAD_HISTORY_QUERY": 110,
-		"ERROR_CODE_HISTORY_BUSY":      111,
-		"ERROR_CODE_INBOX_FULL":        112,
-		"ERROR_CODE_ACK_FAILED":        113,
-		"ERROR_CODE_QUEUE_KEY_EXISTS":  114,
-		"ERROR_CODE_QUEUE_NOT_FOUND":   115,
-		"ERROR_CODE_QUEUE_FULL":        116,
-		"ERROR_CODE_DENIED_BY_APP":     118,
-		"ERROR_CODE_INTERNAL":          500,
-		"ERROR_CODE_UNAVAILABLE":       503,
+		"ERROR_CODE_OK":                 0,
+		"ERROR_CODE_BAD_REQUEST":        100,
+		"ERROR_CODE_MESSAGE_TOO_LARGE":  101,
+		"ERROR_CODE_RATE_LIMITED":       102,
+		"ERROR_CODE_FORBIDDEN":          103,
+		"ERROR_CODE_BAD_TAG_EXPR":       104,
+		"ERROR_CODE_ROOM_NOT_FOUND":     105,
+		"ERROR_CODE_UNAUTHORIZED":       106,
+		"ERROR_CODE_USER_NOT_FOUND":     107,
+		"ERROR_CODE_CONFLICT":           108,
+		"ERROR_CODE_BAD_RECOVER_SINCE":  109,
+		"ERROR_CODE_BAD_HISTORY_QUERY":  110,
+		"ERROR_CODE_HISTORY_BUSY":       111,
+		"ERROR_CODE_INBOX_FULL":         112,
+		"ERROR_CODE_ACK_FAILED":         113,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":   114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":    115,
+		"ERROR_CODE_QUEUE_FULL":         116,
+		"ERROR_CODE_DENIED_BY_APP":      118,
+		"ERROR_CODE_SEND_RATE_LIMITED":  120,
+		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
+		"ERROR_CODE_API_RATE_LIMITED":   122,
+		"ERROR_CODE_INTERNAL":           500,
+		"ERROR_CODE_UNAVAILABLE":        503,
 	}
 )
 
@@ -189,6 +203,15 @@ const (
 	// login the callback could not judge is closed with 4504 (UNAVAILABLE) when the app fails
 	// closed.
 	CloseCode_CLOSE_CODE_DENIED_BY_APP CloseCode = 4011
+	// The login came faster than a login or join rate allows; the Error 121 before the Kick says
+	// how long to wait (retry_after_ms). Reconnecting sooner fails again.
+	CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED CloseCode = 4013
+	// The client's address is denied by the node's or the app's address lists (or not on an
+	// allow list). Over WebSocket and the HTTP fallback it is refused before the upgrade with HTTP 403.
+	CloseCode_CLOSE_CODE_ADDRESS_DENIED CloseCode = 4014
+	// The client's address has as many connections open on this node as it allows. Over
+	// WebSocket and the HTTP fallback it is refused before the upgrade with HTTP 429.
+	CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS CloseCode = 4015
 	// The ChatLink is shutting down; dispatch again.
 	CloseCode_CLOSE_CODE_SHUTDOWN CloseCode = 4500
 	// No Login frame arrived in time after connecting.
@@ -217,6 +240,9 @@ var (
 		4009: "CLOSE_CODE_ROOM_CLOSED",
 		4010: "CLOSE_CODE_REPLACED",
 		4011: "CLOSE_CODE_DENIED_BY_APP",
+		4013: "CLOSE_CODE_LOGIN_RATE_LIMITED",
+		4014: "CLOSE_CODE_ADDRESS_DENIED",
+		4015: "CLOSE_CODE_TOO_MANY_CONNECTIONS",
 		4500: "CLOSE_CODE_SHUTDOWN",
 		4501: "CLOSE_CODE_LOGIN_TIMEOUT",
 		4502: "CLOSE_CODE_HEARTBEAT_TIMEOUT",
@@ -225,23 +251,26 @@ var (
 		4505: "CLOSE_CODE_ROOM_FULL",
 	}
 	CloseCode_value = map[string]int32{
-		"CLOSE_CODE_UNSPECIFIED":       0,
-		"CLOSE_CODE_BAD_TOKEN":         4001,
-		"CLOSE_CODE_TOKEN_EXPIRED":     4002,
-		"CLOSE_CODE_BAD_FRAME":         4003,
-		"CLOSE_CODE_FRAME_TOO_LARGE":   4004,
-		"CLOSE_CODE_NOT_LOGGED_IN":     4005,
-		"CLOSE_CODE_KICKED":            4007,
-		"CLOSE_CODE_BANNED":            4008,
-		"CLOSE_CODE_ROOM_CLOSED":       4009,
-		"CLOSE_CODE_REPLACED":          4010,
-		"CLOSE_CODE_DENIED_BY_APP":     4011,
-		"CLOSE_CODE_SHUTDOWN":          4500,
-		"CLOSE_CODE_LOGIN_TIMEOUT":     4501,
-		"CLOSE_CODE_HEARTBEAT_TIMEOUT": 4502,
-		"CLOSE_CODE_SLOW_READER":       4503,
-		"CLOSE_CODE_UNAVAILABLE":       4504,
-		"CLOSE_CODE_ROOM_FULL":         4505,
+		"CLOSE_CODE_UNSPECIFIED":          0,
+		"CLOSE_CODE_BAD_TOKEN":            4001,
+		"CLOSE_CODE_TOKEN_EXPIRED":        4002,
+		"CLOSE_CODE_BAD_FRAME":            4003,
+		"CLOSE_CODE_FRAME_TOO_LARGE":      4004,
+		"CLOSE_CODE_NOT_LOGGED_IN":        4005,
+		"CLOSE_CODE_KICKED":               4007,
+		"CLOSE_CODE_BANNED":               4008,
+		"CLOSE_CODE_ROOM_CLOSED":          4009,
+		"CLOSE_CODE_REPLACED":             4010,
+		"CLOSE_CODE_DENIED_BY_APP":        4011,
+		"CLOSE_CODE_LOGIN_RATE_LIMITED":   4013,
+		"CLOSE_CODE_ADDRESS_DENIED":       4014,
+		"CLOSE_CODE_TOO_MANY_CONNECTIONS": 4015,
+		"CLOSE_CODE_SHUTDOWN":             4500,
+		"CLOSE_CODE_LOGIN_TIMEOUT":        4501,
+		"CLOSE_CODE_HEARTBEAT_TIMEOUT":    4502,
+		"CLOSE_CODE_SLOW_READER":          4503,
+		"CLOSE_CODE_UNAVAILABLE":          4504,
+		"CLOSE_CODE_ROOM_FULL":            4505,
 	}
 )
 
@@ -1255,7 +1284,10 @@ type Error struct {
 	// The seq of the Send or HistoryQuery this answers, or 0: then it answers the login's history request
 	// (Login.recover_since or Login.history) instead of a Push with a Recovery, and no history
 	// follows: 109 (BAD_RECOVER_SINCE) or 503 (UNAVAILABLE: the history could not be read).
-	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Set with the rate-limit codes (120-123): how long to wait before the refused request can
+	// succeed (docs/protocol.md, "Limits").
+	RetryAfterMs  uint32 `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1307,6 +1339,13 @@ func (x *Error) GetMessage() string {
 func (x *Error) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *Error) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
 	}
 	return 0
 }
@@ -1875,11 +1914,12 @@ const file_client_proto_rawDesc = "" +
 	"\fHeartbeatAck\x12$\n" +
 	"\x0eclient_time_ms\x18\x01 \x01(\x03R\fclientTimeMs\x12$\n" +
 	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"G\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"m\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x17\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12$\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\rR\fretryAfterMs\"\x17\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\"2\n" +
 	"\x04Kick\x12\x12\n" +
@@ -1912,7 +1952,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xec\x04\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xd2\x05\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1932,9 +1972,12 @@ const file_client_proto_rawDesc = "" +
 	"\x1bERROR_CODE_QUEUE_KEY_EXISTS\x10r\x12\x1e\n" +
 	"\x1aERROR_CODE_QUEUE_NOT_FOUND\x10s\x12\x19\n" +
 	"\x15ERROR_CODE_QUEUE_FULL\x10t\x12\x1c\n" +
-	"\x18ERROR_CODE_DENIED_BY_APP\x10v\x12\x18\n" +
+	"\x18ERROR_CODE_DENIED_BY_APP\x10v\x12 \n" +
+	"\x1cERROR_CODE_SEND_RATE_LIMITED\x10x\x12!\n" +
+	"\x1dERROR_CODE_LOGIN_RATE_LIMITED\x10y\x12\x1f\n" +
+	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xf3\x03\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
 	"\x16CLOSE_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14CLOSE_CODE_BAD_TOKEN\x10\xa1\x1f\x12\x1d\n" +
@@ -1946,7 +1989,10 @@ const file_client_proto_rawDesc = "" +
 	"\x11CLOSE_CODE_BANNED\x10\xa8\x1f\x12\x1b\n" +
 	"\x16CLOSE_CODE_ROOM_CLOSED\x10\xa9\x1f\x12\x18\n" +
 	"\x13CLOSE_CODE_REPLACED\x10\xaa\x1f\x12\x1d\n" +
-	"\x18CLOSE_CODE_DENIED_BY_APP\x10\xab\x1f\x12\x18\n" +
+	"\x18CLOSE_CODE_DENIED_BY_APP\x10\xab\x1f\x12\"\n" +
+	"\x1dCLOSE_CODE_LOGIN_RATE_LIMITED\x10\xad\x1f\x12\x1e\n" +
+	"\x19CLOSE_CODE_ADDRESS_DENIED\x10\xae\x1f\x12$\n" +
+	"\x1fCLOSE_CODE_TOO_MANY_CONNECTIONS\x10\xaf\x1f\x12\x18\n" +
 	"\x13CLOSE_CODE_SHUTDOWN\x10\x94#\x12\x1d\n" +
 	"\x18CLOSE_CODE_LOGIN_TIMEOUT\x10\x95#\x12!\n" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +

@@ -16,11 +16,12 @@ const (
 // ErrNotFound is ReadUpgrade's answer to a request for another path.
 var ErrNotFound = errors.New("wsproto: not found")
 
-// upgradeHeaders are the request headers gws reads to answer an upgrade, in the canonical
-// form http.Header.Get looks up; ReadUpgrade keeps only these.
+// upgradeHeaders are the request headers gws reads to answer an upgrade, and the forwarding
+// headers a trusted proxy names the client in, in the canonical form http.Header.Get looks
+// up; ReadUpgrade keeps only these.
 var upgradeHeaders = []string{
 	"Connection", "Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Version",
-	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
+	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol", "X-Forwarded-For", "X-Real-Ip",
 }
 
 // ReadUpgrade reads a WebSocket upgrade request for path (GET /v1/ws, say) off br. It keeps

@@ -1,0 +1,334 @@
+package chatlink
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/internal/applimits"
+	"roomcast/internal/clientip"
+	"roomcast/internal/ratelimit"
+	pb "roomcast/proto/roomcastpb"
+)
+
+// Limits are the rates and counts a ChatLink holds its clients to (docs/security.md). A zero
+// Limit, or a zero ConnectionsPerIP, limits nothing; the command's flags carry the deployment's
+// defaults. IPv6 addresses are counted by their /64, which one subscriber usually holds whole;
+// loopback addresses are not counted.
+type Limits struct {
+	// LoginsPerIP, LoginsPerApp and JoinsPerRoom bound logins from one address, into one app
+	// and into one room on this node; a login over one is refused with Error 121 and Kick 4013.
+	LoginsPerIP, LoginsPerApp, JoinsPerRoom ratelimit.Limit
+	// SendsPerConn, SendsPerUser and SendsPerRoom bound Sends of one connection, of one user
+	// (all its connections on this node) and into one room from this node; a Send over one
+	// is refused with Error 120 and a retry hint.
+	SendsPerConn, SendsPerUser, SendsPerRoom ratelimit.Limit
+	// ConnectionsPerIP bounds the connections open from one address.
+	ConnectionsPerIP int
+	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
+	// means 65536.
+	TableSize int
+}
+
+// Names of the limits, labelling roomcast_chatlink_limited_total.
+const (
+	limitLoginIP     = "login_ip"
+	limitLoginApp    = "login_app"
+	limitJoinRoom    = "join_room"
+	limitSendConn    = "send_conn"
+	limitSendUser    = "send_user"
+	limitSendRoom    = "send_room"
+	limitConnsIP     = "connections_ip"
+	limitDeniedIP    = "denied_ip"
+	limitDeniedAppIP = "denied_ip_app"
+	ipListInterval   = time.Second // how often the IP list file is looked at
+)
+
+type (
+	userKey struct{ app, uid string }
+	roomKey struct{ app, room string }
+)
+
+// limiter holds the node's rate tables and its per-address connection counts.
+type limiter struct {
+	cfg        Limits
+	trusted    clientip.Prefixes
+	limited    *prometheus.CounterVec // by limit name
+	handshakes *prometheus.CounterVec // failed, by handshake (tls, websocket) and reason (timeout, bad)
+	logins     *ratelimit.Table[netip.Addr]
+	appLogins  *ratelimit.Table[string]
+	apps       *applimits.Watcher // the apps' own limits and lists; nil until the node starts
+	joins      *ratelimit.Table[roomKey]
+	users      *ratelimit.Table[userKey]
+	rooms      *ratelimit.Table[roomKey]
+	lists      atomic.Pointer[applimits.Parsed] // the node's address lists (its Allow and Deny)
+	sampled    *ratelimit.Table[string]         // attack logs by message: about one a second of each
+	mu         sync.Mutex                       // guards open
+	open       map[netip.Addr]int
+	listMod    time.Time // modification time of the list file last read; touched by the reload loop
+	listSize   int64
+}
+
+func newLimiter(cfg Config) (*limiter, error) {
+	trusted, err := clientip.Parse(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: trusted proxy: %w", err)
+	}
+	size := cfg.Limits.TableSize
+	if size <= 0 {
+		size = 65536
+	}
+	l := &limiter{
+		cfg: cfg.Limits, trusted: trusted,
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_limited_total",
+			Help: "Connections, logins and sends refused by a limit or an address list, by limit.",
+		}, []string{"limit"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_handshakes_failed_total",
+			Help: "TLS and WebSocket handshakes that failed, by handshake and reason (timeout: never finished).",
+		}, []string{"handshake", "reason"}),
+		logins: ratelimit.NewTable[netip.Addr](size), appLogins: ratelimit.NewTable[string](size),
+		joins: ratelimit.NewTable[roomKey](size), users: ratelimit.NewTable[userKey](size),
+		rooms: ratelimit.NewTable[roomKey](size), open: make(map[netip.Addr]int),
+		sampled: ratelimit.NewTable[string](16),
+	}
+	l.lists.Store(&applimits.Parsed{})
+	if cfg.IPListFile != "" {
+		if err := l.reloadIPList(cfg.IPListFile); err != nil {
+			return nil, fmt.Errorf("chatlink: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// perAddress says whether the per-address limits apply to a: not to an unknown address, nor
+// to loopback, where a local proxy or load generator stands for many clients.
+func perAddress(a netip.Addr) bool { return a.IsValid() && !a.IsLoopback() }
+
+// subscriber returns the key an address is counted under: itself, or its /64 for IPv6.
+func subscriber(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// clientAddr is the address of a client connecting from peer, with the forwarding headers
+// of a trusted proxy (WebSocket and the HTTP fallback); invalid when none can be found.
+func (l *limiter) clientAddr(peer string, forwarded []string, realIP string) netip.Addr {
+	a, _ := l.trusted.ClientAddr(peer, forwarded, realIP)
+	return a
+}
+
+// admit says whether a new connection from a may open: 0 when it may, else the close code.
+func (l *limiter) admit(a netip.Addr) pb.CloseCode {
+	if !l.lists.Load().Allows(a) {
+		l.limited.WithLabelValues(limitDeniedIP).Inc()
+		return pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
+	}
+	if max := l.cfg.ConnectionsPerIP; max > 0 && perAddress(a) {
+		l.mu.Lock()
+		open := l.open[subscriber(a)]
+		l.mu.Unlock()
+		if open >= max {
+			l.limited.WithLabelValues(limitConnsIP).Inc()
+			return pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS
+		}
+	}
+	return 0
+}
+
+// opened and closed count a connection of a. Between admit and opened another handshake of
+// the same address may pass: the count can run over by the handshakes in progress.
+func (l *limiter) opened(a netip.Addr) {
+	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
+		l.mu.Lock()
+		l.open[subscriber(a)]++
+		l.mu.Unlock()
+	}
+}
+
+func (l *limiter) closed(a netip.Addr) {
+	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
+		k := subscriber(a)
+		l.mu.Lock()
+		if l.open[k]--; l.open[k] <= 0 {
+			delete(l.open, k)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// loginAddr checks a login from a against the per-address rate.
+func (l *limiter) loginAddr(a netip.Addr, now time.Time) (string, time.Duration) {
+	if perAddress(a) {
+		if ok, retry := l.logins.Take(subscriber(a), l.cfg.LoginsPerIP, now); !ok {
+			return limitLoginIP, retry
+		}
+	}
+	return "", 0
+}
+
+// appAllows says whether app's own address lists let a login from a in.
+func (l *limiter) appAllows(app string, a netip.Addr) bool {
+	if l.apps.App(app).Allows(a) {
+		return true
+	}
+	l.limited.WithLabelValues(limitDeniedAppIP).Inc()
+	return false
+}
+
+// loginRoom checks a verified login against its app's and room's rates; an app's own limits
+// (SetAppLimits) replace the node's.
+func (l *limiter) loginRoom(app, room string, now time.Time) (string, time.Duration) {
+	logins, joins := l.cfg.LoginsPerApp, l.cfg.JoinsPerRoom
+	if own := l.apps.App(app); own != nil {
+		logins, joins = applimits.Or(own.LoginsPerApp, logins), applimits.Or(own.JoinsPerRoom, joins)
+	}
+	if ok, retry := l.appLogins.Take(app, logins, now); !ok {
+		return limitLoginApp, retry
+	}
+	if ok, retry := l.joins.Take(roomKey{app, room}, joins, now); !ok {
+		return limitJoinRoom, retry
+	}
+	return "", 0
+}
+
+// send checks a Send of c against the connection's, user's and room's rates. Caller holds c.mu.
+func (l *limiter) send(c *conn, now time.Time) (string, time.Duration) {
+	own := l.apps.App(c.app)
+	if own == nil { // the usual case: the node's limits
+		return l.sendWith(c, now, l.cfg.SendsPerConn, l.cfg.SendsPerUser, l.cfg.SendsPerRoom)
+	}
+	return l.sendWith(c, now, applimits.Or(own.SendsPerConn, l.cfg.SendsPerConn),
+		applimits.Or(own.SendsPerUser, l.cfg.SendsPerUser), applimits.Or(own.SendsPerRoom, l.cfg.SendsPerRoom))
+}
+
+func (l *limiter) sendWith(c *conn, now time.Time, perConn, perUser, perRoom ratelimit.Limit) (string, time.Duration) {
+	if ok, retry := c.sends.rate.Take(perConn, now); !ok {
+		return limitSendConn, retry
+	}
+	if ok, retry := l.users.Take(userKey{c.app, c.uid}, perUser, now); !ok {
+		return limitSendUser, retry
+	}
+	if ok, retry := l.rooms.Take(roomKey{c.app, c.room}, perRoom, now); !ok {
+		return limitSendRoom, retry
+	}
+	return "", 0
+}
+
+// limitHit counts a refusal by limit and logs it, sampled: an attack must not flood the log.
+func (n *Node) limitHit(limit string, c *conn, now time.Time) {
+	n.limits.limited.WithLabelValues(limit).Inc()
+	n.sampledLog(now, "rate limit hit", "limit", limit, "addr", c.addr(), "app", c.app, "room", c.room, "uid", c.uid)
+}
+
+// handshakeFailed counts a TLS or WebSocket handshake that failed, apart those that never
+// finished (slow-loris), and logs it sampled.
+func (n *Node) handshakeFailed(nc net.Conn, what string, err error) {
+	reason := "bad"
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		reason = "timeout"
+	}
+	n.limits.handshakes.WithLabelValues(what, reason).Inc()
+	n.sampledLog(n.now(), "handshake failed", "what", what, "reason", reason, "peer", nc.RemoteAddr().String(), "err", err)
+}
+
+// sampledLog logs an attack pattern, each msg about once a second at most.
+func (n *Node) sampledLog(now time.Time, msg string, args ...any) {
+	if ok, _ := n.limits.sampled.Take(msg, ratelimit.Limit{Rate: 1, Burst: 5}, now); ok {
+		n.log.Warn(msg, args...)
+	}
+}
+
+// parseIPList reads lines "allow CIDR" or "deny CIDR" (a bare address is a /32 or /128);
+// blank lines and lines starting with # are skipped. A denied address is refused; when the
+// allow list is not empty, so is every address not on it, and one that is unknown.
+func parseIPList(text string) (*applimits.Parsed, error) {
+	var out applimits.Parsed
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || s[0] == '#' {
+			continue
+		}
+		verb, arg, _ := strings.Cut(s, " ")
+		p, err := clientip.Parse([]string{arg})
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		switch verb {
+		case "allow":
+			out.Allow = append(out.Allow, p...)
+		case "deny":
+			out.Deny = append(out.Deny, p...)
+		default:
+			return nil, fmt.Errorf("line %d: want \"allow CIDR\" or \"deny CIDR\", got %q", line, s)
+		}
+	}
+	return &out, sc.Err()
+}
+
+// reloadIPList reads the list file again when it changed; a file that does not parse leaves
+// the lists in force.
+func (l *limiter) reloadIPList(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("ip list: %w", err)
+	}
+	if st.ModTime().Equal(l.listMod) && st.Size() == l.listSize {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("ip list: %w", err)
+	}
+	lists, err := parseIPList(string(b))
+	if err != nil {
+		return fmt.Errorf("ip list %s: %w", path, err)
+	}
+	l.lists.Store(lists)
+	l.listMod, l.listSize = st.ModTime(), st.Size()
+	return nil
+}
+
+// ipListLoop reads the IP list file again when it changes.
+func (n *Node) ipListLoop() {
+	t := time.NewTicker(ipListInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			if err := n.limits.reloadIPList(n.cfg.IPListFile); err != nil {
+				n.log.Warn("ip list not reloaded", "err", err)
+			}
+		}
+	}
+}
+
+// followAppLimits opens the apps' limits bucket and reads it.
+func followAppLimits(ctx context.Context, n *Node) (*applimits.Watcher, error) {
+	st, err := applimits.Open(ctx, n.js, n.cfg.KVReplicas)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: %w", err)
+	}
+	w, err := st.Follow(ctx, n.log)
+	if err != nil {
+		return nil, fmt.Errorf("chatlink: %w", err)
+	}
+	return w, nil
+}
