@@ -70,16 +70,37 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 // selectHistory picks, from a room's kept messages (oldest first), those a history request
 // gets that allow lets the member see, and says whether that was everything.
 //
-// After since, the history is complete when no numbered message after the client's last
-// (sinceSeq) is missing from what is kept: the kept messages numbered above sinceSeq are
-// counted against the numbers up to the highest kept. Messages kept but not allowed are not
+// After since, with the client's last room_seq (sinceSeq) within the kept numbers, the numbers
+// decide: the messages numbered above sinceSeq are sent (and unnumbered ones after since), and
+// the history is complete when none of the numbers from sinceSeq to the highest kept is missing
+// from what is kept. Ids cannot decide here: an id is stamped when its send is accepted and the
+// number when its batch window leaves (room/batcher.go), so a message accepted earlier on one
+// room-service instance can be numbered and delivered after one accepted later on another, and
+// it would be left out of a recovery since the later one. Messages kept but not allowed are not
 // missing: they were never for this member. Without sinceSeq (or with one from before the
 // room's counter started again) the ids decide: complete when the history reaches back to
 // since or still holds the room's first message; otherwise missing is not known and is 0.
 func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) bool) ([]*pb.Message, *pb.Recovery) {
+	var top, above uint64 // the highest kept room_seq; how many kept are numbered above sinceSeq
+	for _, m := range kept {
+		top = max(top, m.RoomSeq)
+		if m.RoomSeq > ask.sinceSeq {
+			above++
+		}
+	}
+	bySeq := ask.since != "" && ask.sinceSeq > 0 && ask.sinceSeq <= top
+	after := func(m *pb.Message) bool {
+		switch {
+		case ask.since == "":
+			return true
+		case bySeq && m.RoomSeq > 0:
+			return m.RoomSeq > ask.sinceSeq
+		}
+		return m.Id > ask.since
+	}
 	var out []*pb.Message
 	for _, m := range kept {
-		if (ask.since == "" || m.Id > ask.since) && allow(m) {
+		if after(m) && allow(m) {
 			out = append(out, m)
 		}
 	}
@@ -89,15 +110,7 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 		}
 		return out, &pb.Recovery{Recovered: true}
 	}
-
-	var top, above uint64 // the highest kept room_seq; how many kept are numbered above sinceSeq
-	for _, m := range kept {
-		top = max(top, m.RoomSeq)
-		if m.RoomSeq > ask.sinceSeq {
-			above++
-		}
-	}
-	if ask.sinceSeq > 0 && ask.sinceSeq <= top {
+	if bySeq {
 		var missing uint64
 		if want := top - ask.sinceSeq; want > above {
 			missing = want - above

@@ -34,6 +34,9 @@ func TestSelectHistory(t *testing.T) {
 	gap := append(keptRoom(1, 3), keptRoom(5, 2)...) // 4 was numbered but never kept
 	allowAll := func(*pb.Message) bool { return true }
 	noClass2 := func(m *pb.Message) bool { return m.TagExpr == "" }
+	// 4 was accepted (its id stamped) before 3 but numbered after it: two instances' windows.
+	crossed := keptRoom(1, 5)
+	crossed[2].Id, crossed[3].Id = crossed[3].Id, crossed[2].Id
 	var g ids.Generator
 	beforeAll := g.New(time.UnixMilli(1764451200000)) // older than any of these rooms' (a bulk message's, say)
 
@@ -56,6 +59,7 @@ func TestSelectHistory(t *testing.T) {
 		{"without a seq, the first message still kept", full, historyAsk{since: beforeAll}, allowAll, "[1 2 3 4 5 6 7 8 9 10]", true, 0},
 		{"without a seq, since is kept", evicted, historyAsk{since: evicted[3].Id}, allowAll, "[100 101 102 103 104 105]", true, 0},
 		{"a gap in the numbers: a message never kept", gap, historyAsk{since: gap[0].Id, sinceSeq: 1}, allowAll, "[2 3 5 6]", false, 1},
+		{"numbered after a later id: the numbers decide", crossed, historyAsk{since: crossed[2].Id, sinceSeq: 3}, allowAll, "[4 5]", true, 0},
 		{"the last 3", full, historyAsk{last: 3}, allowAll, "[8 9 10]", true, 0},
 		{"the last 3 this member may see", tagged, historyAsk{last: 3}, noClass2, "[2 3 5]", true, 0},
 	} {

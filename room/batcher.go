@@ -3,6 +3,7 @@ package room
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,20 +47,47 @@ type pending struct {
 	senders  []string     // the sessions that sent msgs, "" for the app server
 	links    []trace.Link // the traced sends of msgs (tracing on), for the publish's span
 	timer    *time.Timer  // when not nil, it will flush this room; caller holds batcher.mu
+	sent     *windowDone  // the outcome of the window msgs belong to
+}
+
+// windowDone is the outcome of one window: done is closed once its batch was published (err
+// nil) or given up (err set). A critical send waits for it before it is answered, so that a
+// 200 means the message is numbered, kept and published.
+type windowDone struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+func newWindowDone() *windowDone { return &windowDone{done: make(chan struct{})} }
+
+// reply waits for the window and returns rep if it was published, otherwise the refusal.
+func (w *windowDone) reply(rep *pb.Reply) *pb.Reply {
+	<-w.done
+	if w.err != nil {
+		return notSent()
+	}
+	return rep
+}
+
+func (w *windowDone) finish(err error) {
+	w.err = err
+	close(w.done)
 }
 
 func newBatcher(s *Service, window time.Duration) *batcher {
 	return &batcher{s: s, window: window, rooms: make(map[roomKey]*pending)}
 }
 
-// add queues a room's accepted messages for the current window.
-func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanContext) {
+// add queues a room's accepted messages for the current window and returns the window's
+// outcome.
+func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanContext) *windowDone {
 	k := roomKey{app, room}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		b.s.broadcast(app, room, batch, linkTo(nil, sender))
-		return
+		w := newWindowDone()
+		w.finish(b.s.broadcast(app, room, batch, linkTo(nil, sender)))
+		return w
 	}
 	p := b.rooms[k]
 	if p == nil {
@@ -69,6 +97,10 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanCo
 	p.msgs = append(p.msgs, batch.Messages...)
 	p.senders = append(p.senders, batch.SenderSessions...)
 	p.links = linkTo(p.links, sender)
+	if p.sent == nil {
+		p.sent = newWindowDone()
+	}
+	w := p.sent
 	if p.timer == nil {
 		b.wg.Add(1)
 		p.timer = time.AfterFunc(b.window, func() {
@@ -77,6 +109,7 @@ func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanCo
 		})
 	}
 	b.mu.Unlock()
+	return w
 }
 
 // flush sends what room k gathered. A room has one timer at a time, so at most one flush waits
@@ -85,12 +118,11 @@ func (b *batcher) flush(k roomKey, p *pending) {
 	p.flushing.Lock()
 	defer p.flushing.Unlock()
 	b.mu.Lock()
-	batch := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}
-	links := p.links
-	p.msgs, p.senders, p.links, p.timer = nil, nil, nil, nil
+	batch, sent, links := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}, p.sent, p.links
+	p.msgs, p.senders, p.links, p.timer, p.sent = nil, nil, nil, nil, nil
 	b.mu.Unlock()
 
-	b.s.broadcast(k.app, k.room, batch, links)
+	sent.finish(b.s.broadcast(k.app, k.room, batch, links))
 
 	b.mu.Lock()
 	if p.timer == nil && len(p.msgs) == 0 && b.rooms[k] == p {
@@ -120,10 +152,16 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// broadcast numbers a room's accepted messages, stamps them with the time they leave,
-// publishes them to the room's nodes (and, in CDN mode, its CDN lanes to their pusher) and
-// appends them to the history. It returns an error when the publish failed; the messages are
-// then counted as unsent and logged.
+// broadcast numbers a room's accepted messages, stamps them with the time they leave, appends
+// them to the history and then publishes them to the room's nodes (and, in CDN mode, its CDN
+// lanes to their pusher). It returns an error when the batch was not published; its messages
+// are then counted as unsent and logged.
+//
+// A batch holding critical messages is published only once it is numbered and kept, and flushed
+// to the NATS server after: its numbering and recording are tried again until criticalTimeout
+// (NATS reconnecting), and if that passes the batch is given up whole, so that a critical send
+// answered 200 (send waits for this) is numbered, recoverable and on its way to every node. A
+// batch without critical messages goes out unnumbered or unkept rather than late, as before.
 //
 // The server time is the time of the publish, not of the acceptance: a CDN pusher files a
 // message under the window of its server time, and one that came a batch window (or a slow
@@ -136,31 +174,65 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 			trace.WithAttributes(attribute.String("messaging.destination.name", bus.RoomSubject(app, room)), attribute.Int("messaging.batch.message_count", len(batch.Messages))))
 		defer span.End()
 	}
-	s.hist.number(app, room, batch.Messages)
+	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
+	deadline := time.Now().Add(criticalTimeout)
+	err := s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.number(ctx, app, room, batch.Messages) })
+	if err != nil && critical {
+		return s.unsent(app, room, batch, err)
+	}
+	if err != nil {
+		s.log.Warn("messages not numbered", "app", app, "room", room, "err", err)
+	}
 	sent := s.cfg.Now().UnixMilli()
 	for _, m := range batch.Messages {
 		m.ServerTimeMs = sent
 	}
+	err = s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.record(ctx, app, batch.Messages) })
+	if err != nil && critical {
+		return s.unsent(app, room, batch, err)
+	}
+	if err != nil {
+		s.log.Warn("messages not kept in history", "app", app, "room", room, "err", err)
+	}
 	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
 	long, toPushers := s.cdn.split(app, room, batch)
-	var err error
 	if len(long.Messages) > 0 {
 		err = bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), long)
 	}
 	for pusher, b := range toPushers {
 		err = errors.Join(err, bus.Publish(s.cfg.Bus, bus.CdnPushSubject(pusher), b))
 	}
+	if err == nil && critical {
+		err = s.cfg.Bus.FlushTimeout(max(time.Until(deadline), numberTimeout/10))
+	}
 	if err != nil {
-		s.metrics.unsent.Add(float64(len(batch.Messages)))
-		s.log.Warn("broadcast failed", "app", app, "room", room, "messages", len(batch.Messages), "err", err)
-		return err
+		return s.unsent(app, room, batch, err)
 	}
 	s.metrics.batches.Inc()
 	s.metrics.batchMessages.Observe(float64(len(batch.Messages)))
-	for _, m := range batch.Messages {
-		s.hist.record(app, m)
-	}
 	return nil
+}
+
+// untilCritical runs step with numberTimeout; for a batch holding critical messages it tries
+// again until deadline has passed or the service closes its bus.
+func (s *Service) untilCritical(critical bool, deadline time.Time, step func(context.Context) error) error {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), numberTimeout)
+		err := step(ctx)
+		cancel()
+		if err == nil || !critical || time.Now().After(deadline) || s.cfg.Bus.IsClosed() {
+			return err
+		}
+		s.log.Warn("critical messages not yet numbered and kept; trying again", "err", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// unsent counts and logs a batch that was not published, and returns err.
+func (s *Service) unsent(app, room string, batch *pb.RoomBatch, err error) error {
+	s.metrics.unsent.Add(float64(len(batch.Messages)))
+	s.log.Warn("broadcast failed", "app", app, "room", room, "messages", len(batch.Messages), "err", err)
+	return err
 }
 
 // linkTo returns links with a link to the span sc appended when sc is a span's (tracing on).

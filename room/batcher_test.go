@@ -3,6 +3,7 @@ package room
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func sendOne(t *testing.T, nc *nats.Conn, room, body string, lane pb.Lane) *pb.R
 }
 
 // A window's sends leave as one batch, numbered 1, 2, 3, ... in the order they were accepted,
-// and answered before the window ends.
+// and normal ones are answered before the window ends.
 func TestBatchWindowGathersSends(t *testing.T) {
 	t.Parallel()
 	const window = 300 * time.Millisecond
@@ -89,7 +90,7 @@ func TestBatchWindowGathersSends(t *testing.T) {
 	const n = 20
 	start := time.Now()
 	for i := range n {
-		sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_CRITICAL)
+		sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_NORMAL)
 	}
 	if took := time.Since(start); took >= window {
 		t.Fatalf("%d sends took %v: a send waits for its window (%v)", n, took, window)
@@ -179,7 +180,7 @@ func TestCloseSendsPendingWindow(t *testing.T) {
 	t.Parallel()
 	s, _, nc := startService(t, Config{BatchWindow: time.Hour})
 	batches := roomBatches(t, nc, "r")
-	sendOne(t, nc, "r", "last words", pb.Lane_LANE_CRITICAL)
+	sendOne(t, nc, "r", "last words", pb.Lane_LANE_NORMAL)
 	done := make(chan struct{})
 	go func() { s.Close(); close(done) }()
 	select {
@@ -193,14 +194,15 @@ func TestCloseSendsPendingWindow(t *testing.T) {
 	<-done
 }
 
-// What a window holds when the service loses its bus (as when its process dies) is lost: the
-// sends were answered, the messages are neither delivered nor kept, and they are counted.
+// What a window of normal messages holds when the service loses its bus (as when its process
+// dies) is lost: the sends were answered, the messages are neither delivered nor kept, and they
+// are counted.
 func TestLostBusLosesTheWindowCounted(t *testing.T) {
 	t.Parallel()
 	const window = 200 * time.Millisecond
 	s, _, nc := startService(t, Config{BatchWindow: window})
 	batches := roomBatches(t, nc, "r")
-	rep := sendOne(t, nc, "r", "accepted", pb.Lane_LANE_CRITICAL)
+	rep := sendOne(t, nc, "r", "accepted", pb.Lane_LANE_NORMAL)
 	if rep.MessageId == "" {
 		t.Fatal("no id for an accepted send")
 	}
@@ -216,6 +218,55 @@ func TestLostBusLosesTheWindowCounted(t *testing.T) {
 	case b := <-batches:
 		t.Fatalf("a batch left after the bus closed: %v", b)
 	case <-time.After(2 * window):
+	}
+}
+
+// A critical send is answered only once its window is numbered, kept and published: when the
+// answer comes the message is in the room's history, where a member recovering on any node
+// finds it. Critical senders do not wait for each other's windows.
+func TestCriticalSendAnsweredOnceKept(t *testing.T) {
+	t.Parallel()
+	const window, n = 300 * time.Millisecond, 20
+	s, _, nc := startService(t, Config{BatchWindow: window})
+	start := time.Now()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ids[i] = sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_CRITICAL).MessageId })
+	}
+	wg.Wait()
+	if took := time.Since(start); took > 5*window {
+		t.Errorf("%d critical sends took %v: answered one window after another", n, took)
+	}
+	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inHistory := make(map[string]uint64)
+	for _, k := range kept {
+		inHistory[k.Msg.Id] = k.Msg.RoomSeq
+	}
+	for i, id := range ids {
+		if seq, ok := inHistory[id]; !ok || seq == 0 {
+			t.Errorf("critical message %d (%s) answered 200 but not numbered and kept (room_seq %d, kept %v)", i, id, seq, ok)
+		}
+	}
+}
+
+// A critical send whose window cannot be published is answered 503 (and counted), never 200.
+func TestCriticalSendRefusedWhenNotSent(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startService(t, Config{BatchWindow: 50 * time.Millisecond})
+	s.cfg.Bus.Close()
+	rep, ok := s.SendLocal(context.Background(), []*pb.SendRequest{{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte("x")}})
+	if !ok {
+		t.Fatal("SendLocal did not take the send")
+	}
+	if rep.Code != uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
+		t.Fatalf("a critical send that was never published was answered %v", rep)
+	}
+	if v := testutil.ToFloat64(s.metrics.unsent); v != 1 {
+		t.Errorf("messages_unsent_total = %v, want 1", v)
 	}
 }
 

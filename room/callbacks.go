@@ -73,7 +73,7 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
-		s.respond(msg, opSend, start, s.send(context.Background(), []*pb.SendRequest{req}))
+		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
 	})
 }
 

@@ -18,8 +18,17 @@ import (
 // DefaultHistoryMaxAge is how long a message stays in history unless Config.HistoryMaxAge says.
 const DefaultHistoryMaxAge = 24 * time.Hour
 
-// numberTimeout bounds numbering a send's messages; past it they go out unnumbered.
+// numberTimeout bounds one attempt at numbering a window's messages (and at recording them).
+// Past it a window without critical messages goes out unnumbered (or unkept); one with critical
+// messages tries again until criticalTimeout.
 const numberTimeout = time.Second
+
+// criticalTimeout bounds how long a window holding critical messages keeps trying to be
+// numbered, kept and published (a NATS server restarting, the connection reconnecting) before
+// it is given up, counted, and its critical senders are answered 503. It stays below the
+// ChatLinks' request timeout (3s by default), so that a sender is not told of a timeout for a
+// message that then goes out.
+const criticalTimeout = 2 * time.Second
 
 // history appends the rooms' critical and normal messages to the history stream, so a member
 // that reconnects can recover what it missed, and numbers them (Message.room_seq) with a
@@ -68,10 +77,9 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 }
 
 // number gives the kept messages of msgs (one room's) their room_seq, in order, with one
-// increment of the room's counter. If the counter does not answer in time the messages stay
-// unnumbered (0) and are sent anyway: a recovery then counts them as missing, which they are
-// not, rather than the room going quiet.
-func (h *history) number(app, room string, msgs []*pb.Message) {
+// increment of the room's counter, and returns an error if the counter did not answer within
+// ctx (the messages then stay unnumbered, 0).
+func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Message) error {
 	kept := 0
 	for _, m := range msgs {
 		if m.Lane != pb.Lane_LANE_BULK {
@@ -79,10 +87,8 @@ func (h *history) number(app, room string, msgs []*pb.Message) {
 		}
 	}
 	if kept == 0 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), numberTimeout)
-	defer cancel()
 	req := nats.NewMsg(bus.RoomSeqSubject(app, room))
 	req.Header.Set("Nats-Incr", "+"+strconv.Itoa(kept))
 	ack, err := h.js.PublishMsg(ctx, req)
@@ -91,8 +97,7 @@ func (h *history) number(app, room string, msgs []*pb.Message) {
 		last, err = strconv.ParseUint(ack.Value, 10, 64)
 	}
 	if err != nil {
-		h.log.Warn("messages not numbered", "app", app, "room", room, "err", err)
-		return
+		return fmt.Errorf("room: number %s/%s: %w", app, room, err)
 	}
 	next := last - uint64(kept) + 1
 	for _, m := range msgs {
@@ -101,19 +106,38 @@ func (h *history) number(app, room string, msgs []*pb.Message) {
 			next++
 		}
 	}
+	return nil
 }
 
-// record appends m to its room's history without waiting for the acknowledgement: a message
-// that fails to be kept is still delivered live, and the failure is logged.
-func (h *history) record(app string, m *pb.Message) {
-	if m.Lane == pb.Lane_LANE_BULK {
-		return
+// record appends the kept messages of msgs (one room's) to its history and waits, within ctx,
+// until JetStream has stored them all. It returns the first failure.
+//
+// A window is recorded before it is published live: a member that saw a message live, or that
+// reconnects while it is on its way, must find it in the history its recovery reads.
+func (h *history) record(ctx context.Context, app string, msgs []*pb.Message) error {
+	var acks []jetstream.PubAckFuture
+	for _, m := range msgs {
+		if m.Lane == pb.Lane_LANE_BULK {
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("room: encode message %s: %w", m.Id, err)
+		}
+		ack, err := h.js.PublishAsync(bus.HistorySubject(app, m.Room), b)
+		if err != nil {
+			return fmt.Errorf("room: keep message %s: %w", m.Id, err)
+		}
+		acks = append(acks, ack)
 	}
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return
+	for _, ack := range acks {
+		select {
+		case <-ack.Ok():
+		case err := <-ack.Err():
+			return fmt.Errorf("room: keep messages of %s/%s: %w", app, ack.Msg().Subject, err)
+		case <-ctx.Done():
+			return fmt.Errorf("room: keep messages of %s: %w", app, ctx.Err())
+		}
 	}
-	if _, err := h.js.PublishAsync(bus.HistorySubject(app, m.Room), b); err != nil {
-		h.log.Warn("message not kept in history", "room", m.Room, "id", m.Id, "err", err)
-	}
+	return nil
 }

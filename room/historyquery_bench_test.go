@@ -39,15 +39,16 @@ func BenchmarkHistoryPage(b *testing.B) {
 	defer s.Close()
 	const app, room = "bench", "hall"
 	now := time.Now()
-	for i := range 150 {
-		s.hist.record(app, &pb.Message{Id: s.ids.New(now), Room: room, Lane: pb.Lane_LANE_NORMAL, Body: []byte(fmt.Sprint("message ", i)), ServerTimeMs: now.UnixMilli()})
-	}
-	select {
-	case <-s.hist.js.PublishAsyncComplete():
-	case <-time.After(5 * time.Second):
-		b.Fatal("history not written")
+	msgs := make([]*pb.Message, 150)
+	for i := range msgs {
+		msgs[i] = &pb.Message{Id: s.ids.New(now), Room: room, Lane: pb.Lane_LANE_NORMAL, Body: []byte(fmt.Sprint("message ", i)), ServerTimeMs: now.UnixMilli()}
 	}
 	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.hist.record(wctx, app, msgs); err != nil {
+		b.Fatal("history not written: ", err)
+	}
 	first := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: &pb.HistoryQuery{Limit: 50}})
 	if n := len(first.GetHistory().GetMessages()); n != 50 {
 		b.Fatalf("first page: %d messages, %v", n, first)

@@ -419,7 +419,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
 		return
 	}
-	s.respond(msg, opSend, start, s.send(ctx, []*pb.SendRequest{&req}))
+	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
 }
 
 // MaxBatch bounds the messages of one batch send.
@@ -436,7 +436,7 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	s.respond(msg, opSend, start, s.send(context.Background(), req.Sends))
+	s.sendAndRespond(context.Background(), msg, start, req.Sends)
 }
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
@@ -467,16 +467,21 @@ func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Re
 	defer span.End()
 	rep := checkBatch(reqs)
 	if rep == nil {
-		rep = s.send(ctx, reqs)
+		var w *windowDone
+		if rep, w = s.send(ctx, reqs); w != nil {
+			rep = w.reply(rep)
+		}
 	}
 	s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
 	return rep, true
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as
-// one room batch, or none. It returns the reply. With a batch window the reply does not wait
-// for the broadcast (batcher.go).
-func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) *pb.Reply {
+// one room batch, or none. It returns the reply, or, for a send holding a critical message
+// under a batch window, the reply to give once the window it returns is published (w.reply):
+// a critical send is answered only when its messages are numbered, kept and published, and 503
+// when they were not. Bulk and normal sends are answered on acceptance (batcher.go).
+func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
 	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
@@ -488,7 +493,7 @@ func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) *pb.Reply {
 			if len(reqs) > 1 {
 				rep.Message = fmt.Sprintf("message %d: %s", i, rep.Message)
 			}
-			return rep
+			return rep, nil
 		}
 	}
 	batch := s.stamp(reqs, now)
@@ -505,14 +510,38 @@ func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) *pb.Reply {
 	rate := s.bulkRate(s.cache.room(app, room).GetSettings())
 	batch.Messages, batch.SenderSessions, sampled = s.bulk.keep(roomKey{app, room}, rate, s.cdn.get(app, room), now, batch.Messages, batch.SenderSessions)
 	s.metrics.bulkSampled.Add(float64(sampled))
+	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
 	switch {
 	case len(batch.Messages) == 0:
+	case s.batch != nil && critical:
+		return rep, s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
 	case s.batch != nil:
 		s.batch.add(app, room, batch, trace.SpanContextFromContext(ctx))
 	case s.broadcast(app, room, batch, linkTo(nil, trace.SpanContextFromContext(ctx))) != nil:
-		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "broadcast failed"}
+		return notSent(), nil
 	}
-	return rep
+	return rep, nil
+}
+
+// notSent is the reply to a send whose messages were not broadcast.
+func notSent() *pb.Reply {
+	return refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "broadcast failed; the messages were not sent")
+}
+
+// sendAndRespond sends reqs and answers msg: at once, or, for a send holding a critical message,
+// from a goroutine once its window is published, so that the subscription goes on taking
+// sends meanwhile.
+func (s *Service) sendAndRespond(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*pb.SendRequest) {
+	rep, w := s.send(ctx, reqs)
+	if w == nil {
+		s.respond(msg, opSend, start, rep)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.respond(msg, opSend, start, w.reply(rep))
+	}()
 }
 
 // stamp turns accepted send requests into the room's messages: an id, the server time (which
