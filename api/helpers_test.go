@@ -2,10 +2,6 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -35,24 +31,9 @@ func member(t *testing.T, addr, uid, room string, tags ...string) (*testkit.Clie
 // httpCall calls the HTTP API and decodes the JSON answer.
 func httpCall(t *testing.T, c *devcluster.Cluster, method, path, key, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, c.URL()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: HTTP %d, body is not JSON: %q", method, path, resp.StatusCode, raw)
-	}
-	return resp.StatusCode, out
+	code := testcluster.Call(t, c, method, path, key, body, &out)
+	return code, out
 }
 
 // mustHTTP calls the HTTP API and fails unless the status is want.

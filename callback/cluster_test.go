@@ -186,15 +186,8 @@ func TestCallbacksThroughCluster(t *testing.T) {
 
 	t.Run("server API sends are not called back", func(t *testing.T) {
 		before := rules.sends.Load()
-		req, _ := http.NewRequest("POST", c.URL()+"/v1/rooms/r1/messages", strings.NewReader(`{"body":"spam from the app itself"}`))
-		req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d", resp.StatusCode)
+		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/r1/messages", devcluster.APIKey, `{"body":"spam from the app itself"}`, nil); code != http.StatusOK {
+			t.Fatalf("status %d", code)
 		}
 		if msgs, _ := alice.CollectPushes(1); string(msgs[0].Body) != "spam from the app itself" {
 			t.Fatalf("alice got %q", msgs[0].Body)

@@ -3,7 +3,6 @@ package chatlink_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -378,16 +377,9 @@ func TestNodeNameLease(t *testing.T) {
 // apiSend sends a message through the server API and returns its id.
 func apiSend(t *testing.T, c *devcluster.Cluster, room, body string) string {
 	t.Helper()
-	req, _ := http.NewRequest("POST", c.URL()+"/v1/rooms/"+room+"/messages", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+devcluster.APIKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct{ ID string }
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("send %s: HTTP %d %v", body, resp.StatusCode, err)
+	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/"+room+"/messages", devcluster.APIKey, body, &out); code != http.StatusOK {
+		t.Fatalf("send %s: HTTP %d", body, code)
 	}
 	return out.ID
 }

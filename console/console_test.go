@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,25 +19,7 @@ import (
 // get calls GET path of the cluster with key and decodes the JSON answer into out.
 func get(t *testing.T, c *devcluster.Cluster, path, key string, out any) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.URL()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("GET %s: %d, not JSON: %v: %s", path, resp.StatusCode, err, raw)
-		}
-	}
-	return resp.StatusCode
+	return testcluster.Call(t, c, http.MethodGet, path, key, "", out)
 }
 
 type roomsAnswer struct {

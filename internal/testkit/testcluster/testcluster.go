@@ -10,7 +10,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +112,30 @@ func WaitOnline(t testing.TB, c *devcluster.Cluster, uid string) {
 		}
 		return nil
 	})
+}
+
+// Call makes a server API call over HTTP: method path of c with body and the API key key (none
+// when empty), and decodes the JSON answer into out when out is not nil. It returns the HTTP
+// status; an answer that is not JSON when out asks for it fails the test.
+func Call(t testing.TB, c *devcluster.Cluster, method, path, key, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, c.URL()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: HTTP %d, body is not JSON: %v: %q", method, path, resp.StatusCode, err, raw)
+		}
+	}
+	return resp.StatusCode
 }
