@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"roomcast/internal/auth"
 	"roomcast/internal/devnats"
 	"roomcast/internal/probe"
 	"roomcast/internal/testkit"
@@ -135,6 +136,17 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 	res, err := probe.Run(ctx, probe.Config{Dispatcher: svc.URL(), Secret: []byte("s"), Room: "m1", Clients: 2, Messages: 3})
 	if err != nil || !res.OK() {
 		t.Fatalf("probe: %v %v", res, err)
+	}
+	// A member that stays: the probe's clients leave when it returns, and the sessions gauge
+	// counts who is online now.
+	tok, err := auth.Mint([]byte("s"), "demo", "stay", "m1", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := testkit.DialWS(t, cl.Node.WSURL())
+	defer member.Close()
+	if f := member.LoginAs(tok, "web"); f.GetLoginAck() == nil {
+		t.Fatalf("member login answered with %v", f)
 	}
 	bad := testkit.DialWS(t, cl.Node.WSURL())
 	defer bad.Close()
