@@ -95,6 +95,12 @@ type Config struct {
 	// FlushTick is how long a room's messages gather before they go out as one frame, for rooms
 	// whose settings name none. Zero value means 100ms.
 	FlushTick time.Duration
+	// OrderHold is how long a room's numbered messages that arrive ahead of a missing room_seq
+	// wait for it before the node reads the missing ones from the room's history; the read
+	// gets as long again, then what is still missing is given up (counted in
+	// roomcast_chatlink_order_total{event="skipped"} and logged) and the held messages go out
+	// (order.go). Zero value means 100ms; negative delivers in arrival order.
+	OrderHold time.Duration
 	// PhaseMembers is how many of a room's members on this node share one flush phase: a room
 	// with more is split into phase groups (a power of two, at most 16, each phase at least
 	// 10ms apart) flushed one after another through the tick, so its socket writes are spread
@@ -211,6 +217,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FlushTick <= 0 {
 		c.FlushTick = defaultFlushTick
+	}
+	if c.OrderHold == 0 {
+		c.OrderHold = defaultOrderHold
 	}
 	if c.PhaseMembers <= 0 {
 		c.PhaseMembers = defaultPhaseMembers

@@ -35,9 +35,10 @@ type roomShard struct {
 // localRoom is one room's members on this node, its broadcast subscription and its fan-out
 // state (fanout.go).
 type localRoom struct {
-	t       *roomTable
-	subject string
-	ready   chan struct{} // closed once the subscription is known to the NATS server
+	t         *roomTable
+	app, room string
+	subject   string
+	ready     chan struct{} // closed once the subscription is known to the NATS server
 
 	// mu guards slots, nextSlot and sets. Lock order: localRoom.mu -> a member's writer (write
 	// closes slow readers while it reads the room).
@@ -109,7 +110,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, 
 		r.cdn.Store(cdn)
 	}
 	if first {
-		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
+		r = &localRoom{t: t, app: c.app, room: c.room, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.cdn.Store(cdn)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
