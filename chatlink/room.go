@@ -95,8 +95,9 @@ func (t *roomTable) unclaimFresh(app, room string) {
 // member; settings and cdn are the room's, as the room service gave them at c's join, fresh
 // from its store if c claimed that (claimFresh): they then replace those of a room that another
 // login's answer, read from the cache, created meanwhile. It returns the room once the
-// subscription is in place, so c misses nothing sent after.
-func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool) *localRoom {
+// subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
+// the room's lock, before any write of the room can include c: it writes the LoginAck.
+func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -124,6 +125,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, 
 	}
 	r.mu.Lock()
 	r.add(c)
+	welcome(r)
 	r.mu.Unlock()
 	sh.mu.Unlock()
 	if first {
