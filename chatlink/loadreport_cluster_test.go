@@ -23,11 +23,9 @@ func TestLoadReportCountsLanes(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	node := c.Nodes[0]
 	putSettings(t, c, "lanes", `{"normal_budget":1}`)
-	var members []*testkit.Client
 	for i := range 2 {
 		cl := testkit.DialTCP(t, node.TCPAddr())
 		cl.Login(testcluster.Token(t, fmt.Sprintf("u%d", i), "lanes"))
-		members = append(members, cl)
 	}
 	apiSend(t, c, "lanes", `{"body":"c","lane":"critical"}`)
 	for i := range 6 {
