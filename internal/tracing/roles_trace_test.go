@@ -105,26 +105,26 @@ func TestRoleSpans(t *testing.T) {
 		}
 		return nil
 	})
-	var sent struct {
-		ID           string `json:"id"`
-		ServerTimeMs int64  `json:"server_time_ms"`
-	}
-	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/"+room+"/messages", devcluster.APIKey, `{"body":"to the CDN","lane":"bulk"}`, &sent); code != http.StatusOK {
-		t.Fatalf("send: HTTP %d", code)
-	}
-	url := segment.URL(c.CDNOrigin()+"/{app}/{room}/{window_ms}/{index}", app, room, 1000, segment.Index(sent.ServerTimeMs, 1000))
-	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		resp, err := http.Get(url)
-		if err != nil {
-			return err
+	// The room service follows the route a moment after the API shows it: a message sent before
+	// that rides the long connections, and its window's segment is an empty one. So send until
+	// a segment holds one.
+	stored := false
+	for try := 0; !stored; try++ {
+		if try == 5 {
+			t.Fatal("no bulk message reached a segment in 5 tries")
 		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("segment %s: HTTP %d", url, resp.StatusCode)
+		var sent struct {
+			ID           string `json:"id"`
+			ServerTimeMs int64  `json:"server_time_ms"`
 		}
-		return nil
-	})
-
+		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/"+room+"/messages", devcluster.APIKey, `{"body":"to the CDN","lane":"bulk"}`, &sent); code != http.StatusOK {
+			t.Fatalf("send: HTTP %d", code)
+		}
+		stored = segmentHolds(t, c, room, sent.ServerTimeMs, sent.ID)
+	}
+	// Every span has ended once the cluster is closed (a segment is visible in S3 a moment
+	// before its write's span ends).
+	c.Close()
 	stop() // sends the buffered spans
 	id := func(b []byte) string { return hex.EncodeToString(b) }
 	byTrace := map[string]*tracepb.Span{}
@@ -172,4 +172,33 @@ func TestRoleSpans(t *testing.T) {
 	if !found {
 		t.Error("no cdn segment write under a cdn pusher batch under a room batch publish, in one trace")
 	}
+}
+
+// segmentHolds waits for the segment of the window of timeMs of room and reports whether it
+// holds the message id.
+func segmentHolds(t *testing.T, c *devcluster.Cluster, room string, timeMs int64, id string) bool {
+	t.Helper()
+	const windowMs = 1000 // the dev cluster's
+	index := segment.Index(timeMs, windowMs)
+	url := segment.URL(c.CDNOrigin()+"/{app}/{room}/{window_ms}/{index}", devcluster.App, room, windowMs, index)
+	var seg *pb.Segment
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("segment %s: HTTP %d", url, resp.StatusCode)
+		}
+		seg, err = segment.Decode(body, segment.Want{App: devcluster.App, Room: room, WindowMs: windowMs, Index: index})
+		return err
+	})
+	for _, m := range seg.Messages {
+		if m.Id == id {
+			return true
+		}
+	}
+	return false
 }
