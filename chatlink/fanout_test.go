@@ -70,17 +70,7 @@ func (r *localRoom) testJoin(t transport) *conn {
 }
 
 // receiveIDs hands the room a batch of critical messages with these ids, as from the bus.
-func (r *localRoom) receiveIDs(ids ...string) {
-	var b pb.RoomBatch
-	for _, id := range ids {
-		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
-	}
-	data, err := proto.Marshal(&b)
-	if err != nil {
-		panic(err)
-	}
-	r.receive(data)
-}
+func (r *localRoom) receiveIDs(ids ...string) { r.receiveLane(pb.Lane_LANE_CRITICAL, ids...) }
 
 // pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
 type pushRecorder struct {
