@@ -439,3 +439,54 @@ func TestLatencyBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestLatencyBudgetPhases: in a room flushed in phase groups each group decides at its own turn,
+// and what a group holds back stays in the log until it has had it.
+func TestLatencyBudgetPhases(t *testing.T) {
+	t.Parallel()
+	const tick = time.Hour
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
+	r := testRoom(Config{Node: "n1", PhaseMembers: 1, Now: clock.Now},
+		&pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}, clock.Now())
+	defer r.fanout.stop()
+	recs := []*pushRecorder{{}, {}}
+	for _, rec := range recs {
+		r.testJoin(rec)
+	}
+	r.flush() // two members at one a phase: two groups from here on
+	if r.fanout.phases != 2 {
+		t.Fatalf("phases = %d, want 2", r.fanout.phases)
+	}
+	want := func(step string, frames ...int) {
+		t.Helper()
+		for i, rec := range recs {
+			if rec.count() != frames[i] {
+				t.Fatalf("%s: member %d has %d frames, want %d", step, i, rec.count(), frames[i])
+			}
+		}
+	}
+	r.receiveLane(pb.Lane_LANE_NORMAL, "a")
+	r.flush()
+	r.flush()
+	want("one message, both turns", 0, 0)
+
+	// The first group's turn comes after the budget's last tick: it gets a; the second group's
+	// turn comes before a critical message and so gets a with it.
+	clock.Add(3*tick + 1)
+	r.flush()
+	want("past the budget, first group", 1, 0)
+	r.receiveLane(pb.Lane_LANE_CRITICAL, "b")
+	r.flush()
+	want("critical, second group", 1, 1)
+	if got := fmt.Sprint(recs[0].last(), recs[1].last()); got != "[a] [a b]" {
+		t.Fatalf("frames %s, want [a] [a b]", got)
+	}
+	r.flush()
+	want("first group's turn again", 2, 1)
+	if got := fmt.Sprint(recs[0].last()); got != "[b]" {
+		t.Fatalf("first group's second frame %s, want [b]", got)
+	}
+	if len(r.fanout.log) != 0 {
+		t.Fatalf("the log keeps %d entries every group has had", len(r.fanout.log))
+	}
+}
