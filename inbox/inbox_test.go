@@ -16,14 +16,14 @@ import (
 )
 
 // startJS starts an embedded NATS server with JetStream and returns a JetStream context on it.
-func startJS(t *testing.T) jetstream.JetStream {
+func startJS(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(s)) // as roomcast dev connects
 	if err != nil {
 		t.Fatal(err)
 	}
