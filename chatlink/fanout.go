@@ -448,6 +448,7 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 		}
 	}
 	aud := n.newAudiences(msgs, th.byAudience) // audience.go
+	defer aud.release()
 
 	variants := make(map[variantKey]*variant, 4)
 	var full *variant                   // variants[variantKey{}], the one most members get, without a map lookup
