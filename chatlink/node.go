@@ -193,7 +193,7 @@ func (n *Node) start() error {
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
-	n.goAsync(n.inboxRecheckLoop)
+	n.goAsync(n.inboxLoop)
 	if n.cfg.IPListFile != "" {
 		n.goAsync(n.ipListLoop)
 	}
