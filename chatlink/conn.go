@@ -335,7 +335,7 @@ func (c *conn) login(l *pb.Login) {
 	if l.Inbox {
 		n.deliverInbox(c) // queues the read: inboxLoop makes it
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
 }
 
 // heartbeat answers a Heartbeat with the interval the client should use from now: it grows
@@ -503,7 +503,7 @@ func (c *conn) leave() {
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()))
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It

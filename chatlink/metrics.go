@@ -148,6 +148,23 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	return m
 }
 
+// laneCounters reads the node's deliveries and drops per lane from its metrics for the load
+// report, so the fan-out counts each delivery once.
+func (m *metrics) laneCounters() []*pb.LaneCounters {
+	out := make([]*pb.LaneCounters, 0, 3)
+	for _, l := range []pb.Lane{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK} {
+		drops := &m.drops[l]
+		out = append(out, &pb.LaneCounters{
+			Lane:             l,
+			Deliveries:       int64(prom.CounterValue(m.deliveries[l])),
+			DropsBudget:      int64(prom.CounterValue(drops[dropBudget])),
+			DropsFlowControl: int64(prom.CounterValue(drops[dropFlowControl])),
+			DropsSlowReader:  int64(prom.CounterValue(drops[dropSlowReader])),
+		})
+	}
+	return out
+}
+
 // countLogin counts a login's result and its time since start (zero: not timed); a refused
 // one gets an audit record with the close code and reason the client is told.
 func (n *Node) countLogin(c *conn, start time.Time, result string, code pb.CloseCode, reason string) {
