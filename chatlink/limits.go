@@ -52,6 +52,11 @@ const (
 	limitDeniedIP    = "denied_ip"
 	limitDeniedAppIP = "denied_ip_app"
 	ipListInterval   = time.Second // how often the IP list file is looked at
+	// connsRetryHint is the retry hint of a refusal for too many connections from one
+	// address (Kick 4015's retry_after_ms, HTTP Retry-After): unlike a rate, an open count
+	// says nothing about when a connection will close, so the hint is a fixed, short wait
+	// that the client's jitter spreads out.
+	connsRetryHint = 2 * time.Second
 )
 
 type (

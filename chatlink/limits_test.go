@@ -125,7 +125,9 @@ func TestJoinRate(t *testing.T) {
 	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 1000 {
 		t.Fatalf("third login: want Error 121 with a retry within 1s, got %v", f)
 	}
-	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED)
+	if k := cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED); k.RetryAfterMs != e.RetryAfterMs {
+		t.Fatalf("Kick 4013: retry_after_ms = %d, want the Error's %d", k.RetryAfterMs, e.RetryAfterMs)
+	}
 	if n := limitedCount(t, c, node.Name(), "join_room"); n != 1 {
 		t.Fatalf("limited_total{join_room} = %d, want 1", n)
 	}
