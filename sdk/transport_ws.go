@@ -87,7 +87,7 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		if ce := refusedUpgrade(resp); ce != nil {
+		if ce := RefusedUpgrade(resp); ce != nil {
 			return nil, ce
 		}
 		return nil, fmt.Errorf("websocket handshake: %w", err)
@@ -188,10 +188,11 @@ type gwsLogger struct{ log *slog.Logger }
 
 func (l gwsLogger) Error(v ...any) { l.log.Error("roomcast: websocket", "msg", fmt.Sprint(v...)) }
 
-// refusedUpgrade is the CloseError of an upgrade the ChatLink refused before the WebSocket
-// opened (403 for 4014, 429 for 4015), from its Roomcast-Close-Code and Retry-After (seconds)
-// headers; nil when the answer names no close code.
-func refusedUpgrade(resp *http.Response) *CloseError {
+// RefusedUpgrade is the CloseError of a WebSocket upgrade the ChatLink refused before the
+// WebSocket opened (403 for 4014, 429 for 4015), from its Roomcast-Close-Code and Retry-After
+// (seconds) headers; nil when resp names no close code. For clients that do their own
+// handshake (the load generator's raw clients).
+func RefusedUpgrade(resp *http.Response) *CloseError {
 	if resp == nil {
 		return nil
 	}
