@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,5 +354,71 @@ func TestLoginRates(t *testing.T) {
 	}
 	if n := limitedCount(t, c, node.Name(), "login_app"); n != 1 {
 		t.Fatalf("limited_total{login_app} = %d, want 1", n)
+	}
+}
+
+// TestIPListSIGHUPAndBadFile: SIGHUP reads the list file again even when its time and size
+// did not change (a copy put back in place), and a file that does not parse keeps the lists
+// in force and is counted in roomcast_chatlink_ip_list_reloads_total{result="error"}.
+func TestIPListSIGHUPAndBadFile(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), "ips")
+	if err := os.WriteFile(list, []byte("deny 198.51.100.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.TrustedProxies = []string{"127.0.0.1"}
+			cc.IPListFile = list
+		}
+	})
+	node := c.Nodes[0]
+	reloads := func(result string) int {
+		return metricValue(t, c, `roomcast_chatlink_ip_list_reloads_total{node="`+node.Name()+`",result="`+result+`"}`)
+	}
+	wantStatus := func(client string, want int) error {
+		if s := upgradeStatus(t, node.WSURL(), client); s != want {
+			return fmt.Errorf("%s: status %d, want %d", client, s, want)
+		}
+		return nil
+	}
+	if err := wantStatus("198.51.100.7", http.StatusForbidden); err != nil {
+		t.Fatal(err)
+	}
+	// Another list of the same size and modification time: the poll cannot tell, SIGHUP reads it.
+	if err := os.WriteFile(list, []byte("deny 198.51.101.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(list, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if err := wantStatus("198.51.101.7", http.StatusForbidden); err != nil {
+			return err
+		}
+		return wantStatus("198.51.100.7", http.StatusSwitchingProtocols)
+	})
+	if n := reloads("ok"); n != 1 {
+		t.Fatalf("ip_list_reloads_total{ok} = %d after the SIGHUP, want 1", n)
+	}
+	// A file that does not parse: counted once, and the list read before stays in force.
+	if err := os.WriteFile(list, []byte("deny 198.51.101.0/24\nnonsense here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if n := reloads("error"); n != 1 {
+			return fmt.Errorf("ip_list_reloads_total{error} = %d, want 1", n)
+		}
+		return nil
+	})
+	if err := wantStatus("198.51.101.7", http.StatusForbidden); err != nil {
+		t.Fatalf("after a bad file: %v", err)
 	}
 }

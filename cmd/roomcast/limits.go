@@ -70,7 +70,7 @@ func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	fs.IntVar(&maxConns, "max-connections", 0, "client connections a ChatLink (in dev: each) takes; logins beyond are refused with 4504 and it reports the number to the dispatcher (0: the open-file limit less 256)")
 	fs.IntVar(&lim.TableSize, "limit-table-size", 0, "addresses, users and rooms each rate limit remembers at most; the least active are forgotten first (0: 65536)")
 	fs.Var((*urls)(&trusted), "client-trusted-proxy", "address or CIDR of a proxy in front of the ChatLink's WebSocket listener whose X-Forwarded-For / X-Real-IP name the client its limits and address lists apply to (repeatable; default: none)")
-	fs.StringVar(&listFile, "ip-list", "", "file of \"allow CIDR\" and \"deny CIDR\" lines for client addresses, re-read within a second when it changes; denied: HTTP 403 / Kick 4014 (default: all allowed)")
+	fs.StringVar(&listFile, "ip-list", "", "file of \"allow CIDR\" and \"deny CIDR\" lines for client addresses, re-read within a second when it changes and on SIGHUP (a file that does not parse keeps the lists in force); denied: HTTP 403 / Kick 4014 (default: all allowed)")
 	return func(c *chatlink.Config) {
 		c.Limits, c.TrustedProxies, c.IPListFile = lim, trusted, listFile
 		if maxConns > 0 {
