@@ -295,6 +295,17 @@ func (s *Service) onJoin(msg *nats.Msg) {
 		return
 	}
 	meta := s.cache.room(req.App, req.Room)
+	if meta == nil && s.cfg.RequireCreated {
+		// The cache follows the store a little behind: a room created a moment ago through
+		// another instance may not be in it yet, so a miss is asked of the store.
+		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+		r, _, err := s.store.Room(ctx, req.App, req.Room)
+		cancel()
+		if err != nil {
+			s.log.Warn("room read on a cache miss", "app", req.App, "room", req.Room, "err", err)
+		}
+		meta = r
+	}
 	if rep := s.admit(&req, meta, s.cfg.Now()); rep != nil {
 		s.respond(msg, opJoin, start, rep)
 		return
