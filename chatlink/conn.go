@@ -333,7 +333,7 @@ func (c *conn) login(l *pb.Login) {
 		n.goAsync(func() { n.recoverHistory(c, ask) })
 	}
 	if l.Inbox {
-		n.goAsync(func() { n.deliverInbox(c) })
+		n.deliverInbox(c) // queues the read: inboxLoop makes it
 	}
 	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
 }

@@ -196,7 +196,7 @@ func (n *Node) start() error {
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
-	n.goAsync(n.inboxRecheckLoop)
+	n.goAsync(n.inboxLoop)
 	if n.cfg.IPListFile != "" {
 		// Wired before Start returns, so that a SIGHUP right after it is not lost.
 		hup := make(chan os.Signal, 1)

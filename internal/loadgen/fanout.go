@@ -47,9 +47,11 @@ type FanoutResult struct {
 	Rate      float64 `json:"rate"`
 	Duration  float64 `json:"duration_sec"`
 	TickMS    int64   `json:"tick_ms"` // 0: the server's default
-	NoMerge   bool    `json:"no_merge"`
-	Lane      string  `json:"lane"`
-	Size      int     `json:"size"`
+	// LatencyBudgetMS is the room's latency_budget_ms; 0: the server's default.
+	LatencyBudgetMS int64  `json:"latency_budget_ms"`
+	NoMerge         bool   `json:"no_merge"`
+	Lane            string `json:"lane"`
+	Size            int    `json:"size"`
 	// Tags is the number of distinct tag sets of a targeted run; 0: untargeted.
 	Tags int `json:"tags"`
 
@@ -132,6 +134,9 @@ func (r FanoutResult) String() string {
 	if r.TickMS > 0 {
 		tick = fmt.Sprintf("%dms", r.TickMS)
 	}
+	if r.LatencyBudgetMS > 0 {
+		tick += fmt.Sprintf(" latency-budget=%dms", r.LatencyBudgetMS)
+	}
 	tags := "untargeted"
 	if r.Tags > 0 {
 		tags = fmt.Sprintf("tags=%d", r.Tags)
@@ -185,6 +190,8 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: lane must be critical, normal, bulk or mix, not %q", c.Lane)
 	case c.Tick < 0 || c.Tick%time.Millisecond != 0:
 		return fmt.Errorf("bench: tick %v must be a whole number of milliseconds", c.Tick)
+	case c.LatencyBudget < 0 || c.LatencyBudget%time.Millisecond != 0:
+		return fmt.Errorf("bench: latency budget %v must be a whole number of milliseconds", c.LatencyBudget)
 	case c.Slow < 0 || c.Slow > 1000:
 		return fmt.Errorf("bench: slow must be 0 to 1000 members, got %d", c.Slow)
 	}
@@ -199,7 +206,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	cfg, err := cfg.withDefaults()
 	res := FanoutResult{
 		Scenario: "fanout", N: cfg.N, Transport: cfg.Transport, Rate: cfg.Rate, Duration: cfg.Duration.Seconds(),
-		TickMS: cfg.Tick.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
+		TickMS: cfg.Tick.Milliseconds(), LatencyBudgetMS: cfg.LatencyBudget.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
 	}
 	if err != nil {
 		return res, err
@@ -215,8 +222,8 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	res.Room = r.room
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
 	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
-		FlushTickMS: uint32(cfg.Tick.Milliseconds()), NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1,
-		BulkPerSecond: -1,
+		FlushTickMS: uint32(cfg.Tick.Milliseconds()), LatencyBudgetMS: uint32(cfg.LatencyBudget.Milliseconds()),
+		NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1, BulkPerSecond: -1,
 	})
 	if err != nil {
 		return res, err
