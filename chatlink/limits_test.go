@@ -146,6 +146,13 @@ func upgradeStatus(t *testing.T, wsURL, client string) int {
 // upgrade is upgradeStatus keeping the connection open.
 func upgrade(t *testing.T, wsURL, client string) (int, net.Conn) {
 	t.Helper()
+	resp, nc := upgradeResponse(t, wsURL, client)
+	return resp.StatusCode, nc
+}
+
+// upgradeResponse is upgrade returning the whole answer.
+func upgradeResponse(t *testing.T, wsURL, client string) (*http.Response, net.Conn) {
+	t.Helper()
 	u, _ := url.Parse(wsURL)
 	nc, err := net.Dial("tcp", u.Host)
 	if err != nil {
@@ -159,7 +166,7 @@ func upgrade(t *testing.T, wsURL, client string) (int, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, nc
+	return resp, nc
 }
 
 // TestAddressLists: behind a trusted proxy, the forwarded address is what the node's list
@@ -223,8 +230,10 @@ func TestAddressLists(t *testing.T) {
 	if s, _ := upgrade(t, node.WSURL(), "203.0.113.11"); s != http.StatusSwitchingProtocols {
 		t.Fatalf("first connection: status %d, want 101", s)
 	}
-	if s := upgradeStatus(t, node.WSURL(), "203.0.113.11"); s != http.StatusTooManyRequests {
-		t.Fatalf("second connection of one address: status %d, want 429", s)
+	resp, nc := upgradeResponse(t, node.WSURL(), "203.0.113.11")
+	nc.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Roomcast-Close-Code") != "4015" || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("second connection of one address: %s %v, want 429 with Roomcast-Close-Code 4015 and Retry-After 2", resp.Status, resp.Header)
 	}
 	if n := limitedCount(t, c, node.Name(), "connections_ip"); n != 1 {
 		t.Fatalf("limited_total{connections_ip} = %d, want 1", n)

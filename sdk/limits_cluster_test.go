@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -136,5 +137,37 @@ func TestSendRateLimited(t *testing.T) {
 	time.Sleep(se.RetryAfter)
 	if _, err := cl.Send(ctx, m); err != nil {
 		t.Fatalf("Send after the hint: %v", err)
+	}
+}
+
+// TestRefusedUpgrade: the ChatLink's answers to an upgrade it refuses name the close code and,
+// for 4015, when to come back; other answers are not a CloseError.
+func TestRefusedUpgrade(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status        int
+		code, retryAt string
+		want          *sdk.CloseError
+	}{
+		{http.StatusTooManyRequests, "4015", "2", &sdk.CloseError{Code: 4015, RetryAfter: 2 * time.Second}},
+		{http.StatusForbidden, "4014", "", &sdk.CloseError{Code: 4014}},
+		{http.StatusForbidden, "4014", "2", &sdk.CloseError{Code: 4014}}, // a hint only with a limited code
+		{http.StatusBadRequest, "", "", nil},
+		{http.StatusTooManyRequests, "1006", "2", nil},
+	} {
+		resp := &http.Response{StatusCode: tc.status, Status: http.StatusText(tc.status), Header: http.Header{}}
+		if tc.code != "" {
+			resp.Header.Set("Roomcast-Close-Code", tc.code)
+		}
+		if tc.retryAt != "" {
+			resp.Header.Set("Retry-After", tc.retryAt)
+		}
+		got := sdk.RefusedUpgrade(resp)
+		if (got == nil) != (tc.want == nil) || got != nil && (got.Code != tc.want.Code || got.RetryAfter != tc.want.RetryAfter) {
+			t.Errorf("%d %s Retry-After %q: %+v, want %+v", tc.status, tc.code, tc.retryAt, got, tc.want)
+		}
+	}
+	if ce := sdk.RefusedUpgrade(nil); ce != nil {
+		t.Errorf("no response: %v", ce)
 	}
 }
