@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
+			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m
 }
