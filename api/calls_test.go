@@ -455,6 +455,8 @@ func TestAPIBadInputRooms(t *testing.T) {
 		{"create without a room", "POST", "/v1/rooms", devcluster.APIKey, `{}`, 400, 100},
 		{"unknown field", "POST", "/v1/rooms", devcluster.APIKey, `{"room":"x","colour":"red"}`, 400, 100},
 		{"unknown enum", "POST", "/v1/rooms", devcluster.APIKey, `{"room":"x","settings":{"who_may_send":"EVERYONE"}}`, 400, 100},
+		{"latency budget too long", "POST", "/v1/rooms", devcluster.APIKey, `{"room":"x","settings":{"latency_budget_ms":5001}}`, 400, 100},
+		{"gather too many", "PATCH", "/v1/rooms/mine", devcluster.APIKey, `{"settings":{"gather_messages":65}}`, 400, 100},
 		{"oversized body", "POST", "/v1/rooms", devcluster.APIKey, `{"room":"x","name":"` + strings.Repeat("n", 65<<10) + `"}`, 413, 101},
 		{"long name", "POST", "/v1/rooms", devcluster.APIKey, `{"room":"x","name":"` + strings.Repeat("n", 300) + `"}`, 400, 100},
 		{"bad page size", "GET", "/v1/rooms/mine/members?page_size=5000", devcluster.APIKey, "", 400, 100},

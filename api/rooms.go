@@ -48,6 +48,10 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 		return nil
 	case s.FlushTickMs > MaxFlushTickMS:
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "flush_tick_ms must be at most %d", MaxFlushTickMS)
+	case s.LatencyBudgetMs > MaxLatencyBudgetMS:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "latency_budget_ms must be at most %d", MaxLatencyBudgetMS)
+	case s.GatherMessages > MaxGatherMessages:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "gather_messages must be at most %d", MaxGatherMessages)
 	case s.ScopePrefix != "" && tag.Validate([]string{s.ScopePrefix}) != nil:
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
 	case s.MaxMembers < 0:
@@ -70,6 +74,13 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 
 // MaxFlushTickMS bounds a room's flush tick.
 const MaxFlushTickMS = 1000
+
+// MaxLatencyBudgetMS and MaxGatherMessages bound how long a room's messages may wait for
+// company and how many make its frame go (latency_budget_ms, gather_messages).
+const (
+	MaxLatencyBudgetMS = 5000
+	MaxGatherMessages  = 64
+)
 
 // announceSettings tells the ChatLinks holding a room that its settings changed; they apply
 // them in order with the room's messages.

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"encoding/binary"
+	"sync"
 
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
@@ -37,7 +38,8 @@ type audiences struct {
 	byTag      map[string][]byte        // bits of the messages whose expression names the tag (AnyOf)
 	evaluated  []int                    // messages whose expression is evaluated per set (or member)
 	skipped    []int                    // messages the budgets left out for some sets
-	bySet      map[*tag.Set]string      // the variant's audience key per tag set, as far as worked out
+	bySet      map[*tag.Set]string      // the variant's audience key per tag set, as far as worked out (bySetPool)
+	keys       map[string]string        // the distinct audience keys, each made once per write
 	thinnedFor map[*tag.Set]*pb.Thinned // left out by the budgets, by tag set (a marker's thinnedCounts.byAudience)
 	thinned    map[string]*pb.Thinned   // the same, by audience key
 	scratch    []byte                   // the key being built
@@ -65,7 +67,10 @@ func (n *Node) newAudiences(msgs []queued, thinnedFor map[*tag.Set]*pb.Thinned) 
 	if a.exprs == nil {
 		return a
 	}
-	a.bySet = make(map[*tag.Set]string)
+	// A phase write meets hundreds of tag sets: a map kept from earlier writes does not grow
+	// (and allocate) its way up to them every time.
+	a.bySet = bySetPool.Get().(map[*tag.Set]string)
+	a.keys = make(map[string]string)
 	size := (len(msgs) + 7) / 8
 	a.always = make([]byte, size)
 	a.scratch = make([]byte, size)
@@ -95,6 +100,18 @@ func (n *Node) newAudiences(msgs []queued, thinnedFor map[*tag.Set]*pb.Thinned) 
 		}
 	}
 	return a
+}
+
+// bySetPool holds audiences' bySet maps, empty.
+var bySetPool = sync.Pool{New: func() any { return map[*tag.Set]string{} }}
+
+// release gives back what newAudiences took from pools; a is not used afterwards.
+func (a *audiences) release() {
+	if a.bySet != nil {
+		clear(a.bySet)
+		bySetPool.Put(a.bySet)
+		a.bySet = nil
+	}
 }
 
 // targeted reports whether members may see different messages or counts; when not, every
@@ -146,5 +163,10 @@ func (a *audiences) audience(set *tag.Set, uid string) string {
 			bits[i/8] &^= 1 << (i % 8)
 		}
 	}
-	return string(bits)
+	if key, ok := a.keys[string(bits)]; ok { // no string is made for the lookup
+		return key
+	}
+	key := string(bits)
+	a.keys[key] = key
+	return key
 }

@@ -86,6 +86,35 @@ func TestWriteSendsEachMemberItsAudience(t *testing.T) {
 	}
 }
 
+// TestWritesKeepTheirOwnAudiences: writes one after another, to the same tag sets with
+// different messages, each work out their own audiences (the maps they reuse start empty).
+func TestWritesKeepTheirOwnAudiences(t *testing.T) {
+	t.Parallel()
+	r := testRoom(Config{Node: "n1"}, nil, time.Now())
+	in := tag.NewInterner()
+	one, two := &pushRecorder{}, &pushRecorder{}
+	r.joinTagged(in, one, "u1", "c:1")
+	r.joinTagged(in, two, "u2", "c:2")
+	var wantOne, wantTwo []string
+	for i := range 20 {
+		id := strconv.Itoa(i)
+		target := `"c:1" in tags`
+		if i%2 == 1 {
+			target = `"c:2" in tags`
+			wantTwo = append(wantTwo, id)
+		} else {
+			wantOne = append(wantOne, id)
+		}
+		r.write([]queued{{m: &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL, TagExpr: target}}}, 0, 1)
+	}
+	if got := fmt.Sprint(one.ids()); got != fmt.Sprint(wantOne) {
+		t.Errorf("the c:1 member got %s, want %v", got, wantOne)
+	}
+	if got := fmt.Sprint(two.ids()); got != fmt.Sprint(wantTwo) {
+		t.Errorf("the c:2 member got %s, want %v", got, wantTwo)
+	}
+}
+
 // BenchmarkRoomWriteTargeted is BenchmarkRoomWrite for the targeted fan-out bench's shape: a
 // write of 25 messages, each for one or two classes and a group (internal/loadgen/tags.go), to
 // 625 members in 500 groups, without the socket.

@@ -101,6 +101,15 @@ type Config struct {
 	// roomcast_chatlink_order_total{event="skipped"} and logged) and the held messages go out
 	// (order.go). Zero value means 100ms; negative delivers in arrival order.
 	OrderHold time.Duration
+	// LatencyBudget is how long a normal or bulk message may wait for the next ones to share
+	// its frame, for rooms whose settings name none (latency_budget_ms): a quiet room's member
+	// gets a frame once GatherMessages messages wait for it, a critical one waits, or waiting
+	// another tick would pass the budget (fanout.go). Zero value means off: every tick's
+	// messages go at that tick.
+	LatencyBudget time.Duration
+	// GatherMessages is how many waiting messages make a frame go at the next tick despite the
+	// latency budget, for rooms whose settings name none (gather_messages). Zero value means 4.
+	GatherMessages int
 	// PhaseMembers is how many of a room's members on this node share one flush phase: a room
 	// with more is split into phase groups (a power of two, at most 16, each phase at least
 	// 10ms apart) flushed one after another through the tick, so its socket writes are spread
@@ -138,7 +147,8 @@ type Config struct {
 	// the limits and address lists apply to. Zero value means none: the peer is the client.
 	TrustedProxies []string
 	// IPListFile names a file of "allow CIDR" and "deny CIDR" lines, read again within a second
-	// when it changes (limits.go). Zero value means every address is allowed.
+	// when it changes and when the process gets SIGHUP (limits.go); a file that does not parse
+	// keeps the lists in force. Zero value means every address is allowed.
 	IPListFile string
 	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
 	ExprCacheSize int
@@ -156,7 +166,8 @@ type Config struct {
 	Audit *slog.Logger
 	// Now is the node's clock for what it times by the wall clock: the login and heartbeat
 	// deadlines its sweep enforces, the heartbeat intervals it grants, login and logout times,
-	// how long it remembers bans and room closes, and the times in its reports. Tests set it
+	// how long it remembers bans and room closes, the times in its reports, and how long a
+	// room's messages have waited for its latency budget. Tests set it
 	// to move time at will. Tickers, socket deadlines, the fan-out's ticks, budgets and flow
 	// control, and the seed of session ids stay on the real clock. Zero value means time.Now.
 	Now func() time.Time
@@ -220,6 +231,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OrderHold == 0 {
 		c.OrderHold = defaultOrderHold
+	}
+	if c.LatencyBudget < 0 {
+		return c, fmt.Errorf("chatlink: latency budget %v must not be negative", c.LatencyBudget)
+	}
+	if c.GatherMessages <= 0 {
+		c.GatherMessages = defaultGatherMessages
 	}
 	if c.PhaseMembers <= 0 {
 		c.PhaseMembers = defaultPhaseMembers

@@ -22,6 +22,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		"no keys":                         {func(c *Config) { c.Keys = nil }, "Keys needs"},
 		"lifetime of an unknown app":      {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"other": time.Hour} }, "MaxTokenLifetime"},
 		"negative lifetime":               {func(c *Config) { c.MaxTokenLifetime = auth.Lifetimes{"app": -time.Hour} }, "MaxTokenLifetime"},
+		"negative latency budget":         {func(c *Config) { c.LatencyBudget = -time.Second }, "latency budget"},
 		"public URL not a WebSocket URL":  {func(c *Config) { c.PublicWSURL = "https://edge.example.com/v1/ws" }, "public WebSocket URL"},
 		"public URL without a host":       {func(c *Config) { c.PublicWSURL = "wss:///v1/ws" }, "public WebSocket URL"},
 		"public TCP address without port": {func(c *Config) { c.PublicTCPAddr = "edge.example.com" }, "public TCP address"},

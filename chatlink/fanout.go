@@ -16,12 +16,14 @@ import (
 // names the audiences (tag sets) the budgets left the message out for (budget.go); nil for
 // none. In the log, an entry without a message is a marker: thinned counts the messages the
 // budgets and flow control left out there, which the members learn of in their next Push
-// (Push.thinned).
+// (Push.thinned). arrived is when it reached the node (Config.Now, Unix nanoseconds), which the
+// room's latency budget counts from.
 type queued struct {
 	m       *pb.Message
 	sender  string
 	skip    map[*tag.Set]struct{}
 	thinned *thinnedCounts
+	arrived int64
 }
 
 // thinnedCounts counts normal and bulk messages left out: for every member, and for the
@@ -181,7 +183,7 @@ func (r *localRoom) drainWrites() {
 
 func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
 	f.r = r
-	f.settings = resolveSettings(st, r.t.n.cfg.FlushTick)
+	f.settings = resolveSettings(st, &r.t.n.cfg)
 	f.phases = 1
 	f.refilledAt = now
 	f.criticalTokens = tokenCap(f.settings.criticalBudget, f.settings.tick)
@@ -220,9 +222,9 @@ func (r *localRoom) receive(data []byte) {
 		return
 	}
 	if batch.Settings != nil {
-		f.settings = resolveSettings(batch.Settings, n.cfg.FlushTick)
+		f.settings = resolveSettings(batch.Settings, &n.cfg)
 	}
-	f.admitLocked(&batch) // order.go
+	f.admitLocked(&batch, n.now().UnixNano()) // order.go
 	r.deliverAndUnlock()
 }
 
@@ -296,9 +298,11 @@ func (r *localRoom) flush() {
 		f.mu.Unlock()
 		return
 	}
+	now := r.t.n.now().UnixNano()
 	if len(f.pending) > 0 {
 		f.log = append(f.log, f.selectLocked(f.pending, time.Now(), r.t.n.flow.strength())...)
 		if q, ok := thinnedMarker(f.dropped, f.droppedFor); ok {
+			q.arrived = now
 			f.log = append(f.log, q)
 		}
 		clear(f.pending)
@@ -318,10 +322,10 @@ func (r *localRoom) flush() {
 		}
 	} else {
 		g := f.phase
-		if f.sent[g] < end {
-			jobs = append(jobs, writeJob{f.log[f.sent[g]-f.logBase:], g, f.phases})
+		if unsent := f.log[f.sent[g]-f.logBase:]; len(unsent) > 0 && f.settings.due(unsent, now) {
+			jobs = append(jobs, writeJob{unsent, g, f.phases})
+			f.sent[g] = end
 		}
-		f.sent[g] = end
 		f.phase = (g + 1) % f.phases
 	}
 	// Drop what every group has had. The jobs keep their own slices of the old log.
@@ -344,6 +348,32 @@ func (r *localRoom) flush() {
 	if write {
 		r.drainWrites()
 	}
+}
+
+// due reports whether a phase group's unsent log entries go out now rather than at the group's
+// next turn, a tick later: always, unless the room has a latency budget longer than its tick.
+// With one, a quiet room's frames wait to carry more: they go once gatherMessages messages
+// wait, a critical one waits (critical messages keep the plain tick's latency, and take what
+// waits with them), or the oldest entry would pass the budget by waiting another tick. A room
+// busy enough to fill gatherMessages every tick keeps the plain tick's latency.
+func (s roomSettings) due(unsent []queued, now int64) bool {
+	if s.latencyBudget <= s.tick {
+		return true
+	}
+	if now-unsent[0].arrived+int64(s.tick) > int64(s.latencyBudget) {
+		return true
+	}
+	waiting := 0
+	for _, q := range unsent {
+		if q.m == nil { // a thinned marker
+			continue
+		}
+		if lane(q.m) == pb.Lane_LANE_CRITICAL {
+			return true
+		}
+		waiting++
+	}
+	return waiting >= s.gatherMessages
 }
 
 func lane(m *pb.Message) pb.Lane {
@@ -423,6 +453,7 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 		}
 	}
 	aud := n.newAudiences(msgs, th.byAudience) // audience.go
+	defer aud.release()
 
 	variants := make(map[variantKey]*variant, 4)
 	var full *variant                   // variants[variantKey{}], the one most members get, without a map lookup

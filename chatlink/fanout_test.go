@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/tag"
 )
@@ -69,17 +70,7 @@ func (r *localRoom) testJoin(t transport) *conn {
 }
 
 // receiveIDs hands the room a batch of critical messages with these ids, as from the bus.
-func (r *localRoom) receiveIDs(ids ...string) {
-	var b pb.RoomBatch
-	for _, id := range ids {
-		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL})
-	}
-	data, err := proto.Marshal(&b)
-	if err != nil {
-		panic(err)
-	}
-	r.receive(data)
-}
+func (r *localRoom) receiveIDs(ids ...string) { r.receiveLane(pb.Lane_LANE_CRITICAL, ids...) }
 
 // pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
 type pushRecorder struct {
@@ -352,5 +343,150 @@ func TestPhasedThenUnmerged(t *testing.T) {
 		if got := fmt.Sprint(rec.ids()); got != "[0 1 2]" {
 			t.Errorf("member %d got %s, want [0 1 2]", i, got)
 		}
+	}
+}
+
+// receiveLane hands the room a batch of messages of one lane with these ids, as from the bus.
+func (r *localRoom) receiveLane(l pb.Lane, ids ...string) {
+	var b pb.RoomBatch
+	for _, id := range ids {
+		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: l})
+	}
+	data, err := proto.Marshal(&b)
+	if err != nil {
+		panic(err)
+	}
+	r.receive(data)
+}
+
+// TestLatencyBudget drives a room with a latency budget by hand (its tick is an hour, so the
+// timer never fires; the budget's ages are on a fake clock): normal and bulk messages wait for
+// company until gather_messages of them wait, a critical one comes, or another tick would pass
+// the budget; without a budget every flush writes what arrived.
+func TestLatencyBudget(t *testing.T) {
+	t.Parallel()
+	const tick = time.Hour
+	settings := &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}
+	normal, bulk, critical := pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK, pb.Lane_LANE_CRITICAL
+	type step struct {
+		advance time.Duration // the fake clock moves on by this before the flush
+		lane    pb.Lane
+		ids     []string // received before the flush
+		want    []string // the frame the flush writes; nil: none
+	}
+	for _, tc := range []struct {
+		name     string
+		settings *pb.RoomSettings
+		node     time.Duration // Config.LatencyBudget
+		steps    []step
+	}{
+		{"gathers until enough wait", settings, 0, []step{
+			{0, normal, []string{"a"}, nil},
+			{time.Minute, bulk, []string{"b"}, nil},
+			{time.Minute, normal, []string{"c", "d"}, []string{"a", "b", "c", "d"}},
+			{time.Minute, normal, []string{"e"}, nil},
+		}},
+		{"goes before the budget passes", settings, 0, []step{
+			{0, normal, []string{"a"}, nil},
+			{tick, normal, []string{"b"}, nil},
+			{2*tick - time.Second, normal, nil, nil},           // a waited 3h-1s: another tick is within 4h
+			{time.Second + 1, normal, nil, []string{"a", "b"}}, // a waited 3h+1ns: another tick would pass 4h
+		}},
+		{"critical takes what waits", settings, 0, []step{
+			{0, normal, []string{"a"}, nil},
+			{time.Minute, critical, []string{"b"}, []string{"a", "b"}},
+			{time.Minute, critical, []string{"c"}, []string{"c"}},
+		}},
+		{"busy room keeps the tick", settings, 0, []step{
+			{0, normal, []string{"a", "b", "c"}, []string{"a", "b", "c"}},
+			{time.Minute, bulk, []string{"d", "e", "f"}, []string{"d", "e", "f"}},
+		}},
+		{"off: every flush writes", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 0, []step{
+			{0, normal, []string{"a"}, []string{"a"}},
+			{time.Minute, normal, []string{"b"}, []string{"b"}},
+		}},
+		{"budget not above the tick: off", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32(tick.Milliseconds())}, 0, []step{
+			{0, normal, []string{"a"}, []string{"a"}},
+		}},
+		{"node default budget", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 4 * tick, []step{
+			{0, normal, []string{"a", "b", "c"}, nil}, // the node's default gathers 4
+			{time.Minute, normal, []string{"d"}, []string{"a", "b", "c", "d"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
+			r := testRoom(Config{Node: "n1", Now: clock.Now, LatencyBudget: tc.node}, tc.settings, clock.Now())
+			defer r.fanout.stop()
+			rec := &pushRecorder{}
+			r.testJoin(rec)
+			for i, s := range tc.steps {
+				clock.Add(s.advance)
+				if len(s.ids) > 0 {
+					r.receiveLane(s.lane, s.ids...)
+				}
+				before := rec.count()
+				r.flush()
+				switch got := rec.count() - before; {
+				case s.want == nil && got != 0:
+					t.Fatalf("step %d: the flush wrote %v, want nothing yet", i, rec.last())
+				case s.want != nil && got != 1:
+					t.Fatalf("step %d: the flush wrote %d frames, want one of %v", i, got, s.want)
+				case s.want != nil && fmt.Sprint(rec.last()) != fmt.Sprint(s.want):
+					t.Fatalf("step %d: the flush wrote %v, want %v", i, rec.last(), s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestLatencyBudgetPhases: in a room flushed in phase groups each group decides at its own turn,
+// and what a group holds back stays in the log until it has had it.
+func TestLatencyBudgetPhases(t *testing.T) {
+	t.Parallel()
+	const tick = time.Hour
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
+	r := testRoom(Config{Node: "n1", PhaseMembers: 1, Now: clock.Now},
+		&pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}, clock.Now())
+	defer r.fanout.stop()
+	recs := []*pushRecorder{{}, {}}
+	for _, rec := range recs {
+		r.testJoin(rec)
+	}
+	r.flush() // two members at one a phase: two groups from here on
+	if r.fanout.phases != 2 {
+		t.Fatalf("phases = %d, want 2", r.fanout.phases)
+	}
+	want := func(step string, frames ...int) {
+		t.Helper()
+		for i, rec := range recs {
+			if rec.count() != frames[i] {
+				t.Fatalf("%s: member %d has %d frames, want %d", step, i, rec.count(), frames[i])
+			}
+		}
+	}
+	r.receiveLane(pb.Lane_LANE_NORMAL, "a")
+	r.flush()
+	r.flush()
+	want("one message, both turns", 0, 0)
+
+	// The first group's turn comes after the budget's last tick: it gets a; the second group's
+	// turn comes before a critical message and so gets a with it.
+	clock.Add(3*tick + 1)
+	r.flush()
+	want("past the budget, first group", 1, 0)
+	r.receiveLane(pb.Lane_LANE_CRITICAL, "b")
+	r.flush()
+	want("critical, second group", 1, 1)
+	if got := fmt.Sprint(recs[0].last(), recs[1].last()); got != "[a] [a b]" {
+		t.Fatalf("frames %s, want [a] [a b]", got)
+	}
+	r.flush()
+	want("first group's turn again", 2, 1)
+	if got := fmt.Sprint(recs[0].last()); got != "[b]" {
+		t.Fatalf("first group's second frame %s, want [b]", got)
+	}
+	if len(r.fanout.log) != 0 {
+		t.Fatalf("the log keeps %d entries every group has had", len(r.fanout.log))
 	}
 }

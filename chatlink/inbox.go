@@ -26,6 +26,11 @@ const inboxTimeout = 2 * time.Second
 // the first read but before then would otherwise wait for the next login.
 const inboxRecheck = time.Second
 
+// inboxReadWait is how long a login's first read waits for other logins to share it. The
+// reads are made in batches: one request asks which of the batch's users have anything
+// stored (inbox.Store.Holding), and only those users' messages are read; most have none.
+const inboxReadWait = 20 * time.Millisecond
+
 // maxAckQueue bounds the ids a connection's Acks may have waiting for the store; past it an
 // Ack is refused with ACK_FAILED (its messages stay stored and come again at the next login).
 const maxAckQueue = 4 * inbox.MaxAckIDs
@@ -37,8 +42,11 @@ type inboxState struct {
 	acked     prometheus.Counter
 	failures  *prometheus.CounterVec // by operation: read (at login), ack
 
-	mu  sync.Mutex // guards due
-	due []recheck  // logins waiting for their second read, oldest first
+	wake chan struct{} // a login waits for its first read (capacity 1)
+
+	mu    sync.Mutex // guards the fields below
+	first []*conn    // logins waiting for their first read
+	due   []recheck  // logins waiting for their second read, oldest first
 }
 
 // recheck is a login's second read of its stored messages, due at a time.
@@ -49,6 +57,7 @@ type recheck struct {
 
 func newInboxState(n *Node) *inboxState {
 	s := &inboxState{
+		wake: make(chan struct{}, 1),
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_inbox_delivered_total", Help: "Stored at-least-once messages written to sessions at login.",
 		}),
@@ -83,13 +92,17 @@ func (c *conn) ackQueue() *inboxAcks {
 	return c.acks
 }
 
-// deliverInbox writes the user's stored messages to c after its LoginAck, in Push frames, and
-// schedules the second read (inboxRecheck).
+// deliverInbox has the user's stored messages written to c after its LoginAck, in Push
+// frames, read with other logins' (inboxReadWait), and read again a second later
+// (inboxRecheck).
 func (n *Node) deliverInbox(c *conn) {
-	n.readInbox(c)
 	n.inbox.mu.Lock()
-	n.inbox.due = append(n.inbox.due, recheck{c: c, at: n.now().Add(inboxRecheck)})
+	n.inbox.first = append(n.inbox.first, c)
 	n.inbox.mu.Unlock()
+	select {
+	case n.inbox.wake <- struct{}{}:
+	default: // the loop is woken already
+	}
 }
 
 // readInbox writes the user's stored messages that c was not given yet. If they cannot be read
@@ -124,29 +137,80 @@ func (n *Node) readInbox(c *conn) {
 	n.inbox.delivered.Add(float64(len(msgs)))
 }
 
-// inboxRecheckLoop runs the logins' second reads when they are due, each on a goroutine of
-// its own, until the node stops.
-func (n *Node) inboxRecheckLoop() {
+// inboxLoop runs the logins' reads of their stored messages: the first ones inboxReadWait
+// after a login asks, the second ones when they are due, each batch in one request
+// (readInboxes), until the node stops.
+func (n *Node) inboxLoop() {
 	t := time.NewTicker(inboxRecheck / 10)
 	defer t.Stop()
+	wait := time.NewTimer(inboxReadWait)
+	wait.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-n.inbox.wake:
+			wait.Reset(inboxReadWait)
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-wait.C:
+			}
 		case <-t.C:
 		}
-		now := n.now()
-		n.inbox.mu.Lock()
-		i := 0
-		for i < len(n.inbox.due) && !n.inbox.due[i].at.After(now) {
-			i++
+		n.readInboxes(n.inbox.take(n.now()))
+	}
+}
+
+// take returns the logins whose read is due at now: those waiting for their first, whose
+// second is then scheduled, and those whose second is due.
+func (s *inboxState) take(now time.Time) []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := 0
+	for i < len(s.due) && !s.due[i].at.After(now) {
+		i++
+	}
+	out := make([]*conn, 0, i+len(s.first))
+	for _, r := range s.due[:i] {
+		out = append(out, r.c)
+	}
+	s.due = s.due[i:]
+	for _, c := range s.first {
+		s.due = append(s.due, recheck{c: c, at: now.Add(inboxRecheck)})
+	}
+	out = append(out, s.first...)
+	s.first = nil
+	return out
+}
+
+// readInboxes reads the stored messages of the users of cs that have any, each on a goroutine
+// of its own (readInbox), after asking which have any in one request per inbox.MaxHolding
+// users. If that cannot be answered, every user's are read.
+func (n *Node) readInboxes(cs []*conn) {
+	for len(cs) > 0 {
+		batch := cs[:min(len(cs), inbox.MaxHolding)]
+		cs = cs[len(batch):]
+		live := batch[:0]
+		users := make([]inbox.User, 0, len(batch))
+		for _, c := range batch {
+			if c.getState() == stateLive {
+				live = append(live, c)
+				users = append(users, inbox.User{App: c.app, UID: c.uid})
+			}
 		}
-		due := n.inbox.due[:i:i]
-		n.inbox.due = n.inbox.due[i:]
-		n.inbox.mu.Unlock()
-		for _, r := range due {
-			if r.c.getState() == stateLive {
-				n.goAsync(func() { n.readInbox(r.c) })
+		if len(live) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, inboxTimeout)
+		has, err := n.inbox.store.Holding(ctx, users)
+		cancel()
+		if err != nil {
+			n.log.Warn("not known which users have stored messages: reading each", "users", len(users), "err", err)
+		}
+		for i, c := range live {
+			if err != nil || has[i] {
+				n.goAsync(func() { n.readInbox(c) })
 			}
 		}
 	}

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"roomcast/inbox"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -132,4 +136,64 @@ func TestInboxLimits(t *testing.T) {
 
 	erin.Send(ackFrame("not-a-message-id"))
 	erin.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
+}
+
+// TestInboxReadsShared: logins at the same moment share the reads of their stored messages
+// (one request asks which users have any), and the one user with a stored message still gets
+// it, once, while the others get nothing.
+func TestInboxReadsShared(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	if status, rep := sendToUser(t, c, "frank", "kept", 0); status != http.StatusOK {
+		t.Fatalf("send: %d %v", status, rep)
+	}
+	nc, err := nats.Connect(c.NATSURL(), nats.InProcessServer(c.NATS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var reads atomic.Int64 // the stream's direct gets: a copy of each request reaches this subscription
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET."+inbox.Stream+".>", func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	sub2, err := nc.Subscribe("$JS.API.DIRECT.GET."+inbox.Stream, func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub2.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const logins = 20
+	clients := make([]*testkit.Client, logins)
+	for i := range clients {
+		clients[i] = testkit.DialWS(t, c.Nodes[0].WSURL())
+	}
+	for i, cl := range clients { // the Logins go out together, so that their reads can be shared
+		uid := fmt.Sprintf("quiet-%d", i)
+		if i == 0 {
+			uid = "frank"
+		}
+		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: true}}})
+	}
+	for _, cl := range clients {
+		if f := cl.Next(); f.GetLoginAck() == nil {
+			t.Fatalf("login answered with %v", f)
+		}
+	}
+	if got := clients[0].Next().GetPush().GetMessages(); len(got) != 1 || string(got[0].Body) != "kept" {
+		t.Fatalf("frank's stored message: %v", got)
+	}
+	clients[0].ExpectSilence(1200 * time.Millisecond) // past the second reads (inboxRecheck)
+	for _, cl := range clients[1:] {
+		cl.ExpectSilence(10 * time.Millisecond)
+	}
+	// Read alone, the 20 logins would cost 40 requests: a first and a second read each.
+	if n := reads.Load(); n > logins/2 {
+		t.Fatalf("%d reads of the stored messages for %d logins, want them shared", n, logins)
+	}
+	t.Logf("%d reads of the stored messages for %d logins", reads.Load(), logins)
 }

@@ -88,13 +88,13 @@ func batchRange(b *pb.RoomBatch) (first, last uint64) {
 }
 
 // admitLocked puts a batch's messages in f.pending in room_seq order, or holds them back behind a
-// missing number. Caller holds f.mu.
-func (f *roomFanout) admitLocked(batch *pb.RoomBatch) {
+// missing number; arrived is when the batch reached the node (queued.arrived). Caller holds f.mu.
+func (f *roomFanout) admitLocked(batch *pb.RoomBatch, arrived int64) {
 	n := f.r.t.n
 	first, last := batchRange(batch)
 	o := &f.order
 	if last == 0 || n.cfg.OrderHold < 0 {
-		f.pendLocked(batch, 0)
+		f.pendLocked(batch, 0, arrived)
 		return
 	}
 	if o.next > 0 && last+orderRestartSpan < o.next {
@@ -103,7 +103,7 @@ func (f *roomFanout) admitLocked(batch *pb.RoomBatch) {
 		o.next = 0
 	}
 	if o.next == 0 || first <= o.next {
-		f.pendLocked(batch, o.next)
+		f.pendLocked(batch, o.next, arrived)
 		if last >= o.next {
 			o.next = last + 1
 			if len(o.held) > 0 {
@@ -115,7 +115,7 @@ func (f *roomFanout) admitLocked(batch *pb.RoomBatch) {
 	// Ahead of a gap: the unnumbered messages go now, the numbered ones wait.
 	h := heldBatch{first: first, last: last, at: time.Now()}
 	for i, m := range batch.Messages {
-		q := queued{m: m, sender: sender(batch, i)}
+		q := queued{m: m, sender: sender(batch, i), arrived: arrived}
 		if m.RoomSeq == 0 {
 			f.pending = append(f.pending, q)
 		} else {
@@ -157,7 +157,7 @@ func sender(b *pb.RoomBatch, i int) string {
 // pendLocked appends a batch's messages to f.pending. Numbered messages below next came after
 // their number was given up or filled from the history: the filled ones are dropped, the
 // others delivered late (both counted). Caller holds f.mu.
-func (f *roomFanout) pendLocked(batch *pb.RoomBatch, next uint64) {
+func (f *roomFanout) pendLocked(batch *pb.RoomBatch, next uint64, arrived int64) {
 	for i, m := range batch.Messages {
 		if s := m.RoomSeq; s > 0 && s < next {
 			if f.order.wasFilled(s) {
@@ -166,7 +166,7 @@ func (f *roomFanout) pendLocked(batch *pb.RoomBatch, next uint64) {
 			}
 			f.r.t.n.m.order[orderLate].Inc()
 		}
-		f.pending = append(f.pending, queued{m: m, sender: sender(batch, i)})
+		f.pending = append(f.pending, queued{m: m, sender: sender(batch, i), arrived: arrived})
 	}
 }
 
@@ -303,7 +303,7 @@ func (f *roomFanout) fillLocked(before uint64, kept []bus.KeptMessage, err error
 			continue // kept twice
 		}
 		f.skipLocked(s, err)
-		f.pending = append(f.pending, queued{m: m})
+		f.pending = append(f.pending, queued{m: m, arrived: f.r.t.n.now().UnixNano()})
 		f.r.t.n.m.order[orderFilled].Inc()
 		o.rememberFilled(s)
 		o.next = s + 1

@@ -9,6 +9,7 @@ import (
 // Default delivery settings of a room, when the room service gives none.
 const (
 	defaultFlushTick      = 100 * time.Millisecond
+	defaultGatherMessages = 4
 	defaultNormalBudget   = 20
 	defaultCriticalBudget = 10
 )
@@ -16,6 +17,8 @@ const (
 // roomSettings are a room's delivery settings with defaults applied.
 type roomSettings struct {
 	tick           time.Duration
+	latencyBudget  time.Duration // how long a normal or bulk message may wait for company; not more than tick: off
+	gatherMessages int           // waiting messages that make a frame go despite latencyBudget
 	merge          bool
 	normalBudget   float64       // messages per member per second; negative: unlimited
 	criticalBudget float64       // counted only; negative: unlimited
@@ -23,13 +26,21 @@ type roomSettings struct {
 	historyAge     time.Duration // newest messages kept (0: the stream's), and for how long (0: the stream's)
 }
 
-func resolveSettings(st *pb.RoomSettings, defTick time.Duration) roomSettings {
-	s := roomSettings{tick: defTick, merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
+// resolveSettings applies the node's defaults (cfg) to the room's settings st.
+func resolveSettings(st *pb.RoomSettings, cfg *Config) roomSettings {
+	s := roomSettings{tick: cfg.FlushTick, latencyBudget: cfg.LatencyBudget, gatherMessages: cfg.GatherMessages,
+		merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
 	if st == nil {
 		return s
 	}
 	if st.FlushTickMs > 0 {
 		s.tick = time.Duration(st.FlushTickMs) * time.Millisecond
+	}
+	if st.LatencyBudgetMs > 0 {
+		s.latencyBudget = time.Duration(st.LatencyBudgetMs) * time.Millisecond
+	}
+	if st.GatherMessages > 0 {
+		s.gatherMessages = int(st.GatherMessages)
 	}
 	s.merge = !st.NoMerge
 	if st.NormalBudget != 0 {
@@ -53,6 +64,6 @@ func (f *roomFanout) historyRetention() (keep int, age time.Duration) {
 // setSettings replaces the room's settings, as an announcement of a change does.
 func (f *roomFanout) setSettings(st *pb.RoomSettings) {
 	f.mu.Lock()
-	f.settings = resolveSettings(st, f.r.t.n.cfg.FlushTick)
+	f.settings = resolveSettings(st, &f.r.t.n.cfg)
 	f.mu.Unlock()
 }

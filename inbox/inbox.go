@@ -1,7 +1,8 @@
 // Package inbox keeps the at-least-once messages to users (the server API's SendToUsers with
 // at_least_once) in a JetStream stream, one subject per user, until a session of the user
-// acknowledges them or they expire. The server API stores them (Put); the ChatLinks read a
-// user's messages at login (List) and remove those a client acknowledges (Ack).
+// acknowledges them or they expire. The server API stores them (Put); the ChatLinks ask which
+// of the users logging in have any (Holding), read those users' messages (List) and remove
+// those a client acknowledges (Ack).
 //
 // It holds no state besides the stream and must not deliver anything: handing messages to
 // sessions is the server API's (live) and the ChatLinks' (at login) job. JetStream enforces its
@@ -11,6 +12,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -48,6 +51,9 @@ const (
 	// maxList bounds what List reads for one user, should the stream have been created with a
 	// larger per-user limit than the reader expects.
 	maxList = 1000
+	// MaxHolding is the most users one Holding call may ask about: JetStream answers a
+	// multi-subject read with at most 1,024 messages.
+	MaxHolding = 256
 )
 
 // ErrFull is returned by Put when the user has as many messages stored as the stream allows.
@@ -155,8 +161,87 @@ type Stored struct {
 	Message *pb.Message
 }
 
+// User names one user's stored messages.
+type User struct{ App, UID string }
+
+// Holding reports which of users have messages stored: has[i] for users[i]. It reads the
+// stream once, with a direct get of the last message of every user's subject, so a batch of
+// logins whose users mostly have nothing stored costs one request instead of a List each. A
+// message that has expired but is not yet removed counts; List leaves it out. At most
+// MaxHolding users.
+func (s *Store) Holding(ctx context.Context, users []User) ([]bool, error) {
+	if len(users) > MaxHolding {
+		return nil, fmt.Errorf("inbox: %d users asked about at once, at most %d", len(users), MaxHolding)
+	}
+	has := make([]bool, len(users))
+	stream, err := s.handle(ctx)
+	if stream == nil || err != nil || len(users) == 0 {
+		return has, err
+	}
+	index := make(map[string][]int, len(users))
+	subjects := make([]string, 0, len(users))
+	for i, u := range users {
+		subj := Subject(u.App, u.UID)
+		if _, dup := index[subj]; !dup {
+			subjects = append(subjects, subj)
+		}
+		index[subj] = append(index[subj], i)
+	}
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{subjects})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: holding: %w", err)
+	}
+	nc := s.js.Conn()
+	// Room for every answer: a subscription's default queue (SubscribeSync) would be a
+	// 512 KiB allocation per call.
+	answers := make(chan *nats.Msg, len(subjects)+1)
+	sub, err := nc.ChanSubscribe(nc.NewInbox(), answers)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: holding: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(s.apiPrefix()+"DIRECT.GET."+Stream, sub.Subject, req); err != nil {
+		return nil, fmt.Errorf("inbox: holding: %w", err)
+	}
+	// The answer is a message per subject that has one, then an end-of-batch status; or one
+	// "no results" status when none has.
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-answers:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("inbox: holding: %w", ctx.Err())
+		}
+		switch status := m.Header.Get("Status"); status { // nats.go's names for a status line
+
+		case "":
+			for _, i := range index[m.Header.Get(jetstream.SubjectHeader)] {
+				has[i] = true
+			}
+		case "404", "204": // no results; end of batch
+			return has, nil
+		default:
+			return nil, fmt.Errorf("inbox: holding: status %s %s", status, m.Header.Get("Description"))
+		}
+	}
+}
+
+// apiPrefix is the subject prefix of the JetStream API the store's context speaks to.
+func (s *Store) apiPrefix() string {
+	o := s.js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
+}
+
 // List returns uid's stored messages, oldest first, leaving out any that has expired but is
-// not yet removed. Most users have none: that costs one direct get.
+// not yet removed. A user with none costs one direct get.
 func (s *Store) List(ctx context.Context, app, uid string) ([]Stored, error) {
 	stream, err := s.handle(ctx)
 	if stream == nil || err != nil {

@@ -16,14 +16,14 @@ import (
 )
 
 // startJS starts an embedded NATS server with JetStream and returns a JetStream context on it.
-func startJS(t *testing.T) jetstream.JetStream {
+func startJS(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(s)) // as roomcast dev connects
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +98,39 @@ func TestStore(t *testing.T) {
 	}
 	if got, _ := reader.List(ctx, "app", "ben"); !slices.Equal(ids(got), []string{"B1"}) {
 		t.Fatalf("ben's: %v", ids(got))
+	}
+}
+
+// TestHolding: one read tells which users have messages stored, across apps, with a user
+// asked about twice; nobody before the stream exists; and too many users at once is refused.
+func TestHolding(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	reader := inbox.NewReader(js)
+	users := []inbox.User{{"app", "ann"}, {"app", "ben"}, {"other", "ann"}, {"app", "cid"}, {"app", "ann"}}
+	if has, err := reader.Holding(ctx, users); err != nil || slices.Contains(has, true) || len(has) != len(users) {
+		t.Fatalf("before the stream exists: %v, %v", has, err)
+	}
+	st, err := inbox.Open(ctx, js, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has, err := reader.Holding(ctx, users); err != nil || slices.Contains(has, true) {
+		t.Fatalf("nothing stored: %v, %v", has, err)
+	}
+	for _, p := range []struct{ app, uid, id string }{{"app", "ann", "A1"}, {"app", "ann", "A2"}, {"app", "cid", "C1"}, {"third", "ben", "B1"}} {
+		if err := st.Put(ctx, p.app, p.uid, &pb.Message{Id: p.id, AtLeastOnce: true}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has, err := reader.Holding(ctx, users)
+	if want := []bool{true, false, false, true, true}; err != nil || !slices.Equal(has, want) {
+		t.Fatalf("Holding = %v, %v; want %v", has, err, want)
+	}
+	if _, err := reader.Holding(ctx, make([]inbox.User, inbox.MaxHolding+1)); err == nil {
+		t.Fatalf("%d users at once: no error", inbox.MaxHolding+1)
 	}
 }

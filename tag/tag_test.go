@@ -185,3 +185,75 @@ func TestAnyOf(t *testing.T) {
 		}
 	}
 }
+
+// TestScannedAnyOfMatchesTheCompiler: the expressions scanAnyOf takes without the compiler
+// mean what the compiled program means, and the near misses are left to the compiler.
+func TestScannedAnyOfMatchesTheCompiler(t *testing.T) {
+	t.Parallel()
+	in := NewInterner()
+	sets := []*Set{
+		in.Intern(nil),
+		in.Intern([]string{"c:3", "g:17"}),
+		in.Intern([]string{"c:4", "g:117"}),
+		in.Intern([]string{"role:teacher", "c:5", "a b"}),
+		in.Intern([]string{"in", "tags", "||"}),
+	}
+	cases := []struct {
+		src     string
+		scanned bool
+	}{
+		{`"c:3" in tags`, true},
+		{`"c:3" in tags || "c:5" in tags || "g:117" in tags`, true},
+		{`"c:3" in tags or "g:117" in tags`, true},
+		{"\t\"c:4\"in tags||\"a b\" in\ntags ", true},
+		{`"in" in tags || "||" in tags`, true},
+		{`"" in tags`, true},
+		{strings.TrimSuffix(strings.Repeat(`"a" in tags || `, 16), " || "), true},  // 63 nodes
+		{strings.TrimSuffix(strings.Repeat(`"a" in tags || `, 17), " || "), false}, // 67: refused
+		{`("c:3" in tags) || "c:5" in tags`, false},
+		{`"c:3" in tags && "g:17" in tags`, false},
+		{`"c:3" in tags || role == "teacher"`, false},
+		{`"c:\x33" in tags`, false},
+		{`'c:3' in tags`, false},
+		{`"c:3" in tagsx`, false},
+		{`"c:3" intags`, false},
+		{`"c:3" in tags ||`, false},
+		{`"c:3" in tags || || "c:5" in tags`, false},
+		{`"c:3" in tags orr "c:5" in tags`, false},
+		{`"c:3" not in tags`, false},
+		{"\"c:\n3\" in tags", false},
+	}
+	for _, tc := range cases {
+		if _, ok := scanAnyOf(tc.src); ok != tc.scanned {
+			t.Errorf("%q: scanned %v, want %v", tc.src, ok, tc.scanned)
+		}
+		e, err := Compile(tc.src)
+		want, werr := compileProgram(tc.src)
+		if (err == nil) != (werr == nil) {
+			t.Errorf("%q: Compile err %v, the compiler's %v", tc.src, err, werr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if got, wantTags := fmtAnyOf(e), fmtAnyOf(want); got != wantTags {
+			t.Errorf("%q: AnyOf %s, the compiler's %s", tc.src, got, wantTags)
+		}
+		for _, s := range sets {
+			if got, w := e.Eval(s, "u"), want.Eval(s, "u"); got != w {
+				t.Errorf("%q for %q: %v, the compiler's %v", tc.src, s.Tags, got, w)
+			}
+			if got, w := e.EvalTags(s.Tags, "u"), want.EvalTags(s.Tags, "u"); got != w {
+				t.Errorf("%q for %q: EvalTags %v, the compiler's %v", tc.src, s.Tags, got, w)
+			}
+		}
+	}
+}
+
+func fmtAnyOf(e *Expr) string {
+	tags, ok := e.AnyOf()
+	if !ok {
+		return "none"
+	}
+	return strings.Join(tags, "|")
+}

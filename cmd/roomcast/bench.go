@@ -88,6 +88,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
+		fs.DurationVar(&cfg.LatencyBudget, "latency-budget", 0, "the room's latency budget, latency_budget_ms: how long its normal and bulk messages may wait to share a frame (0: the server's default)")
 		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
 		fs.StringVar(&cfg.Client, "client", loadgen.ClientSDK, "members' client: sdk (sdk.Client, as apps use it) or raw (the protocol spoken directly: far less bench CPU per delivery, for big runs on a shared machine)")
 		fs.IntVar(&cfg.Slow, "slow", 0, "extra members that log in and never read again (a small receive buffer), to show they delay no one")
@@ -242,10 +243,11 @@ Exit status: 0 when every client logged in and stayed connected, 1 otherwise, 2 
 
 `,
 	"fanout": `Usage: roomcast bench fanout [--n N] [--rate R] [--duration D] [--tick T] [--no-merge]
+                            [--latency-budget L]
                             [--tags G] [--lane critical|normal|bulk|mix] [--size B] [--batch K]
                             [--slow K] [--client sdk|raw] [target flags]
 
-Puts N members in one fresh room, sets the room's flush tick and merging and lifts its
+Puts N members in one fresh room, sets the room's flush tick, latency budget and merging and lifts its
 per-member budgets and its bulk cap (POST/PATCH /v1/rooms settings with normal_budget,
 critical_budget and bulk_per_second -1),
 lets the members sit idle for --pause (3s), then publishes R messages per second for D through

@@ -83,6 +83,9 @@ func TestBench(t *testing.T) {
 		for _, tc := range []scenario{
 			{"fanout", append([]string{"fanout", "--n", "10", "--rate", "20", "--duration", "1s", "--tick", "50ms", "--lane", "mix", "--progress"}, pause...),
 				[]string{"deliveries_per_sec", "deliveries_per_server_cpu_sec", "expected", "delivered", "lost_critical", "p50_ms", "p99_ms", "max_ms"}},
+			// A latency budget: every normal message still arrives, later and in fewer frames.
+			{"fanout gathered", append([]string{"fanout", "--n", "10", "--rate", "20", "--duration", "1s", "--tick", "50ms", "--lane", "normal", "--latency-budget", "300ms"}, pause...),
+				[]string{"latency_budget_ms", "lost", "p99_ms"}},
 			// Three worker processes, each started as `roomcast bench worker`.
 			{"fanout workers", append([]string{"fanout", "--n", "10", "--rate", "10", "--duration", "1s", "--tick", "50ms", "--per-process", "4", "--transport", "tcp"}, pause...),
 				[]string{"deliveries_per_server_cpu_sec", "lost_critical"}},
@@ -111,6 +114,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "fanout", "--tags", "-1", "--dispatcher", "http://127.0.0.1:1"}, 1, "tags must be 0 (untargeted)"},
 		{[]string{"bench", "fanout", "--tags", "-1", "--json", "--dispatcher", "http://127.0.0.1:1"}, 1, `"error":`},
 		{[]string{"bench", "fanout", "--help"}, 0, "--tags G"},
+		{[]string{"bench", "fanout", "--latency-budget", "1500us", "--dispatcher", "http://127.0.0.1:1"}, 1, "whole number of milliseconds"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errOut)

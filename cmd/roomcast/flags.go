@@ -150,6 +150,8 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	var (
 		egress           float64
 		flushTick        time.Duration
+		latencyBudget    time.Duration
+		gatherMessages   int
 		phaseMembers     int
 		plainWrites      bool
 		readerGoroutines bool
@@ -157,6 +159,8 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	)
 	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
 	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
+	fs.DurationVar(&latencyBudget, "latency-budget", 0, "how long a normal or bulk message may wait so that a quiet room's frames carry several messages (less CPU per delivery, more latency), for rooms without their own latency_budget_ms: a member's frame goes at a tick once --gather-messages wait, a critical one waits, or another tick would pass this (0: off, every tick's messages go at that tick)")
+	fs.IntVar(&gatherMessages, "gather-messages", 0, "waiting messages that make a frame go at the next tick despite the latency budget, for rooms without their own gather_messages (0: 4)")
 	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
 	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
@@ -166,6 +170,7 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 		c.OrderHold = orderHold
 		limits(c)
 		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
+		c.LatencyBudget, c.GatherMessages = latencyBudget, gatherMessages
 		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
 	}
 }

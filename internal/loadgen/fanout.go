@@ -47,15 +47,20 @@ type FanoutResult struct {
 	Rate      float64 `json:"rate"`
 	Duration  float64 `json:"duration_sec"`
 	TickMS    int64   `json:"tick_ms"` // 0: the server's default
-	NoMerge   bool    `json:"no_merge"`
-	Lane      string  `json:"lane"`
-	Size      int     `json:"size"`
+	// LatencyBudgetMS is the room's latency_budget_ms; 0: the server's default.
+	LatencyBudgetMS int64  `json:"latency_budget_ms"`
+	NoMerge         bool   `json:"no_merge"`
+	Lane            string `json:"lane"`
+	Size            int    `json:"size"`
 	// Tags is the number of distinct tag sets of a targeted run; 0: untargeted.
 	Tags int `json:"tags"`
 
 	Connected    int64 `json:"connected"`
 	Failed       int64 `json:"failed"`
 	Disconnected int64 `json:"disconnected"`
+	// Limited counts logins the server refused for now (4013, 4015) that were tried again
+	// after its hint (each member ends connected or failed as before).
+	Limited int64 `json:"limited"`
 	// Slow is how many members logged in and then never read (--slow), on top of N;
 	// ServerSlowReaderCloses counts the server's slow-reader closes over the run window.
 	Slow                   int     `json:"slow"`
@@ -129,13 +134,16 @@ func (r FanoutResult) String() string {
 	if r.TickMS > 0 {
 		tick = fmt.Sprintf("%dms", r.TickMS)
 	}
+	if r.LatencyBudgetMS > 0 {
+		tick += fmt.Sprintf(" latency-budget=%dms", r.LatencyBudgetMS)
+	}
 	tags := "untargeted"
 	if r.Tags > 0 {
 		tags = fmt.Sprintf("tags=%d", r.Tags)
 	}
 	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s %s lane=%s size=%dB transport=%s workers=%d\n",
 		r.N, r.Rate, r.Duration, tick, merge, tags, r.Lane, r.Size, r.Transport, r.Workers)
-	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d\n", r.Connected, r.Failed, r.Disconnected)
+	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d limited-and-retried=%d\n", r.Connected, r.Failed, r.Disconnected, r.Limited)
 	if r.Slow > 0 {
 		fmt.Fprintf(&b, "  slow        %d members never read; the server closed %.0f as slow readers\n", r.Slow, r.ServerSlowReaderCloses)
 	}
@@ -182,6 +190,8 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: lane must be critical, normal, bulk or mix, not %q", c.Lane)
 	case c.Tick < 0 || c.Tick%time.Millisecond != 0:
 		return fmt.Errorf("bench: tick %v must be a whole number of milliseconds", c.Tick)
+	case c.LatencyBudget < 0 || c.LatencyBudget%time.Millisecond != 0:
+		return fmt.Errorf("bench: latency budget %v must be a whole number of milliseconds", c.LatencyBudget)
 	case c.Slow < 0 || c.Slow > 1000:
 		return fmt.Errorf("bench: slow must be 0 to 1000 members, got %d", c.Slow)
 	}
@@ -196,7 +206,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	cfg, err := cfg.withDefaults()
 	res := FanoutResult{
 		Scenario: "fanout", N: cfg.N, Transport: cfg.Transport, Rate: cfg.Rate, Duration: cfg.Duration.Seconds(),
-		TickMS: cfg.Tick.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
+		TickMS: cfg.Tick.Milliseconds(), LatencyBudgetMS: cfg.LatencyBudget.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
 	}
 	if err != nil {
 		return res, err
@@ -212,8 +222,8 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	res.Room = r.room
 	// Everything is to be delivered: the bench measures fan-out, not the budgets.
 	err = putSettings(ctx, r.hc, cfg.API, cfg.APIKey, r.room, roomSettings{
-		FlushTickMS: uint32(cfg.Tick.Milliseconds()), NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1,
-		BulkPerSecond: -1,
+		FlushTickMS: uint32(cfg.Tick.Milliseconds()), LatencyBudgetMS: uint32(cfg.LatencyBudget.Milliseconds()),
+		NoMerge: cfg.NoMerge, NormalBudget: -1, CriticalBudget: -1, BulkPerSecond: -1,
 	})
 	if err != nil {
 		return res, err
@@ -291,7 +301,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	pub.ok.each(func(seq uint64) {
 		expected[laneValue(pub.laneOf(seq))] += tags.target(seq).audienceSize(rep.Groups)
 	})
-	res.Connected, res.Failed, res.Disconnected = rep.Connected, rep.Failed, rep.Disconnected
+	res.Connected, res.Failed, res.Disconnected, res.Limited = rep.Connected, rep.Failed, rep.Disconnected, rep.Limited
 	res.ExpectedByLane, res.DeliveredByLane = laneCounts(expected), laneCounts(rep.Lanes)
 	res.Expected, res.Delivered = res.ExpectedByLane.total(), res.DeliveredByLane.total()
 	res.Lost = res.Expected - res.Delivered

@@ -65,6 +65,9 @@ type Config struct {
 	Duration time.Duration
 	// Tick is the room's flush tick (fanout). Zero value means the server's default.
 	Tick time.Duration
+	// LatencyBudget is the room's latency_budget_ms (fanout): how long its normal and bulk
+	// messages may wait to share a frame. Zero value means the server's default.
+	LatencyBudget time.Duration
 	// NoMerge switches merging off for the room (fanout).
 	NoMerge bool
 	// Tags, when positive, makes fanout tag-targeted with that many distinct tag sets: the
@@ -418,6 +421,7 @@ func merge(reps []report) report {
 		t.Connected += r.Connected
 		t.Failed += r.Failed
 		t.Disconnected += r.Disconnected
+		t.Limited += r.Limited
 		for _, e := range r.Errors {
 			if len(t.Errors) < maxErrors {
 				t.Errors = append(t.Errors, e)

@@ -193,9 +193,10 @@ func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string,
 
 // roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
 type roomSettings struct {
-	FlushTickMS    uint32 `json:"flush_tick_ms"`
-	NoMerge        bool   `json:"no_merge"`
-	NormalBudget   int32  `json:"normal_budget"`
-	CriticalBudget int32  `json:"critical_budget"`
-	BulkPerSecond  int32  `json:"bulk_per_second"`
+	FlushTickMS     uint32 `json:"flush_tick_ms"`
+	LatencyBudgetMS uint32 `json:"latency_budget_ms,omitempty"`
+	NoMerge         bool   `json:"no_merge"`
+	NormalBudget    int32  `json:"normal_budget"`
+	CriticalBudget  int32  `json:"critical_budget"`
+	BulkPerSecond   int32  `json:"bulk_per_second"`
 }

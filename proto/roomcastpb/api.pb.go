@@ -177,8 +177,19 @@ type RoomSettings struct {
 	// Room queue: the most entries the queue holds; an offer beyond it fails with 116
 	// (QUEUE_FULL). 0: the service's default (100); above the service's limit: the limit.
 	QueueMaxEntries uint32 `protobuf:"varint,19,opt,name=queue_max_entries,json=queueMaxEntries,proto3" json:"queue_max_entries,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The room's latency budget, in milliseconds: how long a normal or bulk message may wait so
+	// that a quiet room's frames carry several messages (fewer frames, less CPU per delivery).
+	// At each tick a member's frame goes out once gather_messages messages wait for it, a
+	// critical one waits, or waiting another tick would pass this budget; otherwise they wait.
+	// A room with gather_messages or more a tick keeps the plain tick. 0: the node's default
+	// (--latency-budget, itself 0: off, every tick's messages go at that tick). At most 5000;
+	// not more than flush_tick_ms: off.
+	LatencyBudgetMs uint32 `protobuf:"varint,27,opt,name=latency_budget_ms,json=latencyBudgetMs,proto3" json:"latency_budget_ms,omitempty"`
+	// How many waiting messages make a frame go at the next tick despite latency_budget_ms.
+	// 0: the node's default (--gather-messages, itself 4). At most 64.
+	GatherMessages uint32 `protobuf:"varint,28,opt,name=gather_messages,json=gatherMessages,proto3" json:"gather_messages,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -312,6 +323,20 @@ func (x *RoomSettings) GetQueueAdminExpr() string {
 func (x *RoomSettings) GetQueueMaxEntries() uint32 {
 	if x != nil {
 		return x.QueueMaxEntries
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetLatencyBudgetMs() uint32 {
+	if x != nil {
+		return x.LatencyBudgetMs
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetGatherMessages() uint32 {
+	if x != nil {
+		return x.GatherMessages
 	}
 	return 0
 }
@@ -3290,7 +3315,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xe8\x04\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xbd\x05\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -3310,7 +3335,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"queue_expr\x18\x11 \x01(\tR\tqueueExpr\x12(\n" +
 	"\x10queue_admin_expr\x18\x12 \x01(\tR\x0equeueAdminExpr\x12*\n" +
-	"\x11queue_max_entries\x18\x13 \x01(\rR\x0fqueueMaxEntriesJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
+	"\x11queue_max_entries\x18\x13 \x01(\rR\x0fqueueMaxEntries\x12*\n" +
+	"\x11latency_budget_ms\x18\x1b \x01(\rR\x0flatencyBudgetMs\x12'\n" +
+	"\x0fgather_messages\x18\x1c \x01(\rR\x0egatherMessagesJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
