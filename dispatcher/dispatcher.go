@@ -179,11 +179,13 @@ type Dispatcher struct {
 	geo     *geoLoader // nil without databases
 	started int64      // unix ns
 
-	mu        sync.Mutex // guards nodes; publishLive and sweep run with it held
+	mu        sync.Mutex // guards nodes and freeSlots; publishLive and sweep run with it held
 	nodes     map[string]*node
 	live      atomic.Pointer[liveSet] // the non-draining nodes, replaced whole under mu
 	liveDirty atomic.Bool             // live is out of date; liveNodes rebuilds it
 	gen       atomic.Uint64           // bumped when live changes; older rankings are rebuilt
+	slots     atomic.Uint32           // node slots handed out (node.slot < slots); grows under mu
+	freeSlots []uint32                // slots of nodes that went out, for the next new ones
 
 	cache rankCache
 	rooms roomTable
@@ -560,7 +562,14 @@ type ranking struct {
 	// so the ranking is rebuilt.
 	cutoff     float64
 	rebuilding atomic.Bool
+	// classOf is, by node slot, the locality class for the bucket's clients of each node live
+	// when r was built (noClass for the others): while r.gen is current, a room's holders are
+	// classed by one byte each, without reading their labels.
+	classOf []uint8
 }
+
+// noClass marks a slot of ranking.classOf with no live node behind it.
+const noClass = 0xff
 
 type candidate struct {
 	n        *node
@@ -588,17 +597,23 @@ const numClasses = int(matchSubdivision+1) * 2
 func (d *Dispatcher) rank(loc location, now int64) *ranking {
 	r := &ranking{gen: d.gen.Load(), built: now, cutoff: math.Inf(-1), cands: make([]candidate, 0, d.candidates)}
 	live := d.liveNodes()
+	if d.roomAffinity() {
+		r.classOf = make([]uint8, d.slots.Load())
+		for i := range r.classOf {
+			r.classOf[i] = noClass
+		}
+	}
 	scratch := d.scratch.Get().(*[]uint8)
 	classes := (*scratch)[:0]
 	var count [numClasses]int
 	for i := range live.labels {
 		nl := &live.labels[i]
-		c := uint8(loc.region.match(nl.region)) * 2
-		if loc.matchesLabels(nl, nl.snapForMore(live.nodes[i])) {
-			c++
-		}
+		c := loc.class(nl, nl.snapForMore(live.nodes[i]))
 		count[c]++
 		classes = append(classes, c)
+		if r.classOf != nil {
+			r.classOf[live.nodes[i].slot] = c
+		}
 	}
 	stale := false
 	scores := make([]float64, 0, d.candidates)
