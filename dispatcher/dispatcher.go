@@ -562,14 +562,13 @@ type ranking struct {
 	// so the ranking is rebuilt.
 	cutoff     float64
 	rebuilding atomic.Bool
-	// classOf is, by node slot, the locality class for the bucket's clients of each node live
-	// when r was built (noClass for the others): while r.gen is current, a room's holders are
-	// classed by one byte each, without reading their labels.
-	classOf []uint8
+	// live is the set of nodes r was built from and classes their locality classes for the
+	// bucket's clients, by index in live (both nil without room affinity or cache): while
+	// r.gen is current, a room's holders are classed through their slots (liveSet.index) by
+	// one byte each, without reading their labels.
+	live    *liveSet
+	classes []uint8
 }
-
-// noClass marks a slot of ranking.classOf with no live node behind it.
-const noClass = 0xff
 
 type candidate struct {
 	n        *node
@@ -597,23 +596,25 @@ const numClasses = int(matchSubdivision+1) * 2
 func (d *Dispatcher) rank(loc location, now int64) *ranking {
 	r := &ranking{gen: d.gen.Load(), built: now, cutoff: math.Inf(-1), cands: make([]candidate, 0, d.candidates)}
 	live := d.liveNodes()
-	if d.roomAffinity() {
-		r.classOf = make([]uint8, d.slots.Load())
-		for i := range r.classOf {
-			r.classOf[i] = noClass
-		}
+	var classes []uint8
+	var scratch *[]uint8
+	if d.roomAffinity() && d.cacheTTL() > 0 {
+		// Kept with the ranking for placeInRoom; an uncached ranking serves one decision,
+		// where classing a room's few holders from their snapshots is cheaper.
+		r.live, classes = live, make([]uint8, 0, len(live.labels))
+	} else {
+		scratch = d.scratch.Get().(*[]uint8)
+		classes = (*scratch)[:0]
 	}
-	scratch := d.scratch.Get().(*[]uint8)
-	classes := (*scratch)[:0]
 	var count [numClasses]int
 	for i := range live.labels {
 		nl := &live.labels[i]
-		c := loc.class(nl, nl.snapForMore(live.nodes[i]))
+		c := uint8(loc.region.match(nl.region)) * 2
+		if loc.matchesLabels(nl, nl.snapForMore(live.nodes[i])) {
+			c++
+		}
 		count[c]++
 		classes = append(classes, c)
-		if r.classOf != nil {
-			r.classOf[live.nodes[i].slot] = c
-		}
 	}
 	stale := false
 	scores := make([]float64, 0, d.candidates)
@@ -654,8 +655,12 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 			r.cands = slices.Insert(r.cands, j, candidate{n: n, locality: points, level: matchLevel(c / 2), sameISP: c%2 == 1})
 		}
 	}
-	*scratch = classes
-	d.scratch.Put(scratch)
+	if scratch != nil {
+		*scratch = classes
+		d.scratch.Put(scratch)
+	} else {
+		r.classes = classes
+	}
 	if stale {
 		d.sweep(now)
 	}

@@ -245,6 +245,7 @@ func (d *Dispatcher) publishLive() {
 type liveSet struct {
 	nodes  []*node
 	labels []nodeLabels
+	index  []int32 // by node slot, the node's index in nodes; -1 for a node not in the set
 }
 
 type nodeLabels struct {
@@ -266,9 +267,14 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			}
 			slices.SortFunc(live.nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 			live.labels = make([]nodeLabels, len(live.nodes))
+			live.index = make([]int32, d.slots.Load())
+			for i := range live.index {
+				live.index[i] = -1
+			}
 			for i, n := range live.nodes {
 				s := n.snap.Load()
 				live.labels[i] = s.labels()
+				live.index[n.slot] = int32(i)
 			}
 			d.live.Store(live)
 			d.liveDirty.Store(false)

@@ -240,19 +240,22 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 	// The ranking's classes hold while no node joined, left or changed its labels since it was
 	// built; otherwise (a ranking served while another decision rebuilds it) each holder is
 	// classed from its snapshot.
-	classOf := r.classOf
-	if r.gen != d.gen.Load() {
-		classOf = nil
+	var index []int32
+	if r.live != nil && r.gen == d.gen.Load() {
+		index = r.live.index
 	}
 	for i, slot := range h.slots {
 		// Locality first: most holders of a big room are elsewhere, and are passed over
 		// without reading their entry or their node.
-		class := uint8(noClass)
-		if int(slot) < len(classOf) {
-			class = classOf[slot]
+		j := int32(-1)
+		if int(slot) < len(index) {
+			j = index[slot]
 		}
+		var class uint8
 		var s *nodeSnap
-		if class == noClass {
+		if j >= 0 {
+			class = r.classes[j]
+		} else {
 			// Not live when the ranking was built: draining, or new since.
 			if s = h.on[i].n.snap.Load(); s.draining {
 				continue
