@@ -169,6 +169,7 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 			EgressBytesPerSec: r.EgressBytesPerSec, EgressCapacity: r.EgressCapacityBytesPerSec,
 			FlowControl: r.FlowControlStrength, CPU: r.Cpu, BusRTTUs: r.BusRttUs,
 			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp,
+			Lanes: lanesView(r.Lanes),
 		},
 		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr, TCPTLS: r.TcpTls},
 		capacity:         float64(r.MaxConnections),
@@ -317,6 +318,26 @@ func (d *Dispatcher) LiveNodes() int {
 		}
 	}
 	return count
+}
+
+// laneView is one lane's counts in a report (LaneCounters), the lane by name.
+type laneView struct {
+	Lane             string `json:"lane"`
+	Deliveries       int64  `json:"deliveries"`
+	DropsBudget      int64  `json:"drops_budget"`
+	DropsFlowControl int64  `json:"drops_flow_control"`
+	DropsSlowReader  int64  `json:"drops_slow_reader"`
+}
+
+func lanesView(lanes []*pb.LaneCounters) []laneView {
+	out := make([]laneView, len(lanes))
+	for i, l := range lanes {
+		out[i] = laneView{
+			Lane: strings.ToLower(strings.TrimPrefix(l.Lane.String(), "LANE_")), Deliveries: l.Deliveries,
+			DropsBudget: l.DropsBudget, DropsFlowControl: l.DropsFlowControl, DropsSlowReader: l.DropsSlowReader,
+		}
+	}
+	return out
 }
 
 // NodeInfo is one node in the admin view: its labels, its last report and the inputs of its
