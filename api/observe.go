@@ -30,8 +30,9 @@ import (
 // target room and user; the answer; the trace id). Each call is a span of the W3C trace its
 // traceparent header (HTTP) or metadata (gRPC) names, or of a new trace: its requests over
 // NATS carry the span's traceparent to the services. With tracing on (internal/tracing) the
-// span is recorded and exported, named by the route's pattern or the gRPC method. HTTP and gRPC calls are observed alike: an HTTP route by
-// its pattern ("POST /v1/rooms/{room}/close"), a gRPC call by its method ("CloseRoom").
+// span is recorded and exported, named by the route's pattern or the gRPC method. HTTP and gRPC
+// calls are observed alike: an HTTP route by its pattern ("POST /v1/rooms/{room}/close"), a
+// gRPC call by its method ("CloseRoom").
 
 // metrics are the API's Prometheus instruments. Instances in one process share one set.
 type metrics struct {
@@ -119,7 +120,7 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 		}
 		return ""
 	}
-	ctx, span := tracing.Start(tracing.Extract(ctx, metadataCarrier(md)), method, trace.SpanKindServer)
+	ctx, span := tracing.Start(tracing.Extract(ctx, tracing.MapCarrier(md)), method, trace.SpanKindServer)
 	defer span.End()
 	tp := spanTraceparent(span, first(bus.TraceparentHeader))
 	resp, err := h(bus.WithTraceparent(ctx, tp), req)
@@ -140,24 +141,6 @@ func spanTraceparent(span trace.Span, tp string) string {
 		return bus.ChildTraceparent(tp)
 	}
 	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
-}
-
-// metadataCarrier lets the OpenTelemetry propagator read a gRPC call's metadata.
-type metadataCarrier metadata.MD
-
-func (m metadataCarrier) Get(key string) string {
-	if v := metadata.MD(m).Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
-func (m metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	return keys
 }
 
 // mutates reports whether a gRPC method changes something (and is audited).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"go.opentelemetry.io/otel/trace"
 
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
@@ -153,14 +154,20 @@ func New(cfg Config) (*Pusher, error) {
 // The pusher keeps m: the caller must not change it afterwards. A message refused is counted
 // by its reason (roomcast_cdnpusher_refused_messages_total).
 func (p *Pusher) Add(app string, m *pb.Message) error {
-	err := p.add(app, m)
+	return p.addFrom(app, m, trace.SpanContext{})
+}
+
+// addFrom is Add for a message that came in the traced batch from (a zero SpanContext: not
+// traced): the write of its segment is traced under from.
+func (p *Pusher) addFrom(app string, m *pb.Message, from trace.SpanContext) error {
+	err := p.add(app, m, from)
 	if err != nil {
 		p.metrics.refused[refusalOf(err)].Inc()
 	}
 	return err
 }
 
-func (p *Pusher) add(app string, m *pb.Message) error {
+func (p *Pusher) add(app string, m *pb.Message, from trace.SpanContext) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("%w: nil", ErrInvalid)
@@ -205,7 +212,7 @@ func (p *Pusher) add(app string, m *pb.Message) error {
 		w = sh.newWindow()
 		r.pending[index-r.open] = w
 	}
-	w.add(m, p.cfg.MaxMessages, sh.rng)
+	w.add(m, p.cfg.MaxMessages, sh.rng, from)
 	r.lastActive = max(r.lastActive, index)
 	sh.mu.Unlock()
 	p.metrics.messages.Inc()
@@ -339,6 +346,7 @@ type closedWindow struct {
 	index     int64
 	msgs      []*pb.Message
 	sampled   int
+	traced    []trace.SpanContext // window.traced
 }
 
 // seal writes out every window that has closed by the clock (an empty segment for a window
@@ -394,6 +402,7 @@ func (p *Pusher) closeOldest(sh *shard, r *room) closedWindow {
 	if len(r.pending) > 0 {
 		if w := r.pending[0]; w != nil {
 			cw.msgs, cw.sampled = w.take(p.cfg.MaxMessages, sh.rng)
+			cw.traced, w.traced = w.traced, nil
 			sh.free = append(sh.free, w)
 		}
 		copy(r.pending, r.pending[1:])
@@ -426,6 +435,7 @@ func (p *Pusher) enqueue(w closedWindow) {
 		body:   body,
 		empty:  len(w.msgs) == 0,
 		closed: time.Now(),
+		traced: w.traced,
 	})
 	if full {
 		p.gap(dropped, gapQueueFull)

@@ -3,14 +3,17 @@ package cdnpusher
 import (
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // pending is a segment ready for storage.
 type pending struct {
 	key    string
 	body   []byte
-	empty  bool      // a quiet window's segment
-	closed time.Time // real time its window was written out, for GiveUpAfter
+	empty  bool                // a quiet window's segment
+	closed time.Time           // real time its window was written out, for GiveUpAfter
+	traced []trace.SpanContext // the traced batches its messages came in (window.traced)
 }
 
 // queue holds the segments waiting for a writer, oldest first, never more than its capacity:

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
@@ -132,15 +134,24 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 // ID returns the instance's name.
 func (s *Service) ID() string { return s.cfg.ID }
 
-// onBatch hands a batch from the room service to the pusher.
+// onBatch hands a batch from the room service to the pusher. A batch published with a trace
+// context (the room service's, with tracing on) is taken in a span, "cdn pusher batch", in that
+// trace, and its segment's write is traced under it.
 func (s *Service) onBatch(msg *nats.Msg) {
+	_, span := bus.StartConsumer(msg, "cdn pusher batch")
+	defer span.End()
 	var b pb.CdnBatch
 	if err := proto.Unmarshal(msg.Data, &b); err != nil {
 		s.log.Warn("dropping a CDN batch that does not parse")
+		span.SetStatus(codes.Error, "does not parse")
 		return
 	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("roomcast.app", b.App), attribute.Int("messaging.batch.message_count", len(b.Messages)))
+	}
+	from := span.SpanContext()
 	for _, m := range b.Messages {
-		if err := s.pusher.Add(b.App, m); err != nil {
+		if err := s.pusher.addFrom(b.App, m, from); err != nil {
 			// ErrReleased: a message that crossed a handoff; the room service sends the
 			// windows after it to the new pusher. Anything else is the sender's bug. Add
 			// counts every refusal (roomcast_cdnpusher_refused_messages_total).

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"go.opentelemetry.io/otel/trace"
+
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -51,10 +53,19 @@ func (r *reservoir) offer(m *pb.Message, capacity int, rng *rand.Rand) {
 // closes.
 type window struct {
 	classes [numClasses]reservoir
+	// traced are the sampled spans of the batches that brought its messages (tracing on), at
+	// most maxSegmentLinks: its segment's write is traced under them.
+	traced []trace.SpanContext
 }
 
-func (w *window) add(m *pb.Message, capacity int, rng *rand.Rand) {
+// maxSegmentLinks bounds the batches a segment's write span links to.
+const maxSegmentLinks = 32
+
+func (w *window) add(m *pb.Message, capacity int, rng *rand.Rand, from trace.SpanContext) {
 	w.classes[classOf(m.Lane)].offer(m, capacity, rng)
+	if from.IsSampled() && len(w.traced) < maxSegmentLinks && (len(w.traced) == 0 || !w.traced[len(w.traced)-1].Equal(from)) {
+		w.traced = append(w.traced, from)
+	}
 }
 
 // take returns what the window's segment carries: at most capacity messages, classes in

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -27,7 +29,7 @@ func TestSampleIsUniform(t *testing.T) {
 	var w window
 	for range trials {
 		for _, m := range msgs {
-			w.add(m, capacity, rng)
+			w.add(m, capacity, rng, trace.SpanContext{})
 		}
 		out, sampled := w.take(capacity, rng)
 		if len(out) != capacity || sampled != offered-capacity {
@@ -62,7 +64,7 @@ func TestCapKeepsHigherLanesFirst(t *testing.T) {
 		var w window
 		for lane, n := range map[pb.Lane]int{pb.Lane_LANE_CRITICAL: tc.critical, pb.Lane_LANE_NORMAL: tc.normal, pb.Lane_LANE_BULK: tc.bulk} {
 			for range n {
-				w.add(&pb.Message{Lane: lane}, 20, rng)
+				w.add(&pb.Message{Lane: lane}, 20, rng, trace.SpanContext{})
 			}
 		}
 		out, sampled := w.take(20, rng)

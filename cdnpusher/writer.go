@@ -7,7 +7,11 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"roomcast/internal/tracing"
 	"roomcast/proto/segment"
 )
 
@@ -48,12 +52,19 @@ func (p *Pusher) runWriter() {
 
 // write puts one segment, retrying with exponential backoff (and jitter, so that writers do
 // not hammer a recovering store in step) until it succeeds, it is older than GiveUpAfter, or
-// Close gives up.
+// Close gives up. With tracing on it is a span, "cdn segment write", in the trace of the first
+// traced batch whose messages the segment holds (linked to the others), or of its own.
 func (p *Pusher) write(s pending) {
+	span := startWriteSpan(s)
+	defer span.End()
 	backoff := p.cfg.RetryMin
 	for attempt := 0; ; attempt++ {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("roomcast.attempts", attempt+1))
+		}
 		if p.abort.Err() != nil {
 			p.gap(s, gapShutdown)
+			span.SetStatus(codes.Error, gapShutdown)
 			return
 		}
 		if attempt > 0 {
@@ -81,6 +92,7 @@ func (p *Pusher) write(s pending) {
 		}
 		if time.Since(s.closed) > p.cfg.GiveUpAfter {
 			p.gap(s, gapGaveUp)
+			span.SetStatus(codes.Error, err.Error())
 			return
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -92,4 +104,24 @@ func (p *Pusher) write(s pending) {
 			t.Stop()
 		}
 	}
+}
+
+// startWriteSpan begins the span of a segment's write: under the first traced batch that
+// brought its messages, linked to the rest. With tracing off it records nothing.
+func startWriteSpan(s pending) trace.Span {
+	ctx := context.Background()
+	if !tracing.Enabled() {
+		return trace.SpanFromContext(ctx)
+	}
+	var links []trace.Link
+	if len(s.traced) > 0 {
+		ctx = trace.ContextWithSpanContext(ctx, s.traced[0])
+		for _, sc := range s.traced[1:] {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	_, span := tracing.Start(ctx, "cdn segment write", trace.SpanKindClient, trace.WithLinks(links...),
+		trace.WithAttributes(attribute.String("roomcast.segment.key", s.key), attribute.Int("roomcast.segment.bytes", len(s.body)),
+			attribute.Bool("roomcast.segment.empty", s.empty)))
+	return span
 }

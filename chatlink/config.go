@@ -141,7 +141,8 @@ type Config struct {
 	// the limits and address lists apply to. Zero value means none: the peer is the client.
 	TrustedProxies []string
 	// IPListFile names a file of "allow CIDR" and "deny CIDR" lines, read again within a second
-	// when it changes (limits.go). Zero value means every address is allowed.
+	// when it changes and when the process gets SIGHUP (limits.go); a file that does not parse
+	// keeps the lists in force. Zero value means every address is allowed.
 	IPListFile string
 	// ExprCacheSize bounds the compiled tag expressions kept. Zero value means 1024.
 	ExprCacheSize int

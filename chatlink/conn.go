@@ -335,7 +335,7 @@ func (c *conn) login(l *pb.Login) {
 	if l.Inbox {
 		n.deliverInbox(c) // queues the read: inboxLoop makes it
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
 }
 
 // heartbeat answers a Heartbeat with the interval the client should use from now: it grows
@@ -441,7 +441,8 @@ func (c *conn) refuseLogin(limit string, retry time.Duration, now time.Time) {
 		Code: uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
 		RetryAfterMs: ratelimit.Millis(retry),
 	}}})
-	c.close(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED, "over the "+limit+" rate")
+	c.closeKick(&pb.Kick{Code: uint32(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED),
+		Reason: "over the " + limit + " rate", RetryAfterMs: ratelimit.Millis(retry)})
 }
 
 func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
@@ -471,11 +472,17 @@ func (c *conn) writeFrame(f *pb.Frame) {
 // close sends a Kick with code and closes the connection; later frames from the client are
 // ignored. Only the first call has an effect.
 func (c *conn) close(code pb.CloseCode, reason string) {
+	c.closeKick(&pb.Kick{Code: uint32(code), Reason: reason})
+}
+
+// closeKick is close with a Kick that says more (a retry hint).
+func (c *conn) closeKick(k *pb.Kick) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
 	}
+	code := pb.CloseCode(k.Code)
 	c.node.m.closes.WithLabelValues(code.String()).Inc()
-	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: &pb.Kick{Code: uint32(code), Reason: reason}}})
+	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: k}})
 	c.t.kick(code, b)
 }
 
@@ -503,7 +510,7 @@ func (c *conn) leave() {
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()))
+	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,11 @@ const (
 	limitDeniedIP    = "denied_ip"
 	limitDeniedAppIP = "denied_ip_app"
 	ipListInterval   = time.Second // how often the IP list file is looked at
+	// connsRetryHint is the retry hint of a refusal for too many connections from one
+	// address (Kick 4015's retry_after_ms, HTTP Retry-After): unlike a rate, an open count
+	// says nothing about when a connection will close, so the hint is a fixed, short wait
+	// that the client's jitter spreads out.
+	connsRetryHint = 2 * time.Second
 )
 
 type (
@@ -65,6 +71,7 @@ type limiter struct {
 	trusted    clientip.Prefixes
 	limited    *prometheus.CounterVec // by limit name
 	handshakes *prometheus.CounterVec // failed, by handshake (tls, websocket) and reason (timeout, bad)
+	reloads    *prometheus.CounterVec // IP list file reads after a change or SIGHUP, by result (ok, error)
 	logins     *ratelimit.Table[netip.Addr]
 	appLogins  *ratelimit.Table[string]
 	apps       *applimits.Watcher // the apps' own limits and lists; nil until the node starts
@@ -75,8 +82,11 @@ type limiter struct {
 	sampled    *ratelimit.Table[string]         // attack logs by message: about one a second of each
 	mu         sync.Mutex                       // guards open
 	open       map[netip.Addr]int
-	listMod    time.Time // modification time of the list file last read; touched by the reload loop
-	listSize   int64
+	// The list file as last looked at, parsed or not, so that a file is read (and a bad one
+	// reported) once per change; touched by newLimiter, then only by the reload loop.
+	listMod  time.Time
+	listSize int64
+	listErr  string // why the last look failed; "" when it did not
 }
 
 func newLimiter(cfg Config) (*limiter, error) {
@@ -98,6 +108,10 @@ func newLimiter(cfg Config) (*limiter, error) {
 			Name: "roomcast_chatlink_handshakes_failed_total",
 			Help: "TLS and WebSocket handshakes that failed, by handshake and reason (timeout: never finished).",
 		}, []string{"handshake", "reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_ip_list_reloads_total",
+			Help: "Reads of the --ip-list file after it changed or on SIGHUP, by result: ok, or error (the lists in force stay).",
+		}, []string{"result"}),
 		logins: ratelimit.NewTable[netip.Addr](size), appLogins: ratelimit.NewTable[string](size),
 		joins: ratelimit.NewTable[roomKey](size), users: ratelimit.NewTable[userKey](size),
 		rooms: ratelimit.NewTable[roomKey](size), open: make(map[netip.Addr]int),
@@ -105,7 +119,7 @@ func newLimiter(cfg Config) (*limiter, error) {
 	}
 	l.lists.Store(&applimits.Parsed{})
 	if cfg.IPListFile != "" {
-		if err := l.reloadIPList(cfg.IPListFile); err != nil {
+		if _, err := l.reloadIPList(cfg.IPListFile, true); err != nil {
 			return nil, fmt.Errorf("chatlink: %w", err)
 		}
 	}
@@ -281,41 +295,62 @@ func parseIPList(text string) (*applimits.Parsed, error) {
 	return &out, sc.Err()
 }
 
-// reloadIPList reads the list file again when it changed; a file that does not parse leaves
-// the lists in force.
-func (l *limiter) reloadIPList(path string) error {
+// reloadIPList reads the list file again when it changed since the last look (its
+// modification time or size), or with force whether or not it did, and reports whether it
+// read it. A file that cannot be read or does not parse leaves the lists in force and is
+// reported once, not at every look, until it changes again.
+func (l *limiter) reloadIPList(path string, force bool) (read bool, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("ip list: %w", err)
+		err = fmt.Errorf("ip list: %w", err)
+		if !force && err.Error() == l.listErr {
+			return false, nil
+		}
+		l.listErr, l.listMod = err.Error(), time.Time{} // read it when it is back
+		return false, err
 	}
-	if st.ModTime().Equal(l.listMod) && st.Size() == l.listSize {
-		return nil
+	if !force && st.ModTime().Equal(l.listMod) && st.Size() == l.listSize {
+		return false, nil // the list in force, or the same bad file, reported already
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("ip list: %w", err)
-	}
-	lists, err := parseIPList(string(b))
-	if err != nil {
-		return fmt.Errorf("ip list %s: %w", path, err)
-	}
-	l.lists.Store(lists)
 	l.listMod, l.listSize = st.ModTime(), st.Size()
-	return nil
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var lists *applimits.Parsed
+		if lists, err = parseIPList(string(b)); err == nil {
+			l.lists.Store(lists)
+			l.listErr = ""
+			return true, nil
+		}
+	}
+	err = fmt.Errorf("ip list %s: %w", path, err)
+	l.listErr = err.Error()
+	return false, err
 }
 
-// ipListLoop reads the IP list file again when it changes.
-func (n *Node) ipListLoop() {
+// ipListLoop reads the IP list file again when it changes (looked at every second) and when
+// the process gets SIGHUP (hup), then stops watching the signal.
+func (n *Node) ipListLoop(hup chan os.Signal) {
+	defer signal.Stop(hup)
 	t := time.NewTicker(ipListInterval)
 	defer t.Stop()
 	for {
+		force := false
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
-			if err := n.limits.reloadIPList(n.cfg.IPListFile); err != nil {
-				n.log.Warn("ip list not reloaded", "err", err)
-			}
+		case <-hup:
+			force = true
+		}
+		read, err := n.limits.reloadIPList(n.cfg.IPListFile, force)
+		switch {
+		case err != nil:
+			n.limits.reloads.WithLabelValues("error").Inc()
+			n.log.Warn("ip list not reloaded: the lists in force stay", "err", err)
+		case read:
+			n.limits.reloads.WithLabelValues("ok").Inc()
+			lists := n.limits.lists.Load()
+			n.log.Info("ip list reloaded", "file", n.cfg.IPListFile, "allow", len(lists.Allow), "deny", len(lists.Deny), "sighup", force)
 		}
 	}
 }

@@ -48,11 +48,18 @@ func TestIPListReloadKeepsTheLastGoodList(t *testing.T) {
 	if err := os.WriteFile(path, []byte("deny 198.51.100.0/24\nnonsense\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.reloadIPList(path); err == nil {
+	if _, err := l.reloadIPList(path, false); err == nil {
 		t.Fatal("a list that does not parse was taken")
 	}
 	if l.admit(denied) == 0 {
 		t.Fatal("the last good list was dropped")
+	}
+	// The same bad file is reported once, not at every look; SIGHUP (force) reads it again.
+	if read, err := l.reloadIPList(path, false); read || err != nil {
+		t.Fatalf("second look at the same bad file: read %v, err %v; want nothing", read, err)
+	}
+	if _, err := l.reloadIPList(path, true); err == nil {
+		t.Fatal("a forced read of a bad file succeeded")
 	}
 	if _, err := newLimiter(Config{IPListFile: path}); err == nil {
 		t.Fatal("a node started with a list that does not parse")

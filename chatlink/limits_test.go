@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,7 +126,9 @@ func TestJoinRate(t *testing.T) {
 	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 1000 {
 		t.Fatalf("third login: want Error 121 with a retry within 1s, got %v", f)
 	}
-	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED)
+	if k := cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED); k.RetryAfterMs != e.RetryAfterMs {
+		t.Fatalf("Kick 4013: retry_after_ms = %d, want the Error's %d", k.RetryAfterMs, e.RetryAfterMs)
+	}
 	if n := limitedCount(t, c, node.Name(), "join_room"); n != 1 {
 		t.Fatalf("limited_total{join_room} = %d, want 1", n)
 	}
@@ -143,6 +146,13 @@ func upgradeStatus(t *testing.T, wsURL, client string) int {
 // upgrade is upgradeStatus keeping the connection open.
 func upgrade(t *testing.T, wsURL, client string) (int, net.Conn) {
 	t.Helper()
+	resp, nc := upgradeResponse(t, wsURL, client)
+	return resp.StatusCode, nc
+}
+
+// upgradeResponse is upgrade returning the whole answer.
+func upgradeResponse(t *testing.T, wsURL, client string) (*http.Response, net.Conn) {
+	t.Helper()
 	u, _ := url.Parse(wsURL)
 	nc, err := net.Dial("tcp", u.Host)
 	if err != nil {
@@ -156,7 +166,7 @@ func upgrade(t *testing.T, wsURL, client string) (int, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, nc
+	return resp, nc
 }
 
 // TestAddressLists: behind a trusted proxy, the forwarded address is what the node's list
@@ -220,8 +230,10 @@ func TestAddressLists(t *testing.T) {
 	if s, _ := upgrade(t, node.WSURL(), "203.0.113.11"); s != http.StatusSwitchingProtocols {
 		t.Fatalf("first connection: status %d, want 101", s)
 	}
-	if s := upgradeStatus(t, node.WSURL(), "203.0.113.11"); s != http.StatusTooManyRequests {
-		t.Fatalf("second connection of one address: status %d, want 429", s)
+	resp, nc := upgradeResponse(t, node.WSURL(), "203.0.113.11")
+	nc.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Roomcast-Close-Code") != "4015" || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("second connection of one address: %s %v, want 429 with Roomcast-Close-Code 4015 and Retry-After 2", resp.Status, resp.Header)
 	}
 	if n := limitedCount(t, c, node.Name(), "connections_ip"); n != 1 {
 		t.Fatalf("limited_total{connections_ip} = %d, want 1", n)
@@ -351,5 +363,71 @@ func TestLoginRates(t *testing.T) {
 	}
 	if n := limitedCount(t, c, node.Name(), "login_app"); n != 1 {
 		t.Fatalf("limited_total{login_app} = %d, want 1", n)
+	}
+}
+
+// TestIPListSIGHUPAndBadFile: SIGHUP reads the list file again even when its time and size
+// did not change (a copy put back in place), and a file that does not parse keeps the lists
+// in force and is counted in roomcast_chatlink_ip_list_reloads_total{result="error"}.
+func TestIPListSIGHUPAndBadFile(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), "ips")
+	if err := os.WriteFile(list, []byte("deny 198.51.100.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) {
+			cc.TrustedProxies = []string{"127.0.0.1"}
+			cc.IPListFile = list
+		}
+	})
+	node := c.Nodes[0]
+	reloads := func(result string) int {
+		return metricValue(t, c, `roomcast_chatlink_ip_list_reloads_total{node="`+node.Name()+`",result="`+result+`"}`)
+	}
+	wantStatus := func(client string, want int) error {
+		if s := upgradeStatus(t, node.WSURL(), client); s != want {
+			return fmt.Errorf("%s: status %d, want %d", client, s, want)
+		}
+		return nil
+	}
+	if err := wantStatus("198.51.100.7", http.StatusForbidden); err != nil {
+		t.Fatal(err)
+	}
+	// Another list of the same size and modification time: the poll cannot tell, SIGHUP reads it.
+	if err := os.WriteFile(list, []byte("deny 198.51.101.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(list, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if err := wantStatus("198.51.101.7", http.StatusForbidden); err != nil {
+			return err
+		}
+		return wantStatus("198.51.100.7", http.StatusSwitchingProtocols)
+	})
+	if n := reloads("ok"); n != 1 {
+		t.Fatalf("ip_list_reloads_total{ok} = %d after the SIGHUP, want 1", n)
+	}
+	// A file that does not parse: counted once, and the list read before stays in force.
+	if err := os.WriteFile(list, []byte("deny 198.51.101.0/24\nnonsense here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
+		if n := reloads("error"); n != 1 {
+			return fmt.Errorf("ip_list_reloads_total{error} = %d, want 1", n)
+		}
+		return nil
+	})
+	if err := wantStatus("198.51.101.7", http.StatusForbidden); err != nil {
+		t.Fatalf("after a bad file: %v", err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 
 // The load report tells the dispatcher, every ReportInterval on rc.load, how to reach the node
 // and how loaded it is (connections, egress, CPU, the bus's round trip), so it can rank the
-// node for new clients. It is not the node's lease with the services: that is the session
+// node for new clients; it also carries the node's deliveries and drops per lane, read from its
+// metrics, for the ops console. It is not the node's lease with the services: that is the session
 // report (stream.go).
 
 // maxHeldRooms bounds the rooms a load report lists (rooms_held), biggest first: 1,000 rooms
@@ -47,6 +48,7 @@ func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
 		ReportIntervalMs: n.cfg.ReportInterval.Milliseconds(),
 		RoomsHeld:        held,
 		RoomsHeldPartial: partial,
+		Lanes:            n.m.laneCounters(),
 	}
 }
 

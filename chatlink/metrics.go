@@ -143,9 +143,26 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
+			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
 	}
 	return m
+}
+
+// laneCounters reads the node's deliveries and drops per lane from its metrics for the load
+// report, so the fan-out counts each delivery once.
+func (m *metrics) laneCounters() []*pb.LaneCounters {
+	out := make([]*pb.LaneCounters, 0, 3)
+	for _, l := range []pb.Lane{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK} {
+		drops := &m.drops[l]
+		out = append(out, &pb.LaneCounters{
+			Lane:             l,
+			Deliveries:       int64(prom.CounterValue(m.deliveries[l])),
+			DropsBudget:      int64(prom.CounterValue(drops[dropBudget])),
+			DropsFlowControl: int64(prom.CounterValue(drops[dropFlowControl])),
+			DropsSlowReader:  int64(prom.CounterValue(drops[dropSlowReader])),
+		})
+	}
+	return out
 }
 
 // countLogin counts a login's result and its time since start (zero: not timed); a refused

@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lxzan/gws"
@@ -195,7 +198,10 @@ func (n *Node) start() error {
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxLoop)
 	if n.cfg.IPListFile != "" {
-		n.goAsync(n.ipListLoop)
+		// Wired before Start returns, so that a SIGHUP right after it is not lost.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		n.goAsync(func() { n.ipListLoop(hup) })
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package chatlink
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
@@ -45,10 +46,11 @@ func newBoot() string {
 	return hex.EncodeToString(b[:])
 }
 
-// publishEventsLocked publishes a batch of session events. Caller holds n.stream.mu.
-func (n *Node) publishEventsLocked(evs []*pb.SessionEvent) error {
+// publishEventsLocked publishes a batch of session events with ctx's trace context. Caller
+// holds n.stream.mu.
+func (n *Node) publishEventsLocked(ctx context.Context, evs []*pb.SessionEvent) error {
 	n.stream.seq++
-	return bus.Publish(n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{
+	return bus.PublishTraced(ctx, n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{
 		Events: evs, Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq,
 	})
 }

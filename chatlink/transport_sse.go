@@ -138,6 +138,7 @@ func (s *sseServer) stream(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusForbidden
 		if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
 			status = http.StatusTooManyRequests
+			w.Header().Set("Retry-After", strconv.Itoa(int(connsRetryHint/time.Second)))
 		}
 		w.Header().Set("Roomcast-Close-Code", strconv.Itoa(int(code)))
 		http.Error(w, code.String(), status)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/clientip"
+	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -50,7 +51,11 @@ func (n *Node) admitTCP(nc net.Conn) bool {
 		return true
 	}
 	if n.cfg.TLS == nil {
-		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: &pb.Kick{Code: uint32(code), Reason: code.String()}}})
+		k := &pb.Kick{Code: uint32(code), Reason: code.String()}
+		if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+			k.RetryAfterMs = ratelimit.Millis(connsRetryHint)
+		}
+		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: k}})
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
 		_, _ = nc.Write(b)

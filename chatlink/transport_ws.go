@@ -183,11 +183,12 @@ func (n *Node) upgradeWS(nc net.Conn) {
 }
 
 // refusalResponse is the HTTP answer to an upgrade refused by admit: 403 for a denied
-// address, 429 for one with too many connections, with the close code in a header.
+// address, 429 (with Retry-After) for one with too many connections, with the close code in
+// a header.
 func refusalResponse(code pb.CloseCode) string {
 	status := "403 Forbidden"
 	if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
-		status = "429 Too Many Requests"
+		status = "429 Too Many Requests\r\nRetry-After: " + strconv.Itoa(int(connsRetryHint/time.Second))
 	}
 	return "HTTP/1.1 " + status + "\r\nRoomcast-Close-Code: " + strconv.Itoa(int(code)) + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 }

@@ -1,8 +1,9 @@
 // Package console is the ops console at /console: one static page and its JSON endpoints under
 // /v1/console/ (the dispatcher's nodes, an app's busiest rooms with their CDN modes, and the
-// last minutes of every node's load reports, kept in a small ring per node). It only reads:
-// moderation from the page goes through the server API's own routes. It must not be served
-// where the server API's keys are not checked: every JSON endpoint goes through Config.Guard.
+// last minutes of every node's load reports, kept in a small ring per node, with the rates of
+// its deliveries and drops per lane). It only reads: moderation from the page goes through the
+// server API's own routes. It must not be served where the server API's keys are not checked:
+// every JSON endpoint goes through Config.Guard.
 package console
 
 import (
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +87,49 @@ type Sample struct {
 	BusRTTMicros   int64   `json:"bus_rtt_us"`
 	MaxConnections int64   `json:"max_connections"`
 	Draining       bool    `json:"draining"`
+	// Lanes are the node's deliveries and drops per second since its previous report, by lane
+	// ("critical", "normal", "bulk"); absent from a node's first report and from reports
+	// without lane counts.
+	Lanes map[string]LaneRates `json:"lanes,omitempty"`
+}
+
+// LaneRates are one lane's messages per second on a node: written to members' connections,
+// and left out of members' streams by the room's budget, by flow control, or for reading too
+// slowly.
+type LaneRates struct {
+	Deliveries       float64 `json:"deliveries"`
+	DropsBudget      float64 `json:"drops_budget"`
+	DropsFlowControl float64 `json:"drops_flow_control"`
+	DropsSlowReader  float64 `json:"drops_slow_reader"`
+}
+
+// laneRates returns the rates per lane between two reports' counters, taken elapsed apart.
+// A counter lower than before means the node restarted: all of its count is new.
+func laneRates(prev, cur []*pb.LaneCounters, elapsed time.Duration) map[string]LaneRates {
+	if len(prev) == 0 || len(cur) == 0 || elapsed <= 0 {
+		return nil
+	}
+	rate := func(was, is int64) float64 {
+		if is < was {
+			was = 0
+		}
+		return float64(is-was) / elapsed.Seconds()
+	}
+	out := make(map[string]LaneRates, len(cur))
+	for _, c := range cur {
+		i := slices.IndexFunc(prev, func(p *pb.LaneCounters) bool { return p.Lane == c.Lane })
+		if i < 0 {
+			continue
+		}
+		p := prev[i]
+		out[strings.ToLower(strings.TrimPrefix(c.Lane.String(), "LANE_"))] = LaneRates{
+			Deliveries:       rate(p.Deliveries, c.Deliveries),
+			DropsBudget:      rate(p.DropsBudget, c.DropsBudget),
+			DropsFlowControl: rate(p.DropsFlowControl, c.DropsFlowControl),
+			DropsSlowReader:  rate(p.DropsSlowReader, c.DropsSlowReader),
+		}
+	}
+	return out
 }
 
 // nodeState is what the console keeps of one node.
@@ -93,6 +138,8 @@ type nodeState struct {
 	rooms   []*pb.RoomCount // the last report's rooms_held
 	partial bool            // the last report left rooms out
 	seen    time.Time
+	lanes   []*pb.LaneCounters // the last report's lane counts
+	lanesAt int64              // and its time_ms
 }
 
 // Console serves the ops console.
@@ -162,6 +209,8 @@ func (c *Console) record(r *pb.LoadReport) {
 	}
 	n.samples = slices.Delete(n.samples, 0, i)
 	n.rooms, n.partial, n.seen = r.RoomsHeld, r.RoomsHeldPartial, now
+	n.samples[len(n.samples)-1].Lanes = laneRates(n.lanes, r.Lanes, time.Duration(r.TimeMs-n.lanesAt)*time.Millisecond)
+	n.lanes, n.lanesAt = r.Lanes, r.TimeMs
 	for name, o := range c.nodes {
 		if o.seen.UnixMilli() < oldest {
 			delete(c.nodes, name)

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,6 +40,9 @@ type seriesAnswer struct {
 	Nodes    map[string][]struct {
 		T           int64 `json:"t"`
 		Connections int64 `json:"connections"`
+		Lanes       map[string]struct {
+			Deliveries float64 `json:"deliveries"`
+		} `json:"lanes"`
 	} `json:"nodes"`
 }
 
@@ -51,6 +55,7 @@ func TestConsoleEndpoints(t *testing.T) {
 		"admin-key":   {App: devcluster.App, Scopes: []string{"admin"}},
 		"read-key":    {App: devcluster.App, Scopes: []string{"read", "moderate"}},
 		"other-admin": {App: "other", Scopes: []string{"admin"}},
+		"send-key":    {App: devcluster.App, Scopes: []string{"send"}},
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
 		cfg.APIKeys = keys
@@ -103,6 +108,10 @@ func TestConsoleEndpoints(t *testing.T) {
 			Region string `json:"region"`
 			Report *struct {
 				Connections int64 `json:"connections"`
+				Lanes       []struct {
+					Lane       string `json:"lane"`
+					Deliveries int64  `json:"deliveries"`
+				} `json:"lanes"`
 			} `json:"report"`
 		} `json:"nodes"`
 	}
@@ -161,6 +170,39 @@ func TestConsoleEndpoints(t *testing.T) {
 		}
 		if total != 6 {
 			return fmt.Errorf("last samples sum to %d connections, want 6", total)
+		}
+		return nil
+	})
+
+	// Critical messages to busy: its five members' deliveries show in the nodes' report counts,
+	// and as a rate of critical deliveries in the series.
+	for i := range 3 {
+		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/busy/messages", "send-key",
+			fmt.Sprintf(`{"body":"m%d","lane":"critical"}`, i), nil); code != http.StatusOK {
+			t.Fatalf("send: HTTP %d", code)
+		}
+	}
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		get(t, c, "/v1/console/nodes", "admin-key", &nodes)
+		total := int64(0)
+		for _, n := range nodes.Nodes {
+			if n.Report == nil || len(n.Report.Lanes) != 3 || n.Report.Lanes[0].Lane != "critical" {
+				return fmt.Errorf("node %s's report lanes: %+v, want critical, normal, bulk", n.Node, n.Report)
+			}
+			total += n.Report.Lanes[0].Deliveries
+		}
+		if total != 15 {
+			return fmt.Errorf("nodes report %d critical deliveries, want 15 (3 messages to 5 members)", total)
+		}
+		get(t, c, "/v1/console/series", "admin-key", &later)
+		rate := 0.0
+		for _, s := range later.Nodes {
+			for _, sample := range s {
+				rate += sample.Lanes["critical"].Deliveries
+			}
+		}
+		if rate == 0 {
+			return errors.New("no critical deliveries per second in the series")
 		}
 		return nil
 	})

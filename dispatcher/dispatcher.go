@@ -179,11 +179,13 @@ type Dispatcher struct {
 	geo     *geoLoader // nil without databases
 	started int64      // unix ns
 
-	mu        sync.Mutex // guards nodes; publishLive and sweep run with it held
+	mu        sync.Mutex // guards nodes and freeSlots; publishLive and sweep run with it held
 	nodes     map[string]*node
 	live      atomic.Pointer[liveSet] // the non-draining nodes, replaced whole under mu
 	liveDirty atomic.Bool             // live is out of date; liveNodes rebuilds it
 	gen       atomic.Uint64           // bumped when live changes; older rankings are rebuilt
+	slots     atomic.Uint32           // node slots handed out (node.slot < slots); grows under mu
+	freeSlots []uint32                // slots of nodes that went out, for the next new ones
 
 	cache rankCache
 	rooms roomTable
@@ -560,6 +562,12 @@ type ranking struct {
 	// so the ranking is rebuilt.
 	cutoff     float64
 	rebuilding atomic.Bool
+	// live is the set of nodes r was built from and classes their locality classes for the
+	// bucket's clients, by index in live (both nil without room affinity or cache): while
+	// r.gen is current, a room's holders are classed through their slots (liveSet.index) by
+	// one byte each, without reading their labels.
+	live    *liveSet
+	classes []uint8
 }
 
 type candidate struct {
@@ -588,8 +596,16 @@ const numClasses = int(matchSubdivision+1) * 2
 func (d *Dispatcher) rank(loc location, now int64) *ranking {
 	r := &ranking{gen: d.gen.Load(), built: now, cutoff: math.Inf(-1), cands: make([]candidate, 0, d.candidates)}
 	live := d.liveNodes()
-	scratch := d.scratch.Get().(*[]uint8)
-	classes := (*scratch)[:0]
+	var classes []uint8
+	var scratch *[]uint8
+	if d.roomAffinity() && d.cacheTTL() > 0 {
+		// Kept with the ranking for placeInRoom; an uncached ranking serves one decision,
+		// where classing a room's few holders from their snapshots is cheaper.
+		r.live, classes = live, make([]uint8, 0, len(live.labels))
+	} else {
+		scratch = d.scratch.Get().(*[]uint8)
+		classes = (*scratch)[:0]
+	}
 	var count [numClasses]int
 	for i := range live.labels {
 		nl := &live.labels[i]
@@ -639,8 +655,12 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 			r.cands = slices.Insert(r.cands, j, candidate{n: n, locality: points, level: matchLevel(c / 2), sameISP: c%2 == 1})
 		}
 	}
-	*scratch = classes
-	d.scratch.Put(scratch)
+	if scratch != nil {
+		*scratch = classes
+		d.scratch.Put(scratch)
+	} else {
+		r.classes = classes
+	}
 	if stale {
 		d.sweep(now)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -38,7 +39,10 @@ func (g grpcService) Dispatch(ctx context.Context, req *pb.DispatchRequest) (*pb
 		realIP = v[0]
 	}
 	ip := g.d.clientOf(addr, md.Get("x-forwarded-for"), realIP)
-	ans, err := g.d.Dispatch(Request{Client: ip, App: req.GetApp(), Room: req.GetRoom()})
+	dreq := Request{Client: ip, App: req.GetApp(), Room: req.GetRoom()}
+	span := startDispatchSpan(ctx, tracing.MapCarrier(md), "grpc")
+	ans, err := g.d.Dispatch(dreq)
+	endDispatchSpan(span, dreq, ans, err)
 	if errors.Is(err, ErrNoNodes) {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}

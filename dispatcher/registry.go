@@ -29,6 +29,9 @@ type node struct {
 	seen      atomic.Int64 // unix ns of the last report
 	removed   atomic.Bool  // taken out of the registry; cached rankings must skip it
 	decisions prometheus.Counter
+	// slot is the node's small number while it is in the registry, the index of its locality
+	// class in a ranking (ranking.classOf); a node that is out gives it back for a new one.
+	slot uint32
 
 	// Room affinity (rooms.go). reportGen counts the node's reports: room counts of an older
 	// report count nothing.
@@ -129,7 +132,7 @@ func (d *Dispatcher) accept(r *pb.LoadReport) {
 	if n != nil {
 		prev = n.snap.Load()
 	} else {
-		n = &node{name: r.Node, decisions: d.m.nodeDecisions.WithLabelValues(r.Node)}
+		n = &node{name: r.Node, decisions: d.m.nodeDecisions.WithLabelValues(r.Node), slot: d.takeSlot()}
 		d.nodes[r.Node] = n
 	}
 	s := d.snapOf(r, now)
@@ -166,6 +169,7 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 			EgressBytesPerSec: r.EgressBytesPerSec, EgressCapacity: r.EgressCapacityBytesPerSec,
 			FlowControl: r.FlowControlStrength, CPU: r.Cpu, BusRTTUs: r.BusRttUs,
 			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp,
+			Lanes: lanesView(r.Lanes),
 		},
 		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr, TCPTLS: r.TcpTls},
 		capacity:         float64(r.MaxConnections),
@@ -216,6 +220,17 @@ func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
 	return s
 }
 
+// takeSlot returns a free node slot: one a node that went out gave back, else a new one.
+// Caller holds mu.
+func (d *Dispatcher) takeSlot() uint32 {
+	if n := len(d.freeSlots); n > 0 {
+		slot := d.freeSlots[n-1]
+		d.freeSlots = d.freeSlots[:n-1]
+		return slot
+	}
+	return d.slots.Add(1) - 1
+}
+
 // publishLive marks the list of nodes that take clients for rebuilding and invalidates cached
 // rankings. The list itself is rebuilt by the next ranking, so a thousand nodes joining at once
 // cost one rebuild rather than a thousand. Caller holds mu.
@@ -231,6 +246,7 @@ func (d *Dispatcher) publishLive() {
 type liveSet struct {
 	nodes  []*node
 	labels []nodeLabels
+	index  []int32 // by node slot, the node's index in nodes; -1 for a node not in the set
 }
 
 type nodeLabels struct {
@@ -252,9 +268,14 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			}
 			slices.SortFunc(live.nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 			live.labels = make([]nodeLabels, len(live.nodes))
+			live.index = make([]int32, d.slots.Load())
+			for i := range live.index {
+				live.index[i] = -1
+			}
 			for i, n := range live.nodes {
 				s := n.snap.Load()
 				live.labels[i] = s.labels()
+				live.index[n.slot] = int32(i)
 			}
 			d.live.Store(live)
 			d.liveDirty.Store(false)
@@ -274,6 +295,7 @@ func (d *Dispatcher) sweep(now int64) {
 			delete(d.nodes, name)
 			n.removed.Store(true)
 			d.roomsRemoved(n)
+			d.freeSlots = append(d.freeSlots, n.slot)
 			d.m.nodeDecisions.DeleteLabelValues(name)
 			d.log.Info("node is out: no load report in time", "node", name)
 			changed = true
@@ -296,6 +318,26 @@ func (d *Dispatcher) LiveNodes() int {
 		}
 	}
 	return count
+}
+
+// laneView is one lane's counts in a report (LaneCounters), the lane by name.
+type laneView struct {
+	Lane             string `json:"lane"`
+	Deliveries       int64  `json:"deliveries"`
+	DropsBudget      int64  `json:"drops_budget"`
+	DropsFlowControl int64  `json:"drops_flow_control"`
+	DropsSlowReader  int64  `json:"drops_slow_reader"`
+}
+
+func lanesView(lanes []*pb.LaneCounters) []laneView {
+	out := make([]laneView, len(lanes))
+	for i, l := range lanes {
+		out[i] = laneView{
+			Lane: strings.ToLower(strings.TrimPrefix(l.Lane.String(), "LANE_")), Deliveries: l.Deliveries,
+			DropsBudget: l.DropsBudget, DropsFlowControl: l.DropsFlowControl, DropsSlowReader: l.DropsSlowReader,
+		}
+	}
+	return out
 }
 
 // NodeInfo is one node in the admin view: its labels, its last report and the inputs of its
@@ -406,6 +448,16 @@ func (l location) matchesLabels(nl *nodeLabels, s *nodeSnap) bool {
 		}
 	}
 	return false
+}
+
+// class is a node's locality class for a client at l (numClasses): its match level times two,
+// plus one when it shares the client's ISP. s is read only for nodes with more than two ISP keys.
+func (l location) class(nl *nodeLabels, s *nodeSnap) uint8 {
+	c := uint8(l.region.match(nl.region)) * 2
+	if l.matchesLabels(nl, s) {
+		c++
+	}
+	return c
 }
 
 // snapForMore returns n's snapshot when matching needs it (more than two ISP keys), else nil.

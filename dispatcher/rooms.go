@@ -39,13 +39,12 @@ type roomShard struct {
 	_ [40]byte // keep shards on separate cache lines
 }
 
-// roomHolders is the nodes holding one room: labels[i] are on[i].n's labels when the entry was
-// made (a report renews both). A decision reads the labels of every holder, the entries of
-// the few in its client's region: kept apart, the labels of a room's holders share a few cache
-// lines.
+// roomHolders is the nodes holding one room: slots[i] is on[i].n's slot. A decision classes
+// every holder by locality through its ranking's classOf, and reads the entries of the few in
+// its client's tier: kept apart, the slots of a room's holders share one cache line.
 type roomHolders struct {
-	labels []nodeLabels
-	on     []roomOn
+	slots []uint32
+	on    []roomOn
 }
 
 // roomOn is a room's members on one node: what the node's report said and what the dispatcher
@@ -96,12 +95,11 @@ func (sh *roomShard) entry(h uint64, n *node, gen uint64) (*roomOn, bool) {
 				return o, false
 			}
 			*o = roomOn{n: n, gen: gen}
-			r.labels[i] = n.snap.Load().labels()
 			return o, true
 		}
 	}
 	r.on = append(r.on, roomOn{n: n, gen: gen})
-	r.labels = append(r.labels, n.snap.Load().labels())
+	r.slots = append(r.slots, n.slot)
 	sh.m[h] = r
 	return &r.on[len(r.on)-1], true
 }
@@ -137,12 +135,11 @@ func (t *roomTable) settle(n *node, gen uint64, keys []uint64, carried []uint64)
 				}
 				if o.gen == gen-1 && o.sent > 0 {
 					*o = roomOn{n: n, gen: gen, carried: o.sent}
-					r.labels[i] = n.snap.Load().labels()
 					carried = append(carried, h)
 				} else {
 					last := len(r.on) - 1
-					r.on[i], r.labels[i] = r.on[last], r.labels[last]
-					r.on, r.labels = r.on[:last], r.labels[:last]
+					r.on[i], r.slots[i] = r.on[last], r.slots[last]
+					r.on, r.slots = r.on[:last], r.slots[:last]
 					sh.m[h] = r
 				}
 				break
@@ -240,50 +237,62 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 	var bestScore float64
 	var bestPick pick
 	h := sh.m[hash]
-	if len(h.on) > 0 {
-		for i := range h.labels {
-			// Locality first, from the labels: most holders of a big room are elsewhere, and
-			// are passed over without reading their entry or their node.
-			nl := &h.labels[i]
-			level := loc.region.match(nl.region)
-			var more *nodeSnap
-			if nl.moreISPs {
-				more = h.on[i].n.snap.Load()
-			}
-			same := loc.matchesLabels(nl, more)
-			class := int(level) * 2
-			if same {
-				class++
-			}
-			locality := d.classPoints[class]
-			if locality < tier {
+	// The ranking's classes hold while no node joined, left or changed its labels since it was
+	// built; otherwise (a ranking served while another decision rebuilds it) each holder is
+	// classed from its snapshot.
+	var index []int32
+	if r.live != nil && r.gen == d.gen.Load() {
+		index = r.live.index
+	}
+	for i, slot := range h.slots {
+		// Locality first: most holders of a big room are elsewhere, and are passed over
+		// without reading their entry or their node.
+		j := int32(-1)
+		if int(slot) < len(index) {
+			j = index[slot]
+		}
+		var class uint8
+		var s *nodeSnap
+		if j >= 0 {
+			class = r.classes[j]
+		} else {
+			// Not live when the ranking was built: draining, or new since.
+			if s = h.on[i].n.snap.Load(); s.draining {
 				continue
 			}
-			o := &h.on[i]
-			members := o.members()
-			if members <= 0 || o.n.removed.Load() {
-				continue
-			}
-			s := o.n.snap.Load()
-			if s.draining || o.n.stale(s, now) {
-				continue
-			}
-			score := d.liveScore(s, o.n.assigned.Load(), now, locality)
-			if score < -fullPenalty/2 {
-				continue
-			}
-			if locality > tier {
-				// Nearer than every candidate with capacity (the ranking did not keep it):
-				// the tier is this holder's.
-				tier, best = locality, nil
-			}
-			if float64(members) >= d.cfg.RoomShare*s.capacity*d.slowStartShare(s, now) {
-				continue
-			}
-			if best == nil || members > bestMembers || members == bestMembers && score > bestScore {
-				best, bestMembers, bestScore = o, members, score
-				bestPick = pick{n: o.n, level: level, sameISP: same}
-			}
+			nl := s.labels()
+			class = loc.class(&nl, s)
+		}
+		locality := d.classPoints[class]
+		if locality < tier {
+			continue
+		}
+		o := &h.on[i]
+		members := o.members()
+		if members <= 0 || o.n.removed.Load() {
+			continue
+		}
+		if s == nil {
+			s = o.n.snap.Load()
+		}
+		if s.draining || o.n.stale(s, now) {
+			continue
+		}
+		score := d.liveScore(s, o.n.assigned.Load(), now, locality)
+		if score < -fullPenalty/2 {
+			continue
+		}
+		if locality > tier {
+			// Nearer than every candidate with capacity (the ranking did not keep it): the
+			// tier is this holder's.
+			tier, best = locality, nil
+		}
+		if float64(members) >= d.cfg.RoomShare*s.capacity*d.slowStartShare(s, now) {
+			continue
+		}
+		if best == nil || members > bestMembers || members == bestMembers && score > bestScore {
+			best, bestMembers, bestScore = o, members, score
+			bestPick = pick{n: o.n, level: matchLevel(class / 2), sameISP: class%2 == 1}
 		}
 	}
 	if best != nil {

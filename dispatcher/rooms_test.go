@@ -170,6 +170,49 @@ func TestRoomAffinityBelowLocality(t *testing.T) {
 	}
 }
 
+// A room's holders are classed by locality through the client's ranking, by node slot. A node
+// that is out gives its slot to the next new one; a ranking built before then, still served
+// while another decision rebuilds it, must class the newcomer by its own labels, not by those
+// of the node whose slot it took.
+func TestRoomHolderClassAfterSlotReuse(t *testing.T) {
+	t.Parallel()
+	city, isp := writeFixture(t, t.TempDir())
+	d, clock := newTest(t, Config{CityDB: city, ISPDB: isp, StaleAfter: time.Second})
+	report(d, nodeReport("jl", "AS/CN/22", "unicom", 0, 10_000))
+	report(d, nodeReport("bj", "AS/CN/11", "unicom", 0, 10_000))
+	report(d, nodeReport("tokyo", "AS/JP/13", "", 0, 10_000))
+	jilin := netip.MustParseAddr("175.16.199.9")
+	firstChoices(t, d, Request{Client: jilin, App: "demo", Room: "warm"}, 1) // caches Jilin's ranking
+
+	// tokyo goes out; a Jilin node holding room r takes its slot.
+	clock.Add(2 * time.Second)
+	report(d, nodeReport("jl", "AS/CN/22", "unicom", 1, 10_000))
+	report(d, nodeReport("bj", "AS/CN/11", "unicom", 0, 10_000))
+	d.sweep(d.now())
+	held := nodeReport("jl-room", "AS/CN/22", "unicom", 100, 10_000)
+	held.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 100}}
+	tokyoSlot := d.slots.Load() - 1
+	report(d, held)
+	d.mu.Lock()
+	slot := d.nodes["jl-room"].slot
+	d.mu.Unlock()
+	if slot != tokyoSlot {
+		t.Fatalf("jl-room has slot %d, want tokyo's %d", slot, tokyoSlot)
+	}
+	// Another decision is rebuilding Jilin's ranking: this one is served the old ranking.
+	for i := range d.cache.shards {
+		for _, r := range d.cache.shards[i].m {
+			r.rebuilding.Store(true)
+		}
+	}
+	if got := firstChoices(t, d, Request{Client: jilin, App: "demo", Room: "r"}, 1); got["jl-room"] != 1 {
+		t.Fatalf("Jilin client of a room held in Jilin, on an old ranking: %v, want jl-room", got)
+	}
+	if hits := counterValue(d.m.cacheHit); hits != 1 {
+		t.Fatalf("cache hits %v, want 1: the old ranking served", hits)
+	}
+}
+
 // A room's limit on a node follows its slow start, and a full node takes no more of the room
 // whatever it holds; the room's members then open the next node.
 func TestRoomLimitFollowsSlowStart(t *testing.T) {

@@ -125,6 +125,8 @@ type reportView struct {
 	Draining          bool    `json:"draining"`
 	Region            string  `json:"region"`
 	ISP               string  `json:"isp"`
+	// The node's deliveries and drops per lane since it started; not scored.
+	Lanes []laneView `json:"lanes,omitempty"`
 }
 
 // nodeLoad is a node's live quality: its report plus what was dispatched to it since.

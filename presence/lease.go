@@ -81,7 +81,7 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 	}
 	sortByTime(evs)
 	for i := 0; i < len(evs); i += eventsPerPublish {
-		s.publishEvents(evs[i:min(i+eventsPerPublish, len(evs))])
+		s.publishEvents(context.Background(), evs[i:min(i+eventsPerPublish, len(evs))])
 	}
 	s.leaseEndsEmitted.Add(int64(len(evs)))
 	s.m.leaseEmitted.Add(float64(len(evs)))

@@ -31,6 +31,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
@@ -299,13 +301,22 @@ func (s *Service) advanceLocked(v *nodeView, seq uint64) {
 
 // onStream applies one message of a node's session stream. Messages of one node arrive in order
 // on this one subscription.
+//
+// A batch of events published with a trace context (the ChatLink's logins, with tracing on) is
+// applied in a span, "presence apply", in that trace.
 func (s *Service) onStream(msg *nats.Msg) {
 	switch msg.Subject {
 	case bus.SubjectPresenceEvents:
+		_, span := bus.StartConsumer(msg, "presence apply")
+		defer span.End()
 		var evs pb.SessionEvents
 		if err := proto.Unmarshal(msg.Data, &evs); err != nil || evs.Node == "" {
 			s.log.Warn("dropping session events that do not parse", "err", err)
+			span.SetStatus(codes.Error, "does not parse")
 			return
+		}
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("roomcast.node", evs.Node), attribute.Int("messaging.batch.message_count", len(evs.Events)))
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -440,30 +451,37 @@ func (s *Service) waitApplied(node, boot string, seq uint64) {
 
 // onEffects acts on a batch of session events once across all instances (a queue group): it
 // publishes the app's online/offline events, queues them for the webhook, and applies the
-// multi-device policy.
+// multi-device policy. A batch published with a trace context is handled in a span,
+// "presence effects", in that trace, and the app's events and the kicks carry it on.
 func (s *Service) onEffects(msg *nats.Msg) {
+	ctx, span := bus.StartConsumer(msg, "presence effects")
+	defer span.End()
 	var evs pb.SessionEvents
 	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
+		span.SetStatus(codes.Error, "does not parse")
 		return
 	}
-	s.publishEvents(evs.Events)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("roomcast.node", evs.Node), attribute.Int("messaging.batch.message_count", len(evs.Events)))
+	}
+	s.publishEvents(ctx, evs.Events)
 	s.waitApplied(evs.Node, evs.Boot, evs.Seq)
 	for _, ev := range evs.Events {
 		if ev.Kind == pb.SessionEvent_KIND_LOGIN {
-			s.enforcePolicy(ev)
+			s.enforcePolicy(ctx, ev)
 		}
 	}
 }
 
-// publishEvents publishes session events on their apps' subjects and queues them for the apps'
-// webhooks.
-func (s *Service) publishEvents(evs []*pb.SessionEvent) {
+// publishEvents publishes session events on their apps' subjects, with ctx's trace context,
+// and queues them for the apps' webhooks.
+func (s *Service) publishEvents(ctx context.Context, evs []*pb.SessionEvent) {
 	byApp := make(map[string][]*pb.SessionEvent)
 	for _, ev := range evs {
 		byApp[ev.App] = append(byApp[ev.App], ev)
 	}
 	for app, list := range byApp {
-		if err := bus.Publish(s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
+		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
 			s.log.Warn("app events not published", "app", app, "events", len(list), "err", err)
 		}
 		s.hook.add(app, list)
@@ -471,8 +489,9 @@ func (s *Service) publishEvents(evs []*pb.SessionEvent) {
 	s.m.countEvents(evs)
 }
 
-// enforcePolicy closes the sessions a login replaces under its app's policy.
-func (s *Service) enforcePolicy(login *pb.SessionEvent) {
+// enforcePolicy closes the sessions a login replaces under its app's policy; the kicks carry
+// ctx's trace context.
+func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 	p, ok := s.cfg.Policies[login.App]
 	if !ok || (p.MaxSessions <= 0 && !p.OnePerDevice) {
 		return
@@ -511,7 +530,7 @@ func (s *Service) enforcePolicy(login *pb.SessionEvent) {
 			Op: pb.NodeControl_OP_KICK, App: ev.App, Sessions: []string{ev.SessionId},
 			CloseCode: uint32(pb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + login.Device,
 		}
-		if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
+		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
 			s.log.Warn("replace kick not published", "session", ev.SessionId, "err", err)
 			continue
 		}

@@ -167,10 +167,13 @@ func (b *batcher) close() {
 // message under the window of its server time, and one that came a batch window (or a slow
 // numbering) after its time would miss the pusher's grace and land in the next segment.
 //
-// With tracing on, the publish is a span ("room batch publish") linked to the sends it carries.
+// With tracing on, the publish is a span ("room batch publish") linked to the sends it carries;
+// the batches to CDN pushers carry its trace context.
 func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace.Link) error {
+	ctx := context.Background()
 	if tracing.Enabled() {
-		_, span := tracing.Start(context.Background(), "room batch publish", trace.SpanKindProducer, trace.WithLinks(links...),
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "room batch publish", trace.SpanKindProducer, trace.WithLinks(links...),
 			trace.WithAttributes(attribute.String("messaging.destination.name", bus.RoomSubject(app, room)), attribute.Int("messaging.batch.message_count", len(batch.Messages))))
 		defer span.End()
 	}
@@ -200,7 +203,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 		err = bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), long)
 	}
 	for pusher, b := range toPushers {
-		err = errors.Join(err, bus.Publish(s.cfg.Bus, bus.CdnPushSubject(pusher), b))
+		err = errors.Join(err, bus.PublishTraced(ctx, s.cfg.Bus, bus.CdnPushSubject(pusher), b))
 	}
 	if err == nil && critical {
 		err = s.cfg.Bus.FlushTimeout(max(time.Until(deadline), numberTimeout/10))

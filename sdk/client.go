@@ -48,7 +48,9 @@ type Client struct {
 // a failed connection, a timeout (Config.AttemptTimeout) or a transient close code moves on to
 // the next endpoint; a terminal close code (4000–4499, a *CloseError) is returned at once,
 // because another ChatLink would refuse the same token too. If none works Dial returns the
-// errors; it does not retry.
+// errors; it does not retry, but for a login refused for now (4013 LOGIN_RATE_LIMITED,
+// 4015 TOO_MANY_CONNECTIONS): then it waits the server's retry hint plus jitter (a
+// LimitedEvent) and tries again, until ctx ends.
 //
 // ctx bounds only the dialing and login. From then on the Client reconnects by itself (unless
 // Config.NoReconnect) until Close or a terminal close code.
@@ -62,6 +64,17 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.cdn = newCdnPoller(&c.cfg, c.d)
 	login := c.newLogin(cfg.RecoverSince, 0, uint32(min(max(0, cfg.History), maxHistory)))
 	first, err := c.establish(ctx, login, false)
+	for attempt := 1; err != nil && ctx.Err() == nil; attempt++ {
+		delay, ok := c.limitedDelay(err, attempt)
+		if !ok {
+			break
+		}
+		if serr := sleep(ctx, delay); serr != nil {
+			err = errors.Join(err, serr)
+			break
+		}
+		first, err = c.establish(ctx, login, false)
+	}
 	if err != nil {
 		c.cdn.stop()                      // a login that ended at once may have started polling
 		c.d.close(&ClosedEvent{Err: err}) // and a hold
@@ -179,7 +192,10 @@ func (c *Client) reconnect(attempt *int, reason error) (*conn, error) {
 	defer timer.Stop()
 	for {
 		*attempt++
-		delay := c.backoff(*attempt)
+		delay, limited := c.limitedDelay(reason, *attempt)
+		if !limited {
+			delay = c.backoff(*attempt)
+		}
 		c.d.event(&ReconnectingEvent{Attempt: *attempt, Delay: delay, Err: reason})
 		timer.Reset(delay)
 		select {
@@ -208,11 +224,43 @@ func (c *Client) reconnect(attempt *int, reason error) (*conn, error) {
 // Config.ReconnectMinDelay up to ReconnectMaxDelay, half of it fixed and half random ("equal
 // jitter"), so that a room's clients spread out but none retries at once.
 func (c *Client) backoff(attempt int) time.Duration {
-	ceiling := c.cfg.ReconnectMaxDelay
-	if attempt < 30 {
-		ceiling = min(ceiling, c.cfg.ReconnectMinDelay<<(attempt-1))
-	}
+	ceiling := c.ceiling(attempt)
 	return ceiling/2 + rand.N(ceiling/2+1)
+}
+
+// ceiling is the longest wait before the attempt-th reconnect.
+func (c *Client) ceiling(attempt int) time.Duration {
+	if attempt >= 30 {
+		return c.cfg.ReconnectMaxDelay
+	}
+	return min(c.cfg.ReconnectMaxDelay, c.cfg.ReconnectMinDelay<<(attempt-1))
+}
+
+// limitedDelay is the wait before the attempt-th login after err, when err is a login the
+// server refused for now with a retry hint (4013, 4015; a *CloseError with RetryAfter): the
+// hint plus a random part up to the backoff's ceiling, so that a crowd refused together
+// comes back spread out, more so the more often it was refused. It tells the app with a
+// LimitedEvent. ok is false for any other err.
+func (c *Client) limitedDelay(err error, attempt int) (delay time.Duration, ok bool) {
+	var ce *CloseError
+	if !errors.As(err, &ce) || !ce.Limited() {
+		return 0, false
+	}
+	delay = ce.RetryAfter + rand.N(c.ceiling(attempt)+1)
+	c.d.event(&LimitedEvent{Code: ce.Code, RetryAfter: ce.RetryAfter, Delay: delay})
+	return delay, true
+}
+
+// sleep waits d, or returns ctx's error when it ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // move answers the server's Reconnect: after its delay, log in elsewhere, then leave cur. It

@@ -144,7 +144,7 @@ type Config struct {
 	OnMessage func(*roomcastpb.Message)
 
 	// OnEvent receives the Client's events (connected, reconnecting, recovered, thinned,
-	// kicked, error, closed; see Event) on the OnMessage goroutine, in order with the
+	// kicked, limited, error, closed; see Event) on the OnMessage goroutine, in order with the
 	// messages. The last is a *ClosedEvent. It must not call Close. Nil means none.
 	OnEvent func(Event)
 

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,7 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	err     error
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
+	hint    time.Duration              // retry_after_ms of an Error before the LoginAck (121 before a Kick 4013)
 	pending map[uint64]chan sendResult // Sends, HistoryQueries and queue requests waiting for their answer, by seq
 }
 
@@ -262,9 +264,23 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 	case *roomcastpb.Frame_Kick:
 		c.mu.Lock()
 		c.kick = k.Kick
+		hint := c.hint
 		c.mu.Unlock()
-		c.fail(&CloseError{Code: k.Kick.GetCode(), Reason: k.Kick.GetReason()})
+		ce := &CloseError{Code: k.Kick.GetCode(), Reason: k.Kick.GetReason()}
+		if ce.Limited() {
+			// A server older than Kick.retry_after_ms said it only in the Error before.
+			ce.RetryAfter = cmp.Or(time.Duration(k.Kick.GetRetryAfterMs())*time.Millisecond, hint)
+		}
+		c.fail(ce)
 		return
+	case *roomcastpb.Frame_Error:
+		if !loggedIn && k.Error.GetSeq() == 0 {
+			// The reason for the Kick that follows (121 LOGIN_RATE_LIMITED); the Kick ends it.
+			c.mu.Lock()
+			c.hint = time.Duration(k.Error.GetRetryAfterMs()) * time.Millisecond
+			c.mu.Unlock()
+			return
+		}
 	case *roomcastpb.Frame_Reconnect:
 		c.log.Info("roomcast: server asks to reconnect",
 			"node", c.ep.Node, "delay_ms", k.Reconnect.GetDelayMs(), "reason", k.Reconnect.GetReason())
@@ -295,14 +311,14 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 		}
 		if e.GetSeq() == 0 { // the answer to the login's history request
 			c.log.Warn("roomcast: history not sent", "code", e.GetCode(), "message", e.GetMessage())
-			err := error(&SendError{Code: e.GetCode(), Message: e.GetMessage()})
+			err := error(sendError(e))
 			if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
 				err = fmt.Errorf("%w: %s", ErrHistoryUnavailable, e.GetMessage())
 			}
 			c.d.historyFailed(c.gen, err)
 			return
 		}
-		c.answer(e.GetSeq(), sendResult{err: &SendError{Code: e.GetCode(), Message: e.GetMessage()}})
+		c.answer(e.GetSeq(), sendResult{err: sendError(e)})
 	case *roomcastpb.Frame_Push:
 		if !c.d.push(c.gen, k.Push) {
 			c.fail(ErrSlowConsumer)

@@ -3,6 +3,7 @@ package sdk
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"roomcast/proto/roomcastpb"
 )
@@ -64,6 +65,10 @@ type CloseError struct {
 	Reason string
 	// Err is the transport error behind an abnormal closure, if any.
 	Err error
+	// RetryAfter is the server's hint with 4013 (LOGIN_RATE_LIMITED) and 4015
+	// (TOO_MANY_CONNECTIONS): the Kick's retry_after_ms, or the Retry-After of a refused
+	// WebSocket upgrade. The Client waits this long plus jitter before it logs in again.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -85,8 +90,18 @@ func (e *CloseError) Error() string {
 func (e *CloseError) Unwrap() error { return e.Err }
 
 // Terminal reports whether reconnecting without changing something (a new token, a fixed
-// client) will fail again: codes 4000–4499. Every other code is transient.
-func (e *CloseError) Terminal() bool { return e.Code >= 4000 && e.Code < 4500 }
+// client) will fail again: codes 4000–4499 but 4013 (LOGIN_RATE_LIMITED) and 4015
+// (TOO_MANY_CONNECTIONS), which say when to come back. Every other code is transient.
+func (e *CloseError) Terminal() bool {
+	return e.Code >= 4000 && e.Code < 4500 && !e.Limited()
+}
+
+// Limited reports whether the server refused the login for now because of a rate or a
+// connection count (4013, 4015): the same login succeeds after RetryAfter.
+func (e *CloseError) Limited() bool {
+	return e.Code == uint32(roomcastpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED) ||
+		e.Code == uint32(roomcastpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS)
+}
 
 // SendError is a Send the server refused with an Error frame (docs/protocol.md §4). The
 // connection stays open.
@@ -95,6 +110,9 @@ type SendError struct {
 	Code uint32
 	// Message is the server's explanation.
 	Message string
+	// RetryAfter is the server's hint with SEND_RATE_LIMITED (120): the same Send is accepted
+	// after this long. Zero with other codes.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -103,8 +121,14 @@ func (e *SendError) Error() string {
 		e.Code, roomcastpb.ErrorCode(e.Code).String(), e.Message)
 }
 
-// Temporary reports whether the same Send may succeed later (5xx codes and RATE_LIMITED);
-// 1xx codes other than RATE_LIMITED fail again unchanged.
+// Temporary reports whether the same Send may succeed later (5xx codes, RATE_LIMITED and
+// SEND_RATE_LIMITED, the latter after RetryAfter); other 1xx codes fail again unchanged.
 func (e *SendError) Temporary() bool {
-	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_RATE_LIMITED)
+	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_RATE_LIMITED) ||
+		e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)
+}
+
+// sendError is the SendError of an Error frame.
+func sendError(e *roomcastpb.Error) *SendError {
+	return &SendError{Code: e.GetCode(), Message: e.GetMessage(), RetryAfter: time.Duration(e.GetRetryAfterMs()) * time.Millisecond}
 }

@@ -8,7 +8,7 @@ import (
 
 // Event is something that happened to a Client, handed to Config.OnEvent in order with the
 // messages: *ConnectedEvent, *ReconnectingEvent, *RecoveredEvent, *ThinnedEvent, *KickedEvent,
-// *ErrorEvent or *ClosedEvent. Switch on its type.
+// *LimitedEvent, *ErrorEvent or *ClosedEvent. Switch on its type.
 type Event interface{ event() }
 
 // ConnectedEvent: a login succeeded, the first (from Dial) or after a reconnect.
@@ -67,6 +67,18 @@ type KickedEvent struct {
 	Terminal bool
 }
 
+// LimitedEvent: the server refused a login for now (Code 4013 LOGIN_RATE_LIMITED: a login or
+// join rate; 4015 TOO_MANY_CONNECTIONS: the address's connections on the node) and said when
+// to come back. The client waits Delay (RetryAfter plus jitter) and logs in again, through the
+// dispatcher when it uses one: from Dial, or as a reconnect (a ReconnectingEvent with the same
+// Delay follows).
+type LimitedEvent struct {
+	Code uint32
+	// RetryAfter is the server's hint; 0 when it gave none (the client's backoff then).
+	RetryAfter time.Duration
+	Delay      time.Duration
+}
+
 // ErrorEvent: something went wrong that the client handles by itself: a reconnect attempt that
 // failed, a server that broke the protocol, a history the server could not send. Err says
 // what.
@@ -86,5 +98,6 @@ func (*ReconnectingEvent) event() {}
 func (*RecoveredEvent) event()    {}
 func (*ThinnedEvent) event()      {}
 func (*KickedEvent) event()       {}
+func (*LimitedEvent) event()      {}
 func (*ErrorEvent) event()        {}
 func (*ClosedEvent) event()       {}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +73,7 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 		handshakeTimeout = time.Until(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
-	socket, _, err := gws.NewClientFromConn(w, &gws.ClientOption{
+	socket, resp, err := gws.NewClientFromConn(w, &gws.ClientOption{
 		Addr:               rawURL,
 		HandshakeTimeout:   handshakeTimeout,
 		ReadMaxPayloadSize: MaxFrameSize,
@@ -85,6 +87,9 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 		return nil, ctx.Err()
 	}
 	if err != nil {
+		if ce := RefusedUpgrade(resp); ce != nil {
+			return nil, ce
+		}
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
 	w.socket = socket
@@ -182,3 +187,22 @@ func (w *wsConn) closeWith(code uint16) {
 type gwsLogger struct{ log *slog.Logger }
 
 func (l gwsLogger) Error(v ...any) { l.log.Error("roomcast: websocket", "msg", fmt.Sprint(v...)) }
+
+// RefusedUpgrade is the CloseError of a WebSocket upgrade the ChatLink refused before the
+// WebSocket opened (403 for 4014, 429 for 4015), from its Roomcast-Close-Code and Retry-After
+// (seconds) headers; nil when resp names no close code. For clients that do their own
+// handshake (the load generator's raw clients).
+func RefusedUpgrade(resp *http.Response) *CloseError {
+	if resp == nil {
+		return nil
+	}
+	code, err := strconv.ParseUint(resp.Header.Get("Roomcast-Close-Code"), 10, 32)
+	if err != nil || code < 4000 || code > 4999 {
+		return nil
+	}
+	ce := &CloseError{Code: uint32(code), Reason: resp.Status}
+	if s, err := strconv.ParseUint(resp.Header.Get("Retry-After"), 10, 32); err == nil && ce.Limited() {
+		ce.RetryAfter = time.Duration(s) * time.Second
+	}
+	return ce
+}

@@ -194,11 +194,8 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto
 		ctx, span = tracing.Start(ctx, "bus request", trace.SpanKindClient, trace.WithAttributes(
 			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject)))
 		defer span.End()
-		out.Header = nats.Header{}
-		tracing.Inject(ctx, headerCarrier(out.Header))
-	} else if tp := TraceparentFrom(ctx); tp != "" {
-		out.Header = nats.Header{TraceparentHeader: []string{tp}}
 	}
+	out.Header = traceHeader(ctx)
 	msg, err := nc.RequestMsgWithContext(ctx, out)
 	if err != nil {
 		if span != nil {

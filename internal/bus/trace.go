@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/tracing"
 )
@@ -97,17 +99,31 @@ func appendRandomHex(b []byte, n int) []byte {
 	return hex.AppendEncode(b, r[:n])
 }
 
-// headerCarrier lets the OpenTelemetry propagator read and write a NATS message's header.
-type headerCarrier nats.Header
-
-func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
-func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
+// traceHeader returns the header that carries ctx's trace context to the next hop: with
+// tracing on, the context of ctx's span; with tracing off, the traceparent WithTraceparent put
+// in ctx. Nil when there is none.
+func traceHeader(ctx context.Context) nats.Header {
+	if tracing.Enabled() {
+		h := nats.Header{}
+		if tracing.Inject(ctx, tracing.MapCarrier(h)) {
+			return h
+		}
+		return nil
 	}
-	return keys
+	if tp := TraceparentFrom(ctx); tp != "" {
+		return nats.Header{TraceparentHeader: []string{tp}}
+	}
+	return nil
+}
+
+// PublishTraced publishes m on subject as Publish does, with ctx's trace context in the
+// traceparent header (traceHeader), for the consumer's span (StartConsumer).
+func PublishTraced(ctx context.Context, nc *nats.Conn, subject string, m proto.Message) error {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("bus: encode %s: %w", subject, err)
+	}
+	return nc.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: traceHeader(ctx)})
 }
 
 // StartServer begins the server span called name of a request that came over the bus, in the
@@ -118,8 +134,22 @@ func StartServer(msg *nats.Msg, name string) (context.Context, trace.Span) {
 		return tracing.Start(ctx, name, trace.SpanKindServer)
 	}
 	if msg.Header != nil {
-		ctx = tracing.Extract(ctx, headerCarrier(msg.Header))
+		ctx = tracing.Extract(ctx, tracing.MapCarrier(msg.Header))
 	}
 	return tracing.Start(ctx, name, trace.SpanKindServer,
+		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject)))
+}
+
+// StartConsumer begins the consumer span called name of a message published with a trace
+// context (PublishTraced), in the trace it names. A message without one gets a span that
+// records nothing: a batch no traced request made starts no trace of its own. The caller ends
+// the span.
+func StartConsumer(msg *nats.Msg, name string) (context.Context, trace.Span) {
+	ctx := context.Background()
+	if !tracing.Enabled() || msg.Header.Get(TraceparentHeader) == "" {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	ctx = tracing.Extract(ctx, tracing.MapCarrier(msg.Header))
+	return tracing.Start(ctx, name, trace.SpanKindConsumer,
 		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject)))
 }

@@ -58,6 +58,9 @@ type FanoutResult struct {
 	Connected    int64 `json:"connected"`
 	Failed       int64 `json:"failed"`
 	Disconnected int64 `json:"disconnected"`
+	// Limited counts logins the server refused for now (4013, 4015) that were tried again
+	// after its hint (each member ends connected or failed as before).
+	Limited int64 `json:"limited"`
 	// Slow is how many members logged in and then never read (--slow), on top of N;
 	// ServerSlowReaderCloses counts the server's slow-reader closes over the run window.
 	Slow                   int     `json:"slow"`
@@ -140,7 +143,7 @@ func (r FanoutResult) String() string {
 	}
 	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s %s lane=%s size=%dB transport=%s workers=%d\n",
 		r.N, r.Rate, r.Duration, tick, merge, tags, r.Lane, r.Size, r.Transport, r.Workers)
-	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d\n", r.Connected, r.Failed, r.Disconnected)
+	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d limited-and-retried=%d\n", r.Connected, r.Failed, r.Disconnected, r.Limited)
 	if r.Slow > 0 {
 		fmt.Fprintf(&b, "  slow        %d members never read; the server closed %.0f as slow readers\n", r.Slow, r.ServerSlowReaderCloses)
 	}
@@ -298,7 +301,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	pub.ok.each(func(seq uint64) {
 		expected[laneValue(pub.laneOf(seq))] += tags.target(seq).audienceSize(rep.Groups)
 	})
-	res.Connected, res.Failed, res.Disconnected = rep.Connected, rep.Failed, rep.Disconnected
+	res.Connected, res.Failed, res.Disconnected, res.Limited = rep.Connected, rep.Failed, rep.Disconnected, rep.Limited
 	res.ExpectedByLane, res.DeliveredByLane = laneCounts(expected), laneCounts(rep.Lanes)
 	res.Expected, res.Delivered = res.ExpectedByLane.total(), res.DeliveredByLane.total()
 	res.Lost = res.Expected - res.Delivered

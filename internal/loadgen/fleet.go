@@ -2,8 +2,10 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -79,6 +81,7 @@ type fleet struct {
 	members   []atomic.Pointer[member] // by client index - First; nil for a client that did not log in
 	connected atomic.Int64
 	failed    atomic.Int64
+	limited   atomic.Int64 // logins refused for now (4013, 4015) and tried again after the hint
 	tried     atomic.Int64
 
 	shards [latencyShards]struct {
@@ -216,7 +219,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
 	if f.spec.Client == ClientRaw {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), f.pollers, m.receiveBody)
+		c, err := f.dialRawLimited(ctx, tok, i, m.receiveBody)
 		f.joined(m, c, err, time.Since(t0))
 		return
 	}
@@ -233,7 +236,12 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		NoReconnect:    true, // a member that dropped counts as one
 		DedupeWindow:   -1,   // and the server's duplicates are counted
 		OnMessage:      m.receive,
-		Logger:         f.log,
+		OnEvent: func(e sdk.Event) {
+			if _, ok := e.(*sdk.LimitedEvent); ok { // Dial waits it out by itself
+				f.limited.Add(1)
+			}
+		},
+		Logger: f.log,
 	})
 	if err != nil {
 		f.joined(m, nil, err, 0)
@@ -358,6 +366,7 @@ type report struct {
 	Lanes      [4]int64 `json:"lanes"`
 	Dup        int64    `json:"dup"`
 	Leaked     int64    `json:"leaked"`     // receipts outside a message's audience
+	Limited    int64    `json:"limited"`    // logins refused for now (4013, 4015), tried again after the server's hint
 	Incomplete int64    `json:"incomplete"` // members that missed some of the expected messages
 	// Groups counts the logged-in members by tag group (one group when untargeted), from
 	// which the parent computes each message's expected deliveries.
@@ -394,7 +403,7 @@ func (f *fleet) finish(expect []int64) report {
 		}
 	}
 	f.close()
-	r.Connected, r.Failed = f.connected.Load(), f.failed.Load()
+	r.Connected, r.Failed, r.Limited = f.connected.Load(), f.failed.Load(), f.limited.Load()
 	r.Groups = make([]int64, f.spec.tagging().numGroups())
 	lat := newLatencyHistogram()
 	for i := range f.shards {
@@ -490,4 +499,27 @@ func (f *fleet) close() {
 		f.pollers.stop()
 	}
 	f.hc.CloseIdleConnections()
+}
+
+// dialRawLimited dials raw member i like the SDK's Dial does: a login the server refuses for
+// now (Kick 4013 or 4015, or a WebSocket upgrade refused with 429) is tried again after the
+// server's hint plus a random part that grows with the attempts (up to 5 s), so that a bench
+// through the node's login and join limits loses nobody; until ctx ends.
+func (f *fleet) dialRawLimited(ctx context.Context, tok string, i int, onMsg func(lane int32, body []byte)) (*rawClient, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), f.pollers, onMsg)
+		var ce *sdk.CloseError
+		if err == nil || !errors.As(err, &ce) || !ce.Limited() {
+			return c, err
+		}
+		f.limited.Add(1)
+		jitter := min(5*time.Second, 100*time.Millisecond<<min(attempt-1, 6))
+		t := time.NewTimer(ce.RetryAfter + rand.N(jitter))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

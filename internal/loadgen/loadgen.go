@@ -421,6 +421,7 @@ func merge(reps []report) report {
 		t.Connected += r.Connected
 		t.Failed += r.Failed
 		t.Disconnected += r.Disconnected
+		t.Limited += r.Limited
 		for _, e := range r.Errors {
 			if len(t.Errors) < maxErrors {
 				t.Errors = append(t.Errors, e)

@@ -11,8 +11,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"roomcast/chatlink"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/loadgen"
+	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"
 )
@@ -378,3 +380,34 @@ func TestConfigErrors(t *testing.T) {
 
 // sleeperFlag makes the test binary a process that only sleeps, for pinning.
 const sleeperFlag = "-loadgen-sleeper"
+
+// TestFanoutThroughJoinLimit: members logging in faster than the node's join rate for their
+// room are refused with Kick 4013; the bench's clients, the SDK's and the raw ones, wait the
+// server's hint and try again, so every member logs in and gets every message.
+func TestFanoutThroughJoinLimit(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 40, Burst: 5} }
+	})
+	for _, client := range []string{loadgen.ClientSDK, loadgen.ClientRaw} {
+		t.Run(client, func(t *testing.T) {
+			const n = 30
+			cfg := config(c, n)
+			cfg.Client, cfg.Room = client, "limited-"+client
+			cfg.Rate, cfg.Duration, cfg.Tick = 20, publishFor(), 50*time.Millisecond
+			res, err := loadgen.RunFanout(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(res)
+			if res.Connected != n || res.Failed != 0 || res.Limited == 0 {
+				t.Errorf("connected %d, failed %d, limited %d: want %d, 0 and some", res.Connected, res.Failed, res.Limited, n)
+			}
+			if res.Delivered != res.Expected || res.Lost != 0 {
+				t.Errorf("delivered %d of %d, lost %d", res.Delivered, res.Expected, res.Lost)
+			}
+		})
+	}
+}

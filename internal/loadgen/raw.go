@@ -119,12 +119,16 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	if c.isWS {
 		// gws upgrades and writes; the bench reads the frames itself.
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
-		c.ws, _, err = gws.NewClientFromConn(gws.BuiltinEventHandler{}, &gws.ClientOption{
+		var resp *http.Response
+		c.ws, resp, err = gws.NewClientFromConn(gws.BuiltinEventHandler{}, &gws.ClientOption{
 			Addr: ep.WSURL, HandshakeTimeout: rawLoginWait,
 		}, c.nc)
 		stop()
 		if err != nil {
 			_ = c.nc.Close()
+			if ce := sdk.RefusedUpgrade(resp); ce != nil {
+				return nil, ce
+			}
 			return nil, err
 		}
 	}
@@ -354,7 +358,7 @@ func (c *rawClient) frame(b []byte) {
 		case frameKick:
 			var k roomcastpb.Kick
 			_ = proto.Unmarshal(v, &k)
-			c.fail(fmt.Errorf("kicked: code %d: %s", k.GetCode(), k.GetReason()))
+			c.fail(&sdk.CloseError{Code: k.GetCode(), Reason: k.GetReason(), RetryAfter: time.Duration(k.GetRetryAfterMs()) * time.Millisecond})
 		}
 	}
 }

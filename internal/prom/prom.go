@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Register registers c with reg, or returns the collector registered before it under the same
@@ -31,3 +32,13 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 // LatencyBuckets are the buckets, in seconds, of the roles' request latency histograms: 100µs
 // (a cached decision) to 10s (a request that timed out).
 var LatencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// CounterValue reads a counter's current value, for a component that reports what its metrics
+// already count (a ChatLink's load report) instead of counting it twice.
+func CounterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if c.Write(&m) != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}

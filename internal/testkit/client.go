@@ -333,13 +333,14 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 
 // ExpectKick fails the test unless the next frame is a Kick with code and the connection then
 // closes: over WebSocket with a close frame carrying the same code.
-func (c *Client) ExpectKick(code pb.CloseCode) {
+func (c *Client) ExpectKick(code pb.CloseCode) *pb.Kick {
 	c.t.Helper()
 	f := c.Next()
 	if f.GetKick() == nil || f.GetKick().Code != uint32(code) {
 		c.t.Fatalf("want Kick %v, got %v", code, f)
 	}
 	c.expectKickClose(code)
+	return f.GetKick()
 }
 
 // ExpectKickAfterPushes is ExpectKick for a member that may have Pushes not yet read: it skips

@@ -112,3 +112,30 @@ func Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Co
 	}
 	return otel.GetTextMapPropagator().Extract(ctx, carrier)
 }
+
+// MapCarrier lets the propagator read and write the trace context in a header kept as a map
+// from lower-case keys to values: a NATS message's (nats.Header) or a gRPC call's metadata
+// (metadata.MD). An HTTP header, whose keys are canonicalised, takes propagation.HeaderCarrier.
+type MapCarrier map[string][]string
+
+var _ propagation.TextMapCarrier = MapCarrier(nil)
+
+// Get returns the first value of key.
+func (m MapCarrier) Get(key string) string {
+	if v := m[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set replaces the values of key with value.
+func (m MapCarrier) Set(key, value string) { m[key] = []string{value} }
+
+// Keys lists the keys.
+func (m MapCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -57,6 +59,41 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
+// startCollector starts a test collector and turns tracing on, every trace sampled, exporting
+// to it. stop sends the spans still buffered and turns tracing off; it is also called at the
+// test's end.
+func startCollector(t *testing.T) (col *collector, stop func()) {
+	col = &collector{}
+	srv := httptest.NewServer(col)
+	t.Cleanup(srv.Close)
+	shutdown, err := tracing.Setup(tracing.Config{Endpoint: srv.URL, SampleRatio: 1, Service: "roomcast-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return col, stop
+}
+
+// one returns the one span called name.
+func (c *collector) one(t *testing.T, name string) *tracepb.Span {
+	t.Helper()
+	s := c.byName(name)
+	if len(s) != 1 {
+		t.Fatalf("%d spans called %q, want 1", len(s), name)
+	}
+	return s[0]
+}
+
 // byName returns the spans called name.
 func (c *collector) byName(name string) []*tracepb.Span {
 	c.mu.Lock()
@@ -75,19 +112,7 @@ func (c *collector) byName(name string) []*tracepb.Span {
 // ChatLink, the bus and the room service form one trace: chatlink send → bus request → room send;
 // and that a server API call joins the trace its caller's traceparent names.
 func TestChatMessageTrace(t *testing.T) {
-	col := &collector{}
-	srv := httptest.NewServer(col)
-	defer srv.Close()
-	stop, err := tracing.Setup(tracing.Config{Endpoint: srv.URL, SampleRatio: 1, Service: "roomcast-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = stop(context.Background())
-		}
-	}()
+	col, stop := startCollector(t)
 
 	c := testcluster.Start(t)
 	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
@@ -134,21 +159,8 @@ func TestChatMessageTrace(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stopped = true
-	if err := stop(ctx); err != nil { // sends the buffered spans
-		t.Fatal(err)
-	}
-
-	one := func(name string) *tracepb.Span {
-		t.Helper()
-		s := col.byName(name)
-		if len(s) != 1 {
-			t.Fatalf("%d spans called %q, want 1", len(s), name)
-		}
-		return s[0]
-	}
+	stop() // sends the buffered spans
+	one := func(name string) *tracepb.Span { return col.one(t, name) }
 	apiSpan := one("POST /v1/rooms/{room}/messages")
 	if hex.EncodeToString(apiSpan.TraceId) != callerTrace || hex.EncodeToString(apiSpan.ParentSpanId) != callerSpan {
 		t.Fatalf("API span in trace %x under %x, want the caller's %s under %s", apiSpan.TraceId, apiSpan.ParentSpanId, callerTrace, callerSpan)
@@ -236,5 +248,14 @@ func TestStartOffAllocatesNothing(t *testing.T) {
 		span.End()
 	}); n != 0 {
 		t.Fatalf("Start with tracing off: %v allocations, want 0", n)
+	}
+	// Nor does a consumer's span of a bus message that carries a trace context (presence's
+	// session events, a pusher's batch).
+	msg := &nats.Msg{Subject: "rc.sessions.events", Header: nats.Header{"traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}
+	if n := testing.AllocsPerRun(1000, func() {
+		_, span := bus.StartConsumer(msg, "presence apply")
+		span.End()
+	}); n != 0 {
+		t.Fatalf("StartConsumer with tracing off: %v allocations, want 0", n)
 	}
 }

@@ -1736,8 +1736,12 @@ type LoadReport struct {
 	RoomsHeld []*RoomCount `protobuf:"bytes,18,rep,name=rooms_held,json=roomsHeld,proto3" json:"rooms_held,omitempty"`
 	// rooms_held leaves rooms out: those have no more members than the last one listed.
 	RoomsHeldPartial bool `protobuf:"varint,19,opt,name=rooms_held_partial,json=roomsHeldPartial,proto3" json:"rooms_held_partial,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the node delivered and dropped per lane since it started (critical, normal, bulk; the
+	// same counts as its roomcast_chatlink_deliveries_total and roomcast_chatlink_drops_total):
+	// for operators (the ops console charts their rates); the dispatcher does not score them.
+	Lanes         []*LaneCounters `protobuf:"bytes,22,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -1903,6 +1907,94 @@ func (x *LoadReport) GetRoomsHeldPartial() bool {
 	return false
 }
 
+func (x *LoadReport) GetLanes() []*LaneCounters {
+	if x != nil {
+		return x.Lanes
+	}
+	return nil
+}
+
+// LaneCounters are a node's counts of one lane's messages since the node started: messages
+// written to members' connections, and messages left out of members' streams by reason.
+type LaneCounters struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Lane       Lane                   `protobuf:"varint,1,opt,name=lane,proto3,enum=roomcast.v1.Lane" json:"lane,omitempty"`
+	Deliveries int64                  `protobuf:"varint,2,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Over the room's per-member budget.
+	DropsBudget int64 `protobuf:"varint,3,opt,name=drops_budget,json=dropsBudget,proto3" json:"drops_budget,omitempty"`
+	// Sampled away by the node's flow control.
+	DropsFlowControl int64 `protobuf:"varint,4,opt,name=drops_flow_control,json=dropsFlowControl,proto3" json:"drops_flow_control,omitempty"`
+	// The member's write backlog was too long for the lane.
+	DropsSlowReader int64 `protobuf:"varint,5,opt,name=drops_slow_reader,json=dropsSlowReader,proto3" json:"drops_slow_reader,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LaneCounters) Reset() {
+	*x = LaneCounters{}
+	mi := &file_bus_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaneCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaneCounters) ProtoMessage() {}
+
+func (x *LaneCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
+func (*LaneCounters) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LaneCounters) GetLane() Lane {
+	if x != nil {
+		return x.Lane
+	}
+	return Lane_LANE_UNSPECIFIED
+}
+
+func (x *LaneCounters) GetDeliveries() int64 {
+	if x != nil {
+		return x.Deliveries
+	}
+	return 0
+}
+
+func (x *LaneCounters) GetDropsBudget() int64 {
+	if x != nil {
+		return x.DropsBudget
+	}
+	return 0
+}
+
+func (x *LaneCounters) GetDropsFlowControl() int64 {
+	if x != nil {
+		return x.DropsFlowControl
+	}
+	return 0
+}
+
+func (x *LaneCounters) GetDropsSlowReader() int64 {
+	if x != nil {
+		return x.DropsSlowReader
+	}
+	return 0
+}
+
 // DrainRequest asks a ChatLink to drain (subject rc.admin.<node>.drain): stop taking logins, tell
 // its clients to reconnect elsewhere, and shut down once they are gone or at the deadline.
 type DrainRequest struct {
@@ -1917,7 +2009,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2021,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2034,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -1986,7 +2078,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2090,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2103,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2089,7 +2181,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2193,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2206,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2150,7 +2242,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2254,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2267,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2231,7 +2323,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2335,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2348,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2465,7 +2557,7 @@ const file_bus_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
 	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
-	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\x95\x05\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xc6\x05\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -2489,7 +2581,16 @@ const file_bus_proto_rawDesc = "" +
 	"\atcp_tls\x18\x11 \x01(\bR\x06tcpTls\x125\n" +
 	"\n" +
 	"rooms_held\x18\x12 \x03(\v2\x16.roomcast.v1.RoomCountR\troomsHeld\x12,\n" +
-	"\x12rooms_held_partial\x18\x13 \x01(\bR\x10roomsHeldPartial\"L\n" +
+	"\x12rooms_held_partial\x18\x13 \x01(\bR\x10roomsHeldPartial\x12/\n" +
+	"\x05lanes\x18\x16 \x03(\v2\x19.roomcast.v1.LaneCountersR\x05lanes\"\xd2\x01\n" +
+	"\fLaneCounters\x12%\n" +
+	"\x04lane\x18\x01 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\x12\x1e\n" +
+	"\n" +
+	"deliveries\x18\x02 \x01(\x03R\n" +
+	"deliveries\x12!\n" +
+	"\fdrops_budget\x18\x03 \x01(\x03R\vdropsBudget\x12,\n" +
+	"\x12drops_flow_control\x18\x04 \x01(\x03R\x10dropsFlowControl\x12*\n" +
+	"\x11drops_slow_reader\x18\x05 \x01(\x03R\x0fdropsSlowReader\"L\n" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
@@ -2537,7 +2638,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2559,59 +2660,62 @@ var file_bus_proto_goTypes = []any{
 	(*PresenceQuery)(nil),    // 17: roomcast.v1.PresenceQuery
 	(*PresenceReply)(nil),    // 18: roomcast.v1.PresenceReply
 	(*LoadReport)(nil),       // 19: roomcast.v1.LoadReport
-	(*DrainRequest)(nil),     // 20: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),         // 21: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),         // 22: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),     // 23: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),  // 24: roomcast.v1.QueueBusRequest
-	nil,                      // 25: roomcast.v1.RoomInfo.NodesEntry
-	nil,                      // 26: roomcast.v1.NodeControlReply.TagCountsEntry
-	(Lane)(0),                // 27: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 28: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 29: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 30: roomcast.v1.CdnConfig
-	(*HistoryPage)(nil),      // 31: roomcast.v1.HistoryPage
-	(*QueueResponse)(nil),    // 32: roomcast.v1.QueueResponse
-	(*HistoryQuery)(nil),     // 33: roomcast.v1.HistoryQuery
-	(*Message)(nil),          // 34: roomcast.v1.Message
-	(CdnMode)(0),             // 35: roomcast.v1.CdnMode
-	(QueueOp)(0),             // 36: roomcast.v1.QueueOp
-	(*QueueRequest)(nil),     // 37: roomcast.v1.QueueRequest
+	(*LaneCounters)(nil),     // 20: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),     // 21: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),         // 22: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),         // 23: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),     // 24: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),  // 25: roomcast.v1.QueueBusRequest
+	nil,                      // 26: roomcast.v1.RoomInfo.NodesEntry
+	nil,                      // 27: roomcast.v1.NodeControlReply.TagCountsEntry
+	(Lane)(0),                // 28: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 29: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 30: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 31: roomcast.v1.CdnConfig
+	(*HistoryPage)(nil),      // 32: roomcast.v1.HistoryPage
+	(*QueueResponse)(nil),    // 33: roomcast.v1.QueueResponse
+	(*HistoryQuery)(nil),     // 34: roomcast.v1.HistoryQuery
+	(*Message)(nil),          // 35: roomcast.v1.Message
+	(CdnMode)(0),             // 36: roomcast.v1.CdnMode
+	(QueueOp)(0),             // 37: roomcast.v1.QueueOp
+	(*QueueRequest)(nil),     // 38: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	27, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	28, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	28, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	29, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	30, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	31, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	32, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
-	33, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	25, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	34, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	28, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	30, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	29, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	30, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	31, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	32, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	33, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	34, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	26, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	35, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	29, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	31, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
 	0,  // 13: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
 	9,  // 14: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
 	9,  // 15: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
 	13, // 16: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
 	1,  // 17: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	34, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	35, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
 	16, // 19: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	26, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	27, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
 	9,  // 21: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
 	13, // 22: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	35, // 23: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	30, // 24: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	34, // 25: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	36, // 26: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	37, // 27: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	20, // 23: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	28, // 24: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	36, // 25: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	31, // 26: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	35, // 27: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	37, // 28: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	38, // 29: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2629,7 +2733,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

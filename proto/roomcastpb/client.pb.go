@@ -203,14 +203,17 @@ const (
 	// login the callback could not judge is closed with 4504 (UNAVAILABLE) when the app fails
 	// closed.
 	CloseCode_CLOSE_CODE_DENIED_BY_APP CloseCode = 4011
-	// The login came faster than a login or join rate allows; the Error 121 before the Kick says
-	// how long to wait (retry_after_ms). Reconnecting sooner fails again.
+	// The login came faster than a login or join rate allows; the Kick's retry_after_ms (and the
+	// Error 121 before it) says how long to wait. Not terminal despite its range: wait that long
+	// plus jitter, then reconnect (through the dispatcher). Reconnecting sooner fails again.
 	CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED CloseCode = 4013
 	// The client's address is denied by the node's or the app's address lists (or not on an
 	// allow list). Over WebSocket and the HTTP fallback it is refused before the upgrade with HTTP 403.
 	CloseCode_CLOSE_CODE_ADDRESS_DENIED CloseCode = 4014
 	// The client's address has as many connections open on this node as it allows. Over
-	// WebSocket and the HTTP fallback it is refused before the upgrade with HTTP 429.
+	// WebSocket and the HTTP fallback it is refused before the upgrade with HTTP 429 and
+	// Retry-After (seconds). Not terminal despite its range: wait the Kick's retry_after_ms (or
+	// Retry-After) plus jitter, then reconnect (through the dispatcher).
 	CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS CloseCode = 4015
 	// The ChatLink is shutting down; dispatch again.
 	CloseCode_CLOSE_CODE_SHUTDOWN CloseCode = 4500
@@ -1403,9 +1406,13 @@ func (x *Ack) GetIds() []string {
 // Kick is the last frame before the server closes the connection. Over WebSocket the close
 // frame carries the same code.
 type Kick struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Code   uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With 4013 (LOGIN_RATE_LIMITED) and 4015 (TOO_MANY_CONNECTIONS): how long to wait before
+	// logging in again (the same hint as the Error 121 before a 4013). A client waits this long,
+	// plus jitter, then reconnects as after a transient close. 0 with every other code.
+	RetryAfterMs  uint32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1452,6 +1459,13 @@ func (x *Kick) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Kick) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 // HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -1921,10 +1935,11 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12$\n" +
 	"\x0eretry_after_ms\x18\x04 \x01(\rR\fretryAfterMs\"\x17\n" +
 	"\x03Ack\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\tR\x03ids\"2\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"X\n" +
 	"\x04Kick\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xad\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12$\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xad\x01\n" +
 	"\fHistoryQuery\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +

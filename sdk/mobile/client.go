@@ -46,12 +46,17 @@ type SendResult struct {
 	ErrorMessage string
 	// Temporary reports whether a refused Send may succeed later (5xx codes and rate limited).
 	Temporary bool
+	// RetryAfterMs is the server's hint with ErrorCode 120 (SEND_RATE_LIMITED): the same Send
+	// is accepted after this many milliseconds.
+	RetryAfterMs int64
 }
 
 // NewClient finds a ChatLink through the dispatcher, connects and logs in, and returns the
 // Client once the login succeeded; from then on it reconnects by itself until Close or a
 // terminal close code. It blocks (at most Config.ConnectTimeoutMs), so an app calls it off
-// its UI thread. It returns an error if no ChatLink took the login; it does not retry.
+// its UI thread. It returns an error if no ChatLink took the login; it does not retry, but for
+// a login refused for now (4013, 4015): then it waits the server's hint plus jitter (a
+// "limited" event) and tries again within Config.ConnectTimeoutMs.
 //
 // listener receives the Client's messages and events, starting with a "connected" event; nil
 // means they are discarded.
@@ -100,7 +105,7 @@ func (c *Client) Send(m *Outgoing) (*SendResult, error) {
 	defer cancel()
 	ack, err := c.c.Send(ctx, sdk.Outgoing{Type: m.Type, Lane: lane, Body: m.Body, TagExpr: m.TagExpr})
 	if se := (*sdk.SendError)(nil); errors.As(err, &se) {
-		return &SendResult{ErrorCode: int32(se.Code), ErrorMessage: se.Message, Temporary: se.Temporary()}, nil
+		return &SendResult{ErrorCode: int32(se.Code), ErrorMessage: se.Message, Temporary: se.Temporary(), RetryAfterMs: se.RetryAfter.Milliseconds()}, nil
 	}
 	if err != nil {
 		return nil, err

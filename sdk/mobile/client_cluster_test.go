@@ -14,7 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"roomcast/chatlink"
 	"roomcast/internal/devcluster"
+	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk/mobile"
@@ -399,5 +401,44 @@ func TestCloseEndsWaitingSend(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Send still waiting 5s after Close")
+	}
+}
+
+// TestLimitedLogins: six members log in at once to a room whose join rate lets two in at
+// once; NewClient waits out each Kick 4013 (a "limited" event with the code and the delay)
+// and every one logs in.
+func TestLimitedLogins(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 5, Burst: 2} }
+	})
+	const members = 6
+	recs := make([]*recorder, members)
+	var wg sync.WaitGroup
+	for i := range recs {
+		recs[i] = &recorder{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			newClient(t, c, "m"+strconv.Itoa(i), "crowd", mobile.Config{}, recs[i])
+		}()
+	}
+	wg.Wait()
+	limited := 0
+	for _, r := range recs {
+		waitEvent(t, r, 0, "connected", kind(mobile.EventConnected))
+		for at := 0; ; at++ {
+			e, i := r.event(at, kind(mobile.EventLimited))
+			if e == nil {
+				break
+			}
+			if e.Code != 4013 || e.RetryAfterMs <= 0 || e.DelayMs < e.RetryAfterMs {
+				t.Errorf("limited event %+v: want code 4013, a hint and a delay no shorter", e)
+			}
+			limited, at = limited+1, i
+		}
+	}
+	if limited < members-2 {
+		t.Errorf("%d limited events, want at least %d", limited, members-2)
 	}
 }

@@ -32,6 +32,10 @@ const (
 	EventThinned = "thinned"
 	// EventKicked: the server sent a Kick and closed the connection. Code, Reason, Terminal.
 	EventKicked = "kicked"
+	// EventLimited: the server refused a login for now (Code 4013 LOGIN_RATE_LIMITED or 4015
+	// TOO_MANY_CONNECTIONS) and said when to come back (RetryAfterMs); the Client logs in
+	// again after DelayMs (the hint plus jitter). Code, RetryAfterMs, DelayMs.
+	EventLimited = "limited"
 	// EventError: something the Client handles by itself went wrong (a failed reconnect
 	// attempt, a protocol error, a history the server could not send). Error.
 	EventError = "error"
@@ -84,6 +88,8 @@ type Event struct {
 	Attempt int
 	// DelayMs is the wait before the next attempt, in milliseconds.
 	DelayMs int64
+	// RetryAfterMs is the server's retry hint of a limited login, in milliseconds.
+	RetryAfterMs int64
 
 	// Since is the message id a login recovered from; empty for Config.History.
 	Since string
@@ -134,6 +140,8 @@ func newEvent(ev sdk.Event) *Event {
 		return &Event{Kind: EventThinned, ThinnedNormal: int64(e.Normal), ThinnedBulk: int64(e.Bulk)}
 	case *sdk.KickedEvent:
 		return &Event{Kind: EventKicked, Code: int32(e.Code), Reason: e.Reason, Terminal: e.Terminal}
+	case *sdk.LimitedEvent:
+		return &Event{Kind: EventLimited, Code: int32(e.Code), RetryAfterMs: e.RetryAfter.Milliseconds(), DelayMs: e.Delay.Milliseconds()}
 	case *sdk.ErrorEvent:
 		return &Event{Kind: EventError, Error: errorText(e.Err)}
 	case *sdk.ClosedEvent:

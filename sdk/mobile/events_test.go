@@ -28,6 +28,8 @@ func TestNewEvent(t *testing.T) {
 			Event{Kind: EventThinned, ThinnedNormal: 4, ThinnedBulk: math.MaxUint32}},
 		{&sdk.KickedEvent{Code: 4007, Reason: "be nice", Terminal: true},
 			Event{Kind: EventKicked, Code: 4007, Reason: "be nice", Terminal: true}},
+		{&sdk.LimitedEvent{Code: 4013, RetryAfter: 250 * time.Millisecond, Delay: 600 * time.Millisecond},
+			Event{Kind: EventLimited, Code: 4013, RetryAfterMs: 250, DelayMs: 600}},
 		{&sdk.ErrorEvent{Err: boom}, Event{Kind: EventError, Error: "boom"}},
 		{&sdk.ClosedEvent{Err: sdk.ErrClosed}, Event{Kind: EventClosed, Error: sdk.ErrClosed.Error()}},
 		{&sdk.ClosedEvent{Err: &sdk.CloseError{Code: 4001}},

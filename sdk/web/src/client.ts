@@ -129,6 +129,21 @@ export interface KickedEvent {
   terminal: boolean;
 }
 
+/**
+ * limited: the server refused a login for now (4013 LOGIN_RATE_LIMITED: a login or join rate;
+ * 4015 TOO_MANY_CONNECTIONS) and said when to come back. The client logs in again after
+ * delayMs (the hint plus jitter), through the dispatcher when it uses one: within connect(),
+ * or as a reconnect (a reconnecting event with the same delay follows).
+ */
+export interface LimitedEvent {
+  code: number;
+  /** The code's name, "LOGIN_RATE_LIMITED" or "TOO_MANY_CONNECTIONS". */
+  name: string;
+  /** The server's hint; 0 when it gave none (the backoff then). */
+  retryAfterMs: number;
+  delayMs: number;
+}
+
 /** The events of a Client, by name. */
 export interface ClientEvents {
   connected: ConnectedEvent;
@@ -138,6 +153,7 @@ export interface ClientEvents {
   recovered: RecoveredEvent;
   thinned: ThinnedEvent;
   kicked: KickedEvent;
+  limited: LimitedEvent;
   /** Something went wrong that the client handles itself (it reconnects): a protocol error, a failed attempt, a timeout. */
   error: RoomcastError;
   /** The client stopped for good: close(), a terminal close code, or reconnect turned off. */
@@ -240,14 +256,28 @@ export class Client {
    * connect finds a ChatLink and logs in, trying the endpoints in order (a failure or a transient
    * close moves to the next; a terminal close code rejects at once). It resolves with the
    * LoginAck; from then on the client reconnects by itself until close(). When every endpoint
-   * fails it rejects, and connect may be called again.
+   * fails it rejects, and connect may be called again; but a login refused for now (4013,
+   * 4015) is tried again after the server's hint plus jitter (a limited event), until close().
    */
   async connect(): Promise<LoginAck> {
     if (this._state !== "idle") throw new RoomcastError(`roomcast: connect while ${this._state}`);
     this._state = "connecting";
     const login = { recoverSince: this.since, recoverSinceRoomSeq: 0n, history: this.s.history };
     try {
-      const session = await this.establish(login);
+      let session: Session | undefined;
+      for (let attempt = 1; !session; attempt++) {
+        try {
+          session = await this.establish(login);
+        } catch (e) {
+          const delayMs = this.limitedDelay(e, attempt);
+          if (delayMs === undefined || this.closed) throw e;
+          await new Promise((resolve) => {
+            this.retryTimer = setTimeout(resolve, delayMs);
+          });
+          this.retryTimer = undefined;
+          if (this.closed) throw new ClosedError();
+        }
+      }
       this.adopt(session, login, false);
       return session.loginAck!;
     } catch (e) {
@@ -371,6 +401,7 @@ export class Client {
       throw new RoomcastError("roomcast: this runtime has neither WebSocket nor EventSource (Node 20 has WebSocket with --experimental-websocket)");
     }
     const errs: string[] = [];
+    let limited: CloseError | undefined; // a refusal for now, rethrown when nothing else works
     for (const ep of endpoints) {
       for (const transport of transports) {
         if (this.closed) throw new ClosedError();
@@ -386,11 +417,13 @@ export class Client {
         } catch (e) {
           if (e instanceof CloseError && e.terminal) throw e;
           if (!(e instanceof RoomcastError)) throw e;
+          if (e instanceof CloseError && e.limited) limited = e;
           errs.push(`${ep.node || ep.wsUrl} (${transport}): ${e.message}`);
         }
       }
     }
     if (fromDispatcher) this.dispatched = undefined; // ask again next time
+    if (limited) throw limited;
     throw new RoomcastError(`roomcast: no endpoint could be used: ${errs.join("; ")}`);
   }
 
@@ -497,11 +530,29 @@ export class Client {
     clearTimeout(this.retryTimer);
     this.attempt++;
     // Equal jitter: half the delay fixed, half random, so that a room's clients spread out.
-    const cap = Math.min(this.s.reconnectMaxDelayMs, this.s.reconnectMinDelayMs * 2 ** Math.min(this.attempt - 1, 20));
-    const delayMs = Math.round(cap / 2 + Math.random() * (cap / 2));
+    const cap = this.ceiling(this.attempt);
+    const delayMs = this.limitedDelay(reason, this.attempt) ?? Math.round(cap / 2 + Math.random() * (cap / 2));
     this._state = "reconnecting";
     this.emit("reconnecting", { attempt: this.attempt, delayMs, reason });
     this.retryTimer = setTimeout(() => void this.reconnectNow(), delayMs);
+  }
+
+  /** ceiling is the longest wait before the attempt-th reconnect. */
+  private ceiling(attempt: number): number {
+    return Math.min(this.s.reconnectMaxDelayMs, this.s.reconnectMinDelayMs * 2 ** Math.min(attempt - 1, 20));
+  }
+
+  /**
+   * limitedDelay is the wait before the attempt-th login after err when err is a login the
+   * server refused for now (a limited CloseError): its hint plus a random part up to the
+   * backoff's ceiling, so that a crowd refused together comes back spread out. It emits the
+   * limited event. undefined for any other err.
+   */
+  private limitedDelay(err: unknown, attempt: number): number | undefined {
+    if (!(err instanceof CloseError) || !err.limited) return undefined;
+    const delayMs = err.retryAfterMs + Math.round(Math.random() * this.ceiling(attempt));
+    this.emit("limited", { code: err.code, name: closeCodeName(err.code), retryAfterMs: err.retryAfterMs, delayMs });
+    return delayMs;
   }
 
   private async reconnectNow(): Promise<void> {

@@ -39,10 +39,20 @@ export function errorCodeName(code: number): string {
 
 /**
  * terminalCode reports whether reconnecting without changing something (a new token, a fixed
- * client) fails again: codes 4000–4499. Every other code is transient.
+ * client) fails again: codes 4000–4499 but 4013 and 4015 (limitedCode). Every other code is
+ * transient.
  */
 export function terminalCode(code: number): boolean {
-  return code >= 4000 && code < 4500;
+  return code >= 4000 && code < 4500 && !limitedCode(code);
+}
+
+/**
+ * limitedCode reports whether the server refused a login for now and said when to come back:
+ * 4013 (LOGIN_RATE_LIMITED) and 4015 (TOO_MANY_CONNECTIONS). The client waits the Kick's
+ * retryAfterMs plus jitter and logs in again.
+ */
+export function limitedCode(code: number): boolean {
+  return code === CloseCode.LOGIN_RATE_LIMITED || code === CloseCode.TOO_MANY_CONNECTIONS;
 }
 
 /** RoomcastError is the base of every error the client reports. */
@@ -61,12 +71,18 @@ export class CloseError extends RoomcastError {
     readonly code: number,
     /** The server's explanation, if it gave one. */
     readonly reason = "",
+    /** With 4013 and 4015: the server's hint, how long to wait before logging in again (the Kick's retry_after_ms). */
+    readonly retryAfterMs = 0,
   ) {
     super(`roomcast: connection closed: code ${code} (${closeCodeName(code)})${reason ? ": " + reason : ""}`);
   }
-  /** Whether reconnecting with the same token fails again (4000–4499). */
+  /** Whether reconnecting with the same token fails again (4000–4499 but 4013 and 4015). */
   get terminal(): boolean {
     return terminalCode(this.code);
+  }
+  /** Whether the login was refused for now, to be tried again after retryAfterMs (4013, 4015). */
+  get limited(): boolean {
+    return limitedCode(this.code);
   }
 }
 
@@ -77,6 +93,8 @@ export class SendError extends RoomcastError {
     /** An ErrorCode. */
     readonly code: number,
     readonly serverMessage = "",
+    /** With 120 (SEND_RATE_LIMITED): the same send is accepted after this many milliseconds. */
+    readonly retryAfterMs = 0,
   ) {
     super(`roomcast: send refused: code ${code} (${errorCodeName(code)})${serverMessage ? ": " + serverMessage : ""}`);
   }

@@ -13,6 +13,7 @@ export type {
   ConnectedEvent,
   HistoryQuery,
   KickedEvent,
+  LimitedEvent,
   Outgoing,
   ReconnectingEvent,
   RecoveredEvent,
@@ -44,6 +45,7 @@ export {
   SendError,
   ServerTimeoutError,
   terminalCode,
+  limitedCode,
   VersionError,
 } from "./errors.js";
 export { CdnMode } from "./gen/cdn_pb.js";

@@ -74,6 +74,7 @@ export class Session {
 
   private conn: FrameConn | undefined;
   private ended: RoomcastError | undefined;
+  private hintMs = 0; // retry_after_ms of an Error before the LoginAck
   private readonly waiting = new Map<bigint, Waiting>();
   private intervalMs = defaultHeartbeatMs;
   private lastFrameAt = Date.now();
@@ -216,6 +217,11 @@ export class Session {
         return;
       }
       if (k.case === "reconnect") return; // a draining node: the login will be refused or moved anyway
+      if (k.case === "error" && k.value.seq === 0n) {
+        // The reason for the Kick that follows (121 LOGIN_RATE_LIMITED, with the retry hint).
+        this.hintMs = k.value.retryAfterMs;
+        return;
+      }
       this.end(new ProtocolError(`roomcast: protocol error: the server answered the Login with ${k.case ?? "an unknown frame"}, not a LoginAck: does it speak Roomcast protocol version 1?`));
       return;
     }
@@ -229,7 +235,7 @@ export class Session {
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
-        const err = new SendError(k.value.code, k.value.message);
+        const err = new SendError(k.value.code, k.value.message, k.value.retryAfterMs);
         if (k.value.code === ErrorCode.ACK_FAILED) {
           // The messages stay stored: they come again after the next login, and are acknowledged then.
           this.s.logger?.warn(`roomcast: acknowledgement not applied: ${k.value.message}`);
@@ -293,8 +299,9 @@ export class Session {
 
   private end(err: RoomcastError, quiet = false): void {
     if (this.ended) return;
-    if (err instanceof CloseError && this.kick && err.code !== this.kick.code) {
-      err = new CloseError(this.kick.code, this.kick.reason || err.reason);
+    if (err instanceof CloseError && this.kick && (err.code !== this.kick.code || err.limited)) {
+      // A server older than Kick.retry_after_ms said it only in the Error before.
+      err = new CloseError(this.kick.code, this.kick.reason || err.reason, this.kick.retryAfterMs || this.hintMs);
     }
     this.ended = err;
     clearTimeout(this.timer);

@@ -1,6 +1,7 @@
 // The ops console (/console) in Debian's chromium against a real `roomcast dev` with two
-// labelled ChatLinks, while `roomcast bench fanout` keeps a room busy: both nodes with their
-// region and ISP, the busy room with its members, and charts that move.
+// labelled ChatLinks, while `roomcast bench fanout` keeps a room busy on every lane, beyond the
+// nodes' egress capacity: both nodes with their region and ISP, the busy room with its members,
+// and charts that move, deliveries and flow control's drops per lane among them.
 //
 // SCREENSHOTS=1 also writes docs/console.png (the one docs/operations.md shows).
 
@@ -13,7 +14,7 @@ import { launchChromium, repo, roomcastBinary, startDev, waitFor } from "./dev.m
 let dev, browser, bench;
 
 before(async () => {
-  dev = await startDev(["--chatlinks", "2", "--egress-capacity", "2000000",
+  dev = await startDev(["--chatlinks", "2", "--egress-capacity", "600000",
     "--node-label", "cl-1=AS/CN/22:unicom", "--node-label", "cl-2=AS/CN/11:China Telecom"]);
   browser = await launchChromium();
 });
@@ -26,7 +27,7 @@ after(async () => {
 
 /** runBench starts `roomcast bench fanout` on room for seconds; resolves with its exit code. */
 function runBench(room, seconds) {
-  bench = spawn(roomcastBinary(), ["bench", "fanout", "--dispatcher", dev.url, "--room", room, "--client", "raw",
+  bench = spawn(roomcastBinary(), ["bench", "fanout", "--dispatcher", dev.url, "--room", room, "--client", "raw", "--lane", "mix",
     "--n", "60", "--rate", "40", "--size", "600", "--pause", "0s", "--duration", `${seconds}s`], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   bench.stdout.on("data", (b) => (out += b));
@@ -34,9 +35,9 @@ function runBench(room, seconds) {
   return new Promise((resolve) => bench.on("exit", (code) => resolve({ code, out })));
 }
 
-/** samples returns how many points the chart of node and measure has, and its last value. */
+/** chart returns how many points the chart of node and measure has, its last value and its highest. */
 const chart = (page, node, measure) => page.$eval(`.chart[data-node="${node}"][data-measure="${measure}"]`,
-  (d) => ({ points: Number(d.dataset.points), last: Number(d.dataset.last) }));
+  (d) => ({ points: Number(d.dataset.points), last: Number(d.dataset.last), peak: Number(d.dataset.peak) }));
 
 test("the console shows both nodes, the busy room and moving charts", async () => {
   const page = await browser.context.newPage();
@@ -67,6 +68,14 @@ test("the console shows both nodes, the busy room and moving charts", async () =
   await waitFor("egress on the charts", async () => {
     const e1 = await chart(page, "cl-1", "egress_bytes_per_sec"), e2 = await chart(page, "cl-2", "egress_bytes_per_sec");
     return e1.last + e2.last > 0;
+  }, 15000);
+  // Deliveries per lane while messages flow, and the drops of flow control holding the nodes
+  // near their capacity (normal and bulk; critical messages are never dropped).
+  await waitFor("deliveries and drops on the lane charts", async () => {
+    const d1 = await chart(page, "cl-1", "deliveries"), d2 = await chart(page, "cl-2", "deliveries");
+    const x1 = await chart(page, "cl-1", "drops"), x2 = await chart(page, "cl-2", "drops");
+    const f1 = await chart(page, "cl-1", "drops_budget"), f2 = await chart(page, "cl-2", "drops_budget");
+    return d1.last + d2.last > 0 && x1.peak + x2.peak > 0 && f1.points > 0 && f2.points > 0;
   }, 15000);
   const later = await chart(page, "cl-1", "connections");
   assert.ok(later.points > before.points, `chart points ${before.points} -> ${later.points}`);

@@ -7,7 +7,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { Pacer } from "../../dist/cdn.js";
 import { Delivery } from "../../dist/delivery.js";
 import {
-  Client, closeCodeName, decodeSegment, dispatch, errorCodeName, MAX_SEGMENT_BYTES, readClaims, SegmentError, segmentIndex, segmentUrl, terminalCode,
+  Client, closeCodeName, decodeSegment, dispatch, errorCodeName, MAX_SEGMENT_BYTES, limitedCode, readClaims, SegmentError, segmentIndex, segmentUrl, terminalCode,
 } from "../../dist/index.js";
 import { encodeSegment } from "./fakecdn.mjs";
 import { message, token } from "./fakeserver.mjs";
@@ -73,7 +73,8 @@ test("every close and error code has its name; 4000-4499 are terminal", () => {
   assert.equal(closeCodeName(4999), "UNKNOWN");
   assert.equal(errorCodeName(104), "BAD_TAG_EXPR");
   assert.equal(errorCodeName(503), "UNAVAILABLE");
-  assert.ok(terminalCode(4001) && terminalCode(4499) && !terminalCode(4500) && !terminalCode(1006));
+  assert.ok(terminalCode(4001) && terminalCode(4014) && terminalCode(4499) && !terminalCode(4500) && !terminalCode(1006));
+  assert.ok(!terminalCode(4013) && !terminalCode(4015) && limitedCode(4013) && limitedCode(4015) && !limitedCode(4014));
 });
 
 test("a Config without a token or a place to connect is refused at once", () => {
