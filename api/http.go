@@ -1,12 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -108,7 +109,10 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 		}
 		req := rt.newReq()
 		observe(w, req)
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAPIBody))
+		buf := bodies.Get().(*bytes.Buffer)
+		defer putBody(buf)
+		_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxAPIBody))
+		body := buf.Bytes()
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			switch {
@@ -148,7 +152,18 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 		if c, ok := resp.(*pb.CreateRoomResponse); ok && c.Created {
 			status = http.StatusCreated
 		}
-		writeJSON(w, status, jsonMessage(resp.ProtoReflect()))
+		writeJSON(w, status, answerJSON(resp))
+	}
+}
+
+// bodies are the buffers requests' bodies are read into: protojson copies what it keeps of a
+// body, so a buffer serves the next request once its request is decoded.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= 2*maxAPIBody { // ReadFrom's growth can overshoot maxAPIBody
+		buf.Reset()
+		bodies.Put(buf)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,14 +99,19 @@ func observe(w http.ResponseWriter, req proto.Message) {
 
 // observeHTTP wraps an HTTP route's handler with the metrics and the audit record of its calls.
 func (a *API) observeHTTP(pattern string, h http.HandlerFunc) http.HandlerFunc {
+	// The route's series are looked up at its first call, not at each (nor before any call:
+	// a route never called has no series).
+	var once sync.Once
+	var calls *callMetrics
 	return func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { calls = a.m.callMetrics("http", pattern) })
 		start := time.Now()
 		o := &observedWriter{ResponseWriter: w}
 		ctx, span := tracing.Start(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), pattern, trace.SpanKindServer)
 		defer span.End()
 		tp := spanTraceparent(span, r.Header.Get(bus.TraceparentHeader))
 		h(o, r.WithContext(bus.WithTraceparent(ctx, tp)))
-		a.record("http", pattern, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg, tp)
+		a.record(calls, start, o.code, o.req, r.Header.Get("Authorization"), r.Method != http.MethodGet, o.msg, tp)
 	}
 }
 
@@ -133,7 +139,7 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 		code, msg = errorCodeOf(err)
 	}
 	m, _ := req.(proto.Message)
-	a.record("grpc", method, start, code, m, first("authorization"), mutates(method), msg, tp)
+	a.record(a.m.callMetrics("grpc", method), start, code, m, first("authorization"), mutates(method), msg, tp)
 	return resp, err
 }
 
@@ -157,14 +163,40 @@ func mutates(method string) bool {
 	return true
 }
 
+// callMetrics are one method's series, looked up once instead of at each call: its latency,
+// and its calls answered OK, created at the first such answer (as WithLabelValues at each call
+// would). Calls answered with an error are rarer and counted by their code at each.
+type callMetrics struct {
+	requests          *prometheus.CounterVec
+	transport, method string
+	latency           prometheus.Observer
+	okOnce            sync.Once
+	ok                prometheus.Counter
+}
+
+func (m *metrics) callMetrics(transport, method string) *callMetrics {
+	return &callMetrics{requests: m.requests, transport: transport, method: method, latency: m.latency.WithLabelValues(transport, method)}
+}
+
+// count counts a call answered with code name.
+func (c *callMetrics) count(name string) {
+	if name != "OK" {
+		c.requests.WithLabelValues(c.transport, c.method, name).Inc()
+		return
+	}
+	c.okOnce.Do(func() { c.ok = c.requests.WithLabelValues(c.transport, c.method, "OK") })
+	c.ok.Inc()
+}
+
 // record counts a call and, when it changes something, writes its audit record.
-func (a *API) record(transport, method string, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
+func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
+	transport, method := calls.transport, calls.method
 	name := "OK"
 	if code != 0 {
 		name = codeName(code)
 	}
-	a.m.requests.WithLabelValues(transport, method, name).Inc()
-	a.m.latency.WithLabelValues(transport, method).Observe(time.Since(start).Seconds())
+	calls.count(name)
+	calls.latency.Observe(time.Since(start).Seconds())
 	if !audit {
 		return
 	}

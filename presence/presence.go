@@ -491,44 +491,37 @@ func (s *Service) publishEvents(ctx context.Context, evs []*pb.SessionEvent) {
 
 // enforcePolicy closes the sessions a login replaces under its app's policy; the kicks carry
 // ctx's trace context.
+//
+// Each node publishes its events on its own clock (every 100 ms), so a user's login on one
+// node may reach presence before an older login on another: the policy is applied to all of
+// the user's sessions as they stand, and the login closes what it replaces and also itself
+// when a newer session already replaces it. Newer sessions are left to their own login.
 func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 	p, ok := s.cfg.Policies[login.App]
 	if !ok || (p.MaxSessions <= 0 && !p.OnePerDevice) {
 		return
 	}
 	s.mu.Lock()
-	var older []*pb.SessionEvent
-	for id, ev := range s.users[userKey{login.App, login.Uid}] {
-		if id != login.SessionId && ev.TimeMs <= login.TimeMs {
-			older = append(older, ev)
-		}
+	sessions := s.users[userKey{login.App, login.Uid}]
+	_, live := sessions[login.SessionId]
+	all := make([]*pb.SessionEvent, 0, len(sessions))
+	for _, ev := range sessions {
+		all = append(all, ev)
 	}
-	_, live := s.users[userKey{login.App, login.Uid}][login.SessionId]
 	s.mu.Unlock()
 	if !live {
 		return // gone already
 	}
-	var replaced []*pb.SessionEvent
-	if p.OnePerDevice {
-		for _, ev := range older {
-			if ev.Device == login.Device {
-				replaced = append(replaced, ev)
-			}
+	sortByTime(all) // oldest first
+	atOrBefore := func(ev *pb.SessionEvent) bool { return byTime(ev, login) <= 0 }
+	newest := all[len(all)-1]
+	for _, ev := range p.replaced(all) {
+		if !atOrBefore(ev) {
+			continue
 		}
-	}
-	if p.MaxSessions > 0 && len(older)+1 > p.MaxSessions {
-		// Oldest first, those not already replaced.
-		sortByTime(older)
-		for _, ev := range older[:len(older)+1-p.MaxSessions] {
-			if !slices.ContainsFunc(replaced, func(e *pb.SessionEvent) bool { return e.SessionId == ev.SessionId }) {
-				replaced = append(replaced, ev)
-			}
-		}
-	}
-	for _, ev := range replaced {
 		req := &pb.NodeControl{
 			Op: pb.NodeControl_OP_KICK, App: ev.App, Sessions: []string{ev.SessionId},
-			CloseCode: uint32(pb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + login.Device,
+			CloseCode: uint32(pb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + newest.Device,
 		}
 		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
 			s.log.Warn("replace kick not published", "session", ev.SessionId, "err", err)
@@ -538,12 +531,34 @@ func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 	}
 }
 
-// sortByTime orders sessions oldest first (by id among equals).
-func sortByTime(evs []*pb.SessionEvent) {
-	slices.SortFunc(evs, func(a, b *pb.SessionEvent) int {
-		return cmp.Or(cmp.Compare(a.TimeMs, b.TimeMs), strings.Compare(a.SessionId, b.SessionId))
-	})
+// replaced returns the sessions of one user, all sorted oldest first, that the policy closes:
+// with OnePerDevice each but the newest on its device; with MaxSessions the oldest beyond the
+// limit (those closed for their device count towards it).
+func (p DevicePolicy) replaced(all []*pb.SessionEvent) []*pb.SessionEvent {
+	var out []*pb.SessionEvent
+	if p.OnePerDevice {
+		for i, ev := range all {
+			if slices.ContainsFunc(all[i+1:], func(e *pb.SessionEvent) bool { return e.Device == ev.Device }) {
+				out = append(out, ev)
+			}
+		}
+	}
+	if over := len(all) - p.MaxSessions; p.MaxSessions > 0 && over > 0 {
+		for _, ev := range all[:over] {
+			if !slices.Contains(out, ev) {
+				out = append(out, ev)
+			}
+		}
+	}
+	return out
 }
+
+// byTime orders sessions by login time, then by id.
+func byTime(a, b *pb.SessionEvent) int {
+	return cmp.Or(cmp.Compare(a.TimeMs, b.TimeMs), strings.Compare(a.SessionId, b.SessionId))
+}
+
+func sortByTime(evs []*pb.SessionEvent) { slices.SortFunc(evs, byTime) }
 
 // onCount answers the sessions and distinct users online in an app.
 func (s *Service) onCount(msg *nats.Msg) {

@@ -41,7 +41,7 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	// sessions first: the test moves the clock on between logins.
 	clock := testkit.NewClock(time.Now())
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
-		cfg.ChatLinks, cfg.ServiceInstances, cfg.LeaseInterval = 2, 2, 100*time.Millisecond
+		cfg.ChatLinks, cfg.ServiceInstances = 2, 2
 		cfg.ChatLink = func(cc *chatlink.Config) { cc.Now = clock.Now }
 		cfg.Presence = presence.Config{
 			Policies:     map[string]presence.DevicePolicy{devcluster.App: {MaxSessions: 2, OnePerDevice: true}},

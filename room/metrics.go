@@ -3,6 +3,7 @@ package room
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,7 @@ var opNames = [numOps]string{"join", "send", "history"}
 // restarted in the same process (roles.RestartRooms) counts on where its predecessor stopped.
 type metrics struct {
 	requests      *prometheus.CounterVec // by op and answer code
+	ok            [numOps]okCounter      // requests' series for OK, looked up once
 	latency       [numOps]prometheus.Observer
 	sendBatch     prometheus.Observer // messages per send request
 	batchMessages prometheus.Observer // messages per room batch published
@@ -67,6 +69,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// okCounter is an op's series of requests answered OK, created at the first such answer (as
+// a WithLabelValues at each would), then kept: the send path answers one a message.
+type okCounter struct {
+	once sync.Once
+	c    prometheus.Counter
+}
+
+func (o *okCounter) inc(requests *prometheus.CounterVec, op int) {
+	o.once.Do(func() { o.c = requests.WithLabelValues(opNames[op], "OK") })
+	o.c.Inc()
+}
+
 // codeName is the metrics' name of an answer code.
 func codeName(code uint32) string {
 	if code == 0 {
@@ -87,6 +101,10 @@ func (s *Service) answered(tp string, op int, start time.Time, rep *pb.Reply) {
 		trace, _ := bus.TraceID(tp)
 		s.log.Debug("request answered", "op", opNames[op], "code", codeName(rep.GetCode()), "trace_id", trace, "traceparent", tp)
 	}
-	s.metrics.requests.WithLabelValues(opNames[op], codeName(rep.GetCode())).Inc()
+	if code := rep.GetCode(); code != 0 {
+		s.metrics.requests.WithLabelValues(opNames[op], codeName(code)).Inc()
+	} else {
+		s.metrics.ok[op].inc(s.metrics.requests, op)
+	}
 	s.metrics.latency[op].Observe(time.Since(start).Seconds())
 }

@@ -2,9 +2,10 @@ package bus
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -53,18 +54,19 @@ func TraceparentOf(msg *nats.Msg) string {
 // TraceID returns the trace id of a well-formed version-00 traceparent
 // ("00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>", neither id all zeros).
 func TraceID(tp string) (string, bool) {
-	parts := strings.Split(tp, "-")
-	if len(parts) != 4 || parts[0] != "00" || !lowerHex(parts[1], 32) || !lowerHex(parts[2], 16) || !lowerHex(parts[3], 2) ||
-		strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
+	// Every request carries one, and the server API reads it twice: read in place.
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
 		return "", false
 	}
-	return parts[1], true
+	trace, parent := tp[3:35], tp[36:52]
+	if !lowerHex(trace) || !lowerHex(parent) || !lowerHex(tp[53:]) ||
+		strings.Trim(trace, "0") == "" || strings.Trim(parent, "0") == "" {
+		return "", false
+	}
+	return trace, true
 }
 
-func lowerHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
+func lowerHex(s string) bool {
 	for _, c := range s {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
@@ -74,16 +76,27 @@ func lowerHex(s string, n int) bool {
 }
 
 // ChildTraceparent returns the traceparent of a new span under tp (the same trace, a new parent
-// id, the same flags), or of a new sampled trace when tp is not well formed.
+// id, the same flags), or of a new sampled trace when tp is not well formed. The new ids come
+// from math/rand/v2, random like OpenTelemetry's and without crypto/rand's system call per
+// request.
 func ChildTraceparent(tp string) string {
-	span := make([]byte, 8)
-	_, _ = rand.Read(span)
+	b := make([]byte, 0, 55)
 	if trace, ok := TraceID(tp); ok {
-		return "00-" + trace + "-" + hex.EncodeToString(span) + "-" + tp[len(tp)-2:]
+		b = append(append(b, "00-"...), trace...)
+		b = appendRandomHex(append(b, '-'), 8)
+		return string(append(append(b, '-'), tp[53:]...))
 	}
-	trace := make([]byte, 16)
-	_, _ = rand.Read(trace)
-	return "00-" + hex.EncodeToString(trace) + "-" + hex.EncodeToString(span) + "-01"
+	b = appendRandomHex(append(b, "00-"...), 16)
+	b = appendRandomHex(append(b, '-'), 8)
+	return string(append(b, "-01"...))
+}
+
+// appendRandomHex appends n random bytes, in lower-case hex, to b.
+func appendRandomHex(b []byte, n int) []byte {
+	var r [16]byte
+	binary.LittleEndian.PutUint64(r[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(r[8:], rand.Uint64())
+	return hex.AppendEncode(b, r[:n])
 }
 
 // traceHeader returns the header that carries ctx's trace context to the next hop: with

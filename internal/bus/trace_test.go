@@ -19,6 +19,9 @@ func TestTraceID(t *testing.T) {
 		{"00-" + trace + "-0000000000000000-01", ""},                // zero parent id
 		{"00-" + trace[1:] + "-" + span + "-01", ""},                // short
 		{"00-" + trace + "-" + span + "-01-extra", ""},
+		{"00-" + trace + "-" + span + "0-1", ""}, // the right length, a dash misplaced
+		{"00-" + trace + "-" + span + "-0g", ""}, // flags not hex
+		{"00-" + trace + "x" + span + "-01", ""}, // no dash between the ids
 		{"", ""},
 	} {
 		got, ok := TraceID(c.tp)
