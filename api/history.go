@@ -35,7 +35,7 @@ func (a *API) GetHistory(ctx context.Context, req *pb.GetHistoryRequest) (*pb.Hi
 		Query: &pb.HistoryQuery{Limit: req.Limit, BeforeId: req.BeforeId, AfterId: req.AfterId, Cursor: req.Cursor, Lane: lane},
 	}
 	var rep pb.Reply
-	if err := a.ask(ctx, bus.SubjectRoomHistory, hr, &rep); err != nil {
+	if err := a.read(ctx, bus.SubjectRoomHistory, hr, &rep); err != nil {
 		return nil, err
 	}
 	page := rep.History

@@ -39,6 +39,7 @@ type metrics struct {
 	requests *prometheus.CounterVec   // by transport, method and code
 	latency  *prometheus.HistogramVec // by transport and method
 	bus      *prometheus.HistogramVec // by subject
+	retries  *prometheus.CounterVec   // reads asked again, by subject (requests.go)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,15 +58,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Round trips of the API's requests over NATS to the services and the ChatLinks, by subject (rc.node.* as node).",
 			Buckets: prom.LatencyBuckets,
 		}, []string{"subject"})),
+		retries: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_api_bus_read_retries_total",
+			Help: "Reads the API asked a service once more over NATS because the first ask went unanswered (timed out or found no responder), by subject.",
+		}, []string{"subject"})),
 	}
 }
 
 // observeBus times a request over NATS to subject that started at start.
 func (m *metrics) observeBus(subject string, start time.Time) {
+	m.bus.WithLabelValues(busLabel(subject)).Observe(time.Since(start).Seconds())
+}
+
+// busLabel is a bus subject as the metrics name it: rc.node.* as node.
+func busLabel(subject string) string {
 	if strings.HasPrefix(subject, bus.NodeSubject("")) {
-		subject = "node"
+		return "node"
 	}
-	m.bus.WithLabelValues(subject).Observe(time.Since(start).Seconds())
+	return subject
 }
 
 // observedWriter is the response writer of an HTTP call being observed: writeError and

@@ -27,7 +27,7 @@ func (a *API) CountOnline(ctx context.Context, req *pb.CountOnlineRequest) (*pb.
 		return nil, err
 	}
 	var rep pb.PresenceReply
-	if err := a.ask(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: app}, &rep); err != nil {
+	if err := a.read(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: app}, &rep); err != nil {
 		return nil, err
 	}
 	out := &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
@@ -27,15 +29,55 @@ type codedReply interface {
 // ask sends a request to a service and decodes the answer. An answer with an error code is
 // that error.
 func (a *API) ask(ctx context.Context, subject string, req proto.Message, rep codedReply) error {
+	if err := a.request(ctx, subject, req, rep); err != nil {
+		return a.internal("request "+subject, err)
+	}
+	return refusal(rep)
+}
+
+// readRetryPause is how long a read that found no responder waits before it asks again: a
+// service instance that is starting subscribes within moments.
+const readRetryPause = 100 * time.Millisecond
+
+// read is ask for a request that only reads, which may therefore be asked twice: when the
+// first ask goes unanswered (it timed out, as when the instance that took it from the queue
+// group was killed, or it found no responder) it is asked once more, within its own Timeout,
+// counted (roomcast_api_bus_read_retries_total) and logged. Nothing that changes state goes
+// through read.
+func (a *API) read(ctx context.Context, subject string, req proto.Message, rep codedReply) error {
+	err := a.request(ctx, subject, req, rep)
+	if err != nil && unanswered(err) && ctx.Err() == nil {
+		a.m.retries.WithLabelValues(busLabel(subject)).Inc()
+		a.log.Warn("read not answered; asking once more", "subject", subject, "err", err)
+		if errors.Is(err, nats.ErrNoResponders) {
+			select {
+			case <-time.After(readRetryPause):
+			case <-ctx.Done():
+			}
+		}
+		proto.Reset(rep)
+		err = a.request(ctx, subject, req, rep)
+	}
+	if err != nil {
+		return a.internal("request "+subject, err)
+	}
+	return refusal(rep)
+}
+
+// unanswered reports whether a bus request failed for want of an answer.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// request sends a request over NATS within Timeout and decodes the answer; it times the round
+// trip.
+func (a *API) request(ctx context.Context, subject string, req proto.Message, rep proto.Message) error {
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
 	start := time.Now()
 	err := bus.Request(ctx, a.cfg.Bus, subject, req, rep)
 	a.m.observeBus(subject, start)
-	if err != nil {
-		return a.internal("request "+subject, err)
-	}
-	return refusal(rep)
+	return err
 }
 
 // refusal returns the API error of a service's reply that refuses, or nil.
@@ -49,7 +91,7 @@ func refusal(rep codedReply) error {
 // sessionsOf asks presence for the sessions of uids.
 func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*pb.SessionEvent, error) {
 	var rep pb.PresenceReply
-	if err := a.ask(ctx, bus.SubjectPresenceSessions, &pb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
+	if err := a.read(ctx, bus.SubjectPresenceSessions, &pb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Sessions, nil

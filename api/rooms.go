@@ -16,7 +16,7 @@ import (
 
 func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, error) {
 	var rep pb.Reply
-	if err := a.ask(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
+	if err := a.read(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Room, nil

@@ -95,6 +95,12 @@ type Config struct {
 	// FlushTick is how long a room's messages gather before they go out as one frame, for rooms
 	// whose settings name none. Zero value means 100ms.
 	FlushTick time.Duration
+	// OrderHold is how long a room's numbered messages that arrive ahead of a missing room_seq
+	// wait for it before the node reads the missing ones from the room's history; the read
+	// gets as long again, then what is still missing is given up (counted in
+	// roomcast_chatlink_order_total{event="skipped"} and logged) and the held messages go out
+	// (order.go). Zero value means 100ms; negative delivers in arrival order.
+	OrderHold time.Duration
 	// LatencyBudget is how long a normal or bulk message may wait for the next ones to share
 	// its frame, for rooms whose settings name none (latency_budget_ms): a quiet room's member
 	// gets a frame once GatherMessages messages wait for it, a critical one waits, or waiting
@@ -222,6 +228,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FlushTick <= 0 {
 		c.FlushTick = defaultFlushTick
+	}
+	if c.OrderHold == 0 {
+		c.OrderHold = defaultOrderHold
 	}
 	if c.LatencyBudget < 0 {
 		return c, fmt.Errorf("chatlink: latency budget %v must not be negative", c.LatencyBudget)

@@ -294,7 +294,23 @@ func (c *conn) login(l *pb.Login) {
 		tags = stored.Tags
 	}
 	c.tags.Store(n.tags.Intern(tags))
-	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh)
+	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
+	// the room can reach c before it. A login refused late (below) gets its Kick after it.
+	var ack *pb.LoginAck
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh, func(r *localRoom) {
+		ack = &pb.LoginAck{
+			SessionId:           c.session,
+			ServerTimeMs:        n.now().UnixMilli(),
+			HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
+			App:                 c.app,
+			Room:                c.room,
+			Uid:                 c.uid,
+			Node:                n.cfg.Node,
+			Cdn:                 r.cdnConfig(),
+			ProtocolVersion:     ProtocolVersion,
+		}
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
+	})
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.
@@ -310,18 +326,6 @@ func (c *conn) login(l *pb.Login) {
 
 	n.countLogin(c, start, "ok", 0, "")
 	now = n.now()
-	ack := &pb.LoginAck{
-		SessionId:           c.session,
-		ServerTimeMs:        now.UnixMilli(),
-		HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
-		App:                 c.app,
-		Room:                c.room,
-		Uid:                 c.uid,
-		Node:                n.cfg.Node,
-		Cdn:                 r.cdnConfig(),
-		ProtocolVersion:     ProtocolVersion,
-	}
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
 	c.afterLoginAck(r, ack.Cdn)
 	switch ask := askOf(l); {
 	case ask.since != "" && !checkSince(ask.since, now):

@@ -135,6 +135,7 @@ type roomFanout struct {
 	fcCarry        [4]float64          // flow-control sampling carry, by lane
 	dropped        [4]int              // by lane: what the last selectLocked left out for every member
 	droppedFor     map[*tag.Set][4]int // by audience and lane: what it left out for some only
+	order          roomOrder           // room_seq order (order.go)
 
 	// The room's writes, in the order flush and receive made them. Whoever queues writes
 	// while no writer runs becomes the writer (drainWrites) until the queue is empty, so the
@@ -197,6 +198,10 @@ func (f *roomFanout) stop() {
 	if f.timer != nil {
 		f.timer.Stop()
 	}
+	if f.order.timer != nil {
+		f.order.timer.Stop()
+	}
+	f.order = roomOrder{}
 }
 
 // receive takes a room batch off the bus.
@@ -219,14 +224,14 @@ func (r *localRoom) receive(data []byte) {
 	if batch.Settings != nil {
 		f.settings = resolveSettings(batch.Settings, &n.cfg)
 	}
-	arrived := n.now().UnixNano()
-	for i, m := range batch.Messages {
-		q := queued{m: m, arrived: arrived}
-		if i < len(batch.SenderSessions) {
-			q.sender = batch.SenderSessions[i]
-		}
-		f.pending = append(f.pending, q)
-	}
+	f.admitLocked(&batch, n.now().UnixNano()) // order.go
+	r.deliverAndUnlock()
+}
+
+// deliverAndUnlock starts what f.pending needs: the room's timer, or for an unmerged room its
+// writes at once. Caller holds f.mu, which it lets go.
+func (r *localRoom) deliverAndUnlock() {
+	f, n := &r.fanout, r.t.n
 	switch {
 	case len(f.pending) == 0:
 		f.mu.Unlock()

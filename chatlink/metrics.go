@@ -60,6 +60,7 @@ type metrics struct {
 	egressUsage        prometheus.Gauge
 	egressBytes        prometheus.CounterFunc
 	backlogBytes       prometheus.Gauge
+	order              [orderEvents]prometheus.Counter // room_seq order events (order.go)
 }
 
 func laneName(l int) string {
@@ -134,6 +135,12 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	m.frameLogin, m.frameSend = m.framesIn.WithLabelValues("login"), m.framesIn.WithLabelValues("send")
 	m.frameHeartbeat, m.frameBad = m.framesIn.WithLabelValues("heartbeat"), m.framesIn.WithLabelValues("bad")
 	m.frameHistory = m.framesIn.WithLabelValues("history_query")
+	order := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_chatlink_order_total", Help: "Room_seq order (order.go), by event: held (batches held back behind a missing number), filled (missing messages taken from the history), skipped (missing numbers given up), late (messages delivered after a later number), duplicate (live copies of filled messages dropped).",
+	}, []string{"event"})
+	for e, name := range orderEventNames {
+		m.order[e] = order.WithLabelValues(name)
+	}
 	for l := range m.deliveries {
 		m.deliveries[l] = deliveries.WithLabelValues(laneName(l))
 		for r := range m.drops[l] {
@@ -143,7 +150,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes)
+			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order)
 	}
 	return m
 }

@@ -35,9 +35,10 @@ type roomShard struct {
 // localRoom is one room's members on this node, its broadcast subscription and its fan-out
 // state (fanout.go).
 type localRoom struct {
-	t       *roomTable
-	subject string
-	ready   chan struct{} // closed once the subscription is known to the NATS server
+	t         *roomTable
+	app, room string
+	subject   string
+	ready     chan struct{} // closed once the subscription is known to the NATS server
 
 	// mu guards slots, nextSlot and sets. Lock order: localRoom.mu -> a member's writer (write
 	// closes slow readers while it reads the room).
@@ -94,8 +95,9 @@ func (t *roomTable) unclaimFresh(app, room string) {
 // member; settings and cdn are the room's, as the room service gave them at c's join, fresh
 // from its store if c claimed that (claimFresh): they then replace those of a room that another
 // login's answer, read from the cache, created meanwhile. It returns the room once the
-// subscription is in place, so c misses nothing sent after.
-func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool) *localRoom {
+// subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
+// the room's lock, before any write of the room can include c: it writes the LoginAck.
+func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -109,7 +111,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, 
 		r.cdn.Store(cdn)
 	}
 	if first {
-		r = &localRoom{t: t, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
+		r = &localRoom{t: t, app: c.app, room: c.room, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.cdn.Store(cdn)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
@@ -123,6 +125,7 @@ func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, 
 	}
 	r.mu.Lock()
 	r.add(c)
+	welcome(r)
 	r.mu.Unlock()
 	sh.mu.Unlock()
 	if first {

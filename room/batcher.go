@@ -199,7 +199,10 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 	}
 	// In CDN mode the room's CDN lanes go to its pusher instead of the long connections.
 	long, toPushers := s.cdn.split(app, room, batch)
-	if len(long.Messages) > 0 {
+	// The window's numbers go to the nodes even when its numbered messages all went to the
+	// pusher: a node waits for a missing number (chatlink/order.go).
+	long.FirstRoomSeq, long.LastRoomSeq = numbered(batch.Messages)
+	if len(long.Messages) > 0 || long.LastRoomSeq > 0 {
 		err = bus.Publish(s.cfg.Bus, bus.RoomSubject(app, room), long)
 	}
 	for pusher, b := range toPushers {
@@ -214,6 +217,20 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 	s.metrics.batches.Inc()
 	s.metrics.batchMessages.Observe(float64(len(batch.Messages)))
 	return nil
+}
+
+// numbered returns the first and last room_seq of msgs (0, 0: none numbered). number gives a
+// window's numbered messages consecutive numbers in their order.
+func numbered(msgs []*pb.Message) (first, last uint64) {
+	for _, m := range msgs {
+		if m.RoomSeq > 0 {
+			if first == 0 {
+				first = m.RoomSeq
+			}
+			last = m.RoomSeq
+		}
+	}
+	return first, last
 }
 
 // untilCritical runs step with numberTimeout; for a batch holding critical messages it tries

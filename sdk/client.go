@@ -1,12 +1,14 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +65,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.d = newDelivery(&c.cfg)
 	c.cdn = newCdnPoller(&c.cfg, c.d)
 	login := c.newLogin(cfg.RecoverSince, 0, uint32(min(max(0, cfg.History), maxHistory)))
-	first, err := c.establish(ctx, login, false)
+	first, err := c.establish(ctx, login, false, "")
 	for attempt := 1; err != nil && ctx.Err() == nil; attempt++ {
 		delay, ok := c.limitedDelay(err, attempt)
 		if !ok {
@@ -73,7 +75,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			err = errors.Join(err, serr)
 			break
 		}
-		first, err = c.establish(ctx, login, false)
+		first, err = c.establish(ctx, login, false, "")
 	}
 	if err != nil {
 		c.cdn.stop()                      // a login that ended at once may have started polling
@@ -96,14 +98,20 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomca
 	}
 }
 
-// establish tries the endpoints in order and returns the first connection that logged in.
-func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconnected bool) (*conn, error) {
+// establish tries the endpoints in order, those of node leaving (when set) last, and returns the
+// first connection that logged in.
+func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconnected bool, leaving string) (*conn, error) {
 	endpoints := c.cfg.Endpoints
 	if len(endpoints) == 0 {
 		var err error
 		if endpoints, err = dispatchToken(ctx, c.cfg.HTTPClient, c.cfg.closeDispatch, c.cfg.Dispatcher, c.cfg.Token); err != nil {
 			return nil, err
 		}
+	}
+	if leaving != "" {
+		// The node being left goes last (a dispatcher may not know yet that it drains).
+		endpoints = slices.Clone(endpoints)
+		slices.SortStableFunc(endpoints, func(a, b Endpoint) int { return cmp.Compare(boolInt(a.Node == leaving), boolInt(b.Node == leaving)) })
 	}
 	var errs []error
 	for _, ep := range endpoints {
@@ -119,6 +127,13 @@ func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconne
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // adopt makes cn the live connection.
@@ -204,7 +219,7 @@ func (c *Client) reconnect(attempt *int, reason error) (*conn, error) {
 		case <-timer.C:
 		}
 		since, seq := c.d.recoverFrom()
-		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true)
+		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, "")
 		switch {
 		case err == nil:
 			c.adopt(next)
@@ -263,32 +278,46 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// move answers the server's Reconnect: after its delay, log in elsewhere, then leave cur. It
-// returns the new connection, or nil when cur ended first or no other ChatLink took the login
+// move answers the server's Reconnect: after its delay, log in elsewhere, then leave cur. A
+// node that asks its clients to move is going away (a drain), so the login tries the other
+// dispatched nodes before cur's, and one that fails is tried again after the reconnect backoff
+// while cur lasts: a client left on a draining node would hold its drain up to its deadline. It
+// returns the new connection, or nil when cur ended first or the login was refused for good
 // (cur stays until it ends).
 func (c *Client) move(cur *conn, r *roomcastpb.Reconnect) *conn {
 	delay := time.Duration(r.GetDelayMs()) * time.Millisecond
 	c.d.event(&ReconnectingEvent{Attempt: 1, Delay: delay, Err: fmt.Errorf("%w: %s", ErrMoved, r.GetReason())})
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	select {
-	case <-c.ctx.Done():
-		return nil
-	case <-cur.done:
-		return nil
-	case <-timer.C:
-	}
-	since, seq := c.d.recoverFrom()
-	next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true)
-	if err != nil {
-		if c.ctx.Err() == nil {
-			c.d.event(&ErrorEvent{Err: err})
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-c.ctx.Done():
+			return nil
+		case <-cur.done:
+			return nil
+		case <-timer.C:
 		}
-		return nil
+		since, seq := c.d.recoverFrom()
+		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, cur.ep.Node)
+		if err == nil {
+			c.adopt(next)
+			cur.close(ErrMoved)
+			return next
+		}
+		if c.ctx.Err() != nil {
+			return nil
+		}
+		c.d.event(&ErrorEvent{Err: err})
+		if terminal(err) {
+			return nil
+		}
+		delay, limited := c.limitedDelay(err, attempt)
+		if !limited {
+			delay = c.backoff(attempt)
+		}
+		c.d.event(&ReconnectingEvent{Attempt: attempt + 1, Delay: delay, Err: fmt.Errorf("%w: %w", ErrMoved, err)})
+		timer.Reset(delay)
 	}
-	c.adopt(next)
-	cur.close(ErrMoved)
-	return next
 }
 
 // finish stops the Client with err: the ClosedEvent is the last thing the callbacks get.

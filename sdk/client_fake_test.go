@@ -374,6 +374,49 @@ func TestFakeReconnectMoves(t *testing.T) {
 	})
 }
 
+// TestFakeMoveRetried: the move's first login is refused (the draining node itself, handed out
+// again by a dispatcher that does not know yet); the client tries again after its backoff, gets
+// in, and leaves the old connection instead of staying on the draining node until it closes.
+func TestFakeMoveRetried(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, transport string) {
+		var logins atomic.Int32
+		moved := make(chan struct{})
+		firstGone := make(chan struct{})
+		link := startFakeLink(t, func(c fakeConn) {
+			switch logins.Add(1) {
+			case 1:
+				if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
+					return
+				}
+				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{DelayMs: 10, Reason: "draining"}}})
+				answerLoop(c)
+				close(firstGone)
+			case 2:
+				_, _ = c.recv()
+				c.kick(uint32(roomcastpb.CloseCode_CLOSE_CODE_SHUTDOWN), "node is draining")
+			default:
+				if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
+					return
+				}
+				close(moved)
+				answerLoop(c)
+			}
+		})
+		c, err := dialFake(t, transport, sdk.Config{ReconnectMinDelay: 20 * time.Millisecond, ReconnectMaxDelay: 50 * time.Millisecond}, link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for what, ch := range map[string]chan struct{}{"a login after the refused one": moved, "the old connection closed": firstGone} {
+			select {
+			case <-ch:
+			case <-time.After(3 * time.Second):
+				t.Fatalf("no %s", what)
+			}
+		}
+	})
+}
+
 func TestFakeSlowConsumer(t *testing.T) {
 	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {

@@ -17,7 +17,8 @@
 // When the connection ends for a transient reason (a close code outside 4000–4499, a drop, a
 // silent server, a protocol error, a slow OnMessage) or the server asks the client to move (a
 // draining ChatLink), the Client dispatches again and logs in elsewhere, with backoff and
-// jitter, asking to recover the messages after the last one it received; a RecoveredEvent says
+// jitter (a move tries the other nodes first, and again until it gets in or the old connection
+// ends), asking to recover the messages after the last one it received; a RecoveredEvent says
 // whether that was all of them or how many the room no longer keeps. A terminal close code,
 // Close, or any end with Config.NoReconnect stops it: Done is closed and Err says why.
 //

@@ -155,6 +155,7 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 		phaseMembers     int
 		plainWrites      bool
 		readerGoroutines bool
+		orderHold        time.Duration
 	)
 	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
 	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
@@ -163,8 +164,10 @@ func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
 	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
+	fs.DurationVar(&orderHold, "order-hold", 0, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (0: 100ms; negative: deliver in arrival order)")
 	limits := bindClientLimitFlags(fs)
 	return func(c *chatlink.Config) {
+		c.OrderHold = orderHold
 		limits(c)
 		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
 		c.LatencyBudget, c.GatherMessages = latencyBudget, gatherMessages

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +24,12 @@ import (
 
 const deployDir = "../../deploy"
 
-func TestMain(m *testing.M) { procs.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(stormWorkerEnv) != "" {
+		os.Exit(runStormWorker())
+	}
+	procs.Main(m)
+}
 
 // start starts the deployment for a case; the cases are skipped with -short (`make chaos` runs
 // them) and run one at a time: each takes the machine.

@@ -731,7 +731,13 @@ type RoomBatch struct {
 	Settings *RoomSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
 	// When set, the room's CDN config changed (the CDN manager): ChatLinks send it to every
 	// member in a CdnConfig frame and give it to later logins. Mode off ends CDN mode.
-	Cdn           *CdnConfig `protobuf:"bytes,4,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	Cdn *CdnConfig `protobuf:"bytes,4,opt,name=cdn,proto3" json:"cdn,omitempty"`
+	// The room_seq numbers the batch's window took, first to last (0, 0: none), including those
+	// of messages that went to a CDN pusher instead; a window whose numbered messages all went
+	// there still sends its numbers, in a batch without messages. A ChatLink delivers a room's
+	// numbered messages in room_seq order and waits briefly for a missing number (chatlink/order.go).
+	FirstRoomSeq  uint64 `protobuf:"varint,8,opt,name=first_room_seq,json=firstRoomSeq,proto3" json:"first_room_seq,omitempty"`
+	LastRoomSeq   uint64 `protobuf:"varint,9,opt,name=last_room_seq,json=lastRoomSeq,proto3" json:"last_room_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +798,20 @@ func (x *RoomBatch) GetCdn() *CdnConfig {
 		return x.Cdn
 	}
 	return nil
+}
+
+func (x *RoomBatch) GetFirstRoomSeq() uint64 {
+	if x != nil {
+		return x.FirstRoomSeq
+	}
+	return 0
+}
+
+func (x *RoomBatch) GetLastRoomSeq() uint64 {
+	if x != nil {
+		return x.LastRoomSeq
+	}
+	return 0
 }
 
 // SessionEvent: a session logged in or out. ChatLinks publish them in batches
@@ -2448,12 +2468,14 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc7\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x91\x02\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
 	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12(\n" +
-	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\"\xb5\x02\n" +
+	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x12$\n" +
+	"\x0efirst_room_seq\x18\b \x01(\x04R\ffirstRoomSeq\x12\"\n" +
+	"\rlast_room_seq\x18\t \x01(\x04R\vlastRoomSeq\"\xb5\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
