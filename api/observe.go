@@ -197,8 +197,12 @@ func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req
 	}
 	calls.count(name)
 	calls.latency.Observe(time.Since(start).Seconds())
-	if !audit {
-		return
+	level := slog.LevelInfo
+	if code != 0 {
+		level = slog.LevelWarn
+	}
+	if !audit || !a.audit.Enabled(context.Background(), level) {
+		return // nothing to build the record for
 	}
 	key, _ := strings.CutPrefix(authz, "Bearer ")
 	k, _ := a.cfg.Keys.Lookup(key)
@@ -212,10 +216,6 @@ func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req
 	attrs = append(attrs, slog.String("result", name), slog.String("trace_id", trace))
 	if msg != "" {
 		attrs = append(attrs, slog.String("error", msg))
-	}
-	level := slog.LevelInfo
-	if code != 0 {
-		level = slog.LevelWarn
 	}
 	a.audit.LogAttrs(context.Background(), level, "api call", attrs...)
 }
