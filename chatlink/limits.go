@@ -164,8 +164,9 @@ func (l *limiter) admit(a netip.Addr) pb.CloseCode {
 	return 0
 }
 
-// opened and closed count a connection of a. Between admit and opened another handshake of
-// the same address may pass: the count can run over by the handshakes in progress.
+// opened and closed count a connection of a; a WebSocket is counted before its upgrade is
+// answered (transport_ws.go). Between admit and opened another handshake of the same address
+// may pass: the count can run over by the handshakes in progress at once.
 func (l *limiter) opened(a netip.Addr) {
 	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
 		l.mu.Lock()

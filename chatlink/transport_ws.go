@@ -144,6 +144,10 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
+	// Counted from here, not when the connection is made: the upgrade's answer lets the
+	// client open its next connection before this one is, and the per-address limit must see
+	// this one then. newConnCounted takes the count over; a failed upgrade gives it back.
+	n.limits.opened(addr)
 	tc, _ := nc.(*net.TCPConn)
 	if n.poll == nil || tc == nil {
 		n.serveWSReader(nc, br, req, addr) // gws keeps br
@@ -153,6 +157,7 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	// the node has no io_uring rings.
 	p, err := newPolled(n, tc)
 	if err != nil {
+		n.limits.closed(addr)
 		_ = nc.Close()
 		return
 	}
@@ -165,6 +170,7 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	handshakeReaders.Put(br)
 	socket, err := n.upgrader.UpgradeFromConn(p, nil, req)
 	if err != nil {
+		n.limits.closed(addr)
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
@@ -174,10 +180,10 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
 		// only answered the upgrade, is not kept.
 		f.w = newSockWriter(p, true)
-		p.c = n.newConn(f.w, addr)
+		p.c = n.newConnCounted(f.w, addr)
 	} else {
 		f.s = socket
-		p.c = n.newConn(&wsTransport{s: socket}, addr)
+		p.c = n.newConnCounted(&wsTransport{s: socket}, addr)
 	}
 	p.start(early)
 }
@@ -198,10 +204,11 @@ func refusalResponse(code pb.CloseCode) string {
 func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request, addr netip.Addr) {
 	socket, err := n.upgrader.UpgradeFromConn(nc, br, req)
 	if err != nil {
+		n.limits.closed(addr)
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket}, addr)
+	socket.Session().(*wsSlot).c = n.newConnCounted(&wsTransport{s: socket}, addr)
 	// Not n.goAsync: a wrapper frame is enough to push the reader's parked stack past 2 KiB,
 	// and it would then hold 4 KiB for the connection's life. OnClose, the last thing the
 	// reader runs, tells n.wg it is done.
