@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -212,11 +211,7 @@ func TestGRPC(t *testing.T) {
 // Load reports arrive over a real NATS server, from the subject ChatLinks publish on.
 func TestReportsOverNATS(t *testing.T) {
 	t.Parallel()
-	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := testkit.NATS(t)
 	nc, err := bus.Connect(s.ClientURL(), "test", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -11,23 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/inbox"
-	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
 // startJS starts an embedded NATS server with JetStream and returns a JetStream context on it.
 func startJS(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	s, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(s)) // as roomcast dev connects
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	s := testkit.NATS(t)
+	nc := testkit.Connect(t, s, nats.InProcessServer(s)) // as roomcast dev connects
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

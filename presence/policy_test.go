@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 	"roomcast/presence"
 	pb "roomcast/proto/roomcastpb"
 )
@@ -20,21 +20,9 @@ import (
 // older than itself, and two web sessions stayed.)
 func TestDevicePolicyLoginsOutOfOrder(t *testing.T) {
 	t.Parallel()
-	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	dial := func() *nats.Conn {
-		nc, err := nats.Connect(ns.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	ns := testkit.NATS(t)
 	s, err := presence.New(presence.Config{
-		Bus: dial(), Log: slog.New(slog.DiscardHandler),
+		Bus: testkit.Connect(t, ns), Log: slog.New(slog.DiscardHandler),
 		Policies: map[string]presence.DevicePolicy{"a": {OnePerDevice: true}},
 	})
 	if err != nil {
@@ -45,7 +33,7 @@ func TestDevicePolicyLoginsOutOfOrder(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 
-	nc := dial()
+	nc := testkit.Connect(t, ns)
 	kicks := make(chan *pb.NodeControl, 8)
 	for _, node := range []string{"n1", "n2"} {
 		if _, err := nc.Subscribe(bus.NodeSubject(node), func(m *nats.Msg) {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -21,21 +21,9 @@ import (
 // and returns the service, its registry and a second connection for the test.
 func startService(t *testing.T, cfg Config) (*Service, *prometheus.Registry, *nats.Conn) {
 	t.Helper()
-	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	dial := func() *nats.Conn {
-		nc, err := nats.Connect(ns.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	ns := testkit.NATS(t)
 	reg := prometheus.NewRegistry()
-	cfg.Bus, cfg.Registerer = dial(), reg
+	cfg.Bus, cfg.Registerer = testkit.Connect(t, ns), reg
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +32,7 @@ func startService(t *testing.T, cfg Config) (*Service, *prometheus.Registry, *na
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s, reg, dial()
+	return s, reg, testkit.Connect(t, ns)
 }
 
 // roomBatches subscribes to a room's subject and returns the batches as they come.

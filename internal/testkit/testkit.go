@@ -1,5 +1,6 @@
 // Package testkit is what the module's tests share: polling instead of sleeping, a clock that
-// moves when the test says, free ports and loopback TCP pairs, process CPU time, table tests of
+// moves when the test says, free ports and loopback TCP pairs, an embedded NATS server, process
+// CPU time, table tests of
 // a Config's withDefaults, and a wire client that speaks the client protocol (docs/protocol.md)
 // by hand over WebSocket and TCP; its sub-package testcluster starts an in-process cluster per
 // test. Only tests import it, components' in-package tests included, so it imports no
