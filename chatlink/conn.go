@@ -87,13 +87,6 @@ type conn struct {
 }
 
 func (n *Node) newConn(t transport, addr netip.Addr) *conn {
-	n.limits.opened(addr)
-	return n.newConnCounted(t, addr)
-}
-
-// newConnCounted is newConn for a connection the per-address limit already counts (a
-// WebSocket counted before its upgrade was answered, transport_ws.go).
-func (n *Node) newConnCounted(t transport, addr netip.Addr) *conn {
 	c := &conn{node: n, t: t, accepted: n.now().UnixNano()}
 	if addr.IsValid() {
 		c.addr16 = addr.As16()

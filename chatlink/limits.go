@@ -147,16 +147,22 @@ func (l *limiter) clientAddr(peer string, forwarded []string, realIP string) net
 }
 
 // admit says whether a new connection from a may open: 0 when it may, else the close code.
+// A connection it lets in is counted from then on, before any answer lets the client open its
+// next one; closed gives the count back, when the connection ends or its handshake fails.
 func (l *limiter) admit(a netip.Addr) pb.CloseCode {
 	if !l.lists.Load().Allows(a) {
 		l.limited.WithLabelValues(limitDeniedIP).Inc()
 		return pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
 	}
 	if max := l.cfg.ConnectionsPerIP; max > 0 && perAddress(a) {
+		k := subscriber(a)
 		l.mu.Lock()
-		open := l.open[subscriber(a)]
+		full := l.open[k] >= max
+		if !full {
+			l.open[k]++
+		}
 		l.mu.Unlock()
-		if open >= max {
+		if full {
 			l.limited.WithLabelValues(limitConnsIP).Inc()
 			return pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS
 		}
@@ -164,17 +170,7 @@ func (l *limiter) admit(a netip.Addr) pb.CloseCode {
 	return 0
 }
 
-// opened and closed count a connection of a; a WebSocket is counted before its upgrade is
-// answered (transport_ws.go). Between admit and opened another handshake of the same address
-// may pass: the count can run over by the handshakes in progress at once.
-func (l *limiter) opened(a netip.Addr) {
-	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
-		l.mu.Lock()
-		l.open[subscriber(a)]++
-		l.mu.Unlock()
-	}
-}
-
+// closed gives back the count admit took for a connection of a.
 func (l *limiter) closed(a netip.Addr) {
 	if l.cfg.ConnectionsPerIP > 0 && perAddress(a) {
 		k := subscriber(a)

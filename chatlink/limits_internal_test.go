@@ -65,3 +65,25 @@ func TestIPListReloadKeepsTheLastGoodList(t *testing.T) {
 		t.Fatal("a node started with a list that does not parse")
 	}
 }
+
+// The per-address connection count is taken when a connection is admitted, before any answer
+// lets its client open the next one, and given back by closed: a second connection of one
+// address is refused while the first is in its handshake.
+func TestAdmitCountsTheConnection(t *testing.T) {
+	t.Parallel()
+	l, err := newLimiter(Config{Limits: Limits{ConnectionsPerIP: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr("203.0.113.11")
+	if code := l.admit(a); code != 0 {
+		t.Fatalf("first connection refused with %v", code)
+	}
+	if code := l.admit(a); code == 0 {
+		t.Fatal("second connection of one address admitted while the first was being made")
+	}
+	l.closed(a)
+	if code := l.admit(a); code != 0 {
+		t.Fatalf("connection after the first closed refused with %v", code)
+	}
+}

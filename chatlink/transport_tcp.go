@@ -25,6 +25,7 @@ const writeTimeout = 10 * time.Second
 func (n *Node) startPolledTCP(tc *net.TCPConn) {
 	p, err := newPolled(n, tc)
 	if err != nil {
+		n.limits.closed(peerAddr(tc))
 		_ = tc.Close()
 		return
 	}

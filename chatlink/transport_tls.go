@@ -37,6 +37,7 @@ func (n *Node) handshakeTLS(nc net.Conn) *tls.Conn {
 func (n *Node) startTLSTCP(nc net.Conn) {
 	tc := n.handshakeTLS(nc)
 	if tc == nil {
+		n.limits.closed(peerAddr(nc)) // admitted by acceptTCP
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})

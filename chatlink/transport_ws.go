@@ -144,10 +144,6 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	// Counted from here, not when the connection is made: the upgrade's answer lets the
-	// client open its next connection before this one is, and the per-address limit must see
-	// this one then. newConnCounted takes the count over; a failed upgrade gives it back.
-	n.limits.opened(addr)
 	tc, _ := nc.(*net.TCPConn)
 	if n.poll == nil || tc == nil {
 		n.serveWSReader(nc, br, req, addr) // gws keeps br
@@ -180,10 +176,10 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
 		// only answered the upgrade, is not kept.
 		f.w = newSockWriter(p, true)
-		p.c = n.newConnCounted(f.w, addr)
+		p.c = n.newConn(f.w, addr)
 	} else {
 		f.s = socket
-		p.c = n.newConnCounted(&wsTransport{s: socket}, addr)
+		p.c = n.newConn(&wsTransport{s: socket}, addr)
 	}
 	p.start(early)
 }
@@ -208,7 +204,7 @@ func (n *Node) serveWSReader(nc net.Conn, br *bufio.Reader, req *http.Request, a
 		return // gws has answered 400 and closed
 	}
 	_ = nc.SetDeadline(time.Time{})
-	socket.Session().(*wsSlot).c = n.newConnCounted(&wsTransport{s: socket}, addr)
+	socket.Session().(*wsSlot).c = n.newConn(&wsTransport{s: socket}, addr)
 	// Not n.goAsync: a wrapper frame is enough to push the reader's parked stack past 2 KiB,
 	// and it would then hold 4 KiB for the connection's life. OnClose, the last thing the
 	// reader runs, tells n.wg it is done.
