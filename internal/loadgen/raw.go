@@ -39,7 +39,6 @@ const (
 	framePush      = 5
 	frameHbAck     = 7
 	frameKick      = 9
-	ackHbInterval  = 3 // heartbeat_interval_ms of LoginAck and HeartbeatAck
 	pushMessages   = 1
 	messageLane    = 5
 	messageBody    = 7
@@ -361,14 +360,18 @@ func (c *rawClient) frame(b []byte) {
 		b = rest
 		switch num {
 		case frameLoginAck:
-			c.setBeatEvery(v)
+			var ack roomcastpb.LoginAck
+			_ = proto.Unmarshal(v, &ack)
+			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 			select {
 			case <-c.acked:
 			default:
 				close(c.acked)
 			}
 		case frameHbAck:
-			c.setBeatEvery(v)
+			var ack roomcastpb.HeartbeatAck
+			_ = proto.Unmarshal(v, &ack)
+			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 		case framePush:
 			c.push(v)
 		case frameKick:
@@ -381,27 +384,13 @@ func (c *rawClient) frame(b []byte) {
 
 var errBadFrame = errors.New("bad frame")
 
-// setBeatEvery takes the heartbeat interval of a LoginAck or HeartbeatAck (both carry it as
-// field 3); an answer without one keeps the interval the member has, or sdk's default.
-func (c *rawClient) setBeatEvery(ack []byte) {
-	for len(ack) > 0 {
-		num, typ, n := protowire.ConsumeTag(ack)
-		if n < 0 {
-			return
-		}
-		ack = ack[n:]
-		if num == ackHbInterval && typ == protowire.VarintType {
-			if ms, n := protowire.ConsumeVarint(ack); n > 0 && ms > 0 {
-				c.beatEvery.Store(int64(time.Duration(ms) * time.Millisecond))
-				return
-			}
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, ack); n < 0 {
-			return
-		}
-		ack = ack[n:]
-	}
-	if c.beatEvery.Load() == 0 {
+// setBeatEvery takes the heartbeat interval of a LoginAck or HeartbeatAck; an answer without
+// one keeps the interval the member has, or the SDK's default.
+func (c *rawClient) setBeatEvery(ms uint32) {
+	switch {
+	case ms > 0:
+		c.beatEvery.Store(int64(time.Duration(ms) * time.Millisecond))
+	case c.beatEvery.Load() == 0:
 		c.beatEvery.Store(int64(rawDefaultHeartbeat))
 	}
 }
