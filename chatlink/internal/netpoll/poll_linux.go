@@ -3,8 +3,8 @@
 package netpoll
 
 import (
-	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,7 +24,9 @@ const Supported = true
 // runtime's reference on the descriptor and never race its close.
 type Poller struct {
 	epfd int
-	wake int // an eventfd that ends Run
+	ep   syscall.RawConn // epfd in Go's own poller: Run parks there, not in epoll_wait
+	file *os.File        // owns epfd
+	wake int             // an eventfd that ends Run
 
 	mu   sync.Mutex        // guards regs
 	regs map[uint64]func() // by registration id
@@ -54,7 +56,23 @@ func New() (*Poller, error) {
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	p := &Poller{epfd: epfd, wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
+	// An epoll instance is itself readable while it has events, so Go's poller can say when
+	// to look: Run's goroutine then parks like any other instead of holding a thread (and,
+	// until the runtime takes it back, a P) in a blocking epoll_wait, whose every return costs
+	// a thread wake-up and sets the runtime's monitor polling every 20 µs again.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wake)
+		return nil, fmt.Errorf("netpoll: epoll: %w", err)
+	}
+	file := os.NewFile(uintptr(epfd), "netpoll-epoll")
+	ep, err := file.SyscallConn()
+	if err != nil {
+		_ = file.Close()
+		_ = unix.Close(wake)
+		return nil, fmt.Errorf("netpoll: epoll: %w", err)
+	}
+	p := &Poller{epfd: epfd, ep: ep, file: file, wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
 	p.next.Store(wakeID)
 	return p, nil
 }
@@ -113,12 +131,23 @@ func (p *Poller) Run() {
 	defer close(p.done)
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
+		var n int
+		var err error
+		// Take what is ready without waiting; with nothing, park in Go's poller until the
+		// epoll instance is readable, then look again.
+		cerr := p.ep.Read(func(fd uintptr) bool {
+			for {
+				n, err = unix.EpollWait(int(fd), events, 0)
+				if err != unix.EINTR {
+					return err != nil || n > 0
+				}
 			}
-			panic(fmt.Sprintf("netpoll: epoll_wait: %v", err)) // only a bug gets here (EBADF, EFAULT, EINVAL)
+		})
+		if cerr == nil && err != nil {
+			cerr = err
+		}
+		if cerr != nil {
+			panic(fmt.Sprintf("netpoll: epoll_wait: %v", cerr)) // only a bug gets here (EBADF, EFAULT, EINVAL)
 		}
 		for i := range events[:n] {
 			id := pollID(&events[i])
@@ -140,7 +169,7 @@ func (p *Poller) Stop() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(p.wake, one[:])
 	<-p.done
-	_ = unix.Close(p.epfd)
+	_ = p.file.Close()
 	_ = unix.Close(p.wake)
 }
 

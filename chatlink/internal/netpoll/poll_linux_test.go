@@ -1,6 +1,8 @@
 package netpoll
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +92,42 @@ func TestWritevNowFullSocket(t *testing.T) {
 			t.Fatal("the socket never filled")
 		}
 	}
+}
+
+// TestRunParksInGosPoller: an idle Run waits in Go's poller, as a goroutine blocked on a
+// socket does, not in a blocking epoll_wait that holds a thread (and wakes one, and the
+// runtime's monitor, at every event); and it still ends at Stop.
+func TestRunParksInGosPoller(t *testing.T) {
+	p, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	go func() { p.Run(); close(ran) }()
+	var state string
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if state = runState(); strings.Contains(state, "IO wait") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Stop()
+	<-ran
+	if !strings.Contains(state, "IO wait") {
+		t.Fatalf("idle Run waits as %q, want IO wait (Go's poller)", state)
+	}
+}
+
+// runState returns the state line of the goroutine running Poller.Run ("goroutine 7 [IO
+// wait]:"), or "" when there is none.
+func runState() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "netpoll.(*Poller).Run(") {
+			return strings.SplitN(g, "\n", 2)[0]
+		}
+	}
+	return ""
 }
