@@ -28,7 +28,7 @@ type loginPacer struct {
 	maxQueue int
 	bucket   *rate.Limiter // nil when the pace is off
 
-	mu      sync.Mutex // guards waiting
+	mu      sync.Mutex // guards waiting; a reservation and the queue's check are one step under it
 	waiting int        // logins holding a reservation, not yet due
 
 	queue  prometheus.Gauge   // logins waiting now

@@ -42,8 +42,8 @@ func bindAPILimitFlag(fs *flag.FlagSet, l *ratelimit.Limit) {
 //     device needs: 50 logins/s with a burst of 500, and 5,000 connections. They stop one
 //     source from holding a node, not a shared address from watching.
 //   - logins per node (--login-rate): not a refusal but a pace, logins over it wait their
-//     turn (docs/edge.md). A TCP login that recovers its room's history costs the node about
-//     0.14 ms of CPU, a WebSocket one through the dispatcher up to 0.43 ms: 3,000/s is at most
+//     turn (docs/edge.md). A TCP login that recovers its room's history costs the node
+//     0.14-0.19 ms of CPU, a WebSocket one through the dispatcher up to 0.43 ms: 3,000/s is at most
 //     0.4-1.3 cores, and 15,000 clients of a dead node are in within about 5 s.
 const (
 	defaultLoginRate        = "3000/s:300"
