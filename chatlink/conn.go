@@ -219,6 +219,16 @@ func (c *conn) login(l *pb.Login) {
 		c.refuseLogin(limit, retry, now)
 		return
 	}
+	if ok, retry := n.pace.wait(n.ctx); !ok {
+		if retry > 0 {
+			c.refuseLogin(limitLoginNode, retry, now)
+		}
+		return
+	}
+	if c.getState() == stateClosed { // closed while it waited for the pace
+		return
+	}
+	now = n.now()
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
