@@ -170,6 +170,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 		<-c.done
 		return nil, err
 	}
+	c.setBeatEvery(0) // the default, when no LoginAck was read (a slow member)
 	c.nextBeat = time.Now().UnixNano() + c.beatEvery.Load()
 	return c, nil
 }
