@@ -219,16 +219,6 @@ func (c *conn) login(l *pb.Login) {
 		c.refuseLogin(limit, retry, now)
 		return
 	}
-	if ok, retry := n.pace.wait(n.ctx); !ok {
-		if retry > 0 {
-			c.refuseLogin(limitLoginNode, retry, now)
-		}
-		return
-	}
-	if c.getState() == stateClosed { // closed while it waited for the pace
-		return
-	}
-	now = n.now()
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
@@ -267,6 +257,17 @@ func (c *conn) login(l *pb.Login) {
 	}
 	if limit, retry := n.limits.loginRoom(c.app, c.room, now); limit != "" {
 		c.refuseLogin(limit, retry, now)
+		return
+	}
+	// The pace comes after the token's check, which is cheap: a flood of bad tokens is refused
+	// at once and takes no place in the queue from the clients that may log in.
+	if ok, retry := n.pace.wait(n.ctx); !ok {
+		if retry > 0 {
+			c.refuseLogin(limitLoginNode, retry, n.now())
+		}
+		return
+	}
+	if c.getState() == stateClosed { // closed while it waited for the pace
 		return
 	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))

@@ -17,7 +17,8 @@ import (
 // TestLoginPace: a burst of logins is processed at the node's login rate, the connections open
 // meanwhile; a member already on the node keeps getting its room's messages while they wait;
 // and the login that finds the queue full is refused with Error 121 and Kick 4013, the retry
-// hint the time the queue takes to drain.
+// hint the time the queue takes to drain. A token that does not verify is refused at once,
+// without waiting for the pace.
 func TestLoginPace(t *testing.T) {
 	t.Parallel()
 	const (
@@ -78,6 +79,17 @@ func TestLoginPace(t *testing.T) {
 	}
 	if queued() == 0 {
 		t.Errorf("the queue drained before the message reached the member: that proves nothing")
+	}
+
+	// A token that does not verify is refused at once: it takes no place in the queue.
+	bad := testkit.DialTCP(t, node.TCPAddr())
+	asked := time.Now()
+	bad.Send(loginFrame("not.a.token"))
+	if k := bad.Next().GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+		t.Errorf("a bad token while logins waited: kick %v, want %d", k, pb.CloseCode_CLOSE_CODE_BAD_TOKEN)
+	}
+	if d := time.Since(asked); d > time.Second/rate {
+		t.Errorf("a bad token was answered after %v: it waited for the pace", d)
 	}
 
 	var acks []time.Duration
