@@ -1,6 +1,7 @@
 package netpoll
 
 import (
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -89,5 +90,46 @@ func TestWritevNowFullSocket(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the socket never filled")
 		}
+	}
+}
+
+// TestPollerWaitsInTheRuntime: while Run waits for events, its goroutine is parked in the
+// runtime's poller, not in a system call. A goroutine in epoll_wait holds its P there, which
+// the runtime's monitor takes back (and hands to another thread) every time it waits.
+func TestPollerWaitsInTheRuntime(t *testing.T) {
+	inSyscall := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := inSyscall()
+	p, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Run()
+	defer p.Stop()
+	s, peer := testkit.TCPPair(t)
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readable := make(chan struct{}, 1)
+	id := p.NewID()
+	if err := p.Add(rc, id, func() { readable <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Remove(id)
+	time.Sleep(100 * time.Millisecond) // Run is waiting by now
+	if got := inSyscall(); got > before {
+		t.Fatalf("%d goroutines in a system call while the poller waits, %d before it started", got, before)
+	}
+	if _, err := peer.Write([]byte("x")); err != nil { // and it still hears events
+		t.Fatal(err)
+	}
+	select {
+	case <-readable:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for a readable socket")
 	}
 }
