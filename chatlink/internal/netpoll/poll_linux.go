@@ -106,7 +106,10 @@ func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64) error {
 	ev := unix.EpollEvent{Events: pollEvents}
 	setPollID(&ev, id)
 	var err error
-	if cerr := rc.Control(func(fd uintptr) { err = unix.EpollCtl(p.epfd, op, int(fd), &ev) }); cerr != nil {
+	if cerr := rc.Control(func(fd uintptr) {
+		_, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(p.epfd), uintptr(op), fd, uintptr(unsafe.Pointer(&ev)), 0, 0)
+		err = errnoErr(errno)
+	}); cerr != nil {
 		return cerr
 	}
 	return err
@@ -133,8 +136,10 @@ func (p *Poller) Run() {
 		var werr error
 		err := rc.Read(func(fd uintptr) bool {
 			for {
-				n, werr = unix.EpollWait(int(fd), events, 0)
-				if werr != unix.EINTR {
+				// epoll_pwait without a signal mask is epoll_wait, which arm64 lacks.
+				r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+				if errno != unix.EINTR {
+					n, werr = int(r), errnoErr(errno)
 					return n > 0 || werr != nil // nothing yet: the runtime waits for the next event
 				}
 			}
@@ -169,10 +174,12 @@ func (p *Poller) Stop() {
 	_ = unix.Close(p.wake)
 }
 
-// The reads and writes of ReadNow and WritevNow are raw system calls: on a non-blocking socket
-// they never wait, and an ordinary call lets the runtime hand the goroutine's P to another
-// thread when the call takes longer than 20 µs, which a write on loopback does (the kernel
-// runs the receiver's side in it): two thread switches for nothing on a busy node.
+// The system calls that never wait (epoll_ctl, epoll_wait with no timeout, and the reads and
+// writes of ReadNow and WritevNow on non-blocking sockets) are raw calls. An ordinary call
+// tells the runtime it may block: it wakes the runtime's monitor thread when the process was
+// idle (which then checks every 20 µs while the process is busy) and lets the monitor hand the
+// goroutine's P to another thread when the call takes longer than 20 µs, as a write on
+// loopback does (the kernel runs the receiver's side in it). A login made four such calls.
 
 // errnoErr is errno as an error, nil for 0.
 func errnoErr(errno unix.Errno) error {
