@@ -125,7 +125,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			}
 			return
 		}
-		if len(body) > 0 {
+		if len(body) > 0 && !decodeFast(body, req) {
 			if err := protojson.Unmarshal(body, req); err != nil {
 				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err))
 				return
@@ -165,6 +165,15 @@ func putBody(buf *bytes.Buffer) {
 		buf.Reset()
 		bodies.Put(buf)
 	}
+}
+
+// decodeFast decodes the body of the routes with a fast path (sendjson.go) and reports whether
+// it did; protojson decodes the rest.
+func decodeFast(body []byte, req proto.Message) bool {
+	if r, ok := req.(*pb.SendToRoomRequest); ok {
+		return decodeSendToRoom(body, r)
+	}
+	return false
 }
 
 // setQuery fills string, integer and boolean fields from the query parameters of the same name;

@@ -169,7 +169,8 @@ type Config struct {
 	// how long it remembers bans and room closes, the times in its reports, and how long a
 	// room's messages have waited for its latency budget. Tests set it
 	// to move time at will. Tickers, socket deadlines, the fan-out's ticks, budgets and flow
-	// control, and the seed of session ids stay on the real clock. Zero value means time.Now.
+	// control, the login pace, and the seed of session ids stay on the real clock. Zero value
+	// means time.Now.
 	Now func() time.Time
 }
 

@@ -259,6 +259,17 @@ func (c *conn) login(l *pb.Login) {
 		c.refuseLogin(limit, retry, now)
 		return
 	}
+	// The pace comes after the token's check, which is cheap: a flood of bad tokens is refused
+	// at once and takes no place in the queue from the clients that may log in.
+	if ok, retry := n.pace.wait(n.ctx); !ok {
+		if retry > 0 {
+			c.refuseLogin(limitLoginNode, retry, n.now())
+		}
+		return
+	}
+	if c.getState() == stateClosed { // closed while it waited for the pace
+		return
+	}
 	c.session = ids.SessionID(n.cfg.Node, n.sessionSeq.Add(1))
 	c.device = l.Device
 	c.loginMS = n.now().UnixMilli()

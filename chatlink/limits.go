@@ -36,6 +36,14 @@ type Limits struct {
 	SendsPerConn, SendsPerUser, SendsPerRoom ratelimit.Limit
 	// ConnectionsPerIP bounds the connections open from one address.
 	ConnectionsPerIP int
+	// LoginRate paces the logins the node processes, from every address together: a login
+	// with no token waits for one, so a reconnect storm is spread over seconds and the
+	// members already on the node keep their fan-out (loginpace.go).
+	LoginRate ratelimit.Limit
+	// LoginQueue bounds the logins waiting for LoginRate; one more is refused with Error 121
+	// and Kick 4013, retry_after_ms the time the queue takes to drain. Zero value means three
+	// seconds of LoginRate.
+	LoginQueue int
 	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
 	// means 65536.
 	TableSize int

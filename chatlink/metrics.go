@@ -151,6 +151,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
 			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order)
+		reg.MustRegister(n.pace.collectors()...)
 	}
 	return m
 }

@@ -67,6 +67,7 @@ type Node struct {
 	exprs      *tag.Cache    // compiled tag expressions
 	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
+	pace       *loginPacer   // the node's login pace (loginpace.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -98,6 +99,7 @@ func New(cfg Config) (*Node, error) {
 	if n.limits, err = newLimiter(cfg); err != nil {
 		return nil, err
 	}
+	n.pace = newLoginPacer(cfg.Limits)
 	n.m = newMetrics(cfg.Registry, n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)

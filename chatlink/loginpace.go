@@ -1,0 +1,105 @@
+package chatlink
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"roomcast/internal/ratelimit"
+)
+
+// limitLoginNode names the node's login pacing in roomcast_chatlink_limited_total: a login
+// refused because the queue of logins waiting for the pace was full.
+const limitLoginNode = "login_node"
+
+// loginPacer spreads the logins a node processes over time, whatever their source
+// (Limits.LoginRate). When a node dies its clients all come back within a second or two; a
+// node that took them as fast as they came would have thousands of logins runnable at once
+// (token checks, joins, their replies), and the fan-out to the members it already holds would
+// wait behind them in the Go scheduler's run queue. Paced, a login frame that finds no token
+// waits for one, the connection open and nothing else done for it, in arrival order; at most
+// Limits.LoginQueue wait, and one more is refused with a retry hint of the time the queue
+// takes to drain. The pace runs on the real clock, since it makes logins wait in real time.
+type loginPacer struct {
+	limit    ratelimit.Limit
+	maxQueue int
+	bucket   *rate.Limiter // nil when the pace is off
+
+	mu      sync.Mutex // guards waiting; a reservation and the queue's check are one step under it
+	waiting int        // logins holding a reservation, not yet due
+
+	queue  prometheus.Gauge   // logins waiting now
+	queued prometheus.Counter // logins that had to wait
+	waits  prometheus.Histogram
+}
+
+func newLoginPacer(lim Limits) *loginPacer {
+	p := &loginPacer{
+		limit: lim.LoginRate,
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "roomcast_chatlink_login_queue", Help: "Logins waiting for the node's login pace (--login-rate).",
+		}),
+		queued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_logins_paced_total", Help: "Logins that waited for the node's login pace before they were processed.",
+		}),
+		waits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "roomcast_chatlink_login_pace_wait_seconds", Help: "How long the logins that waited for the node's login pace waited.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 4, 8},
+		}),
+	}
+	if lim.LoginRate.Off() {
+		return p
+	}
+	p.maxQueue = lim.LoginQueue
+	if p.maxQueue <= 0 {
+		p.maxQueue = int(3 * lim.LoginRate.Rate)
+	}
+	p.bucket = rate.NewLimiter(rate.Limit(lim.LoginRate.Rate), max(1, lim.LoginRate.Burst))
+	return p
+}
+
+func (p *loginPacer) collectors() []prometheus.Collector {
+	return []prometheus.Collector{p.queue, p.queued, p.waits}
+}
+
+// wait returns when the login may be processed, true; or false at once with a retry hint
+// when the queue is full, or when ctx ends while it waits (retry zero).
+func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
+	if p.bucket == nil {
+		return true, 0
+	}
+	now := time.Now()
+	p.mu.Lock()
+	r := p.bucket.ReserveN(now, 1)
+	delay := r.DelayFrom(now)
+	if delay == 0 {
+		p.mu.Unlock()
+		return true, 0
+	}
+	if p.waiting >= p.maxQueue {
+		r.CancelAt(now)
+		p.mu.Unlock()
+		// The queue drains at the pace: come back when it has, the SDKs add their jitter.
+		return false, time.Duration(float64(p.waiting) / p.limit.Rate * float64(time.Second))
+	}
+	p.waiting++
+	p.mu.Unlock()
+	p.queue.Inc()
+	p.queued.Inc()
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		ok = true
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.waiting--
+	p.mu.Unlock()
+	p.queue.Dec()
+	p.waits.Observe(time.Since(now).Seconds())
+	return ok, 0
+}
