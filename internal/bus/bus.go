@@ -1,7 +1,9 @@
 // Package bus is the plumbing every Roomcast role shares to talk over NATS: subject names,
 // connecting, request/reply with protobuf payloads, and reading a room's kept messages from the
-// history stream (history.go), which the ChatLinks and the room service both need. It holds no business logic, and it does not
-// run a NATS server: the embedded one of `roomcast dev` and tests is internal/devnats.
+// history stream (history.go; the answers come on one reply subscription per connection,
+// replymux.go), which the ChatLinks and the room service both need. It holds no business logic,
+// and it does not run a NATS server: the embedded one of `roomcast dev` and tests is
+// internal/devnats.
 package bus
 
 import (

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,73 +95,59 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 var errDirectGet = errors.New("direct get failed")
 
 // directGet sends one batched direct get of HistoryStream and hands each message to take, in
-// order. more reports that the batch ended before the subject's messages did (by its size or
-// the server's byte limit): ask again from after the last one.
+// order, on the caller's goroutine. more reports that the batch ended before the subject's
+// messages did (by its size or the server's byte limit): ask again from after the last one.
 //
-// The answers go to a callback subscription: a synchronous one would allocate its channel of
-// 65,536 slots for every read.
+// The answers come on the connection's reply mux (replymux.go), not on a subscription of the
+// read's own.
 func directGet(ctx context.Context, nc *nats.Conn, req directGetRequest, take func(seq uint64, data []byte)) (more bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return false, err
 	}
-	type result struct {
-		more bool
-		err  error
-	}
-	done := make(chan result, 1)
-	var mu sync.Mutex // guards finished and serializes take with the caller's return
-	finished := false
-	finish := func(r result) {
-		finished = true
-		done <- r
-	}
-	inbox := nc.NewInbox()
-	sub, err := nc.Subscribe(inbox, func(msg *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if finished {
-			return
-		}
-		if status := msg.Header.Get("Status"); len(msg.Data) == 0 && status != "" {
-			switch status {
-			case "404": // nothing from there on
-				finish(result{})
-			case "204": // the end of the batch
-				pending, _ := strconv.ParseUint(msg.Header.Get("Nats-Num-Pending"), 10, 64)
-				finish(result{more: pending > 0})
-			case "503":
-				finish(result{err: fmt.Errorf("%w: no server answers direct gets of %s", errDirectGet, HistoryStream)})
-			default:
-				finish(result{err: fmt.Errorf("%w: status %s %s", errDirectGet, status, msg.Header.Get("Description"))})
-			}
-			return
-		}
-		seq, err := strconv.ParseUint(msg.Header.Get("Nats-Sequence"), 10, 64)
-		if err != nil {
-			finish(result{err: fmt.Errorf("%w: a message without its sequence", errDirectGet)})
-			return
-		}
-		take(seq, msg.Data)
-	})
+	mux, err := replyMuxOf(nc)
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+HistoryStream, inbox, body); err != nil {
+	w, err := mux.open()
+	if err != nil {
 		return false, err
 	}
-	select {
-	case r := <-done:
-		return r.more, r.err
-	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		if !finished {
-			finish(result{})
-			return false, ctx.Err()
-		}
-		r := <-done
-		return r.more, r.err
+	defer mux.end(w)
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+HistoryStream, w.reply, body); err != nil {
+		return false, err
 	}
+	for {
+		msg, err := mux.next(ctx, w)
+		if err != nil {
+			return false, err
+		}
+		if ended, more, err := directGetAnswer(msg, take); ended {
+			return more, err
+		}
+	}
+}
+
+// directGetAnswer handles one message of a direct get's answer: a kept message, handed to take,
+// or a status that ends the answer (ended), with more and err for directGet to return.
+func directGetAnswer(msg *nats.Msg, take func(seq uint64, data []byte)) (ended, more bool, err error) {
+	if status := msg.Header.Get("Status"); len(msg.Data) == 0 && status != "" {
+		switch status {
+		case "404": // nothing from there on
+			return true, false, nil
+		case "204": // the end of the batch
+			pending, _ := strconv.ParseUint(msg.Header.Get("Nats-Num-Pending"), 10, 64)
+			return true, pending > 0, nil
+		case "503":
+			return true, false, fmt.Errorf("%w: no server answers direct gets of %s", errDirectGet, HistoryStream)
+		default:
+			return true, false, fmt.Errorf("%w: status %s %s", errDirectGet, status, msg.Header.Get("Description"))
+		}
+	}
+	seq, err := strconv.ParseUint(msg.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return true, false, fmt.Errorf("%w: a message without its sequence", errDirectGet)
+	}
+	take(seq, msg.Data)
+	return false, false, nil
 }

@@ -7,36 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
 )
 
-// TestReadHistory reads a room's history over several batches, among another room's messages
-// and one that does not decode, from a sequence, from a time, and keeping the newest few.
-func TestReadHistory(t *testing.T) {
-	ns, err := devnats.Start(devnats.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+// historyStream starts an embedded NATS server with HistoryStream, as the room service creates
+// it, and connects to it.
+func historyStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns := testkit.NATS(t)
+	nc := testkit.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: HistoryStream, Subjects: []string{HistorySubject("*", "*")}, AllowDirect: true}); err != nil {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: HistoryStream, Subjects: []string{HistorySubject("*", "*")}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
+	return ns, nc, js
+}
+
+// TestReadHistory reads a room's history over several batches, among another room's messages
+// and one that does not decode, from a sequence, from a time, and keeping the newest few.
+func TestReadHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, js := historyStream(t)
 	old := historyBatch
 	historyBatch = 4
 	defer func() { historyBatch = old }()
