@@ -3,11 +3,12 @@
 package netpoll
 
 import (
-	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,12 @@ const Supported = true
 // runtime's reference on the descriptor and never race its close.
 type Poller struct {
 	epfd int
+	// file is epfd as a non-blocking file in the runtime's own poller, which tells Run when
+	// events are waiting (an epoll instance is itself readable then). A goroutine blocked in
+	// epoll_wait would hold its P in a system call; the runtime's monitor then takes the P
+	// back after 20 µs, hands it to another thread and keeps waking every 20 µs while that
+	// repeats, which cost a third of a login's CPU on an otherwise idle node.
+	file *os.File
 	wake int // an eventfd that ends Run
 
 	mu   sync.Mutex        // guards regs
@@ -54,7 +61,12 @@ func New() (*Poller, error) {
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	p := &Poller{epfd: epfd, wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wake)
+		return nil, fmt.Errorf("netpoll: epoll: %w", err)
+	}
+	p := &Poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "netpoll"), wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
 	p.next.Store(wakeID)
 	return p, nil
 }
@@ -94,7 +106,10 @@ func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64) error {
 	ev := unix.EpollEvent{Events: pollEvents}
 	setPollID(&ev, id)
 	var err error
-	if cerr := rc.Control(func(fd uintptr) { err = unix.EpollCtl(p.epfd, op, int(fd), &ev) }); cerr != nil {
+	if cerr := rc.Control(func(fd uintptr) {
+		_, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(p.epfd), uintptr(op), fd, uintptr(unsafe.Pointer(&ev)), 0, 0)
+		err = errnoErr(errno)
+	}); cerr != nil {
 		return cerr
 	}
 	return err
@@ -111,13 +126,28 @@ func (p *Poller) Remove(id uint64) {
 // Run waits for events until Stop.
 func (p *Poller) Run() {
 	defer close(p.done)
+	rc, err := p.file.SyscallConn()
+	if err != nil {
+		panic(fmt.Sprintf("netpoll: %v", err)) // only a bug gets here: the file is open until Stop
+	}
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
+		var n int
+		var werr error
+		err := rc.Read(func(fd uintptr) bool {
+			for {
+				// epoll_pwait without a signal mask is epoll_wait, which arm64 lacks.
+				r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+				if errno != unix.EINTR {
+					n, werr = int(r), errnoErr(errno)
+					return n > 0 || werr != nil // nothing yet: the runtime waits for the next event
+				}
 			}
+		})
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
 			panic(fmt.Sprintf("netpoll: epoll_wait: %v", err)) // only a bug gets here (EBADF, EFAULT, EINVAL)
 		}
 		for i := range events[:n] {
@@ -140,8 +170,23 @@ func (p *Poller) Stop() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(p.wake, one[:])
 	<-p.done
-	_ = unix.Close(p.epfd)
+	_ = p.file.Close() // closes epfd
 	_ = unix.Close(p.wake)
+}
+
+// The system calls that never wait (epoll_ctl, epoll_wait with no timeout, and the reads and
+// writes of ReadNow and WritevNow on non-blocking sockets) are raw calls. An ordinary call
+// tells the runtime it may block: it wakes the runtime's monitor thread when the process was
+// idle (which then checks every 20 µs while the process is busy) and lets the monitor hand the
+// goroutine's P to another thread when the call takes longer than 20 µs, as a write on
+// loopback does (the kernel runs the receiver's side in it). A login made four such calls.
+
+// errnoErr is errno as an error, nil for 0.
+func errnoErr(errno unix.Errno) error {
+	if errno == 0 {
+		return nil
+	}
+	return errno
 }
 
 // ReadNow reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
@@ -150,8 +195,9 @@ func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	var rerr error
 	cerr := rc.Read(func(fd uintptr) bool {
 		for {
-			n, rerr = unix.Read(int(fd), buf)
-			if rerr != unix.EINTR {
+			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+			if errno != unix.EINTR {
+				n, rerr = int(r), errnoErr(errno)
 				return true // never wait in the runtime's poller: the Poller said when
 			}
 		}
@@ -174,11 +220,23 @@ func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 func WritevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
 	var n int
 	var werr error
+	var iov [2]unix.Iovec
+	k := 0
+	for _, p := range [2][]byte{hdr, b} {
+		if len(p) > 0 {
+			iov[k].Base = &p[0]
+			iov[k].SetLen(len(p))
+			k++
+		}
+	}
+	if k == 0 {
+		return 0, nil
+	}
 	cerr := rc.Write(func(fd uintptr) bool {
-		iov := [][]byte{hdr, b}
 		for {
-			n, werr = unix.Writev(int(fd), iov)
-			if werr != unix.EINTR {
+			r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+			if errno != unix.EINTR {
+				n, werr = int(r), errnoErr(errno)
 				return true
 			}
 		}

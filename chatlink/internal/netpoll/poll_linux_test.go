@@ -1,33 +1,43 @@
 package netpoll
 
 import (
+	"net"
+	"runtime/metrics"
+	"syscall"
 	"testing"
 	"time"
 
 	"roomcast/internal/testkit"
 )
 
-// TestPollerOneShot: a registered socket's function runs once when data arrives and not again
-// until the socket is armed; ReadNow reads without waiting, and tells an empty socket from one
-// whose peer has gone.
-func TestPollerOneShot(t *testing.T) {
+// pollPair starts a poller, stopped when the test ends, and registers the server side of a
+// loopback TCP connection with it under id; each event sends on readable.
+func pollPair(t *testing.T) (p *Poller, rc syscall.RawConn, id uint64, peer net.Conn, readable chan struct{}) {
+	t.Helper()
 	p, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	go p.Run()
-	defer p.Stop()
+	t.Cleanup(p.Stop)
 	s, peer := testkit.TCPPair(t)
-	rc, err := s.SyscallConn()
-	if err != nil {
+	if rc, err = s.SyscallConn(); err != nil {
 		t.Fatal(err)
 	}
-	readable := make(chan struct{}, 4)
-	id := p.NewID()
+	readable = make(chan struct{}, 4)
+	id = p.NewID()
 	if err := p.Add(rc, id, func() { readable <- struct{}{} }); err != nil {
 		t.Fatal(err)
 	}
-	defer p.Remove(id)
+	t.Cleanup(func() { p.Remove(id) })
+	return p, rc, id, peer, readable
+}
+
+// TestPollerOneShot: a registered socket's function runs once when data arrives and not again
+// until the socket is armed; ReadNow reads without waiting, and tells an empty socket from one
+// whose peer has gone.
+func TestPollerOneShot(t *testing.T) {
+	p, rc, id, peer, readable := pollPair(t)
 	buf := make([]byte, 16)
 	if n, eof, err := ReadNow(rc, buf); n != 0 || eof || err != nil {
 		t.Fatalf("empty socket: ReadNow = %d, %v, %v", n, eof, err)
@@ -89,5 +99,30 @@ func TestWritevNowFullSocket(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the socket never filled")
 		}
+	}
+}
+
+// TestPollerWaitsInTheRuntime: while Run waits for events, its goroutine is parked in the
+// runtime's poller, not in a system call. A goroutine in epoll_wait holds its P there, which
+// the runtime's monitor takes back (and hands to another thread) every time it waits.
+func TestPollerWaitsInTheRuntime(t *testing.T) {
+	inSyscall := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := inSyscall()
+	_, _, _, peer, readable := pollPair(t)
+	time.Sleep(100 * time.Millisecond) // Run is waiting by now
+	if got := inSyscall(); got > before {
+		t.Fatalf("%d goroutines in a system call while the poller waits, %d before it started", got, before)
+	}
+	if _, err := peer.Write([]byte("x")); err != nil { // and it still hears events
+		t.Fatal(err)
+	}
+	select {
+	case <-readable:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for a readable socket")
 	}
 }
