@@ -79,11 +79,11 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 		p.mu.Unlock()
 		return true, 0
 	}
-	if p.waiting >= p.maxQueue {
+	if waiting := p.waiting; waiting >= p.maxQueue {
 		r.CancelAt(now)
 		p.mu.Unlock()
 		// The queue drains at the pace: come back when it has, the SDKs add their jitter.
-		return false, time.Duration(float64(p.waiting) / p.limit.Rate * float64(time.Second))
+		return false, time.Duration(float64(waiting) / p.limit.Rate * float64(time.Second))
 	}
 	p.waiting++
 	p.mu.Unlock()

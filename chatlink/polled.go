@@ -96,6 +96,18 @@ func (p *polled) lockFD() (fd int32, ok bool) {
 
 func (p *polled) unlockFD() { p.sockMu.RUnlock() }
 
+// Write writes b: what the socket takes at once with a raw call (netpoll.WritevNow), the rest
+// through the runtime's poller. gws writes the upgrade's answer with it, and every frame where
+// the node has no io_uring rings.
+func (p *polled) Write(b []byte) (int, error) {
+	n, err := netpoll.WritevNow(p.rc, nil, b)
+	if err != nil || n == len(b) {
+		return n, err
+	}
+	m, err := p.TCPConn.Write(b[n:])
+	return n + m, err
+}
+
 // Close closes the socket (the transport calls it too). The connection is finished at once,
 // or by the read in progress when it ends.
 func (p *polled) Close() error {

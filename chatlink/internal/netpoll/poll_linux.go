@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,9 +25,13 @@ const Supported = true
 // runtime's reference on the descriptor and never race its close.
 type Poller struct {
 	epfd int
-	ep   syscall.RawConn // epfd in Go's own poller: Run parks there, not in epoll_wait
-	file *os.File        // owns epfd
-	wake int             // an eventfd that ends Run
+	// file is epfd as a non-blocking file in the runtime's own poller, which tells Run when
+	// events are waiting (an epoll instance is itself readable then). A goroutine blocked in
+	// epoll_wait would hold its P in a system call; the runtime's monitor then takes the P
+	// back after 20 µs, hands it to another thread and keeps waking every 20 µs while that
+	// repeats, which cost a third of a login's CPU on an otherwise idle node.
+	file *os.File
+	wake int // an eventfd that ends Run
 
 	mu   sync.Mutex        // guards regs
 	regs map[uint64]func() // by registration id
@@ -56,23 +61,12 @@ func New() (*Poller, error) {
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	// An epoll instance is itself readable while it has events, so Go's poller can say when
-	// to look: Run's goroutine then parks like any other instead of holding a thread (and,
-	// until the runtime takes it back, a P) in a blocking epoll_wait, whose every return costs
-	// a thread wake-up and sets the runtime's monitor polling every 20 µs again.
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		_ = unix.Close(epfd)
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	file := os.NewFile(uintptr(epfd), "netpoll-epoll")
-	ep, err := file.SyscallConn()
-	if err != nil {
-		_ = file.Close()
-		_ = unix.Close(wake)
-		return nil, fmt.Errorf("netpoll: epoll: %w", err)
-	}
-	p := &Poller{epfd: epfd, ep: ep, file: file, wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
+	p := &Poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "netpoll"), wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
 	p.next.Store(wakeID)
 	return p, nil
 }
@@ -112,7 +106,10 @@ func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64) error {
 	ev := unix.EpollEvent{Events: pollEvents}
 	setPollID(&ev, id)
 	var err error
-	if cerr := rc.Control(func(fd uintptr) { err = unix.EpollCtl(p.epfd, op, int(fd), &ev) }); cerr != nil {
+	if cerr := rc.Control(func(fd uintptr) {
+		_, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(p.epfd), uintptr(op), fd, uintptr(unsafe.Pointer(&ev)), 0, 0)
+		err = errnoErr(errno)
+	}); cerr != nil {
 		return cerr
 	}
 	return err
@@ -129,25 +126,29 @@ func (p *Poller) Remove(id uint64) {
 // Run waits for events until Stop.
 func (p *Poller) Run() {
 	defer close(p.done)
+	rc, err := p.file.SyscallConn()
+	if err != nil {
+		panic(fmt.Sprintf("netpoll: %v", err)) // only a bug gets here: the file is open until Stop
+	}
 	events := make([]unix.EpollEvent, 128)
 	for {
 		var n int
-		var err error
-		// Take what is ready without waiting; with nothing, park in Go's poller until the
-		// epoll instance is readable, then look again.
-		cerr := p.ep.Read(func(fd uintptr) bool {
+		var werr error
+		err := rc.Read(func(fd uintptr) bool {
 			for {
-				n, err = unix.EpollWait(int(fd), events, 0)
-				if err != unix.EINTR {
-					return err != nil || n > 0
+				// epoll_pwait without a signal mask is epoll_wait, which arm64 lacks.
+				r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+				if errno != unix.EINTR {
+					n, werr = int(r), errnoErr(errno)
+					return n > 0 || werr != nil // nothing yet: the runtime waits for the next event
 				}
 			}
 		})
-		if cerr == nil && err != nil {
-			cerr = err
+		if err == nil {
+			err = werr
 		}
-		if cerr != nil {
-			panic(fmt.Sprintf("netpoll: epoll_wait: %v", cerr)) // only a bug gets here (EBADF, EFAULT, EINVAL)
+		if err != nil {
+			panic(fmt.Sprintf("netpoll: epoll_wait: %v", err)) // only a bug gets here (EBADF, EFAULT, EINVAL)
 		}
 		for i := range events[:n] {
 			id := pollID(&events[i])
@@ -169,8 +170,23 @@ func (p *Poller) Stop() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(p.wake, one[:])
 	<-p.done
-	_ = p.file.Close()
+	_ = p.file.Close() // closes epfd
 	_ = unix.Close(p.wake)
+}
+
+// The system calls that never wait (epoll_ctl, epoll_wait with no timeout, and the reads and
+// writes of ReadNow and WritevNow on non-blocking sockets) are raw calls. An ordinary call
+// tells the runtime it may block: it wakes the runtime's monitor thread when the process was
+// idle (which then checks every 20 µs while the process is busy) and lets the monitor hand the
+// goroutine's P to another thread when the call takes longer than 20 µs, as a write on
+// loopback does (the kernel runs the receiver's side in it). A login made four such calls.
+
+// errnoErr is errno as an error, nil for 0.
+func errnoErr(errno unix.Errno) error {
+	if errno == 0 {
+		return nil
+	}
+	return errno
 }
 
 // ReadNow reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
@@ -179,8 +195,9 @@ func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 	var rerr error
 	cerr := rc.Read(func(fd uintptr) bool {
 		for {
-			n, rerr = unix.Read(int(fd), buf)
-			if rerr != unix.EINTR {
+			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+			if errno != unix.EINTR {
+				n, rerr = int(r), errnoErr(errno)
 				return true // never wait in the runtime's poller: the Poller said when
 			}
 		}
@@ -203,11 +220,23 @@ func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
 func WritevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
 	var n int
 	var werr error
+	var iov [2]unix.Iovec
+	k := 0
+	for _, p := range [2][]byte{hdr, b} {
+		if len(p) > 0 {
+			iov[k].Base = &p[0]
+			iov[k].SetLen(len(p))
+			k++
+		}
+	}
+	if k == 0 {
+		return 0, nil
+	}
 	cerr := rc.Write(func(fd uintptr) bool {
-		iov := [][]byte{hdr, b}
 		for {
-			n, werr = unix.Writev(int(fd), iov)
-			if werr != unix.EINTR {
+			r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+			if errno != unix.EINTR {
+				n, werr = int(r), errnoErr(errno)
 				return true
 			}
 		}
