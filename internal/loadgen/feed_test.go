@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -104,5 +105,29 @@ func TestReadLoop(t *testing.T) {
 	<-c.done
 	if fmt.Sprint(got) != "[a bc]" || c.Err() == nil || !strings.Contains(c.Err().Error(), "connection closed") {
 		t.Fatalf("got %v, err %v; want [a bc] and a closed connection", got, c.Err())
+	}
+}
+
+// TestBeatEveryFollowsTheServer: a raw member takes its heartbeat interval from the LoginAck
+// and then from each HeartbeatAck, as the SDK does, and keeps it when an answer names none.
+func TestBeatEveryFollowsTheServer(t *testing.T) {
+	t.Parallel()
+	c := &rawClient{acked: make(chan struct{}), fd: -1}
+	for _, tc := range []struct {
+		f    *roomcastpb.Frame
+		want time.Duration
+	}{
+		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{HeartbeatIntervalMs: 25_000}}}, 25 * time.Second},
+		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{HeartbeatIntervalMs: 30_000}}}, 30 * time.Second},
+		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{}}}, 30 * time.Second},
+	} {
+		b, err := proto.Marshal(tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.frame(b)
+		if got := time.Duration(c.beatEvery.Load()); got != tc.want {
+			t.Fatalf("after %v the member beats every %v, want %v", tc.f, got, tc.want)
+		}
 	}
 }

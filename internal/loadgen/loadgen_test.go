@@ -411,3 +411,30 @@ func TestFanoutThroughJoinLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestRawMembersBeatAtTheServersInterval: raw members heartbeat at the interval the server
+// gives them, as the SDK's clients do, so a server that asks for beats every 400 ms keeps them
+// all through a run several times longer than three intervals (its limit for a silent member;
+// shorter intervals made a race-built run on a loaded machine miss one now and then).
+func TestRawMembersBeatAtTheServersInterval(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
+	const interval = 400 * time.Millisecond
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
+		cfg.ChatLink = func(cc *chatlink.Config) { cc.HeartbeatInterval, cc.HeartbeatMax = interval, interval }
+	})
+	const n = 20
+	cfg := config(c, n)
+	cfg.Client, cfg.Pause = loadgen.ClientRaw, 5*interval
+	cfg.Rate, cfg.Duration, cfg.Tick = 20, publishFor(), 50*time.Millisecond
+	res, err := loadgen.RunFanout(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.Connected != n || res.Disconnected != 0 || res.Delivered != res.Expected || res.Lost != 0 {
+		t.Errorf("connected %d, disconnected %d, delivered %d of %d, lost %d: want %d, 0, all, 0",
+			res.Connected, res.Disconnected, res.Delivered, res.Expected, res.Lost, n)
+	}
+}

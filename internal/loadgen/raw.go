@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lxzan/gws"
@@ -36,6 +37,7 @@ type memberConn interface {
 const (
 	frameLoginAck  = 2
 	framePush      = 5
+	frameHbAck     = 7
 	frameKick      = 9
 	pushMessages   = 1
 	messageLane    = 5
@@ -43,6 +45,8 @@ const (
 	rawReadBuffer  = 16 << 10
 	rawLoginWait   = 15 * time.Second
 	rawWriteTimout = 10 * time.Second
+
+	rawDefaultHeartbeat = 25 * time.Second // the SDK's, for a server that names no interval
 )
 
 // rawClient is a fanout member that speaks the protocol itself (--client raw) instead of
@@ -50,12 +54,19 @@ const (
 // allocation per message. The load generator shares the server's cores, and in the big runs
 // the SDK's decoding and per-message events took more CPU than the server; this client leaves
 // more of the machine to the server. It logs in, hands every pushed message to onMsg and
-// sends heartbeats when asked; it does not reconnect.
+// sends heartbeats when asked (at the interval the server last gave, as the SDK does); it
+// does not reconnect.
 type rawClient struct {
 	nc    net.Conn
 	ws    *gws.Conn // nil over TCP
 	onMsg func(lane int32, body []byte)
 	acked chan struct{} // closed at the LoginAck
+
+	// beatEvery is the heartbeat interval the server gave in the LoginAck and its latest
+	// HeartbeatAck, in nanoseconds. nextBeat (unix nanoseconds) is set at the login and then
+	// read and written only by the fleet's heartbeat goroutine.
+	beatEvery atomic.Int64
+	nextBeat  int64
 
 	wmu sync.Mutex // serialises TCP writes
 
@@ -159,6 +170,8 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 		<-c.done
 		return nil, err
 	}
+	c.setBeatEvery(0) // the default, when no LoginAck was read (a slow member)
+	c.nextBeat = time.Now().UnixNano() + c.beatEvery.Load()
 	return c, nil
 }
 
@@ -348,11 +361,18 @@ func (c *rawClient) frame(b []byte) {
 		b = rest
 		switch num {
 		case frameLoginAck:
+			var ack roomcastpb.LoginAck
+			_ = proto.Unmarshal(v, &ack)
+			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 			select {
 			case <-c.acked:
 			default:
 				close(c.acked)
 			}
+		case frameHbAck:
+			var ack roomcastpb.HeartbeatAck
+			_ = proto.Unmarshal(v, &ack)
+			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 		case framePush:
 			c.push(v)
 		case frameKick:
@@ -364,6 +384,17 @@ func (c *rawClient) frame(b []byte) {
 }
 
 var errBadFrame = errors.New("bad frame")
+
+// setBeatEvery takes the heartbeat interval of a LoginAck or HeartbeatAck; an answer without
+// one keeps the interval the member has, or the SDK's default.
+func (c *rawClient) setBeatEvery(ms uint32) {
+	switch {
+	case ms > 0:
+		c.beatEvery.Store(int64(time.Duration(ms) * time.Millisecond))
+	case c.beatEvery.Load() == 0:
+		c.beatEvery.Store(int64(rawDefaultHeartbeat))
+	}
+}
 
 // lenField returns the first length-delimited field of b, skipping fields of other types: its
 // number, its bytes and the rest of b. v is nil at the end of b.
