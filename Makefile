@@ -38,6 +38,7 @@ FUZZ_TARGETS := \
 	./internal/bus:FuzzTraceID \
 	./tag:FuzzCompile \
 	./api:FuzzAPIRequest \
+	./api:FuzzDecodeSendToRoom \
 	./proto/segment:FuzzSegmentDecode \
 	./dispatcher:FuzzClientAddr \
 	./sdk:FuzzReadClaims \
