@@ -22,14 +22,10 @@ func TestReadRetriedAfterLostRequest(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	mustHTTP(t, c, http.StatusCreated, http.MethodPost, "/v1/rooms", `{"room":"lost"}`)
 
-	nc, err := nats.Connect(c.NATS.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.Connect(t, c.NATS)
 	taken := make(chan struct{})
 	var dead *nats.Subscription
-	dead, err = nc.QueueSubscribe(bus.SubjectRoomInfo, "room", func(*nats.Msg) {
+	dead, err := nc.QueueSubscribe(bus.SubjectRoomInfo, "room", func(*nats.Msg) {
 		_ = dead.Unsubscribe() // killed with the request in hand
 		close(taken)
 	})

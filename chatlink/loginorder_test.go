@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
@@ -27,11 +25,7 @@ func TestLoginAckBeforePush(t *testing.T) {
 	first := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
 	first.Login(testcluster.Token(t, "first", room)) // the node subscribes to the room
 
-	nc, err := nats.Connect(c.NATS.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.Connect(t, c.NATS)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

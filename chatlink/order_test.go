@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -55,11 +54,7 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 		t.Fatal("the room service's message has no room_seq")
 	}
 
-	nc, err := nats.Connect(c.NATS.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.Connect(t, c.NATS)
 	msg := func(body string, seq uint64) *pb.Message {
 		lane := pb.Lane_LANE_CRITICAL
 		if seq == 0 {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
@@ -24,11 +22,7 @@ func BenchmarkHistoryPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.Connect(b, ns)
 	s, err := New(Config{Bus: nc})
 	if err != nil {
 		b.Fatal(err)

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/devnats"
+	"roomcast/internal/testkit"
 )
 
 // TestAPISendsSkipTheBus: the server API hands its sends to the room service in its process,
@@ -26,11 +25,7 @@ func TestAPISendsSkipTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.Connect(t, ns)
 	seen, err := nc.SubscribeSync("rc.svc.room.>") // beside the services' queue group: sees every request
 	if err != nil {
 		t.Fatal(err)
