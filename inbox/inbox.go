@@ -193,39 +193,30 @@ func (s *Store) Holding(ctx context.Context, users []User) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: holding: %w", err)
 	}
-	nc := s.js.Conn()
-	// Room for every answer: a subscription's default queue (SubscribeSync) would be a
-	// 512 KiB allocation per call.
-	answers := make(chan *nats.Msg, len(subjects)+1)
-	sub, err := nc.ChanSubscribe(nc.NewInbox(), answers)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: holding: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(s.apiPrefix()+"DIRECT.GET."+Stream, sub.Subject, req); err != nil {
-		return nil, fmt.Errorf("inbox: holding: %w", err)
-	}
 	// The answer is a message per subject that has one, then an end-of-batch status; or one
-	// "no results" status when none has.
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-answers:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("inbox: holding: %w", ctx.Err())
-		}
+	// "no results" status when none has. It comes on the connection's reply mux: no
+	// subscription of its own.
+	var statusErr error
+	err = bus.RequestAnswers(ctx, s.js.Conn(), s.apiPrefix()+"DIRECT.GET."+Stream, req, func(m *nats.Msg) bool {
 		switch status := m.Header.Get("Status"); status { // nats.go's names for a status line
-
 		case "":
 			for _, i := range index[m.Header.Get(jetstream.SubjectHeader)] {
 				has[i] = true
 			}
+			return false
 		case "404", "204": // no results; end of batch
-			return has, nil
 		default:
-			return nil, fmt.Errorf("inbox: holding: status %s %s", status, m.Header.Get("Description"))
+			statusErr = fmt.Errorf("inbox: holding: status %s %s", status, m.Header.Get("Description"))
 		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: holding: %w", err)
 	}
+	if statusErr != nil {
+		return nil, statusErr
+	}
+	return has, nil
 }
 
 // apiPrefix is the subject prefix of the JetStream API the store's context speaks to.

@@ -98,34 +98,23 @@ var errDirectGet = errors.New("direct get failed")
 // order, on the caller's goroutine. more reports that the batch ended before the subject's
 // messages did (by its size or the server's byte limit): ask again from after the last one.
 //
-// The answers come on the connection's reply mux (replymux.go), not on a subscription of the
-// read's own.
+// The answers come on the connection's reply mux (RequestAnswers), not on a subscription of
+// the read's own.
 func directGet(ctx context.Context, nc *nats.Conn, req directGetRequest, take func(seq uint64, data []byte)) (more bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return false, err
 	}
-	mux, err := replyMuxOf(nc)
+	var answerErr error
+	err = RequestAnswers(ctx, nc, "$JS.API.DIRECT.GET."+HistoryStream, body, func(msg *nats.Msg) bool {
+		var ended bool
+		ended, more, answerErr = directGetAnswer(msg, take)
+		return ended
+	})
 	if err != nil {
 		return false, err
 	}
-	w, err := mux.open()
-	if err != nil {
-		return false, err
-	}
-	defer mux.end(w)
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+HistoryStream, w.reply, body); err != nil {
-		return false, err
-	}
-	for {
-		msg, err := mux.next(ctx, w)
-		if err != nil {
-			return false, err
-		}
-		if ended, more, err := directGetAnswer(msg, take); ended {
-			return more, err
-		}
-	}
+	return more, answerErr
 }
 
 // directGetAnswer handles one message of a direct get's answer: a kept message, handed to take,

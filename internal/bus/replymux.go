@@ -79,6 +79,35 @@ func replyMuxOf(nc *nats.Conn) (*replyMux, error) {
 	return m, nil
 }
 
+// RequestAnswers publishes body to subject with a reply subject on nc's reply mux, and hands
+// the answers to each, in the order they came, on the caller's goroutine, until each reports
+// the answer done. It fails when ctx ends or the connection closes first; answers that come
+// after it returned are dropped. For requests answered by several messages, such as JetStream's
+// batched direct gets.
+func RequestAnswers(ctx context.Context, nc *nats.Conn, subject string, body []byte, each func(*nats.Msg) (done bool)) error {
+	mux, err := replyMuxOf(nc)
+	if err != nil {
+		return err
+	}
+	w, err := mux.open()
+	if err != nil {
+		return err
+	}
+	defer mux.end(w)
+	if err := nc.PublishRequest(subject, w.reply, body); err != nil {
+		return err
+	}
+	for {
+		msg, err := mux.next(ctx, w)
+		if err != nil {
+			return err
+		}
+		if each(msg) {
+			return nil
+		}
+	}
+}
+
 // deliver is the subscription's callback: it queues msg for the request its reply token names.
 func (m *replyMux) deliver(msg *nats.Msg) {
 	token := strings.TrimPrefix(msg.Subject, m.prefix)
