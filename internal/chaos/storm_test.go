@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/loadgen"
 	"roomcast/internal/testkit/procs"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
@@ -40,8 +41,7 @@ const (
 	// ChatLink's priority their own CPU in the storm (reconnecting: sockets, connects, the
 	// kernel's loopback work, reading the answers) was as much as the surviving ChatLink's and
 	// stole from it and from the path measured (docs/reliability.md gives the figures).
-	stormWorkerNice     = 10
-	ipBindAddressNoPort = 24 // IP_BIND_ADDRESS_NO_PORT (linux/in.h); not in package syscall
+	stormWorkerNice = 10
 )
 
 // TestReconnectStorm: the storm's clients all log in to one ChatLink (their endpoints list it
@@ -278,19 +278,10 @@ func runStormWorker() int {
 		node, addr, _ := strings.Cut(e, "=")
 		eps = append(eps, sdk.Endpoint{Node: node, TCPAddr: addr})
 	}
-	// IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect, by the whole 4-tuple. Without
-	// it the kernel looks for a free port of the source address at bind, a search that grows
-	// with the worker's open connections: 12 of a worker's 16 CPU-seconds went to bind.
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(os.Getenv("STORM_SOURCE"))},
-		Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
-			}); err != nil {
-				return err
-			}
-			return serr
-		}}
+	// Bound to the worker's own source address, with the port chosen at connect (without
+	// IP_BIND_ADDRESS_NO_PORT the kernel's search for a free port at bind grows with the
+	// worker's open connections: 12 of a worker's 16 CPU-seconds went to it).
+	dial := loadgen.DialerFrom(net.ParseIP(os.Getenv("STORM_SOURCE")))
 	var back, failed atomic.Int64
 	clients := make([]*sdk.Client, n)
 	sem := make(chan struct{}, 64)
@@ -306,7 +297,7 @@ func runStormWorker() int {
 			}
 			var once sync.Once
 			c, err := sdk.Dial(context.Background(), sdk.Config{
-				Token: tok, Transport: sdk.TransportTCP, Endpoints: eps, Dialer: dialer.DialContext,
+				Token: tok, Transport: sdk.TransportTCP, Endpoints: eps, Dialer: dial,
 				ReconnectMinDelay: 200 * time.Millisecond, ReconnectMaxDelay: time.Second,
 				OnEvent: func(ev sdk.Event) {
 					if e, ok := ev.(*sdk.ConnectedEvent); ok && e.Reconnected {

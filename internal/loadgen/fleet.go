@@ -229,7 +229,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		Transport:      f.spec.Transport,
 		Device:         "bench",
 		HTTPClient:     f.hc,
-		Dialer:         dialerFrom(sourceAddr(i)),
+		Dialer:         DialerFrom(sourceAddr(i)),
 		TLS:            tlsConfig(f.spec.CAPEM),
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
@@ -506,7 +506,7 @@ func (f *fleet) close() {
 // through the node's login and join limits loses nobody; until ctx ends.
 func (f *fleet) dialRawLimited(ctx context.Context, tok string, i int, onMsg func(lane int32, body []byte)) (*rawClient, error) {
 	for attempt := 1; ; attempt++ {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, dialerFrom(sourceAddr(i)), f.pollers, onMsg)
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(i)), f.pollers, onMsg)
 		var ce *sdk.CloseError
 		if err == nil || !errors.As(err, &ce) || !ce.Limited() {
 			return c, err

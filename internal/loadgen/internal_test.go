@@ -174,7 +174,7 @@ func TestSourceAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	nc, err := dialerFrom(net.IPv4(127, 0, 0, 3))(t.Context(), "tcp", ln.Addr().String())
+	nc, err := DialerFrom(net.IPv4(127, 0, 0, 3))(t.Context(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,10 @@ func sourceAddr(i int) net.IP {
 	return net.IPv4(127, 0, byte(k/250), byte(1+k%250))
 }
 
-// dialerFrom returns a dial function that binds to src when it dials a loopback address, and
-// dials as usual otherwise (a remote target is reached through the normal route).
-func dialerFrom(src net.IP) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// DialerFrom returns a dial function that binds to src when it dials a loopback address (with
+// IP_BIND_ADDRESS_NO_PORT), and dials as usual otherwise (a remote target is reached through
+// the normal route). The chaos tests' storm workers dial with it too.
+func DialerFrom(src net.IP) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	bound := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, KeepAlive: -1, Control: bindAddressNoPort}
 	plain := net.Dialer{KeepAlive: -1}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -81,7 +82,7 @@ func dispatchClient(first, count int, tlsCfg *tls.Config) *http.Client {
 	}
 	dials := make([]func(context.Context, string, string) (net.Conn, error), len(addrs))
 	for i, a := range addrs {
-		dials[i] = dialerFrom(a)
+		dials[i] = DialerFrom(a)
 	}
 	var next atomic.Uint64
 	return &http.Client{
