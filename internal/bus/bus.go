@@ -159,8 +159,9 @@ func DrainSubject(node string) string { return "rc.admin." + node + ".drain" }
 func NodeSubject(node string) string { return "rc.node." + node }
 
 // Connect dials NATS at url with the options every role wants: a name, endless reconnects and
-// logging of disconnects (log may be nil); opts add to them (nats.InProcessServer, for roles
-// in the same process as an embedded server).
+// logging of disconnects (log may be nil), and the connection's reply mux for answers in
+// several messages (RequestAnswers); opts add to them (nats.InProcessServer, for roles in the
+// same process as an embedded server).
 func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -178,6 +179,12 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
+	// The reply mux (replymux.go) lives as long as the connection: made here, its
+	// subscription and goroutine are there from the start rather than from the first read.
+	if _, err := replyMuxOf(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: connect %s: reply subscription: %w", url, err)
 	}
 	return nc, nil
 }
