@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -207,15 +208,25 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 	}
 	api := testkit.FreeAddr(t)
 	auditFile := filepath.Join(t.TempDir(), "audit.log")
-	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", testkit.FreeAddr(t), "--api-key", "k1=demo",
+	svcOps := testkit.FreeAddr(t)
+	services := start("services", "--nats", ns.ClientURL(), "--listen", api, "--grpc-listen", "127.0.0.1:0", "--ops", svcOps, "--api-key", "k1=demo",
 		"--log-format", "json", "--audit-log", auditFile)
 	var links []role
 	ops := []string{testkit.FreeAddr(t), testkit.FreeAddr(t)}
 	for i, name := range []string{"edge-a", "edge-b"} {
 		links = append(links, start("chatlink", "--nats", ns.ClientURL(), "--node", name, "--secret", "demo="+devcluster.Secret,
-			"--ws", testkit.FreeAddr(t), "--tcp", testkit.FreeAddr(t), "--ops", ops[i], "--drain-spread", "200ms"))
+			"--ws", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--ops", ops[i], "--drain-spread", "200ms"))
 	}
-	testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+	// Under -race on a loaded CI machine a role's start (NATS connection, KV watchers, first
+	// load report) has taken more than 15 s; a role that exits early fails at once.
+	testkit.CheckFor(t, 45*time.Second, 50*time.Millisecond, func() error {
+		for _, r := range append([]role{services}, links...) {
+			select {
+			case code := <-r.done:
+				t.Fatalf("%s exited %d while starting:\n%s", r.name, code, r.out.String())
+			default:
+			}
+		}
 		resp, err := http.Get("http://" + api + "/v1/dispatch")
 		if err != nil {
 			return err
@@ -224,7 +235,13 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&ans)
 		resp.Body.Close()
 		if len(ans.Nodes) != 2 {
-			return fmt.Errorf("the ChatLinks did not show up in dispatch (%d nodes); services:\n%s", len(ans.Nodes), services.out.String())
+			var known []byte
+			if resp, err := http.Get("http://" + svcOps + "/v1/nodes"); err == nil {
+				known, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			return fmt.Errorf("the ChatLinks did not show up in dispatch (%d nodes: %v); /v1/nodes: %s\nservices:\n%s\nedge-a:\n%s\nedge-b:\n%s",
+				len(ans.Nodes), ans.Nodes, known, services.out.String(), links[0].out.String(), links[1].out.String())
 		}
 		return nil
 	})
