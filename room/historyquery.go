@@ -35,8 +35,9 @@ const historyReadTimeout = 2 * time.Second
 // stay where they are while messages are added and dropped, so the pages after it neither
 // repeat nor skip a message.
 type historyCursor struct {
-	older bool   // page towards older messages: those before the position; else newer: after it
-	seq   uint64 // the position of the last message of the previous page
+	older bool // page towards older messages: those before the position; else newer: after it
+	// The position (bus.KeptMessage) of the last message of the previous page.
+	seq   uint64
 	index int
 }
 
