@@ -9,11 +9,11 @@ import (
 )
 
 // The body of POST /v1/rooms/{room}/messages, the API's busiest call, is nearly always a flat
-// object of plain strings ({"type":"chat","lane":"critical","body":"hi"}). decodeSendToRoom
-// reads that shape without protojson's reflection; any other body (escapes, camelCase names,
-// null, numbers, a field twice, an unknown field, a malformed one) is left to protojson, which
-// decodes or refuses it as for every other route. What it accepts, protojson decodes to the
-// same message (FuzzDecodeSendToRoom).
+// object of strings ({"type":"chat","lane":"critical","body":"hi","tag_expr":"\"c:3\" in tags"}).
+// decodeSendToRoom reads that shape without protojson's reflection; any other body (\u escapes,
+// camelCase names, null, numbers, a field twice, an unknown field, a malformed one) is left to
+// protojson, which decodes or refuses it as for every other route. What it accepts, protojson
+// decodes to the same message (FuzzDecodeSendToRoom).
 
 // decodeSendToRoom fills req from body and reports true when body has the plain shape;
 // otherwise it reports false and leaves req as it was.
@@ -72,7 +72,7 @@ func decodeBase64(s string) ([]byte, bool) {
 	return b, err == nil
 }
 
-// plainObject reads a JSON object whose members are all strings without escapes.
+// plainObject reads a JSON object whose members are all strings, with no \u escapes.
 type plainObject struct {
 	b []byte
 	i int
@@ -115,25 +115,62 @@ func (d *plainObject) skip(c byte) bool {
 	return false
 }
 
-// str consumes a string without escapes or control characters, in valid UTF-8.
+// str consumes a string without control characters or \u escapes, in valid UTF-8, and
+// returns it unescaped. Without escapes it points into the input.
 func (d *plainObject) str() ([]byte, bool) {
 	if !d.skip('"') {
 		return nil, false
 	}
 	start, ascii := d.i, true
+	var out []byte // what came before the last escape, unescaped; nil until the first
 	for ; d.i < len(d.b); d.i++ {
 		switch c := d.b[d.i]; {
 		case c == '"':
 			s := d.b[start:d.i]
+			if out != nil {
+				s = append(out, s...)
+			}
 			d.i++
+			// An escape stands for an ASCII byte, so the unescaped string is valid UTF-8 exactly
+			// when the input's pieces between escapes are, as protojson checks them.
 			return s, ascii || utf8.Valid(s)
-		case c == '\\' || c < 0x20:
+		case c == '\\':
+			if d.i+1 == len(d.b) {
+				return nil, false
+			}
+			e, ok := unescape(d.b[d.i+1])
+			if !ok {
+				return nil, false // \u, which protojson reads with its surrogate rules, or no escape
+			}
+			out = append(append(out, d.b[start:d.i]...), e)
+			d.i++
+			start = d.i + 1
+		case c < 0x20:
 			return nil, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
 	return nil, false
+}
+
+// unescape returns the byte a JSON escape other than \u stands for: \" \\ \/ \b \f \n \r \t.
+func unescape(c byte) (byte, bool) {
+	switch c {
+	case '"', '\\', '/':
+		return c, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
 }
 
 func (d *plainObject) space() {

@@ -15,7 +15,13 @@ var sendBodies = []struct {
 	body  string
 	plain bool // decodeSendToRoom takes it
 }{
-	{`{"type":"bench","lane":"critical","body_base64":"AAECAwQFBgc=","tag_expr":"\"vip\" in tags"}`, false}, // an escape
+	{`{"type":"bench","lane":"critical","body_base64":"AAECAwQFBgc=","tag_expr":"\"vip\" in tags"}`, true}, // a targeted send
+	{`{"body":"a\\b\/c\n\t\r\b\f\"d\""}`, true},                                                            // every escape but \u
+	{`{"body":"\\"}`, true},
+	{`{"body":"x\q"}`, false},          // not an escape: protojson refuses it
+	{`{"body":"x\`, false},             // cut short in an escape
+	{"{\"body\":\"\xe2\\\"\"}", false}, // invalid UTF-8 before an escape
+	{`{"ty\/pe":"x"}`, false},          // an escaped name: unknown once unescaped
 	{`{"type":"bench","lane":"critical","body_base64":"AAECAwQFBgc="}`, true},
 	{`{"body":"hello","lane":"normal"}`, true},
 	{` { "body" : "héllo 😀" , "sender" : "alice", "tag_expr": "vip" } `, true},
@@ -86,23 +92,29 @@ func FuzzDecodeSendToRoom(f *testing.F) {
 
 // go test -run '^$' -bench DecodeSendToRoom -benchmem ./api/
 func BenchmarkDecodeSendToRoom(b *testing.B) {
-	body := []byte(`{"type":"bench","lane":"critical","body_base64":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw=="}`)
-	b.Run("fast", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			var req pb.SendToRoomRequest
-			if !decodeSendToRoom(body, &req) {
-				b.Fatal("not taken")
+	const payload = `"type":"bench","lane":"critical","body_base64":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw=="`
+	for _, bc := range []struct{ name, body string }{
+		{"broadcast", `{` + payload + `}`},
+		{"targeted", `{` + payload + `,"tag_expr":"\"c:3\" in tags || \"g:17\" in tags"}`}, // as bench fanout --tags sends
+	} {
+		body := []byte(bc.body)
+		b.Run(bc.name+"/fast", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				var req pb.SendToRoomRequest
+				if !decodeSendToRoom(body, &req) {
+					b.Fatal("not taken")
+				}
 			}
-		}
-	})
-	b.Run("protojson", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			var req pb.SendToRoomRequest
-			if err := protojson.Unmarshal(body, &req); err != nil {
-				b.Fatal(err)
+		})
+		b.Run(bc.name+"/protojson", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				var req pb.SendToRoomRequest
+				if err := protojson.Unmarshal(body, &req); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }

@@ -22,9 +22,9 @@ import (
 func TestLoginPace(t *testing.T) {
 	t.Parallel()
 	const (
-		rate  = 10 // logins a second: 100ms a login
-		queue = 11
-		crowd = 13 // logins sent at once: one takes the bucket's token, 11 wait, one is refused
+		rate  = 4 // logins a second: 250ms a login, so a loaded -race run still gets the crowd's logins to the pace before a second token comes
+		queue = 6
+		crowd = 8 // logins sent at once: one takes the bucket's token, 6 wait, one is refused
 	)
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.ChatLink = func(cc *chatlink.Config) {
@@ -88,8 +88,9 @@ func TestLoginPace(t *testing.T) {
 	if k := bad.Next().GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 		t.Errorf("a bad token while logins waited: kick %v, want %d", k, pb.CloseCode_CLOSE_CODE_BAD_TOKEN)
 	}
-	if d := time.Since(asked); d > time.Second/rate {
-		t.Errorf("a bad token was answered after %v: it waited for the pace", d)
+	if queued() == 0 {
+		// Behind the crowd it would be answered only once the queue drained.
+		t.Errorf("a bad token was answered after %v, when the queue had drained: it waited for the pace", time.Since(asked))
 	}
 
 	var acks []time.Duration
