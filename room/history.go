@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
@@ -34,10 +35,20 @@ const criticalTimeout = 2 * time.Second
 // that reconnects can recover what it missed, and numbers them (Message.room_seq) with a
 // JetStream counter per room, so that a recovery can tell how many it can no longer give. Bulk
 // danmaku are neither kept nor numbered.
+//
+// A window's kept messages are one entry of the stream (a pb.HistoryRecord), not one each: one
+// store, ack and file write per window, and in a cluster one raft proposal, however many
+// messages it holds.
 type history struct {
-	js  jetstream.JetStream
-	log *slog.Logger
+	js      jetstream.JetStream
+	perRoom string // the count retention, bus.HistoryRecordHeader of every record
+	log     *slog.Logger
 }
+
+// recordMaxBytes is the most a history record's encoding takes, well under NATS's 1 MB
+// default max payload: a window whose kept messages take more is split into several records
+// (a single message larger than this is a record alone).
+const recordMaxBytes = 256 << 10
 
 func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxAge time.Duration, log *slog.Logger) (*history, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
@@ -73,7 +84,7 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 	if err != nil {
 		return nil, fmt.Errorf("room: room_seq stream: %w", err)
 	}
-	return &history{js: js, log: log}, nil
+	return &history{js: js, perRoom: strconv.Itoa(perRoom), log: log}, nil
 }
 
 // number gives the kept messages of msgs (one room's) their room_seq, in order, with one
@@ -109,32 +120,58 @@ func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Messa
 	return nil
 }
 
-// record appends the kept messages of msgs (one room's) to its history and waits, within ctx,
-// until JetStream has stored them all. It returns the first failure.
+// record appends the kept messages of msgs (one room's) to its history, as records of at most
+// recordMaxBytes, and waits, within ctx, until JetStream has stored them all. It returns the
+// first failure.
 //
 // A window is recorded before it is published live: a member that saw a message live, or that
 // reconnects while it is on its way, must find it in the history its recovery reads.
 func (h *history) record(ctx context.Context, app string, msgs []*pb.Message) error {
 	var acks []jetstream.PubAckFuture
+	publish := func(rec *pb.HistoryRecord) error {
+		if len(rec.Messages) == 0 {
+			return nil
+		}
+		room := rec.Messages[0].Room
+		b, err := proto.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("room: encode history record of %s/%s: %w", app, room, err)
+		}
+		m := nats.NewMsg(bus.HistorySubject(app, room))
+		m.Header.Set(bus.HistoryRecordHeader, h.perRoom)
+		m.Data = b
+		ack, err := h.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("room: keep messages of %s/%s: %w", app, room, err)
+		}
+		acks = append(acks, ack)
+		return nil
+	}
+	rec, size := &pb.HistoryRecord{}, 0
 	for _, m := range msgs {
 		if m.Lane == pb.Lane_LANE_BULK {
 			continue
 		}
-		b, err := proto.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("room: encode message %s: %w", m.Id, err)
+		// A message's share of a record: its encoding, field 1's tag and its length.
+		n := proto.Size(m)
+		n += protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
+		if size+n > recordMaxBytes && len(rec.Messages) > 0 {
+			if err := publish(rec); err != nil {
+				return err
+			}
+			rec, size = &pb.HistoryRecord{}, 0
 		}
-		ack, err := h.js.PublishAsync(bus.HistorySubject(app, m.Room), b)
-		if err != nil {
-			return fmt.Errorf("room: keep message %s: %w", m.Id, err)
-		}
-		acks = append(acks, ack)
+		rec.Messages = append(rec.Messages, m)
+		size += n
+	}
+	if err := publish(rec); err != nil {
+		return err
 	}
 	for _, ack := range acks {
 		select {
 		case <-ack.Ok():
 		case err := <-ack.Err():
-			return fmt.Errorf("room: keep messages of %s/%s: %w", app, ack.Msg().Subject, err)
+			return fmt.Errorf("room: keep messages of %s: %w", ack.Msg().Subject, err)
 		case <-ctx.Done():
 			return fmt.Errorf("room: keep messages of %s: %w", app, ctx.Err())
 		}

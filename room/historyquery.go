@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -30,45 +31,71 @@ const (
 const historyReadTimeout = 2 * time.Second
 
 // historyCursor is a position in a room's history and the direction to page from it: a
-// sequence of bus.HistoryStream, which stays where it is while messages are added and dropped,
-// so the pages after it neither repeat nor skip a message.
+// sequence of bus.HistoryStream and an index within the record there (bus.KeptMessage), which
+// stay where they are while messages are added and dropped, so the pages after it neither
+// repeat nor skip a message.
 type historyCursor struct {
-	older bool   // page towards older messages: those before seq; else newer: those after it
-	seq   uint64 // stream sequence of the last message of the previous page
+	older bool // page towards older messages: those before the position; else newer: after it
+	// The position (bus.KeptMessage) of the last message of the previous page.
+	seq   uint64
+	index int
 }
 
+// afterRecord is the index of a version-1 cursor of newer messages, which names a stream
+// sequence only: past every message of its record (a record of recordMaxBytes holds far fewer).
+const afterRecord = math.MaxInt32
+
 // cursorVersion starts every encoded cursor, so the encoding can change without a cursor of
-// the old one being read wrongly.
-const cursorVersion = 1
+// the old one being read wrongly. Version 1 (before history records) held a sequence only;
+// version 2 adds the index.
+const cursorVersion = 2
 
 func (c historyCursor) String() string {
 	b := []byte{cursorVersion, 0}
 	if c.older {
 		b[1] = 1
 	}
-	return base64.RawURLEncoding.EncodeToString(binary.AppendUvarint(b, c.seq))
+	b = binary.AppendUvarint(b, c.seq)
+	return base64.RawURLEncoding.EncodeToString(binary.AppendUvarint(b, uint64(c.index)))
 }
 
 var errBadCursor = errors.New("not a history cursor")
 
 func parseHistoryCursor(s string) (historyCursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 3 || b[0] != cursorVersion || b[1] > 1 {
+	if err != nil || len(b) < 3 || (b[0] != 1 && b[0] != cursorVersion) || b[1] > 1 {
 		return historyCursor{}, errBadCursor
 	}
+	version, c := b[0], historyCursor{older: b[1] == 1}
 	seq, n := binary.Uvarint(b[2:])
-	if n <= 0 || 2+n != len(b) || seq == 0 {
+	if n <= 0 || seq == 0 {
 		return historyCursor{}, errBadCursor
 	}
-	return historyCursor{older: b[1] == 1, seq: seq}, nil
+	c.seq, b = seq, b[2+n:]
+	if version == 1 {
+		// Older than the sequence: before its record's first message; newer: after its last.
+		if len(b) != 0 {
+			return historyCursor{}, errBadCursor
+		}
+		if !c.older {
+			c.index = afterRecord
+		}
+		return c, nil
+	}
+	index, n := binary.Uvarint(b)
+	if n <= 0 || n != len(b) || index > afterRecord {
+		return historyCursor{}, errBadCursor
+	}
+	c.index = int(index)
+	return c, nil
 }
 
 // historyRange is what one page asks for: the direction, and which kept messages lie in range.
 type historyRange struct {
 	older bool
 	in    func(bus.KeptMessage) bool
-	// Where reading may start, for a page of newer messages: the stream sequence after a
-	// cursor, or a time before an after_id. Zero: at the room's oldest message.
+	// Where reading may start, for a page of newer messages: the stream sequence of a cursor,
+	// or a time before an after_id. Zero: at the room's oldest message.
 	fromSeq  uint64
 	fromTime time.Time
 }
@@ -112,9 +139,9 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 			return bad("cursor is not one a history page gave")
 		}
 		if c.older {
-			return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Seq < c.seq }}, nil
+			return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Compare(c.seq, c.index) < 0 }}, nil
 		}
-		return historyRange{in: func(k bus.KeptMessage) bool { return k.Seq > c.seq }, fromSeq: c.seq + 1}, nil
+		return historyRange{in: func(k bus.KeptMessage) bool { return k.Compare(c.seq, c.index) > 0 }, fromSeq: c.seq}, nil
 	}
 	return historyRange{older: true, in: func(bus.KeptMessage) bool { return true }}, nil
 }
@@ -171,7 +198,7 @@ func selectPage(kept []bus.KeptMessage, r historyRange, limit int, allow func(*p
 		if r.older {
 			edge = picked[0]
 		}
-		page.NextCursor = historyCursor{older: r.older, seq: edge.Seq}.String()
+		page.NextCursor = historyCursor{older: r.older, seq: edge.Seq, index: edge.Index}.String()
 	}
 	return page
 }
@@ -205,14 +232,11 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 	limit = min(limit, MaxHistoryPage)
 
 	keep, age := s.historyRetention(s.cache.room(req.App, req.Room).GetSettings())
-	read := bus.HistoryRange{Since: s.cfg.Now().Add(-age), Keep: keep}
-	if keep >= s.cfg.HistoryPerRoom {
-		// The stream keeps no more of the room than its retention: a page of newer messages
-		// may start reading at its anchor, and need not count back from the newest.
-		read.Keep, read.FromSeq = 0, r.fromSeq
-		if r.fromTime.After(read.Since) {
-			read.Since = r.fromTime
-		}
+	// A page of newer messages starts reading at its anchor: the newest keep messages from
+	// there on are those of the room's newest keep that lie there.
+	read := bus.HistoryRange{Since: s.cfg.Now().Add(-age), FromSeq: r.fromSeq, Keep: keep}
+	if r.fromTime.After(read.Since) {
+		read.Since = r.fromTime
 	}
 	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, read)
 	if skipped > 0 {

@@ -12,13 +12,19 @@ import (
 
 func TestHistoryCursorRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, c := range []historyCursor{{older: true, seq: 1}, {seq: 42}, {older: true, seq: 1 << 62}} {
+	for _, c := range []historyCursor{{older: true, seq: 1}, {seq: 42, index: 3}, {older: true, seq: 1 << 62, index: 1 << 20}, {seq: 7, index: afterRecord}} {
 		got, err := parseHistoryCursor(c.String())
 		if err != nil || got != c {
 			t.Errorf("%+v -> %q -> %+v, %v", c, c.String(), got, err)
 		}
 	}
-	for _, bad := range []string{"", "x", "AQ", "AQEA", "AgEB", "AQIB", "AQEBAQ", "!!!!"} {
+	// Version 1, a sequence only: older than its record's first message, newer than its last.
+	for s, want := range map[string]historyCursor{"AQEB": {older: true, seq: 1}, "AQAB": {seq: 1, index: afterRecord}} {
+		if got, err := parseHistoryCursor(s); err != nil || got != want {
+			t.Errorf("version 1 %q -> %+v, %v, want %+v", s, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "AQ", "AQEA", "AgEB", "AgEAAQ", "AQIB", "AQEBAQ", "AgEBAQE", "AgEBgICAgAg", "AwEBAQ", "!!!!"} {
 		if c, err := parseHistoryCursor(bad); err == nil {
 			t.Errorf("%q parsed as %+v", bad, c)
 		}
@@ -26,8 +32,9 @@ func TestHistoryCursorRoundTrip(t *testing.T) {
 }
 
 func FuzzHistoryCursor(f *testing.F) {
-	f.Add(historyCursor{older: true, seq: 7}.String())
+	f.Add(historyCursor{older: true, seq: 7, index: 2}.String())
 	f.Add("AQEA")
+	f.Add("AQAH")
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := parseHistoryCursor(s)
 		if err != nil {

@@ -79,8 +79,10 @@ type Config struct {
 	// cluster). Zero value means 1.
 	KVReplicas int
 	// HistoryPerRoom is how many of a room's critical and normal messages are kept for
-	// recovery after a reconnect (for 24 hours at most). It is a setting of the stream all
-	// instances share: the last instance to start sets it. Zero value means bus.HistoryPerRoom
+	// recovery after a reconnect (for 24 hours at most). The stream, which all instances share,
+	// keeps that many of a room's windows (records of one message or more) and readers the
+	// newest that many messages of them; the last instance to start sets the stream's limit,
+	// each record says its writer's (bus.HistoryRecordHeader). Zero value means bus.HistoryPerRoom
 	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
 	HistoryPerRoom int
 	// BatchWindow is how long the instance gathers a room's messages before it numbers them and

@@ -15,13 +15,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
 
@@ -165,17 +163,12 @@ func historyHas(t *testing.T, c *devcluster.Cluster, room string, seq uint64) {
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		s, err := js.Stream(ctx, bus.HistoryStream)
+		kept, _, err := bus.ReadHistory(ctx, js, devcluster.App, room, bus.HistoryRange{})
 		if err != nil {
 			return err
 		}
-		raw, err := s.GetLastMsgForSubject(ctx, bus.HistorySubject(devcluster.App, room))
-		if err != nil {
-			return err
-		}
-		var m roomcastpb.Message
-		if err := proto.Unmarshal(raw.Data, &m); err != nil || m.RoomSeq < seq {
-			return fmt.Errorf("history up to room_seq %d (%v), want %d", m.RoomSeq, err, seq)
+		if len(kept) == 0 || kept[len(kept)-1].Msg.RoomSeq < seq {
+			return fmt.Errorf("history of %d messages, want it up to room_seq %d", len(kept), seq)
 		}
 		return nil
 	})

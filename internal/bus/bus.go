@@ -129,9 +129,12 @@ func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" 
 const SubjectAppEvents = "rc.app.*.sessions"
 
 // HistoryStream is the JetStream stream of rooms' recent messages (critical and normal lanes),
-// one subject per room (HistorySubject), HistoryPerRoom messages each unless the room service is
-// configured otherwise. The room service writes it; ChatLinks read it to recover a reconnecting
-// member's missed messages. HistoryPerRoom is also the most a login may ask for (Login.history).
+// one subject per room (HistorySubject). Each entry is a HistoryRecord: the kept messages of one
+// of the room's batch windows (HistoryRecordHeader). A room keeps its newest HistoryPerRoom
+// messages unless the room service is configured otherwise: the stream keeps that many entries
+// of the room, so at least that many messages, and ReadHistory trims to the newest that many.
+// The room service writes it; ChatLinks read it to recover a reconnecting member's missed
+// messages. HistoryPerRoom is also the most a login may ask for (Login.history).
 //
 // RoomSeqStream holds one JetStream counter per room (RoomSeqSubject): how many of the room's
 // critical and normal messages have been numbered (Message.room_seq), so that a recovery can

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,23 +16,44 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// KeptMessage is a message of a room's history and its sequence in HistoryStream, which orders
-// the room's messages as they were kept and names a position that stays put while messages are
-// added and dropped.
+// HistoryRecordHeader marks an entry of HistoryStream that holds a pb.HistoryRecord (a batch
+// window's kept messages) rather than one pb.Message, as versions before records wrote and a
+// stream may still hold after an upgrade. Its value is the room service's count retention
+// (room.Config.HistoryPerRoom) when it wrote the record: the stream keeps that many entries of a
+// room, each of one message or more, and ReadHistory trims what it reads to the newest that many
+// messages, so a room's history stays the count of messages it is documented to be.
+const HistoryRecordHeader = "Rc-History"
+
+// KeptMessage is a message of a room's history and its position there: the sequence in
+// HistoryStream of the entry that holds it and its index within that entry (0 for an entry of
+// one message). Positions order the room's messages as they were kept and stay put while
+// messages are added and dropped.
 type KeptMessage struct {
-	Seq uint64
-	Msg *pb.Message
+	Seq   uint64
+	Index int
+	Msg   *pb.Message
+}
+
+// Compare orders k's position against the position (seq, index): -1 before it, 0 at it, +1
+// after it.
+func (k KeptMessage) Compare(seq uint64, index int) int {
+	if c := cmp.Compare(k.Seq, seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.Index, index)
 }
 
 // HistoryRange says which of a room's kept messages ReadHistory reads. Zero value: all of them.
 type HistoryRange struct {
 	// Since: only messages stamped at or after it (a retention narrower than the stream's).
 	Since time.Time
-	// FromSeq: only messages at or after this sequence of HistoryStream; reading starts there.
+	// FromSeq: only messages of entries at or after this sequence of HistoryStream; reading
+	// starts there.
 	FromSeq uint64
-	// Keep: of the messages read, only the newest Keep (0: all). Meaningful only when the read
-	// starts at the room's oldest message (FromSeq 0): a retention by count narrower than the
-	// stream's.
+	// Keep: of the messages read, only the newest Keep (0: all the room's count retention
+	// allows, HistoryRecordHeader). The messages read are always the newest of the room (from a
+	// sequence or a time on), so these are the room's newest Keep messages that lie in range: a
+	// retention by count narrower than the stream's.
 	Keep int
 }
 
@@ -51,10 +73,10 @@ type directGetRequest struct {
 
 // ReadHistory reads the messages HistoryStream keeps for a room that lie in r, oldest first,
 // with batched direct gets (the stream allows direct access): one request per historyBatch
-// messages from r.FromSeq or else r.Since, with no consumer to create and clean up, so reads
-// leave nothing behind on the server however many logins and pages ask. Messages that do not
-// decode (only a publisher other than the room service could write one) are left out and
-// counted in skipped, for the caller to log.
+// entries from r.FromSeq or else r.Since, with no consumer to create and clean up, so reads
+// leave nothing behind on the server however many logins and pages ask. Records are expanded
+// into their messages. Entries that do not decode (only a publisher other than the room service
+// could write one) are left out and counted in skipped, for the caller to log.
 func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, r HistoryRange) (kept []KeptMessage, skipped int, err error) {
 	req := directGetRequest{Seq: r.FromSeq, NextFor: HistorySubject(app, room), Batch: historyBatch}
 	if req.Seq == 0 {
@@ -64,19 +86,36 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 			req.StartTime = &r.Since
 		}
 	}
+	retention := 0 // the newest record's HistoryRecordHeader
+	keep := func(seq uint64, index int, m *pb.Message) {
+		// The start time is when an entry was stored, a little after its messages were stamped.
+		if !r.Since.IsZero() && m.ServerTimeMs < r.Since.UnixMilli() {
+			return
+		}
+		kept = append(kept, KeptMessage{Seq: seq, Index: index, Msg: m})
+	}
 	for {
-		more, err := directGet(ctx, js.Conn(), req, func(seq uint64, data []byte) {
+		more, err := directGet(ctx, js.Conn(), req, func(seq uint64, entry *nats.Msg) {
 			req.Seq, req.StartTime = seq+1, nil // where a next batch starts
-			var m pb.Message
-			if proto.Unmarshal(data, &m) != nil {
+			mark := entry.Header.Get(HistoryRecordHeader)
+			if mark == "" { // one message, as versions before records wrote
+				var m pb.Message
+				if proto.Unmarshal(entry.Data, &m) != nil {
+					skipped++
+					return
+				}
+				keep(seq, 0, &m)
+				return
+			}
+			var rec pb.HistoryRecord
+			if proto.Unmarshal(entry.Data, &rec) != nil {
 				skipped++
 				return
 			}
-			// The start time is when a message was stored, a little after it was stamped.
-			if !r.Since.IsZero() && m.ServerTimeMs < r.Since.UnixMilli() {
-				return
+			retention, _ = strconv.Atoi(mark)
+			for i, m := range rec.Messages {
+				keep(seq, i, m)
 			}
-			kept = append(kept, KeptMessage{Seq: seq, Msg: &m})
 		})
 		if err != nil {
 			return kept, skipped, fmt.Errorf("bus: history of %s: %w", room, err)
@@ -85,8 +124,12 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 			break
 		}
 	}
-	if r.Keep > 0 && len(kept) > r.Keep {
-		kept = kept[len(kept)-r.Keep:]
+	n := r.Keep
+	if retention > 0 && (n == 0 || retention < n) {
+		n = retention
+	}
+	if n > 0 && len(kept) > n {
+		kept = kept[len(kept)-n:]
 	}
 	return kept, skipped, nil
 }
@@ -94,13 +137,13 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 // errDirectGet is a direct get's answer that is neither a message nor its end.
 var errDirectGet = errors.New("direct get failed")
 
-// directGet sends one batched direct get of HistoryStream and hands each message to take, in
+// directGet sends one batched direct get of HistoryStream and hands each entry to take, in
 // order, on the caller's goroutine. more reports that the batch ended before the subject's
 // messages did (by its size or the server's byte limit): ask again from after the last one.
 //
 // The answers come on the connection's reply mux (RequestAnswers), not on a subscription of
 // the read's own.
-func directGet(ctx context.Context, nc *nats.Conn, req directGetRequest, take func(seq uint64, data []byte)) (more bool, err error) {
+func directGet(ctx context.Context, nc *nats.Conn, req directGetRequest, take func(seq uint64, entry *nats.Msg)) (more bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return false, err
@@ -117,9 +160,9 @@ func directGet(ctx context.Context, nc *nats.Conn, req directGetRequest, take fu
 	return more, answerErr
 }
 
-// directGetAnswer handles one message of a direct get's answer: a kept message, handed to take,
+// directGetAnswer handles one message of a direct get's answer: a kept entry, handed to take,
 // or a status that ends the answer (ended), with more and err for directGet to return.
-func directGetAnswer(msg *nats.Msg, take func(seq uint64, data []byte)) (ended, more bool, err error) {
+func directGetAnswer(msg *nats.Msg, take func(seq uint64, entry *nats.Msg)) (ended, more bool, err error) {
 	if status := msg.Header.Get("Status"); len(msg.Data) == 0 && status != "" {
 		switch status {
 		case "404": // nothing from there on
@@ -137,6 +180,6 @@ func directGetAnswer(msg *nats.Msg, take func(seq uint64, data []byte)) (ended, 
 	if err != nil {
 		return true, false, fmt.Errorf("%w: a message without its sequence", errDirectGet)
 	}
-	take(seq, msg.Data)
+	take(seq, msg)
 	return false, false, nil
 }

@@ -94,3 +94,70 @@ func TestReadHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestReadHistoryRecords reads a room whose entries are records of several messages
+// (HistoryRecordHeader) and single messages an older version wrote: the messages oldest first
+// at their (seq, index), a time and a count applied per message, and the records' count
+// retention.
+func TestReadHistoryRecords(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, js := historyStream(t)
+	start := time.Now().Add(-time.Hour)
+	msg := func(i int) *pb.Message {
+		return &pb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()}
+	}
+	publish := func(retention string, msgs ...*pb.Message) {
+		t.Helper()
+		m := nats.NewMsg(HistorySubject("a", "r"))
+		if retention == "" { // a single message, as versions before records wrote
+			m.Data, _ = proto.Marshal(msgs[0])
+		} else {
+			m.Header.Set(HistoryRecordHeader, retention)
+			m.Data, _ = proto.Marshal(&pb.HistoryRecord{Messages: msgs})
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("", msg(0))
+	publish("100", msg(1), msg(2), msg(3))
+	publish("", msg(4))
+	publish("100", msg(5), msg(6))
+	positions := func(kept []KeptMessage) []string {
+		var out []string
+		for _, k := range kept {
+			out = append(out, fmt.Sprintf("%s@%d.%d", k.Msg.Id, k.Seq, k.Index))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		r    HistoryRange
+		want []string
+	}{
+		{"all", HistoryRange{}, []string{"0@1.0", "1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"from a record", HistoryRange{FromSeq: 2}, []string{"1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"since a time", HistoryRange{Since: start.Add(90 * time.Second)}, []string{"2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"the newest 4", HistoryRange{Keep: 4}, []string{"3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+	} {
+		kept, skipped, err := ReadHistory(ctx, js, "a", "r", tc.r)
+		if err != nil || skipped != 0 || !slices.Equal(positions(kept), tc.want) {
+			t.Errorf("%s: %v (%d skipped, %v), want %v", tc.name, positions(kept), skipped, err, tc.want)
+		}
+	}
+	// The newest record says the room keeps 3 messages: a read without a count of its own
+	// gives no more, one with a smaller count its own.
+	publish("3", msg(7), msg(8))
+	for keep, want := range map[int][]string{0: {"6", "7", "8"}, 10: {"6", "7", "8"}, 2: {"7", "8"}} {
+		kept, _, err := ReadHistory(ctx, js, "a", "r", HistoryRange{Keep: keep})
+		var got []string
+		for _, k := range kept {
+			got = append(got, k.Msg.Id)
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("keep %d: %v (%v), want %v", keep, got, err, want)
+		}
+	}
+}

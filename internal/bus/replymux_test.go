@@ -94,8 +94,8 @@ func TestDirectGetsShareOneSubscription(t *testing.T) {
 	for i := range reads {
 		wg.Go(func() {
 			r := &results[i]
-			r.more, r.err = directGet(ctx, nc, directGetRequest{NextFor: strconv.Itoa(i), Batch: 3}, func(seq uint64, data []byte) {
-				r.got = append(r.got, fmt.Sprintf("%d:%s", seq, data))
+			r.more, r.err = directGet(ctx, nc, directGetRequest{NextFor: strconv.Itoa(i), Batch: 3}, func(seq uint64, entry *nats.Msg) {
+				r.got = append(r.got, fmt.Sprintf("%d:%s", seq, entry.Data))
 			})
 		})
 	}
@@ -147,7 +147,7 @@ func TestDirectGetsShareOneSubscription(t *testing.T) {
 	took := 0
 	done := make(chan error, 1)
 	go func() {
-		_, err := directGet(gaveUp, nc, directGetRequest{NextFor: "late", Batch: 3}, func(uint64, []byte) { took++ })
+		_, err := directGet(gaveUp, nc, directGetRequest{NextFor: "late", Batch: 3}, func(uint64, *nats.Msg) { took++ })
 		done <- err
 	}()
 	reply, _ := next()
@@ -192,7 +192,7 @@ func TestReplyMuxEndsWithConnection(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := directGet(ctx, nc, directGetRequest{NextFor: "r", Batch: 3}, func(uint64, []byte) {})
+		_, err := directGet(ctx, nc, directGetRequest{NextFor: "r", Batch: 3}, func(uint64, *nats.Msg) {})
 		done <- err
 	}()
 	select {

@@ -2406,6 +2406,55 @@ func (x *QueueBusRequest) GetMemberTags() []string {
 	return nil
 }
 
+// HistoryRecord is one entry of the history stream (rc_history): the kept (critical and normal)
+// messages of one of a room's batch windows, in order, or a part of them when the window's
+// encoding would pass the room service's record size cap. Entries that hold a HistoryRecord
+// carry the header Rc-History (bus.HistoryRecordHeader); an entry without it is a single
+// Message, as versions before records wrote.
+type HistoryRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRecord) Reset() {
+	*x = HistoryRecord{}
+	mi := &file_bus_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRecord) ProtoMessage() {}
+
+func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
+func (*HistoryRecord) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *HistoryRecord) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 var File_bus_proto protoreflect.FileDescriptor
 
 const file_bus_proto_rawDesc = "" +
@@ -2645,7 +2694,9 @@ const file_bus_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x19.roomcast.v1.QueueRequestR\arequest\x12%\n" +
 	"\x0emember_session\x18\x04 \x01(\tR\rmemberSession\x12\x1f\n" +
 	"\vmember_tags\x18\x05 \x03(\tR\n" +
-	"memberTagsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"memberTags\"A\n" +
+	"\rHistoryRecord\x120\n" +
+	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessagesB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
@@ -2660,7 +2711,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),   // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),      // 1: roomcast.v1.NodeControl.Op
@@ -2688,56 +2739,58 @@ var file_bus_proto_goTypes = []any{
 	(*CdnBatch)(nil),         // 23: roomcast.v1.CdnBatch
 	(*PusherReport)(nil),     // 24: roomcast.v1.PusherReport
 	(*QueueBusRequest)(nil),  // 25: roomcast.v1.QueueBusRequest
-	nil,                      // 26: roomcast.v1.RoomInfo.NodesEntry
-	nil,                      // 27: roomcast.v1.NodeControlReply.TagCountsEntry
-	(Lane)(0),                // 28: roomcast.v1.Lane
-	(*RoomSettings)(nil),     // 29: roomcast.v1.RoomSettings
-	(*MemberTags)(nil),       // 30: roomcast.v1.MemberTags
-	(*CdnConfig)(nil),        // 31: roomcast.v1.CdnConfig
-	(*HistoryPage)(nil),      // 32: roomcast.v1.HistoryPage
-	(*QueueResponse)(nil),    // 33: roomcast.v1.QueueResponse
-	(*HistoryQuery)(nil),     // 34: roomcast.v1.HistoryQuery
-	(*Message)(nil),          // 35: roomcast.v1.Message
-	(CdnMode)(0),             // 36: roomcast.v1.CdnMode
-	(QueueOp)(0),             // 37: roomcast.v1.QueueOp
-	(*QueueRequest)(nil),     // 38: roomcast.v1.QueueRequest
+	(*HistoryRecord)(nil),    // 26: roomcast.v1.HistoryRecord
+	nil,                      // 27: roomcast.v1.RoomInfo.NodesEntry
+	nil,                      // 28: roomcast.v1.NodeControlReply.TagCountsEntry
+	(Lane)(0),                // 29: roomcast.v1.Lane
+	(*RoomSettings)(nil),     // 30: roomcast.v1.RoomSettings
+	(*MemberTags)(nil),       // 31: roomcast.v1.MemberTags
+	(*CdnConfig)(nil),        // 32: roomcast.v1.CdnConfig
+	(*HistoryPage)(nil),      // 33: roomcast.v1.HistoryPage
+	(*QueueResponse)(nil),    // 34: roomcast.v1.QueueResponse
+	(*HistoryQuery)(nil),     // 35: roomcast.v1.HistoryQuery
+	(*Message)(nil),          // 36: roomcast.v1.Message
+	(CdnMode)(0),             // 37: roomcast.v1.CdnMode
+	(QueueOp)(0),             // 38: roomcast.v1.QueueOp
+	(*QueueRequest)(nil),     // 39: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	28, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	29, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	29, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	30, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	31, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	32, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	33, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
-	34, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	26, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	35, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	29, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	31, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	30, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	31, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	32, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	33, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	34, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	35, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	27, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	36, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	30, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	32, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
 	0,  // 13: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
 	9,  // 14: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
 	9,  // 15: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
 	13, // 16: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
 	1,  // 17: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	35, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	36, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
 	16, // 19: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	27, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	28, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
 	9,  // 21: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
 	13, // 22: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
 	20, // 23: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	28, // 24: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	36, // 25: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	31, // 26: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	35, // 27: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	37, // 28: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	38, // 29: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	29, // 24: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	37, // 25: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	32, // 26: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	36, // 27: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	38, // 28: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	39, // 29: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	36, // 30: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2755,7 +2808,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
