@@ -31,17 +31,14 @@ type loginPacer struct {
 	mu      sync.Mutex // guards waiting; a reservation and the queue's check are one step under it
 	waiting int        // logins holding a reservation, not yet due
 
-	queue  prometheus.Gauge   // logins waiting now
-	queued prometheus.Counter // logins that had to wait
+	queue  prometheus.GaugeFunc // waiting, read at each scrape
+	queued prometheus.Counter   // logins that had to wait
 	waits  prometheus.Histogram
 }
 
 func newLoginPacer(lim Limits) *loginPacer {
 	p := &loginPacer{
 		limit: lim.LoginRate,
-		queue: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "roomcast_chatlink_login_queue", Help: "Logins waiting for the node's login pace (--login-rate).",
-		}),
 		queued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_logins_paced_total", Help: "Logins that waited for the node's login pace before they were processed.",
 		}),
@@ -50,6 +47,13 @@ func newLoginPacer(lim Limits) *loginPacer {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 4, 8},
 		}),
 	}
+	p.queue = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "roomcast_chatlink_login_queue", Help: "Logins waiting for the node's login pace (--login-rate).",
+	}, func() float64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return float64(p.waiting)
+	})
 	if lim.LoginRate.Off() {
 		return p
 	}
@@ -87,7 +91,6 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 	}
 	p.waiting++
 	p.mu.Unlock()
-	p.queue.Inc()
 	p.queued.Inc()
 	t := time.NewTimer(delay)
 	defer t.Stop()
@@ -99,7 +102,6 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 	p.mu.Lock()
 	p.waiting--
 	p.mu.Unlock()
-	p.queue.Dec()
 	p.waits.Observe(time.Since(now).Seconds())
 	return ok, 0
 }

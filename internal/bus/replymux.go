@@ -45,7 +45,7 @@ type replyWait struct {
 }
 
 var (
-	replyMuxes  sync.Map   // *nats.Conn -> *replyMux, made on a connection's first read
+	replyMuxes  sync.Map   // *nats.Conn -> *replyMux, made by Connect or on a connection's first read
 	replyMuxNew sync.Mutex // serializes making one, so a connection gets one subscription
 )
 
