@@ -289,21 +289,22 @@ func (f *roomFanout) fillLocked(before uint64, kept []bus.KeptMessage, err error
 		f.armOrderLocked()
 		return
 	}
-	var fill []*pb.Message
+	var fill []bus.KeptMessage
 	for _, k := range kept {
 		if s := k.Msg.RoomSeq; s >= o.next && s < before {
-			fill = append(fill, k.Msg)
+			fill = append(fill, k)
 		}
 	}
 	// The history is in the order the windows were kept, which two instances may interleave.
-	slices.SortFunc(fill, func(a, b *pb.Message) int { return cmpU64(a.RoomSeq, b.RoomSeq) })
-	for _, m := range fill {
-		s := m.RoomSeq
+	slices.SortFunc(fill, func(a, b bus.KeptMessage) int { return cmpU64(a.Msg.RoomSeq, b.Msg.RoomSeq) })
+	for _, k := range fill {
+		s := k.Msg.RoomSeq
 		if s < o.next {
 			continue // kept twice
 		}
 		f.skipLocked(s, err)
-		f.pending = append(f.pending, queued{m: m, arrived: f.r.t.n.now().UnixNano()})
+		// Its sender, when the record names one, is left out as it is live (write).
+		f.pending = append(f.pending, queued{m: k.Msg, sender: k.Sender, arrived: f.r.t.n.now().UnixNano()})
 		f.r.t.n.m.order[orderFilled].Inc()
 		o.rememberFilled(s)
 		o.next = s + 1

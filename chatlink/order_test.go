@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -35,10 +36,12 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	})
 	const room = "ordered"
 	var members []*testkit.Client
+	var sessions []string
 	for i, n := range c.Nodes {
 		m := testkit.DialTCP(t, n.TCPAddr())
-		m.Login(testcluster.Token(t, fmt.Sprintf("m%d", i), room))
+		ack := m.Login(testcluster.Token(t, fmt.Sprintf("m%d", i), room))
 		members = append(members, m)
+		sessions = append(sessions, ack.SessionId)
 	}
 	// A real send through the room service numbers the room's first message.
 	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/"+room+"/messages", devcluster.APIKey,
@@ -136,5 +139,31 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 		if got := order(what); got != want {
 			t.Errorf("order_total{event=%q} = %d, want %d", what, got, want)
 		}
+	}
+
+	// base+7 was sent by the first node's member and kept in a record that names its session,
+	// and its live batch is lost: the history fills it for the other member only, as live
+	// delivery would have (a sender gets a SendAck, not an echo).
+	rec, err := proto.Marshal(&pb.HistoryRecord{Messages: []*pb.Message{msg("g", base+7)}, SenderSessions: []string{sessions[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := nats.NewMsg(bus.HistorySubject(devcluster.App, room))
+	entry.Header.Set(bus.HistoryRecordHeader, "100")
+	entry.Data = rec
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := js.PublishMsg(ctx2, entry); err != nil {
+		t.Fatal(err)
+	}
+	publish(msg("h", base+8))
+	if got := bodies(members[0], 1); got != "h" {
+		t.Errorf("the sender's node: its member got %q, want %q (no echo of its own message)", got, "h")
+	}
+	if got := bodies(members[1], 2); got != "g h" {
+		t.Errorf("the other node: its member got %q, want %q", got, "g h")
+	}
+	if got := order("filled"); got != 4 {
+		t.Errorf("filled %d, want 4 (one more per node)", got)
 	}
 }

@@ -190,7 +190,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 	for _, m := range batch.Messages {
 		m.ServerTimeMs = sent
 	}
-	err = s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.record(ctx, app, batch.Messages) })
+	err = s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.record(ctx, app, batch.Messages, batch.SenderSessions) })
 	if err != nil && critical {
 		return s.unsent(app, room, batch, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -121,18 +122,21 @@ func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Messa
 }
 
 // record appends the kept messages of msgs (one room's) to its history, as records of at most
-// recordMaxBytes, and waits, within ctx, until JetStream has stored them all. It returns the
-// first failure.
+// recordMaxBytes, with the sessions that sent them (senders, parallel to msgs, may be shorter),
+// and waits, within ctx, until JetStream has stored them all. It returns the first failure.
 //
 // A window is recorded before it is published live: a member that saw a message live, or that
 // reconnects while it is on its way, must find it in the history its recovery reads.
-func (h *history) record(ctx context.Context, app string, msgs []*pb.Message) error {
+func (h *history) record(ctx context.Context, app string, msgs []*pb.Message, senders []string) error {
 	var acks []jetstream.PubAckFuture
 	publish := func(rec *pb.HistoryRecord) error {
 		if len(rec.Messages) == 0 {
 			return nil
 		}
 		room := rec.Messages[0].Room
+		if !slices.ContainsFunc(rec.SenderSessions, func(s string) bool { return s != "" }) {
+			rec.SenderSessions = nil // the server API's messages: nobody to leave out
+		}
 		b, err := proto.Marshal(rec)
 		if err != nil {
 			return fmt.Errorf("room: encode history record of %s/%s: %w", app, room, err)
@@ -148,13 +152,19 @@ func (h *history) record(ctx context.Context, app string, msgs []*pb.Message) er
 		return nil
 	}
 	rec, size := &pb.HistoryRecord{}, 0
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if m.Lane == pb.Lane_LANE_BULK {
 			continue
 		}
-		// A message's share of a record: its encoding, field 1's tag and its length.
+		var sender string
+		if i < len(senders) {
+			sender = senders[i]
+		}
+		// A message's share of a record: its encoding and its sender's, each with its field's
+		// tag and length.
 		n := proto.Size(m)
 		n += protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
+		n += protowire.SizeTag(2) + protowire.SizeBytes(len(sender))
 		if size+n > recordMaxBytes && len(rec.Messages) > 0 {
 			if err := publish(rec); err != nil {
 				return err
@@ -162,6 +172,7 @@ func (h *history) record(ctx context.Context, app string, msgs []*pb.Message) er
 			rec, size = &pb.HistoryRecord{}, 0
 		}
 		rec.Messages = append(rec.Messages, m)
+		rec.SenderSessions = append(rec.SenderSessions, sender)
 		size += n
 	}
 	if err := publish(rec); err != nil {

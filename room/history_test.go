@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func recordWindows(t *testing.T, s *Service, first int, sizes ...int) []string {
 			msgs = append(msgs, &pb.Message{Id: gen.New(now), Room: "r", Lane: pb.Lane_LANE_BULK, Body: []byte("bulk")})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.hist.record(ctx, "a", msgs)
+		err := s.hist.record(ctx, "a", msgs, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -110,7 +111,7 @@ func TestHistoryRecordSizeCap(t *testing.T) {
 	third := recordMaxBytes / 3
 	// 0, 1: one record (two thirds); 2, 3: the next; 4: more than the cap, alone; 5: the last.
 	msgs := []*pb.Message{big("0", third), big("1", third), big("2", third), big("3", third), big("4", recordMaxBytes+1), big("5", 10)}
-	if err := s.hist.record(context.Background(), "a", msgs); err != nil {
+	if err := s.hist.record(context.Background(), "a", msgs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := historyEntries(t, s); n != 4 {
@@ -126,6 +127,41 @@ func TestHistoryRecordSizeCap(t *testing.T) {
 	}
 	if want := []string{"0@0", "1@1", "2@0", "3@1", "4@0", "5@0"}; !slices.Equal(got, want) {
 		t.Errorf("read %v, want %v", got, want)
+	}
+}
+
+// TestHistoryRecordKeepsSenders: a record keeps the session that sent each kept message, in
+// step with the messages when a bulk message between them is left out, and the history read
+// gives them back; messages of the server API read back with no sender.
+func TestHistoryRecordKeepsSenders(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startService(t, Config{})
+	msg := func(body string, lane pb.Lane) *pb.Message {
+		return &pb.Message{Id: body, Room: "r", Lane: lane, Body: []byte(body), ServerTimeMs: time.Now().UnixMilli()}
+	}
+	ctx := context.Background()
+	// One window from clients and the server API, a bulk message among them; one from the server API alone.
+	msgs := []*pb.Message{msg("a", pb.Lane_LANE_NORMAL), msg("b", pb.Lane_LANE_BULK), msg("c", pb.Lane_LANE_CRITICAL), msg("d", pb.Lane_LANE_NORMAL)}
+	if err := s.hist.record(ctx, "a", msgs, []string{"n-1", "n-2", "", "n-3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.hist.record(ctx, "a", []*pb.Message{msg("e", pb.Lane_LANE_NORMAL)}, []string{""}); err != nil {
+		t.Fatal(err)
+	}
+	// A window whose senders are fewer than its messages: the rest have none.
+	if err := s.hist.record(ctx, "a", []*pb.Message{msg("f", pb.Lane_LANE_NORMAL), msg("g", pb.Lane_LANE_NORMAL)}, []string{"n-4"}); err != nil {
+		t.Fatal(err)
+	}
+	kept, _, err := bus.ReadHistory(ctx, s.hist.js, "a", "r", bus.HistoryRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, k := range kept {
+		got = append(got, k.Msg.Id+"="+k.Sender)
+	}
+	if want := "a=n-1 c= d=n-3 e= f=n-4 g="; strings.Join(got, " ") != want {
+		t.Errorf("read back %q, want %q", strings.Join(got, " "), want)
 	}
 }
 

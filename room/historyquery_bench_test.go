@@ -40,7 +40,7 @@ func BenchmarkHistoryPage(b *testing.B) {
 	ctx := context.Background()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.hist.record(wctx, app, msgs); err != nil {
+	if err := s.hist.record(wctx, app, msgs, nil); err != nil {
 		b.Fatal("history not written: ", err)
 	}
 	first := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: &pb.HistoryQuery{Limit: 50}})

@@ -27,11 +27,13 @@ const HistoryRecordHeader = "Rc-History"
 // KeptMessage is a message of a room's history and its position there: the sequence in
 // HistoryStream of the entry that holds it and its index within that entry (0 for an entry of
 // one message). Positions order the room's messages as they were kept and stay put while
-// messages are added and dropped.
+// messages are added and dropped. Sender is the session that sent it, when its record says
+// ("" for the server API's messages and for entries written before records kept senders).
 type KeptMessage struct {
-	Seq   uint64
-	Index int
-	Msg   *pb.Message
+	Seq    uint64
+	Index  int
+	Msg    *pb.Message
+	Sender string
 }
 
 // Compare orders k's position against the position (seq, index): -1 before it, 0 at it, +1
@@ -87,12 +89,12 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 		}
 	}
 	retention := 0 // the newest record's HistoryRecordHeader
-	keep := func(seq uint64, index int, m *pb.Message) {
+	keep := func(seq uint64, index int, m *pb.Message, sender string) {
 		// The start time is when an entry was stored, a little after its messages were stamped.
 		if !r.Since.IsZero() && m.ServerTimeMs < r.Since.UnixMilli() {
 			return
 		}
-		kept = append(kept, KeptMessage{Seq: seq, Index: index, Msg: m})
+		kept = append(kept, KeptMessage{Seq: seq, Index: index, Msg: m, Sender: sender})
 	}
 	for {
 		more, err := directGet(ctx, js.Conn(), req, func(seq uint64, entry *nats.Msg) {
@@ -104,7 +106,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 					skipped++
 					return
 				}
-				keep(seq, 0, &m)
+				keep(seq, 0, &m, "")
 				return
 			}
 			var rec pb.HistoryRecord
@@ -114,7 +116,11 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 			}
 			retention, _ = strconv.Atoi(mark)
 			for i, m := range rec.Messages {
-				keep(seq, i, m)
+				var sender string
+				if i < len(rec.SenderSessions) {
+					sender = rec.SenderSessions[i]
+				}
+				keep(seq, i, m, sender)
 			}
 		})
 		if err != nil {

@@ -2412,10 +2412,15 @@ func (x *QueueBusRequest) GetMemberTags() []string {
 // carry the header Rc-History (bus.HistoryRecordHeader); an entry without it is a single
 // Message, as versions before records wrote.
 type HistoryRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The session that sent each message, parallel to messages ("" for the server API; shorter
+	// in records written before this field: the rest are ""). A ChatLink that fills a gap in a
+	// room from the history leaves a message out of its sender's frames, as it does live
+	// (RoomBatch.sender_sessions). Internal: history pages return messages only.
+	SenderSessions []string `protobuf:"bytes,2,rep,name=sender_sessions,json=senderSessions,proto3" json:"sender_sessions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HistoryRecord) Reset() {
@@ -2451,6 +2456,13 @@ func (*HistoryRecord) Descriptor() ([]byte, []int) {
 func (x *HistoryRecord) GetMessages() []*Message {
 	if x != nil {
 		return x.Messages
+	}
+	return nil
+}
+
+func (x *HistoryRecord) GetSenderSessions() []string {
+	if x != nil {
+		return x.SenderSessions
 	}
 	return nil
 }
@@ -2694,9 +2706,10 @@ const file_bus_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x19.roomcast.v1.QueueRequestR\arequest\x12%\n" +
 	"\x0emember_session\x18\x04 \x01(\tR\rmemberSession\x12\x1f\n" +
 	"\vmember_tags\x18\x05 \x03(\tR\n" +
-	"memberTags\"A\n" +
+	"memberTags\"j\n" +
 	"\rHistoryRecord\x120\n" +
-	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessagesB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
+	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessionsB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
 
 var (
 	file_bus_proto_rawDescOnce sync.Once
