@@ -267,6 +267,17 @@ func (c *conn) login(l *pb.Login) {
 		}
 		return
 	}
+	// A slot is freed as a login's requests are answered; one that waits longer than a request
+	// may has the node's services stuck, and the login fails as a join would.
+	slotCtx, cancelSlot := context.WithTimeout(loginCtx, n.cfg.RequestTimeout)
+	entered := n.pace.enter(slotCtx)
+	cancelSlot()
+	if !entered {
+		n.countLogin(c, start, "unavailable", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
+		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
+		return
+	}
+	defer n.pace.leave()
 	if c.getState() == stateClosed { // closed while it waited for the pace
 		return
 	}

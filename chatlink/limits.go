@@ -44,6 +44,10 @@ type Limits struct {
 	// and Kick 4013, retry_after_ms the time the queue takes to drain. Zero value means three
 	// seconds of LoginRate.
 	LoginQueue int
+	// LoginConcurrency bounds the logins past LoginRate at once (their requests to the
+	// services, their join): one more waits, in arrival order, for one of them to finish. Zero
+	// value means no bound.
+	LoginConcurrency int
 	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
 	// means 65536.
 	TableSize int

@@ -1,0 +1,54 @@
+package chatlink
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestLoginSlots: with LoginConcurrency 2, a third and fourth login past the pace wait until
+// one of the first two leaves, one per slot given back, and one whose context ends stops
+// waiting. Without the limit nothing waits.
+func TestLoginSlots(t *testing.T) {
+	t.Parallel()
+	p := newLoginPacer(Limits{LoginConcurrency: 2})
+	ctx := context.Background()
+	if !p.enter(ctx) || !p.enter(ctx) {
+		t.Fatal("the first two logins did not get a slot")
+	}
+	in := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			if p.enter(ctx) {
+				in <- i
+			}
+		}()
+	}
+	select {
+	case i := <-in:
+		t.Fatalf("login %d got a slot while both were taken", i)
+	case <-time.After(200 * time.Millisecond):
+	}
+	for range 2 {
+		p.leave()
+		<-in
+		select {
+		case i := <-in:
+			t.Fatalf("login %d got a slot nobody gave back", i)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	gone, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if p.enter(gone) {
+		t.Error("a login got a slot while every slot was taken")
+	}
+
+	free := newLoginPacer(Limits{})
+	for range 100 {
+		if !free.enter(ctx) {
+			t.Fatal("a login waited with no limit")
+		}
+	}
+}
