@@ -13,8 +13,10 @@ func TestLoginSlots(t *testing.T) {
 	t.Parallel()
 	p := newLoginPacer(Limits{LoginConcurrency: 2})
 	ctx := context.Background()
-	if !p.enter(ctx) || !p.enter(ctx) {
-		t.Fatal("the first two logins did not get a slot")
+	for i := range 2 {
+		if !p.enter(ctx) {
+			t.Fatalf("login %d did not get a free slot", i)
+		}
 	}
 	in := make(chan int, 2)
 	for i := range 2 {
