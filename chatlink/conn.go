@@ -267,9 +267,10 @@ func (c *conn) login(l *pb.Login) {
 		}
 		return
 	}
-	// A slot is freed as a login's requests are answered; one that waits longer than a request
-	// may has the node's services stuck, and the login fails as a join would.
-	slotCtx, cancelSlot := context.WithTimeout(loginCtx, n.cfg.RequestTimeout)
+	// A slot is freed as a login's requests are answered. The queue for them moves at the
+	// services' pace (a dead node's clients all at once): a login waits as long as a client
+	// gives a login (LoginTimeout), and fails as a join would after that.
+	slotCtx, cancelSlot := context.WithTimeout(loginCtx, n.cfg.LoginTimeout)
 	entered := n.pace.enter(slotCtx)
 	cancelSlot()
 	if !entered {

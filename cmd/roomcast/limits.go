@@ -45,13 +45,13 @@ func bindAPILimitFlag(fs *flag.FlagSet, l *ratelimit.Limit) {
 //     turn (docs/edge.md). A TCP login that recovers its room's history costs the node
 //     0.14-0.19 ms of CPU, a WebSocket one through the dispatcher up to 0.43 ms: 3,000/s is at most
 //     0.4-1.3 cores, and 15,000 clients of a dead node are in within about 5 s.
-//   - logins in progress per node (--login-concurrency): 64. A login past the pace takes about
-//     1 ms on a quiet node and 25 ms in a storm on a busy machine, so 64 allow 2,500-64,000
-//     logins a second; 32 and 64 did as well in the storm test (docs/reliability.md), and 64
-//     leaves room for services a network hop away.
+//   - logins in progress per node (--login-concurrency): no bound. 64 kept a reconnect storm
+//     on a CPU-starved node from holding its members' messages (10 of 10 storm runs within
+//     2x against 2 of 6), but a dead node's 2,000 WebSocket clients came back through the
+//     dispatcher about a second later, near that case's 5 s target (docs/reliability.md).
 const (
 	defaultLoginRate        = "3000/s:300"
-	defaultLoginConcurrency = 64
+	defaultLoginConcurrency = 0 // none
 	defaultLoginsPerIP      = "50/s:500"
 	defaultJoinsPerRoom     = "2000/s:10000"
 	defaultConnectionsPerIP = 5000
@@ -78,7 +78,7 @@ func bindClientLimitFlags(fs *flag.FlagSet) func(*chatlink.Config) {
 	rate("limit-sends-per-room", &lim.SendsPerRoom, "0", "Sends into one room from this node")
 	fs.IntVar(&lim.ConnectionsPerIP, "limit-connections-per-ip", defaultConnectionsPerIP, "connections open from one client address (IPv6: its /64; loopback is not limited) on this node; more are refused (WebSocket: HTTP 429 with Retry-After; TCP: Kick 4015 with retry_after_ms), and the SDKs try again after the hint; generous for carrier-grade NAT (0: none)")
 	rate("login-rate", &lim.LoginRate, defaultLoginRate, "logins a ChatLink (in dev: each) processes, from every address together: a login over it waits, in arrival order, with its connection open, so a reconnect storm is spread out and the members already there keep their fan-out")
-	fs.IntVar(&lim.LoginConcurrency, "login-concurrency", defaultLoginConcurrency, "logins a ChatLink (in dev: each) has past --login-rate at once (their requests to the services, their join); one more waits for one to finish, and fails with Kick 4504 if none does within the request timeout; on a node short of CPU this keeps its logins from crowding out its members' fan-out (0: no bound)")
+	fs.IntVar(&lim.LoginConcurrency, "login-concurrency", defaultLoginConcurrency, "logins a ChatLink (in dev: each) has past --login-rate at once (their requests to the services, their join); one more waits for one to finish, and fails with Kick 4504 if none does within the login timeout; on a node short of CPU in a reconnect storm this keeps its logins from crowding out its members' fan-out, at the cost of slower logins when the services answer slowly (0: no bound)")
 	fs.IntVar(&lim.LoginQueue, "login-queue", 0, "logins that may wait for --login-rate; one more gets Error 121 and Kick 4013 with retry_after_ms (the time the queue takes to drain), after which the SDKs log in again (0: three seconds of --login-rate)")
 	fs.IntVar(&maxConns, "max-connections", 0, "client connections a ChatLink (in dev: each) takes; logins beyond are refused with 4504 and it reports the number to the dispatcher (0: the open-file limit less 256)")
 	fs.IntVar(&lim.TableSize, "limit-table-size", 0, "addresses, users and rooms each rate limit remembers at most; the least active are forgotten first (0: 65536)")
