@@ -270,10 +270,7 @@ func (c *conn) login(l *pb.Login) {
 	// A slot is freed as a login's requests are answered. The queue for them moves at the
 	// services' pace (a dead node's clients all at once): a login waits as long as a client
 	// gives a login (LoginTimeout), and fails as a join would after that.
-	slotCtx, cancelSlot := context.WithTimeout(loginCtx, n.cfg.LoginTimeout)
-	entered := n.pace.enter(slotCtx)
-	cancelSlot()
-	if !entered {
+	if !n.pace.enter(loginCtx, n.cfg.LoginTimeout) {
 		n.countLogin(c, start, "unavailable", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
 		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
 		return

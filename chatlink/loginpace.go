@@ -117,8 +117,8 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 	return ok, 0
 }
 
-// enter waits, in arrival order and while ctx lasts, for one of the slots of the logins past
-// the pace, and reports whether it got one; leave gives it back.
+// enter waits, in arrival order, while ctx lasts and for at most most, for one of the slots of
+// the logins past the pace, and reports whether it got one; leave gives it back.
 //
 // The pace bounds how many logins start a second, not how many run at once: on a node short of
 // CPU (a reconnect storm on a machine that is busy with more than the node) its logins finish
@@ -130,14 +130,23 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 // bound's number in flight while they wait on the services, so where those answer slowly (a
 // dead node's 2,000 clients at once in TestKillChatLink) logins take longer; it is off unless
 // set (docs/reliability.md).
-func (p *loginPacer) enter(ctx context.Context) bool {
+func (p *loginPacer) enter(ctx context.Context, most time.Duration) bool {
 	if p.slots == nil {
 		return true
 	}
 	select {
 	case p.slots <- struct{}{}:
 		return true
+	default:
+	}
+	t := time.NewTimer(most)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return true
 	case <-ctx.Done():
+		return false
+	case <-t.C:
 		return false
 	}
 }
