@@ -53,6 +53,8 @@ type metrics struct {
 	criticalOverBudget prometheus.Counter
 	logins             *prometheus.CounterVec // by result
 	loginSeconds       prometheus.Histogram
+	recoveryReads      prometheus.Counter             // history reads made for recoveries (historyread.go)
+	recoveryAskers     prometheus.Counter             // recoveries those reads served
 	busSeconds         [numBusOps]prometheus.Observer // by op
 	closes             *prometheus.CounterVec         // by close code name
 	sendErrors         *prometheus.CounterVec         // by error code name
@@ -106,6 +108,12 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			Name: "roomcast_chatlink_login_seconds", Help: "Time from a login frame to its answer (the ack, or the close that refuses it), the room service's admission included.",
 			Buckets: prom.LatencyBuckets,
 		}),
+		recoveryReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_recovery_reads_total", Help: "Reads of a room's history made for logins' recoveries; the logins of a room that ask at the same time share one.",
+		}),
+		recoveryAskers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_recovery_read_askers_total", Help: "Logins' recoveries served by those reads (this over reads: how many share one).",
+		}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_closes_total", Help: "Connections closed by the server, by close code.",
 		}, []string{"code"}),
@@ -150,7 +158,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order)
+			m.logins, m.loginSeconds, m.recoveryReads, m.recoveryAskers, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order)
 		reg.MustRegister(n.pace.collectors()...)
 	}
 	return m

@@ -68,6 +68,7 @@ type Node struct {
 	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
 	pace       *loginPacer   // the node's login pace (loginpace.go)
+	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -101,6 +102,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.pace = newLoginPacer(cfg.Limits)
 	n.m = newMetrics(cfg.Registry, n)
+	n.histReads = n.newHistoryReads()
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -9,10 +9,11 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// recoverTimeout bounds reading a room's history for one login. A dead node's members all
-// read their room's history on the node they come back to in the same second: at 2 s, 2,000
-// of them in TestKillChatLink under CI's load had hundreds of reads time out together (Error
-// 503, their missed messages never sent). 8 s is within the 10 s the SDKs give a login.
+// recoverTimeout bounds a read of a room's history for recoveries, and a login's wait for it
+// (historyread.go). A dead node's members all recover on the node they come back to in the
+// same second: before their reads were shared, 2,000 of them in TestKillChatLink under CI's
+// load had hundreds of reads time out together at 2 s (Error 503, their missed messages never
+// sent). 8 s is within the 10 s the SDKs give a login.
 const recoverTimeout = 8 * time.Second
 
 // maxFutureSince is how far ahead of the node's clock a recover_since may be: ids are stamped
@@ -51,7 +52,7 @@ func checkSince(since string, now time.Time) bool {
 func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 	defer cancel()
-	kept, err := n.history(ctx, c.app, c.room, ask)
+	kept, err := n.histReads.read(ctx, historyKey{app: c.app, room: c.room, keep: ask.keep, age: ask.age})
 	if err != nil {
 		n.log.Warn("history not read", "session", c.session, "err", err)
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
@@ -67,6 +68,23 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	out, rec := selectHistory(kept, ask, allow)
 	for _, b := range pushFrames(out, pushMeta{history: true, recovery: rec}) {
 		c.write(b)
+	}
+}
+
+// newHistoryReads returns the node's shared reads of its rooms' history for recoveries
+// (historyread.go). A read may take recoverTimeout.
+func (n *Node) newHistoryReads() *historyReads {
+	return &historyReads{
+		fetch: func(k historyKey) ([]*pb.Message, error) {
+			ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
+			defer cancel()
+			return n.history(ctx, k.app, k.room, historyAsk{keep: k.keep, age: k.age})
+		},
+		spawn: n.goAsync,
+		served: func(askers int) {
+			n.m.recoveryReads.Inc()
+			n.m.recoveryAskers.Add(float64(askers))
+		},
 	}
 }
 
