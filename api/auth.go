@@ -67,6 +67,33 @@ func (a *API) authenticate(ctx context.Context, req any, info *grpc.UnaryServerI
 	return h(context.WithValue(ctx, appKey{}, app), req)
 }
 
+// authenticateStream is authenticate for the streaming calls (SendStream): the key is checked
+// once, when the stream opens, and the stream's context carries the app.
+func (a *API) authenticateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	call, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	if !ok {
+		return h(srv, ss) // the reflection service's
+	}
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	var authz string
+	if v := md.Get("authorization"); len(v) > 0 {
+		authz = v[0]
+	}
+	app, err := a.authorize(authz, call)
+	if err != nil {
+		return err
+	}
+	return h(srv, &appStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), appKey{}, app)})
+}
+
+// appStream is a stream whose context carries the app its API key names.
+type appStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *appStream) Context() context.Context { return s.ctx }
+
 // callName names the RPC a method value of *API serves: "CreateRoom" for a.CreateRoom (whose
 // function is "roomcast/api.(*API).CreateRoom-fm"). The HTTP routes name their call this way,
 // so a route cannot name another call than the method it runs.

@@ -52,20 +52,44 @@ func ParseLane(s string) (pb.Lane, bool) {
 
 // SendToRoom implements RoomcastAPI.
 func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.SendResponse, error) {
+	return a.queueSendToRoom(ctx, req)()
+}
+
+// queueSendToRoom checks req and hands it to the room service, and returns a function that
+// waits for the outcome. A send the room service of this process takes reaches it before
+// queueSendToRoom returns, so sends queued one after the other keep their order; a send that
+// goes over NATS is made when answer is called.
+func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (answer func() (*pb.SendResponse, error)) {
+	failed := func(err error) func() (*pb.SendResponse, error) {
+		return func() (*pb.SendResponse, error) { return nil, err }
+	}
 	if !auth.ValidName(req.Room) {
-		return nil, badName("room", req.Room)
+		return failed(badName("room", req.Room))
 	}
 	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
 	if err != nil {
-		return nil, err
+		return failed(err)
 	}
 	// message checked type, lane and body; the room service checks the tag expression.
 	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
-	rep, err := a.sendToRoom(ctx, bus.SubjectRoomSend, send, send)
-	if err != nil {
-		return nil, err
+	answered := func(rep *pb.Reply, err error) (*pb.SendResponse, error) {
+		if err != nil {
+			return nil, err
+		}
+		return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
 	}
-	return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
+	if a.cfg.Rooms != nil {
+		if local, ok := a.cfg.Rooms.SendLocalQueued(ctx, []*pb.SendRequest{send}); ok {
+			return func() (*pb.SendResponse, error) {
+				rep := local()
+				return answered(rep, refusal(rep))
+			}
+		}
+	}
+	return func() (*pb.SendResponse, error) {
+		rep := new(pb.Reply)
+		return answered(rep, a.ask(ctx, bus.SubjectRoomSend, send, rep))
+	}
 }
 
 // SendBatchToRoom implements RoomcastAPI.

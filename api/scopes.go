@@ -39,6 +39,7 @@ var callScopes = map[string]string{
 	"SetAppLimits":     ScopeAdmin,
 	"SendToRoom":       ScopeSend,
 	"SendBatchToRoom":  ScopeSend,
+	"SendStream":       ScopeSend,
 	"SendToUsers":      ScopeSend,
 	"Kick":             ScopeModerate,
 	"MuteRoom":         ScopeModerate,

@@ -87,7 +87,7 @@ func TestScopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate), grpc.StreamInterceptor(a.authenticateStream))
 	pb.RegisterRoomcastAPIServer(srv, a)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -101,7 +101,17 @@ func TestScopes(t *testing.T) {
 		scope := callScopes[string(m.Name())]
 		method := "/" + string(m.Parent().FullName()) + "/" + string(m.Name())
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer without-"+scope)
-		err := conn.Invoke(ctx, method, dynamicpb.NewMessage(m.Input()), dynamicpb.NewMessage(m.Output()))
+		var err error
+		if m.IsStreamingClient() { // SendStream: the key is checked as the stream opens
+			var st grpc.ClientStream
+			st, err = conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: m.IsStreamingServer()}, method)
+			if err == nil {
+				_ = st.CloseSend() // a stream let through ends with nothing sent: EOF
+				err = st.RecvMsg(dynamicpb.NewMessage(m.Output()))
+			}
+		} else {
+			err = conn.Invoke(ctx, method, dynamicpb.NewMessage(m.Input()), dynamicpb.NewMessage(m.Output()))
+		}
 		if status.Code(err) != codes.PermissionDenied || errorInfo(err)["scope"] != scope || !strings.Contains(status.Convert(err).Message(), `"`+scope+`"`) {
 			t.Errorf("gRPC %s without scope %s: %v (metadata %v), want PermissionDenied naming the scope", m.Name(), scope, err, errorInfo(err))
 		}

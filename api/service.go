@@ -90,6 +90,9 @@ type RoomSender interface {
 	// SendLocal checks, stamps and hands on sends to one room as the room service's NATS
 	// handlers would, and returns their reply; false when it takes no sends (then NATS).
 	SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool)
+	// SendLocalQueued is SendLocal that hands the sends on before it returns and gives a
+	// function that waits for their reply (room.Service.SendLocalQueued).
+	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool)
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).
@@ -206,7 +209,7 @@ func New(cfg Config) (*API, error) {
 // grpcurl); opts add to its options (grpc.Creds for TLS). The caller serves it on a listener
 // and stops it.
 func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate, a.limitGRPC), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate, a.limitGRPC), grpc.ChainStreamInterceptor(a.authenticateStream), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
 	pb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s

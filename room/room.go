@@ -472,21 +472,37 @@ func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
 // started or has begun to close (the caller then asks over NATS), and for a send with a
 // session: a member's sends may be called back to its app (callbacks.go) and go over NATS.
 func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
+	answer, ok := s.SendLocalQueued(ctx, reqs)
+	if !ok {
+		return nil, false
+	}
+	return answer(), true
+}
+
+// SendLocalQueued is SendLocal in two steps, for a caller that hands on sends in order without
+// waiting for each answer (the API's SendStream): it checks, stamps and hands the sends on
+// before it returns, so sends queued one after the other reach the room in that order, and the
+// function it returns waits for their reply (a critical send's, until its window is published)
+// and must be called once.
+func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool) {
 	start := time.Now()
 	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
 		return nil, false
 	}
 	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
-	defer span.End()
 	rep := checkBatch(reqs)
+	var w *windowDone
 	if rep == nil {
-		var w *windowDone
-		if rep, w = s.send(ctx, reqs); w != nil {
+		rep, w = s.send(ctx, reqs)
+	}
+	return func() *pb.Reply {
+		defer span.End()
+		if w != nil {
 			rep = w.reply(rep)
 		}
-	}
-	s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
-	return rep, true
+		s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
+		return rep
+	}, true
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as

@@ -97,6 +97,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
 		fs.IntVar(&cfg.Senders, "senders", 0, "concurrent HTTP senders (0: rate/5, 16 to 128)")
 		fs.IntVar(&cfg.Batch, "batch", 1, "messages per server API request (more than 1: POST /v1/rooms/{room}/messages/batch, at most 100)")
+		fs.StringVar(&cfg.APIStream, "api-stream", "", "publish over one SendStream of the server API's gRPC listener at this host:port (roomcast dev: 127.0.0.1:9090) instead of HTTP requests: one send per message on a long-lived stream")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
 		fs.DurationVar(&cfg.Pause, "pause", 3*time.Second, "idle time between the members' joining and the first message, so the logins' aftermath stays out of the figures (negative: none)")
 	case "login":

@@ -182,6 +182,8 @@ func (c Config) validateFanout() error {
 		return errors.New("bench: fanout needs a positive rate")
 	case c.Batch < 0 || c.Batch > 100:
 		return fmt.Errorf("bench: batch must be 1 to 100 messages, got %d", c.Batch)
+	case c.APIStream != "" && c.Batch > 1:
+		return errors.New("bench: a send stream carries one message a send: --api-stream takes no --batch")
 	case c.APIKey == "":
 		return errors.New("bench: fanout needs the server API key")
 	case c.Size < bodyHeader || c.Size > maxBodySize:
@@ -274,7 +276,11 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		d := r.status().Delivered
 		r.progress("%s published %d/%d (%d failed), delivered %d", bar(sent, total), sent, total, failed, d)
 	})
-	pub.run(ctx, cfg.Rate, cfg.Duration, cfg.Senders)
+	if cfg.APIStream != "" {
+		pub.runStream(ctx, cfg.APIStream, tlsConfig(cfg.caPEM), cfg.Rate, cfg.Duration)
+	} else {
+		pub.run(ctx, cfg.Rate, cfg.Duration, cfg.Senders)
+	}
 	stop()
 
 	stop = r.everySecond(func() {

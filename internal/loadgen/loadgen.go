@@ -95,6 +95,10 @@ type Config struct {
 	// Batch is how many messages each server API request carries (fanout): more than 1 uses
 	// the batch send. Zero value means 1.
 	Batch int
+	// APIStream, when set, is the server API's gRPC address (host:port), and fanout publishes
+	// over one SendStream there (one send per message on a long-lived stream) instead of HTTP
+	// requests. Zero value means HTTP.
+	APIStream string
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
 	// Pause is how long the members sit idle after they joined, before the server's CPU is

@@ -157,17 +157,22 @@ func TestFanout(t *testing.T) {
 		batch     int
 		client    string
 		slow      int
+		stream    bool // published over the API's SendStream
 	}{
-		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1, "", 0},
-		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1, "", 0},
-		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7, "", 0},
-		{"raw ws clients and a slow member", sdk.TransportWebSocket, "mix", false, 1, loadgen.ClientRaw, 1},
-		{"raw tcp clients and a slow member", sdk.TransportTCP, "critical", true, 1, loadgen.ClientRaw, 1},
+		{"ws critical merged", sdk.TransportWebSocket, "critical", false, 1, "", 0, false},
+		{"tcp mix no-merge", sdk.TransportTCP, "mix", true, 1, "", 0, false},
+		{"ws mix batches of 7", sdk.TransportWebSocket, "mix", false, 7, "", 0, false},
+		{"raw ws clients and a slow member", sdk.TransportWebSocket, "mix", false, 1, loadgen.ClientRaw, 1, false},
+		{"raw tcp clients and a slow member", sdk.TransportTCP, "critical", true, 1, loadgen.ClientRaw, 1, false},
+		{"raw tcp clients, mix over a send stream", sdk.TransportTCP, "mix", false, 1, loadgen.ClientRaw, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config(c, 20)
 			cfg.Transport, cfg.Lane, cfg.NoMerge, cfg.Batch = tc.transport, tc.lane, tc.noMerge, tc.batch
 			cfg.Client, cfg.Slow = tc.client, tc.slow
+			if tc.stream {
+				cfg.APIStream = c.GRPCAddr()
+			}
 			cfg.Rate, cfg.Duration, cfg.Tick = 20, publishFor(), 50*time.Millisecond
 			var lines int
 			cfg.Progress = func(string) { lines++ }

@@ -21,6 +21,7 @@ import (
 // several senders on keep-alive connections so that the sender is not the bottleneck.
 type publisher struct {
 	url    string // POST target
+	room   string
 	apiKey string
 	lane   string // critical, normal, bulk or mix
 	size   int
@@ -44,7 +45,7 @@ type publisher struct {
 
 func newPublisher(api, apiKey, room, lane string, size int, run runID, tags tagging, senders, batch int, tlsCfg *tls.Config) *publisher {
 	return &publisher{
-		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
+		url: api + "/v1/rooms/" + url.PathEscape(room) + "/messages", room: room, apiKey: apiKey, lane: lane, size: size, id: run, tags: tags,
 		batch:   max(1, batch),
 		latency: newLatencyHistogram(),
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{

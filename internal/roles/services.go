@@ -188,6 +188,14 @@ func (l *localRoom) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.
 	return nil, false
 }
 
+// SendLocalQueued implements api.RoomSender.
+func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (func() *pb.Reply, bool) {
+	if r := l.cur.Load(); r != nil {
+		return r.SendLocalQueued(ctx, reqs)
+	}
+	return nil, false
+}
+
 // StartServices starts the services role and serves its HTTP and gRPC endpoints. On error,
 // whatever had started is stopped.
 func StartServices(cfg ServicesConfig) (_ *Services, err error) {

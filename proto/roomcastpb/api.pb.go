@@ -1305,6 +1305,149 @@ func (x *SendResponse) GetServerTimeMs() int64 {
 	return 0
 }
 
+// One send of a SendStream.
+type StreamSendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the caller (e.g. counting up) and carried by the answer, to match them.
+	Seq           uint64             `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Send          *SendToRoomRequest `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamSendRequest) Reset() {
+	*x = StreamSendRequest{}
+	mi := &file_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamSendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamSendRequest) ProtoMessage() {}
+
+func (x *StreamSendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamSendRequest.ProtoReflect.Descriptor instead.
+func (*StreamSendRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StreamSendRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamSendRequest) GetSend() *SendToRoomRequest {
+	if x != nil {
+		return x.Send
+	}
+	return nil
+}
+
+// The answer to one send of a SendStream.
+type StreamSendResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Set when the send was accepted, as SendResponse's.
+	Id           string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	ServerTimeMs int64  `protobuf:"varint,3,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	// 0 when accepted; otherwise the ErrorCode of the refusal (what SendToRoom's status would
+	// carry) and its message.
+	Code  ErrorCode `protobuf:"varint,4,opt,name=code,proto3,enum=roomcast.v1.ErrorCode" json:"code,omitempty"`
+	Error string    `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// For API_RATE_LIMITED: when to send again.
+	RetryAfterMs  uint32 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamSendResponse) Reset() {
+	*x = StreamSendResponse{}
+	mi := &file_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamSendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamSendResponse) ProtoMessage() {}
+
+func (x *StreamSendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamSendResponse.ProtoReflect.Descriptor instead.
+func (*StreamSendResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StreamSendResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamSendResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StreamSendResponse) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
+}
+
+func (x *StreamSendResponse) GetCode() ErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return ErrorCode_ERROR_CODE_OK
+}
+
+func (x *StreamSendResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StreamSendResponse) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 type SendBatchToRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
@@ -1316,7 +1459,7 @@ type SendBatchToRoomRequest struct {
 
 func (x *SendBatchToRoomRequest) Reset() {
 	*x = SendBatchToRoomRequest{}
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1471,7 @@ func (x *SendBatchToRoomRequest) String() string {
 func (*SendBatchToRoomRequest) ProtoMessage() {}
 
 func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1484,7 @@ func (x *SendBatchToRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchToRoomRequest.ProtoReflect.Descriptor instead.
 func (*SendBatchToRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{15}
+	return file_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendBatchToRoomRequest) GetRoom() string {
@@ -1369,7 +1512,7 @@ type SendBatchResponse struct {
 
 func (x *SendBatchResponse) Reset() {
 	*x = SendBatchResponse{}
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1524,7 @@ func (x *SendBatchResponse) String() string {
 func (*SendBatchResponse) ProtoMessage() {}
 
 func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1537,7 @@ func (x *SendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatchResponse.ProtoReflect.Descriptor instead.
 func (*SendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{16}
+	return file_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendBatchResponse) GetIds() []string {
@@ -1434,7 +1577,7 @@ type SendToUsersRequest struct {
 
 func (x *SendToUsersRequest) Reset() {
 	*x = SendToUsersRequest{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1589,7 @@ func (x *SendToUsersRequest) String() string {
 func (*SendToUsersRequest) ProtoMessage() {}
 
 func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1602,7 @@ func (x *SendToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersRequest.ProtoReflect.Descriptor instead.
 func (*SendToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SendToUsersRequest) GetUids() []string {
@@ -1538,7 +1681,7 @@ type SendToUsersResponse struct {
 
 func (x *SendToUsersResponse) Reset() {
 	*x = SendToUsersResponse{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1693,7 @@ func (x *SendToUsersResponse) String() string {
 func (*SendToUsersResponse) ProtoMessage() {}
 
 func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1706,7 @@ func (x *SendToUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendToUsersResponse.ProtoReflect.Descriptor instead.
 func (*SendToUsersResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SendToUsersResponse) GetId() string {
@@ -1626,7 +1769,7 @@ type KickRequest struct {
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1781,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1794,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KickRequest) GetUid() string {
@@ -1698,7 +1841,7 @@ type KickResponse struct {
 
 func (x *KickResponse) Reset() {
 	*x = KickResponse{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1853,7 @@ func (x *KickResponse) String() string {
 func (*KickResponse) ProtoMessage() {}
 
 func (x *KickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1866,7 @@ func (x *KickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickResponse.ProtoReflect.Descriptor instead.
 func (*KickResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KickResponse) GetKicked() int64 {
@@ -1749,7 +1892,7 @@ type MuteRoomRequest struct {
 
 func (x *MuteRoomRequest) Reset() {
 	*x = MuteRoomRequest{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1904,7 @@ func (x *MuteRoomRequest) String() string {
 func (*MuteRoomRequest) ProtoMessage() {}
 
 func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1917,7 @@ func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteRoomRequest.ProtoReflect.Descriptor instead.
 func (*MuteRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MuteRoomRequest) GetRoom() string {
@@ -1819,7 +1962,7 @@ type MuteMemberRequest struct {
 
 func (x *MuteMemberRequest) Reset() {
 	*x = MuteMemberRequest{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1974,7 @@ func (x *MuteMemberRequest) String() string {
 func (*MuteMemberRequest) ProtoMessage() {}
 
 func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1987,7 @@ func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MuteMemberRequest) GetRoom() string {
@@ -1891,7 +2034,7 @@ type BanMemberRequest struct {
 
 func (x *BanMemberRequest) Reset() {
 	*x = BanMemberRequest{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2046,7 @@ func (x *BanMemberRequest) String() string {
 func (*BanMemberRequest) ProtoMessage() {}
 
 func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2059,7 @@ func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberRequest.ProtoReflect.Descriptor instead.
 func (*BanMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BanMemberRequest) GetRoom() string {
@@ -1972,7 +2115,7 @@ type MemberRestriction struct {
 
 func (x *MemberRestriction) Reset() {
 	*x = MemberRestriction{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2127,7 @@ func (x *MemberRestriction) String() string {
 func (*MemberRestriction) ProtoMessage() {}
 
 func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2140,7 @@ func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRestriction.ProtoReflect.Descriptor instead.
 func (*MemberRestriction) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MemberRestriction) GetRoom() string {
@@ -2060,7 +2203,7 @@ type BanMemberResponse struct {
 
 func (x *BanMemberResponse) Reset() {
 	*x = BanMemberResponse{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2215,7 @@ func (x *BanMemberResponse) String() string {
 func (*BanMemberResponse) ProtoMessage() {}
 
 func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2228,7 @@ func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberResponse.ProtoReflect.Descriptor instead.
 func (*BanMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BanMemberResponse) GetRestriction() *MemberRestriction {
@@ -2111,7 +2254,7 @@ type GetUserSessionsRequest struct {
 
 func (x *GetUserSessionsRequest) Reset() {
 	*x = GetUserSessionsRequest{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2266,7 @@ func (x *GetUserSessionsRequest) String() string {
 func (*GetUserSessionsRequest) ProtoMessage() {}
 
 func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2279,7 @@ func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetUserSessionsRequest) GetUid() string {
@@ -2160,7 +2303,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2315,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2328,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2241,7 +2384,7 @@ type GetUserSessionsResponse struct {
 
 func (x *GetUserSessionsResponse) Reset() {
 	*x = GetUserSessionsResponse{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2396,7 @@ func (x *GetUserSessionsResponse) String() string {
 func (*GetUserSessionsResponse) ProtoMessage() {}
 
 func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2409,7 @@ func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetUserSessionsResponse) GetUid() string {
@@ -2304,7 +2447,7 @@ type CountOnlineRequest struct {
 
 func (x *CountOnlineRequest) Reset() {
 	*x = CountOnlineRequest{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2459,7 @@ func (x *CountOnlineRequest) String() string {
 func (*CountOnlineRequest) ProtoMessage() {}
 
 func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2472,7 @@ func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineRequest.ProtoReflect.Descriptor instead.
 func (*CountOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CountOnlineRequest) GetRoom() string {
@@ -2370,7 +2513,7 @@ type CountOnlineResponse struct {
 
 func (x *CountOnlineResponse) Reset() {
 	*x = CountOnlineResponse{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2525,7 @@ func (x *CountOnlineResponse) String() string {
 func (*CountOnlineResponse) ProtoMessage() {}
 
 func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2538,7 @@ func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineResponse.ProtoReflect.Descriptor instead.
 func (*CountOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CountOnlineResponse) GetSessions() int64 {
@@ -2445,7 +2588,7 @@ type TagCount struct {
 
 func (x *TagCount) Reset() {
 	*x = TagCount{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2600,7 @@ func (x *TagCount) String() string {
 func (*TagCount) ProtoMessage() {}
 
 func (x *TagCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2613,7 @@ func (x *TagCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagCount.ProtoReflect.Descriptor instead.
 func (*TagCount) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TagCount) GetTagExpr() string {
@@ -2506,7 +2649,7 @@ type MemberTags struct {
 
 func (x *MemberTags) Reset() {
 	*x = MemberTags{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2661,7 @@ func (x *MemberTags) String() string {
 func (*MemberTags) ProtoMessage() {}
 
 func (x *MemberTags) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2674,7 @@ func (x *MemberTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberTags.ProtoReflect.Descriptor instead.
 func (*MemberTags) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MemberTags) GetUid() string {
@@ -2566,7 +2709,7 @@ type SetMemberTagsRequest struct {
 
 func (x *SetMemberTagsRequest) Reset() {
 	*x = SetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2721,7 @@ func (x *SetMemberTagsRequest) String() string {
 func (*SetMemberTagsRequest) ProtoMessage() {}
 
 func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2734,7 @@ func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetMemberTagsRequest) GetUid() string {
@@ -2619,7 +2762,7 @@ type SetMemberTagsResponse struct {
 
 func (x *SetMemberTagsResponse) Reset() {
 	*x = SetMemberTagsResponse{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2774,7 @@ func (x *SetMemberTagsResponse) String() string {
 func (*SetMemberTagsResponse) ProtoMessage() {}
 
 func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2787,7 @@ func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetMemberTagsResponse) GetTags() *MemberTags {
@@ -2670,7 +2813,7 @@ type GetMemberTagsRequest struct {
 
 func (x *GetMemberTagsRequest) Reset() {
 	*x = GetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2825,7 @@ func (x *GetMemberTagsRequest) String() string {
 func (*GetMemberTagsRequest) ProtoMessage() {}
 
 func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2838,7 @@ func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetMemberTagsRequest) GetUid() string {
@@ -2718,7 +2861,7 @@ type SetRoomCdnRequest struct {
 
 func (x *SetRoomCdnRequest) Reset() {
 	*x = SetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2873,7 @@ func (x *SetRoomCdnRequest) String() string {
 func (*SetRoomCdnRequest) ProtoMessage() {}
 
 func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2886,7 @@ func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetRoomCdnRequest) GetRoom() string {
@@ -2776,7 +2919,7 @@ type GetRoomCdnRequest struct {
 
 func (x *GetRoomCdnRequest) Reset() {
 	*x = GetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2931,7 @@ func (x *GetRoomCdnRequest) String() string {
 func (*GetRoomCdnRequest) ProtoMessage() {}
 
 func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2944,7 @@ func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetRoomCdnRequest) GetRoom() string {
@@ -2832,7 +2975,7 @@ type RoomCdn struct {
 
 func (x *RoomCdn) Reset() {
 	*x = RoomCdn{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2987,7 @@ func (x *RoomCdn) String() string {
 func (*RoomCdn) ProtoMessage() {}
 
 func (x *RoomCdn) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3000,7 @@ func (x *RoomCdn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCdn.ProtoReflect.Descriptor instead.
 func (*RoomCdn) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RoomCdn) GetRoom() string {
@@ -2927,7 +3070,7 @@ type CdnPolicy struct {
 
 func (x *CdnPolicy) Reset() {
 	*x = CdnPolicy{}
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3082,7 @@ func (x *CdnPolicy) String() string {
 func (*CdnPolicy) ProtoMessage() {}
 
 func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3095,7 @@ func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnPolicy.ProtoReflect.Descriptor instead.
 func (*CdnPolicy) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{39}
+	return file_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CdnPolicy) GetVendors() []*CdnVendor {
@@ -3012,7 +3155,7 @@ type GetCdnPolicyRequest struct {
 
 func (x *GetCdnPolicyRequest) Reset() {
 	*x = GetCdnPolicyRequest{}
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3167,7 @@ func (x *GetCdnPolicyRequest) String() string {
 func (*GetCdnPolicyRequest) ProtoMessage() {}
 
 func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3180,7 @@ func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCdnPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{40}
+	return file_api_proto_rawDescGZIP(), []int{42}
 }
 
 type GetHistoryRequest struct {
@@ -3063,7 +3206,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3218,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3231,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{41}
+	return file_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetHistoryRequest) GetRoom() string {
@@ -3178,7 +3321,7 @@ type QueueRequest struct {
 
 func (x *QueueRequest) Reset() {
 	*x = QueueRequest{}
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3333,7 @@ func (x *QueueRequest) String() string {
 func (*QueueRequest) ProtoMessage() {}
 
 func (x *QueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3346,7 @@ func (x *QueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{42}
+	return file_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *QueueRequest) GetRoom() string {
@@ -3269,7 +3412,7 @@ type QueueResponse struct {
 
 func (x *QueueResponse) Reset() {
 	*x = QueueResponse{}
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3424,7 @@ func (x *QueueResponse) String() string {
 func (*QueueResponse) ProtoMessage() {}
 
 func (x *QueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3437,7 @@ func (x *QueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{43}
+	return file_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *QueueResponse) GetEntries() []*QueueEntry {
@@ -3418,7 +3561,17 @@ const file_api_proto_rawDesc = "" +
 	"\btag_expr\x18\a \x01(\tR\atagExpr\"D\n" +
 	"\fSendResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
-	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"h\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\"Y\n" +
+	"\x11StreamSendRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
+	"\x04send\x18\x02 \x01(\v2\x1e.roomcast.v1.SendToRoomRequestR\x04send\"\xc4\x01\n" +
+	"\x12StreamSendResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12$\n" +
+	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\x12*\n" +
+	"\x04code\x18\x04 \x01(\x0e2\x16.roomcast.v1.ErrorCodeR\x04code\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12$\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\rR\fretryAfterMs\"h\n" +
 	"\x16SendBatchToRoomRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12:\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1e.roomcast.v1.SendToRoomRequestR\bmessages\"K\n" +
@@ -3584,7 +3737,7 @@ const file_api_proto_rawDesc = "" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
 	"\x11SEND_POLICY_OWNER\x10\x01\x12\x13\n" +
-	"\x0fSEND_POLICY_APP\x10\x022\xe2\x10\n" +
+	"\x0fSEND_POLICY_APP\x10\x022\xb5\x11\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3595,7 +3748,9 @@ const file_api_proto_rawDesc = "" +
 	"\vListMembers\x12\x1f.roomcast.v1.ListMembersRequest\x1a .roomcast.v1.ListMembersResponse\x12G\n" +
 	"\n" +
 	"SendToRoom\x12\x1e.roomcast.v1.SendToRoomRequest\x1a\x19.roomcast.v1.SendResponse\x12V\n" +
-	"\x0fSendBatchToRoom\x12#.roomcast.v1.SendBatchToRoomRequest\x1a\x1e.roomcast.v1.SendBatchResponse\x12P\n" +
+	"\x0fSendBatchToRoom\x12#.roomcast.v1.SendBatchToRoomRequest\x1a\x1e.roomcast.v1.SendBatchResponse\x12Q\n" +
+	"\n" +
+	"SendStream\x12\x1e.roomcast.v1.StreamSendRequest\x1a\x1f.roomcast.v1.StreamSendResponse(\x010\x01\x12P\n" +
 	"\vSendToUsers\x12\x1f.roomcast.v1.SendToUsersRequest\x1a .roomcast.v1.SendToUsersResponse\x12;\n" +
 	"\x04Kick\x12\x18.roomcast.v1.KickRequest\x1a\x19.roomcast.v1.KickResponse\x12;\n" +
 	"\bMuteRoom\x12\x1c.roomcast.v1.MuteRoomRequest\x1a\x11.roomcast.v1.Room\x12L\n" +
@@ -3638,7 +3793,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(SendPolicy)(0),                 // 1: roomcast.v1.SendPolicy
@@ -3657,43 +3812,46 @@ var file_api_proto_goTypes = []any{
 	(*RoomMember)(nil),              // 14: roomcast.v1.RoomMember
 	(*SendToRoomRequest)(nil),       // 15: roomcast.v1.SendToRoomRequest
 	(*SendResponse)(nil),            // 16: roomcast.v1.SendResponse
-	(*SendBatchToRoomRequest)(nil),  // 17: roomcast.v1.SendBatchToRoomRequest
-	(*SendBatchResponse)(nil),       // 18: roomcast.v1.SendBatchResponse
-	(*SendToUsersRequest)(nil),      // 19: roomcast.v1.SendToUsersRequest
-	(*SendToUsersResponse)(nil),     // 20: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),             // 21: roomcast.v1.KickRequest
-	(*KickResponse)(nil),            // 22: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),         // 23: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),       // 24: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),        // 25: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),       // 26: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),       // 27: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),  // 28: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                 // 29: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil), // 30: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),      // 31: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),     // 32: roomcast.v1.CountOnlineResponse
-	(*TagCount)(nil),                // 33: roomcast.v1.TagCount
-	(*MemberTags)(nil),              // 34: roomcast.v1.MemberTags
-	(*SetMemberTagsRequest)(nil),    // 35: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),   // 36: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),    // 37: roomcast.v1.GetMemberTagsRequest
-	(*SetRoomCdnRequest)(nil),       // 38: roomcast.v1.SetRoomCdnRequest
-	(*GetRoomCdnRequest)(nil),       // 39: roomcast.v1.GetRoomCdnRequest
-	(*RoomCdn)(nil),                 // 40: roomcast.v1.RoomCdn
-	(*CdnPolicy)(nil),               // 41: roomcast.v1.CdnPolicy
-	(*GetCdnPolicyRequest)(nil),     // 42: roomcast.v1.GetCdnPolicyRequest
-	(*GetHistoryRequest)(nil),       // 43: roomcast.v1.GetHistoryRequest
-	(*QueueRequest)(nil),            // 44: roomcast.v1.QueueRequest
-	(*QueueResponse)(nil),           // 45: roomcast.v1.QueueResponse
-	nil,                             // 46: roomcast.v1.GetRoomResponse.NodesEntry
-	(CdnMode)(0),                    // 47: roomcast.v1.CdnMode
-	(*CdnConfig)(nil),               // 48: roomcast.v1.CdnConfig
-	(*CdnVendor)(nil),               // 49: roomcast.v1.CdnVendor
-	(*QueueEntry)(nil),              // 50: roomcast.v1.QueueEntry
-	(*AppLimits)(nil),               // 51: roomcast.v1.AppLimits
-	(*GetAppLimitsRequest)(nil),     // 52: roomcast.v1.GetAppLimitsRequest
-	(*HistoryPage)(nil),             // 53: roomcast.v1.HistoryPage
+	(*StreamSendRequest)(nil),       // 17: roomcast.v1.StreamSendRequest
+	(*StreamSendResponse)(nil),      // 18: roomcast.v1.StreamSendResponse
+	(*SendBatchToRoomRequest)(nil),  // 19: roomcast.v1.SendBatchToRoomRequest
+	(*SendBatchResponse)(nil),       // 20: roomcast.v1.SendBatchResponse
+	(*SendToUsersRequest)(nil),      // 21: roomcast.v1.SendToUsersRequest
+	(*SendToUsersResponse)(nil),     // 22: roomcast.v1.SendToUsersResponse
+	(*KickRequest)(nil),             // 23: roomcast.v1.KickRequest
+	(*KickResponse)(nil),            // 24: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),         // 25: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),       // 26: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),        // 27: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),       // 28: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),       // 29: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),  // 30: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                 // 31: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil), // 32: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),      // 33: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),     // 34: roomcast.v1.CountOnlineResponse
+	(*TagCount)(nil),                // 35: roomcast.v1.TagCount
+	(*MemberTags)(nil),              // 36: roomcast.v1.MemberTags
+	(*SetMemberTagsRequest)(nil),    // 37: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),   // 38: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),    // 39: roomcast.v1.GetMemberTagsRequest
+	(*SetRoomCdnRequest)(nil),       // 40: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),       // 41: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                 // 42: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),               // 43: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),     // 44: roomcast.v1.GetCdnPolicyRequest
+	(*GetHistoryRequest)(nil),       // 45: roomcast.v1.GetHistoryRequest
+	(*QueueRequest)(nil),            // 46: roomcast.v1.QueueRequest
+	(*QueueResponse)(nil),           // 47: roomcast.v1.QueueResponse
+	nil,                             // 48: roomcast.v1.GetRoomResponse.NodesEntry
+	(ErrorCode)(0),                  // 49: roomcast.v1.ErrorCode
+	(CdnMode)(0),                    // 50: roomcast.v1.CdnMode
+	(*CdnConfig)(nil),               // 51: roomcast.v1.CdnConfig
+	(*CdnVendor)(nil),               // 52: roomcast.v1.CdnVendor
+	(*QueueEntry)(nil),              // 53: roomcast.v1.QueueEntry
+	(*AppLimits)(nil),               // 54: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),     // 55: roomcast.v1.GetAppLimitsRequest
+	(*HistoryPage)(nil),             // 56: roomcast.v1.HistoryPage
 }
 var file_api_proto_depIdxs = []int32{
 	1,  // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
@@ -3704,85 +3862,89 @@ var file_api_proto_depIdxs = []int32{
 	3,  // 5: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
 	2,  // 6: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	3,  // 7: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	46, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	48, // 8: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	3,  // 9: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	14, // 10: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
-	15, // 11: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
-	26, // 12: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
-	29, // 13: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	33, // 14: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
-	33, // 15: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
-	34, // 16: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	47, // 17: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	47, // 18: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	47, // 19: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	48, // 20: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	49, // 21: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	47, // 22: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
-	50, // 23: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
-	5,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
-	7,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
-	8,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
-	10, // 27: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
-	12, // 28: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
-	15, // 29: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
-	17, // 30: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
-	19, // 31: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	21, // 32: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	23, // 33: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	24, // 34: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	25, // 35: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	28, // 36: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	31, // 37: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	35, // 38: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	37, // 39: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	38, // 40: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
-	39, // 41: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
-	41, // 42: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
-	42, // 43: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	51, // 44: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
-	52, // 45: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
-	43, // 46: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	44, // 47: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 48: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 49: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 50: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	44, // 51: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	44, // 52: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	6,  // 53: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	3,  // 54: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	9,  // 55: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	11, // 56: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	13, // 57: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	16, // 58: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 59: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	20, // 60: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 61: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	3,  // 62: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 63: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 64: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 65: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 66: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	36, // 67: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	34, // 68: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	40, // 69: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 70: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	41, // 71: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	41, // 72: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	51, // 73: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
-	51, // 74: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
-	53, // 75: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	45, // 76: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 77: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 78: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 79: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	45, // 80: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	45, // 81: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	53, // [53:82] is the sub-list for method output_type
-	24, // [24:53] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	15, // 11: roomcast.v1.StreamSendRequest.send:type_name -> roomcast.v1.SendToRoomRequest
+	49, // 12: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
+	15, // 13: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
+	28, // 14: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
+	31, // 15: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
+	35, // 16: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
+	35, // 17: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
+	36, // 18: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	50, // 19: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	50, // 20: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	50, // 21: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	51, // 22: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	52, // 23: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	50, // 24: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	53, // 25: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
+	5,  // 26: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
+	7,  // 27: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
+	8,  // 28: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
+	10, // 29: roomcast.v1.RoomcastAPI.GetRoom:input_type -> roomcast.v1.GetRoomRequest
+	12, // 30: roomcast.v1.RoomcastAPI.ListMembers:input_type -> roomcast.v1.ListMembersRequest
+	15, // 31: roomcast.v1.RoomcastAPI.SendToRoom:input_type -> roomcast.v1.SendToRoomRequest
+	19, // 32: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
+	17, // 33: roomcast.v1.RoomcastAPI.SendStream:input_type -> roomcast.v1.StreamSendRequest
+	21, // 34: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
+	23, // 35: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	25, // 36: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	26, // 37: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	27, // 38: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	30, // 39: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	33, // 40: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	37, // 41: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	39, // 42: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	40, // 43: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	41, // 44: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	43, // 45: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	44, // 46: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	54, // 47: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	55, // 48: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	45, // 49: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	46, // 50: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	46, // 51: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	46, // 52: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	46, // 53: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	46, // 54: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	46, // 55: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	6,  // 56: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	3,  // 57: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	9,  // 58: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	11, // 59: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	13, // 60: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	16, // 61: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	20, // 62: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	18, // 63: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
+	22, // 64: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	24, // 65: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	3,  // 66: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	28, // 67: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	29, // 68: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	32, // 69: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	34, // 70: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	38, // 71: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	36, // 72: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	42, // 73: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	42, // 74: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	43, // 75: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	43, // 76: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	54, // 77: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	54, // 78: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	56, // 79: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	47, // 80: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	47, // 81: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	47, // 82: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	47, // 83: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	47, // 84: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	47, // 85: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	56, // [56:86] is the sub-list for method output_type
+	26, // [26:56] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3801,7 +3963,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

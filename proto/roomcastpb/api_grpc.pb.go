@@ -29,6 +29,7 @@ const (
 	RoomcastAPI_ListMembers_FullMethodName      = "/roomcast.v1.RoomcastAPI/ListMembers"
 	RoomcastAPI_SendToRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendToRoom"
 	RoomcastAPI_SendBatchToRoom_FullMethodName  = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
+	RoomcastAPI_SendStream_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendStream"
 	RoomcastAPI_SendToUsers_FullMethodName      = "/roomcast.v1.RoomcastAPI/SendToUsers"
 	RoomcastAPI_Kick_FullMethodName             = "/roomcast.v1.RoomcastAPI/Kick"
 	RoomcastAPI_MuteRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/MuteRoom"
@@ -82,6 +83,16 @@ type RoomcastAPIClient interface {
 	// SendBatchToRoom sends up to 100 messages to a room in one call, in order: all of them or,
 	// if one is refused, none. For app servers that publish at a high rate.
 	SendBatchToRoom(ctx context.Context, in *SendBatchToRoomRequest, opts ...grpc.CallOption) (*SendBatchResponse, error)
+	// SendStream sends messages to rooms over one long-lived stream, for app servers that
+	// publish one message at a time at a high rate: each request is one send, checked and
+	// answered as SendToRoom would be, and each is answered on the stream with the seq it
+	// carried. Answers may come in another order than their sends (a critical send is answered
+	// once its window is kept and published, a bulk one at once). A send that fails is answered
+	// with its error code and does not end the stream; the stream ends when the caller closes
+	// its side (after the last answer) or on a bad API key. Each send counts as one call of the
+	// key's call rate. The sends of one stream reach the room service in the order sent when it
+	// runs in the process that serves the API (roomcast services, dev).
+	SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamSendRequest, StreamSendResponse], error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
@@ -219,6 +230,19 @@ func (c *roomcastAPIClient) SendBatchToRoom(ctx context.Context, in *SendBatchTo
 	}
 	return out, nil
 }
+
+func (c *roomcastAPIClient) SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamSendRequest, StreamSendResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RoomcastAPI_ServiceDesc.Streams[0], RoomcastAPI_SendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamSendRequest, StreamSendResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RoomcastAPI_SendStreamClient = grpc.BidiStreamingClient[StreamSendRequest, StreamSendResponse]
 
 func (c *roomcastAPIClient) SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -469,6 +493,16 @@ type RoomcastAPIServer interface {
 	// SendBatchToRoom sends up to 100 messages to a room in one call, in order: all of them or,
 	// if one is refused, none. For app servers that publish at a high rate.
 	SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error)
+	// SendStream sends messages to rooms over one long-lived stream, for app servers that
+	// publish one message at a time at a high rate: each request is one send, checked and
+	// answered as SendToRoom would be, and each is answered on the stream with the seq it
+	// carried. Answers may come in another order than their sends (a critical send is answered
+	// once its window is kept and published, a bulk one at once). A send that fails is answered
+	// with its error code and does not end the stream; the stream ends when the caller closes
+	// its side (after the last answer) or on a bad API key. Each send counts as one call of the
+	// key's call rate. The sends of one stream reach the room service in the order sent when it
+	// runs in the process that serves the API (roomcast services, dev).
+	SendStream(grpc.BidiStreamingServer[StreamSendRequest, StreamSendResponse]) error
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
@@ -557,6 +591,9 @@ func (UnimplementedRoomcastAPIServer) SendToRoom(context.Context, *SendToRoomReq
 }
 func (UnimplementedRoomcastAPIServer) SendBatchToRoom(context.Context, *SendBatchToRoomRequest) (*SendBatchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SendBatchToRoom not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SendStream(grpc.BidiStreamingServer[StreamSendRequest, StreamSendResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method SendStream not implemented")
 }
 func (UnimplementedRoomcastAPIServer) SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SendToUsers not implemented")
@@ -770,6 +807,13 @@ func _RoomcastAPI_SendBatchToRoom_Handler(srv interface{}, ctx context.Context, 
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _RoomcastAPI_SendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RoomcastAPIServer).SendStream(&grpc.GenericServerStream[StreamSendRequest, StreamSendResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RoomcastAPI_SendStreamServer = grpc.BidiStreamingServer[StreamSendRequest, StreamSendResponse]
 
 func _RoomcastAPI_SendToUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SendToUsersRequest)
@@ -1291,6 +1335,13 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RoomcastAPI_ClearQueue_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SendStream",
+			Handler:       _RoomcastAPI_SendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "api.proto",
 }
