@@ -47,7 +47,7 @@ func bindAPILimitFlag(fs *flag.FlagSet, l *ratelimit.Limit) {
 //     0.4-1.3 cores, and 15,000 clients of a dead node are in within about 5 s.
 //   - logins in progress per node (--login-concurrency): 64. It keeps a reconnect storm on a
 //     CPU-starved node from holding its members' messages (7 of 7 storm runs within 2x,
-//     against 2 of 6 without), and a dead node's 2,000 WebSocket clients still come back
+//     against 2 of 6 and 2 of 3 without), and a dead node's 2,000 WebSocket clients still come back
 //     through the dispatcher in 2.1-2.5 s, now that a room's recoveries share their history
 //     reads (docs/reliability.md).
 const (
