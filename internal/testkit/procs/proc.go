@@ -150,16 +150,31 @@ func (p *Proc) Pid() int {
 // Output is the last of what the process wrote, across its starts.
 func (p *Proc) Output() string { return p.out.String() }
 
+// handedOut is the ports freeAddr has handed out in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // freeAddr returns a loopback address with a port free right now, below Linux's ephemeral range
 // (32768-60999): a process starts listening on it a while later, and meanwhile the test's many
 // client connections take their local ports from that range, where testkit.FreeAddr finds its
-// ports too.
+// ports too. A port is handed out once per test process: the ports of one deployment are all
+// picked before its processes listen, so a port free at each pick could otherwise go to two of
+// them (it did: nats-1 and nats-3 of one CI run, and the cluster never formed).
 func freeAddr(t testing.TB) string {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768))
+		port := 20000 + rand.IntN(12768)
+		if handedOut.ports[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if ln, err := net.Listen("tcp", addr); err == nil {
 			ln.Close()
+			handedOut.ports[port] = true
 			return addr
 		}
 	}
