@@ -76,20 +76,10 @@ func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, send
 			}
 		})
 	}
-	start := time.Now()
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
+	pace := newPacer(rate)
+	defer pace.stop()
 	for k := int64(0); k < total; k += int64(p.batch) {
-		due := start.Add(time.Duration(float64(k) / rate * float64(time.Second)))
-		if w := time.Until(due); w > 0 {
-			timer.Reset(w)
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-		}
-		if ctx.Err() != nil {
+		if !pace.wait(ctx, k) {
 			break
 		}
 		seqs := make([]uint64, 0, p.batch)
@@ -102,6 +92,34 @@ func (p *publisher) run(ctx context.Context, rate float64, d time.Duration, send
 	wg.Wait()
 	p.hc.CloseIdleConnections()
 }
+
+// pacer times a publisher's messages: message k is due k/rate seconds after the first.
+type pacer struct {
+	start time.Time
+	rate  float64
+	timer *time.Timer
+}
+
+func newPacer(rate float64) *pacer {
+	p := &pacer{start: time.Now(), rate: rate, timer: time.NewTimer(0)}
+	<-p.timer.C
+	return p
+}
+
+// wait waits until message k is due, and reports false if ctx ended first.
+func (p *pacer) wait(ctx context.Context, k int64) bool {
+	due := p.start.Add(time.Duration(float64(k) / p.rate * float64(time.Second)))
+	if w := time.Until(due); w > 0 {
+		p.timer.Reset(w)
+		select {
+		case <-ctx.Done():
+		case <-p.timer.C:
+		}
+	}
+	return ctx.Err() == nil
+}
+
+func (p *pacer) stop() { p.timer.Stop() }
 
 type apiSend struct {
 	Type       string `json:"type"`

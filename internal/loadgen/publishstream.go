@@ -77,20 +77,10 @@ func (p *publisher) runStream(ctx context.Context, addr string, tlsCfg *tls.Conf
 		}
 	}()
 
-	start := time.Now()
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
+	pace := newPacer(rate)
+	defer pace.stop()
 	for seq := int64(0); seq < total; seq++ {
-		due := start.Add(time.Duration(float64(seq) / rate * float64(time.Second)))
-		if w := time.Until(due); w > 0 {
-			timer.Reset(w)
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-		}
-		if ctx.Err() != nil {
+		if !pace.wait(ctx, seq) {
 			break
 		}
 		now := time.Now()
