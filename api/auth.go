@@ -5,10 +5,12 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 )
 
@@ -81,6 +83,10 @@ func (a *API) authenticateStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	}
 	app, err := a.authorize(authz, call)
 	if err != nil {
+		// Recorded and audited as a refused unary call is (observeGRPC): a stream's sends are
+		// recorded one by one once it is open.
+		code, msg := errorCodeOf(err)
+		a.record(a.m.callMetrics("grpc", call), time.Now(), code, nil, authz, true, msg, bus.ChildTraceparent(""))
 		return err
 	}
 	return h(srv, &appStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), appKey{}, app)})

@@ -107,6 +107,13 @@ func TestSendStream(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("a stream with an unknown key: %v, want Unauthenticated", err)
 	}
+	// Counted as a refused call is, and each send as a call.
+	if n := testkit.MetricValue(t, c.URL()+"/metrics", `roomcast_api_requests_total{code="UNAUTHORIZED",method="SendStream",transport="grpc"}`); n != 1 {
+		t.Errorf("refused stream opens counted: %v, want 1", n)
+	}
+	if got := testkit.MetricValue(t, c.URL()+"/metrics", `roomcast_api_requests_total{code="OK",method="SendStream",transport="grpc"}`); got != n+1 {
+		t.Errorf("accepted sends counted: %v, want %d", got, n+1)
+	}
 	cl.ExpectSilence(200 * time.Millisecond)
 
 	// Over the key's call rate, each send counts as a call.
