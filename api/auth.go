@@ -51,45 +51,54 @@ func (a *API) authorizeScope(authorization, scope, call string) (string, error) 
 	return grant.App, nil
 }
 
+// mdFirst returns the first value of key in a gRPC call's incoming metadata, or "".
+func mdFirst(ctx context.Context, key string) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// authorizeGRPC checks the API key in the metadata of a call to the gRPC method fullMethod and
+// returns ctx carrying the app it names. api is false for a method of another service on the
+// same server (the dispatcher's, reflection), which has its own rules.
+func (a *API) authorizeGRPC(ctx context.Context, fullMethod string) (_ context.Context, call string, api bool, err error) {
+	call, api = strings.CutPrefix(fullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	if !api {
+		return ctx, "", false, nil
+	}
+	app, err := a.authorize(mdFirst(ctx, "authorization"), call)
+	if err != nil {
+		return ctx, call, true, err
+	}
+	return context.WithValue(ctx, appKey{}, app), call, true, nil
+}
+
 // authenticate is the gRPC interceptor that checks the API key in the call's metadata.
 func (a *API) authenticate(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	call, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
-	if !ok {
-		return h(ctx, req) // another service on the same server (the dispatcher's) has its own rules
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	var authz string
-	if v := md.Get("authorization"); len(v) > 0 {
-		authz = v[0]
-	}
-	app, err := a.authorize(authz, call)
+	ctx, _, _, err := a.authorizeGRPC(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	return h(context.WithValue(ctx, appKey{}, app), req)
+	return h(ctx, req)
 }
 
 // authenticateStream is authenticate for the streaming calls (SendStream): the key is checked
 // once, when the stream opens, and the stream's context carries the app.
 func (a *API) authenticateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	call, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
-	if !ok {
-		return h(srv, ss) // the reflection service's
-	}
-	md, _ := metadata.FromIncomingContext(ss.Context())
-	var authz string
-	if v := md.Get("authorization"); len(v) > 0 {
-		authz = v[0]
-	}
-	app, err := a.authorize(authz, call)
-	if err != nil {
+	ctx, call, api, err := a.authorizeGRPC(ss.Context(), info.FullMethod)
+	switch {
+	case !api:
+		return h(srv, ss)
+	case err != nil:
 		// Recorded and audited as a refused unary call is (observeGRPC): a stream's sends are
 		// recorded one by one once it is open.
 		code, msg := errorCodeOf(err)
-		a.record(a.m.callMetrics("grpc", call), time.Now(), code, nil, authz, true, msg, bus.ChildTraceparent(""))
+		a.record(a.m.callMetrics("grpc", call), time.Now(), code, nil, mdFirst(ctx, "authorization"), true, msg, bus.ChildTraceparent(""))
 		return err
 	}
-	return h(srv, &appStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), appKey{}, app)})
+	return h(srv, &appStream{ServerStream: ss, ctx: ctx})
 }
 
 // appStream is a stream whose context carries the app its API key names.

@@ -120,7 +120,8 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 // it takes them, and otherwise asks the room service over NATS with req on subject.
 func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*pb.SendRequest) (*pb.Reply, error) {
 	if a.cfg.Rooms != nil {
-		if rep, ok := a.cfg.Rooms.SendLocal(ctx, sends); ok {
+		if answer, ok := a.cfg.Rooms.SendLocalQueued(ctx, sends); ok {
+			rep := answer()
 			return rep, refusal(rep)
 		}
 	}

@@ -124,22 +124,16 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	start := time.Now()
 	md, _ := metadata.FromIncomingContext(ctx)
-	first := func(key string) string {
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
 	ctx, span := tracing.Start(tracing.Extract(ctx, tracing.MapCarrier(md)), method, trace.SpanKindServer)
 	defer span.End()
-	tp := spanTraceparent(span, first(bus.TraceparentHeader))
+	tp := spanTraceparent(span, mdFirst(ctx, bus.TraceparentHeader))
 	resp, err := h(bus.WithTraceparent(ctx, tp), req)
 	code, msg := pb.ErrorCode(0), ""
 	if err != nil {
 		code, msg = errorCodeOf(err)
 	}
 	m, _ := req.(proto.Message)
-	a.record(a.m.callMetrics("grpc", method), start, code, m, first("authorization"), mutates(method), msg, tp)
+	a.record(a.m.callMetrics("grpc", method), start, code, m, mdFirst(ctx, "authorization"), mutates(method), msg, tp)
 	return resp, err
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -91,12 +90,7 @@ func (a *API) limitGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	if app == "" {
 		return h(ctx, req) // not an API call: authenticate let it through for its own service
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	var authz string
-	if v := md.Get("authorization"); len(v) > 0 {
-		authz = v[0]
-	}
-	ok, retry := a.takeCall(ctx, app, authz)
+	ok, retry := a.takeCall(ctx, app, mdFirst(ctx, "authorization"))
 	if ok {
 		return h(ctx, req)
 	}

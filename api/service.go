@@ -87,11 +87,9 @@ type Config struct {
 
 // RoomSender is a room service in the server API's process (room.Service).
 type RoomSender interface {
-	// SendLocal checks, stamps and hands on sends to one room as the room service's NATS
-	// handlers would, and returns their reply; false when it takes no sends (then NATS).
-	SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool)
-	// SendLocalQueued is SendLocal that hands the sends on before it returns and gives a
-	// function that waits for their reply (room.Service.SendLocalQueued).
+	// SendLocalQueued checks, stamps and hands on sends to one room as the room service's NATS
+	// handlers would, before it returns, and gives a function that waits for their reply
+	// (room.Service.SendLocalQueued); false when it takes no sends (then NATS).
 	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool)
 }
 

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/metadata"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
@@ -26,15 +24,8 @@ const streamInFlight = 1024
 func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 	ctx := stream.Context()
 	app := appOf(ctx)
-	md, _ := metadata.FromIncomingContext(ctx)
-	first := func(key string) string {
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
 	// Each send is a span of its own, under the trace the stream was opened in if it names one.
-	authz, streamTrace := first("authorization"), first(bus.TraceparentHeader)
+	authz, streamTrace := mdFirst(ctx, "authorization"), mdFirst(ctx, bus.TraceparentHeader)
 	calls := a.m.callMetrics("grpc", "SendStream")
 
 	var sendMu sync.Mutex // a stream's Send is not safe for concurrent use

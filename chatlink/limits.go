@@ -46,7 +46,7 @@ type Limits struct {
 	LoginQueue int
 	// LoginConcurrency bounds the logins past LoginRate at once (their requests to the
 	// services, their join): one more waits, in arrival order, for one of them to finish. Zero
-	// value means no bound.
+	// value means no bound (roomcast's --login-concurrency defaults to 64).
 	LoginConcurrency int
 	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
 	// means 65536.

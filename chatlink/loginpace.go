@@ -126,10 +126,9 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 // by their requests' answers, with the room fan-out's goroutines behind them at every hop. A
 // bound on the logins in progress keeps that queue short and lets the logins slow down with the
 // node: in TestReconnectStorm at 15,000 clients, 64 slots kept the survivor's members within 2x
-// of their quiet p99 in 10 of 10 runs, against 2 of 6 without. It also holds logins to the
-// bound's number in flight while they wait on the services, so where those answer slowly (a
-// dead node's 2,000 clients at once in TestKillChatLink) logins take longer; it is off unless
-// set (docs/reliability.md).
+// of their quiet p99 in 7 of 7 runs, against 2 of 6 without. It also holds logins to the
+// bound's number in flight while they wait on the services, so logins take longer where those
+// answer slowly (docs/reliability.md). roomcast's --login-concurrency sets 64.
 func (p *loginPacer) enter(ctx context.Context, most time.Duration) bool {
 	if p.slots == nil {
 		return true

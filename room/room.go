@@ -123,7 +123,7 @@ type Service struct {
 	metrics *metrics
 
 	stop    chan struct{}
-	closing atomic.Bool    // Close has begun: SendLocal takes no more sends
+	closing atomic.Bool    // Close has begun: SendLocalQueued takes no more sends
 	wg      sync.WaitGroup // the expiry loop
 	once    sync.Once
 }
@@ -465,25 +465,15 @@ func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
 	return nil
 }
 
-// SendLocal takes the server API's sends to one room from the same process, without the NATS
-// request and reply: it checks, stamps and hands them on exactly as a request on
-// SubjectRoomSend (one send) or SubjectRoomSendBatch (several) would, and returns the reply
-// that request would get. It reports false, having done nothing, when the service has not
-// started or has begun to close (the caller then asks over NATS), and for a send with a
-// session: a member's sends may be called back to its app (callbacks.go) and go over NATS.
-func (s *Service) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
-	answer, ok := s.SendLocalQueued(ctx, reqs)
-	if !ok {
-		return nil, false
-	}
-	return answer(), true
-}
-
-// SendLocalQueued is SendLocal in two steps, for a caller that hands on sends in order without
-// waiting for each answer (the API's SendStream): it checks, stamps and hands the sends on
-// before it returns, so sends queued one after the other reach the room in that order, and the
-// function it returns waits for their reply (a critical send's, until its window is published)
-// and must be called once.
+// SendLocalQueued takes the server API's sends to one room from the same process, without the
+// NATS request and reply: it checks, stamps and hands them on exactly as a request on
+// SubjectRoomSend (one send) or SubjectRoomSendBatch (several) would, before it returns, so
+// sends queued one after the other reach the room in that order (the API's SendStream). The
+// function it returns waits for the reply that request would get (a critical send's, until its
+// window is published) and must be called once. It reports false, having done nothing, when the
+// service has not started or has begun to close (the caller then asks over NATS), and for a
+// send with a session: a member's sends may be called back to its app (callbacks.go) and go
+// over NATS.
 func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool) {
 	start := time.Now()
 	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {

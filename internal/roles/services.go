@@ -180,14 +180,6 @@ type Services struct {
 // replaces it), which takes the server API's sends to rooms in the process (api.RoomSender).
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
-// SendLocal implements api.RoomSender.
-func (l *localRoom) SendLocal(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, bool) {
-	if r := l.cur.Load(); r != nil {
-		return r.SendLocal(ctx, reqs)
-	}
-	return nil, false
-}
-
 // SendLocalQueued implements api.RoomSender.
 func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (func() *pb.Reply, bool) {
 	if r := l.cur.Load(); r != nil {
