@@ -65,7 +65,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.d = newDelivery(&c.cfg)
 	c.cdn = newCdnPoller(&c.cfg, c.d)
 	login := c.newLogin(cfg.RecoverSince, 0, uint32(min(max(0, cfg.History), maxHistory)))
-	first, err := c.establish(ctx, login, false, "")
+	first, err := c.establish(ctx, login, false, "", nil)
 	for attempt := 1; err != nil && ctx.Err() == nil; attempt++ {
 		delay, ok := c.limitedDelay(err, attempt)
 		if !ok {
@@ -75,7 +75,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			err = errors.Join(err, serr)
 			break
 		}
-		first, err = c.establish(ctx, login, false, "")
+		first, err = c.establish(ctx, login, false, "", nil)
 	}
 	if err != nil {
 		c.cdn.stop()                      // a login that ended at once may have started polling
@@ -99,8 +99,9 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomca
 }
 
 // establish tries the endpoints in order, those of node leaving (when set) last, and returns the
-// first connection that logged in.
-func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconnected bool, leaving string) (*conn, error) {
+// first connection that logged in. onLogin, when set, gets that connection when its LoginAck
+// arrives, before any of its events reach the callbacks (see connect).
+func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconnected bool, leaving string, onLogin func(*conn)) (*conn, error) {
 	endpoints := c.cfg.Endpoints
 	if len(endpoints) == 0 {
 		var err error
@@ -115,7 +116,7 @@ func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconne
 	}
 	var errs []error
 	for _, ep := range endpoints {
-		cn, err := connect(ctx, &c.cfg, c.d, c.cdn, ep, c.gens.Add(1), login, reconnected)
+		cn, err := connect(ctx, &c.cfg, c.d, c.cdn, ep, c.gens.Add(1), login, reconnected, onLogin)
 		if err == nil {
 			return cn, nil
 		}
@@ -219,7 +220,7 @@ func (c *Client) reconnect(attempt *int, reason error) (*conn, error) {
 		case <-timer.C:
 		}
 		since, seq := c.d.recoverFrom()
-		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, "")
+		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, "", nil)
 		switch {
 		case err == nil:
 			c.adopt(next)
@@ -298,10 +299,15 @@ func (c *Client) move(cur *conn, r *roomcastpb.Reconnect) *conn {
 		case <-timer.C:
 		}
 		since, seq := c.d.recoverFrom()
-		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, cur.ep.Node)
+		// The new connection is adopted as its LoginAck arrives: an app that sees its
+		// ConnectedEvent or RecoveredEvent and sends finds it the Client's connection.
+		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, cur.ep.Node, c.adopt)
 		if err == nil {
-			c.adopt(next)
-			cur.close(ErrMoved)
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				cur.leave(c.ctx, c.cfg.AttemptTimeout)
+			}()
 			return next
 		}
 		if c.ctx.Err() != nil {
@@ -423,15 +429,27 @@ func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, err
 	if n := proto.Size(f); n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
-	cur, err := c.connected(ctx, "send")
-	if err != nil {
-		return nil, err
-	}
-	ack, err := cur.send(ctx, m)
+	ack, err := onConn(c, ctx, "send", func(cur *conn) (*roomcastpb.SendAck, error) { return cur.send(ctx, m) })
 	if err == nil {
 		c.d.remember(ack.GetMessageId())
 	}
 	return ack, err
+}
+
+// onConn makes a request with do on the current connection (see connected). A request the
+// connection refused unsent because a move had left it is made again on the next one.
+func onConn[T any](c *Client, ctx context.Context, what string, do func(*conn) (T, error)) (T, error) {
+	for {
+		cur, err := c.connected(ctx, what)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := do(cur)
+		if !errors.Is(err, errLeft) {
+			return v, err
+		}
+	}
 }
 
 // connected returns the current connection, waiting for one while the Client reconnects. what

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"roomcast/internal/testkit"
 	"roomcast/proto/roomcastpb"
 	"roomcast/sdk"
 )
@@ -370,6 +371,76 @@ func TestFakeReconnectMoves(t *testing.T) {
 		}
 		if got := fmt.Sprint(rec.order()); got != "[connected one reconnecting connected recovered]" {
 			t.Errorf("callbacks ran as %s", got)
+		}
+	})
+}
+
+// TestFakeMoveKeepsSendInFlight: a Send written on a connection that a move then leaves gets
+// the old node's answer (the draining node still serves it), not ErrMoved; and Sends after
+// the move go to the new connection.
+func TestFakeMoveKeepsSendInFlight(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, transport string) {
+		var logins atomic.Int32
+		moved := make(chan struct{})
+		link := startFakeLink(t, func(c fakeConn) {
+			if logins.Add(1) == 1 {
+				if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
+					return
+				}
+				// Ask for the move with the first Send, and answer it only once the
+				// client has logged in elsewhere.
+				f, err := c.recv()
+				if err != nil || f.GetSend() == nil {
+					return
+				}
+				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{Reason: "draining"}}})
+				select {
+				case <-moved:
+				case <-time.After(5 * time.Second):
+					return
+				}
+				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+					Seq: f.GetSend().GetSeq(), MessageId: "01KB0000000000000000000001",
+				}}})
+				answerLoop(c)
+				return
+			}
+			if _, err := acceptLogin(c, "cl-2", time.Minute); err != nil {
+				return
+			}
+			close(moved)
+			for {
+				f, err := c.recv()
+				if err != nil {
+					return
+				}
+				if s := f.GetSend(); s != nil {
+					_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+						Seq: s.GetSeq(), MessageId: "01KB0000000000000000000002",
+					}}})
+				}
+			}
+		})
+		rec := newRecorder()
+		c, err := dialFake(t, transport, rec.config(sdk.Config{}), link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ack, err := c.Send(context.Background(), sdk.Outgoing{Body: []byte("in flight")})
+		if err != nil || ack.GetMessageId() != "01KB0000000000000000000001" {
+			t.Fatalf("the Send in flight during the move: %v, %v; want the old node's answer", ack, err)
+		}
+		// Once the app has seen the new connection, its Sends go there.
+		testkit.CheckFor(t, 3*time.Second, 5*time.Millisecond, func() error {
+			if len(all[*sdk.ConnectedEvent](rec)) < 2 {
+				return errors.New("no ConnectedEvent for the move's login")
+			}
+			return nil
+		})
+		ack, err = c.Send(context.Background(), sdk.Outgoing{Body: []byte("after")})
+		if err != nil || ack.GetMessageId() != "01KB0000000000000000000002" {
+			t.Fatalf("the Send after the move: %v, %v; want the new node's answer", ack, err)
 		}
 	})
 }

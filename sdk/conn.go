@@ -33,6 +33,7 @@ type conn struct {
 	ack   *roomcastpb.LoginAck // set before connect returns it, then read-only
 	since time.Time            // when the login succeeded
 
+	onLogin     func(*conn)                // when set, takes the connection at its LoginAck (connect)
 	loginAck    chan *roomcastpb.LoginAck  // reader -> connect, at most one value
 	moves       chan *roomcastpb.Reconnect // reader -> the Client, at most one value
 	reconnected bool                       // for the ConnectedEvent
@@ -50,7 +51,14 @@ type conn struct {
 	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
 	hint    time.Duration              // retry_after_ms of an Error before the LoginAck (121 before a Kick 4013)
 	pending map[uint64]chan sendResult // Sends, HistoryQueries and queue requests waiting for their answer, by seq
+	adopted bool                       // onLogin has the connection: connect no longer ends it
+	left    bool                       // a move left this connection: new requests go to the next one
+	settled chan struct{}              // closed when pending empties, while leave waits for it
 }
+
+// errLeft refuses a request on a connection a move has left, before any of it was written: the
+// Client makes it again on the connection it moved to.
+var errLeft = fmt.Errorf("%w (the request was not sent)", ErrMoved)
 
 // sendResult answers a Send (ack or err), a HistoryQuery (page or err) or a queue request (queue).
 type sendResult struct {
@@ -74,7 +82,7 @@ type Outgoing struct {
 
 // connect dials ep and logs in with login. On success the conn's goroutines are running and its
 // pushes go to d.
-func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool) (*conn, error) {
+func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool, onLogin func(*conn)) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
 	defer cancel()
 	fc, err := dialTransport(ctx, cfg, ep)
@@ -90,6 +98,7 @@ func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep E
 		moves:    make(chan *roomcastpb.Reconnect, 1),
 		done:     make(chan struct{}),
 		pending:  make(map[uint64]chan sendResult),
+		onLogin:  onLogin,
 	}
 	c.lastFrame.Store(time.Now().UnixNano())
 	c.wg.Add(1)
@@ -115,9 +124,27 @@ func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep E
 		c.wg.Wait()
 		return nil, fmt.Errorf("login: %w", c.Err())
 	case <-ctx.Done():
-		c.close(ctx.Err())
+		if c.failUnlessAdopted(ctx.Err()) {
+			// The LoginAck came first, and onLogin has the connection: it logged in.
+			c.start(<-c.loginAck)
+			return c, nil
+		}
+		c.wg.Wait()
 		return nil, fmt.Errorf("login: %w", ctx.Err())
 	}
+}
+
+// failUnlessAdopted ends a connection that is still logging in with err, and reports false;
+// or, when onLogin has taken the connection already, leaves it up and reports true.
+func (c *conn) failUnlessAdopted(err error) (adopted bool) {
+	c.mu.Lock()
+	if c.adopted {
+		c.mu.Unlock()
+		return true
+	}
+	c.mu.Unlock()
+	c.fail(err)
+	return false
 }
 
 // start runs the heartbeats of a logged-in conn.
@@ -162,6 +189,43 @@ func (c *conn) fail(err error) {
 	c.fc.close()
 }
 
+// forget drops the request with seq from pending, and tells leave when none is left.
+func (c *conn) forget(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, seq)
+	if len(c.pending) == 0 && c.settled != nil {
+		close(c.settled)
+		c.settled = nil
+	}
+}
+
+// leave ends a connection a move has left, with ErrMoved. Requests made from now on are
+// refused with errLeft (the Client makes them on the new connection); those already sent get
+// their answers first, for up to wait or until ctx ends, since the node that asked for the
+// move still serves them while it drains.
+func (c *conn) leave(ctx context.Context, wait time.Duration) {
+	c.mu.Lock()
+	c.left = true
+	var settled chan struct{}
+	if len(c.pending) > 0 {
+		settled = make(chan struct{})
+		c.settled = settled
+	}
+	c.mu.Unlock()
+	if settled != nil {
+		t := time.NewTimer(wait)
+		select {
+		case <-settled:
+		case <-c.done:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.close(ErrMoved)
+}
+
 // send sends m and waits for the server's answer.
 func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
 	r := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
@@ -190,6 +254,10 @@ func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) 
 	seq := c.nextSeq.Add(1)
 	answer := make(chan sendResult, 1)
 	c.mu.Lock()
+	if c.left {
+		c.mu.Unlock()
+		return sendResult{err: errLeft}
+	}
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
@@ -197,11 +265,7 @@ func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) 
 	}
 	c.pending[seq] = answer
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, seq)
-		c.mu.Unlock()
-	}()
+	defer c.forget(seq)
 
 	if err := c.writeFrame(frame(seq)); err != nil {
 		return sendResult{err: fmt.Errorf("roomcast: %s: %w", what, err)}
@@ -343,8 +407,18 @@ func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
 		c.fail(fmt.Errorf("%w: a second LoginAck", ErrProtocol))
 		return
 	}
-	// The delivery switches to this connection before any of its pushes, which follow on this
-	// goroutine.
+	// The Client (onLogin) and the delivery switch to this connection before any of its
+	// events and pushes, which follow on this goroutine.
+	if c.onLogin != nil {
+		c.mu.Lock()
+		if c.err != nil { // connect gave up on it (its attempt timed out)
+			c.mu.Unlock()
+			return
+		}
+		c.adopted = true
+		c.onLogin(c)
+		c.mu.Unlock()
+	}
 	c.d.loggedIn(c.gen, &ConnectedEvent{LoginAck: ack, Endpoint: c.ep, Reconnected: c.reconnected}, c.login)
 	c.cdn.login(c.gen, ack, time.Now())
 	c.loginAck <- ack
@@ -354,11 +428,11 @@ func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
 func (c *conn) answer(seq uint64, r sendResult) {
 	c.mu.Lock()
 	ch := c.pending[seq]
-	delete(c.pending, seq)
 	c.mu.Unlock()
 	if ch != nil {
-		ch <- r // buffered, and answered at most once
+		ch <- r // buffered, and answered at most once (this goroutine forgets seq next)
 	}
+	c.forget(seq) // after the answer is in: leave may close the connection once pending empties
 }
 
 func (c *conn) setInterval(ms uint32) {

@@ -39,11 +39,7 @@ func (c *Client) History(ctx context.Context, q HistoryQuery) (*roomcastpb.Histo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("roomcast: history: %w", err)
 	}
-	cur, err := c.connected(ctx, "history")
-	if err != nil {
-		return nil, err
-	}
-	return cur.queryHistory(ctx, q)
+	return onConn(c, ctx, "history", func(cur *conn) (*roomcastpb.HistoryPage, error) { return cur.queryHistory(ctx, q) })
 }
 
 // HistoryError is a history query the server refused with an Error frame (docs/protocol.md):

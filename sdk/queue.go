@@ -63,21 +63,19 @@ type OfferOptions struct {
 // queue sends a queue request on the current connection and waits for its answer.
 func (c *Client) queue(ctx context.Context, req *roomcastpb.RoomQueueRequest) (*roomcastpb.RoomQueueReply, error) {
 	what := "queue " + req.Op.String()
-	cur, err := c.connected(ctx, what)
-	if err != nil {
-		return nil, err
-	}
-	r := cur.request(ctx, what, func(seq uint64) *roomcastpb.Frame {
-		req.Seq = seq
-		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_QueueRequest{QueueRequest: req}}
+	return onConn(c, ctx, what, func(cur *conn) (*roomcastpb.RoomQueueReply, error) {
+		r := cur.request(ctx, what, func(seq uint64) *roomcastpb.Frame {
+			req.Seq = seq
+			return &roomcastpb.Frame{Kind: &roomcastpb.Frame_QueueRequest{QueueRequest: req}}
+		})
+		switch {
+		case r.err != nil:
+			return nil, r.err
+		case r.queue.GetCode() != 0:
+			return nil, &QueueError{Code: r.queue.GetCode(), Message: r.queue.GetMessage()}
+		}
+		return r.queue, nil
 	})
-	switch {
-	case r.err != nil:
-		return nil, r.err
-	case r.queue.GetCode() != 0:
-		return nil, &QueueError{Code: r.queue.GetCode(), Message: r.queue.GetMessage()}
-	}
-	return r.queue, nil
 }
 
 // first returns the one entry an answer carries.
