@@ -52,16 +52,24 @@ func ParseLane(s string) (pb.Lane, bool) {
 
 // SendToRoom implements RoomcastAPI.
 func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.SendResponse, error) {
-	return a.queueSendToRoom(ctx, req)()
+	return a.queueSendToRoom(ctx, req).wait()
 }
 
-// queueSendToRoom checks req and hands it to the room service, and returns a function that
-// waits for the outcome. A send the room service of this process takes reaches it before
-// queueSendToRoom returns, so sends queued one after the other keep their order; a send that
-// goes over NATS is made when answer is called.
-func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (answer func() (*pb.SendResponse, error)) {
-	failed := func(err error) func() (*pb.SendResponse, error) {
-		return func() (*pb.SendResponse, error) { return nil, err }
+// queuedSend is a send queueSendToRoom handed on: wait gives its outcome, and must be called
+// once.
+type queuedSend struct {
+	wait func() (*pb.SendResponse, error)
+	// waits: wait blocks, for the room's window (a critical send) or for a request over NATS
+	// (remote). Otherwise the outcome is known and wait returns at once.
+	waits, remote bool
+}
+
+// queueSendToRoom checks req and hands it to the room service. A send the room service of this
+// process takes reaches it before queueSendToRoom returns, so sends queued one after the other
+// keep their order; a send that goes over NATS (remote) is made when wait is called.
+func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) queuedSend {
+	failed := func(err error) queuedSend {
+		return queuedSend{wait: func() (*pb.SendResponse, error) { return nil, err }}
 	}
 	if !auth.ValidName(req.Room) {
 		return failed(badName("room", req.Room))
@@ -79,17 +87,17 @@ func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (a
 		return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
 	}
 	if a.cfg.Rooms != nil {
-		if local, ok := a.cfg.Rooms.SendLocalQueued(ctx, []*pb.SendRequest{send}); ok {
-			return func() (*pb.SendResponse, error) {
-				rep := local()
+		if q, ok := a.cfg.Rooms.SendLocalQueued(ctx, []*pb.SendRequest{send}); ok {
+			return queuedSend{waits: q.Waits(), wait: func() (*pb.SendResponse, error) {
+				rep := q.Reply()
 				return answered(rep, refusal(rep))
-			}
+			}}
 		}
 	}
-	return func() (*pb.SendResponse, error) {
+	return queuedSend{waits: true, remote: true, wait: func() (*pb.SendResponse, error) {
 		rep := new(pb.Reply)
 		return answered(rep, a.ask(ctx, bus.SubjectRoomSend, send, rep))
-	}
+	}}
 }
 
 // SendBatchToRoom implements RoomcastAPI.
@@ -120,8 +128,8 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 // it takes them, and otherwise asks the room service over NATS with req on subject.
 func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*pb.SendRequest) (*pb.Reply, error) {
 	if a.cfg.Rooms != nil {
-		if answer, ok := a.cfg.Rooms.SendLocalQueued(ctx, sends); ok {
-			rep := answer()
+		if q, ok := a.cfg.Rooms.SendLocalQueued(ctx, sends); ok {
+			rep := q.Reply()
 			return rep, refusal(rep)
 		}
 	}

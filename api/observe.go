@@ -184,7 +184,6 @@ func (c *callMetrics) count(name string) {
 
 // record counts a call and, when it changes something, writes its audit record.
 func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
-	transport, method := calls.transport, calls.method
 	name := "OK"
 	if code != 0 {
 		name = codeName(code)
@@ -198,20 +197,23 @@ func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req
 	if !audit || !a.audit.Enabled(context.Background(), level) {
 		return // nothing to build the record for
 	}
-	key, _ := strings.CutPrefix(authz, "Bearer ")
-	k, _ := a.cfg.Keys.Lookup(key)
-	app := k.App
-	attrs := []slog.Attr{
-		slog.String("transport", transport), slog.String("method", method),
-		slog.String("app", app), slog.String("key", keyFingerprint(key)),
-	}
-	attrs = append(attrs, targetOf(req)...)
+	attrs := append(a.auditCaller(calls, authz), targetOf(req)...)
 	trace, _ := bus.TraceID(traceparent)
 	attrs = append(attrs, slog.String("result", name), slog.String("trace_id", trace))
 	if msg != "" {
 		attrs = append(attrs, slog.String("error", msg))
 	}
 	a.audit.LogAttrs(context.Background(), level, "api call", attrs...)
+}
+
+// auditCaller is the start of an audit record: the call and the key that made it.
+func (a *API) auditCaller(calls *callMetrics, authz string) []slog.Attr {
+	key, _ := strings.CutPrefix(authz, "Bearer ")
+	k, _ := a.cfg.Keys.Lookup(key)
+	return []slog.Attr{
+		slog.String("transport", calls.transport), slog.String("method", calls.method),
+		slog.String("app", k.App), slog.String("key", keyFingerprint(key)),
+	}
 }
 
 // keyFingerprint names an API key in the audit log without giving it away: the first 8 hex

@@ -88,9 +88,9 @@ type Config struct {
 // RoomSender is a room service in the server API's process (room.Service).
 type RoomSender interface {
 	// SendLocalQueued checks, stamps and hands on sends to one room as the room service's NATS
-	// handlers would, before it returns, and gives a function that waits for their reply
-	// (room.Service.SendLocalQueued); false when it takes no sends (then NATS).
-	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool)
+	// handlers would, before it returns, and gives their outcome, whose Reply may wait for a
+	// window (room.Service.SendLocalQueued); false when it takes no sends (then NATS).
+	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q *room.Queued, ok bool)
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).

@@ -253,11 +253,11 @@ func TestCriticalSendRefusedWhenNotSent(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{BatchWindow: 50 * time.Millisecond})
 	s.cfg.Bus.Close()
-	answer, ok := s.SendLocalQueued(context.Background(), []*pb.SendRequest{{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte("x")}})
+	q, ok := s.SendLocalQueued(context.Background(), []*pb.SendRequest{{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte("x")}})
 	if !ok {
 		t.Fatal("SendLocalQueued did not take the send")
 	}
-	rep := answer()
+	rep := q.Reply()
 	if rep.Code != uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
 		t.Fatalf("a critical send that was never published was answered %v", rep)
 	}

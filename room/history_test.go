@@ -80,11 +80,11 @@ func TestHistoryWindowIsOneEntry(t *testing.T) {
 	for i := range 5 {
 		reqs = append(reqs, &pb.SendRequest{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte(strconv.Itoa(i))})
 	}
-	answer, ok := s.SendLocalQueued(context.Background(), reqs)
+	q, ok := s.SendLocalQueued(context.Background(), reqs)
 	if !ok {
 		t.Fatal("SendLocalQueued did not take the sends")
 	}
-	if rep := answer(); rep.Code != 0 {
+	if rep := q.Reply(); rep.Code != 0 {
 		t.Fatal(rep)
 	}
 	if n := historyEntries(t, s); n != 1 {

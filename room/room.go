@@ -469,30 +469,46 @@ func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
 // NATS request and reply: it checks, stamps and hands them on exactly as a request on
 // SubjectRoomSend (one send) or SubjectRoomSendBatch (several) would, before it returns, so
 // sends queued one after the other reach the room in that order (the API's SendStream). The
-// function it returns waits for the reply that request would get (a critical send's, until its
-// window is published) and must be called once. It reports false, having done nothing, when the
+// Queued it returns gives the reply that request would get (a critical send's, once its window
+// is published); its Reply must be called once. It reports false, having done nothing, when the
 // service has not started or has begun to close (the caller then asks over NATS), and for a
 // send with a session: a member's sends may be called back to its app (callbacks.go) and go
 // over NATS.
-func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (answer func() *pb.Reply, ok bool) {
+func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q *Queued, ok bool) {
 	start := time.Now()
 	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
 		return nil, false
 	}
 	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
-	rep := checkBatch(reqs)
-	var w *windowDone
-	if rep == nil {
-		rep, w = s.send(ctx, reqs)
+	q = &Queued{s: s, ctx: ctx, span: span, start: start, rep: checkBatch(reqs)}
+	if q.rep == nil {
+		q.rep, q.w = s.send(ctx, reqs)
 	}
-	return func() *pb.Reply {
-		defer span.End()
-		if w != nil {
-			rep = w.reply(rep)
-		}
-		s.answered(bus.TraceparentFrom(ctx), opSend, start, rep)
-		return rep
-	}, true
+	return q, true
+}
+
+// Queued is the outcome of sends SendLocalQueued took.
+type Queued struct {
+	s     *Service
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+	rep   *pb.Reply
+	w     *windowDone // the window a critical send waits for; nil when rep is the answer
+}
+
+// Waits reports whether Reply waits for the sends' window to be published (a critical send
+// under a batch window); otherwise it returns at once.
+func (q *Queued) Waits() bool { return q.w != nil }
+
+// Reply returns the reply, once it is known. Call it once.
+func (q *Queued) Reply() *pb.Reply {
+	defer q.span.End()
+	if q.w != nil {
+		q.rep = q.w.reply(q.rep)
+	}
+	q.s.answered(bus.TraceparentFrom(q.ctx), opSend, q.start, q.rep)
+	return q.rep
 }
 
 // send checks and stamps messages to one room and hands them to the broadcast: all of them, as

@@ -181,7 +181,7 @@ type Services struct {
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
 // SendLocalQueued implements api.RoomSender.
-func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (func() *pb.Reply, bool) {
+func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (*room.Queued, bool) {
 	if r := l.cur.Load(); r != nil {
 		return r.SendLocalQueued(ctx, reqs)
 	}

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"roomcast/internal/auth"
+	"roomcast/internal/testkit"
+)
+
+// A stream's accepted sends are audited as one record per room, with their count and the first
+// and last ids, when due and when the stream ends; nothing is written before it is due.
+func TestStreamAudit(t *testing.T) {
+	t.Parallel()
+	a := bareAPI(auth.APIKeys{"k1": {App: "demo"}})
+	var log testkit.Buffer
+	a.audit = slog.New(slog.NewJSONHandler(&log, nil))
+	s := &streamAudit{a: a, calls: a.m.callMetrics("grpc", "SendStream"), authz: "Bearer k1", since: time.Now(), rooms: map[string]*roomSends{}}
+	for i := range 5 {
+		s.add("r2", fmt.Sprintf("id-%d", i))
+	}
+	s.add("r1", "id-9")
+	s.flushIfDue()
+	if log.String() != "" {
+		t.Fatalf("audited before it was due:\n%s", log.String())
+	}
+	s.since = time.Now().Add(-streamAuditEvery)
+	s.flushIfDue()
+	got := strings.Split(strings.TrimSpace(log.String()), "\n")
+	want := []string{
+		`"msg":"api sends","transport":"grpc","method":"SendStream","app":"demo","key":"` + keyFingerprint("k1") + `","room":"r1","result":"OK","sends":1,"first_id":"id-9","last_id":"id-9"`,
+		`"msg":"api sends","transport":"grpc","method":"SendStream","app":"demo","key":"` + keyFingerprint("k1") + `","room":"r2","result":"OK","sends":5,"first_id":"id-0","last_id":"id-4"`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("audit records:\n%s\nwant %d", log.String(), len(want))
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("audit record %d:\n%s\nwant it to hold %s", i, got[i], want[i])
+		}
+	}
+	s.flush()
+	if n := strings.Count(log.String(), "\n"); n != 2 {
+		t.Errorf("a flush with nothing sent since wrote records:\n%s", log.String())
+	}
+}
