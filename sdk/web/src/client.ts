@@ -441,8 +441,9 @@ export class Client {
   private adopt(session: Session, login: LoginOptions, reconnected: boolean): void {
     const old = this.session;
     this.session = session;
-    // A move (the server's Reconnect) logs in at the new node before leaving the old one.
-    old?.close(new CloseError(1000, "moved to another ChatLink"));
+    // A move (the server's Reconnect) logs in at the new node before leaving the old one; what
+    // was already sent there gets its answer first.
+    old?.leave(new CloseError(1000, "moved to another ChatLink"), this.s.attemptTimeoutMs);
     this._state = "connected";
     const ack = session.loginAck!;
     if (!this.baseline && ack.serverTimeMs > 0n) this.baseline = idFloor(Number(ack.serverTimeMs));

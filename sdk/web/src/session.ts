@@ -81,6 +81,7 @@ export class Session {
   private nextBeatAt = 0;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private loginDone: ((err?: RoomcastError) => void) | undefined;
+  private leaving: { err: RoomcastError; timer: ReturnType<typeof setTimeout> } | undefined;
   // What happened between the LoginAck and attach(): a runtime may hand over several frames
   // before the client's await of open() resumes.
   private early: (() => void)[] | undefined = [];
@@ -180,6 +181,20 @@ export class Session {
     this.end(err, true);
   }
 
+  /**
+   * leave closes a session a move has left, as close does, once the sends, history queries and
+   * queue requests already written on it have their answers (the draining node still serves
+   * them), or after waitMs.
+   */
+  leave(err: RoomcastError, waitMs: number): void {
+    if (this.ended || this.leaving) return;
+    if (this.waiting.size === 0) {
+      this.close(err);
+      return;
+    }
+    this.leaving = { err, timer: setTimeout(() => this.close(err), waitMs) };
+  }
+
   private write(kind: MessageInitShape<typeof FrameSchema>["kind"]): void {
     const bytes = toBinary(FrameSchema, create(FrameSchema, { kind }));
     if (bytes.length > MAX_FRAME_SIZE) {
@@ -269,6 +284,7 @@ export class Session {
     if (err instanceof SendError && w.history) w.reject(new HistoryError(err.code, err.serverMessage));
     else if (err) w.reject(err);
     else w.resolve(ack!);
+    if (this.leaving && this.waiting.size === 0) this.close(this.leaving.err);
   }
 
   private setInterval(ms: number): void {
@@ -305,6 +321,7 @@ export class Session {
     }
     this.ended = err;
     clearTimeout(this.timer);
+    clearTimeout(this.leaving?.timer);
     this.conn?.close();
     for (const w of this.waiting.values()) w.reject(err);
     this.waiting.clear();

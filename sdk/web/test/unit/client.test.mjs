@@ -183,6 +183,38 @@ test("the server's Reconnect: log in elsewhere after the delay, then leave the o
   assert.equal(c.state, "connected");
 });
 
+test("a move: a send already written on the old node gets its answer there, later ones go to the new node", async () => {
+  let moved;
+  const movedAt = new Promise((r) => (moved = r));
+  const old = await server(async (c) => {
+    await c.acceptLogin({ node: "old" });
+    const sent = await c.next("send");
+    c.send("reconnect", { delayMs: 0, reason: "draining" });
+    await movedAt; // the answer comes after the client has logged in elsewhere
+    c.send("sendAck", { seq: sent.seq, messageId: "from-old" });
+  });
+  const next = await server(async (c) => {
+    await c.acceptLogin({ node: "new" });
+    moved();
+    c.send("push", { messages: [], history: true, recovery: { recovered: true } });
+    const sent = await c.next("send");
+    c.send("sendAck", { seq: sent.seq, messageId: "from-new" });
+  });
+  let calls = 0;
+  const fetch = async () => {
+    const nodes = ++calls === 1 ? [old, next] : [next];
+    return new Response(JSON.stringify({ nodes: nodes.map((n) => ({ node: n.url, ws_url: n.url })), ttl_ms: 30000 }));
+  };
+  const { c, of } = client({ dispatcher: "http://dispatcher", fetch });
+  await c.connect();
+  const inFlight = c.send({ body: "in flight" });
+  await until("moved", () => of("connected").length === 2);
+  assert.equal((await inFlight).messageId, "from-old");
+  assert.equal((await c.send({ body: "after" })).messageId, "from-new");
+  await until("old closed", () => old.conns[0].closed);
+  assert.equal(old.conns[0].closeCode, 1000);
+});
+
 test("a draining node that closes before the move's delay: the client reconnects at once, not after the delay", async () => {
   const s = await server(async (c, n) => {
     await c.acceptLogin();
