@@ -178,6 +178,7 @@ export class Client {
   private attempt = 0;
   private retryTimer: ReturnType<typeof setTimeout> | undefined;
   private moveTimer: ReturnType<typeof setTimeout> | undefined;
+  private leaving: string | undefined; // the node that asked to move: tried last until a login elsewhere
   private establishing = false; // a reconnect or move is dialing
   private holdTimer: ReturnType<typeof setTimeout> | undefined;
   private recovering: { since: string; count: number } | undefined;
@@ -396,6 +397,11 @@ export class Client {
       }
       endpoints = this.dispatched.endpoints;
     }
+    if (this.leaving !== undefined) {
+      // The node being left goes last (a dispatcher may not know yet that it drains).
+      const leaving = this.leaving;
+      endpoints = [...endpoints.filter((ep) => endpointName(ep) !== leaving), ...endpoints.filter((ep) => endpointName(ep) === leaving)];
+    }
     const transports = this.transports();
     if (transports.length === 0) {
       throw new RoomcastError("roomcast: this runtime has neither WebSocket nor EventSource (Node 20 has WebSocket with --experimental-websocket)");
@@ -441,6 +447,7 @@ export class Client {
   private adopt(session: Session, login: LoginOptions, reconnected: boolean): void {
     const old = this.session;
     this.session = session;
+    if (this.leaving !== undefined && endpointName(session.endpoint) !== this.leaving) this.leaving = undefined;
     // A move (the server's Reconnect) logs in at the new node before leaving the old one; what
     // was already sent there gets its answer first.
     old?.leave(new CloseError(1000, "moved to another ChatLink"), this.s.attemptTimeoutMs);
@@ -494,6 +501,7 @@ export class Client {
   private onReconnect(s: Session, r: Reconnect): void {
     if (s !== this.session || this.moveTimer !== undefined || this.establishing) return;
     this.dispatched = undefined;
+    this.leaving = endpointName(s.endpoint);
     const reason = new RoomcastError(`roomcast: the server asks to move: ${r.reason || "reconnect"}`);
     this.emit("reconnecting", { attempt: 1, delayMs: r.delayMs, reason });
     this.moveTimer = setTimeout(() => {
@@ -618,4 +626,9 @@ function first(r: RoomQueueReply): QueueEntry {
   const e = r.entries[0];
   if (!e) throw new ProtocolError("roomcast: protocol error: a queue answer without its entry");
   return e;
+}
+
+/** endpointName tells endpoints apart: by node name, or by URL for one without a name. */
+function endpointName(ep: Endpoint): string {
+  return ep.node || ep.wsUrl;
 }

@@ -215,6 +215,22 @@ test("a move: a send already written on the old node gets its answer there, late
   assert.equal(old.conns[0].closeCode, 1000);
 });
 
+test("a move with fixed endpoints logs in at another node, not again at the one it leaves", async () => {
+  const old = await server(async (c) => {
+    await c.acceptLogin({ node: "old" });
+    c.send("reconnect", { delayMs: 0, reason: "draining" });
+  });
+  const next = await server(async (c) => {
+    await c.acceptLogin({ node: "new" });
+  });
+  const { c, of } = client({ endpoints: [{ node: "old", wsUrl: old.url }, { node: "new", wsUrl: next.url }] });
+  await c.connect();
+  await until("moved", () => of("connected").length === 2);
+  assert.equal(c.loginAck.node, "new");
+  assert.equal(old.conns.length, 1, "logged in again at the node it was leaving");
+  await until("old closed", () => old.conns[0].closed);
+});
+
 test("a draining node that closes before the move's delay: the client reconnects at once, not after the delay", async () => {
   const s = await server(async (c, n) => {
     await c.acceptLogin();
