@@ -162,7 +162,7 @@ type streamAudit struct {
 // roomSends are the sends to one room since the last record.
 type roomSends struct {
 	n           int
-	first, last string // message ids
+	first, last string // the least and the greatest message id (ids sort by time)
 }
 
 func (s *streamAudit) add(room, id string) {
@@ -170,11 +170,11 @@ func (s *streamAudit) add(room, id string) {
 	defer s.mu.Unlock()
 	r := s.rooms[room]
 	if r == nil {
-		r = &roomSends{first: id}
+		r = &roomSends{first: id, last: id}
 		s.rooms[room] = r
 	}
 	r.n++
-	r.last = id
+	r.first, r.last = min(r.first, id), max(r.last, id)
 }
 
 // flushIfDue writes the records once streamAuditEvery has passed since the last.
