@@ -3,14 +3,20 @@ package api_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"roomcast/api"
+	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -138,5 +144,77 @@ func TestSendStream(t *testing.T) {
 	_ = limited.CloseSend()
 	if _, err := limited.Recv(); err != io.EOF {
 		t.Fatalf("the stream after its last answer: %v, want its end", err)
+	}
+}
+
+// TestSendStreamOverNATS: a server API without a room service of its own (as a services process
+// whose room service has not started) makes a stream's sends over NATS, concurrently: each is
+// answered once, with the id the member sees, and every one reaches the member.
+func TestSendStreamOverNATS(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"s2","settings":{"normal_budget":-1}}`)
+	cl, _ := member(t, c.Nodes[0].TCPAddr(), "viewer", "s2")
+	nc, err := nats.Connect(c.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	a, err := api.New(api.Config{Bus: nc, Keys: auth.APIKeys{"k": {App: "demo"}}}) // no Rooms: every send goes over NATS
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := a.NewGRPCServer()
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	stream, err := pb.NewRoomcastAPIClient(conn).SendStream(withKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n {
+		lane := []string{"critical", "normal", "bulk"}[i%3]
+		if err := stream.Send(&pb.StreamSendRequest{Seq: uint64(i + 1), Send: &pb.SendToRoomRequest{Room: "s2", Lane: lane, Body: strconv.Itoa(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{} // message id -> body
+	answered := map[uint64]bool{}
+	for {
+		r, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(answered), err)
+		}
+		if answered[r.Seq] || r.Code != 0 || r.Id == "" {
+			t.Fatalf("answer %v (answered before: %v)", r, answered[r.Seq])
+		}
+		answered[r.Seq] = true
+		ids[r.Id] = strconv.Itoa(int(r.Seq - 1))
+	}
+	if len(answered) != n {
+		t.Fatalf("%d answers, want %d", len(answered), n)
+	}
+	msgs, _ := cl.CollectPushes(n)
+	for _, m := range msgs {
+		if body, ok := ids[m.Id]; !ok || body != string(m.Body) {
+			t.Fatalf("the member got %s (%q), which no answer named with that body", m.Id, m.Body)
+		}
+		delete(ids, m.Id)
 	}
 }
