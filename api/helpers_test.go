@@ -63,3 +63,19 @@ func withKey(key string) context.Context {
 }
 
 func devCtx() context.Context { return withKey(devcluster.APIKey) }
+
+// expectRefused fails the test unless cl's login with tok ends in a Kick with code: at once, or
+// right after its LoginAck when the node learned of the ban or the room's close while the login
+// was on its way (a node's cache may lag the API's call by a moment; chatlink's refusedLate
+// closes such a login as it goes live).
+func expectRefused(t *testing.T, cl *testkit.Client, tok string, code pb.CloseCode, what string) {
+	t.Helper()
+	f := cl.LoginAs(tok, "web")
+	if f.GetLoginAck() != nil {
+		cl.ExpectKickAfterPushes(code)
+		return
+	}
+	if f.GetKick().GetCode() != uint32(code) {
+		t.Fatalf("%s answered with %v, want Kick %v", what, f, code)
+	}
+}
