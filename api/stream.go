@@ -41,7 +41,7 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 	// Each send is a span of its own, under the trace the stream was opened in if it names one.
 	authz, streamTrace := mdFirst(ctx, "authorization"), mdFirst(ctx, bus.TraceparentHeader)
 	calls := a.m.callMetrics("grpc", "SendStream")
-	audit := &streamAudit{a: a, calls: calls, authz: authz, traceparent: streamTrace, since: time.Now(), rooms: map[string]*roomSends{}}
+	audit := &streamAudit{a: a, calls: calls, authz: authz, traceparent: streamTrace, rooms: map[string]*roomSends{}}
 	defer audit.flush()
 
 	var sendMu sync.Mutex // a stream's Send is not safe for concurrent use
@@ -90,7 +90,7 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 				rep, err := w.wait()
 				answer(w.req, w.start, w.tp, rep, err)
 			case <-tick.C:
-				audit.flushIfDue()
+				audit.flush()
 			}
 		}
 	}()
@@ -155,7 +155,6 @@ type streamAudit struct {
 	traceparent string // the stream's, if it was opened with one
 
 	mu    sync.Mutex
-	since time.Time
 	rooms map[string]*roomSends
 }
 
@@ -177,21 +176,11 @@ func (s *streamAudit) add(room, id string) {
 	r.first, r.last = min(r.first, id), max(r.last, id)
 }
 
-// flushIfDue writes the records once streamAuditEvery has passed since the last.
-func (s *streamAudit) flushIfDue() {
-	s.mu.Lock()
-	due := time.Since(s.since) >= streamAuditEvery
-	s.mu.Unlock()
-	if due {
-		s.flush()
-	}
-}
-
 // flush writes one record per room sent to since the last, in the order of the room names.
 func (s *streamAudit) flush() {
 	s.mu.Lock()
 	rooms := s.rooms
-	s.rooms, s.since = map[string]*roomSends{}, time.Now()
+	s.rooms = map[string]*roomSends{}
 	s.mu.Unlock()
 	if len(rooms) == 0 || !s.a.audit.Enabled(context.Background(), slog.LevelInfo) {
 		return

@@ -480,7 +480,7 @@ func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (
 		return nil, false
 	}
 	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
-	q = &Queued{s: s, ctx: ctx, span: span, start: start, rep: checkBatch(reqs)}
+	q = &Queued{s: s, traceparent: bus.TraceparentFrom(ctx), span: span, start: start, rep: checkBatch(reqs)}
 	if q.rep == nil {
 		q.rep, q.w = s.send(ctx, reqs)
 	}
@@ -489,12 +489,12 @@ func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (
 
 // Queued is the outcome of sends SendLocalQueued took.
 type Queued struct {
-	s     *Service
-	ctx   context.Context
-	span  trace.Span
-	start time.Time
-	rep   *pb.Reply
-	w     *windowDone // the window a critical send waits for; nil when rep is the answer
+	s           *Service
+	traceparent string // the send's, for the log of its answer
+	span        trace.Span
+	start       time.Time
+	rep         *pb.Reply
+	w           *windowDone // the window a critical send waits for; nil when rep is the answer
 }
 
 // Waits reports whether Reply waits for the sends' window to be published (a critical send
@@ -507,7 +507,7 @@ func (q *Queued) Reply() *pb.Reply {
 	if q.w != nil {
 		q.rep = q.w.reply(q.rep)
 	}
-	q.s.answered(bus.TraceparentFrom(q.ctx), opSend, q.start, q.rep)
+	q.s.answered(q.traceparent, opSend, q.start, q.rep)
 	return q.rep
 }
 

@@ -142,8 +142,11 @@ func (c *conn) failUnlessAdopted(err error) (adopted bool) {
 		c.mu.Unlock()
 		return true
 	}
+	ended := c.endLocked(err) // under the lock loggedInWith adopts under: one or the other
 	c.mu.Unlock()
-	c.fail(err)
+	if ended {
+		c.fc.close()
+	}
 	return false
 }
 
@@ -179,14 +182,22 @@ func (c *conn) close(err error) {
 // fail ends the connection with err, unless it has already ended. Pending Sends return err.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
+	ended := c.endLocked(err)
+	c.mu.Unlock()
+	if ended {
+		c.fc.close()
+	}
+}
+
+// endLocked marks the connection ended with err, unless it has ended, and reports whether it
+// did; the caller then closes fc. c.mu is held.
+func (c *conn) endLocked(err error) bool {
 	if c.err != nil {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.err = err
 	close(c.done)
-	c.mu.Unlock()
-	c.fc.close()
+	return true
 }
 
 // forget drops the request with seq from pending, and tells leave when none is left.
