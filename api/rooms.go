@@ -58,10 +58,13 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
 	case s.BulkPerSecond < -1:
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "bulk_per_second must be -1 (no cap), 0 (the default) or positive")
+	case s.MemberCriticalPerSecond < -1:
+		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "member_critical_per_second must be -1 (no cap), 0 (the default) or positive")
 	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
 		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
 	}
-	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
+	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
+		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
 		if src == "" {
 			continue
 		}

@@ -51,6 +51,13 @@ const (
 	FailClosing     = "closing"      // not called: the client is shutting down
 )
 
+// The lanes of a send's request and answer, as roomcast's Lane numbers them: a greater number
+// is a lower lane.
+const (
+	laneCritical = 1
+	laneBulk     = 3
+)
+
 // maxAnswerBytes bounds an answer's body; a longer one is a bad answer.
 const maxAnswerBytes = 64 << 10
 
@@ -217,6 +224,9 @@ type Answer struct {
 	// Send only: when present, the message's new body (base64 in JSON) and type.
 	Body []byte  `json:"body,omitempty"`
 	Type *string `json:"type,omitempty"`
+	// Send only: when present, the lane the message goes on instead (2 normal, 3 bulk): the
+	// request's lane or a lower one, never a higher.
+	Lane *int32 `json:"lane,omitempty"`
 }
 
 // Decision is what a call decided.
@@ -233,23 +243,26 @@ type Decision struct {
 	// Body and Type, when not nil, replace the message's (a send the app allowed).
 	Body []byte
 	Type *string
+	// Lane, when not nil, is the lane the message goes on (a send the app allowed): the
+	// request's or a lower one (a greater number).
+	Lane *int32
 }
 
 // Login asks app's login hook about req and hands the decision to done, on another goroutine
 // unless the call is not made (breaker open, pool full, closing). It returns false, without
 // calling done, when app has no login hook.
 func (c *Client) Login(app string, req LoginRequest, done func(Decision)) bool {
-	return c.submit(app, HookLogin, &req.Envelope, &req, done)
+	return c.submit(app, HookLogin, &req.Envelope, &req, 0, done)
 }
 
 // Send asks app's send hook about req, as Login does.
 func (c *Client) Send(app string, req SendRequest, done func(Decision)) bool {
-	return c.submit(app, HookSend, &req.Envelope, &req, done)
+	return c.submit(app, HookSend, &req.Envelope, &req, req.Lane, done)
 }
 
 // submit hands a request to its endpoint; env is payload's envelope, stamped as the call goes
-// out.
-func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, done func(Decision)) bool {
+// out; lane is a send's lane, which its answer may lower and not raise.
+func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, lane int32, done func(Decision)) bool {
 	if c == nil {
 		return false
 	}
@@ -267,7 +280,7 @@ func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, done 
 		*env = Envelope{Hook: hook, ID: id, TimeMs: now.UnixMilli()}
 		return payload
 	}
-	e.submit(job{body: body, done: done, queued: c.cfg.Now()})
+	e.submit(job{body: body, done: done, queued: c.cfg.Now(), lane: lane})
 	return true
 }
 
@@ -325,7 +338,7 @@ func (e *endpoint) call(j job) (Answer, string) {
 		e.log.Debug("callback answer does not parse", "err", err)
 		return Answer{}, FailBadAnswer
 	}
-	if err := e.check(&a); err != nil {
+	if err := e.check(&a, j.lane); err != nil {
 		e.log.Debug("callback answer refused", "err", err)
 		return Answer{}, FailBadAnswer
 	}
@@ -335,13 +348,16 @@ func (e *endpoint) call(j job) (Answer, string) {
 // errAnswer wraps what is wrong with an answer.
 var errAnswer = errors.New("bad answer")
 
-// check refuses an answer that lacks allow or carries what its hook cannot take.
-func (e *endpoint) check(a *Answer) error {
+// check refuses an answer that lacks allow or carries what its hook cannot take; lane is the
+// send's lane.
+func (e *endpoint) check(a *Answer, lane int32) error {
 	switch {
 	case a.Allow == nil:
 		return fmt.Errorf("%w: allow is missing", errAnswer)
-	case e.hook == HookLogin && (a.Body != nil || a.Type != nil):
+	case e.hook == HookLogin && (a.Body != nil || a.Type != nil || a.Lane != nil):
 		return fmt.Errorf("%w: a login answer rewrites no message", errAnswer)
+	case a.Lane != nil && (*a.Lane < max(lane, laneCritical) || *a.Lane > laneBulk):
+		return fmt.Errorf("%w: lane %d is not the message's lane (%d) or a lower one (up to %d, bulk)", errAnswer, *a.Lane, lane, laneBulk)
 	case e.hook == HookSend && a.Tags != nil:
 		return fmt.Errorf("%w: a send answer sets no tags", errAnswer)
 	case a.Body != nil && (len(a.Body) == 0 || len(a.Body) > e.c.cfg.MaxBodyBytes):

@@ -185,7 +185,7 @@ func TestRequestsAreSignedAndAnswersDecide(t *testing.T) {
 		if hook == HookLogin {
 			c.Login("a", LoginRequest{App: "a", Room: "r", UID: "u", Tags: []string{"t"}}, done)
 		} else {
-			c.Send("a", SendRequest{App: "a", Room: "r", UID: "u", Type: "chat", Body: []byte("hi")}, done)
+			c.Send("a", SendRequest{App: "a", Room: "r", UID: "u", Type: "chat", Lane: 2, Body: []byte("hi")}, done)
 		}
 		return <-ch
 	}
@@ -221,6 +221,21 @@ func TestRequestsAreSignedAndAnswersDecide(t *testing.T) {
 		{"rewrite", `{"allow":true,"body":"KioqKg==","type":"censored"}`, HookSend, func(d Decision) error {
 			if string(d.Body) != "****" || d.Type == nil || *d.Type != "censored" {
 				return errors.New("want body **** and type censored")
+			}
+			return nil
+		}},
+		{"raise", `{"allow":true,"lane":1}`, HookSend, wantFailure(FailBadAnswer)},
+		{"no such lane", `{"allow":true,"lane":4}`, HookSend, wantFailure(FailBadAnswer)},
+		{"login answer with a lane", `{"allow":true,"lane":3}`, HookLogin, wantFailure(FailBadAnswer)},
+		{"demote", `{"allow":true,"lane":3}`, HookSend, func(d Decision) error {
+			if !d.Allow || d.Lane == nil || *d.Lane != 3 {
+				return errors.New("want lane 3 (bulk)")
+			}
+			return nil
+		}},
+		{"lane kept", `{"allow":true,"lane":2}`, HookSend, func(d Decision) error {
+			if !d.Allow || d.Lane == nil || *d.Lane != 2 {
+				return errors.New("want lane 2 (normal)")
 			}
 			return nil
 		}},

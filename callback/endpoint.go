@@ -31,7 +31,8 @@ type job struct {
 	body   func(id string, now time.Time) any // the request, stamped when it goes out
 	done   func(Decision)
 	queued time.Time
-	probe  bool // the breaker let it through as a half-open probe
+	probe  bool  // the breaker let it through as a half-open probe
+	lane   int32 // a send's lane, which the answer may lower and not raise
 }
 
 func (c *Client) newEndpoint(app string, hook Hook, url string, a AppConfig) *endpoint {
@@ -116,7 +117,7 @@ func (e *endpoint) run(j job) {
 	}
 	d := Decision{Allow: *a.Allow, Reason: a.Reason}
 	if d.Allow {
-		d.Tags, d.Body, d.Type = a.Tags, a.Body, a.Type
+		d.Tags, d.Body, d.Type, d.Lane = a.Tags, a.Body, a.Type, a.Lane
 		e.m.decisions.WithLabelValues("allow").Inc()
 	} else {
 		e.m.decisions.WithLabelValues("deny").Inc()

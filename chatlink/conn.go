@@ -68,6 +68,9 @@ type conn struct {
 	// cdnAcked: the LoginAck is written, the room's CDN config changes may follow (cdn.go).
 	// Guarded by the room's lock.
 	cdnAcked bool
+	// critical: the member's token grants it the critical lane (the lanes claim). Set once by
+	// login before the conn joins its room, read-only afterwards.
+	critical bool
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -248,7 +251,7 @@ func (c *conn) login(l *pb.Login) {
 		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		return
 	}
-	c.app, c.room, c.uid = claims.App, claims.Room, claims.UID
+	c.app, c.room, c.uid, c.critical = claims.App, claims.Room, claims.UID, claims.Critical()
 	if !n.limits.appAllows(c.app, c.addr()) {
 		n.m.logins.WithLabelValues("denied").Inc()
 		n.sampledLog(now, "address denied by the app's list", "addr", c.addr(), "app", c.app)
@@ -441,12 +444,17 @@ func (c *conn) forward(s *pb.Send) {
 	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
 		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
+		CriticalGranted: c.critical,
 	}, &rep)
 	switch {
 	case err != nil:
 		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
 	case rep.Code != 0:
-		c.sendError(s.Seq, pb.ErrorCode(rep.Code), rep.Message)
+		// A refusal by the room's member send rates carries its retry hint.
+		c.node.m.sendErrors.WithLabelValues(pb.ErrorCode(rep.Code).String()).Inc()
+		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+			Code: rep.Code, Message: rep.Message, Seq: s.Seq, RetryAfterMs: rep.RetryAfterMs,
+		}}})
 	default:
 		c.writeFrame(&pb.Frame{Kind: &pb.Frame_SendAck{SendAck: &pb.SendAck{
 			Seq: s.Seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
 	pb "roomcast/proto/roomcastpb"
@@ -38,26 +37,18 @@ func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequ
 	})
 }
 
-// sendCallback hands a member's send the room would take to its app's send hook, when the app
-// has one, and answers the send when the hook decided. It reports whether it did. The server
-// API's sends are never called back: they come from the app's own server.
-func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendRequest) bool {
-	if req.SessionId == "" || !s.cfg.Callbacks.Has(req.App, callback.HookSend) {
-		return false
+// sendCallback hands a member's send to its app's send hook and answers the send when the hook
+// decided. checked is req as the room's checks left it (memberSend): the app is asked about the
+// lane the message would go on, and may lower it. The server API's sends are never called
+// back: they come from the app's own server.
+func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *pb.SendRequest) {
+	lane := checked.Lane
+	if lane == pb.Lane_LANE_UNSPECIFIED {
+		lane = pb.Lane_LANE_NORMAL
 	}
-	// On a copy: maySend narrows the copy's audience, and send checks the original again.
-	pre := proto.CloneOf(req)
-	rep := ValidateSend(pre, s.exprs)
-	if rep == nil {
-		rep = s.maySend(pre, s.cfg.Now())
-	}
-	if rep != nil {
-		s.respond(msg, opSend, start, rep)
-		return true
-	}
-	return s.cfg.Callbacks.Send(req.App, callback.SendRequest{
+	called := s.cfg.Callbacks.Send(req.App, callback.SendRequest{
 		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId,
-		Type: req.Type, Lane: int32(req.Lane), Body: req.Body, TagExpr: req.TagExpr, SenderTags: req.SenderTags,
+		Type: req.Type, Lane: int32(lane), Body: req.Body, TagExpr: req.TagExpr, SenderTags: req.SenderTags,
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
@@ -73,8 +64,18 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
+		// From the lane the room's checks left, so that they do not lower it twice; the
+		// callback package takes no raise.
+		req.Lane = lane
+		if d.Lane != nil && pb.Lane(*d.Lane) > lane {
+			req.Lane = pb.Lane(*d.Lane)
+			s.metrics.demoted.Inc()
+		}
 		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
 	})
+	if !called { // the hook is gone: configured hooks do not change, but do not leave it hanging
+		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
+	}
 }
 
 // maxReasonBytes bounds the app's reason a client is told.

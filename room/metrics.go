@@ -36,6 +36,7 @@ type metrics struct {
 	bulkSampled   prometheus.Counter  // bulk messages the room's cap left out
 	batches       prometheus.Counter  // room batches published
 	unsent        prometheus.Counter  // accepted messages whose publish failed
+	demoted       prometheus.Counter  // members' critical messages sent on a lower lane
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bulkSampled:   c("bulk_sampled_out_total", "Bulk messages left out by their room's bulk cap (RoomSettings.bulk_per_second) before the bus."),
 		batches:       c("batches_published_total", "Room batches published to the rooms' nodes (one per room and batch window)."),
 		unsent:        c("messages_unsent_total", "Accepted messages whose broadcast failed (bus down or closed): not delivered, not kept."),
+		demoted:       c("messages_demoted_total", "Members' messages sent on a lower lane than they named: critical ones their room does not allow them (demote_critical), and the lanes the app's send callback lowered."),
 	}
 	for op, name := range opNames {
 		m.latency[op] = latency.WithLabelValues(name)

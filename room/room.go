@@ -104,6 +104,16 @@ type Config struct {
 	// Callbacks asks the apps' backends about the logins and the members' sends the service
 	// admitted (callbacks.go); several instances may share one. Zero value means none.
 	Callbacks *callback.Client
+	// MemberSendsPerSecond caps the messages a room's members send per second, all of them
+	// together, on every lane (bursts of twice that): a send over it is refused with 120
+	// (SEND_RATE_LIMITED) and a retry hint (membersend.go). The cap is per instance, like
+	// BulkPerSecond. The app server's sends are not counted. Zero value means
+	// DefaultMemberSendsPerSecond (1000); a negative one means no cap.
+	MemberSendsPerSecond int
+	// MemberCriticalPerSecond caps the critical messages a room's members send per second, as
+	// MemberSendsPerSecond does, for rooms whose settings do not set member_critical_per_second.
+	// Zero value means DefaultMemberCriticalPerSecond (10); a negative one means no cap.
+	MemberCriticalPerSecond int
 }
 
 // Service is one instance of the room service.
@@ -120,6 +130,7 @@ type Service struct {
 	exprs   *tag.Cache // tag expressions checked, compiled once
 	batch   *batcher   // nil when Config.BatchWindow is negative
 	bulk    *bulkCap
+	members memberRates
 	metrics *metrics
 
 	stop    chan struct{}
@@ -161,6 +172,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HistoryMaxAge <= 0 {
 		c.HistoryMaxAge = DefaultHistoryMaxAge
 	}
+	if c.MemberSendsPerSecond == 0 {
+		c.MemberSendsPerSecond = DefaultMemberSendsPerSecond
+	}
+	if c.MemberCriticalPerSecond == 0 {
+		c.MemberCriticalPerSecond = DefaultMemberCriticalPerSecond
+	}
 	return c, nil
 }
 
@@ -171,7 +188,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: cfg.Log.With("svc", "room"), dist: newDistribution(), exprs: tag.NewCache(exprCacheSize),
-		bulk: newBulkCap(), metrics: newMetrics(cfg.Registerer), stop: make(chan struct{})}
+		bulk: newBulkCap(), members: newMemberRates(), metrics: newMetrics(cfg.Registerer), stop: make(chan struct{})}
 	if cfg.BatchWindow > 0 {
 		s.batch = newBatcher(s, cfg.BatchWindow)
 	}
@@ -384,7 +401,10 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 	case tagMuted(meta, req.SenderTags, req.Uid, now, s.exprs):
 		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
 	}
-	return s.scopeByTags(req, meta.GetSettings())
+	if rep := s.scopeByTags(req, meta.GetSettings()); rep != nil {
+		return rep
+	}
+	return s.checkLane(req, meta.GetSettings())
 }
 
 // scopeByTags applies a room's tag permissions to a member's message: send_expr says who may
@@ -429,7 +449,8 @@ func (s *Service) onSend(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	if s.sendCallback(msg, start, &req) { // the app's backend decides, and callbacks.go answers
+	if req.SessionId != "" {
+		s.memberSend(ctx, msg, start, &req) // membersend.go
 		return
 	}
 	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
@@ -517,20 +538,31 @@ func (q *Queued) Reply() *pb.Reply {
 // a critical send is answered only when its messages are numbered, kept and published, and 503
 // when they were not. Bulk and normal sends are answered on acceptance (batcher.go).
 func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
-	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	now := s.cfg.Now()
 	for i, req := range reqs {
-		rep := ValidateSend(req, s.exprs)
-		if rep == nil {
-			rep = s.maySend(req, now)
-		}
-		if rep != nil {
+		if rep := s.check(req, now); rep != nil {
 			if len(reqs) > 1 {
 				rep.Message = fmt.Sprintf("message %d: %s", i, rep.Message)
 			}
 			return rep, nil
 		}
 	}
+	return s.accept(ctx, reqs, now)
+}
+
+// check is ValidateSend and maySend: nil when req may go to its room (its audience possibly
+// narrowed, its lane possibly lowered), otherwise the refusal.
+func (s *Service) check(req *pb.SendRequest, now time.Time) *pb.Reply {
+	if rep := ValidateSend(req, s.exprs); rep != nil {
+		return rep
+	}
+	return s.maySend(req, now)
+}
+
+// accept stamps checked messages to one room and hands them to the broadcast, as send
+// describes.
+func (s *Service) accept(ctx context.Context, reqs []*pb.SendRequest, now time.Time) (*pb.Reply, *windowDone) {
+	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	batch := s.stamp(reqs, now)
 	rep := &pb.Reply{ServerTimeMs: now.UnixMilli(), MessageIds: make([]string, len(batch.Messages))}
 	for i, m := range batch.Messages {
@@ -568,6 +600,11 @@ func notSent() *pb.Reply {
 // sends meanwhile.
 func (s *Service) sendAndRespond(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*pb.SendRequest) {
 	rep, w := s.send(ctx, reqs)
+	s.respondSent(msg, start, rep, w)
+}
+
+// respondSent answers msg with rep, at once or, when w is not nil, once w is published.
+func (s *Service) respondSent(msg *nats.Msg, start time.Time, rep *pb.Reply, w *windowDone) {
 	if w == nil {
 		s.respond(msg, opSend, start, rep)
 		return

@@ -128,6 +128,23 @@ func (e *SendError) Temporary() bool {
 		e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)
 }
 
+// Is lets errors.Is match a SendError by code: errors.Is(err, sdk.ErrLaneNotAllowed).
+func (e *SendError) Is(target error) bool {
+	t, ok := target.(*SendError)
+	return ok && t.Code == e.Code
+}
+
+// Send errors to match with errors.Is.
+var (
+	// ErrLaneNotAllowed: the Send named the critical lane, which the room (its critical_expr)
+	// and the member's token (its lanes claim) do not allow this member; send it on another
+	// lane. By default only the app server sends critical messages.
+	ErrLaneNotAllowed = &SendError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED)}
+	// ErrSendRateLimited: the Send was over a send rate (of the connection, the user, or the
+	// room's members together); send it again after its RetryAfter.
+	ErrSendRateLimited = &SendError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)}
+)
+
 // sendError is the SendError of an Error frame.
 func sendError(e *roomcastpb.Error) *SendError {
 	return &SendError{Code: e.GetCode(), Message: e.GetMessage(), RetryAfter: time.Duration(e.GetRetryAfterMs()) * time.Millisecond}

@@ -35,7 +35,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	labels := nodeLabels{}
 	flags.Var(labels, "node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)")
 	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
-	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond)
+	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond, &cfg.RoomMemberSendsPerSecond, &cfg.RoomMemberCriticalPerSecond)
 	bindInboxFlags(flags, &cfg.Inbox)
 	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)

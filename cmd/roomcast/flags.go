@@ -129,11 +129,14 @@ func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
 	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
-// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow and
-// BulkPerSecond) that `roomcast services` and `roomcast dev` share.
-func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond *int) {
+// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow,
+// BulkPerSecond, MemberSendsPerSecond and MemberCriticalPerSecond) that `roomcast services` and
+// `roomcast dev` share.
+func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond, memberSends, memberCritical *int) {
 	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
 	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
+	fs.IntVar(memberSends, "room-member-sends-per-second", room.DefaultMemberSendsPerSecond, "messages a room's members may send per second, all of them together, on every lane, in bursts of twice that, per room service instance; over it a send is refused with Error 120 and a retry hint (the app server's sends are not counted; negative: no cap)")
+	fs.IntVar(memberCritical, "room-member-critical-per-second", room.DefaultMemberCriticalPerSecond, "critical messages a room's members may send per second, all of them together, in bursts of twice that, per room service instance, when the room's settings set no member_critical_per_second; over it a send is refused with Error 120 and a retry hint (negative: no cap)")
 }
 
 // bindInboxFlags binds the server API's settings of the at-least-once messages to users

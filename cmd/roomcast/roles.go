@@ -101,7 +101,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindHistoryFlags(fs, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
-	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond)
+	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond, &cfg.Room.MemberSendsPerSecond, &cfg.Room.MemberCriticalPerSecond)
 	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindAPILimitFlag(fs, &cfg.API.Limits.PerKey)
 	bindQueueFlags(fs, &cfg.Queue)

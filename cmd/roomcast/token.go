@@ -19,8 +19,9 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	room := fs.String("room", "", "room id (required)")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid (a ChatLink refuses one valid longer than the app's --token-max-lifetime, 24h by default)")
 	tags := fs.String("tags", "", "comma-separated member tags, e.g. class:3,role:student")
+	critical := fs.Bool("critical", false, "let the member send critical messages (the token's lanes claim: [\"critical\"]); without it the room's critical_expr decides")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: roomcast token --secret S --app A --uid U --room R [--ttl 1h] [--tags t1,t2]
+		fmt.Fprint(stderr, `Usage: roomcast token --secret S --app A --uid U --room R [--ttl 1h] [--tags t1,t2] [--critical]
 
 Mints a login token (a JWT signed with HMAC-SHA256) that lets user U join room R of app A, and
 prints it. App servers mint tokens the same way with the app's secret. App, user and room ids are
@@ -40,7 +41,11 @@ prints it. App servers mint tokens the same way with the app's secret. App, user
 	if *tags != "" {
 		tagList = strings.Split(*tags, ",")
 	}
-	tok, err := auth.Mint([]byte(*secret), *app, *uid, *room, tagList, *ttl)
+	var opts []auth.MintOption
+	if *critical {
+		opts = append(opts, auth.WithLanes(auth.LaneCritical))
+	}
+	tok, err := auth.Mint([]byte(*secret), *app, *uid, *room, tagList, *ttl, opts...)
 	if err != nil {
 		fmt.Fprintln(stderr, "roomcast token:", err)
 		return 2

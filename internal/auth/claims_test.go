@@ -11,6 +11,7 @@ import (
 // plainSeeds are claims sets of the plain shape and just outside it.
 var plainSeeds = []string{
 	`{"app":"demo","uid":"u1","room":"r1","tags":["class:3","role:student"],"sub":"u1","exp":1767225600,"iat":1767222000}`,
+	`{"app":"demo","uid":"u1","room":"r1","lanes":["critical"],"exp":1767225600}`, `{"lanes":[]}`, `{"lanes":"critical"}`,
 	`{ "app" : "a" , "uid":"u", "room":"r", "tags":[ ], "exp": 1.5e9, "nbf":0, "aud":["x","y"], "n": -0.25E+2 }`,
 	`{}`, ` {} `, `{"tags":[]}`, `{"tags":null}`, `{"app":null}`, `{"app":"\u0061"}`, `{"app":"é"}`,
 	`{"exp":01}`, `{"exp":1.}`, `{"exp":1e}`, `{"exp":-1}`, `{"exp":1e300}`, `{"exp":"1"}`, `{"exp":1x}`,

@@ -57,11 +57,26 @@ type Claims struct {
 	UID  string   `json:"uid"`
 	Room string   `json:"room"`
 	Tags []string `json:"tags,omitempty"`
+	// Lanes are the lanes the member may send on beyond normal and bulk, which every member
+	// may: "critical" is the only one (LaneCritical). Without it, the room's critical_expr
+	// decides (docs/protocol.md).
+	Lanes []string `json:"lanes,omitempty"`
 	jwt.RegisteredClaims
 }
 
+// LaneCritical, in a token's lanes, lets the member send critical messages.
+const LaneCritical = "critical"
+
+// MintOption adds to the claims a token is minted with.
+type MintOption func(*Claims)
+
+// WithLanes grants the member lanes beyond normal and bulk (LaneCritical).
+func WithLanes(lanes ...string) MintOption {
+	return func(c *Claims) { c.Lanes = lanes }
+}
+
 // Mint signs a token for uid in room of app, valid for ttl.
-func Mint(secret []byte, app, uid, room string, tags []string, ttl time.Duration) (string, error) {
+func Mint(secret []byte, app, uid, room string, tags []string, ttl time.Duration, opts ...MintOption) (string, error) {
 	if len(secret) == 0 {
 		return "", errors.New("auth: empty secret")
 	}
@@ -81,6 +96,12 @@ func Mint(secret []byte, app, uid, room string, tags []string, ttl time.Duration
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 		},
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := checkLanes(c.Lanes); err != nil {
+		return "", err
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
@@ -179,31 +200,49 @@ func (k Keyring) VerifyWithin(token string, max Lifetimes) (*Claims, error) {
 	if !ValidName(c.App) || !ValidName(c.UID) || !ValidName(c.Room) {
 		return nil, fmt.Errorf("%w: app, uid and room must be valid names", ErrInvalid)
 	}
+	if err := checkLanes(c.Lanes); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	return c, nil
 }
+
+// checkLanes refuses a lanes claim naming anything but LaneCritical: a token that means to
+// grant something this version does not know is refused rather than half read.
+func checkLanes(lanes []string) error {
+	for _, l := range lanes {
+		if l != LaneCritical {
+			return fmt.Errorf("auth: lanes: %q is not a lane a token grants (only %q)", l, LaneCritical)
+		}
+	}
+	return nil
+}
+
+// Critical reports whether the token grants its member the critical lane.
+func (c *Claims) Critical() bool { return slices.Contains(c.Lanes, LaneCritical) }
 
 // wireClaims is the claims set as Verify decodes it: the registered time claims as plain
 // numbers, which jwt.NumericDate would decode through an extra json.Unmarshal each.
 type wireClaims struct {
-	App  string
-	UID  string
-	Room string
-	Tags []string
-	Sub  string
-	Iss  string
-	Jti  string
-	Exp  seconds
-	Nbf  seconds
-	Iat  seconds
+	App   string
+	UID   string
+	Room  string
+	Tags  []string
+	Lanes []string
+	Sub   string
+	Iss   string
+	Jti   string
+	Exp   seconds
+	Nbf   seconds
+	Iat   seconds
 	// aud is not read: no audience is checked.
 }
 
 // claimNames are the claims Verify reads, in the order of wireClaims.targets.
-var claimNames = []string{"app", "uid", "room", "tags", "sub", "iss", "jti", "exp", "nbf", "iat"}
+var claimNames = []string{"app", "uid", "room", "tags", "lanes", "sub", "iss", "jti", "exp", "nbf", "iat"}
 
 // targets returns where each claim of claimNames is decoded to.
 func (w *wireClaims) targets() []any {
-	return []any{&w.App, &w.UID, &w.Room, &w.Tags, &w.Sub, &w.Iss, &w.Jti, &w.Exp, &w.Nbf, &w.Iat}
+	return []any{&w.App, &w.UID, &w.Room, &w.Tags, &w.Lanes, &w.Sub, &w.Iss, &w.Jti, &w.Exp, &w.Nbf, &w.Iat}
 }
 
 // decode reads a claims set: a JSON object whose known members are named exactly, each at
@@ -262,7 +301,7 @@ func decodeObject(data []byte, known []string, dst []any) error {
 
 func (w *wireClaims) claims() *Claims {
 	return &Claims{
-		App: w.App, UID: w.UID, Room: w.Room, Tags: w.Tags,
+		App: w.App, UID: w.UID, Room: w.Room, Tags: w.Tags, Lanes: w.Lanes,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject: w.Sub, Issuer: w.Iss, ID: w.Jti,
 			ExpiresAt: w.Exp.date(), NotBefore: w.Nbf.date(), IssuedAt: w.Iat.date(),

@@ -53,6 +53,39 @@ func TestMintVerify(t *testing.T) {
 	}
 }
 
+// TestLanesClaim: a token's lanes claim grants the critical lane, survives Verify on both
+// decoding paths, and a lane Verify does not know refuses the token.
+func TestLanesClaim(t *testing.T) {
+	t.Parallel()
+	keys := Keyring{"app1": []byte("s1")}
+	plain, _ := Mint([]byte("s1"), "app1", "u1", "r1", nil, time.Minute)
+	granted, err := Mint([]byte("s1"), "app1", "u1", "r1", []string{"host"}, time.Minute, WithLanes(LaneCritical))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := jwt.NewNumericDate(time.Now().Add(time.Hour))
+	// A member true is outside decodePlain's shape: this one is read by decodeObject.
+	slow, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"app": "app1", "uid": "u", "room": "r",
+		"lanes": []string{"critical"}, "exp": exp.Unix(), "x": true}).SignedString([]byte("s1"))
+	for name, tc := range map[string]struct {
+		tok  string
+		want bool
+	}{"no claim": {plain, false}, "critical": {granted, true}, "critical, slow path": {slow, true}} {
+		c, err := keys.Verify(tc.tok)
+		if err != nil || c.Critical() != tc.want {
+			t.Errorf("%s: claims %+v, err %v: want Critical() %v", name, c, err, tc.want)
+		}
+	}
+	if _, err := Mint([]byte("s1"), "app1", "u1", "r1", nil, time.Minute, WithLanes("bulk")); err == nil {
+		t.Error("Mint granted an unknown lane")
+	}
+	unknown, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, Claims{App: "app1", UID: "u", Room: "r", Lanes: []string{"critical", "turbo"},
+		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}}).SignedString([]byte("s1"))
+	if _, err := keys.Verify(unknown); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a token granting lane turbo: err %v, want ErrInvalid", err)
+	}
+}
+
 func TestMintRefusesBadInput(t *testing.T) {
 	for name, f := range map[string]func() error{
 		"empty secret": func() error { _, err := Mint(nil, "a", "u", "r", nil, time.Minute); return err },

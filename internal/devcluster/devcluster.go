@@ -118,6 +118,10 @@ type Config struct {
 	// defaults.
 	RoomBatchWindow   time.Duration
 	RoomBulkPerSecond int
+	// RoomMemberSendsPerSecond and RoomMemberCriticalPerSecond are the room service's caps on
+	// a room's members' sends (room.Config.MemberSendsPerSecond, MemberCriticalPerSecond).
+	// Zero values mean the room service's defaults, which tests run too.
+	RoomMemberSendsPerSecond, RoomMemberCriticalPerSecond int
 	// HistoryMaxAge is how long a room's history keeps a message (room.Config). Zero value
 	// means 24h.
 	HistoryMaxAge time.Duration
@@ -234,7 +238,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances: cfg.ServiceInstances,
 		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge,
-			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond},
+			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond,
+			MemberSendsPerSecond: cfg.RoomMemberSendsPerSecond, MemberCriticalPerSecond: cfg.RoomMemberCriticalPerSecond},
 		Presence:   presenceCfg,
 		Queue:      cfg.Queue,
 		Dispatcher: dcfg,

@@ -181,7 +181,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for i := range clients {
 		wg.Go(func() {
 			uid := fmt.Sprintf("probe-%s-%d", run, i)
-			tok, err := auth.Mint(cfg.Secret, cfg.App, uid, cfg.Room, nil, cfg.Timeout+time.Minute)
+			var lanes []auth.MintOption
+			if cfg.Lane == roomcastpb.Lane_LANE_CRITICAL { // members send critical messages only when their token says so
+				lanes = append(lanes, auth.WithLanes(auth.LaneCritical))
+			}
+			tok, err := auth.Mint(cfg.Secret, cfg.App, uid, cfg.Room, nil, cfg.Timeout+time.Minute, lanes...)
 			if err != nil {
 				errs[i] = fmt.Errorf("mint token for %s: %w", uid, err)
 				return

@@ -188,8 +188,21 @@ type RoomSettings struct {
 	// How many waiting messages make a frame go at the next tick despite latency_budget_ms.
 	// 0: the node's default (--gather-messages, itself 4). At most 64.
 	GatherMessages uint32 `protobuf:"varint,28,opt,name=gather_messages,json=gatherMessages,proto3" json:"gather_messages,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Which members may send on the critical lane: a tag expression over the sender (tags, uid).
+	// Empty: only members whose token grants it (the "lanes" claim). The app server may always.
+	// A member's critical send that neither allows is refused with 123 (LANE_NOT_ALLOWED), or
+	// goes on the normal lane with demote_critical. Example: role in ["host", "moderator"].
+	CriticalExpr string `protobuf:"bytes,29,opt,name=critical_expr,json=criticalExpr,proto3" json:"critical_expr,omitempty"`
+	// A member's critical send that critical_expr and its token do not allow goes on the normal
+	// lane instead of being refused: for rooms whose clients were written to send critical.
+	DemoteCritical bool `protobuf:"varint,30,opt,name=demote_critical,json=demoteCritical,proto3" json:"demote_critical,omitempty"`
+	// Critical messages the room's members may send per second, all of them together (per room
+	// service instance), bursts of twice that; over it a send is refused with 120
+	// (SEND_RATE_LIMITED) and a retry hint. The app server's sends are not counted. 0: the room
+	// service's default (10, --room-member-critical-per-second); -1: no cap.
+	MemberCriticalPerSecond int32 `protobuf:"varint,31,opt,name=member_critical_per_second,json=memberCriticalPerSecond,proto3" json:"member_critical_per_second,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -337,6 +350,27 @@ func (x *RoomSettings) GetLatencyBudgetMs() uint32 {
 func (x *RoomSettings) GetGatherMessages() uint32 {
 	if x != nil {
 		return x.GatherMessages
+	}
+	return 0
+}
+
+func (x *RoomSettings) GetCriticalExpr() string {
+	if x != nil {
+		return x.CriticalExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetDemoteCritical() bool {
+	if x != nil {
+		return x.DemoteCritical
+	}
+	return false
+}
+
+func (x *RoomSettings) GetMemberCriticalPerSecond() int32 {
+	if x != nil {
+		return x.MemberCriticalPerSecond
 	}
 	return 0
 }
@@ -3458,7 +3492,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xbd\x05\n" +
+	"\tapi.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\fclient.proto\x1a\flimits.proto\x1a\rmessage.proto\"\xc8\x06\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -3480,7 +3514,10 @@ const file_api_proto_rawDesc = "" +
 	"\x10queue_admin_expr\x18\x12 \x01(\tR\x0equeueAdminExpr\x12*\n" +
 	"\x11queue_max_entries\x18\x13 \x01(\rR\x0fqueueMaxEntries\x12*\n" +
 	"\x11latency_budget_ms\x18\x1b \x01(\rR\x0flatencyBudgetMs\x12'\n" +
-	"\x0fgather_messages\x18\x1c \x01(\rR\x0egatherMessagesJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
+	"\x0fgather_messages\x18\x1c \x01(\rR\x0egatherMessages\x12#\n" +
+	"\rcritical_expr\x18\x1d \x01(\tR\fcriticalExpr\x12'\n" +
+	"\x0fdemote_critical\x18\x1e \x01(\bR\x0edemoteCritical\x12;\n" +
+	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecondJ\x04\b\x04\x10\x05R\bcdn_mode\"\xd6\x02\n" +
 	"\x04Room\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +

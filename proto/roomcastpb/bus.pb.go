@@ -275,9 +275,12 @@ type SendRequest struct {
 	Body      []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
 	TagExpr   string `protobuf:"bytes,8,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	// The sender's tags, for the room's send permissions (RoomSettings.send_expr and friends).
-	SenderTags    []string `protobuf:"bytes,9,rep,name=sender_tags,json=senderTags,proto3" json:"sender_tags,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SenderTags []string `protobuf:"bytes,9,rep,name=sender_tags,json=senderTags,proto3" json:"sender_tags,omitempty"`
+	// The sender's token grants it the critical lane (the "lanes" claim), whatever the room's
+	// critical_expr says.
+	CriticalGranted bool `protobuf:"varint,10,opt,name=critical_granted,json=criticalGranted,proto3" json:"critical_granted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendRequest) Reset() {
@@ -373,6 +376,13 @@ func (x *SendRequest) GetSenderTags() []string {
 	return nil
 }
 
+func (x *SendRequest) GetCriticalGranted() bool {
+	if x != nil {
+		return x.CriticalGranted
+	}
+	return false
+}
+
 // SendBatchRequest: messages to one room from the server API, all or none
 // (subject rc.svc.room.sendbatch).
 type SendBatchRequest struct {
@@ -444,7 +454,9 @@ type Reply struct {
 	// Set by a history query (rc.svc.room.history).
 	History *HistoryPage `protobuf:"bytes,11,opt,name=history,proto3" json:"history,omitempty"`
 	// Set by a successful room queue request (rc.svc.queue).
-	Queue         *QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue *QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Set by a send refused with 120 (SEND_RATE_LIMITED): when the same send may be accepted.
+	RetryAfterMs  uint32 `protobuf:"varint,16,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +573,13 @@ func (x *Reply) GetQueue() *QueueResponse {
 		return x.Queue
 	}
 	return nil
+}
+
+func (x *Reply) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 // HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
@@ -2481,7 +2500,7 @@ const file_bus_proto_rawDesc = "" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04tags\x18\x06 \x03(\tR\x04tags\x12\"\n" +
 	"\rfirst_on_node\x18\a \x01(\bR\vfirstOnNode\x12\x16\n" +
-	"\x06device\x18\b \x01(\tR\x06device\"\xef\x01\n" +
+	"\x06device\x18\b \x01(\tR\x06device\"\x9a\x02\n" +
 	"\vSendRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -2493,9 +2512,11 @@ const file_bus_proto_rawDesc = "" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x19\n" +
 	"\btag_expr\x18\b \x01(\tR\atagExpr\x12\x1f\n" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
-	"senderTags\"B\n" +
+	"senderTags\x12)\n" +
+	"\x10critical_granted\x18\n" +
+	" \x01(\bR\x0fcriticalGranted\"B\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xe6\x03\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x8c\x04\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2513,7 +2534,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x03cdn\x18\n" +
 	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x122\n" +
 	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\x120\n" +
-	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\"\xaa\x01\n" +
+	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\x12$\n" +
+	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +

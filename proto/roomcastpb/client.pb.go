@@ -84,6 +84,10 @@ const (
 	ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED ErrorCode = 121
 	// Server API: the key made more calls than its app's rate allows (HTTP 429, Retry-After).
 	ErrorCode_ERROR_CODE_API_RATE_LIMITED ErrorCode = 122
+	// A member's Send named LANE_CRITICAL, which the room's critical_expr and the member's token
+	// do not allow (by default only the app server sends critical messages). Send it on another
+	// lane; the room may say to demote such sends instead (demote_critical).
+	ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED ErrorCode = 123
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -115,6 +119,7 @@ var (
 		120: "ERROR_CODE_SEND_RATE_LIMITED",
 		121: "ERROR_CODE_LOGIN_RATE_LIMITED",
 		122: "ERROR_CODE_API_RATE_LIMITED",
+		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -141,6 +146,7 @@ var (
 		"ERROR_CODE_SEND_RATE_LIMITED":  120,
 		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
 		"ERROR_CODE_API_RATE_LIMITED":   122,
+		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
 		"ERROR_CODE_INTERNAL":           500,
 		"ERROR_CODE_UNAVAILABLE":        503,
 	}
@@ -1967,7 +1973,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xd2\x05\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xf3\x05\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1990,7 +1996,8 @@ const file_client_proto_rawDesc = "" +
 	"\x18ERROR_CODE_DENIED_BY_APP\x10v\x12 \n" +
 	"\x1cERROR_CODE_SEND_RATE_LIMITED\x10x\x12!\n" +
 	"\x1dERROR_CODE_LOGIN_RATE_LIMITED\x10y\x12\x1f\n" +
-	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x18\n" +
+	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
+	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +

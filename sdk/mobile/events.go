@@ -15,6 +15,15 @@ const (
 	LaneBulk     = "bulk"
 )
 
+// Error codes of SendResult.ErrorCode an app may want to act on (docs/protocol.md §4).
+const (
+	// ErrorSendRateLimited (120): over a send rate; send again after RetryAfterMs.
+	ErrorSendRateLimited = 120
+	// ErrorLaneNotAllowed (123): the Send named LaneCritical, which the room and the member's
+	// token do not allow this member; send it on another lane.
+	ErrorLaneNotAllowed = 123
+)
+
 // Event kinds, for Event.Kind.
 const (
 	// EventConnected: a login succeeded, the first (from NewClient) or after a reconnect
