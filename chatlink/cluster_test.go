@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"roomcast/chatlink"
+	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -139,9 +140,9 @@ func TestServerAPISendReachesBothNodes(t *testing.T) {
 
 func TestPipelinedSendsKeepOrder(t *testing.T) {
 	t.Parallel()
-	c := testcluster.Start(t, testcluster.ChatLinks(2))
+	c := testcluster.Start(t, testcluster.ChatLinks(2), testcluster.NoMemberCriticalCap())
 	sender := testkit.DialWS(t, c.Nodes[0].WSURL())
-	sender.Login(testcluster.Token(t, "fast", "order"))
+	sender.Login(testcluster.TokenWith(t, "fast", "order", nil, auth.WithLanes(auth.LaneCritical)))
 	receiver := testkit.DialTCP(t, c.Nodes[1].TCPAddr())
 	receiver.Login(testcluster.Token(t, "reader", "order"))
 

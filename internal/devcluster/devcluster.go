@@ -394,9 +394,10 @@ func (c *Cluster) CDNOrigin() string { return c.URL() + "/cdn" }
 // NATSURL returns the embedded NATS server's client URL.
 func (c *Cluster) NATSURL() string { return c.NATS.ClientURL() }
 
-// Mint returns a login token for uid in room of the dev app.
-func (c *Cluster) Mint(uid, room string, tags []string, ttl time.Duration) (string, error) {
-	return auth.Mint([]byte(Secret), App, uid, room, tags, ttl)
+// Mint returns a login token for uid in room of the dev app, with opts' claims (a lane the
+// member may send on: auth.WithLanes).
+func (c *Cluster) Mint(uid, room string, tags []string, ttl time.Duration, opts ...auth.MintOption) (string, error) {
+	return auth.Mint([]byte(Secret), App, uid, room, tags, ttl, opts...)
 }
 
 // Close stops everything, ChatLinks first (their clients are closed with SHUTDOWN, a

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"roomcast/chatlink"
+	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testcerts"
@@ -93,7 +94,7 @@ func TestTLS(t *testing.T) {
 			room := "tls-" + transport
 			got := make(chan string, 10)
 			dial := func(uid string, onMsg func(*pb.Message)) *sdk.Client {
-				tok, err := c.Mint(uid, room, nil, time.Hour)
+				tok, err := c.Mint(uid, room, nil, time.Hour, auth.WithLanes(auth.LaneCritical))
 				if err != nil {
 					t.Fatal(err)
 				}

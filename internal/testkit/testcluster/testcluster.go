@@ -54,11 +54,25 @@ func Start(t testing.TB, opts ...Option) *devcluster.Cluster {
 	return c
 }
 
+// NoMemberCriticalCap lifts the room service's cap on a room's members' critical messages
+// (room.Config.MemberCriticalPerSecond), for a test whose members send critical messages in
+// bursts so that no budget thins them.
+func NoMemberCriticalCap() Option {
+	return func(c *devcluster.Config) { c.RoomMemberCriticalPerSecond = -1 }
+}
+
 // Token returns a login token of the dev app (devcluster.App) for uid in room with tags, valid
 // for an hour.
 func Token(t testing.TB, uid, room string, tags ...string) string {
 	t.Helper()
-	tok, err := auth.Mint([]byte(devcluster.Secret), devcluster.App, uid, room, tags, time.Hour)
+	return TokenWith(t, uid, room, tags)
+}
+
+// TokenWith is Token with opts' claims: auth.WithLanes(auth.LaneCritical) lets the member send
+// critical messages.
+func TokenWith(t testing.TB, uid, room string, tags []string, opts ...auth.MintOption) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(devcluster.Secret), devcluster.App, uid, room, tags, time.Hour, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
