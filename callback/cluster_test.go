@@ -2,6 +2,7 @@ package callback_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,8 @@ var secret = []byte("an-app-callback-secret-0123")
 
 // rulesBackend is an app's backend with rules, served over real HTTP: it verifies every
 // request, denies uid "mallory", gives "alice" the tag vip and clears "carol"'s, denies
-// messages saying "spam" and rewrites "darn" to "****" of type censored.
+// messages saying "spam", rewrites "darn" to "****" of type censored and sends messages saying
+// "lower" one lane lower (critical on normal, normal on bulk).
 type rulesBackend struct {
 	logins, sends, bad atomic.Int64
 	bobLogin           atomic.Value // the login request of uid bob
@@ -63,6 +65,8 @@ func (b *rulesBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, `{"allow":false,"reason":"no spam here"}`)
 		case strings.Contains(string(req.Body), "darn"):
 			_ = json.NewEncoder(w).Encode(map[string]any{"allow": true, "body": []byte("****"), "type": "censored"})
+		case strings.Contains(string(req.Body), "lower"):
+			_ = json.NewEncoder(w).Encode(map[string]any{"allow": true, "lane": req.Lane + 1})
 		default:
 			_, _ = io.WriteString(w, `{"allow":true}`)
 		}
@@ -184,6 +188,38 @@ func TestCallbacksThroughCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("send demote", func(t *testing.T) {
+		// dave's token grants him the critical lane; the app lowers what he says "lower" in.
+		dave := testkit.DialWS(t, ws)
+		tok, err := auth.Mint([]byte(devcluster.Secret), devcluster.App, "dave", "r1", nil, time.Hour, auth.WithLanes(auth.LaneCritical))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dave.Login(tok)
+		for i, tc := range []struct{ from, to pb.Lane }{
+			{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_NORMAL},
+			{pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK},
+			{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_CRITICAL}, // not said "lower": as sent
+		} {
+			body := fmt.Sprintf("lower %d", i)
+			if tc.from == tc.to {
+				body = fmt.Sprintf("as it is %d", i)
+			}
+			f := send(uint64(i+1), body, "")
+			f.GetSend().Lane = tc.from
+			dave.Send(f)
+			if ack := dave.Next().GetSendAck(); ack == nil || ack.Seq != uint64(i+1) {
+				t.Fatalf("want SendAck %d, got %v", i+1, ack)
+			}
+			for _, who := range []*testkit.Client{alice, bob, carol} {
+				msgs, _ := who.CollectPushes(1)
+				if string(msgs[0].Body) != body || msgs[0].Lane != tc.to {
+					t.Fatalf("got %q on %v, want %q on %v", msgs[0].Body, msgs[0].Lane, body, tc.to)
+				}
+			}
+		}
+	})
+
 	t.Run("server API sends are not called back", func(t *testing.T) {
 		before := rules.sends.Load()
 		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/r1/messages", devcluster.APIKey, `{"body":"spam from the app itself"}`, nil); code != http.StatusOK {
@@ -235,7 +271,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 	if n := rules.bad.Load(); n != 0 {
 		t.Fatalf("%d callback requests did not verify", n)
 	}
-	if rules.logins.Load() != 4 { // mallory, alice, bob, carol
-		t.Fatalf("login hook called %d times, want 4", rules.logins.Load())
+	if rules.logins.Load() != 5 { // mallory, alice, bob, carol, dave
+		t.Fatalf("login hook called %d times, want 5", rules.logins.Load())
 	}
 }

@@ -320,3 +320,30 @@ func TestClusterCustomDialer(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterCriticalNotAllowed: a member whose token does not grant the critical lane, in a
+// room that does not allow it, is refused with ErrLaneNotAllowed (123) and may send on the
+// normal lane.
+func TestClusterCriticalNotAllowed(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	tok, err := c.Mint("plain", "lanes", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := sdk.Dial(ctx, sdk.Config{Token: tok, Dispatcher: c.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	_, err = cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: []byte("hi")})
+	var se *sdk.SendError
+	if !errors.Is(err, sdk.ErrLaneNotAllowed) || !errors.As(err, &se) || se.Temporary() {
+		t.Fatalf("a member's critical send: err %v, want ErrLaneNotAllowed, not temporary", err)
+	}
+	if _, err := cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_NORMAL, Body: []byte("hi")}); err != nil {
+		t.Fatalf("the same on the normal lane: %v", err)
+	}
+}
