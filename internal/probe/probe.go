@@ -239,8 +239,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for i, c := range clients {
 		wg.Go(func() {
 			for k := range cfg.Messages {
-				b, _ := json.Marshal(body{Run: run, From: i, Seq: k, Sent: time.Now().UnixNano()})
-				_, err := c.Send(ctx, sdk.Outgoing{Type: "probe", Lane: cfg.Lane, Body: b})
+				err := sendPaced(ctx, c, func() sdk.Outgoing {
+					b, _ := json.Marshal(body{Run: run, From: i, Seq: k, Sent: time.Now().UnixNano()})
+					return sdk.Outgoing{Type: "probe", Lane: cfg.Lane, Body: b}
+				})
 				mu.Lock()
 				res.Sent++
 				if err == nil {
@@ -370,5 +372,25 @@ func (r *recorder) fill(res *Result) {
 		res.P50 = time.Duration(r.latency.ValueAtQuantile(50)) * time.Microsecond
 		res.P99 = time.Duration(r.latency.ValueAtQuantile(99)) * time.Microsecond
 		res.Max = time.Duration(r.latency.Max()) * time.Microsecond
+	}
+}
+
+// sendPaced sends the message next makes, and again after the server's hint while a send rate
+// refuses it (120 SEND_RATE_LIMITED: the clients' burst may pass a room's cap on its members'
+// critical messages, 20 at once by default), as a client should.
+func sendPaced(ctx context.Context, c *sdk.Client, next func() sdk.Outgoing) error {
+	for {
+		_, err := c.Send(ctx, next())
+		var se *sdk.SendError
+		if !errors.As(err, &se) || !errors.Is(err, sdk.ErrSendRateLimited) || se.RetryAfter <= 0 {
+			return err
+		}
+		wait := time.NewTimer(se.RetryAfter)
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return err
+		}
 	}
 }
