@@ -13,9 +13,11 @@ import (
 // changes, in a CdnConfig frame. The node never carries the CDN lanes themselves: the room
 // service sends them to a pusher.
 
-// cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode.
+// cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode. A room
+// leaving CDN mode has an off config with the last segment index to poll (last_index): a member
+// that logs in then polls up to it too.
 func (r *localRoom) cdnConfig() *pb.CdnConfig {
-	if cfg := r.cdn.Load(); cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF {
+	if cfg := r.cdn.Load(); cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF || cfg.GetLastIndex() != 0 {
 		return cfg
 	}
 	return nil
