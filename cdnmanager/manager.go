@@ -400,9 +400,22 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 		mode, automatic := m.desiredLocked(k)
 		cfg := m.memberConfigLocked(k.app, mode)
 		r := m.routes[k]
+		if r != nil && r.UntilIndex != 0 {
+			if c, ok := m.endingLocked(k, r, cfg, automatic, cur, now, len(counts) > 0); ok {
+				plan = append(plan, c)
+			}
+			planned[k] = true
+			continue
+		}
 		if cfg == nil || len(counts) == 0 {
-			if r != nil {
+			switch {
+			case r == nil:
+			case len(counts) == 0 || m.lostLocked(r.Pusher, now):
+				// Nobody writes the room's windows from now on: its members stop polling at once.
 				plan = append(plan, change{key: k, announce: &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}, reason: reasonOff})
+				planned[k] = true
+			default:
+				plan = append(plan, m.endLocked(k, r, cur, now))
 				planned[k] = true
 			}
 			continue
@@ -438,6 +451,51 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 	return append(plan, m.rebalanceLocked(counts, planned, cur, now)...)
 }
 
+// endLocked plans a room's leaving CDN mode, handoffWindows ahead as a handoff is: its route
+// keeps its pusher up to until_index (the room service, its pusher and its members' ChatLinks
+// read that first), after which its CDN lanes go over the long connections again; its members
+// are told at once, in an off config whose last_index is the last window the pusher writes, so
+// that they poll up to it and lose none of the messages sent before the switch. Caller holds
+// mu.
+func (m *Manager) endLocked(k roomKey, r *pb.CdnRoute, cur int64, now time.Time) change {
+	until := cur + handoffWindows
+	off := &pb.CdnConfig{
+		Mode: pb.CdnMode_CDN_MODE_OFF, WindowMs: r.Config.GetWindowMs(), Vendors: r.Config.GetVendors(),
+		PollIntervalMs: r.Config.GetPollIntervalMs(), PollJitterMs: r.Config.GetPollJitterMs(),
+		LastIndex: until - 1,
+	}
+	next := proto.Clone(r).(*pb.CdnRoute)
+	next.UntilIndex, next.Config, next.UpdatedMs = until, off, now.UnixMilli()
+	return change{key: k, route: next, announce: off, reason: reasonOff}
+}
+
+// endingLocked decides about a room leaving CDN mode (route r, until_index set): its route goes
+// once its last window has passed, or at once if its pusher was lost (what that one did not
+// write is a gap, as for any lost pusher); a room whose mode is asked for again early enough
+// for everyone to read it before until_index stays in CDN mode with its pusher. ok is false
+// when nothing changes. Caller holds mu.
+func (m *Manager) endingLocked(k roomKey, r *pb.CdnRoute, cfg *pb.CdnConfig, automatic bool, cur int64, now time.Time, pushers bool) (c change, ok bool) {
+	switch {
+	case cur > r.UntilIndex || m.lostLocked(r.Pusher, now):
+		return change{key: k}, true
+	case cfg != nil && pushers && m.liveLocked(r.Pusher, now) && r.UntilIndex-cur >= handoffWindows:
+		next := proto.Clone(r).(*pb.CdnRoute)
+		next.UntilIndex, next.Mode, next.Config, next.Automatic, next.UpdatedMs = 0, cfg.Mode, cfg, automatic, now.UnixMilli()
+		return change{key: k, route: next, announce: cfg}, true
+	}
+	return change{}, false
+}
+
+// lostLocked reports whether a pusher's lease has ended: unlike a pusher that is leaving, it
+// writes nothing more. Caller holds mu.
+func (m *Manager) lostLocked(id string, now time.Time) bool {
+	st, ok := m.pushers[id]
+	if !ok {
+		return now.Sub(m.started) >= m.cfg.PusherLease
+	}
+	return now.Sub(st.seen) > m.cfg.PusherLease
+}
+
 // rebalanceLocked moves rooms from the busiest live pusher to the idlest until they differ by
 // at most one room, a few rooms a tick, never a room already changing. Caller holds mu.
 func (m *Manager) rebalanceLocked(counts map[string]int, planned map[roomKey]bool, cur int64, now time.Time) []change {
@@ -450,7 +508,7 @@ func (m *Manager) rebalanceLocked(counts map[string]int, planned map[roomKey]boo
 		var move roomKey
 		found := false
 		for k, r := range m.routes {
-			if r.Pusher == hi && r.FromIndex <= cur && !planned[k] && (!found || k.String() < move.String()) {
+			if r.Pusher == hi && r.FromIndex <= cur && r.UntilIndex == 0 && !planned[k] && (!found || k.String() < move.String()) {
 				move, found = k, true
 			}
 		}

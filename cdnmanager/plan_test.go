@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	pb "roomcast/proto/roomcastpb"
 )
@@ -159,5 +160,64 @@ func TestRules(t *testing.T) {
 	report(now.Add(m.cfg.RuleHold))
 	if got, _ := m.desiredLocked(roomKey{"a", "big"}); got != pb.CdnMode_CDN_MODE_OFF {
 		t.Errorf("after the hold: %v", got)
+	}
+}
+
+// A room leaving CDN mode keeps its pusher up to two windows ahead, its members told at once of
+// the last segment to poll; its route goes once that window has passed. Asked for again before
+// the end, it stays; its pusher lost meanwhile, the route goes at once.
+func TestPlanOff(t *testing.T) {
+	now := time.UnixMilli(1_000_000_500)
+	const cur = 1_000_000
+	m := planner(now)
+	m.pushers["p1"] = pusherState{seen: now, windowMs: 1000}
+	k := roomKey{"a", "r"}
+	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_BULK}
+	m.applyPlan(m.planLocked(now, cur))
+	on := m.routes[k]
+
+	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_OFF}
+	plan := m.planLocked(now, cur)
+	if len(plan) != 1 || plan[0].reason != reasonOff || plan[0].route == nil {
+		t.Fatalf("off: %+v", plan)
+	}
+	r, off := plan[0].route, plan[0].announce
+	if r.Pusher != "p1" || r.Mode != pb.CdnMode_CDN_MODE_BULK || r.UntilIndex != cur+handoffWindows {
+		t.Errorf("ending route: %v", r)
+	}
+	if off.Mode != pb.CdnMode_CDN_MODE_OFF || off.LastIndex != cur+handoffWindows-1 || off.WindowMs != 1000 ||
+		len(off.Vendors) != 1 || !proto.Equal(r.Config, off) {
+		t.Errorf("members told %v", off)
+	}
+	m.applyPlan(plan)
+	for _, at := range []int64{cur, cur + 1, cur + handoffWindows} {
+		if plan := m.planLocked(now, at); len(plan) != 0 {
+			t.Errorf("window %d: %+v", at, plan)
+		}
+	}
+	plan = m.planLocked(now, cur+handoffWindows+1)
+	if len(plan) != 1 || plan[0].route != nil || plan[0].announce != nil {
+		t.Errorf("after the end: %+v", plan)
+	}
+
+	// Back on in the window it went off in: kept, members told.
+	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_BULK}
+	m.routes[k] = r
+	plan = m.planLocked(now, cur)
+	if len(plan) != 1 || plan[0].route.GetUntilIndex() != 0 || plan[0].route.Pusher != "p1" ||
+		plan[0].route.FromIndex != on.FromIndex || plan[0].announce.GetMode() != pb.CdnMode_CDN_MODE_BULK {
+		t.Errorf("back on: %+v", plan)
+	}
+	// Back on a window later: too late for everyone to read it before the end; it ends first.
+	if plan = m.planLocked(now, cur+1); len(plan) != 0 {
+		t.Errorf("back on late: %+v", plan)
+	}
+
+	// The pusher lost while the room ends: the route goes at once.
+	m.pushers["p1"] = pusherState{seen: now.Add(-2 * m.cfg.PusherLease), windowMs: 1000}
+	m.pushers["p2"] = pusherState{seen: now, windowMs: 1000}
+	plan = m.planLocked(now, cur+1)
+	if len(plan) != 1 || plan[0].route != nil {
+		t.Errorf("pusher lost while ending: %+v", plan)
 	}
 }

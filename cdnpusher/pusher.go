@@ -91,6 +91,7 @@ type room struct {
 	open       int64     // the oldest window not yet written out
 	lastActive int64     // the newest window that had a message (or in which Open was called)
 	end        int64     // Release: windows from here on are another pusher's; noEnd if none
+	assigned   bool      // Assign: kept active, quiet or not, until Release
 	pending    []*window // pending[i] is window open+i; nil while it has no message
 }
 
@@ -220,13 +221,24 @@ func (p *Pusher) add(app string, m *pb.Message, from trace.SpanContext) error {
 }
 
 // Open makes a room active without a message: from now on each of its windows gets a segment,
-// empty while quiet, until it has had no message for Config.Idle.
-func (p *Pusher) Open(app, name string) error { return p.Assign(app, name, math.MinInt64) }
+// empty while quiet, until it has had no message for Config.Idle (unless Assign keeps it).
+func (p *Pusher) Open(app, name string) error {
+	return p.assign(app, name, math.MinInt64, noEnd, false)
+}
 
 // Assign makes the room this pusher's from window from on (or from the current window, if that
-// is later), as Open does: the windows before from are left to the pusher that had the room,
-// and a Release of the room is undone.
+// is later): the windows before from are left to the pusher that had the room, and a Release
+// of the room is undone. Unlike Open, it keeps the room active however long it stays quiet,
+// every window getting a segment (empty if quiet), until Release: a pusher that a room's route
+// names writes all its windows, as clients expect.
 func (p *Pusher) Assign(app, name string, from int64) error {
+	return p.assign(app, name, from, noEnd, true)
+}
+
+// assign makes the room this pusher's from window from (see Assign) up to until (noEnd: no
+// end), in one step: a route that names this pusher while the room leaves CDN mode gives both.
+// keep keeps the room active while quiet (Assign); without it the room idles out (Open).
+func (p *Pusher) assign(app, name string, from, until int64, keep bool) error {
 	if !validNames(app, name) {
 		return fmt.Errorf("%w: app %q, room %q", ErrInvalid, app, name)
 	}
@@ -238,20 +250,28 @@ func (p *Pusher) Assign(app, name string, from int64) error {
 	}
 	delete(sh.released, roomKey{app, name})
 	r := p.roomOf(sh, app, name, from)
-	r.end = noEnd
+	if keep || until != noEnd {
+		r.assigned = until == noEnd
+	}
+	r.end = until
 	r.lastActive = max(r.lastActive, r.open)
+	if until != noEnd {
+		r.lastActive = max(r.lastActive, until-1) // written up to its end, not idled out
+	}
 	return nil
 }
 
-// Release gives the room's windows from until on to another pusher: this one writes the windows
-// before until (a window holding no message, empty), then forgets the room; messages stamped
-// from until on are refused with ErrReleased. A room the pusher does not have is left alone.
+// Release gives the room's windows from until on to another pusher (or back to the long
+// connections): this one writes the windows before until (a window holding no message, empty),
+// then forgets the room; messages stamped from until on are refused with ErrReleased. A room
+// the pusher does not have is left alone, and so is a release at a later window than one
+// already made: windows given away stay given away (only Assign takes them back).
 func (p *Pusher) Release(app, name string, until int64) {
 	sh := p.shard(name)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r := sh.rooms[roomKey{app, name}]; r != nil {
-		r.end = until
+	if r := sh.rooms[roomKey{app, name}]; r != nil && until < r.end {
+		r.end, r.assigned = until, false
 		r.lastActive = max(r.lastActive, until-1) // written up to the handoff, not idled out
 	}
 }
@@ -350,7 +370,7 @@ type closedWindow struct {
 }
 
 // seal writes out every window that has closed by the clock (an empty segment for a window
-// without messages) and forgets rooms idle for Config.Idle. With final (at Close) it also
+// without messages) and forgets rooms idle for Config.Idle (never an assigned one). With final (at Close) it also
 // writes out the open windows that hold messages, and the shards refuse Add from then on.
 func (p *Pusher) seal(final bool) {
 	p.sealMu.Lock()
@@ -375,7 +395,7 @@ func (p *Pusher) seal(final bool) {
 					}
 				}
 			}
-			if final || r.open >= r.end || r.open > r.lastActive+p.idleWindows {
+			if final || r.open >= r.end || (!r.assigned && r.open > r.lastActive+p.idleWindows) {
 				if r.end != noEnd {
 					sh.released[k] = r.end
 				}

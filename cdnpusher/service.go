@@ -161,8 +161,9 @@ func (s *Service) onBatch(msg *nats.Msg) {
 }
 
 // applyRoute follows one change of the routes: a room given to this instance is opened from
-// its window on; a room given away is released at the handoff; a room that left CDN mode is
-// written out to the current window.
+// its window on and kept, quiet or not, while the route names the instance; a room given away
+// is released at the handoff; a room leaving CDN mode (until_index) is released there; a room
+// whose route is gone at once (no pusher was live) is written out to the current window.
 func (s *Service) applyRoute(key string, value []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,13 +183,21 @@ func (s *Service) applyRoute(key string, value []byte) {
 	}
 	switch {
 	case r.Pusher == s.cfg.ID:
-		if err := s.pusher.Assign(r.App, r.Room, r.FromIndex); err != nil {
+		until := int64(noEnd)
+		if r.UntilIndex != 0 {
+			until = r.UntilIndex
+		}
+		if err := s.pusher.assign(r.App, r.Room, r.FromIndex, until, true); err != nil {
 			s.log.Warn("room not opened", "app", r.App, "room", r.Room, "err", err)
 			return
 		}
 		s.owned[key] = struct{}{}
 	case mine || r.PrevPusher == s.cfg.ID:
-		s.pusher.Release(r.App, r.Room, r.FromIndex)
+		until := r.FromIndex
+		if r.UntilIndex != 0 {
+			until = min(until, r.UntilIndex)
+		}
+		s.pusher.Release(r.App, r.Room, until)
 		delete(s.owned, key)
 	}
 }

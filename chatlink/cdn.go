@@ -1,9 +1,12 @@
 package chatlink
 
 import (
+	"time"
+
 	"google.golang.org/protobuf/proto"
 
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/segment"
 )
 
 // A room in CDN mode (docs/cdn.md) has a CdnConfig: its CDN lanes come to members as segments
@@ -13,9 +16,15 @@ import (
 // changes, in a CdnConfig frame. The node never carries the CDN lanes themselves: the room
 // service sends them to a pusher.
 
-// cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode.
+// cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode. A room
+// leaving CDN mode has an off config with the last segment index to poll (last_index): a member
+// that logs in before that window has passed polls up to it too.
 func (r *localRoom) cdnConfig() *pb.CdnConfig {
-	if cfg := r.cdn.Load(); cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF {
+	cfg := r.cdn.Load()
+	switch {
+	case cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF:
+		return cfg
+	case cfg.GetLastIndex() != 0 && cfg.GetWindowMs() > 0 && segment.Index(time.Now().UnixMilli(), cfg.GetWindowMs()) <= cfg.GetLastIndex():
 		return cfg
 	}
 	return nil

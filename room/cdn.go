@@ -93,7 +93,8 @@ func toPusher(r *pb.CdnRoute, m *pb.Message) bool {
 // lanes without a tag expression (a segment is public; a targeted message stays on the long
 // connections). Each goes to the pusher of its window: the route's pusher from from_index on,
 // the previous one before (a handoff). A room without a route, or a route without a pusher,
-// keeps every message.
+// keeps every message, and so does a room leaving CDN mode for the messages of its windows from
+// until_index on (by their server time, which broadcast stamped before the split).
 func (c *cdnRoutes) split(app, room string, batch *pb.RoomBatch) (long *pb.RoomBatch, toPushers map[string]*pb.CdnBatch) {
 	r := c.get(app, room)
 	if r == nil || r.Pusher == "" || r.Mode == pb.CdnMode_CDN_MODE_OFF {
@@ -101,13 +102,14 @@ func (c *cdnRoutes) split(app, room string, batch *pb.RoomBatch) (long *pb.RoomB
 	}
 	long = &pb.RoomBatch{}
 	for i, m := range batch.Messages {
-		if !toPusher(r, m) {
+		w := r.Config.GetWindowMs()
+		if !toPusher(r, m) || (r.UntilIndex != 0 && w > 0 && segment.Index(m.ServerTimeMs, w) >= r.UntilIndex) {
 			long.Messages = append(long.Messages, m)
 			long.SenderSessions = append(long.SenderSessions, batch.SenderSessions[i])
 			continue
 		}
 		pusher := r.Pusher
-		if w := r.Config.GetWindowMs(); r.PrevPusher != "" && w > 0 && segment.Index(m.ServerTimeMs, w) < r.FromIndex {
+		if r.PrevPusher != "" && w > 0 && segment.Index(m.ServerTimeMs, w) < r.FromIndex {
 			pusher = r.PrevPusher
 		}
 		if toPushers == nil {

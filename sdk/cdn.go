@@ -84,7 +84,7 @@ type cdnPoller struct {
 	mu        sync.Mutex // guards the fields below
 	gen       uint64     // the connection listened to
 	app, room string
-	conf      *roomcastpb.CdnConfig // nil outside CDN mode
+	conf      *roomcastpb.CdnConfig // nil outside CDN mode; mode off with last_index while draining
 	offset    time.Duration         // the server's clock minus ours, from the latest LoginAck
 	grace     time.Duration         // how long after its window ends a segment is on storage
 	vendors   []*vendor             // conf's vendors that serve Config.Region
@@ -123,9 +123,14 @@ func (p *cdnPoller) update(gen uint64, conf *roomcastpb.CdnConfig) {
 }
 
 // applyLocked makes conf the config in force. Caller holds p.mu.
+//
+// An off config with a last_index (the room leaves CDN mode, docs/cdn.md) keeps the polling,
+// and the playout, going until every segment up to last_index was fetched or given up as a
+// gap: the messages sent just before the switch are in those segments, not on the connection.
 func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
-	on := conf.GetMode() != roomcastpb.CdnMode_CDN_MODE_OFF && conf.GetWindowMs() > 0 && len(conf.GetVendors()) > 0
-	if on != (p.conf != nil) {
+	pollable := conf.GetWindowMs() > 0 && len(conf.GetVendors()) > 0
+	on := pollable && (conf.GetMode() != roomcastpb.CdnMode_CDN_MODE_OFF || conf.GetLastIndex() != 0)
+	if on != (p.conf != nil) || (on && conf.GetMode() != p.conf.GetMode()) {
 		p.log.Info("roomcast: CDN mode", "mode", conf.GetMode().String(), "window_ms", conf.GetWindowMs(), "vendors", len(conf.GetVendors()))
 	}
 	if !on {
@@ -198,6 +203,18 @@ func (p *cdnPoller) endPlayout() {
 	defer p.mu.Unlock()
 	if p.conf == nil {
 		p.d.setPlayout(0, p.offset)
+	}
+}
+
+// drained ends the polling of a room leaving CDN mode once the poller has every segment up to
+// the last one (conf's last_index), unless another config came meanwhile.
+func (p *cdnPoller) drained(conf *roomcastpb.CdnConfig) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conf == conf {
+		p.log.Info("roomcast: CDN mode off: the last segment polled", "last_index", conf.GetLastIndex())
+		p.conf = nil
+		notify(p.wake)
 	}
 }
 

@@ -484,3 +484,102 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// TestClusterCDNOff switches a room's CDN mode off while bulk messages flow (real engines: NATS,
+// the services, a ChatLink, the dev pusher, store and origin): every member gets every message
+// exactly once, those sent in the windows before the switch from the segments up to the off
+// config's last_index, those after over the connection; then the members stop polling. (Before
+// last_index, a client stopped polling at the off config and the messages of the last windows
+// before the switch reached nobody.)
+func TestClusterCDNOff(t *testing.T) {
+	const (
+		clients = 3
+		room    = "finale"
+		window  = 1000 // ms
+	)
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
+		cfg.ChatLinks = 1
+		cfg.CDN.Tick = 50 * time.Millisecond
+	})
+	setMode := func(mode string) {
+		t.Helper()
+		if err := apiJSON(context.Background(), c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": mode}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMode("CDN_MODE_BULK")
+	rels := make([]*released, clients)
+	cls := make([]*sdk.Client, clients)
+	for i := range clients {
+		rels[i] = &released{}
+		cfg := rels[i].config(sdk.Config{})
+		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			cls[i] = dialCluster(t, c, sdk.TransportTCP, fmt.Sprint("viewer-", i), room, cfg)
+			if m := cls[i].LoginAck().GetCdn().GetMode(); m != roomcastpb.CdnMode_CDN_MODE_BULK {
+				cls[i].Close()
+				return fmt.Errorf("client %d: LoginAck's CDN mode %v", i, m)
+			}
+			return nil
+		})
+	}
+
+	// 10 bulk messages a second (under the pusher's cap, the room's bulk rate and a member's
+	// budget on the connection: none is sampled or thinned) for 5 s; the mode goes off 2 s in, and from two windows later the messages come
+	// over the connections.
+	sent := map[string]bool{}
+	off := false
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for seq := 0; time.Since(start) < 5*time.Second; seq++ {
+		<-tick.C
+		if !off && time.Since(start) >= 2*time.Second {
+			off = true
+			setMode("CDN_MODE_OFF")
+		}
+		msgs := make([]map[string]string, 1)
+		for k := range msgs {
+			msgs[k] = map[string]string{"lane": "bulk", "type": "danmaku", "body": fmt.Sprint(seq, " ", k)}
+		}
+		var out struct {
+			IDs []string `json:"ids"`
+		}
+		if err := apiJSON(context.Background(), c, "POST", "/v1/rooms/"+room+"/messages/batch", map[string]any{"messages": msgs}, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range out.IDs {
+			sent[id] = true
+		}
+	}
+	for i, rel := range rels {
+		testkit.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+			got, _ := rel.order(t) // fails t on a message handed on twice
+			missing := 0
+			for id := range sent {
+				if _, ok := got[id]; !ok {
+					missing++
+				}
+			}
+			if missing > 0 {
+				return fmt.Errorf("client %d: %d of %d messages not handed on (%+v)", i, missing, len(sent), cls[i].CDNStats())
+			}
+			return nil
+		})
+	}
+	// Then they stop polling.
+	testkit.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		before := cls[0].CDNStats().Polls
+		time.Sleep(2 * window * time.Millisecond)
+		if after := cls[0].CDNStats().Polls; after != before {
+			return fmt.Errorf("client 0 still polls: %d requests in 2 windows", after-before)
+		}
+		return nil
+	})
+	for i := range cls {
+		st := cls[i].CDNStats()
+		t.Logf("client %d: %+v", i, st)
+		if st.Messages == 0 || st.Messages >= uint64(len(sent)) || st.Gaps != 0 {
+			t.Errorf("client %d: %d of %d messages from segments, %d gaps", i, st.Messages, len(sent), st.Gaps)
+		}
+	}
+}

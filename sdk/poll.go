@@ -1,8 +1,10 @@
 package sdk
 
 import (
+	"math"
 	"time"
 
+	"roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
 )
 
@@ -58,7 +60,9 @@ func (p *cdnPoller) pollLoop() {
 // window and viewer when the interval is the window, spread so that viewers do not poll in
 // step. A segment that is missing (404) or that no vendor served is asked for again, a fifth of
 // a window later and then less and less often, until gapAfterWindows after its window's end,
-// when it counts as a gap; later segments do not wait for it.
+// when it counts as a gap; later segments do not wait for it. A room leaving CDN mode (an off
+// config with a last_index) is polled up to last_index: once every segment up to it is in or a
+// gap, the mode is off (drained).
 func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 	conf := snap.conf
 	w := int64(conf.GetWindowMs())
@@ -70,6 +74,11 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 	due := func(i int64) int64 { return (i+1)*w + grace + w/storeMarginDiv }
 	now := serverNow(snap.offset)
 	current := segment.Index(now, uint32(w))
+	// Leaving CDN mode: nothing after the last segment is written.
+	last := int64(math.MaxInt64)
+	if conf.GetMode() == roomcastpb.CdnMode_CDN_MODE_OFF {
+		last = conf.GetLastIndex()
+	}
 	switch {
 	case st.window != w || st.app != snap.app || st.room != snap.room || st.next > current+2:
 		// A new room or window, or a server clock that went back: start at the current window.
@@ -86,7 +95,7 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 		st.roundAt = st.sched + jitter(conf)
 	}
 	if now >= st.roundAt {
-		for ; due(st.next) <= now && p.polling(); st.next++ {
+		for ; due(st.next) <= now && st.next <= last && p.polling(); st.next++ {
 			p.ask(st, snap, st.next, now)
 		}
 		st.sched = max(st.sched+interval, due(st.next))
@@ -96,6 +105,11 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 		if r.at <= now && p.polling() {
 			p.ask(st, snap, i, now)
 		}
+	}
+	if st.next > last && len(st.retry) == 0 {
+		// Every segment up to the last is in or given up: the mode is off from here.
+		p.drained(conf)
+		return time.Millisecond
 	}
 	next := st.roundAt
 	for _, r := range st.retry {

@@ -2109,8 +2109,12 @@ type CdnRoute struct {
 	// What members are told.
 	Config *CdnConfig `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
 	// The mode comes from the app's rules, not a pin.
-	Automatic     bool  `protobuf:"varint,8,opt,name=automatic,proto3" json:"automatic,omitempty"`
-	UpdatedMs     int64 `protobuf:"varint,9,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	Automatic bool  `protobuf:"varint,8,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	UpdatedMs int64 `protobuf:"varint,9,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// Set while the room leaves CDN mode: from this window on its CDN lanes go over the long
+	// connections again (by their server_time_ms), and no pusher writes it; config is then the
+	// CDN_MODE_OFF config members are told, with last_index = until_index - 1. 0: not leaving.
+	UntilIndex    int64 `protobuf:"varint,10,opt,name=until_index,json=untilIndex,proto3" json:"until_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2204,6 +2208,13 @@ func (x *CdnRoute) GetAutomatic() bool {
 func (x *CdnRoute) GetUpdatedMs() int64 {
 	if x != nil {
 		return x.UpdatedMs
+	}
+	return 0
+}
+
+func (x *CdnRoute) GetUntilIndex() int64 {
+	if x != nil {
+		return x.UntilIndex
 	}
 	return 0
 }
@@ -2699,7 +2710,7 @@ const file_bus_proto_rawDesc = "" +
 	"\fDrainRequest\x12\x1b\n" +
 	"\tspread_ms\x18\x01 \x01(\rR\bspreadMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\rR\n" +
-	"deadlineMs\"\x9f\x02\n" +
+	"deadlineMs\"\xc0\x02\n" +
 	"\bCdnRoute\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12(\n" +
@@ -2712,7 +2723,10 @@ const file_bus_proto_rawDesc = "" +
 	"\x06config\x18\a \x01(\v2\x16.roomcast.v1.CdnConfigR\x06config\x12\x1c\n" +
 	"\tautomatic\x18\b \x01(\bR\tautomatic\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\t \x01(\x03R\tupdatedMs\"N\n" +
+	"updated_ms\x18\t \x01(\x03R\tupdatedMs\x12\x1f\n" +
+	"\vuntil_index\x18\n" +
+	" \x01(\x03R\n" +
+	"untilIndex\"N\n" +
 	"\bCdnBatch\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\"\x8c\x01\n" +

@@ -192,7 +192,12 @@ type CdnConfig struct {
 	PollIntervalMs uint32 `protobuf:"varint,3,opt,name=poll_interval_ms,json=pollIntervalMs,proto3" json:"poll_interval_ms,omitempty"`
 	PollJitterMs   uint32 `protobuf:"varint,4,opt,name=poll_jitter_ms,json=pollJitterMs,proto3" json:"poll_jitter_ms,omitempty"`
 	// Where segments can be fetched; pick by weight among those serving the member's region.
-	Vendors       []*CdnVendor `protobuf:"bytes,5,rep,name=vendors,proto3" json:"vendors,omitempty"`
+	Vendors []*CdnVendor `protobuf:"bytes,5,rep,name=vendors,proto3" json:"vendors,omitempty"`
+	// With mode CDN_MODE_OFF: the last segment index written for the room. The switch to the long
+	// connection takes effect at the window after it: a client keeps polling up to and including
+	// last_index (window_ms, the polling and vendors above say how), then stops. 0 (or no vendor):
+	// nothing more is written; stop at once. Unset with any other mode.
+	LastIndex     int64 `protobuf:"varint,6,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +265,13 @@ func (x *CdnConfig) GetVendors() []*CdnVendor {
 		return x.Vendors
 	}
 	return nil
+}
+
+func (x *CdnConfig) GetLastIndex() int64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
 }
 
 // CdnVendor is one place segments can be fetched from.
@@ -340,13 +352,15 @@ const file_cdn_proto_rawDesc = "" +
 	"\bmessages\x18\x05 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x18\n" +
 	"\asampled\x18\x06 \x01(\rR\asampled\x12\x1c\n" +
 	"\n" +
-	"next_at_ms\x18\a \x01(\x03R\bnextAtMs\"\xd4\x01\n" +
+	"next_at_ms\x18\a \x01(\x03R\bnextAtMs\"\xf3\x01\n" +
 	"\tCdnConfig\x12(\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x14.roomcast.v1.CdnModeR\x04mode\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\rR\bwindowMs\x12(\n" +
 	"\x10poll_interval_ms\x18\x03 \x01(\rR\x0epollIntervalMs\x12$\n" +
 	"\x0epoll_jitter_ms\x18\x04 \x01(\rR\fpollJitterMs\x120\n" +
-	"\avendors\x18\x05 \x03(\v2\x16.roomcast.v1.CdnVendorR\avendors\"`\n" +
+	"\avendors\x18\x05 \x03(\v2\x16.roomcast.v1.CdnVendorR\avendors\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x06 \x01(\x03R\tlastIndex\"`\n" +
 	"\tCdnVendor\x12!\n" +
 	"\furl_template\x18\x01 \x01(\tR\vurlTemplate\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x18\n" +

@@ -105,9 +105,15 @@ export class CdnPoller {
     this.configure(ack.cdn);
   }
 
-  /** configure follows a CdnConfig (from a LoginAck or a CdnConfig frame, which replaces the last one whole). */
+  /**
+   * configure follows a CdnConfig (from a LoginAck or a CdnConfig frame, which replaces the last
+   * one whole). An off config with a lastIndex (the room leaves CDN mode, docs/cdn.md) keeps the
+   * polling going up to that segment, which holds the last messages sent before the switch; then
+   * it stops.
+   */
   configure(cfg: CdnConfig | undefined): void {
-    if (!cfg || cfg.mode === CdnMode.OFF || cfg.windowMs === 0 || cfg.vendors.length === 0) {
+    const draining = cfg?.mode === CdnMode.OFF && cfg.lastIndex > 0n;
+    if (!cfg || (cfg.mode === CdnMode.OFF && !draining) || cfg.windowMs === 0 || cfg.vendors.length === 0) {
       if (this.cfg) this.d.logger?.debug("roomcast: CDN mode off");
       this.stopPolling();
       return;
@@ -129,7 +135,22 @@ export class CdnPoller {
       this.stalls = 0;
       this.ahead.clear();
     }
+    if (this.drained()) return;
     if (!this.busy) this.schedule(false);
+  }
+
+  /** last is the last index to poll: the off config's lastIndex while the room leaves CDN mode. */
+  private last(): number {
+    const cfg = this.cfg;
+    return cfg && cfg.mode === CdnMode.OFF ? Number(cfg.lastIndex) : Infinity;
+  }
+
+  /** drained stops the polling of a room leaving CDN mode once every segment up to the last is in or a gap. */
+  private drained(): boolean {
+    if (this.next <= this.last()) return false;
+    this.d.logger?.debug("roomcast: CDN mode off: the last segment polled");
+    this.stopPolling();
+    return true;
   }
 
   /** stop ends polling and drops what waits to be released. */
@@ -199,7 +220,8 @@ export class CdnPoller {
       this.next += skip;
       for (const i of this.ahead.keys()) if (i < this.next) this.ahead.delete(i);
     }
-    while (this.dueAt(this.next) <= this.serverNow()) {
+    const last = this.last();
+    while (this.next <= last && this.dueAt(this.next) <= this.serverNow()) {
       const index = this.next;
       const got = await this.fetchIndex(index);
       if (gen !== this.gen) return; // stopped, or restarted with another window
@@ -211,7 +233,15 @@ export class CdnPoller {
       }
       retry = true;
       if (this.serverNow() < this.dueAt(index) + gapAfterWindows * w) break;
-      const latest = latestDue();
+      if (last !== Infinity) {
+        // Leaving CDN mode: the segments end at the last one, so none later will show this
+        // one a gap, and waiting for it would keep polling a room that is off.
+        this.stats.gaps++;
+        this.next = index + 1;
+        retry = false;
+        continue;
+      }
+      const latest = Math.min(latestDue(), last);
       if (latest <= index) break;
       const later = await this.fetchIndex(latest);
       if (gen !== this.gen) return;
@@ -229,7 +259,7 @@ export class CdnPoller {
       break;
     }
     this.busy = false;
-    if (this.cfg) this.schedule(retry);
+    if (this.cfg && !this.drained()) this.schedule(retry);
   }
 
   /**

@@ -243,7 +243,7 @@ export class Client {
     return this.delivery.lastId;
   }
 
-  /** The room's CDN config while it is in CDN mode (the client polls its segments), else undefined. */
+  /** The room's CDN config while the client polls its segments (in CDN mode, and while leaving it, up to lastIndex), else undefined. */
   get cdnConfig(): CdnConfig | undefined {
     return this.poller.config;
   }

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cdn.proto.
  */
 export const file_cdn: GenFile = /*@__PURE__*/
-  fileDesc("CgljZG4ucHJvdG8SC3Jvb21jYXN0LnYxIpMBCgdTZWdtZW50EgsKA2FwcBgBIAEoCRIMCgRyb29tGAIgASgJEhEKCXdpbmRvd19tcxgDIAEoDRINCgVpbmRleBgEIAEoAxImCghtZXNzYWdlcxgFIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHc2FtcGxlZBgGIAEoDRISCgpuZXh0X2F0X21zGAcgASgDIp0BCglDZG5Db25maWcSIgoEbW9kZRgBIAEoDjIULnJvb21jYXN0LnYxLkNkbk1vZGUSEQoJd2luZG93X21zGAIgASgNEhgKEHBvbGxfaW50ZXJ2YWxfbXMYAyABKA0SFgoOcG9sbF9qaXR0ZXJfbXMYBCABKA0SJwoHdmVuZG9ycxgFIAMoCzIWLnJvb21jYXN0LnYxLkNkblZlbmRvciJCCglDZG5WZW5kb3ISFAoMdXJsX3RlbXBsYXRlGAEgASgJEg4KBndlaWdodBgCIAEoDRIPCgdyZWdpb25zGAMgAygJKkwKB0Nkbk1vZGUSEAoMQ0ROX01PREVfT0ZGEAASEQoNQ0ROX01PREVfQlVMSxABEhwKGENETl9NT0RFX05PUk1BTF9BTkRfQlVMSxACQhtaGXJvb21jYXN0L3Byb3RvL3Jvb21jYXN0cGJiBnByb3RvMw", [file_message]);
+  fileDesc("CgljZG4ucHJvdG8SC3Jvb21jYXN0LnYxIpMBCgdTZWdtZW50EgsKA2FwcBgBIAEoCRIMCgRyb29tGAIgASgJEhEKCXdpbmRvd19tcxgDIAEoDRINCgVpbmRleBgEIAEoAxImCghtZXNzYWdlcxgFIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHc2FtcGxlZBgGIAEoDRISCgpuZXh0X2F0X21zGAcgASgDIrEBCglDZG5Db25maWcSIgoEbW9kZRgBIAEoDjIULnJvb21jYXN0LnYxLkNkbk1vZGUSEQoJd2luZG93X21zGAIgASgNEhgKEHBvbGxfaW50ZXJ2YWxfbXMYAyABKA0SFgoOcG9sbF9qaXR0ZXJfbXMYBCABKA0SJwoHdmVuZG9ycxgFIAMoCzIWLnJvb21jYXN0LnYxLkNkblZlbmRvchISCgpsYXN0X2luZGV4GAYgASgDIkIKCUNkblZlbmRvchIUCgx1cmxfdGVtcGxhdGUYASABKAkSDgoGd2VpZ2h0GAIgASgNEg8KB3JlZ2lvbnMYAyADKAkqTAoHQ2RuTW9kZRIQCgxDRE5fTU9ERV9PRkYQABIRCg1DRE5fTU9ERV9CVUxLEAESHAoYQ0ROX01PREVfTk9STUFMX0FORF9CVUxLEAJCG1oZcm9vbWNhc3QvcHJvdG8vcm9vbWNhc3RwYmIGcHJvdG8z", [file_message]);
 
 /**
  * Segment is everything a room's CDN lanes carried in one window:
@@ -118,6 +118,16 @@ export type CdnConfig = Message<"roomcast.v1.CdnConfig"> & {
    * @generated from field: repeated roomcast.v1.CdnVendor vendors = 5;
    */
   vendors: CdnVendor[];
+
+  /**
+   * With mode CDN_MODE_OFF: the last segment index written for the room. The switch to the long
+   * connection takes effect at the window after it: a client keeps polling up to and including
+   * last_index (window_ms, the polling and vendors above say how), then stops. 0 (or no vendor):
+   * nothing more is written; stop at once. Unset with any other mode.
+   *
+   * @generated from field: int64 last_index = 6;
+   */
+  lastIndex: bigint;
 };
 
 /**

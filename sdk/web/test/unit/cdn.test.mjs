@@ -183,6 +183,43 @@ test("a live CdnConfig: new vendors at the next poll, mode off stops polling, no
   assert.equal(s.conns.length, 1);
 });
 
+test("mode off with a last index: segments polled up to it, every message once, then no polling", async () => {
+  let conn;
+  const w = 200;
+  const { cdn, c, of } = await inCdnMode({ windowMs: w }, (cn) => (conn = cn));
+  await until("a hit", () => c.cdnStats.hits >= 1, 2000);
+  const sent = [];
+  let n = 0;
+  let last = Infinity;
+  const start = Date.now();
+  while (Date.now() - start < 1600) {
+    const t = cdn.serverNow();
+    const i = Math.floor(t / w);
+    if (last === Infinity && Date.now() - start >= 800) {
+      // The switch, as the CDN manager makes it: windows up to the next but one are written,
+      // the members told at once; from the window after, the bulk lane is pushed.
+      last = i + 1;
+      cdn.lastIndex = last;
+      conn.send("cdnConfig", { ...cdn.config(CdnMode.OFF), lastIndex: BigInt(last) });
+    }
+    const m = message(id(t, ++n), t, `bulk ${n}`, 3);
+    if (i <= last) cdn.add(m);
+    else conn.send("push", { messages: [m] });
+    sent.push(m.id);
+    await sleep(20);
+  }
+  await until("every message", () => of("message").length >= sent.length, 3000);
+  await until("polling stopped", () => c.cdnConfig === undefined, 3000);
+  const polls = c.cdnStats.polls;
+  await sleep(3 * w);
+  const got = of("message").map((m) => m.id);
+  assert.equal(got.length, sent.length, "no duplicates");
+  assert.deepEqual([...got].sort(), [...sent].sort());
+  assert.equal(c.cdnStats.polls, polls, "no polling after the last segment");
+  assert.ok(cdn.indexes().every((i) => i <= last), `nothing asked after ${last}: ${cdn.indexes()}`);
+  assert.equal(c.cdnStats.gaps, 0);
+});
+
 test("polling goes on while the long connection reconnects", async () => {
   const { cdn, c, of, s } = await inCdnMode({ windowMs: 200 }, (cn, n) => {
     if (n === 1) setTimeout(() => cn.drop(), 100);

@@ -23,7 +23,8 @@ export function cdnConfig(windowMs, vendors, mode = CdnMode.BULK) {
  * startCdn writes segments of app "demo", room "r1" every windowMs on a server clock offsetMs
  * ahead of ours, from the window now on: a window's segment appears graceMs after its end, empty
  * if quiet. add(message) puts a message in the window of its server time. Indexes in `never`
- * are not written; `bodies` overrides what an index serves.
+ * are not written, nor any after `lastIndex` once it is set (a room that left CDN mode);
+ * `bodies` overrides what an index serves.
  *
  * fetch serves {base}/demo/r1/{window}/{index} for the bases in `vendors` (name -> behaviour:
  * "ok", "500", "down" for a network error, "garbage"); calls records every request.
@@ -36,9 +37,10 @@ export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors =
   const bodies = new Map();
   const calls = [];
   let next = Math.floor(serverNow() / windowMs);
+  const cdn = { lastIndex: Infinity };
   const timer = setInterval(() => {
     while ((next + 1) * windowMs + graceMs <= serverNow()) {
-      if (!never.has(next)) {
+      if (!never.has(next) && next <= cdn.lastIndex) {
         const messages = (pending.get(next) ?? []).sort((a, b) => (a.serverTimeMs < b.serverTimeMs ? -1 : a.serverTimeMs > b.serverTimeMs ? 1 : 0));
         written.set(next, encodeSegment({ app: "demo", room: "r1", windowMs, index: BigInt(next), messages, nextAtMs: BigInt((next + 2) * windowMs + graceMs) }));
       }
@@ -60,7 +62,7 @@ export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors =
     if (!body) return new Response("not found", { status: 404 });
     return new Response(body, { headers: { "Content-Type": "application/x-protobuf" } });
   };
-  return {
+  return Object.assign(cdn, {
     fetch, calls, never, bodies, serverNow, windowMs,
     /** the indexes asked for, in order */
     indexes: () => calls.map((c) => Number(c.url.split("/").at(-1))),
@@ -73,5 +75,5 @@ export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors =
       return cdnConfig(windowMs, Object.keys(vendors).map((b) => ({ template: `${b}/{app}/{room}/{window_ms}/{index}` })), mode);
     },
     stop: () => clearInterval(timer),
-  };
+  });
 }
