@@ -736,3 +736,34 @@ func TestDocsCodes(t *testing.T) {
 		}
 	}
 }
+
+// ---- snapshots ----
+
+// TestDocsSnapshots keeps commit hashes and dates out of docs/: a doc says what is, and when
+// something was measured or changed is for the results tables of benchmarks.md and
+// reliability.md (their rows may name both) and for git history.
+func TestDocsSnapshots(t *testing.T) {
+	var (
+		date = regexp.MustCompile(`\b20\d\d-\d\d-\d\d\b(?:[^T]|$)`) // not a timestamp in an example (2026-12-01T18:40:02Z)
+		hash = regexp.MustCompile("`([0-9a-f]{7,12})`")
+	)
+	for _, d := range readDocs(t) {
+		if !strings.HasPrefix(d.name, "docs"+string(filepath.Separator)) {
+			continue
+		}
+		tables := strings.HasSuffix(d.name, "benchmarks.md") || strings.HasSuffix(d.name, "reliability.md")
+		for i, line := range strings.Split(d.text, "\n") {
+			if tables && strings.HasPrefix(line, "|") {
+				continue
+			}
+			if m := date.FindString(line); m != "" {
+				t.Errorf("%s:%d: a date (%s) outside a results table", d.name, i+1, strings.TrimSpace(m))
+			}
+			for _, m := range hash.FindAllStringSubmatch(line, -1) {
+				if strings.ContainsAny(m[1], "0123456789") && strings.ContainsAny(m[1], "abcdef") {
+					t.Errorf("%s:%d: a commit hash (%s) outside a results table", d.name, i+1, m[1])
+				}
+			}
+		}
+	}
+}
