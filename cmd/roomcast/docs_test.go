@@ -536,10 +536,13 @@ func TestDocsRoutes(t *testing.T) {
 
 // ---- metrics ----
 
+// wholeMetricName is a whole metric name of ours.
+var wholeMetricName = regexp.MustCompile(`^roomcast_[a-z0-9_]*[a-z0-9]$`)
+
 // codeMetrics reads the names of the Prometheus metrics the code defines: the Name of each
 // prometheus ...Opts literal, joined to its Namespace and Subsystem; where the Name is a helper's
 // parameter (c := func(name, help string) ... Opts{Name: "roomcast_x_" + name}), each call of
-// the helper with a literal name.
+// the helper with a literal name; and every string literal that is a whole metric name.
 func codeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
@@ -607,6 +610,10 @@ func codeMetrics(t *testing.T) map[string]bool {
 		})
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
+			case *ast.BasicLit: // a whole name kept in a constant or passed on
+				if v, ok := stringValue(n, nil); ok && wholeMetricName.MatchString(v) {
+					out[v] = true
+				}
 			case *ast.CompositeLit:
 				if f, ok := optsName(n, ""); ok {
 					if name := f(""); name != "" {
