@@ -17,7 +17,7 @@ VERSITYGW_VERSION := v1.8.0
 # gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build test test-long tools debs gotools proto proto-check lint vet unit unit-long fuzz chaos chaos-ci
+.PHONY: all build test test-long tools debs gotools proto proto-check lint vet unit unit-long docs-check fuzz chaos chaos-ci
 .PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
 
 all: build
@@ -119,6 +119,11 @@ SLOW_TESTS := ./cdnmanager ./internal/loadgen ./chatlink ./cmd/roomcast
 
 unit:
 	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## docs-check: the docs check alone (part of unit): the flags, routes, metrics and codes that
+## README.md and docs/*.md name exist in the code, and every flag and route is documented.
+docs-check:
+	go test -count=1 -run '^TestDocs' ./cmd/roomcast
 
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...

@@ -51,11 +51,22 @@ func record(t *testing.T, figures string) {
 		t.Errorf("report: %v", err)
 		return
 	}
-	doc := string(data)
+	doc, err := replaceRow(string(data), t.Name(), row)
+	if err != nil {
+		t.Errorf("report %s: %v", path, err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Errorf("report: %v", err)
+	}
+}
+
+// replaceRow returns doc with the row of case name in its generated table replaced by row, or
+// row added at the table's end; the rest of doc is left as it is.
+func replaceRow(doc, name, row string) (string, error) {
 	b, e := strings.Index(doc, beginMark), strings.Index(doc, endMark)
 	if b < 0 || e < b {
-		t.Errorf("report %s lacks the lines %q and %q", path, beginMark, endMark)
-		return
+		return "", fmt.Errorf("no lines %q and %q", beginMark, endMark)
 	}
 	var rows []string
 	replaced := false
@@ -63,7 +74,7 @@ func record(t *testing.T, figures string) {
 		line = strings.TrimSpace(line)
 		switch {
 		case line == "":
-		case strings.HasPrefix(line, "| "+t.Name()+" |"):
+		case strings.HasPrefix(line, "| "+name+" |"):
 			rows, replaced = append(rows, row), true
 		default:
 			rows = append(rows, line)
@@ -72,8 +83,5 @@ func record(t *testing.T, figures string) {
 	if !replaced {
 		rows = append(rows, row)
 	}
-	doc = doc[:b+len(beginMark)] + "\n" + strings.Join(rows, "\n") + "\n" + doc[e:]
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Errorf("report: %v", err)
-	}
+	return doc[:b+len(beginMark)] + "\n" + strings.Join(rows, "\n") + "\n" + doc[e:], nil
 }
