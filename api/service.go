@@ -28,12 +28,12 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"roomcast/cdnmanager"
-	"roomcast/inbox"
-	"roomcast/internal/applimits"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
+	"roomcast/store/applimits"
+	"roomcast/store/inbox"
 	"roomcast/tag"
 )
 

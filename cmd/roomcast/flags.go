@@ -12,13 +12,13 @@ import (
 	"roomcast/api"
 	"roomcast/callback"
 	"roomcast/chatlink"
-	"roomcast/inbox"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
 	"roomcast/room"
 	"roomcast/roomqueue"
+	"roomcast/store/inbox"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
