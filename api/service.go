@@ -8,7 +8,7 @@
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
-// JetStream KV (room.Store, cdnmanager.Store), at-least-once messages to users to their store
+// JetStream KV (room.Store, cdnstore.Store), at-least-once messages to users to their store
 // (inbox.Store), and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
 // through the bus and the room store.
@@ -27,12 +27,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
-	"roomcast/cdnmanager"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/store/applimits"
+	"roomcast/store/cdnstore"
 	"roomcast/store/inbox"
 	"roomcast/tag"
 )
@@ -159,7 +159,7 @@ type API struct {
 	audit *slog.Logger // cfg.Audit, naming the audit trail in each record
 	m     *metrics
 	store *room.Store
-	cdn   *cdnmanager.Store
+	cdn   *cdnstore.Store
 	inbox *inbox.Store // the at-least-once messages to users
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
@@ -183,7 +183,7 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	cdn, err := cdnmanager.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
+	cdn, err := cdnstore.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
 	if err != nil {
 		return nil, err
 	}

@@ -61,30 +61,6 @@ const (
 // rooms it writes (CdnBatch).
 func CdnPushSubject(pusher string) string { return "rc.cdn.push." + pusher }
 
-// BucketCdnRoutes is the JetStream KV bucket of the rooms in CDN mode: one CdnRoute per room,
-// under "<app>.<room>", written by the CDN manager, followed by the room service and the pushers.
-const BucketCdnRoutes = "rc_cdn_rooms"
-
-// CdnRouteKey is a room's key in BucketCdnRoutes.
-func CdnRouteKey(app, room string) string { return app + "." + room }
-
-// CdnRoutes creates BucketCdnRoutes, or binds to it, with replicas copies (zero means 1). The
-// manager, the room service and the pushers each call it, so none depends on who starts first.
-func CdnRoutes(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("bus: jetstream: %w", err)
-	}
-	kv, err := CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket: BucketCdnRoutes, History: 1, Replicas: max(1, replicas),
-		Description: "Roomcast rooms in CDN mode (cdnmanager)",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: KV bucket %s: %w", BucketCdnRoutes, err)
-	}
-	return kv, nil
-}
-
 // FollowKV calls apply with every key's current value, then with every change (a nil value for
 // a deleted key), from one goroutine, in order. It returns once the current values are applied,
 // or with an error when that takes longer than ctx allows. stop ends the watch and waits for
