@@ -44,6 +44,7 @@ import (
 	"roomcast/internal/ids"
 	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 	"roomcast/tag"
 )
 
@@ -82,7 +83,7 @@ type Config struct {
 	// recovery after a reconnect (for 24 hours at most). The stream, which all instances share,
 	// keeps that many of a room's windows (records of one message or more) and readers the
 	// newest that many messages of them; the last instance to start sets the stream's limit,
-	// each record says its writer's (bus.HistoryRecordHeader). Zero value means bus.HistoryPerRoom
+	// each record says its writer's (historystore.RecordHeader). Zero value means historystore.PerRoom
 	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
 	HistoryPerRoom int
 	// BatchWindow is how long the instance gathers a room's messages before it numbers them and
@@ -150,7 +151,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.KVReplicas = 1
 	}
 	if c.HistoryPerRoom <= 0 {
-		c.HistoryPerRoom = bus.HistoryPerRoom
+		c.HistoryPerRoom = historystore.PerRoom
 	}
 	if c.BatchWindow == 0 {
 		c.BatchWindow = DefaultBatchWindow
