@@ -32,7 +32,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +44,7 @@ import (
 	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/store/historystore"
+	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
 
@@ -54,12 +54,6 @@ const exprCacheSize = 4096
 // ReservedTypePrefix starts the message types of Roomcast's own messages (the room queue's
 // "rc.queue"): members may not send them, so a client can trust them.
 const ReservedTypePrefix = "rc."
-
-// Limits on what a room accepts from a sender.
-const (
-	MaxBodyBytes = 16 << 10
-	MaxTypeBytes = 32
-)
 
 // Config configures a room service instance.
 type Config struct {
@@ -113,7 +107,7 @@ type Service struct {
 	log     *slog.Logger // cfg.Log, naming the service
 	ids     ids.Generator
 	subs    []*nats.Subscription
-	store   *Store
+	store   *roomstore.Store
 	cache   *cache
 	dist    *distribution
 	hist    *history
@@ -184,10 +178,10 @@ func (s *Service) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if s.store, err = OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+	if s.store, err = roomstore.OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
-	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
+	if s.cache, err = watch(ctx, s.store, s.log); err != nil {
 		return err
 	}
 	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge, s.log); err != nil {
@@ -436,9 +430,6 @@ func (s *Service) onSend(msg *nats.Msg) {
 	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
 }
 
-// MaxBatch bounds the messages of one batch send.
-const MaxBatch = 100
-
 func (s *Service) onSendBatch(msg *nats.Msg) {
 	start := time.Now()
 	var req pb.SendBatchRequest
@@ -455,8 +446,8 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
 func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
-	if n := len(reqs); n == 0 || n > MaxBatch {
-		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n))
+	if n := len(reqs); n == 0 || n > roomstore.MaxBatch {
+		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n))
 	}
 	for _, r := range reqs[1:] {
 		if r.App != reqs[0].App || r.Room != reqs[0].Room {
@@ -603,29 +594,16 @@ func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 	return batch
 }
 
-// ValidateSend checks a send request against the room's limits. It returns nil when the
-// request is acceptable, otherwise the reply to give. exprs caches compiled tag expressions;
-// with nil the tag expression is not checked here (the server API leaves that to the room
-// service, which must compile it anyway).
+// ValidateSend checks a send request against the room's limits (roomstore.CheckSend) and its
+// tag expression. It returns nil when the request is acceptable, otherwise the reply to give.
+// exprs caches compiled tag expressions.
 func ValidateSend(req *pb.SendRequest, exprs *tag.Cache) *pb.Reply {
-	bad := func(code pb.ErrorCode, format string, args ...any) *pb.Reply {
-		return &pb.Reply{Code: uint32(code), Message: fmt.Sprintf(format, args...)}
+	if rep := roomstore.CheckSend(req); rep != nil {
+		return rep
 	}
-	switch {
-	case req.App == "" || req.Room == "":
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "app and room are required")
-	case len(req.Body) == 0:
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is empty")
-	case len(req.Body) > MaxBodyBytes:
-		return bad(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "body is %d bytes, the limit is %d", len(req.Body), MaxBodyBytes)
-	case len(req.Type) > MaxTypeBytes || !utf8.ValidString(req.Type):
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "type must be valid UTF-8 of at most %d bytes", MaxTypeBytes)
-	case req.Lane < pb.Lane_LANE_UNSPECIFIED || req.Lane > pb.Lane_LANE_BULK:
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown lane %d", req.Lane)
-	}
-	if req.TagExpr != "" && exprs != nil {
+	if req.TagExpr != "" {
 		if _, err := exprs.Get(req.TagExpr); err != nil {
-			return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%v", err)
+			return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), Message: err.Error()}
 		}
 	}
 	return nil
