@@ -11,7 +11,8 @@
 // JetStream KV (roomstore.Store, cdnstore.Store), at-least-once messages to users to their store
 // (inbox.Store), and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
-// through the bus and the room store.
+// through the bus and the stores (store/); a room service in its process is handed to it as a
+// RoomSender (internal/deptest checks that it imports no component).
 package api
 
 import (

@@ -3,10 +3,10 @@
 // the room's subject to the ChatLinks that hold members, and knows how many members each room has
 // on each node. An app with callbacks (package callback) has the last word on the logins and the
 // members' sends admitted here. It does not serve app backends: the server API (package api)
-// writes the Store and asks this service over NATS.
+// writes the rooms' store (store/roomstore) and asks this service over NATS.
 //
-// Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
-// watches the buckets, so checks on the hot path read memory. Membership is owned by the
+// Rooms and member restrictions (mute, ban) live in JetStream KV (store/roomstore); each
+// instance watches the buckets (cache.go), so checks on the hot path read memory. Membership is owned by the
 // ChatLinks: their reports tell every instance the members per room and node
 // (distribution.go), and member lists are asked of the nodes by the server API. Any number of
 // instances share the work in a queue group; none holds state that only it has.
@@ -15,7 +15,8 @@
 // pusher that route names instead of the room's subject. The service does not decide the mode
 // or the pusher.
 //
-// It keeps the rooms' critical and normal messages in a JetStream stream (history.go) and
+// It keeps the rooms' critical and normal messages in a JetStream stream (history.go, the
+// stream and its records defined in store/historystore) and
 // answers pages of it, with each room's retention and what a member may see
 // (historyquery.go), for the server API and for members through their ChatLink.
 package room
