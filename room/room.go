@@ -6,8 +6,8 @@
 // writes the rooms' store (store/roomstore) and asks this service over NATS.
 //
 // Rooms and member restrictions (mute, ban) live in JetStream KV (store/roomstore); each
-// instance watches the buckets (cache.go), so checks on the hot path read memory. Membership is owned by the
-// ChatLinks: their reports tell every instance the members per room and node
+// instance watches the buckets (cache.go), so checks on the hot path read memory. Membership is
+// owned by the ChatLinks: their reports tell every instance the members per room and node
 // (distribution.go), and member lists are asked of the nodes by the server API. Any number of
 // instances share the work in a queue group; none holds state that only it has.
 //
@@ -15,10 +15,10 @@
 // pusher that route names instead of the room's subject. The service does not decide the mode
 // or the pusher.
 //
-// It keeps the rooms' critical and normal messages in a JetStream stream (history.go, the
-// stream and its records defined in store/historystore) and
-// answers pages of it, with each room's retention and what a member may see
-// (historyquery.go), for the server API and for members through their ChatLink.
+// It keeps the rooms' critical and normal messages in a JetStream stream (history.go; the
+// stream and its records are defined in store/historystore) and answers pages of it, with each
+// room's retention and what a member may see (historyquery.go), for the server API and for
+// members through their ChatLink.
 package room
 
 import (
