@@ -192,8 +192,8 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 	m.pins[k] = rc
 }
 
-// applyRoute follows cdnstore.BucketRoutes, which the leader writes: every instance knows the routes
-// when it comes to lead.
+// applyRoute follows cdnstore.BucketRoutes, which the leader writes: every instance knows the
+// routes when it comes to lead.
 func (m *Manager) applyRoute(key string, value []byte) {
 	app, room, _ := strings.Cut(key, ".")
 	k := roomKey{app, room}

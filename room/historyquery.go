@@ -31,9 +31,9 @@ const (
 const historyReadTimeout = 2 * time.Second
 
 // historyCursor is a position in a room's history and the direction to page from it: a
-// sequence of historystore.Stream and an index within the record there (historystore.KeptMessage), which
-// stay where they are while messages are added and dropped, so the pages after it neither
-// repeat nor skip a message.
+// sequence of historystore.Stream and an index within the record there
+// (historystore.KeptMessage), which stay where they are while messages are added and dropped,
+// so the pages after it neither repeat nor skip a message.
 type historyCursor struct {
 	older bool // page towards older messages: those before the position; else newer: after it
 	// The position (historystore.KeptMessage) of the last message of the previous page.

@@ -78,8 +78,9 @@ type Config struct {
 	// recovery after a reconnect (for 24 hours at most). The stream, which all instances share,
 	// keeps that many of a room's windows (records of one message or more) and readers the
 	// newest that many messages of them; the last instance to start sets the stream's limit,
-	// each record says its writer's (historystore.RecordHeader). Zero value means historystore.PerRoom
-	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
+	// each record says its writer's (historystore.RecordHeader). Zero value means
+	// historystore.PerRoom (100). A room's settings may keep fewer
+	// (RoomSettings.history_max_messages).
 	HistoryPerRoom int
 	// BatchWindow is how long the instance gathers a room's messages before it numbers them and
 	// sends them to the room's nodes as one RoomBatch (batcher.go). A send is answered when it is
