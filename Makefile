@@ -112,6 +112,7 @@ lint: tools
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	staticcheck ./...
+	go test -count=1 ./internal/deptest/
 
 # The longest test packages, named first: go test starts packages in the order given, so these
 # run beside the many short ones rather than after them.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"time"
 
-	"roomcast/cdnmanager"
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/cdnstore"
 )
 
 // CDN calls: a room's CDN mode and an app's CDN policy. The API stores what the app asks for
-// (cdnmanager.Store); the CDN manager decides what is in force and tells the members.
+// (cdnstore.Store); the CDN manager decides what is in force and tells the members.
 
 // SetRoomCdn implements RoomcastAPI. A room need not exist yet: a pin set before an event holds
 // from its first login.
@@ -50,7 +50,7 @@ func (a *API) roomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error
 
 // SetCdnPolicy implements RoomcastAPI.
 func (a *API) SetCdnPolicy(ctx context.Context, req *pb.CdnPolicy) (*pb.CdnPolicy, error) {
-	if err := cdnmanager.CheckPolicy(req); err != nil {
+	if err := cdnstore.CheckPolicy(req); err != nil {
 		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
 	}
 	app := appOf(ctx)

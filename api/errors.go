@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/room"
+	"roomcast/store/roomstore"
 )
 
 // Errors of the server API: each carries an ErrorCode (docs/protocol.md#4-error-codes-errorcode)
@@ -117,7 +117,7 @@ func (a *API) storeError(what, id string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, room.ErrRoomNotFound):
+	case errors.Is(err, roomstore.ErrRoomNotFound):
 		return apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q was not created", id)
 	}
 	if _, ok := status.FromError(err); ok {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"roomcast/internal/applimits"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/applimits"
 )
 
 // appLimitsMaxAge is how old the API's copy of an app's limits may be: a change applies to

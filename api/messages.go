@@ -11,7 +11,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/room"
+	"roomcast/store/roomstore"
 )
 
 // Sends: to a room, a batch to a room, and to users' sessions wherever they are.
@@ -31,7 +31,7 @@ func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane,
 	if text != "" {
 		body = []byte(text)
 	}
-	if rep := room.ValidateSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}, nil); rep != nil {
+	if rep := roomstore.CheckSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}); rep != nil {
 		return 0, nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return lane, body, nil
@@ -105,8 +105,8 @@ func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomReques
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
-	if n := len(req.Messages); n == 0 || n > room.MaxBatch {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", room.MaxBatch, n)
+	if n := len(req.Messages); n == 0 || n > roomstore.MaxBatch {
+		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n)
 	}
 	batch := &pb.SendBatchRequest{Sends: make([]*pb.SendRequest, len(req.Messages))}
 	for i, m := range req.Messages {

@@ -8,7 +8,7 @@ import (
 
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/room"
+	"roomcast/store/roomstore"
 )
 
 // Moderation: kick a user's sessions, or a room's members by tag expression; mute a room, or its
@@ -117,10 +117,10 @@ func (a *API) muteByTags(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room
 	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
 		now := time.Now()
 		r.TagMutes = slices.DeleteFunc(r.TagMutes, func(m *pb.TagMute) bool {
-			return m.TagExpr == req.TagExpr || !room.TagMuteHolds(m, now)
+			return m.TagExpr == req.TagExpr || !roomstore.TagMuteHolds(m, now)
 		})
 		if req.Muted {
-			if len(r.TagMutes) >= room.MaxTagMutes {
+			if len(r.TagMutes) >= roomstore.MaxTagMutes {
 				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "room %q holds %d tag mutes, the limit: lift one first", req.Room, len(r.TagMutes))
 			}
 			m := &pb.TagMute{TagExpr: req.TagExpr, CreatedMs: now.UnixMilli()}

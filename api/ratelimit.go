@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"roomcast/internal/applimits"
 	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/applimits"
 )
 
 // The call rate of each API key: a key over it is answered 122 (API_RATE_LIMITED) with how

@@ -8,10 +8,11 @@
 //
 // Every call carries an API key, which names the app it acts for; rooms and users of other apps
 // are invisible to it. The API keeps no state and must not: it writes rooms and restrictions to
-// JetStream KV (room.Store, cdnmanager.Store), at-least-once messages to users to their store
+// JetStream KV (roomstore.Store, cdnstore.Store), at-least-once messages to users to their store
 // (inbox.Store), and asks the room and presence services and the ChatLinks over NATS
 // (requests.go), so any number of instances can serve. It must not reach into a component but
-// through the bus and the room store.
+// through the bus and the stores (store/); a room service in its process is handed to it as a
+// RoomSender (internal/deptest checks that it imports no component).
 package api
 
 import (
@@ -27,13 +28,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
-	"roomcast/cdnmanager"
-	"roomcast/inbox"
-	"roomcast/internal/applimits"
 	"roomcast/internal/auth"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/room"
+	"roomcast/store/applimits"
+	"roomcast/store/cdnstore"
+	"roomcast/store/inbox"
+	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
 
@@ -85,12 +86,22 @@ type Config struct {
 	Rooms RoomSender
 }
 
-// RoomSender is a room service in the server API's process (room.Service).
+// RoomSender is a room service in the server API's process (the wiring, internal/roles, hands
+// it a room.Service's).
 type RoomSender interface {
 	// SendLocalQueued checks, stamps and hands on sends to one room as the room service's NATS
 	// handlers would, before it returns, and gives their outcome, whose Reply may wait for a
-	// window (room.Service.SendLocalQueued); false when it takes no sends (then NATS).
-	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q *room.Queued, ok bool)
+	// window; false when it takes no sends (then NATS).
+	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q QueuedSend, ok bool)
+}
+
+// QueuedSend is the outcome of sends a RoomSender took.
+type QueuedSend interface {
+	// Waits reports whether Reply waits for the sends' window to be published (a critical send
+	// under a batch window); otherwise it returns at once.
+	Waits() bool
+	// Reply returns the reply, once it is known. It is called once.
+	Reply() *pb.Reply
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).
@@ -158,8 +169,8 @@ type API struct {
 	log   *slog.Logger // cfg.Log, naming the API in each record
 	audit *slog.Logger // cfg.Audit, naming the audit trail in each record
 	m     *metrics
-	store *room.Store
-	cdn   *cdnmanager.Store
+	store *roomstore.Store
+	cdn   *cdnstore.Store
 	inbox *inbox.Store // the at-least-once messages to users
 	ids   ids.Generator
 	exprs *tag.Cache // tag expressions checked, compiled once
@@ -179,11 +190,11 @@ func New(cfg Config) (*API, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := room.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
+	st, err := roomstore.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
 	if err != nil {
 		return nil, err
 	}
-	cdn, err := cdnmanager.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
+	cdn, err := cdnstore.OpenStore(ctx, cfg.Bus, cfg.KVReplicas)
 	if err != nil {
 		return nil, err
 	}

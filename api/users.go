@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"roomcast/inbox"
 	"roomcast/internal/auth"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/inbox"
 	"roomcast/tag"
 )
 

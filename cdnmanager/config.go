@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/store/cdnstore"
 )
 
 // Config configures a manager instance.
@@ -71,7 +72,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("cdnmanager: Window %v is not a whole number of milliseconds up to 1h", c.Window)
 	}
 	for _, u := range c.BaseURLs {
-		if err := checkURL(u); err != nil {
+		if err := cdnstore.CheckURL(u); err != nil {
 			return c, fmt.Errorf("cdnmanager: base URL: %w", err)
 		}
 	}
@@ -109,12 +110,4 @@ func (c Config) withDefaults() (Config, error) {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
-}
-
-// checkURL accepts an absolute http or https URL of sane length.
-func checkURL(u string) error {
-	if len(u) > 512 || !(strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
-		return fmt.Errorf("%q is not an http(s) URL of at most 512 bytes", u)
-	}
-	return nil
 }

@@ -5,8 +5,9 @@
 // JetStream KV (a CdnRoute per room, which the room service routes by and the pushers follow);
 // moves rooms when pushers come, leave or are lost; and tells the members of a room, through
 // their ChatLinks, the CdnConfig they poll with whenever it changes (a room leaving CDN mode
-// does so two windows ahead, and its members are told the last segment to poll). Store is what the server API
-// reads and writes: the apps' policies and the rooms' pins.
+// does so two windows ahead, and its members are told the last segment to poll). What the
+// server API reads and writes, the apps' policies and the rooms' pins, and the routes are
+// defined in store/cdnstore.
 //
 // Any number of instances run; one, the leader (a lease in JetStream KV), decides, the others
 // follow its records and stand by. It must not carry messages (the room service sends them to

@@ -18,6 +18,7 @@ import (
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
+	"roomcast/store/cdnstore"
 )
 
 const (
@@ -48,7 +49,7 @@ type Manager struct {
 	log      *slog.Logger
 	windowMs uint32
 	vendors  []*pb.CdnVendor // from cfg.BaseURLs
-	store    *Store
+	store    *cdnstore.Store
 	leaderKV jetstream.KeyValue
 	subs     []*nats.Subscription
 	unwatch  []func()
@@ -98,7 +99,7 @@ func Start(cfg Config) (_ *Manager, err error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if m.store, err = OpenStore(ctx, cfg.Bus, cfg.KVReplicas); err != nil {
+	if m.store, err = cdnstore.OpenStore(ctx, cfg.Bus, cfg.KVReplicas); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(cfg.Bus)
@@ -123,7 +124,7 @@ func Start(cfg Config) (_ *Manager, err error) {
 		_ = sub.SetPendingLimits(-1, -1)
 		m.subs = append(m.subs, sub)
 	}
-	for kv, apply := range map[jetstream.KeyValue]func(string, []byte){m.store.policy: m.applyPolicy, m.store.routes: m.applyRoute} {
+	for kv, apply := range map[jetstream.KeyValue]func(string, []byte){m.store.Policies(): m.applyPolicy, m.store.Routes(): m.applyRoute} {
 		stop, err := bus.FollowKV(ctx, kv, apply)
 		if err != nil {
 			return nil, err
@@ -167,7 +168,7 @@ func (m *Manager) kickLocked() {
 	}
 }
 
-// applyPolicy follows BucketPolicy: "<app>" keys are policies, "<app>.<room>" keys pins.
+// applyPolicy follows cdnstore.BucketPolicy: "<app>" keys are policies, "<app>.<room>" keys pins.
 func (m *Manager) applyPolicy(key string, value []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -191,8 +192,8 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 	m.pins[k] = rc
 }
 
-// applyRoute follows BucketCdnRoutes, which the leader writes: every instance knows the routes
-// when it comes to lead.
+// applyRoute follows cdnstore.BucketRoutes, which the leader writes: every instance knows the
+// routes when it comes to lead.
 func (m *Manager) applyRoute(key string, value []byte) {
 	app, room, _ := strings.Cut(key, ".")
 	k := roomKey{app, room}
@@ -546,14 +547,7 @@ func pick(counts map[string]int, better func(a, b int) bool) string {
 
 // apply writes one change: the route, then what the room's members are told.
 func (m *Manager) apply(ctx context.Context, c change) {
-	key := bus.CdnRouteKey(c.key.app, c.key.room)
-	var err error
-	if c.route == nil {
-		err = m.store.routes.Delete(ctx, key)
-	} else {
-		err = put(ctx, m.store.routes, key, c.route)
-	}
-	if err != nil {
+	if err := m.store.SetRoute(ctx, c.key.app, c.key.room, c.route); err != nil {
 		m.log.Warn("route not written", "room", c.key, "err", err)
 		return
 	}

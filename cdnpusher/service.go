@@ -21,6 +21,7 @@ import (
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
+	"roomcast/store/cdnstore"
 )
 
 // A Service is one pusher instance on the bus: it takes the CDN-lane messages the room service
@@ -116,7 +117,7 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 	_ = s.sub.SetPendingLimits(-1, 256<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := bus.CdnRoutes(ctx, cfg.Bus, cfg.KVReplicas)
+	kv, err := cdnstore.OpenRoutes(ctx, cfg.Bus, cfg.KVReplicas)
 	if err != nil {
 		return nil, err
 	}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"roomcast/inbox"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/inbox"
 )
 
 // The inbox: a user's at-least-once messages (Message.at_least_once), stored by the server API

@@ -12,11 +12,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"roomcast/inbox"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/inbox"
 )
 
 // sendToUser sends an at-least-once message to uid through the server API's HTTP endpoint and

@@ -16,10 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"roomcast/internal/applimits"
 	"roomcast/internal/clientip"
 	"roomcast/internal/ratelimit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/applimits"
 )
 
 // Limits are the rates and counts a ChatLink holds its clients to (docs/security.md). A zero

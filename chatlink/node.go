@@ -26,9 +26,9 @@ import (
 
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
-	"roomcast/inbox"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/inbox"
 	"roomcast/tag"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // A room's critical and normal messages are numbered (room_seq) by the room service instance
@@ -263,7 +263,7 @@ func (f *roomFanout) startFillLocked() {
 	before := o.held[0].first
 	n.goAsync(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.OrderHold)
-		kept, _, err := bus.ReadHistory(ctx, n.js, r.app, r.room, bus.HistoryRange{Since: n.now().Add(-fillLookback)})
+		kept, _, err := historystore.Read(ctx, n.js, r.app, r.room, historystore.Range{Since: n.now().Add(-fillLookback)})
 		cancel()
 		f.mu.Lock()
 		o.filling = false
@@ -280,7 +280,7 @@ func (f *roomFanout) startFillLocked() {
 // before in f.pending, gives up the rest of that gap, and releases what that frees. If that gap
 // closed live meanwhile and another is open, the other gets its own OrderHold. Caller holds
 // f.mu.
-func (f *roomFanout) fillLocked(before uint64, kept []bus.KeptMessage, err error) {
+func (f *roomFanout) fillLocked(before uint64, kept []historystore.KeptMessage, err error) {
 	o := &f.order
 	if len(o.held) == 0 {
 		return
@@ -289,14 +289,14 @@ func (f *roomFanout) fillLocked(before uint64, kept []bus.KeptMessage, err error
 		f.armOrderLocked()
 		return
 	}
-	var fill []bus.KeptMessage
+	var fill []historystore.KeptMessage
 	for _, k := range kept {
 		if s := k.Msg.RoomSeq; s >= o.next && s < before {
 			fill = append(fill, k)
 		}
 	}
 	// The history is in the order the windows were kept, which two instances may interleave.
-	slices.SortFunc(fill, func(a, b bus.KeptMessage) int { return cmpU64(a.Msg.RoomSeq, b.Msg.RoomSeq) })
+	slices.SortFunc(fill, func(a, b historystore.KeptMessage) int { return cmpU64(a.Msg.RoomSeq, b.Msg.RoomSeq) })
 	for _, k := range fill {
 		s := k.Msg.RoomSeq
 		if s < o.next {

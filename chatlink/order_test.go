@@ -18,6 +18,7 @@ import (
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // TestRoomSeqOrderAcrossNodes: two room-service instances, two ChatLinks with a member each.
@@ -114,7 +115,7 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := js.Publish(ctx, bus.HistorySubject(devcluster.App, room), kept); err != nil {
+	if _, err := js.Publish(ctx, historystore.Subject(devcluster.App, room), kept); err != nil {
 		t.Fatal(err)
 	}
 	published := time.Now()
@@ -148,8 +149,8 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := nats.NewMsg(bus.HistorySubject(devcluster.App, room))
-	entry.Header.Set(bus.HistoryRecordHeader, "100")
+	entry := nats.NewMsg(historystore.Subject(devcluster.App, room))
+	entry.Header.Set(historystore.RecordHeader, "100")
 	entry.Data = rec
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()

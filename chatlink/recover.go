@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // recoverTimeout bounds a read of a room's history for recoveries, and a login's wait for it
@@ -33,7 +33,7 @@ type historyAsk struct {
 }
 
 func askOf(l *pb.Login) historyAsk {
-	return historyAsk{since: l.RecoverSince, sinceSeq: l.RecoverSinceRoomSeq, last: min(int(l.History), bus.HistoryPerRoom)}
+	return historyAsk{since: l.RecoverSince, sinceSeq: l.RecoverSinceRoomSeq, last: min(int(l.History), historystore.PerRoom)}
 }
 
 func (a historyAsk) wanted() bool { return a.since != "" || a.last > 0 }
@@ -148,7 +148,7 @@ func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([
 	if ask.age > 0 {
 		since = n.now().Add(-ask.age)
 	}
-	kept, skipped, err := bus.ReadHistory(ctx, n.js, app, room, bus.HistoryRange{Since: since, Keep: ask.keep})
+	kept, skipped, err := historystore.Read(ctx, n.js, app, room, historystore.Range{Since: since, Keep: ask.keep})
 	if skipped > 0 {
 		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}

@@ -15,6 +15,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // startService starts an embedded NATS server and a room service on it (cfg's Bus set here),
@@ -233,7 +234,7 @@ func TestCriticalSendAnsweredOnceKept(t *testing.T) {
 	if took := time.Since(start); took > 5*window {
 		t.Errorf("%d critical sends took %v: answered one window after another", n, took)
 	}
-	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(context.Background(), s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/proto/segment"
+	"roomcast/store/cdnstore"
 )
 
-// cdnRoutes is an instance's copy of the CDN routes (bus.BucketCdnRoutes), kept current by a
+// cdnRoutes is an instance's copy of the CDN routes (cdnstore.BucketRoutes), kept current by a
 // watch: which rooms are in CDN mode, which pusher writes which of their windows, and what their
 // members are told. The CDN manager writes them.
 type cdnRoutes struct {
@@ -26,7 +27,7 @@ type cdnRoutes struct {
 }
 
 func openCdnRoutes(ctx context.Context, s *Service) (*cdnRoutes, error) {
-	kv, err := bus.CdnRoutes(ctx, s.cfg.Bus, s.cfg.KVReplicas)
+	kv, err := cdnstore.OpenRoutes(ctx, s.cfg.Bus, s.cfg.KVReplicas)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func (c *cdnRoutes) get(app, room string) *pb.CdnRoute {
 // fresh reads a room's route from the store rather than the watch's copy, for the first login
 // of a room on a node (see onJoin); on a read error it falls back to the copy.
 func (c *cdnRoutes) fresh(ctx context.Context, app, room string) (*pb.CdnRoute, error) {
-	e, err := c.kv.Get(ctx, bus.CdnRouteKey(app, room))
+	e, err := c.kv.Get(ctx, cdnstore.RouteKey(app, room))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, nil

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // DefaultHistoryMaxAge is how long a message stays in history unless Config.HistoryMaxAge says.
@@ -42,7 +42,7 @@ const criticalTimeout = 2 * time.Second
 // messages it holds.
 type history struct {
 	js      jetstream.JetStream
-	perRoom string // the count retention, bus.HistoryRecordHeader of every record
+	perRoom string // the count retention, historystore.RecordHeader of every record
 	log     *slog.Logger
 }
 
@@ -58,32 +58,8 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 	if err != nil {
 		return nil, fmt.Errorf("room: jetstream: %w", err)
 	}
-	_, err = bus.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
-		Name:              bus.HistoryStream,
-		Description:       "Roomcast rooms' recent messages, for recovery after a reconnect",
-		Subjects:          []string{bus.HistorySubject("*", "*")},
-		MaxMsgsPerSubject: int64(perRoom),
-		MaxAge:            maxAge,
-		Discard:           jetstream.DiscardOld,
-		Replicas:          replicas,
-		// Readers (bus.ReadHistory) use batched direct gets: no consumer per read.
-		AllowDirect: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("room: history stream: %w", err)
-	}
-	// The counters are kept without an age limit: a room's numbers must not start again at 1
-	// while a client still holds an older one.
-	_, err = bus.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
-		Name:              bus.RoomSeqStream,
-		Description:       "Roomcast rooms' message counters (Message.room_seq)",
-		Subjects:          []string{bus.RoomSeqSubject("*", "*")},
-		AllowMsgCounter:   true,
-		MaxMsgsPerSubject: 1,
-		Replicas:          replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("room: room_seq stream: %w", err)
+	if err := historystore.CreateStreams(ctx, js, replicas, perRoom, maxAge); err != nil {
+		return nil, fmt.Errorf("room: %w", err)
 	}
 	return &history{js: js, perRoom: strconv.Itoa(perRoom), log: log}, nil
 }
@@ -101,7 +77,7 @@ func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Messa
 	if kept == 0 {
 		return nil
 	}
-	req := nats.NewMsg(bus.RoomSeqSubject(app, room))
+	req := nats.NewMsg(historystore.RoomSeqSubject(app, room))
 	req.Header.Set("Nats-Incr", "+"+strconv.Itoa(kept))
 	ack, err := h.js.PublishMsg(ctx, req)
 	var last uint64
@@ -141,8 +117,8 @@ func (h *history) record(ctx context.Context, app string, msgs []*pb.Message, se
 		if err != nil {
 			return fmt.Errorf("room: encode history record of %s/%s: %w", app, room, err)
 		}
-		m := nats.NewMsg(bus.HistorySubject(app, room))
-		m.Header.Set(bus.HistoryRecordHeader, h.perRoom)
+		m := nats.NewMsg(historystore.Subject(app, room))
+		m.Header.Set(historystore.RecordHeader, h.perRoom)
 		m.Data = b
 		ack, err := h.js.PublishMsgAsync(m)
 		if err != nil {

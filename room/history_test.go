@@ -14,9 +14,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // recordWindows records windows of messages of room "r" (sizes[i] messages in window i) with
@@ -48,7 +48,7 @@ func recordWindows(t *testing.T, s *Service, first int, sizes ...int) []string {
 // historyEntries returns how many entries the history stream holds.
 func historyEntries(t *testing.T, s *Service) uint64 {
 	t.Helper()
-	st, err := s.hist.js.Stream(context.Background(), bus.HistoryStream)
+	st, err := s.hist.js.Stream(context.Background(), historystore.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestHistoryWindowIsOneEntry(t *testing.T) {
 	if n := historyEntries(t, s); n != 1 {
 		t.Errorf("a window of 5 messages is %d entries of the history stream, want 1", n)
 	}
-	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(context.Background(), s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestHistoryRecordSizeCap(t *testing.T) {
 	if n := historyEntries(t, s); n != 4 {
 		t.Errorf("the window is %d entries of the history stream, want 4", n)
 	}
-	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(context.Background(), s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestHistoryRecordKeepsSenders(t *testing.T) {
 	if err := s.hist.record(ctx, "a", []*pb.Message{msg("f", pb.Lane_LANE_NORMAL), msg("g", pb.Lane_LANE_NORMAL)}, []string{"n-4"}); err != nil {
 		t.Fatal(err)
 	}
-	kept, _, err := bus.ReadHistory(ctx, s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(ctx, s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestHistoryPagesAcrossRecords(t *testing.T) {
 	// An entry as versions before records wrote: one Message, no header.
 	legacy := &pb.Message{Id: new(ids.Generator).New(time.Now()), Room: "r", Lane: pb.Lane_LANE_NORMAL, Body: []byte(strconv.Itoa(len(bodies))), ServerTimeMs: time.Now().UnixMilli()}
 	b, _ := proto.Marshal(legacy)
-	if _, err := s.hist.js.Publish(context.Background(), bus.HistorySubject("a", "r"), b); err != nil {
+	if _, err := s.hist.js.Publish(context.Background(), historystore.Subject("a", "r"), b); err != nil {
 		t.Fatal(err)
 	}
 	bodies = append(bodies, string(legacy.Body))
@@ -224,7 +224,7 @@ func TestHistoryCursorVersion1(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{})
 	bodies := recordWindows(t, s, 0, 2, 3, 2)
-	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(context.Background(), s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestHistoryKeepsNewestMessages(t *testing.T) {
 	if got := bodiesOf(after.Messages); !slices.Equal(got, newest) {
 		t.Errorf("after the oldest id: %v, want the newest 4: %v", got, newest)
 	}
-	kept, _, err := bus.ReadHistory(context.Background(), s.hist.js, "a", "r", bus.HistoryRange{})
+	kept, _, err := historystore.Read(context.Background(), s.hist.js, "a", "r", historystore.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}

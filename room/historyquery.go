@@ -11,13 +11,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/ids"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // The history API: pages of a room's kept messages, for members (through their ChatLink) and
-// the server API, asked on bus.SubjectRoomHistory. The messages are read with bus.ReadHistory,
+// the server API, asked on bus.SubjectRoomHistory. The messages are read with historystore.Read,
 // the reader of login history and recovery; this file adds the room's retention, the paging and
 // what a member may see.
 
@@ -31,12 +31,12 @@ const (
 const historyReadTimeout = 2 * time.Second
 
 // historyCursor is a position in a room's history and the direction to page from it: a
-// sequence of bus.HistoryStream and an index within the record there (bus.KeptMessage), which
-// stay where they are while messages are added and dropped, so the pages after it neither
-// repeat nor skip a message.
+// sequence of historystore.Stream and an index within the record there
+// (historystore.KeptMessage), which stay where they are while messages are added and dropped,
+// so the pages after it neither repeat nor skip a message.
 type historyCursor struct {
 	older bool // page towards older messages: those before the position; else newer: after it
-	// The position (bus.KeptMessage) of the last message of the previous page.
+	// The position (historystore.KeptMessage) of the last message of the previous page.
 	seq   uint64
 	index int
 }
@@ -93,7 +93,7 @@ func parseHistoryCursor(s string) (historyCursor, error) {
 // historyRange is what one page asks for: the direction, and which kept messages lie in range.
 type historyRange struct {
 	older bool
-	in    func(bus.KeptMessage) bool
+	in    func(historystore.KeptMessage) bool
 	// Where reading may start, for a page of newer messages: the stream sequence of a cursor,
 	// or a time before an after_id. Zero: at the room's oldest message.
 	fromSeq  uint64
@@ -126,24 +126,24 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 		if _, ok := ids.MessageTime(q.BeforeId); !ok {
 			return bad("before_id is not a message id")
 		}
-		return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Msg.Id < q.BeforeId }}, nil
+		return historyRange{older: true, in: func(k historystore.KeptMessage) bool { return k.Msg.Id < q.BeforeId }}, nil
 	case q.AfterId != "":
 		at, ok := ids.MessageTime(q.AfterId)
 		if !ok {
 			return bad("after_id is not a message id")
 		}
-		return historyRange{in: func(k bus.KeptMessage) bool { return k.Msg.Id > q.AfterId }, fromTime: at.Add(-maxStampSkew)}, nil
+		return historyRange{in: func(k historystore.KeptMessage) bool { return k.Msg.Id > q.AfterId }, fromTime: at.Add(-maxStampSkew)}, nil
 	case q.Cursor != "":
 		c, err := parseHistoryCursor(q.Cursor)
 		if err != nil {
 			return bad("cursor is not one a history page gave")
 		}
 		if c.older {
-			return historyRange{older: true, in: func(k bus.KeptMessage) bool { return k.Compare(c.seq, c.index) < 0 }}, nil
+			return historyRange{older: true, in: func(k historystore.KeptMessage) bool { return k.Compare(c.seq, c.index) < 0 }}, nil
 		}
-		return historyRange{in: func(k bus.KeptMessage) bool { return k.Compare(c.seq, c.index) > 0 }, fromSeq: c.seq}, nil
+		return historyRange{in: func(k historystore.KeptMessage) bool { return k.Compare(c.seq, c.index) > 0 }, fromSeq: c.seq}, nil
 	}
-	return historyRange{older: true, in: func(bus.KeptMessage) bool { return true }}, nil
+	return historyRange{older: true, in: func(historystore.KeptMessage) bool { return true }}, nil
 }
 
 // historyRetention is how many messages a room's history keeps and for how long: its settings
@@ -161,9 +161,9 @@ func (s *Service) historyRetention(st *pb.RoomSettings) (keep int, age time.Dura
 
 // selectPage takes from the messages in range that allow lets through the limit nearest the
 // anchor, oldest first, with the cursor to the next page when more lie beyond them.
-func selectPage(kept []bus.KeptMessage, r historyRange, limit int, allow func(*pb.Message) bool) *pb.HistoryPage {
-	ok := func(k bus.KeptMessage) bool { return r.in(k) && allow(k.Msg) }
-	var picked []bus.KeptMessage
+func selectPage(kept []historystore.KeptMessage, r historyRange, limit int, allow func(*pb.Message) bool) *pb.HistoryPage {
+	ok := func(k historystore.KeptMessage) bool { return r.in(k) && allow(k.Msg) }
+	var picked []historystore.KeptMessage
 	more := false
 	if r.older {
 		for i := len(kept) - 1; i >= 0; i-- {
@@ -234,11 +234,11 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 	keep, age := s.historyRetention(s.cache.room(req.App, req.Room).GetSettings())
 	// A page of newer messages starts reading at its anchor: the newest keep messages from
 	// there on are those of the room's newest keep that lie there.
-	read := bus.HistoryRange{Since: s.cfg.Now().Add(-age), FromSeq: r.fromSeq, Keep: keep}
+	read := historystore.Range{Since: s.cfg.Now().Add(-age), FromSeq: r.fromSeq, Keep: keep}
 	if r.fromTime.After(read.Since) {
 		read.Since = r.fromTime
 	}
-	kept, skipped, err := bus.ReadHistory(ctx, s.hist.js, req.App, req.Room, read)
+	kept, skipped, err := historystore.Read(ctx, s.hist.js, req.App, req.Room, read)
 	if skipped > 0 {
 		s.log.Warn("kept messages that do not decode left out of a history page", "app", req.App, "room", req.Room, "skipped", skipped)
 	}

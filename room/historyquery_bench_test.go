@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 // BenchmarkHistoryPage measures one page of a room that keeps 100 messages (the deployment's
@@ -48,7 +48,7 @@ func BenchmarkHistoryPage(b *testing.B) {
 		b.Fatalf("first page: %d messages, %v", n, first)
 	}
 	// A cursor of the newer direction: the page after the kept window's first 25.
-	kept, _, err := bus.ReadHistory(ctx, s.hist.js, app, room, bus.HistoryRange{})
+	kept, _, err := historystore.Read(ctx, s.hist.js, app, room, historystore.Range{})
 	if err != nil || len(kept) != 100 {
 		b.Fatalf("kept %d, %v", len(kept), err)
 	}

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
 )
 
 func TestHistoryCursorRoundTrip(t *testing.T) {
@@ -51,15 +51,15 @@ func FuzzHistoryCursor(f *testing.F) {
 // every allowed message once.
 func TestSelectPage(t *testing.T) {
 	t.Parallel()
-	var kept []bus.KeptMessage
+	var kept []historystore.KeptMessage
 	for i := range 10 {
-		kept = append(kept, bus.KeptMessage{Seq: uint64(3*i + 5), Msg: &pb.Message{Id: fmt.Sprintf("%026d", i), Body: []byte(strconv.Itoa(i))}})
+		kept = append(kept, historystore.KeptMessage{Seq: uint64(3*i + 5), Msg: &pb.Message{Id: fmt.Sprintf("%026d", i), Body: []byte(strconv.Itoa(i))}})
 	}
 	allow := func(m *pb.Message) bool { return string(m.Body) != "4" && string(m.Body) != "5" }
 	want := []string{"0", "1", "2", "3", "6", "7", "8", "9"}
 	for _, older := range []bool{true, false} {
 		t.Run(fmt.Sprint("older ", older), func(t *testing.T) {
-			r := historyRange{older: older, in: func(bus.KeptMessage) bool { return true }}
+			r := historyRange{older: older, in: func(historystore.KeptMessage) bool { return true }}
 			var got []string
 			var sizes []int
 			for range 10 {

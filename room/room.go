@@ -3,11 +3,11 @@
 // the room's subject to the ChatLinks that hold members, and knows how many members each room has
 // on each node. An app with callbacks (package callback) has the last word on the logins and the
 // members' sends admitted here. It does not serve app backends: the server API (package api)
-// writes the Store and asks this service over NATS.
+// writes the rooms' store (store/roomstore) and asks this service over NATS.
 //
-// Rooms and member restrictions (mute, ban) live in JetStream KV (store.go); each instance
-// watches the buckets, so checks on the hot path read memory. Membership is owned by the
-// ChatLinks: their reports tell every instance the members per room and node
+// Rooms and member restrictions (mute, ban) live in JetStream KV (store/roomstore); each
+// instance watches the buckets (cache.go), so checks on the hot path read memory. Membership is
+// owned by the ChatLinks: their reports tell every instance the members per room and node
 // (distribution.go), and member lists are asked of the nodes by the server API. Any number of
 // instances share the work in a queue group; none holds state that only it has.
 //
@@ -15,9 +15,10 @@
 // pusher that route names instead of the room's subject. The service does not decide the mode
 // or the pusher.
 //
-// It keeps the rooms' critical and normal messages in a JetStream stream (history.go) and
-// answers pages of it, with each room's retention and what a member may see
-// (historyquery.go), for the server API and for members through their ChatLink.
+// It keeps the rooms' critical and normal messages in a JetStream stream (history.go; the
+// stream and its records are defined in store/historystore) and answers pages of it, with each
+// room's retention and what a member may see (historyquery.go), for the server API and for
+// members through their ChatLink.
 package room
 
 import (
@@ -32,7 +33,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +44,8 @@ import (
 	"roomcast/internal/ids"
 	"roomcast/internal/tracing"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/historystore"
+	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
 
@@ -53,12 +55,6 @@ const exprCacheSize = 4096
 // ReservedTypePrefix starts the message types of Roomcast's own messages (the room queue's
 // "rc.queue"): members may not send them, so a client can trust them.
 const ReservedTypePrefix = "rc."
-
-// Limits on what a room accepts from a sender.
-const (
-	MaxBodyBytes = 16 << 10
-	MaxTypeBytes = 32
-)
 
 // Config configures a room service instance.
 type Config struct {
@@ -82,8 +78,9 @@ type Config struct {
 	// recovery after a reconnect (for 24 hours at most). The stream, which all instances share,
 	// keeps that many of a room's windows (records of one message or more) and readers the
 	// newest that many messages of them; the last instance to start sets the stream's limit,
-	// each record says its writer's (bus.HistoryRecordHeader). Zero value means bus.HistoryPerRoom
-	// (100). A room's settings may keep fewer (RoomSettings.history_max_messages).
+	// each record says its writer's (historystore.RecordHeader). Zero value means
+	// historystore.PerRoom (100). A room's settings may keep fewer
+	// (RoomSettings.history_max_messages).
 	HistoryPerRoom int
 	// BatchWindow is how long the instance gathers a room's messages before it numbers them and
 	// sends them to the room's nodes as one RoomBatch (batcher.go). A send is answered when it is
@@ -122,7 +119,7 @@ type Service struct {
 	log     *slog.Logger // cfg.Log, naming the service
 	ids     ids.Generator
 	subs    []*nats.Subscription
-	store   *Store
+	store   *roomstore.Store
 	cache   *cache
 	dist    *distribution
 	hist    *history
@@ -161,7 +158,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.KVReplicas = 1
 	}
 	if c.HistoryPerRoom <= 0 {
-		c.HistoryPerRoom = bus.HistoryPerRoom
+		c.HistoryPerRoom = historystore.PerRoom
 	}
 	if c.BatchWindow == 0 {
 		c.BatchWindow = DefaultBatchWindow
@@ -200,10 +197,10 @@ func (s *Service) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if s.store, err = OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+	if s.store, err = roomstore.OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
-	if s.cache, err = s.store.watch(ctx, s.log); err != nil {
+	if s.cache, err = watch(ctx, s.store, s.log); err != nil {
 		return err
 	}
 	if s.hist, err = openHistory(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge, s.log); err != nil {
@@ -456,9 +453,6 @@ func (s *Service) onSend(msg *nats.Msg) {
 	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
 }
 
-// MaxBatch bounds the messages of one batch send.
-const MaxBatch = 100
-
 func (s *Service) onSendBatch(msg *nats.Msg) {
 	start := time.Now()
 	var req pb.SendBatchRequest
@@ -475,8 +469,8 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
 func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
-	if n := len(reqs); n == 0 || n > MaxBatch {
-		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", MaxBatch, n))
+	if n := len(reqs); n == 0 || n > roomstore.MaxBatch {
+		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n))
 	}
 	for _, r := range reqs[1:] {
 		if r.App != reqs[0].App || r.Room != reqs[0].Room {
@@ -639,29 +633,16 @@ func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 	return batch
 }
 
-// ValidateSend checks a send request against the room's limits. It returns nil when the
-// request is acceptable, otherwise the reply to give. exprs caches compiled tag expressions;
-// with nil the tag expression is not checked here (the server API leaves that to the room
-// service, which must compile it anyway).
+// ValidateSend checks a send request against the room's limits (roomstore.CheckSend) and its
+// tag expression. It returns nil when the request is acceptable, otherwise the reply to give.
+// exprs caches compiled tag expressions.
 func ValidateSend(req *pb.SendRequest, exprs *tag.Cache) *pb.Reply {
-	bad := func(code pb.ErrorCode, format string, args ...any) *pb.Reply {
-		return &pb.Reply{Code: uint32(code), Message: fmt.Sprintf(format, args...)}
+	if rep := roomstore.CheckSend(req); rep != nil {
+		return rep
 	}
-	switch {
-	case req.App == "" || req.Room == "":
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "app and room are required")
-	case len(req.Body) == 0:
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is empty")
-	case len(req.Body) > MaxBodyBytes:
-		return bad(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "body is %d bytes, the limit is %d", len(req.Body), MaxBodyBytes)
-	case len(req.Type) > MaxTypeBytes || !utf8.ValidString(req.Type):
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "type must be valid UTF-8 of at most %d bytes", MaxTypeBytes)
-	case req.Lane < pb.Lane_LANE_UNSPECIFIED || req.Lane > pb.Lane_LANE_BULK:
-		return bad(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown lane %d", req.Lane)
-	}
-	if req.TagExpr != "" && exprs != nil {
+	if req.TagExpr != "" {
 		if _, err := exprs.Get(req.TagExpr); err != nil {
-			return bad(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%v", err)
+			return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), Message: err.Error()}
 		}
 	}
 	return nil

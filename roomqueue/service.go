@@ -33,14 +33,14 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	pb "roomcast/proto/roomcastpb"
-	"roomcast/room"
+	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
 
 // Limits of what the service accepts, whatever its Config says.
 const (
 	// LimitValueBytes bounds Config.MaxValueBytes: an offer's event, with its value, must fit
-	// in a room message (room.MaxBodyBytes).
+	// in a room message (roomstore.MaxBodyBytes).
 	LimitValueBytes = 8 << 10
 	// LimitEntries bounds Config.MaxEntries: a queue is one KV value.
 	LimitEntries = 1000
@@ -112,7 +112,7 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	store  *store
-	rooms  *room.Store // the rooms' settings, read for members' requests
+	rooms  *roomstore.Store // the rooms' settings, read for members' requests
 	exprs  *tag.Cache
 	leave  *leaveIndex
 	stopKV func() // ends the watch that feeds leave
@@ -155,7 +155,7 @@ func (s *Service) Start() (err error) {
 	if s.store, err = openStore(ctx, s.cfg.Bus, s.cfg.KVReplicas, s.m.retries); err != nil {
 		return err
 	}
-	if s.rooms, err = room.OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+	if s.rooms, err = roomstore.OpenStore(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		return err
 	}
 	if s.stopKV, err = bus.FollowKV(ctx, s.store.kv, s.leave.apply); err != nil {

@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"
+	"roomcast/store/historystore"
 )
 
 // apiSend sends a critical message with body to room through the server API.
@@ -163,7 +163,7 @@ func historyHas(t *testing.T, c *devcluster.Cluster, room string, seq uint64) {
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		kept, _, err := bus.ReadHistory(ctx, js, devcluster.App, room, bus.HistoryRange{})
+		kept, _, err := historystore.Read(ctx, js, devcluster.App, room, historystore.Range{})
 		if err != nil {
 			return err
 		}

@@ -12,13 +12,13 @@ import (
 	"roomcast/api"
 	"roomcast/callback"
 	"roomcast/chatlink"
-	"roomcast/inbox"
 	"roomcast/internal/auth"
-	"roomcast/internal/bus"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
 	"roomcast/room"
 	"roomcast/roomqueue"
+	"roomcast/store/historystore"
+	"roomcast/store/inbox"
 )
 
 // pairs is a repeatable flag of KEY=VALUE pairs.
@@ -114,7 +114,7 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 // bindHistoryFlags binds the room service's history retention (room.Config.HistoryPerRoom and
 // HistoryMaxAge): the deployment's defaults, which a room's settings may lower.
 func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
-	fs.IntVar(perRoom, "history-per-room", bus.HistoryPerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
+	fs.IntVar(perRoom, "history-per-room", historystore.PerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
 	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
 }
 

@@ -1,9 +1,9 @@
 // Package bus is the plumbing every Roomcast role shares to talk over NATS: subject names,
-// connecting, request/reply with protobuf payloads, and reading a room's kept messages from the
-// history stream (history.go; the answers come on one reply subscription per connection,
-// replymux.go), which the ChatLinks and the room service both need. It holds no business logic,
-// and it does not run a NATS server: the embedded one of `roomcast dev` and tests is
-// internal/devnats.
+// connecting, request/reply with protobuf payloads, and JetStream's batched direct gets
+// (directget.go; the answers come on one reply subscription per connection, replymux.go), with
+// which the ChatLinks and the room service read a room's history (store/historystore). It
+// holds no business logic nor the definition of stored data (store/), and it does not run a
+// NATS server: the embedded one of `roomcast dev` and tests is internal/devnats.
 package bus
 
 import (
@@ -61,30 +61,6 @@ const (
 // rooms it writes (CdnBatch).
 func CdnPushSubject(pusher string) string { return "rc.cdn.push." + pusher }
 
-// BucketCdnRoutes is the JetStream KV bucket of the rooms in CDN mode: one CdnRoute per room,
-// under "<app>.<room>", written by the CDN manager, followed by the room service and the pushers.
-const BucketCdnRoutes = "rc_cdn_rooms"
-
-// CdnRouteKey is a room's key in BucketCdnRoutes.
-func CdnRouteKey(app, room string) string { return app + "." + room }
-
-// CdnRoutes creates BucketCdnRoutes, or binds to it, with replicas copies (zero means 1). The
-// manager, the room service and the pushers each call it, so none depends on who starts first.
-func CdnRoutes(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("bus: jetstream: %w", err)
-	}
-	kv, err := CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket: BucketCdnRoutes, History: 1, Replicas: max(1, replicas),
-		Description: "Roomcast rooms in CDN mode (cdnmanager)",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: KV bucket %s: %w", BucketCdnRoutes, err)
-	}
-	return kv, nil
-}
-
 // FollowKV calls apply with every key's current value, then with every change (a nil value for
 // a deleted key), from one goroutine, in order. It returns once the current values are applied,
 // or with an error when that takes longer than ctx allows. stop ends the watch and waits for
@@ -127,29 +103,6 @@ func AppEventsSubject(app string) string { return "rc.app." + app + ".sessions" 
 
 // SubjectAppEvents matches every app's AppEventsSubject.
 const SubjectAppEvents = "rc.app.*.sessions"
-
-// HistoryStream is the JetStream stream of rooms' recent messages (critical and normal lanes),
-// one subject per room (HistorySubject). Each entry is a HistoryRecord: the kept messages of one
-// of the room's batch windows (HistoryRecordHeader). A room keeps its newest HistoryPerRoom
-// messages unless the room service is configured otherwise: the stream keeps that many entries
-// of the room, so at least that many messages, and ReadHistory trims to the newest that many.
-// The room service writes it; ChatLinks read it to recover a reconnecting member's missed
-// messages. HistoryPerRoom is also the most a login may ask for (Login.history).
-//
-// RoomSeqStream holds one JetStream counter per room (RoomSeqSubject): how many of the room's
-// critical and normal messages have been numbered (Message.room_seq), so that a recovery can
-// count the messages that are no longer kept.
-const (
-	HistoryStream  = "rc_history"
-	HistoryPerRoom = 100
-	RoomSeqStream  = "rc_room_seq"
-)
-
-// HistorySubject is a room's subject in HistoryStream.
-func HistorySubject(app, room string) string { return "rc.history." + app + "." + room }
-
-// RoomSeqSubject is a room's counter in RoomSeqStream.
-func RoomSeqSubject(app, room string) string { return "rc.roomseq." + app + "." + room }
 
 // RoomSubject is the broadcast subject of a room. app and room must be valid names
 // (auth.ValidName), which keeps dots and wildcards out.

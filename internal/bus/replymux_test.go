@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/testkit"
@@ -33,14 +34,54 @@ func subsOf(t *testing.T, ns *server.Server, nc *nats.Conn) int {
 	return int(cz.Conns[0].NumSubs)
 }
 
-// directGetResponder connects to ns in JetStream's place: the direct gets of HistoryStream
+// testStream is a stream like the rooms' history (store/historystore): one subject per room
+// (testSubject), read with direct gets.
+const testStream = "rc_test"
+
+func testSubject(room string) string { return "rc.test." + room }
+
+// directGetStream starts an embedded NATS server with testStream and connects to it.
+func directGetStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns := testkit.NATS(t)
+	nc := testkit.Connect(t, ns)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: testStream, Subjects: []string{testSubject("*")}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, nc, js
+}
+
+// readAll reads a room's messages from testStream with direct gets of 3 messages, and returns
+// their ids.
+func readAll(ctx context.Context, nc *nats.Conn, room string) ([]string, error) {
+	req := DirectGetRequest{Seq: 1, NextFor: testSubject(room), Batch: 3}
+	var ids []string
+	for {
+		more, err := DirectGet(ctx, nc, testStream, req, func(seq uint64, entry *nats.Msg) {
+			req.Seq = seq + 1
+			var m pb.Message
+			if proto.Unmarshal(entry.Data, &m) == nil {
+				ids = append(ids, m.Id)
+			}
+		})
+		if err != nil || !more {
+			return ids, err
+		}
+	}
+}
+
+// directGetResponder connects to ns in JetStream's place: the direct gets of testStream
 // come to requests, for the test to answer on js as JetStream does (ADR-31). No stream answers
 // them: ns has none.
 func directGetResponder(t *testing.T, ns *server.Server) (js *nats.Conn, requests chan *nats.Msg) {
 	t.Helper()
 	js = testkit.Connect(t, ns)
 	requests = make(chan *nats.Msg, 64)
-	if _, err := js.ChanSubscribe("$JS.API.DIRECT.GET."+HistoryStream, requests); err != nil {
+	if _, err := js.ChanSubscribe("$JS.API.DIRECT.GET."+testStream, requests); err != nil {
 		t.Fatal(err)
 	}
 	if err := js.Flush(); err != nil {
@@ -65,7 +106,7 @@ func TestDirectGetsShareOneSubscription(t *testing.T) {
 		t.Helper()
 		select {
 		case req := <-requests:
-			var r directGetRequest
+			var r DirectGetRequest
 			if err := json.Unmarshal(req.Data, &r); err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +135,7 @@ func TestDirectGetsShareOneSubscription(t *testing.T) {
 	for i := range reads {
 		wg.Go(func() {
 			r := &results[i]
-			r.more, r.err = directGet(ctx, nc, directGetRequest{NextFor: strconv.Itoa(i), Batch: 3}, func(seq uint64, entry *nats.Msg) {
+			r.more, r.err = DirectGet(ctx, nc, testStream, DirectGetRequest{NextFor: strconv.Itoa(i), Batch: 3}, func(seq uint64, entry *nats.Msg) {
 				r.got = append(r.got, fmt.Sprintf("%d:%s", seq, entry.Data))
 			})
 		})
@@ -147,7 +188,7 @@ func TestDirectGetsShareOneSubscription(t *testing.T) {
 	took := 0
 	done := make(chan error, 1)
 	go func() {
-		_, err := directGet(gaveUp, nc, directGetRequest{NextFor: "late", Batch: 3}, func(uint64, *nats.Msg) { took++ })
+		_, err := DirectGet(gaveUp, nc, testStream, DirectGetRequest{NextFor: "late", Batch: 3}, func(uint64, *nats.Msg) { took++ })
 		done <- err
 	}()
 	reply, _ := next()
@@ -192,7 +233,7 @@ func TestReplyMuxEndsWithConnection(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := directGet(ctx, nc, directGetRequest{NextFor: "r", Batch: 3}, func(uint64, *nats.Msg) {})
+		_, err := DirectGet(ctx, nc, testStream, DirectGetRequest{NextFor: "r", Batch: 3}, func(uint64, *nats.Msg) {})
 		done <- err
 	}()
 	select {
@@ -217,18 +258,18 @@ func TestReplyMuxEndsWithConnection(t *testing.T) {
 	})
 }
 
-// TestReadHistoryConcurrent reads many rooms at once from JetStream over several batches each:
+// TestDirectGetsConcurrent reads many rooms at once from JetStream over several batches each:
 // every read has its own room's messages, in order, and the connection holds one subscription.
-func TestReadHistoryConcurrent(t *testing.T) {
+func TestDirectGetsConcurrent(t *testing.T) {
 	t.Parallel()
-	ns, nc, js := historyStream(t)
+	ns, nc, js := directGetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const rooms, perRoom = 16, 5
 	for k := range perRoom {
 		for i := range rooms {
 			b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprintf("%d.%d", i, k)})
-			if _, err := js.Publish(ctx, HistorySubject("a", strconv.Itoa(i)), b); err != nil {
+			if _, err := js.Publish(ctx, testSubject(strconv.Itoa(i)), b); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -237,13 +278,12 @@ func TestReadHistoryConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range rooms {
 		wg.Go(func() {
-			kept, _, err := ReadHistory(ctx, js, "a", strconv.Itoa(i), HistoryRange{})
-			var got, want []string
-			for k, m := range kept {
-				got = append(got, m.Msg.Id)
+			got, err := readAll(ctx, nc, strconv.Itoa(i))
+			var want []string
+			for k := range perRoom {
 				want = append(want, fmt.Sprintf("%d.%d", i, k))
 			}
-			if err != nil || len(kept) != perRoom || !slices.Equal(got, want) {
+			if err != nil || !slices.Equal(got, want) {
 				t.Errorf("room %d: %v (%v)", i, got, err)
 			}
 		})
@@ -254,21 +294,21 @@ func TestReadHistoryConcurrent(t *testing.T) {
 	}
 }
 
-// TestReplyMuxSurvivesReconnect reads a room's history before and after the connection
+// TestReplyMuxSurvivesReconnect reads a room's messages before and after the connection
 // reconnects: the same mux serves both, its subscription sent again by nats.go.
 func TestReplyMuxSurvivesReconnect(t *testing.T) {
 	t.Parallel()
-	_, nc, js := historyStream(t)
+	_, nc, js := directGetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, _ := proto.Marshal(&pb.Message{Id: "m"})
-	if _, err := js.Publish(ctx, HistorySubject("a", "r"), b); err != nil {
+	if _, err := js.Publish(ctx, testSubject("r"), b); err != nil {
 		t.Fatal(err)
 	}
 	read := func() {
 		t.Helper()
-		if kept, _, err := ReadHistory(ctx, js, "a", "r", HistoryRange{}); err != nil || len(kept) != 1 {
-			t.Fatalf("read %d messages (%v), want 1", len(kept), err)
+		if ids, err := readAll(ctx, nc, "r"); err != nil || len(ids) != 1 {
+			t.Fatalf("read %d messages (%v), want 1", len(ids), err)
 		}
 	}
 	read()

@@ -32,6 +32,7 @@ import (
 	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/roomqueue"
+	"roomcast/store/roomstore"
 )
 
 // ServicesConfig configures the services role.
@@ -181,12 +182,16 @@ type Services struct {
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
 // SendLocalQueued implements api.RoomSender.
-func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (*room.Queued, bool) {
+func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (api.QueuedSend, bool) {
 	if r := l.cur.Load(); r != nil {
-		return r.SendLocalQueued(ctx, reqs)
+		if q, ok := r.SendLocalQueued(ctx, reqs); ok {
+			return q, true
+		}
 	}
 	return nil, false
 }
+
+var _ api.QueuedSend = (*room.Queued)(nil)
 
 // StartServices starts the services role and serves its HTTP and gRPC endpoints. On error,
 // whatever had started is stopped.
@@ -220,7 +225,7 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if len(cfg.Callbacks.Apps) > 0 {
 		ccfg := cfg.Callbacks
 		ccfg.Log, ccfg.Registerer = cfg.Log, cfg.Registry
-		ccfg.MaxBodyBytes, ccfg.MaxTypeBytes = room.MaxBodyBytes, room.MaxTypeBytes
+		ccfg.MaxBodyBytes, ccfg.MaxTypeBytes = roomstore.MaxBodyBytes, roomstore.MaxTypeBytes
 		if s.Callbacks, err = callback.New(ccfg); err != nil {
 			return nil, err
 		}

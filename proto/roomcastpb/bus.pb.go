@@ -2439,7 +2439,7 @@ func (x *QueueBusRequest) GetMemberTags() []string {
 // HistoryRecord is one entry of the history stream (rc_history): the kept (critical and normal)
 // messages of one of a room's batch windows, in order, or a part of them when the window's
 // encoding would pass the room service's record size cap. Entries that hold a HistoryRecord
-// carry the header Rc-History (bus.HistoryRecordHeader); an entry without it is a single
+// carry the header Rc-History (historystore.RecordHeader); an entry without it is a single
 // Message, as versions before records wrote.
 type HistoryRecord struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`

@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/inbox"
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/store/inbox"
 )
 
 // Option adjusts a cluster's configuration before it starts.

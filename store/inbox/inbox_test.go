@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/inbox"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/inbox"
 )
 
 // startJS starts an embedded NATS server with JetStream and returns a JetStream context on it.

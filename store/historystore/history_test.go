@@ -1,4 +1,4 @@
-package bus
+package historystore
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	pb "roomcast/proto/roomcastpb"
 )
 
-// historyStream starts an embedded NATS server with HistoryStream, as the room service creates
+// historyStream starts an embedded NATS server with Stream, as the room service creates
 // it, and connects to it.
 func historyStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
@@ -26,7 +26,7 @@ func historyStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStrea
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: HistoryStream, Subjects: []string{HistorySubject("*", "*")}, AllowDirect: true}); err != nil {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: Stream, Subjects: []string{Subject("*", "*")}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
 	return ns, nc, js
@@ -42,23 +42,23 @@ func TestReadHistory(t *testing.T) {
 	historyBatch = 4
 	defer func() { historyBatch = old }()
 
-	if kept, skipped, err := ReadHistory(ctx, js, "a", "empty", HistoryRange{}); err != nil || len(kept) != 0 || skipped != 0 {
+	if kept, skipped, err := Read(ctx, js, "a", "empty", Range{}); err != nil || len(kept) != 0 || skipped != 0 {
 		t.Fatalf("empty room: %v, %d, %v", kept, skipped, err)
 	}
 	start := time.Now().Add(-time.Hour)
 	var seqs []uint64
 	for i := range 11 {
 		b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()})
-		ack, err := js.Publish(ctx, HistorySubject("a", "r"), b)
+		ack, err := js.Publish(ctx, Subject("a", "r"), b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		seqs = append(seqs, ack.Sequence)
-		if _, err := js.Publish(ctx, HistorySubject("a", "other"), b); err != nil {
+		if _, err := js.Publish(ctx, Subject("a", "other"), b); err != nil {
 			t.Fatal(err)
 		}
 		if i == 5 {
-			if _, err := js.Publish(ctx, HistorySubject("a", "r"), []byte{0xff}); err != nil {
+			if _, err := js.Publish(ctx, Subject("a", "r"), []byte{0xff}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -72,15 +72,15 @@ func TestReadHistory(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		r    HistoryRange
+		r    Range
 		want []string
 	}{
-		{"all", HistoryRange{}, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}},
-		{"from a sequence", HistoryRange{FromSeq: seqs[7]}, []string{"7", "8", "9", "10"}},
-		{"since a time", HistoryRange{Since: start.Add(150 * time.Second)}, []string{"3", "4", "5", "6", "7", "8", "9", "10"}},
-		{"the newest 3", HistoryRange{Keep: 3}, []string{"8", "9", "10"}},
+		{"all", Range{}, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}},
+		{"from a sequence", Range{FromSeq: seqs[7]}, []string{"7", "8", "9", "10"}},
+		{"since a time", Range{Since: start.Add(150 * time.Second)}, []string{"3", "4", "5", "6", "7", "8", "9", "10"}},
+		{"the newest 3", Range{Keep: 3}, []string{"8", "9", "10"}},
 	} {
-		kept, skipped, err := ReadHistory(ctx, js, "a", "r", tc.r)
+		kept, skipped, err := Read(ctx, js, "a", "r", tc.r)
 		if err != nil || !slices.Equal(ids(kept), tc.want) {
 			t.Errorf("%s: %v (%v), want %v", tc.name, ids(kept), err, tc.want)
 		}
@@ -96,7 +96,7 @@ func TestReadHistory(t *testing.T) {
 }
 
 // TestReadHistoryRecords reads a room whose entries are records of several messages
-// (HistoryRecordHeader) and single messages an older version wrote: the messages oldest first
+// (RecordHeader) and single messages an older version wrote: the messages oldest first
 // at their (seq, index), a time and a count applied per message, and the records' count
 // retention.
 func TestReadHistoryRecords(t *testing.T) {
@@ -110,11 +110,11 @@ func TestReadHistoryRecords(t *testing.T) {
 	}
 	publish := func(retention string, msgs ...*pb.Message) {
 		t.Helper()
-		m := nats.NewMsg(HistorySubject("a", "r"))
+		m := nats.NewMsg(Subject("a", "r"))
 		if retention == "" { // a single message, as versions before records wrote
 			m.Data, _ = proto.Marshal(msgs[0])
 		} else {
-			m.Header.Set(HistoryRecordHeader, retention)
+			m.Header.Set(RecordHeader, retention)
 			m.Data, _ = proto.Marshal(&pb.HistoryRecord{Messages: msgs})
 		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
@@ -134,15 +134,15 @@ func TestReadHistoryRecords(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		r    HistoryRange
+		r    Range
 		want []string
 	}{
-		{"all", HistoryRange{}, []string{"0@1.0", "1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
-		{"from a record", HistoryRange{FromSeq: 2}, []string{"1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
-		{"since a time", HistoryRange{Since: start.Add(90 * time.Second)}, []string{"2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
-		{"the newest 4", HistoryRange{Keep: 4}, []string{"3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"all", Range{}, []string{"0@1.0", "1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"from a record", Range{FromSeq: 2}, []string{"1@2.0", "2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"since a time", Range{Since: start.Add(90 * time.Second)}, []string{"2@2.1", "3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
+		{"the newest 4", Range{Keep: 4}, []string{"3@2.2", "4@3.0", "5@4.0", "6@4.1"}},
 	} {
-		kept, skipped, err := ReadHistory(ctx, js, "a", "r", tc.r)
+		kept, skipped, err := Read(ctx, js, "a", "r", tc.r)
 		if err != nil || skipped != 0 || !slices.Equal(positions(kept), tc.want) {
 			t.Errorf("%s: %v (%d skipped, %v), want %v", tc.name, positions(kept), skipped, err, tc.want)
 		}
@@ -151,7 +151,7 @@ func TestReadHistoryRecords(t *testing.T) {
 	// gives no more, one with a smaller count its own.
 	publish("3", msg(7), msg(8))
 	for keep, want := range map[int][]string{0: {"6", "7", "8"}, 10: {"6", "7", "8"}, 2: {"7", "8"}} {
-		kept, _, err := ReadHistory(ctx, js, "a", "r", HistoryRange{Keep: keep})
+		kept, _, err := Read(ctx, js, "a", "r", Range{Keep: keep})
 		var got []string
 		for _, k := range kept {
 			got = append(got, k.Msg.Id)

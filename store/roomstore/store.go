@@ -1,12 +1,15 @@
-package room
+// Package roomstore holds the rooms' shared data in JetStream KV: the rooms (pb.Room: settings,
+// status, tag mutes), their members' restrictions (mutes and bans) and the member tags the app
+// server set, with their keys; and what a room accepts from a sender (send.go). The server API
+// writes it; the room service follows it (its cache) and the room queue service reads it. It
+// must not enforce anything (admitting a login or a send is the room service's) nor import a
+// component.
+package roomstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,13 +61,21 @@ func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error)
 	return s, nil
 }
 
-func roomKV(app, room string) string             { return app + "." + room }
-func memberTagsKV(app, uid string) string        { return app + "." + uid }
-func restrictionKV(app, room, uid string) string { return app + "." + room + "." + uid }
+// RoomKey, RestrictionKey and MemberTagsKey are the keys of BucketRooms, BucketRestrictions
+// and BucketMemberTags.
+func RoomKey(app, room string) string             { return app + "." + room }
+func RestrictionKey(app, room, uid string) string { return app + "." + room + "." + uid }
+func MemberTagsKey(app, uid string) string        { return app + "." + uid }
+
+// Buckets returns the three buckets, for following them: BucketRooms, BucketRestrictions and
+// BucketMemberTags.
+func (s *Store) Buckets() []jetstream.KeyValue {
+	return []jetstream.KeyValue{s.rooms, s.restrictions, s.memberTags}
+}
 
 // Room returns a room's record and its revision, or nil when it was never created.
 func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
-	e, err := s.rooms.Get(ctx, roomKV(app, room))
+	e, err := s.rooms.Get(ctx, RoomKey(app, room))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	}
@@ -84,7 +95,7 @@ func (s *Store) CreateRoom(ctx context.Context, app string, r *pb.Room) (bool, e
 	if err != nil {
 		return false, err
 	}
-	_, err = s.rooms.Create(ctx, roomKV(app, r.Room), b)
+	_, err = s.rooms.Create(ctx, RoomKey(app, r.Room), b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil
 	}
@@ -115,7 +126,7 @@ func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*p
 		if err != nil {
 			return nil, err
 		}
-		_, err = s.rooms.Update(ctx, roomKV(app, room), b, rev)
+		_, err = s.rooms.Update(ctx, RoomKey(app, room), b, rev)
 		if err == nil {
 			return r, nil
 		}
@@ -134,7 +145,7 @@ func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags)
 	if err != nil {
 		return err
 	}
-	if _, err := s.memberTags.Put(ctx, memberTagsKV(app, t.Uid), b); err != nil {
+	if _, err := s.memberTags.Put(ctx, MemberTagsKey(app, t.Uid), b); err != nil {
 		return fmt.Errorf("room: store tags of %s: %w", t.Uid, err)
 	}
 	return nil
@@ -142,7 +153,7 @@ func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags)
 
 // MemberTags returns a user's stored tags, or nil.
 func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
-	e, err := s.memberTags.Get(ctx, memberTagsKV(app, uid))
+	e, err := s.memberTags.Get(ctx, MemberTagsKey(app, uid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -159,7 +170,7 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags
 // UpdateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
 func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
-	key := restrictionKV(app, room, uid)
+	key := RestrictionKey(app, room, uid)
 	for {
 		var r pb.MemberRestriction
 		var rev uint64
@@ -195,107 +206,4 @@ func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, ch
 			return nil, ctx.Err()
 		}
 	}
-}
-
-// cache is a room service instance's copy of the KV buckets, kept current by watching them, so
-// that a login or a send is checked without a KV read.
-type cache struct {
-	log      *slog.Logger
-	watchers []jetstream.KeyWatcher
-	done     sync.WaitGroup
-
-	mu              sync.RWMutex // guards the maps
-	rooms           map[string]*pb.Room
-	restrictions    map[string]*pb.MemberRestriction
-	memberTagsByKey map[string]*pb.MemberTags
-}
-
-// watch starts watching the buckets and returns once their current contents are loaded.
-func (s *Store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
-	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction), memberTagsByKey: make(map[string]*pb.MemberTags)}
-	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions, s.memberTags} {
-		w, err := kv.WatchAll(context.Background())
-		if err != nil {
-			c.stop()
-			return nil, fmt.Errorf("room: watch %s: %w", kv.Bucket(), err)
-		}
-		c.watchers = append(c.watchers, w)
-		loaded := make(chan struct{})
-		c.done.Add(1)
-		go c.follow(kv.Bucket(), w, loaded)
-		select {
-		case <-loaded:
-		case <-ctx.Done():
-			c.stop()
-			return nil, fmt.Errorf("room: loading %s: %w", kv.Bucket(), ctx.Err())
-		}
-	}
-	return c, nil
-}
-
-func (c *cache) follow(bucket string, w jetstream.KeyWatcher, loaded chan struct{}) {
-	defer c.done.Done()
-	for e := range w.Updates() {
-		if e == nil { // the end of the current contents
-			close(loaded)
-			continue
-		}
-		c.mu.Lock()
-		switch bucket {
-		case BucketRooms:
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(c.rooms, e.Key())
-			} else if r := new(pb.Room); proto.Unmarshal(e.Value(), r) == nil {
-				c.rooms[e.Key()] = r
-			}
-		case BucketRestrictions:
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(c.restrictions, e.Key())
-			} else if r := new(pb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
-				c.restrictions[e.Key()] = r
-			}
-		case BucketMemberTags:
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(c.memberTagsByKey, e.Key())
-			} else if t := new(pb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
-				c.memberTagsByKey[e.Key()] = t
-			}
-		}
-		c.mu.Unlock()
-	}
-}
-
-func (c *cache) stop() {
-	for _, w := range c.watchers {
-		_ = w.Stop()
-	}
-	c.done.Wait()
-}
-
-func (c *cache) room(app, room string) *pb.Room {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rooms[roomKV(app, room)]
-}
-
-func (c *cache) restriction(app, room, uid string) *pb.MemberRestriction {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.restrictions[restrictionKV(app, room, uid)]
-}
-
-// memberTags returns the tags the app server stored for uid, or nil.
-func (c *cache) memberTags(app, uid string) *pb.MemberTags {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.memberTagsByKey[memberTagsKV(app, uid)]
-}
-
-// bannedAt and mutedAt say whether a restriction holds at now.
-func bannedAt(r *pb.MemberRestriction, now time.Time) bool {
-	return r != nil && r.Banned && (r.BannedUntilMs == 0 || now.UnixMilli() < r.BannedUntilMs)
-}
-
-func mutedAt(r *pb.MemberRestriction, now time.Time) bool {
-	return r != nil && r.Muted && (r.MutedUntilMs == 0 || now.UnixMilli() < r.MutedUntilMs)
 }

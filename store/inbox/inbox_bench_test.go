@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"roomcast/inbox"
 	"roomcast/internal/testkit"
+	"roomcast/store/inbox"
 )
 
 // BenchmarkLoginReads: what a login's reads of its stored messages cost when the user has

@@ -1,4 +1,4 @@
-package bus
+package historystore
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func BenchmarkReadHistory(b *testing.B) {
 	const rooms, perRoom = 8, 20
 	for i := range rooms * perRoom {
 		body, _ := proto.Marshal(&pb.Message{Id: fmt.Sprint(i), Body: []byte("a message of a room's history")})
-		if _, err := js.Publish(ctx, HistorySubject("a", fmt.Sprint(i%rooms)), body); err != nil {
+		if _, err := js.Publish(ctx, Subject("a", fmt.Sprint(i%rooms)), body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -29,7 +29,7 @@ func BenchmarkReadHistory(b *testing.B) {
 		if room == "empty" {
 			want = 0
 		}
-		kept, _, err := ReadHistory(ctx, js, "a", room, HistoryRange{})
+		kept, _, err := Read(ctx, js, "a", room, Range{})
 		if err != nil || len(kept) != want {
 			b.Fatalf("read %d messages (%v), want %d", len(kept), err, want)
 		}

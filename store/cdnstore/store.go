@@ -1,4 +1,10 @@
-package cdnmanager
+// Package cdnstore holds the CDN path's shared data in JetStream KV: the apps' CDN policies and
+// rooms' pins (BucketPolicy), which the server API writes and the CDN manager follows, and the
+// rooms in CDN mode (BucketRoutes), which the CDN manager writes and the room service and the
+// CDN pushers follow. It defines the buckets, their keys and values and the checks of a policy;
+// it must not decide anything (which room takes the CDN path and who writes it is the CDN
+// manager's) nor import a component.
+package cdnstore
 
 import (
 	"context"
@@ -21,6 +27,30 @@ import (
 // cannot collide.
 const BucketPolicy = "rc_cdn_policy"
 
+// BucketRoutes is the KV bucket of the rooms in CDN mode: one CdnRoute per room, under
+// RouteKey, written by the CDN manager, followed by the room service and the pushers.
+const BucketRoutes = "rc_cdn_rooms"
+
+// RouteKey is a room's key in BucketRoutes.
+func RouteKey(app, room string) string { return app + "." + room }
+
+// OpenRoutes creates BucketRoutes, or binds to it, with replicas copies (zero means 1). The
+// manager, the room service and the pushers each call it, so none depends on who starts first.
+func OpenRoutes(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("cdnstore: jetstream: %w", err)
+	}
+	kv, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket: BucketRoutes, History: 1, Replicas: max(1, replicas),
+		Description: "Roomcast rooms in CDN mode (cdnmanager)",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cdnstore: KV bucket %s: %w", BucketRoutes, err)
+	}
+	return kv, nil
+}
+
 // Limits of a policy.
 const (
 	MaxVendors      = 16
@@ -28,8 +58,8 @@ const (
 	MaxPollInterval = 60_000 // ms
 )
 
-// Store reads and writes the apps' CDN policies and rooms' pins, and reads the routes: the
-// server API's view of the CDN manager.
+// Store reads and writes the apps' CDN policies and rooms' pins, and the routes: the server
+// API's view of the CDN manager, and the CDN manager's own.
 type Store struct {
 	policy, routes jetstream.KeyValue
 }
@@ -38,20 +68,38 @@ type Store struct {
 func OpenStore(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, fmt.Errorf("cdnmanager: jetstream: %w", err)
+		return nil, fmt.Errorf("cdnstore: jetstream: %w", err)
 	}
 	policy, err := bus.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketPolicy, History: 1, Replicas: max(1, replicas),
 		Description: "Roomcast CDN policies and room pins (cdnmanager)",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cdnmanager: KV bucket %s: %w", BucketPolicy, err)
+		return nil, fmt.Errorf("cdnstore: KV bucket %s: %w", BucketPolicy, err)
 	}
-	routes, err := bus.CdnRoutes(ctx, nc, replicas)
+	routes, err := OpenRoutes(ctx, nc, replicas)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{policy: policy, routes: routes}, nil
+}
+
+// Policies is BucketPolicy, for following it (bus.FollowKV).
+func (s *Store) Policies() jetstream.KeyValue { return s.policy }
+
+// Routes is BucketRoutes, for following it (bus.FollowKV).
+func (s *Store) Routes() jetstream.KeyValue { return s.routes }
+
+// SetRoute stores a room's route; a nil route deletes it (the room leaves CDN mode).
+func (s *Store) SetRoute(ctx context.Context, app, room string, r *pb.CdnRoute) error {
+	key := RouteKey(app, room)
+	if r == nil {
+		if err := s.routes.Delete(ctx, key); err != nil {
+			return fmt.Errorf("cdnstore: delete %s: %w", key, err)
+		}
+		return nil
+	}
+	return put(ctx, s.routes, key, r)
 }
 
 // get reads key into m; it reports false for a key never written.
@@ -61,10 +109,10 @@ func get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("cdnmanager: read %s: %w", key, err)
+		return false, fmt.Errorf("cdnstore: read %s: %w", key, err)
 	}
 	if err := proto.Unmarshal(e.Value(), m); err != nil {
-		return false, fmt.Errorf("cdnmanager: decode %s: %w", key, err)
+		return false, fmt.Errorf("cdnstore: decode %s: %w", key, err)
 	}
 	return true, nil
 }
@@ -75,7 +123,7 @@ func put(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message
 		return err
 	}
 	if _, err := kv.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("cdnmanager: write %s: %w", key, err)
+		return fmt.Errorf("cdnstore: write %s: %w", key, err)
 	}
 	return nil
 }
@@ -113,7 +161,7 @@ func (s *Store) RoomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, err
 	}
 	rc.Room = room
 	var route pb.CdnRoute
-	if found, err = get(ctx, s.routes, bus.CdnRouteKey(app, room), &route); err != nil {
+	if found, err = get(ctx, s.routes, RouteKey(app, room), &route); err != nil {
 		return nil, err
 	}
 	if found {
@@ -138,7 +186,7 @@ func CheckPolicy(p *pb.CdnPolicy) error {
 		switch {
 		case v == nil:
 			return fmt.Errorf("vendor %d is empty", i)
-		case checkURL(v.UrlTemplate) != nil:
+		case CheckURL(v.UrlTemplate) != nil:
 			return fmt.Errorf("vendor %d: url_template %q is not an http(s) URL of at most 512 bytes", i, v.UrlTemplate)
 		case !strings.Contains(v.UrlTemplate, "{index}"):
 			return fmt.Errorf("vendor %d: url_template has no {index}", i)
@@ -150,6 +198,14 @@ func CheckPolicy(p *pb.CdnPolicy) error {
 				return fmt.Errorf("vendor %d: a region of 1-64 bytes, not %q", i, r)
 			}
 		}
+	}
+	return nil
+}
+
+// CheckURL accepts an absolute http or https URL of sane length.
+func CheckURL(u string) error {
+	if len(u) > 512 || !(strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
+		return fmt.Errorf("%q is not an http(s) URL of at most 512 bytes", u)
 	}
 	return nil
 }
