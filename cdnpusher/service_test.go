@@ -8,10 +8,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/bus"
 	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
 	pb "roomcast/proto/roomcastpb"
+	"roomcast/store/cdnstore"
 )
 
 // startService runs a pusher instance named id on a fresh NATS server and srv, its windows
@@ -34,7 +34,7 @@ func startService(t *testing.T, srv *s3test.Server, id string, cfg Config) (*Ser
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := bus.CdnRoutes(ctx, nc, 1)
+	kv, err := cdnstore.OpenRoutes(ctx, nc, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func startService(t *testing.T, srv *s3test.Server, id string, cfg Config) (*Ser
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kv.Put(context.Background(), bus.CdnRouteKey(r.App, r.Room), b); err != nil {
+		if _, err := kv.Put(context.Background(), cdnstore.RouteKey(r.App, r.Room), b); err != nil {
 			t.Fatal(err)
 		}
 	}
