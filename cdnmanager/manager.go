@@ -16,7 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -47,7 +49,7 @@ type Manager struct {
 	cfg      Config
 	log      *slog.Logger
 	windowMs uint32
-	vendors  []*pb.CdnVendor // from cfg.BaseURLs
+	vendors  []*clientpb.CdnVendor // from cfg.BaseURLs
 	store    *Store
 	leaderKV jetstream.KeyValue
 	subs     []*nats.Subscription
@@ -58,9 +60,9 @@ type Manager struct {
 	mu       sync.Mutex // guards the fields below
 	pushers  map[string]pusherState
 	nodes    map[string]*nodeState
-	policies map[string]*pb.CdnPolicy
-	pins     map[roomKey]*pb.RoomCdn
-	routes   map[roomKey]*pb.CdnRoute
+	policies map[string]*apipb.CdnPolicy
+	pins     map[roomKey]*apipb.RoomCdn
+	routes   map[roomKey]*buspb.CdnRoute
 	ruleHeld map[roomKey]time.Time // rooms the rules hold in CDN mode: when they last held
 	started  time.Time
 
@@ -83,12 +85,12 @@ func Start(cfg Config) (_ *Manager, err error) {
 		cfg: cfg, log: cfg.Log.With("svc", "cdnmanager"), windowMs: uint32(cfg.Window / time.Millisecond),
 		kick:    make(chan struct{}, 1),
 		pushers: map[string]pusherState{}, nodes: map[string]*nodeState{},
-		policies: map[string]*pb.CdnPolicy{}, pins: map[roomKey]*pb.RoomCdn{},
-		routes: map[roomKey]*pb.CdnRoute{}, ruleHeld: map[roomKey]time.Time{},
+		policies: map[string]*apipb.CdnPolicy{}, pins: map[roomKey]*apipb.RoomCdn{},
+		routes: map[roomKey]*buspb.CdnRoute{}, ruleHeld: map[roomKey]time.Time{},
 		started: cfg.Now(), stop: make(chan struct{}),
 	}
 	for _, base := range cfg.BaseURLs {
-		m.vendors = append(m.vendors, &pb.CdnVendor{UrlTemplate: strings.TrimSuffix(base, "/") + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
+		m.vendors = append(m.vendors, &clientpb.CdnVendor{UrlTemplate: strings.TrimSuffix(base, "/") + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.gauges)
 	defer func() {
@@ -174,7 +176,7 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 	defer m.kickLocked()
 	app, room, isRoom := strings.Cut(key, ".")
 	if !isRoom {
-		p := &pb.CdnPolicy{}
+		p := &apipb.CdnPolicy{}
 		if value == nil || proto.Unmarshal(value, p) != nil {
 			delete(m.policies, app)
 			return
@@ -183,7 +185,7 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 		return
 	}
 	k := roomKey{app, room}
-	rc := &pb.RoomCdn{}
+	rc := &apipb.RoomCdn{}
 	if value == nil || proto.Unmarshal(value, rc) != nil {
 		delete(m.pins, k)
 		return
@@ -198,7 +200,7 @@ func (m *Manager) applyRoute(key string, value []byte) {
 	k := roomKey{app, room}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := &pb.CdnRoute{}
+	r := &buspb.CdnRoute{}
 	if value == nil || proto.Unmarshal(value, r) != nil {
 		delete(m.routes, k)
 		return
@@ -287,11 +289,11 @@ func (m *Manager) watchRulesLocked(now time.Time) {
 	}
 }
 
-func (m *Manager) policyLocked(app string) *pb.CdnPolicy {
+func (m *Manager) policyLocked(app string) *apipb.CdnPolicy {
 	if p := m.policies[app]; p != nil {
 		return p
 	}
-	return &pb.CdnPolicy{}
+	return &apipb.CdnPolicy{}
 }
 
 // ruleFiresLocked reports whether an app's rules put a room with load l in CDN mode. Caller
@@ -310,27 +312,27 @@ func (m *Manager) ruleFiresLocked(app string, l roomLoad) bool {
 
 // desiredLocked returns the mode a room should be in, and whether the rules (not a pin) say so.
 // Caller holds mu.
-func (m *Manager) desiredLocked(k roomKey) (pb.CdnMode, bool) {
+func (m *Manager) desiredLocked(k roomKey) (clientpb.CdnMode, bool) {
 	if pin := m.pins[k]; pin != nil && !pin.Automatic {
 		return pin.PinnedMode, false
 	}
 	if _, held := m.ruleHeld[k]; held {
-		if mode := m.policyLocked(k.app).RuleMode; mode != pb.CdnMode_CDN_MODE_OFF {
+		if mode := m.policyLocked(k.app).RuleMode; mode != clientpb.CdnMode_CDN_MODE_OFF {
 			return mode, true
 		}
-		return pb.CdnMode_CDN_MODE_BULK, true
+		return clientpb.CdnMode_CDN_MODE_BULK, true
 	}
-	return pb.CdnMode_CDN_MODE_OFF, true
+	return clientpb.CdnMode_CDN_MODE_OFF, true
 }
 
 // memberConfigLocked returns what members of an app's room in mode are told, or nil when the
 // room cannot be in that mode: mode off, or no vendor to poll. Caller holds mu.
-func (m *Manager) memberConfigLocked(app string, mode pb.CdnMode) *pb.CdnConfig {
-	if mode == pb.CdnMode_CDN_MODE_OFF {
+func (m *Manager) memberConfigLocked(app string, mode clientpb.CdnMode) *clientpb.CdnConfig {
+	if mode == clientpb.CdnMode_CDN_MODE_OFF {
 		return nil
 	}
 	p := m.policyLocked(app)
-	c := &pb.CdnConfig{
+	c := &clientpb.CdnConfig{
 		Mode: mode, WindowMs: m.windowMs, Vendors: p.Vendors,
 		PollIntervalMs: p.PollIntervalMs, PollJitterMs: p.PollJitterMs,
 	}
@@ -364,8 +366,8 @@ func (m *Manager) liveLocked(id string, now time.Time) bool {
 // change is one write the leader makes to a route, and what members are told of it.
 type change struct {
 	key      roomKey
-	route    *pb.CdnRoute // nil: the room leaves CDN mode
-	announce *pb.CdnConfig
+	route    *buspb.CdnRoute // nil: the room leaves CDN mode
+	announce *clientpb.CdnConfig
 	reason   string // an assignment change's reason, or "" for none
 }
 
@@ -402,12 +404,12 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 		r := m.routes[k]
 		if cfg == nil || len(counts) == 0 {
 			if r != nil {
-				plan = append(plan, change{key: k, announce: &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}, reason: reasonOff})
+				plan = append(plan, change{key: k, announce: &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_OFF}, reason: reasonOff})
 				planned[k] = true
 			}
 			continue
 		}
-		next := &pb.CdnRoute{App: k.app, Room: k.room, Mode: mode, Config: cfg, Automatic: automatic, UpdatedMs: now.UnixMilli()}
+		next := &buspb.CdnRoute{App: k.app, Room: k.room, Mode: mode, Config: cfg, Automatic: automatic, UpdatedMs: now.UnixMilli()}
 		c := change{key: k, route: next}
 		switch {
 		case r == nil:
@@ -457,7 +459,7 @@ func (m *Manager) rebalanceLocked(counts map[string]int, planned map[roomKey]boo
 		if !found {
 			break
 		}
-		next := proto.Clone(m.routes[move]).(*pb.CdnRoute)
+		next := proto.Clone(m.routes[move]).(*buspb.CdnRoute)
 		next.PrevPusher, next.Pusher, next.FromIndex, next.UpdatedMs = hi, lo, cur+handoffWindows, now.UnixMilli()
 		counts[hi]--
 		counts[lo]++
@@ -511,18 +513,18 @@ func (m *Manager) apply(ctx context.Context, c change) {
 		m.log.Info("room assigned", "room", c.key, "pusher", c.route.GetPusher(), "from_index", c.route.GetFromIndex(), "reason", c.reason)
 	}
 	if c.announce != nil {
-		if err := bus.Publish(m.cfg.Bus, bus.RoomSubject(c.key.app, c.key.room), &pb.RoomBatch{Cdn: c.announce}); err != nil {
+		if err := bus.Publish(m.cfg.Bus, bus.RoomSubject(c.key.app, c.key.room), &buspb.RoomBatch{Cdn: c.announce}); err != nil {
 			m.log.Warn("CDN config not announced", "room", c.key, "err", err)
 		}
 	}
 }
 
 // gauges counts the rooms per mode and the live pushers, for the metrics.
-func (m *Manager) gauges() (byMode map[pb.CdnMode]int, pushers int) {
+func (m *Manager) gauges() (byMode map[clientpb.CdnMode]int, pushers int) {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	byMode = map[pb.CdnMode]int{}
+	byMode = map[clientpb.CdnMode]int{}
 	for _, r := range m.routes {
 		byMode[r.Mode]++
 	}

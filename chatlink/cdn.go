@@ -3,7 +3,7 @@ package chatlink
 import (
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // A room in CDN mode (docs/cdn.md) has a CdnConfig: its CDN lanes come to members as segments
@@ -14,8 +14,8 @@ import (
 // service sends them to a pusher.
 
 // cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode.
-func (r *localRoom) cdnConfig() *pb.CdnConfig {
-	if cfg := r.cdn.Load(); cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF {
+func (r *localRoom) cdnConfig() *clientpb.CdnConfig {
+	if cfg := r.cdn.Load(); cfg.GetMode() != clientpb.CdnMode_CDN_MODE_OFF {
 		return cfg
 	}
 	return nil
@@ -23,9 +23,9 @@ func (r *localRoom) cdnConfig() *pb.CdnConfig {
 
 // setCdn takes a change of the room's CDN config and sends it to every member that has had its
 // LoginAck (the others get it in theirs, or from afterLoginAck).
-func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
+func (r *localRoom) setCdn(cfg *clientpb.CdnConfig) {
 	r.cdn.Store(cfg)
-	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: cfg}})
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: cfg}})
 	if err != nil {
 		r.t.n.log.Error("encode CDN config", "err", err)
 		return
@@ -42,15 +42,15 @@ func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
 // afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn
 // tells c of changes, and a change that came between the LoginAck and now is sent at once.
 // (Both may send the same config; a client applies it twice to no effect.)
-func (c *conn) afterLoginAck(r *localRoom, sent *pb.CdnConfig) {
+func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	r.mu.Lock()
 	c.cdnAcked = true
 	now := r.cdnConfig()
 	r.mu.Unlock()
 	if !proto.Equal(now, sent) {
 		if now == nil {
-			now = &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}
+			now = &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_OFF}
 		}
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: now}})
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: now}})
 	}
 }

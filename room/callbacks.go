@@ -9,7 +9,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
@@ -21,17 +24,17 @@ import (
 
 // loginCallback hands an admitted login to its app's login hook, when the app has one, and
 // answers the join when the hook decided. It reports whether it did.
-func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room) bool {
+func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room) bool {
 	return s.cfg.Callbacks.Login(req.App, callback.LoginRequest{
 		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Device: req.Device, Tags: req.Tags,
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
+			s.respond(msg, opJoin, start, refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
 		case !d.Allow:
-			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, pb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
+			s.respond(msg, opJoin, start, refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, clientpb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
 		case d.Tags != nil:
-			s.answerJoin(msg, start, req, meta, &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
+			s.answerJoin(msg, start, req, meta, &roompb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
 		default:
 			s.answerJoin(msg, start, req, meta, nil)
 		}
@@ -41,7 +44,7 @@ func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequ
 // sendCallback hands a member's send the room would take to its app's send hook, when the app
 // has one, and answers the send when the hook decided. It reports whether it did. The server
 // API's sends are never called back: they come from the app's own server.
-func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendRequest) bool {
+func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *buspb.SendRequest) bool {
 	if req.SessionId == "" || !s.cfg.Callbacks.Has(req.App, callback.HookSend) {
 		return false
 	}
@@ -61,10 +64,10 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
+			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
 			return
 		case !d.Allow:
-			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
+			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
 			return
 		}
 		if d.Body != nil {
@@ -73,7 +76,7 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req *pb.SendReque
 		if d.Type != nil {
 			req.Type = *d.Type
 		}
-		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
+		s.sendAndRespond(context.Background(), msg, start, []*buspb.SendRequest{req})
 	})
 }
 

@@ -13,17 +13,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/roompb"
 )
 
 // JetStream KV buckets: what must survive restarts.
 const (
-	// BucketRooms holds one pb.Room per created room, under "<app>.<room>".
+	// BucketRooms holds one apipb.Room per created room, under "<app>.<room>".
 	BucketRooms = "rc_rooms"
-	// BucketRestrictions holds one pb.MemberRestriction per muted or banned user of a room,
+	// BucketRestrictions holds one apipb.MemberRestriction per muted or banned user of a room,
 	// under "<app>.<room>.<uid>".
 	BucketRestrictions = "rc_room_restrictions"
-	// BucketMemberTags holds one pb.MemberTags per user whose tags the app server set, under
+	// BucketMemberTags holds one roompb.MemberTags per user whose tags the app server set, under
 	// "<app>.<uid>".
 	BucketMemberTags = "rc_member_tags"
 )
@@ -63,7 +64,7 @@ func memberTagsKV(app, uid string) string        { return app + "." + uid }
 func restrictionKV(app, room, uid string) string { return app + "." + room + "." + uid }
 
 // Room returns a room's record and its revision, or nil when it was never created.
-func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
+func (s *Store) Room(ctx context.Context, app, room string) (*apipb.Room, uint64, error) {
 	e, err := s.rooms.Get(ctx, roomKV(app, room))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -71,7 +72,7 @@ func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, e
 	if err != nil {
 		return nil, 0, fmt.Errorf("room: read %s: %w", room, err)
 	}
-	var r pb.Room
+	var r apipb.Room
 	if err := proto.Unmarshal(e.Value(), &r); err != nil {
 		return nil, 0, fmt.Errorf("room: decode %s: %w", room, err)
 	}
@@ -79,7 +80,7 @@ func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, e
 }
 
 // CreateRoom stores r unless the room exists; it reports whether it did.
-func (s *Store) CreateRoom(ctx context.Context, app string, r *pb.Room) (bool, error) {
+func (s *Store) CreateRoom(ctx context.Context, app string, r *apipb.Room) (bool, error) {
 	b, err := proto.Marshal(r)
 	if err != nil {
 		return false, err
@@ -99,7 +100,7 @@ var ErrRoomNotFound = errors.New("room: not found")
 
 // UpdateRoom applies change to a created room's record, retrying when another writer got there
 // first. change may return an error to give up.
-func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*pb.Room) error) (*pb.Room, error) {
+func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*apipb.Room) error) (*apipb.Room, error) {
 	for {
 		r, rev, err := s.Room(ctx, app, room)
 		if err != nil {
@@ -129,7 +130,7 @@ func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*p
 }
 
 // PutMemberTags stores a user's tags.
-func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags) error {
+func (s *Store) PutMemberTags(ctx context.Context, app string, t *roompb.MemberTags) error {
 	b, err := proto.Marshal(t)
 	if err != nil {
 		return err
@@ -141,7 +142,7 @@ func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags)
 }
 
 // MemberTags returns a user's stored tags, or nil.
-func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
+func (s *Store) MemberTags(ctx context.Context, app, uid string) (*roompb.MemberTags, error) {
 	e, err := s.memberTags.Get(ctx, memberTagsKV(app, uid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -149,7 +150,7 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags
 	if err != nil {
 		return nil, fmt.Errorf("room: read tags of %s: %w", uid, err)
 	}
-	var t pb.MemberTags
+	var t roompb.MemberTags
 	if err := proto.Unmarshal(e.Value(), &t); err != nil {
 		return nil, fmt.Errorf("room: decode tags of %s: %w", uid, err)
 	}
@@ -158,10 +159,10 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags
 
 // UpdateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
-func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
+func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*apipb.MemberRestriction)) (*apipb.MemberRestriction, error) {
 	key := restrictionKV(app, room, uid)
 	for {
-		var r pb.MemberRestriction
+		var r apipb.MemberRestriction
 		var rev uint64
 		e, err := s.restrictions.Get(ctx, key)
 		switch {
@@ -205,14 +206,14 @@ type cache struct {
 	done     sync.WaitGroup
 
 	mu              sync.RWMutex // guards the maps
-	rooms           map[string]*pb.Room
-	restrictions    map[string]*pb.MemberRestriction
-	memberTagsByKey map[string]*pb.MemberTags
+	rooms           map[string]*apipb.Room
+	restrictions    map[string]*apipb.MemberRestriction
+	memberTagsByKey map[string]*roompb.MemberTags
 }
 
 // watch starts watching the buckets and returns once their current contents are loaded.
 func (s *Store) watch(ctx context.Context, log *slog.Logger) (*cache, error) {
-	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction), memberTagsByKey: make(map[string]*pb.MemberTags)}
+	c := &cache{log: log, rooms: make(map[string]*apipb.Room), restrictions: make(map[string]*apipb.MemberRestriction), memberTagsByKey: make(map[string]*roompb.MemberTags)}
 	for _, kv := range []jetstream.KeyValue{s.rooms, s.restrictions, s.memberTags} {
 		w, err := kv.WatchAll(context.Background())
 		if err != nil {
@@ -245,19 +246,19 @@ func (c *cache) follow(bucket string, w jetstream.KeyWatcher, loaded chan struct
 		case BucketRooms:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.rooms, e.Key())
-			} else if r := new(pb.Room); proto.Unmarshal(e.Value(), r) == nil {
+			} else if r := new(apipb.Room); proto.Unmarshal(e.Value(), r) == nil {
 				c.rooms[e.Key()] = r
 			}
 		case BucketRestrictions:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.restrictions, e.Key())
-			} else if r := new(pb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
+			} else if r := new(apipb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
 				c.restrictions[e.Key()] = r
 			}
 		case BucketMemberTags:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.memberTagsByKey, e.Key())
-			} else if t := new(pb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
+			} else if t := new(roompb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
 				c.memberTagsByKey[e.Key()] = t
 			}
 		}
@@ -272,30 +273,30 @@ func (c *cache) stop() {
 	c.done.Wait()
 }
 
-func (c *cache) room(app, room string) *pb.Room {
+func (c *cache) room(app, room string) *apipb.Room {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.rooms[roomKV(app, room)]
 }
 
-func (c *cache) restriction(app, room, uid string) *pb.MemberRestriction {
+func (c *cache) restriction(app, room, uid string) *apipb.MemberRestriction {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.restrictions[restrictionKV(app, room, uid)]
 }
 
 // memberTags returns the tags the app server stored for uid, or nil.
-func (c *cache) memberTags(app, uid string) *pb.MemberTags {
+func (c *cache) memberTags(app, uid string) *roompb.MemberTags {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.memberTagsByKey[memberTagsKV(app, uid)]
 }
 
 // bannedAt and mutedAt say whether a restriction holds at now.
-func bannedAt(r *pb.MemberRestriction, now time.Time) bool {
+func bannedAt(r *apipb.MemberRestriction, now time.Time) bool {
 	return r != nil && r.Banned && (r.BannedUntilMs == 0 || now.UnixMilli() < r.BannedUntilMs)
 }
 
-func mutedAt(r *pb.MemberRestriction, now time.Time) bool {
+func mutedAt(r *apipb.MemberRestriction, now time.Time) bool {
 	return r != nil && r.Muted && (r.MutedUntilMs == 0 || now.UnixMilli() < r.MutedUntilMs)
 }

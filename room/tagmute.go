@@ -3,7 +3,7 @@ package room
 import (
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 	"roomcast/tag"
 )
 
@@ -12,14 +12,14 @@ import (
 const MaxTagMutes = 16
 
 // TagMuteHolds reports whether a room's tag mute still holds at now.
-func TagMuteHolds(m *pb.TagMute, now time.Time) bool {
+func TagMuteHolds(m *apipb.TagMute, now time.Time) bool {
 	return m.UntilMs == 0 || now.UnixMilli() < m.UntilMs
 }
 
 // tagMuted reports whether a member with tags and uid is muted in the room meta describes by one
 // of its tag mutes (MuteRoom with a tag expression) at now. An expression that no longer
 // compiles mutes no one: the server API compiled it before storing it.
-func tagMuted(meta *pb.Room, tags []string, uid string, now time.Time, exprs *tag.Cache) bool {
+func tagMuted(meta *apipb.Room, tags []string, uid string, now time.Time, exprs *tag.Cache) bool {
 	for _, m := range meta.GetTagMutes() {
 		if !TagMuteHolds(m, now) {
 			continue

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 const (
@@ -84,10 +84,10 @@ type cdnPoller struct {
 	mu        sync.Mutex // guards the fields below
 	gen       uint64     // the connection listened to
 	app, room string
-	conf      *roomcastpb.CdnConfig // nil outside CDN mode
-	offset    time.Duration         // the server's clock minus ours, from the latest LoginAck
-	grace     time.Duration         // how long after its window ends a segment is on storage
-	vendors   []*vendor             // conf's vendors that serve Config.Region
+	conf      *clientpb.CdnConfig // nil outside CDN mode
+	offset    time.Duration       // the server's clock minus ours, from the latest LoginAck
+	grace     time.Duration       // how long after its window ends a segment is on storage
+	vendors   []*vendor           // conf's vendors that serve Config.Region
 	hc        *http.Client
 	transport *http.Transport // ours, idle connections closed by stop; nil with Config.CDNHTTPClient
 	started   bool
@@ -102,7 +102,7 @@ func newCdnPoller(cfg *Config, d *delivery) *cdnPoller {
 
 // login takes the LoginAck of connection gen, received at: the room, the server's clock and the
 // room's CDN config (none: not in CDN mode).
-func (p *cdnPoller) login(gen uint64, ack *roomcastpb.LoginAck, at time.Time) {
+func (p *cdnPoller) login(gen uint64, ack *clientpb.LoginAck, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gen, p.app, p.room = gen, ack.GetApp(), ack.GetRoom()
@@ -114,7 +114,7 @@ func (p *cdnPoller) login(gen uint64, ack *roomcastpb.LoginAck, at time.Time) {
 
 // update takes a CdnConfig frame of connection gen; those of another connection (the old one
 // during a move) are ignored.
-func (p *cdnPoller) update(gen uint64, conf *roomcastpb.CdnConfig) {
+func (p *cdnPoller) update(gen uint64, conf *clientpb.CdnConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if gen == p.gen {
@@ -123,8 +123,8 @@ func (p *cdnPoller) update(gen uint64, conf *roomcastpb.CdnConfig) {
 }
 
 // applyLocked makes conf the config in force. Caller holds p.mu.
-func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
-	on := conf.GetMode() != roomcastpb.CdnMode_CDN_MODE_OFF && conf.GetWindowMs() > 0 && len(conf.GetVendors()) > 0
+func (p *cdnPoller) applyLocked(conf *clientpb.CdnConfig) {
+	on := conf.GetMode() != clientpb.CdnMode_CDN_MODE_OFF && conf.GetWindowMs() > 0 && len(conf.GetVendors()) > 0
 	if on != (p.conf != nil) {
 		p.log.Info("roomcast: CDN mode", "mode", conf.GetMode().String(), "window_ms", conf.GetWindowMs(), "vendors", len(conf.GetVendors()))
 	}
@@ -210,7 +210,7 @@ func (p *cdnPoller) polling() bool {
 
 // snapshot is what a poll round needs, read under p.mu.
 type snapshot struct {
-	conf      *roomcastpb.CdnConfig // nil outside CDN mode
+	conf      *clientpb.CdnConfig // nil outside CDN mode
 	app, room string
 	offset    time.Duration
 	grace     time.Duration
@@ -242,7 +242,7 @@ func (p *cdnPoller) stats() CDNStats {
 }
 
 // jitter returns a random wait in [0, conf's poll jitter).
-func jitter(conf *roomcastpb.CdnConfig) int64 {
+func jitter(conf *clientpb.CdnConfig) int64 {
 	if j := int64(conf.GetPollJitterMs()); j > 0 {
 		return rand.Int64N(j)
 	}

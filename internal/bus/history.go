@@ -13,11 +13,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
-// HistoryRecordHeader marks an entry of HistoryStream that holds a pb.HistoryRecord (a batch
-// window's kept messages) rather than one pb.Message, as versions before records wrote and a
+// HistoryRecordHeader marks an entry of HistoryStream that holds a buspb.HistoryRecord (a batch
+// window's kept messages) rather than one clientpb.Message, as versions before records wrote and a
 // stream may still hold after an upgrade. Its value is the room service's count retention
 // (room.Config.HistoryPerRoom) when it wrote the record: the stream keeps that many entries of a
 // room, each of one message or more, and ReadHistory trims what it reads to the newest that many
@@ -32,7 +33,7 @@ const HistoryRecordHeader = "Rc-History"
 type KeptMessage struct {
 	Seq    uint64
 	Index  int
-	Msg    *pb.Message
+	Msg    *clientpb.Message
 	Sender string
 }
 
@@ -89,7 +90,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 		}
 	}
 	retention := 0 // the newest record's HistoryRecordHeader
-	keep := func(seq uint64, index int, m *pb.Message, sender string) {
+	keep := func(seq uint64, index int, m *clientpb.Message, sender string) {
 		// The start time is when an entry was stored, a little after its messages were stamped.
 		if !r.Since.IsZero() && m.ServerTimeMs < r.Since.UnixMilli() {
 			return
@@ -101,7 +102,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 			req.Seq, req.StartTime = seq+1, nil // where a next batch starts
 			mark := entry.Header.Get(HistoryRecordHeader)
 			if mark == "" { // one message, as versions before records wrote
-				var m pb.Message
+				var m clientpb.Message
 				if proto.Unmarshal(entry.Data, &m) != nil {
 					skipped++
 					return
@@ -109,7 +110,7 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, app, room string, 
 				keep(seq, 0, &m, "")
 				return
 			}
-			var rec pb.HistoryRecord
+			var rec buspb.HistoryRecord
 			if proto.Unmarshal(entry.Data, &rec) != nil {
 				skipped++
 				return

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // subsOf returns how many subscriptions the server holds for nc.
@@ -227,7 +227,7 @@ func TestReadHistoryConcurrent(t *testing.T) {
 	const rooms, perRoom = 16, 5
 	for k := range perRoom {
 		for i := range rooms {
-			b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprintf("%d.%d", i, k)})
+			b, _ := proto.Marshal(&clientpb.Message{Id: fmt.Sprintf("%d.%d", i, k)})
 			if _, err := js.Publish(ctx, HistorySubject("a", strconv.Itoa(i)), b); err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestReplyMuxSurvivesReconnect(t *testing.T) {
 	_, nc, js := historyStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, _ := proto.Marshal(&pb.Message{Id: "m"})
+	b, _ := proto.Marshal(&clientpb.Message{Id: "m"})
 	if _, err := js.Publish(ctx, HistorySubject("a", "r"), b); err != nil {
 		t.Fatal(err)
 	}

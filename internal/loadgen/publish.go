@@ -14,7 +14,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // publisher sends the bench's messages to a room through the server API, paced at a rate, with
@@ -172,14 +172,14 @@ func (p *publisher) send(ctx context.Context, seqs []uint64) {
 	}
 }
 
-func laneValue(lane string) roomcastpb.Lane {
+func laneValue(lane string) clientpb.Lane {
 	switch lane {
 	case "critical":
-		return roomcastpb.Lane_LANE_CRITICAL
+		return clientpb.Lane_LANE_CRITICAL
 	case "bulk":
-		return roomcastpb.Lane_LANE_BULK
+		return clientpb.Lane_LANE_BULK
 	}
-	return roomcastpb.Lane_LANE_NORMAL
+	return clientpb.Lane_LANE_NORMAL
 }
 
 func (p *publisher) post(ctx context.Context, target string, body []byte) error {

@@ -27,9 +27,9 @@ import (
 	"roomcast/chatlink"
 	"roomcast/console"
 	"roomcast/dispatcher"
+	"roomcast/internal/buspb"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
-	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/roomqueue"
 )
@@ -181,7 +181,7 @@ type Services struct {
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
 // SendLocalQueued implements api.RoomSender.
-func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (*room.Queued, bool) {
+func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*buspb.SendRequest) (*room.Queued, bool) {
 	if r := l.cur.Load(); r != nil {
 		return r.SendLocalQueued(ctx, reqs)
 	}
