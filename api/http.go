@@ -20,11 +20,11 @@ import (
 )
 
 // The HTTP/JSON mapping of the server API: each route decodes its request message from the JSON
-// body (protojson, field names as in proto/api.proto), fills in the path's (and, for GET, the
-// query's) parameters by field name, calls the same method the gRPC server calls, and writes the
-// answer as JSON with the proto field names, every field present, 64-bit numbers as JSON
-// numbers and enums by name. Errors are {"code", "name", "error"} with an HTTP status from the
-// error code.
+// body (protojson, field names as in proto/api.proto and room.proto), fills in the path's (and,
+// for GET, the query's) parameters by field name, calls the same method the gRPC server calls,
+// and writes the answer as JSON with the proto field names, every field present, 64-bit numbers
+// as JSON numbers and enums by name. Errors are {"code", "name", "error"} with an HTTP status
+// from the error code.
 
 type route struct {
 	method, pattern string

@@ -210,7 +210,7 @@ func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string,
 	return apiCall(ctx, hc, api, apiKey, http.MethodPatch, "/v1/rooms/"+url.PathEscape(room), map[string]any{"settings": s}, nil)
 }
 
-// roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
+// roomSettings is the JSON of a room's settings in the server API (RoomSettings, proto/room.proto).
 type roomSettings struct {
 	FlushTickMS     uint32 `json:"flush_tick_ms"`
 	LatencyBudgetMS uint32 `json:"latency_budget_ms,omitempty"`

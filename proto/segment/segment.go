@@ -1,7 +1,7 @@
 // Package segment is the CDN segment's format (docs/cdn.md): where a segment lives (Key, URL,
 // Index), how the pusher writes it (Encode) and how a client reads one it fetched (Decode). The
 // pusher and the Go SDK both import it, so it must import nothing of Roomcast but
-// proto/roomcastpb, and nothing else but the protobuf runtime, klauspost/compress (which the
+// proto/clientpb, and nothing else but the protobuf runtime, klauspost/compress (which the
 // SDK's WebSocket library brings anyway) and the standard library: no storage, bus or server
 // component.
 package segment
