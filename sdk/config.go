@@ -39,7 +39,7 @@ const (
 	defaultReconnectMinDelay = 500 * time.Millisecond
 	defaultReconnectMaxDelay = 20 * time.Second
 	defaultStableAfter       = 10 * time.Second
-	defaultRecoveryWait      = 5 * time.Second
+	defaultRecoveryWait      = 10 * time.Second
 	defaultDedupeWindow      = 1000
 	maxHistory               = 100 // Login.history's limit
 )
@@ -87,8 +87,9 @@ type Config struct {
 	// value means 10s.
 	StableAfter time.Duration
 	// RecoveryWait bounds the wait for a login's history: live messages are held meanwhile, so
-	// that everything is handed on in order. Zero value means 5s (the ChatLink gives up reading
-	// the history after 2s and says so).
+	// that everything is handed on in order. Zero value means 10s: the ChatLink answers within
+	// 8s (it gives up reading the history then and says so with an Error 503), and the wait must
+	// outlast that, or a slow answer is reported as a failed recovery that the server completes.
 	RecoveryWait time.Duration
 	// DedupeWindow is how many of the latest message ids the Client remembers to drop
 	// duplicates, which arrive only within a recovery's reach: keep it above the room's history

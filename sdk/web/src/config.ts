@@ -72,7 +72,8 @@ export interface Config {
   /**
    * How long live messages are held after a login that asked for history or recovery, so that
    * the history is delivered first and everything in order. The hold ends earlier when the
-   * history arrives. Default 2500 (the ChatLink gives up reading history after 2 s).
+   * history arrives. Default 10000: the ChatLink answers within 8 s (it gives up reading history
+   * then and says so with an Error 503), and the hold must outlast that.
    */
   recoveryWaitMs?: number;
   /** How many message ids are remembered to drop duplicates. Default 10000. */
@@ -128,7 +129,7 @@ export function withDefaults(cfg: Config): Settings {
     reconnectMinDelayMs: min,
     reconnectMaxDelayMs: Math.max(min, positive(cfg.reconnectMaxDelayMs, 20000)),
     stableAfterMs: positive(cfg.stableAfterMs, 10000),
-    recoveryWaitMs: positive(cfg.recoveryWaitMs, 2500),
+    recoveryWaitMs: positive(cfg.recoveryWaitMs, 10000),
     dedupeWindow: positive(cfg.dedupeWindow, 10000),
     cdnRegion: cfg.cdnRegion ?? "",
     logger: cfg.logger,

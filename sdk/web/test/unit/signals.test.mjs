@@ -74,6 +74,19 @@ test("a history that never comes: the hold ends after recoveryWaitMs with an err
   assert.ok(ev.error instanceof HistoryUnavailableError, String(ev.error));
 });
 
+test("by default the hold outlasts the ChatLink's history read (up to 8 s): an answer after 3 s is a recovery, not an error", async () => {
+  const s = await server(async (c) => {
+    await c.acceptLogin();
+    c.send("push", { messages: [message("01L", 5)] }); // live, before the answer
+    setTimeout(() => c.send("push", { messages: [message("01H", 4)], history: true, recovery: { recovered: true } }), 3000);
+  });
+  const { c, of } = client({ endpoints: [s.endpoint], history: 50, recoveryWaitMs: undefined });
+  await c.connect();
+  await until("recovered", () => of("recovered").length === 1, 8000);
+  assert.deepEqual(of("recovered"), [{ since: "", recovered: true, missing: 0, count: 1 }]);
+  assert.deepEqual(of("message").map((m) => m.id), ["01H", "01L"]);
+});
+
 test("thinned: the per-lane counts, before the push's messages", async () => {
   const s = await server(async (c) => {
     await c.acceptLogin();
