@@ -96,15 +96,26 @@ gotools:
 tools:
 	@$(MAKE) --no-print-directory -j2 debs gotools
 
-## proto: regenerate the Go code in proto/roomcastpb from proto/*.proto.
+# The Go packages generated from proto/*.proto, one per audience (each file's go_package):
+# proto/clientpb the client frames (client, message, cdn), proto/apipb the server API (api,
+# limits, and its gRPC stubs), proto/roompb what the API and the bus share (room),
+# proto/dispatcherpb the dispatcher's gRPC service, internal/buspb the bus (bus). Their doc.go
+# files are written by hand; `make proto` replaces every .pb.go file in them.
+PROTO_GO := proto/clientpb proto/apipb proto/roompb proto/dispatcherpb internal/buspb
+
+## proto: regenerate the Go code of PROTO_GO from proto/*.proto.
 proto: tools
+	rm -f $(addsuffix /*.pb.go,$(PROTO_GO))
 	protoc -I proto --go_out=. --go_opt=module=roomcast --go-grpc_out=. --go-grpc_opt=module=roomcast proto/*.proto
+	@stray=$$(git ls-files -co --exclude-standard -- '*.pb.go' | while read -r f; do [ -e "$$f" ] && echo "$$f"; done | \
+		grep -vE '^($(call alternation,$(PROTO_GO)))/[^/]*\.pb\.go$$'); \
+	if [ -n "$$stray" ]; then echo "generated code outside PROTO_GO (a go_package not listed there?):"; echo "$$stray"; exit 1; fi
 
 ## proto-check: fail if regenerating changes anything.
 proto-check: proto
-	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
-		echo "generated code in proto/ is out of date; run 'make proto' and commit:"; \
-		git status --porcelain -- proto; git --no-pager diff --stat -- proto; exit 1; \
+	@if [ -n "$$(git status --porcelain -- proto $(PROTO_GO))" ]; then \
+		echo "generated code is out of date; run 'make proto' and commit:"; \
+		git status --porcelain -- proto $(PROTO_GO); git --no-pager diff --stat -- proto $(PROTO_GO); exit 1; \
 	fi
 
 lint: tools

@@ -11,7 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // The API key check: a call's "Authorization: Bearer KEY" (an HTTP header, or gRPC metadata)
@@ -29,7 +30,7 @@ func (a *API) authorize(authorization, call string) (string, error) {
 	scope, ok := callScopes[call]
 	if !ok {
 		// A programming error (TestEveryCallHasAScope): refused to every key.
-		return "", apiError(pb.ErrorCode_ERROR_CODE_INTERNAL, "call %s has no scope", call)
+		return "", apiError(clientpb.ErrorCode_ERROR_CODE_INTERNAL, "call %s has no scope", call)
 	}
 	return a.authorizeScope(authorization, scope, call)
 }
@@ -39,11 +40,11 @@ func (a *API) authorize(authorization, call string) (string, error) {
 func (a *API) authorizeScope(authorization, scope, call string) (string, error) {
 	key, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok {
-		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
+		return "", apiError(clientpb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
 	}
 	grant, ok := a.cfg.Keys.Lookup(key)
 	if !ok {
-		return "", apiError(pb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
+		return "", apiError(clientpb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
 	}
 	if !grant.Allows(scope) {
 		return "", scopeError(scope, call)
@@ -64,7 +65,7 @@ func mdFirst(ctx context.Context, key string) string {
 // returns ctx carrying the app it names. api is false for a method of another service on the
 // same server (the dispatcher's, reflection), which has its own rules.
 func (a *API) authorizeGRPC(ctx context.Context, fullMethod string) (_ context.Context, call string, api bool, err error) {
-	call, api = strings.CutPrefix(fullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	call, api = strings.CutPrefix(fullMethod, "/"+apipb.RoomcastAPI_ServiceDesc.ServiceName+"/")
 	if !api {
 		return ctx, "", false, nil
 	}

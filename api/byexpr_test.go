@@ -14,7 +14,8 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // TestByTagExpression counts, lists, mutes and kicks a room's members by tag expression over
@@ -24,7 +25,7 @@ func TestByTagExpression(t *testing.T) {
 	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 2, 100*time.Millisecond })
 	g := grpcClient(t, c)
 	ctx := devCtx()
-	if _, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "cls"}); err != nil {
+	if _, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "cls"}); err != nil {
 		t.Fatal(err)
 	}
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
@@ -35,7 +36,7 @@ func TestByTagExpression(t *testing.T) {
 	s4, _ := member(t, n2, "s4", "cls", "class:2", "role:student")
 	lec, _ := member(t, n2, "lec", "cls", "role:lecturer")
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		if r, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "cls"}); err != nil || r.Online != 6 || len(r.Nodes) != 2 {
+		if r, err := g.GetRoom(ctx, &apipb.GetRoomRequest{Room: "cls"}); err != nil || r.Online != 6 || len(r.Nodes) != 2 {
 			return fmt.Errorf("GetRoom: %v %v, want 6 members on 2 nodes", r, err)
 		}
 		return nil
@@ -43,10 +44,10 @@ func TestByTagExpression(t *testing.T) {
 
 	// Online counts per expression and per tag, over both transports.
 	exprs := []string{`"class:1" in tags`, `role == "student"`, `uid startsWith "s"`, `"class:9" in tags`}
-	var co *pb.CountOnlineResponse
+	var co *apipb.CountOnlineResponse
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error { // presence counts sessions a moment after the nodes
 		var err error
-		if co, err = g.CountOnline(ctx, &pb.CountOnlineRequest{Room: "cls", TagExprs: exprs, TagPrefix: "class:"}); err != nil || co.Sessions != 6 {
+		if co, err = g.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "cls", TagExprs: exprs, TagPrefix: "class:"}); err != nil || co.Sessions != 6 {
 			return fmt.Errorf("CountOnline: %v %v, want 6 sessions", co, err)
 		}
 		return nil
@@ -80,7 +81,7 @@ func TestByTagExpression(t *testing.T) {
 	var uids []string
 	token := ""
 	for page := 0; ; page++ {
-		lm, err := g.ListMembers(ctx, &pb.ListMembersRequest{Room: "cls", TagExpr: `"class:1" in tags`, PageSize: 1, PageToken: token})
+		lm, err := g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "cls", TagExpr: `"class:1" in tags`, PageSize: 1, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,17 +109,17 @@ func TestByTagExpression(t *testing.T) {
 	}
 
 	// A mute by expression stops exactly the members it matches, on both nodes.
-	r, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "cls", Muted: true, TagExpr: `"class:2" in tags`})
+	r, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "cls", Muted: true, TagExpr: `"class:2" in tags`})
 	if err != nil || r.Muted || len(r.TagMutes) != 1 || r.TagMutes[0].TagExpr != `"class:2" in tags` || r.TagMutes[0].UntilMs != 0 {
 		t.Fatalf("MuteRoom by tags: %v %v", r, err)
 	}
-	expectSendRefused(t, s2, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
-	expectSendRefused(t, s4, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	expectSendRefused(t, s2, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	expectSendRefused(t, s4, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
 	for _, m := range []*testkit.Client{s1, a1, s3, lec} {
 		expectSendAccepted(t, m, s2)
 	}
 	// The app server is not stopped by it.
-	if _, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "cls", Body: "from the app", Sender: "s2"}); err != nil {
+	if _, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "cls", Body: "from the app", Sender: "s2"}); err != nil {
 		t.Fatalf("app send in a room with a tag mute: %v", err)
 	}
 	// A second mute, for a time, over HTTP; then the first is lifted and only the second holds.
@@ -126,33 +127,33 @@ func TestByTagExpression(t *testing.T) {
 	if mutes := out["tag_mutes"].([]any); len(mutes) != 2 || mutes[1].(map[string]any)["until_ms"].(float64) <= float64(time.Now().UnixMilli()) {
 		t.Fatalf("POST mute by tags: %v", out)
 	}
-	expectSendRefused(t, lec, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	expectSendRefused(t, lec, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/cls/mute", `{"muted":false,"tag_expr":"\"class:2\" in tags"}`)
 	if mutes := out["tag_mutes"].([]any); len(mutes) != 1 || mutes[0].(map[string]any)["tag_expr"] != `role == "lecturer"` {
 		t.Fatalf("lift a mute by tags: %v", out)
 	}
 	expectSendAccepted(t, s2, s1)
 	expectSendAccepted(t, s4, s1)
-	expectSendRefused(t, lec, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
-	if _, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "cls", TagExpr: `role == "lecturer"`}); err != nil {
+	expectSendRefused(t, lec, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	if _, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "cls", TagExpr: `role == "lecturer"`}); err != nil {
 		t.Fatal(err)
 	}
 	expectSendAccepted(t, lec, s1)
 
 	// A kick by expression closes the matching members on both ChatLinks, and only them.
-	k, err := g.Kick(ctx, &pb.KickRequest{Room: "cls", TagExpr: `"class:1" in tags && role == "student"`, Reason: "class 1 is over"})
+	k, err := g.Kick(ctx, &apipb.KickRequest{Room: "cls", TagExpr: `"class:1" in tags && role == "student"`, Reason: "class 1 is over"})
 	if err != nil || k.Kicked != 2 {
 		t.Fatalf("Kick by tags: %v %v, want 2 kicked", k, err)
 	}
-	s1.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
-	s3.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
+	s1.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
+	s3.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/cls/kick", `{"tag_expr":"\"class:2\" in tags"}`)
 	if out["kicked"] != 2.0 {
 		t.Fatalf("POST /v1/rooms/cls/kick: %v, want 2 kicked", out)
 	}
-	s2.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
-	s4.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
-	lm, err := g.ListMembers(ctx, &pb.ListMembersRequest{Room: "cls"})
+	s2.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
+	s4.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
+	lm, err := g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "cls"})
 	if err != nil || len(lm.Members) != 2 {
 		t.Fatalf("members after the kicks: %v %v, want a1 and lec", lm, err)
 	}
@@ -170,7 +171,7 @@ func TestByTagExpressionBadInput(t *testing.T) {
 	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 1, 100*time.Millisecond })
 	g := grpcClient(t, c)
 	ctx := devCtx()
-	if _, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "mine"}); err != nil {
+	if _, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "mine"}); err != nil {
 		t.Fatal(err)
 	}
 	member(t, c.Nodes[0].TCPAddr(), "u1", "mine", "class:1")
@@ -181,54 +182,54 @@ func TestByTagExpressionBadInput(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"kick", func() error { _, err := g.Kick(ctx, &pb.KickRequest{Room: "mine", TagExpr: bad}); return err }, codes.InvalidArgument, "BAD_TAG_EXPR"},
+		{"kick", func() error { _, err := g.Kick(ctx, &apipb.KickRequest{Room: "mine", TagExpr: bad}); return err }, codes.InvalidArgument, "BAD_TAG_EXPR"},
 		{"mute", func() error {
-			_, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: bad})
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: bad})
 			return err
 		}, codes.InvalidArgument, "BAD_TAG_EXPR"},
 		{"list", func() error {
-			_, err := g.ListMembers(ctx, &pb.ListMembersRequest{Room: "mine", TagExpr: bad})
+			_, err := g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "mine", TagExpr: bad})
 			return err
 		}, codes.InvalidArgument, "BAD_TAG_EXPR"},
 		{"count", func() error {
-			_, err := g.CountOnline(ctx, &pb.CountOnlineRequest{Room: "mine", TagExprs: []string{`"a" in tags`, bad}})
+			_, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "mine", TagExprs: []string{`"a" in tags`, bad}})
 			return err
 		}, codes.InvalidArgument, "BAD_TAG_EXPR"},
-		{"kick by tags without a room", func() error { _, err := g.Kick(ctx, &pb.KickRequest{TagExpr: `"a" in tags`}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
+		{"kick by tags without a room", func() error { _, err := g.Kick(ctx, &apipb.KickRequest{TagExpr: `"a" in tags`}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
 		{"kick by tags and uid", func() error {
-			_, err := g.Kick(ctx, &pb.KickRequest{Room: "mine", Uid: "u1", TagExpr: `"a" in tags`})
+			_, err := g.Kick(ctx, &apipb.KickRequest{Room: "mine", Uid: "u1", TagExpr: `"a" in tags`})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"kick by tags in an unknown room", func() error {
-			_, err := g.Kick(ctx, &pb.KickRequest{Room: "nosuch", TagExpr: `"a" in tags`})
+			_, err := g.Kick(ctx, &apipb.KickRequest{Room: "nosuch", TagExpr: `"a" in tags`})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"mute by tags in an unknown room", func() error {
-			_, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "nosuch", Muted: true, TagExpr: `"a" in tags`})
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "nosuch", Muted: true, TagExpr: `"a" in tags`})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"negative mute duration", func() error {
-			_, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: `"a" in tags`, DurationMs: -1})
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: `"a" in tags`, DurationMs: -1})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"room mute with a duration", func() error {
-			_, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "mine", Muted: true, DurationMs: 1000})
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "mine", Muted: true, DurationMs: 1000})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"count by tags without a room", func() error {
-			_, err := g.CountOnline(ctx, &pb.CountOnlineRequest{TagPrefix: "class:"})
+			_, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{TagPrefix: "class:"})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"bad tag prefix", func() error {
-			_, err := g.CountOnline(ctx, &pb.CountOnlineRequest{Room: "mine", TagPrefix: "a b"})
+			_, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "mine", TagPrefix: "a b"})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"too many expressions", func() error {
-			_, err := g.CountOnline(ctx, &pb.CountOnlineRequest{Room: "mine", TagExprs: slices.Repeat([]string{`"a" in tags`}, 33)})
+			_, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "mine", TagExprs: slices.Repeat([]string{`"a" in tags`}, 33)})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"count in an unknown room", func() error {
-			_, err := g.CountOnline(ctx, &pb.CountOnlineRequest{Room: "nosuch", TagPrefix: "class:"})
+			_, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "nosuch", TagPrefix: "class:"})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
 	}
@@ -287,7 +288,7 @@ func TestByTagExpressionBadInput(t *testing.T) {
 		member(t, c.Nodes[0].TCPAddr(), fmt.Sprintf("m%d", i), "wide", tags...)
 	}
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		if r, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "wide"}); err != nil || r.Online != 32 {
+		if r, err := g.GetRoom(ctx, &apipb.GetRoomRequest{Room: "wide"}); err != nil || r.Online != 32 {
 			return fmt.Errorf("GetRoom: %v %v, want 32 members", r, err)
 		}
 		return nil
@@ -309,17 +310,17 @@ func TestKickByTagsReachesUnreportedNodes(t *testing.T) {
 	c := testcluster.Start(t, func(cfg *devcluster.Config) { cfg.ChatLinks, cfg.LeaseInterval = 1, time.Minute })
 	g := grpcClient(t, c)
 	ctx := devCtx()
-	if _, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "new"}); err != nil {
+	if _, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "new"}); err != nil {
 		t.Fatal(err)
 	}
 	bad, _ := member(t, c.Nodes[0].TCPAddr(), "bad", "new", "troll")
 	good, _ := member(t, c.Nodes[0].TCPAddr(), "good", "new")
-	if r, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "new"}); err != nil || len(r.Nodes) != 0 {
+	if r, err := g.GetRoom(ctx, &apipb.GetRoomRequest{Room: "new"}); err != nil || len(r.Nodes) != 0 {
 		t.Fatalf("GetRoom: %v %v; the test needs a room its node has not reported yet", r, err)
 	}
-	if k, err := g.Kick(ctx, &pb.KickRequest{Room: "new", TagExpr: `"troll" in tags`}); err != nil || k.Kicked != 0 {
+	if k, err := g.Kick(ctx, &apipb.KickRequest{Room: "new", TagExpr: `"troll" in tags`}); err != nil || k.Kicked != 0 {
 		t.Fatalf("Kick by tags: %v %v, want 0 counted (the node is not known to hold the room)", k, err)
 	}
-	bad.ExpectKick(pb.CloseCode_CLOSE_CODE_KICKED)
+	bad.ExpectKick(clientpb.CloseCode_CLOSE_CODE_KICKED)
 	good.ExpectSilence(100 * time.Millisecond)
 }

@@ -17,10 +17,13 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // TestAPICalls exercises every server API call over gRPC and over HTTP, and checks what the
@@ -33,11 +36,11 @@ func TestAPICalls(t *testing.T) {
 	n1, n2 := c.Nodes[0].TCPAddr(), c.Nodes[1].TCPAddr()
 
 	// CreateRoom: new, then again (idempotent), over both transports.
-	cr, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "g1", Name: "gRPC room", Owner: "host", Settings: &pb.RoomSettings{MaxMembers: 100}})
-	if err != nil || !cr.Created || cr.Room.Status != pb.RoomStatus_ROOM_STATUS_OPEN || cr.Room.CreatedMs == 0 {
+	cr, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "g1", Name: "gRPC room", Owner: "host", Settings: &roompb.RoomSettings{MaxMembers: 100}})
+	if err != nil || !cr.Created || cr.Room.Status != apipb.RoomStatus_ROOM_STATUS_OPEN || cr.Room.CreatedMs == 0 {
 		t.Fatalf("CreateRoom: %v %v", cr, err)
 	}
-	cr, err = g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "g1", Name: "another name"})
+	cr, err = g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "g1", Name: "another name"})
 	if err != nil || cr.Created || cr.Room.Name != "gRPC room" {
 		t.Fatalf("CreateRoom again: %v %v, want the existing room", cr, err)
 	}
@@ -52,7 +55,7 @@ func TestAPICalls(t *testing.T) {
 
 	// UpdateRoom.
 	name := "renamed"
-	r, err := g.UpdateRoom(ctx, &pb.UpdateRoomRequest{Room: "g1", Name: &name})
+	r, err := g.UpdateRoom(ctx, &apipb.UpdateRoomRequest{Room: "g1", Name: &name})
 	if err != nil || r.Name != "renamed" || r.Owner != "host" || r.Settings.MaxMembers != 100 {
 		t.Fatalf("UpdateRoom: %v %v", r, err)
 	}
@@ -69,7 +72,7 @@ func TestAPICalls(t *testing.T) {
 
 	// GetRoom.
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		gr, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "g1"})
+		gr, err := g.GetRoom(ctx, &apipb.GetRoomRequest{Room: "g1"})
 		if err != nil || gr.Online != 2 || gr.Nodes["cl-1"] != 1 || gr.Nodes["cl-2"] != 1 || gr.Meta.GetName() != "renamed" {
 			return fmt.Errorf("GetRoom: %v %v", gr, err)
 		}
@@ -84,7 +87,7 @@ func TestAPICalls(t *testing.T) {
 	})
 
 	// ListMembers.
-	lm, err := g.ListMembers(ctx, &pb.ListMembersRequest{Room: "g1", Tag: "team:blue"})
+	lm, err := g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "g1", Tag: "team:blue"})
 	if err != nil || len(lm.Members) != 1 || lm.Members[0].Uid != "gb" || lm.Members[0].Node != "cl-2" || lm.NextPageToken != "" {
 		t.Fatalf("ListMembers: %v %v", lm, err)
 	}
@@ -94,7 +97,7 @@ func TestAPICalls(t *testing.T) {
 	}
 
 	// SendToRoom.
-	sr, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "g1", Type: "notice", Lane: "critical", Body: "hello g1"})
+	sr, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "g1", Type: "notice", Lane: "critical", Body: "hello g1"})
 	if err != nil || len(sr.Id) != 26 {
 		t.Fatalf("SendToRoom: %v %v", sr, err)
 	}
@@ -111,7 +114,7 @@ func TestAPICalls(t *testing.T) {
 	}
 
 	// SendBatchToRoom: in order, in one room batch; one bad message and none goes.
-	br, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{
+	br, err := g.SendBatchToRoom(ctx, &apipb.SendBatchToRoomRequest{Room: "g1", Messages: []*apipb.SendToRoomRequest{
 		{Body: "b1", Lane: "critical"}, {Body: "b2", Lane: "critical"}, {Body: "b3", Lane: "critical"},
 	}})
 	if err != nil || len(br.Ids) != 3 || br.Ids[0] >= br.Ids[1] || br.Ids[1] >= br.Ids[2] {
@@ -143,16 +146,16 @@ func TestAPICalls(t *testing.T) {
 			t.Fatalf("HTTP batch arrived as %v", got)
 		}
 	}
-	if _, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{{Body: "fine"}, {Body: ""}}}); grpcErrorCode(err) != "BAD_REQUEST" || !strings.Contains(status.Convert(err).Message(), "message 1") {
+	if _, err := g.SendBatchToRoom(ctx, &apipb.SendBatchToRoomRequest{Room: "g1", Messages: []*apipb.SendToRoomRequest{{Body: "fine"}, {Body: ""}}}); grpcErrorCode(err) != "BAD_REQUEST" || !strings.Contains(status.Convert(err).Message(), "message 1") {
 		t.Fatalf("a batch with an empty message: %v", err)
 	}
-	if _, err := g.SendBatchToRoom(ctx, &pb.SendBatchToRoomRequest{Room: "g1", Messages: []*pb.SendToRoomRequest{{Body: "ok"}, {Body: "x", TagExpr: "len(tags) > 0"}}}); grpcErrorCode(err) != "BAD_TAG_EXPR" {
+	if _, err := g.SendBatchToRoom(ctx, &apipb.SendBatchToRoomRequest{Room: "g1", Messages: []*apipb.SendToRoomRequest{{Body: "ok"}, {Body: "x", TagExpr: "len(tags) > 0"}}}); grpcErrorCode(err) != "BAD_TAG_EXPR" {
 		t.Fatalf("a batch with a bad tag expression: %v", err)
 	}
 	mustHTTP(t, c, 400, "POST", "/v1/rooms/h1/messages/batch", `{"messages":[]}`)
 
 	// SendToUsers: only the users named get it, wherever they are.
-	su, err := g.SendToUsers(ctx, &pb.SendToUsersRequest{Uids: []string{"gb", "nobody"}, Type: "dm", Body: "psst"})
+	su, err := g.SendToUsers(ctx, &apipb.SendToUsersRequest{Uids: []string{"gb", "nobody"}, Type: "dm", Body: "psst"})
 	if err != nil || su.Sessions != 1 || len(su.Offline) != 1 || su.Offline[0] != "nobody" {
 		t.Fatalf("SendToUsers: %v %v", su, err)
 	}
@@ -168,7 +171,7 @@ func TestAPICalls(t *testing.T) {
 	}
 
 	// GetUserSessions and CountOnline.
-	us, err := g.GetUserSessions(ctx, &pb.GetUserSessionsRequest{Uid: "ga"})
+	us, err := g.GetUserSessions(ctx, &apipb.GetUserSessionsRequest{Uid: "ga"})
 	if err != nil || !us.Online || len(us.Sessions) != 1 || us.Sessions[0].Room != "g1" || us.Sessions[0].Device != "web" {
 		t.Fatalf("GetUserSessions: %v %v", us, err)
 	}
@@ -176,7 +179,7 @@ func TestAPICalls(t *testing.T) {
 	if out["online"] != false || len(out["sessions"].([]any)) != 0 {
 		t.Fatalf("sessions of an unknown user: %v", out)
 	}
-	co, err := g.CountOnline(ctx, &pb.CountOnlineRequest{})
+	co, err := g.CountOnline(ctx, &apipb.CountOnlineRequest{})
 	if err != nil || co.Sessions != 4 || co.Users != 4 {
 		t.Fatalf("CountOnline: %v %v", co, err)
 	}
@@ -187,15 +190,15 @@ func TestAPICalls(t *testing.T) {
 
 	// SetMemberTags and GetMemberTags: the online session takes the tags at once (member lists
 	// filter on them), and they are stored.
-	st, err := g.SetMemberTags(ctx, &pb.SetMemberTagsRequest{Uid: "ga", Tags: []string{"team:green", "role:captain", "team:green"}})
+	st, err := g.SetMemberTags(ctx, &apipb.SetMemberTagsRequest{Uid: "ga", Tags: []string{"team:green", "role:captain", "team:green"}})
 	if err != nil || st.SessionsUpdated != 1 || strings.Join(st.Tags.Tags, ",") != "role:captain,team:green" {
 		t.Fatalf("SetMemberTags: %v %v", st, err)
 	}
-	lm, err = g.ListMembers(ctx, &pb.ListMembersRequest{Room: "g1", Tag: "team:green"})
+	lm, err = g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "g1", Tag: "team:green"})
 	if err != nil || len(lm.Members) != 1 || lm.Members[0].Uid != "ga" {
 		t.Fatalf("members tagged team:green after SetMemberTags: %v %v", lm, err)
 	}
-	mt, err := g.GetMemberTags(ctx, &pb.GetMemberTagsRequest{Uid: "ga"})
+	mt, err := g.GetMemberTags(ctx, &apipb.GetMemberTagsRequest{Uid: "ga"})
 	if err != nil || len(mt.Tags) != 2 || mt.UpdatedMs == 0 {
 		t.Fatalf("GetMemberTags: %v %v", mt, err)
 	}
@@ -211,49 +214,49 @@ func TestAPICalls(t *testing.T) {
 	mustHTTP(t, c, 400, "PUT", "/v1/users/hb/tags", `{"tags":["has space"]}`)
 
 	// MuteRoom: members may not send, the app still may.
-	mr, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "g1", Muted: true})
+	mr, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "g1", Muted: true})
 	if err != nil || !mr.Muted {
 		t.Fatalf("MuteRoom: %v %v", mr, err)
 	}
-	expectSendRefused(t, ga, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	expectSendRefused(t, ga, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/g1/mute", `{"muted":false}`)
 	expectSendAccepted(t, ga, gb)
 
 	// MuteMember: one user may not send.
-	mm, err := g.MuteMember(ctx, &pb.MuteMemberRequest{Room: "h1", Uid: "ha", DurationMs: 60_000})
+	mm, err := g.MuteMember(ctx, &apipb.MuteMemberRequest{Room: "h1", Uid: "ha", DurationMs: 60_000})
 	if err != nil || !mm.Muted || mm.MutedUntilMs == 0 {
 		t.Fatalf("MuteMember: %v %v", mm, err)
 	}
-	expectSendRefused(t, ha, pb.ErrorCode_ERROR_CODE_FORBIDDEN)
+	expectSendRefused(t, ha, clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)
 	expectSendAccepted(t, hb, ha)
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/members/ha/mute", `{"lift":true}`)
 	expectSendAccepted(t, ha, hb)
 
 	// Kick.
-	k, err := g.Kick(ctx, &pb.KickRequest{Uid: "gb", Reason: "bye"})
+	k, err := g.Kick(ctx, &apipb.KickRequest{Uid: "gb", Reason: "bye"})
 	if err != nil || k.Kicked != 1 {
 		t.Fatalf("Kick: %v %v", k, err)
 	}
-	gb.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
+	gb.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/users/hb/kick", `{"room":"h1"}`)
 	if out["kicked"].(float64) != 1 {
 		t.Fatalf("POST kick: %v", out)
 	}
-	hb.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_KICKED)
+	hb.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_KICKED)
 
 	// BanMember.
-	b, err := g.BanMember(ctx, &pb.BanMemberRequest{Room: "g1", Uid: "ga", Reason: "spam"})
+	b, err := g.BanMember(ctx, &apipb.BanMemberRequest{Room: "g1", Uid: "ga", Reason: "spam"})
 	if err != nil || !b.Restriction.Banned || b.Kicked != 1 {
 		t.Fatalf("BanMember: %v %v", b, err)
 	}
-	ga.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_BANNED)
+	ga.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_BANNED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/members/ha/ban", `{"duration_ms":60000}`)
 	if out["restriction"].(map[string]any)["banned"] != true {
 		t.Fatalf("POST ban: %v", out)
 	}
-	ha.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_BANNED)
+	ha.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_BANNED)
 	// Lifted, the user gets in again.
-	if _, err := g.BanMember(ctx, &pb.BanMemberRequest{Room: "g1", Uid: "ga", Lift: true}); err != nil {
+	if _, err := g.BanMember(ctx, &apipb.BanMemberRequest{Room: "g1", Uid: "ga", Lift: true}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
@@ -267,19 +270,19 @@ func TestAPICalls(t *testing.T) {
 	// CloseRoom: every member goes with ROOM_CLOSED, and logins are refused.
 	gc, _ := member(t, n2, "gc", "g1")
 	hc, _ := member(t, n1, "hc", "h1")
-	cl, err := g.CloseRoom(ctx, &pb.CloseRoomRequest{Room: "g1", Reason: "show is over"})
-	if err != nil || cl.Room.Status != pb.RoomStatus_ROOM_STATUS_CLOSED {
+	cl, err := g.CloseRoom(ctx, &apipb.CloseRoomRequest{Room: "g1", Reason: "show is over"})
+	if err != nil || cl.Room.Status != apipb.RoomStatus_ROOM_STATUS_CLOSED {
 		t.Fatalf("CloseRoom: %v %v", cl, err)
 	}
-	gc.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+	gc.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 	out = mustHTTP(t, c, 200, "POST", "/v1/rooms/h1/close", ``)
 	if out["room"].(map[string]any)["status"] != "ROOM_STATUS_CLOSED" {
 		t.Fatalf("POST close: %v", out)
 	}
-	hc.ExpectKickAfterPushes(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+	hc.ExpectKickAfterPushes(clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 	tok, _ := c.Mint("late", "h1", nil, time.Hour)
-	expectRefused(t, testkit.DialTCP(t, n2), tok, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "login to a closed room")
-	if _, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "g1", Body: "anyone?"}); status.Code(err) != codes.NotFound {
+	expectRefused(t, testkit.DialTCP(t, n2), tok, clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "login to a closed room")
+	if _, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "g1", Body: "anyone?"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("send to a closed room: %v, want NotFound", err)
 	}
 	// Updating a closed room conflicts; creating it again opens it.
@@ -290,7 +293,7 @@ func TestAPICalls(t *testing.T) {
 var sendSeq atomic.Uint64
 
 // answerTo returns the frame that answers the Send with seq, skipping pushes.
-func answerTo(m *testkit.Client, seq uint64) *pb.Frame {
+func answerTo(m *testkit.Client, seq uint64) *clientpb.Frame {
 	for {
 		f := m.Next()
 		if f.GetPush() == nil {
@@ -303,11 +306,11 @@ func answerTo(m *testkit.Client, seq uint64) *pb.Frame {
 
 // expectSendRefused checks that a send from m is refused with code. A mute reaches every room
 // instance a moment after the API answered, so it tries for a while.
-func expectSendRefused(t *testing.T, m *testkit.Client, code pb.ErrorCode) {
+func expectSendRefused(t *testing.T, m *testkit.Client, code clientpb.ErrorCode) {
 	t.Helper()
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		seq := sendSeq.Add(1)
-		m.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte("may I?")}}})
+		m.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Body: []byte("may I?")}}})
 		if f := answerTo(m, seq); f.GetError().GetCode() != uint32(code) {
 			return fmt.Errorf("want Error %v, got %v", code, f)
 		}
@@ -323,7 +326,7 @@ func expectSendAccepted(t *testing.T, m, other *testkit.Client) {
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		seq := sendSeq.Add(1)
 		body = fmt.Sprintf("hello %d", seq)
-		m.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Body: []byte(body)}}})
+		m.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Body: []byte(body)}}})
 		if f := answerTo(m, seq); f.GetSendAck() == nil {
 			return fmt.Errorf("send answered with %v", f)
 		}
@@ -361,7 +364,7 @@ func TestAPIBadInputGRPC(t *testing.T) {
 	})
 	g := grpcClient(t, c)
 	ctx := devCtx()
-	if _, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "mine"}); err != nil {
+	if _, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "mine"}); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -370,50 +373,59 @@ func TestAPIBadInputGRPC(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"no key", func() error { _, err := g.GetRoom(context.Background(), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.Unauthenticated, "UNAUTHORIZED"},
-		{"wrong key", func() error { _, err := g.GetRoom(withKey("nope"), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.Unauthenticated, "UNAUTHORIZED"},
-		{"another app's room", func() error { _, err := g.GetRoom(withKey("other-key"), &pb.GetRoomRequest{Room: "mine"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"no key", func() error {
+			_, err := g.GetRoom(context.Background(), &apipb.GetRoomRequest{Room: "mine"})
+			return err
+		}, codes.Unauthenticated, "UNAUTHORIZED"},
+		{"wrong key", func() error { _, err := g.GetRoom(withKey("nope"), &apipb.GetRoomRequest{Room: "mine"}); return err }, codes.Unauthenticated, "UNAUTHORIZED"},
+		{"another app's room", func() error {
+			_, err := g.GetRoom(withKey("other-key"), &apipb.GetRoomRequest{Room: "mine"})
+			return err
+		}, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"close another app's room", func() error {
-			_, err := g.CloseRoom(withKey("other-key"), &pb.CloseRoomRequest{Room: "mine"})
+			_, err := g.CloseRoom(withKey("other-key"), &apipb.CloseRoomRequest{Room: "mine"})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
-		{"unknown room", func() error { _, err := g.GetRoom(ctx, &pb.GetRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
-		{"update unknown room", func() error { _, err := g.UpdateRoom(ctx, &pb.UpdateRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
-		{"mute unknown room", func() error { _, err := g.MuteRoom(ctx, &pb.MuteRoomRequest{Room: "nosuch", Muted: true}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"unknown room", func() error { _, err := g.GetRoom(ctx, &apipb.GetRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"update unknown room", func() error { _, err := g.UpdateRoom(ctx, &apipb.UpdateRoomRequest{Room: "nosuch"}); return err }, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"mute unknown room", func() error {
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "nosuch", Muted: true})
+			return err
+		}, codes.NotFound, "ROOM_NOT_FOUND"},
 		{"ban in unknown room", func() error {
-			_, err := g.BanMember(ctx, &pb.BanMemberRequest{Room: "nosuch", Uid: "u"})
+			_, err := g.BanMember(ctx, &apipb.BanMemberRequest{Room: "nosuch", Uid: "u"})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
-		{"kick unknown user", func() error { _, err := g.Kick(ctx, &pb.KickRequest{Uid: "nobody"}); return err }, codes.NotFound, "USER_NOT_FOUND"},
-		{"bad room name", func() error { _, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "a.b"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
-		{"bad uid", func() error { _, err := g.GetUserSessions(ctx, &pb.GetUserSessionsRequest{Uid: "a b"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
+		{"kick unknown user", func() error { _, err := g.Kick(ctx, &apipb.KickRequest{Uid: "nobody"}); return err }, codes.NotFound, "USER_NOT_FOUND"},
+		{"bad room name", func() error { _, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "a.b"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
+		{"bad uid", func() error { _, err := g.GetUserSessions(ctx, &apipb.GetUserSessionsRequest{Uid: "a b"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
 		{"bad settings", func() error {
-			_, err := g.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "x", Settings: &pb.RoomSettings{MaxMembers: -1}})
+			_, err := g.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "x", Settings: &roompb.RoomSettings{MaxMembers: -1}})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"bad page token", func() error {
-			_, err := g.ListMembers(ctx, &pb.ListMembersRequest{Room: "mine", PageToken: "!!"})
+			_, err := g.ListMembers(ctx, &apipb.ListMembersRequest{Room: "mine", PageToken: "!!"})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"negative duration", func() error {
-			_, err := g.MuteMember(ctx, &pb.MuteMemberRequest{Room: "mine", Uid: "u", DurationMs: -1})
+			_, err := g.MuteMember(ctx, &apipb.MuteMemberRequest{Room: "mine", Uid: "u", DurationMs: -1})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
-		{"no uids", func() error { _, err := g.SendToUsers(ctx, &pb.SendToUsersRequest{Body: "x"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
+		{"no uids", func() error { _, err := g.SendToUsers(ctx, &apipb.SendToUsersRequest{Body: "x"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},
 		{"bad lane", func() error {
-			_, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "mine", Body: "x", Lane: "fast"})
+			_, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "mine", Body: "x", Lane: "fast"})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"message too large", func() error {
-			_, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "mine", Body: strings.Repeat("x", 16<<10+1)})
+			_, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "mine", Body: strings.Repeat("x", 16<<10+1)})
 			return err
 		}, codes.ResourceExhausted, "MESSAGE_TOO_LARGE"},
 		{"request too large", func() error {
-			_, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "mine", Body: strings.Repeat("x", 65<<10)})
+			_, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "mine", Body: strings.Repeat("x", 65<<10)})
 			return err
 		}, codes.ResourceExhausted, ""},
 		{"tag expression", func() error {
-			_, err := g.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "mine", Body: "x", TagExpr: `len(tags) > 0`})
+			_, err := g.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "mine", Body: "x", TagExpr: `len(tags) > 0`})
 			return err
 		}, codes.InvalidArgument, "BAD_TAG_EXPR"},
 	}
@@ -426,7 +438,7 @@ func TestAPIBadInputGRPC(t *testing.T) {
 		})
 	}
 	// The other app's key sees its own, empty, world.
-	co, err := g.CountOnline(withKey("other-key"), &pb.CountOnlineRequest{})
+	co, err := g.CountOnline(withKey("other-key"), &apipb.CountOnlineRequest{})
 	if err != nil || co.Sessions != 0 {
 		t.Fatalf("other app's count: %v %v", co, err)
 	}
@@ -495,7 +507,7 @@ func TestBanRacesLogin(t *testing.T) {
 				default:
 				}
 				cl := testkit.DialTCP(t, addr)
-				cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: "web"}}})
+				cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok, Device: "web"}}})
 				mu.Lock()
 				clients = append(clients, cl)
 				mu.Unlock()
@@ -535,7 +547,7 @@ func TestBanRacesLogin(t *testing.T) {
 		return nil
 	})
 	for _, node := range c.Nodes {
-		expectRefused(t, testkit.DialTCP(t, node.TCPAddr()), tok, pb.CloseCode_CLOSE_CODE_BANNED, "login after the ban")
+		expectRefused(t, testkit.DialTCP(t, node.TCPAddr()), tok, clientpb.CloseCode_CLOSE_CODE_BANNED, "login after the ban")
 	}
 	t.Logf("%d logins raced the ban", len(all))
 }
@@ -556,8 +568,8 @@ func TestSettingsBeforeFirstJoin(t *testing.T) {
 		mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"`+room+`"}`)
 		tick := 100 + i
 		mustHTTP(t, c, 200, "PATCH", "/v1/rooms/"+room, fmt.Sprintf(`{"settings":{"flush_tick_ms":%d}}`, tick))
-		var rep pb.Reply
-		err := bus.Request(context.Background(), nc, bus.SubjectRoomJoin, &pb.JoinRequest{
+		var rep buspb.Reply
+		err := bus.Request(context.Background(), nc, bus.SubjectRoomJoin, &buspb.JoinRequest{
 			App: devcluster.App, Room: room, Uid: "u", Node: "n", SessionId: "s", FirstOnNode: true,
 		}, &rep)
 		if err != nil {
@@ -581,27 +593,27 @@ func TestNodeErrorReachesTheCaller(t *testing.T) {
 	defer nc.Close()
 	// A node "ghost" that reports a member in room n1 and refuses every control request.
 	sub, err := nc.Subscribe(bus.NodeSubject("ghost"), func(m *nats.Msg) {
-		b, _ := proto.Marshal(&pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "ghost is busy"})
+		b, _ := proto.Marshal(&buspb.NodeControlReply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "ghost is busy"})
 		_ = m.Respond(b)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	report, _ := proto.Marshal(&pb.NodeReport{Node: "ghost", Boot: "b1", Seq: 1, TimeMs: time.Now().UnixMilli(), Sessions: 1,
-		Rooms: []*pb.RoomCount{{App: devcluster.App, Room: "n1", Members: 1}}, Last: true})
+	report, _ := proto.Marshal(&buspb.NodeReport{Node: "ghost", Boot: "b1", Seq: 1, TimeMs: time.Now().UnixMilli(), Sessions: 1,
+		Rooms: []*buspb.RoomCount{{App: devcluster.App, Room: "n1", Members: 1}}, Last: true})
 	g := grpcClient(t, c)
 	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
 		if err := nc.Publish(bus.SubjectSessionsReport, report); err != nil {
 			return err
 		}
-		gr, err := g.GetRoom(devCtx(), &pb.GetRoomRequest{Room: "n1"})
+		gr, err := g.GetRoom(devCtx(), &apipb.GetRoomRequest{Room: "n1"})
 		if err != nil || gr.Nodes["ghost"] != 1 {
 			return fmt.Errorf("GetRoom: %v %v", gr, err)
 		}
 		return nil
 	})
-	_, err = g.ListMembers(devCtx(), &pb.ListMembersRequest{Room: "n1"})
+	_, err = g.ListMembers(devCtx(), &apipb.ListMembersRequest{Room: "n1"})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ghost is busy") {
 		t.Fatalf("ListMembers with a node that refuses: %v, want Unavailable: ghost is busy", err)
 	}

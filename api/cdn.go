@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/cdnstore"
 )
 
@@ -14,13 +15,13 @@ import (
 
 // SetRoomCdn implements RoomcastAPI. A room need not exist yet: a pin set before an event holds
 // from its first login.
-func (a *API) SetRoomCdn(ctx context.Context, req *pb.SetRoomCdnRequest) (*pb.RoomCdn, error) {
+func (a *API) SetRoomCdn(ctx context.Context, req *apipb.SetRoomCdnRequest) (*apipb.RoomCdn, error) {
 	app := appOf(ctx)
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
-	if pb.CdnMode_name[int32(req.Mode)] == "" {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown mode %d", req.Mode)
+	if clientpb.CdnMode_name[int32(req.Mode)] == "" {
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown mode %d", req.Mode)
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
@@ -31,7 +32,7 @@ func (a *API) SetRoomCdn(ctx context.Context, req *pb.SetRoomCdnRequest) (*pb.Ro
 }
 
 // GetRoomCdn implements RoomcastAPI.
-func (a *API) GetRoomCdn(ctx context.Context, req *pb.GetRoomCdnRequest) (*pb.RoomCdn, error) {
+func (a *API) GetRoomCdn(ctx context.Context, req *apipb.GetRoomCdnRequest) (*apipb.RoomCdn, error) {
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
@@ -40,7 +41,7 @@ func (a *API) GetRoomCdn(ctx context.Context, req *pb.GetRoomCdnRequest) (*pb.Ro
 	return a.roomCdn(ctx, appOf(ctx), req.Room)
 }
 
-func (a *API) roomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error) {
+func (a *API) roomCdn(ctx context.Context, app, room string) (*apipb.RoomCdn, error) {
 	rc, err := a.cdn.RoomCdn(ctx, app, room)
 	if err != nil {
 		return nil, a.internal("read room CDN mode", err)
@@ -49,9 +50,9 @@ func (a *API) roomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error
 }
 
 // SetCdnPolicy implements RoomcastAPI.
-func (a *API) SetCdnPolicy(ctx context.Context, req *pb.CdnPolicy) (*pb.CdnPolicy, error) {
+func (a *API) SetCdnPolicy(ctx context.Context, req *apipb.CdnPolicy) (*apipb.CdnPolicy, error) {
 	if err := cdnstore.CheckPolicy(req); err != nil {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
 	}
 	app := appOf(ctx)
 	ctx, cancel := a.timeout(ctx)
@@ -64,7 +65,7 @@ func (a *API) SetCdnPolicy(ctx context.Context, req *pb.CdnPolicy) (*pb.CdnPolic
 }
 
 // GetCdnPolicy implements RoomcastAPI.
-func (a *API) GetCdnPolicy(ctx context.Context, _ *pb.GetCdnPolicyRequest) (*pb.CdnPolicy, error) {
+func (a *API) GetCdnPolicy(ctx context.Context, _ *apipb.GetCdnPolicyRequest) (*apipb.CdnPolicy, error) {
 	app := appOf(ctx)
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()

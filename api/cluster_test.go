@@ -9,7 +9,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestClusterPresenceAndRooms runs 2 ChatLinks and 2 instances of each service: counts and member
@@ -96,7 +96,7 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/r1/members/eve/ban", `{"reason":"spam"}`)
 	for _, addr := range []string{n1, n2} {
 		tok, _ := c.Mint("eve", "r1", nil, time.Hour)
-		expectRefused(t, testkit.DialTCP(t, addr), tok, pb.CloseCode_CLOSE_CODE_BANNED, "banned eve's login on "+addr)
+		expectRefused(t, testkit.DialTCP(t, addr), tok, clientpb.CloseCode_CLOSE_CODE_BANNED, "banned eve's login on "+addr)
 	}
 
 	// Restarted room service instances know the counts again within 5s.
@@ -106,7 +106,7 @@ func TestClusterPresenceAndRooms(t *testing.T) {
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, wantRoom("r1", 3, map[string]int{"cl-1": 2, "cl-2": 1}))
 	// ... and the ban, from JetStream.
 	tok, _ := c.Mint("eve", "r1", nil, time.Hour)
-	expectRefused(t, testkit.DialTCP(t, n2), tok, pb.CloseCode_CLOSE_CODE_BANNED, "after the restart, banned eve's login")
+	expectRefused(t, testkit.DialTCP(t, n2), tok, clientpb.CloseCode_CLOSE_CODE_BANNED, "after the restart, banned eve's login")
 	// Restarted presence instances get the sessions again from the ChatLinks' snapshots.
 	if err := c.RestartPresence(); err != nil {
 		t.Fatal(err)

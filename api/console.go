@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // What the ops console (package console) needs of the server API: its key check and the rooms'
@@ -27,6 +27,6 @@ func (a *API) Guard(scope string) func(next func(w http.ResponseWriter, r *http.
 }
 
 // RoomCdnOf returns app's room's CDN settings, as GetRoomCdn does for a call of that app.
-func (a *API) RoomCdnOf(ctx context.Context, app, room string) (*pb.RoomCdn, error) {
-	return a.GetRoomCdn(context.WithValue(ctx, appKey{}, app), &pb.GetRoomCdnRequest{Room: room})
+func (a *API) RoomCdnOf(ctx context.Context, app, room string) (*apipb.RoomCdn, error) {
+	return a.GetRoomCdn(context.WithValue(ctx, appKey{}, app), &apipb.GetRoomCdnRequest{Room: room})
 }

@@ -12,13 +12,14 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // member logs uid into room on the ChatLink at addr and fails unless it gets in.
-func member(t *testing.T, addr, uid, room string, tags ...string) (*testkit.Client, *pb.LoginAck) {
+func member(t *testing.T, addr, uid, room string, tags ...string) (*testkit.Client, *clientpb.LoginAck) {
 	t.Helper()
 	cl := testkit.DialTCP(t, addr)
 	f := cl.LoginAs(testcluster.Token(t, uid, room, tags...), "web")
@@ -47,14 +48,14 @@ func mustHTTP(t *testing.T, c *devcluster.Cluster, want int, method, path, body 
 }
 
 // grpcClient dials the cluster's gRPC API.
-func grpcClient(t *testing.T, c *devcluster.Cluster) pb.RoomcastAPIClient {
+func grpcClient(t *testing.T, c *devcluster.Cluster) apipb.RoomcastAPIClient {
 	t.Helper()
 	conn, err := grpc.NewClient(c.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return pb.NewRoomcastAPIClient(conn)
+	return apipb.NewRoomcastAPIClient(conn)
 }
 
 // withKey returns a context that carries an API key.
@@ -68,7 +69,7 @@ func devCtx() context.Context { return withKey(devcluster.APIKey) }
 // right after its LoginAck when the node learned of the ban or the room's close while the login
 // was on its way (a node's cache may lag the API's call by a moment; chatlink's refusedLate
 // closes such a login as it goes live).
-func expectRefused(t *testing.T, cl *testkit.Client, tok string, code pb.CloseCode, what string) {
+func expectRefused(t *testing.T, cl *testkit.Client, tok string, code clientpb.CloseCode, what string) {
 	t.Helper()
 	f := cl.LoginAs(tok, "web")
 	if f.GetLoginAck() != nil {

@@ -12,14 +12,16 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // historyRoom fills a room through the API with 12 messages numbered in their body: 0-11, lanes
 // critical (every third) and normal, those with i%4 == 1 only for "vip" members, plus bulk
 // messages that history does not keep. It waits until all 12 are kept and returns the bodies
 // in order.
-func historyRoom(t *testing.T, c *devcluster.Cluster, g pb.RoomcastAPIClient, room string) []string {
+func historyRoom(t *testing.T, c *devcluster.Cluster, g apipb.RoomcastAPIClient, room string) []string {
 	t.Helper()
 	var bodies []string
 	for i := range 12 {
@@ -30,16 +32,16 @@ func historyRoom(t *testing.T, c *devcluster.Cluster, g pb.RoomcastAPIClient, ro
 		if i%4 == 1 {
 			expr = `"vip" in tags`
 		}
-		if _, err := g.SendToRoom(devCtx(), &pb.SendToRoomRequest{Room: room, Type: "chat", Lane: lane, Body: strconv.Itoa(i), TagExpr: expr}); err != nil {
+		if _, err := g.SendToRoom(devCtx(), &apipb.SendToRoomRequest{Room: room, Type: "chat", Lane: lane, Body: strconv.Itoa(i), TagExpr: expr}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := g.SendToRoom(devCtx(), &pb.SendToRoomRequest{Room: room, Type: "danmaku", Lane: "bulk", Body: "bulk"}); err != nil {
+		if _, err := g.SendToRoom(devCtx(), &apipb.SendToRoomRequest{Room: room, Type: "danmaku", Lane: "bulk", Body: "bulk"}); err != nil {
 			t.Fatal(err)
 		}
 		bodies = append(bodies, strconv.Itoa(i))
 	}
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		page, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 100})
+		page, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -51,7 +53,7 @@ func historyRoom(t *testing.T, c *devcluster.Cluster, g pb.RoomcastAPIClient, ro
 	return bodies
 }
 
-func bodiesOf(ms []*pb.Message) []string {
+func bodiesOf(ms []*clientpb.Message) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = string(m.Body)
@@ -72,7 +74,7 @@ func visible(bodies []string, vip bool) []string {
 
 // pageAll follows next cursors from the first page and returns every page's bodies, and the
 // bodies in the order a reader sees them (oldest first overall).
-func pageAll(t *testing.T, first func(cursor string) (*pb.HistoryPage, error), older bool) (pages [][]string, all []string) {
+func pageAll(t *testing.T, first func(cursor string) (*clientpb.HistoryPage, error), older bool) (pages [][]string, all []string) {
 	t.Helper()
 	cursor := ""
 	for range 20 {
@@ -104,7 +106,7 @@ func TestHistoryGRPC(t *testing.T) {
 	g := grpcClient(t, c)
 	const room = "hist"
 	bodies := historyRoom(t, c, g, room)
-	all, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 100})
+	all, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +116,8 @@ func TestHistoryGRPC(t *testing.T) {
 	}
 
 	t.Run("newest then older pages", func(t *testing.T) {
-		pages, got := pageAll(t, func(cursor string) (*pb.HistoryPage, error) {
-			return g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 5, Cursor: cursor})
+		pages, got := pageAll(t, func(cursor string) (*clientpb.HistoryPage, error) {
+			return g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 5, Cursor: cursor})
 		}, true)
 		want := [][]string{bodies[7:], bodies[2:7], bodies[:2]}
 		if fmt.Sprint(pages) != fmt.Sprint(want) || !slices.Equal(got, bodies) {
@@ -123,8 +125,8 @@ func TestHistoryGRPC(t *testing.T) {
 		}
 	})
 	t.Run("after an id, newer pages", func(t *testing.T) {
-		pages, got := pageAll(t, func(cursor string) (*pb.HistoryPage, error) {
-			r := &pb.GetHistoryRequest{Room: room, Limit: 4, Cursor: cursor}
+		pages, got := pageAll(t, func(cursor string) (*clientpb.HistoryPage, error) {
+			r := &apipb.GetHistoryRequest{Room: room, Limit: 4, Cursor: cursor}
 			if cursor == "" {
 				r.AfterId = ids[2]
 			}
@@ -136,7 +138,7 @@ func TestHistoryGRPC(t *testing.T) {
 		}
 	})
 	t.Run("before an id", func(t *testing.T) {
-		page, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 3, BeforeId: ids[6]})
+		page, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 3, BeforeId: ids[6]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +147,7 @@ func TestHistoryGRPC(t *testing.T) {
 		}
 	})
 	t.Run("one lane", func(t *testing.T) {
-		page, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Lane: "critical"})
+		page, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Lane: "critical"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,8 +161,8 @@ func TestHistoryGRPC(t *testing.T) {
 			if vip {
 				tags = []string{"vip"}
 			}
-			_, got := pageAll(t, func(cursor string) (*pb.HistoryPage, error) {
-				return g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 3, Cursor: cursor, AsMember: true, Uid: "bob", Tags: tags})
+			_, got := pageAll(t, func(cursor string) (*clientpb.HistoryPage, error) {
+				return g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 3, Cursor: cursor, AsMember: true, Uid: "bob", Tags: tags})
 			}, true)
 			if want := visible(bodies, vip); !slices.Equal(got, want) {
 				t.Errorf("member sees %v, want %v", got, want)
@@ -168,7 +170,7 @@ func TestHistoryGRPC(t *testing.T) {
 		})
 	}
 	t.Run("bad queries", func(t *testing.T) {
-		for _, r := range []*pb.GetHistoryRequest{
+		for _, r := range []*apipb.GetHistoryRequest{
 			{Room: room, Cursor: "not-a-cursor"},
 			{Room: room, BeforeId: "x"},
 			{Room: room, AfterId: ids[0], BeforeId: ids[1]},
@@ -220,7 +222,7 @@ func TestHistoryHTTP(t *testing.T) {
 		}
 	}
 	out := mustHTTP(t, c, 400, "GET", "/v1/rooms/"+room+"/history?cursor=nope", "")
-	if out["name"] != "BAD_HISTORY_QUERY" || out["code"] != float64(pb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY) {
+	if out["name"] != "BAD_HISTORY_QUERY" || out["code"] != float64(clientpb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY) {
 		t.Errorf("bad cursor: %v", out)
 	}
 }
@@ -232,19 +234,19 @@ func TestHistoryRetention(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	g := grpcClient(t, c)
 	const room = "hist"
-	if _, err := g.CreateRoom(devCtx(), &pb.CreateRoomRequest{Room: room, Settings: &pb.RoomSettings{HistoryMaxMessages: 5}}); err != nil {
+	if _, err := g.CreateRoom(devCtx(), &apipb.CreateRoomRequest{Room: room, Settings: &roompb.RoomSettings{HistoryMaxMessages: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	bodies := make([]string, 12)
 	for i := range bodies {
 		bodies[i] = strconv.Itoa(i)
-		if _, err := g.SendToRoom(devCtx(), &pb.SendToRoomRequest{Room: room, Body: bodies[i]}); err != nil {
+		if _, err := g.SendToRoom(devCtx(), &apipb.SendToRoomRequest{Room: room, Body: bodies[i]}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	want := bodies[7:]
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		page, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room, Limit: 100})
+		page, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room, Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -255,11 +257,11 @@ func TestHistoryRetention(t *testing.T) {
 	})
 
 	// A one-second age: the messages leave the room's history about a second after they came.
-	if _, err := g.UpdateRoom(devCtx(), &pb.UpdateRoomRequest{Room: room, Settings: &pb.RoomSettings{HistoryMaxMessages: 5, HistoryMaxAgeS: 1}}); err != nil {
+	if _, err := g.UpdateRoom(devCtx(), &apipb.UpdateRoomRequest{Room: room, Settings: &roompb.RoomSettings{HistoryMaxMessages: 5, HistoryMaxAgeS: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
-		page, err := g.GetHistory(devCtx(), &pb.GetHistoryRequest{Room: room})
+		page, err := g.GetHistory(devCtx(), &apipb.GetHistoryRequest{Room: room})
 		if err != nil {
 			return err
 		}

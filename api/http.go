@@ -14,15 +14,17 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // The HTTP/JSON mapping of the server API: each route decodes its request message from the JSON
-// body (protojson, field names as in proto/api.proto), fills in the path's (and, for GET, the
-// query's) parameters by field name, calls the same method the gRPC server calls, and writes the
-// answer as JSON with the proto field names, every field present, 64-bit numbers as JSON
-// numbers and enums by name. Errors are {"code", "name", "error"} with an HTTP status from the
-// error code.
+// body (protojson, field names as in proto/api.proto and room.proto), fills in the path's (and,
+// for GET, the query's) parameters by field name, calls the same method the gRPC server calls,
+// and writes the answer as JSON with the proto field names, every field present, 64-bit numbers
+// as JSON numbers and enums by name. Errors are {"code", "name", "error"} with an HTTP status
+// from the error code.
 
 type route struct {
 	method, pattern string
@@ -45,37 +47,37 @@ func handle[Req, Resp proto.Message](method, pattern string, newReq func() Req, 
 // routes is the route list: each HTTP method and path and the API method it calls.
 func (a *API) routes() []route {
 	return []route{
-		handle("POST", "/v1/rooms", func() *pb.CreateRoomRequest { return new(pb.CreateRoomRequest) }, a.CreateRoom),
-		handle("PATCH", "/v1/rooms/{room}", func() *pb.UpdateRoomRequest { return new(pb.UpdateRoomRequest) }, a.UpdateRoom),
-		handle("POST", "/v1/rooms/{room}/close", func() *pb.CloseRoomRequest { return new(pb.CloseRoomRequest) }, a.CloseRoom),
-		handle("GET", "/v1/rooms/{room}", func() *pb.GetRoomRequest { return new(pb.GetRoomRequest) }, a.GetRoom),
-		handle("GET", "/v1/rooms/{room}/members", func() *pb.ListMembersRequest { return new(pb.ListMembersRequest) }, a.ListMembers),
-		handle("POST", "/v1/rooms/{room}/messages", func() *pb.SendToRoomRequest { return new(pb.SendToRoomRequest) }, a.SendToRoom),
-		handle("POST", "/v1/rooms/{room}/messages/batch", func() *pb.SendBatchToRoomRequest { return new(pb.SendBatchToRoomRequest) }, a.SendBatchToRoom),
-		handle("POST", "/v1/rooms/{room}/mute", func() *pb.MuteRoomRequest { return new(pb.MuteRoomRequest) }, a.MuteRoom),
-		handle("POST", "/v1/rooms/{room}/members/{uid}/mute", func() *pb.MuteMemberRequest { return new(pb.MuteMemberRequest) }, a.MuteMember),
-		handle("POST", "/v1/rooms/{room}/members/{uid}/ban", func() *pb.BanMemberRequest { return new(pb.BanMemberRequest) }, a.BanMember),
-		handle("POST", "/v1/users/messages", func() *pb.SendToUsersRequest { return new(pb.SendToUsersRequest) }, a.SendToUsers),
-		handle("POST", "/v1/users/{uid}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
-		handle("GET", "/v1/users/{uid}/sessions", func() *pb.GetUserSessionsRequest { return new(pb.GetUserSessionsRequest) }, a.GetUserSessions),
-		handle("GET", "/v1/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
-		handle("PUT", "/v1/users/{uid}/tags", func() *pb.SetMemberTagsRequest { return new(pb.SetMemberTagsRequest) }, a.SetMemberTags),
-		handle("GET", "/v1/users/{uid}/tags", func() *pb.GetMemberTagsRequest { return new(pb.GetMemberTagsRequest) }, a.GetMemberTags),
-		handle("PUT", "/v1/rooms/{room}/cdn", func() *pb.SetRoomCdnRequest { return new(pb.SetRoomCdnRequest) }, a.SetRoomCdn),
-		handle("GET", "/v1/rooms/{room}/cdn", func() *pb.GetRoomCdnRequest { return new(pb.GetRoomCdnRequest) }, a.GetRoomCdn),
-		handle("PUT", "/v1/cdn", func() *pb.CdnPolicy { return new(pb.CdnPolicy) }, a.SetCdnPolicy),
-		handle("GET", "/v1/cdn", func() *pb.GetCdnPolicyRequest { return new(pb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
-		handle("PUT", "/v1/limits", func() *pb.AppLimits { return new(pb.AppLimits) }, a.SetAppLimits),
-		handle("GET", "/v1/limits", func() *pb.GetAppLimitsRequest { return new(pb.GetAppLimitsRequest) }, a.GetAppLimits),
-		handle("GET", "/v1/rooms/{room}/history", func() *pb.GetHistoryRequest { return new(pb.GetHistoryRequest) }, a.GetHistory),
-		handle("POST", "/v1/rooms/{room}/kick", func() *pb.KickRequest { return new(pb.KickRequest) }, a.Kick),
-		handle("GET", "/v1/rooms/{room}/online", func() *pb.CountOnlineRequest { return new(pb.CountOnlineRequest) }, a.CountOnline),
-		handle("GET", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ListQueue),
-		handle("POST", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.OfferQueue),
-		handle("DELETE", "/v1/rooms/{room}/queue", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.ClearQueue),
-		handle("GET", "/v1/rooms/{room}/queue/head", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PeekQueue),
-		handle("POST", "/v1/rooms/{room}/queue/poll", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.PollQueue),
-		handle("DELETE", "/v1/rooms/{room}/queue/{key}", func() *pb.QueueRequest { return new(pb.QueueRequest) }, a.RemoveQueueEntry),
+		handle("POST", "/v1/rooms", func() *apipb.CreateRoomRequest { return new(apipb.CreateRoomRequest) }, a.CreateRoom),
+		handle("PATCH", "/v1/rooms/{room}", func() *apipb.UpdateRoomRequest { return new(apipb.UpdateRoomRequest) }, a.UpdateRoom),
+		handle("POST", "/v1/rooms/{room}/close", func() *apipb.CloseRoomRequest { return new(apipb.CloseRoomRequest) }, a.CloseRoom),
+		handle("GET", "/v1/rooms/{room}", func() *apipb.GetRoomRequest { return new(apipb.GetRoomRequest) }, a.GetRoom),
+		handle("GET", "/v1/rooms/{room}/members", func() *apipb.ListMembersRequest { return new(apipb.ListMembersRequest) }, a.ListMembers),
+		handle("POST", "/v1/rooms/{room}/messages", func() *apipb.SendToRoomRequest { return new(apipb.SendToRoomRequest) }, a.SendToRoom),
+		handle("POST", "/v1/rooms/{room}/messages/batch", func() *apipb.SendBatchToRoomRequest { return new(apipb.SendBatchToRoomRequest) }, a.SendBatchToRoom),
+		handle("POST", "/v1/rooms/{room}/mute", func() *apipb.MuteRoomRequest { return new(apipb.MuteRoomRequest) }, a.MuteRoom),
+		handle("POST", "/v1/rooms/{room}/members/{uid}/mute", func() *apipb.MuteMemberRequest { return new(apipb.MuteMemberRequest) }, a.MuteMember),
+		handle("POST", "/v1/rooms/{room}/members/{uid}/ban", func() *apipb.BanMemberRequest { return new(apipb.BanMemberRequest) }, a.BanMember),
+		handle("POST", "/v1/users/messages", func() *apipb.SendToUsersRequest { return new(apipb.SendToUsersRequest) }, a.SendToUsers),
+		handle("POST", "/v1/users/{uid}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/users/{uid}/sessions", func() *apipb.GetUserSessionsRequest { return new(apipb.GetUserSessionsRequest) }, a.GetUserSessions),
+		handle("GET", "/v1/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),
+		handle("PUT", "/v1/users/{uid}/tags", func() *apipb.SetMemberTagsRequest { return new(apipb.SetMemberTagsRequest) }, a.SetMemberTags),
+		handle("GET", "/v1/users/{uid}/tags", func() *apipb.GetMemberTagsRequest { return new(apipb.GetMemberTagsRequest) }, a.GetMemberTags),
+		handle("PUT", "/v1/rooms/{room}/cdn", func() *apipb.SetRoomCdnRequest { return new(apipb.SetRoomCdnRequest) }, a.SetRoomCdn),
+		handle("GET", "/v1/rooms/{room}/cdn", func() *apipb.GetRoomCdnRequest { return new(apipb.GetRoomCdnRequest) }, a.GetRoomCdn),
+		handle("PUT", "/v1/cdn", func() *apipb.CdnPolicy { return new(apipb.CdnPolicy) }, a.SetCdnPolicy),
+		handle("GET", "/v1/cdn", func() *apipb.GetCdnPolicyRequest { return new(apipb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
+		handle("PUT", "/v1/limits", func() *apipb.AppLimits { return new(apipb.AppLimits) }, a.SetAppLimits),
+		handle("GET", "/v1/limits", func() *apipb.GetAppLimitsRequest { return new(apipb.GetAppLimitsRequest) }, a.GetAppLimits),
+		handle("GET", "/v1/rooms/{room}/history", func() *apipb.GetHistoryRequest { return new(apipb.GetHistoryRequest) }, a.GetHistory),
+		handle("POST", "/v1/rooms/{room}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
+		handle("GET", "/v1/rooms/{room}/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),
+		handle("GET", "/v1/rooms/{room}/queue", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.ListQueue),
+		handle("POST", "/v1/rooms/{room}/queue", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.OfferQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.ClearQueue),
+		handle("GET", "/v1/rooms/{room}/queue/head", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.PeekQueue),
+		handle("POST", "/v1/rooms/{room}/queue/poll", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.PollQueue),
+		handle("DELETE", "/v1/rooms/{room}/queue/{key}", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.RemoveQueueEntry),
 	}
 }
 
@@ -117,17 +119,17 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			var tooBig *http.MaxBytesError
 			switch {
 			case errors.As(err, &tooBig):
-				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody))
+				writeError(w, apiError(clientpb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "request body over %d bytes", maxAPIBody))
 			case errors.Is(err, os.ErrDeadlineExceeded):
-				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "the body did not arrive within %v", a.cfg.BodyTimeout))
+				writeError(w, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "the body did not arrive within %v", a.cfg.BodyTimeout))
 			default:
-				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reading the body: %v", err))
+				writeError(w, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reading the body: %v", err))
 			}
 			return
 		}
 		if len(body) > 0 && !decodeFast(body, req) {
 			if err := protojson.Unmarshal(body, req); err != nil {
-				writeError(w, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err))
+				writeError(w, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "body is not the expected JSON: %v", err))
 				return
 			}
 		}
@@ -149,7 +151,7 @@ func (a *API) serveRoute(rt route) http.HandlerFunc {
 			return
 		}
 		status := http.StatusOK
-		if c, ok := resp.(*pb.CreateRoomResponse); ok && c.Created {
+		if c, ok := resp.(*apipb.CreateRoomResponse); ok && c.Created {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, answerJSON(resp))
@@ -170,7 +172,7 @@ func putBody(buf *bytes.Buffer) {
 // decodeFast decodes the body of the routes with a fast path (sendjson.go) and reports whether
 // it did; protojson decodes the rest.
 func decodeFast(body []byte, req proto.Message) bool {
-	if r, ok := req.(*pb.SendToRoomRequest); ok {
+	if r, ok := req.(*apipb.SendToRoomRequest); ok {
 		return decodeSendToRoom(body, r)
 	}
 	return false
@@ -182,7 +184,7 @@ func setQuery(m protoreflect.Message, r *http.Request) error {
 	for name, vals := range r.URL.Query() {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
 		if fd == nil || fd.IsMap() || (fd.IsList() && fd.Kind() != protoreflect.StringKind) {
-			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
+			return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown query parameter %q", name)
 		}
 		if fd.IsList() {
 			list := m.Mutable(fd).List()
@@ -196,13 +198,13 @@ func setQuery(m protoreflect.Message, r *http.Request) error {
 		case protoreflect.Uint32Kind:
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil {
-				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
+				return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
 			}
 			m.Set(fd, protoreflect.ValueOfUint32(uint32(n)))
 		case protoreflect.BoolKind:
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not true or false", name, v)
+				return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not true or false", name, v)
 			}
 			m.Set(fd, protoreflect.ValueOfBool(b))
 		case protoreflect.StringKind:
@@ -210,11 +212,11 @@ func setQuery(m protoreflect.Message, r *http.Request) error {
 		case protoreflect.Int32Kind:
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil {
-				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
+				return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %s=%q is not a number", name, v)
 			}
 			m.Set(fd, protoreflect.ValueOfInt32(int32(n)))
 		default:
-			return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %q cannot be set this way", name)
+			return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "query parameter %q cannot be set this way", name)
 		}
 	}
 	return nil

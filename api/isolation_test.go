@@ -21,7 +21,9 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // Isolation between apps. The victim is the dev app ("demo"); the attacker, app "mallory", holds a
@@ -45,7 +47,7 @@ const (
 // victim is what the victim app has, and what the attacker has learnt of it.
 type victim struct {
 	c        *devcluster.Cluster
-	api      pb.RoomcastAPIClient
+	api      apipb.RoomcastAPIClient
 	bob      *testkit.Client // the victim's member "bob" in "stage"
 	session  string          // bob's session id
 	msgID    string          // a message of stage's history
@@ -66,31 +68,31 @@ func startVictim(t *testing.T) *victim {
 	})
 	v := &victim{c: c, api: grpcClient(t, c)}
 	ctx := devCtx()
-	if _, err := v.api.CreateRoom(ctx, &pb.CreateRoomRequest{Room: "stage", Name: victimMarker + "name"}); err != nil {
+	if _, err := v.api.CreateRoom(ctx, &apipb.CreateRoomRequest{Room: "stage", Name: victimMarker + "name"}); err != nil {
 		t.Fatal(err)
 	}
 	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "bob", "stage", victimTag), Device: victimMarker + "device", Inbox: true}}})
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, "bob", "stage", victimTag), Device: victimMarker + "device", Inbox: true}}})
 	ack := cl.Next().GetLoginAck()
 	if ack == nil {
 		t.Fatal("bob: no LoginAck")
 	}
 	v.bob, v.session = cl, ack.SessionId
 	testcluster.WaitOnline(t, c, "bob")
-	if _, err := v.api.SendToRoom(ctx, &pb.SendToRoomRequest{Room: "stage", Body: victimMarker + "history", Lane: "critical"}); err != nil {
+	if _, err := v.api.SendToRoom(ctx, &apipb.SendToRoomRequest{Room: "stage", Body: victimMarker + "history", Lane: "critical"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.api.SendToUsers(ctx, &pb.SendToUsersRequest{Uids: []string{"bob"}, Body: victimMarker + "inbox", AtLeastOnce: true}); err != nil {
+	if _, err := v.api.SendToUsers(ctx, &apipb.SendToUsersRequest{Uids: []string{"bob"}, Body: victimMarker + "inbox", AtLeastOnce: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.api.SetMemberTags(ctx, &pb.SetMemberTagsRequest{Uid: "bob", Tags: []string{victimTag, victimMarker + "stored-tag"}}); err != nil {
+	if _, err := v.api.SetMemberTags(ctx, &apipb.SetMemberTagsRequest{Uid: "bob", Tags: []string{victimTag, victimMarker + "stored-tag"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.api.OfferQueue(ctx, &pb.QueueRequest{Room: "stage", Key: victimKey, Value: []byte(victimMarker + "value"), Uid: "bob"}); err != nil {
+	if _, err := v.api.OfferQueue(ctx, &roompb.QueueRequest{Room: "stage", Key: victimKey, Value: []byte(victimMarker + "value"), Uid: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	cl.CollectPushes(2) // the room's message and his own
-	page, err := v.api.GetHistory(ctx, &pb.GetHistoryRequest{Room: "stage", Limit: 1})
+	page, err := v.api.GetHistory(ctx, &apipb.GetHistoryRequest{Room: "stage", Limit: 1})
 	if err != nil || len(page.Messages) != 1 {
 		t.Fatalf("victim's history: %v %v", page, err)
 	}
@@ -101,15 +103,15 @@ func startVictim(t *testing.T) *victim {
 	}
 	// The room's counts come from the node's reports: wait for them before reading the state.
 	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		room, err := v.api.GetRoom(ctx, &pb.GetRoomRequest{Room: "stage"})
+		room, err := v.api.GetRoom(ctx, &apipb.GetRoomRequest{Room: "stage"})
 		if err != nil {
 			return err
 		}
-		members, err := v.api.ListMembers(ctx, &pb.ListMembersRequest{Room: "stage"})
+		members, err := v.api.ListMembers(ctx, &apipb.ListMembersRequest{Room: "stage"})
 		if err != nil {
 			return err
 		}
-		online, err := v.api.CountOnline(ctx, &pb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
+		online, err := v.api.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
 		if err != nil {
 			return err
 		}
@@ -136,25 +138,25 @@ func (v *victim) state(t *testing.T) string {
 		}
 		fmt.Fprintf(&b, "%s: %s\n", what, protojson.Format(m))
 	}
-	room, err := v.api.GetRoom(ctx, &pb.GetRoomRequest{Room: "stage"})
+	room, err := v.api.GetRoom(ctx, &apipb.GetRoomRequest{Room: "stage"})
 	add("room", room, err)
-	members, err := v.api.ListMembers(ctx, &pb.ListMembersRequest{Room: "stage"})
+	members, err := v.api.ListMembers(ctx, &apipb.ListMembersRequest{Room: "stage"})
 	add("members", members, err)
-	history, err := v.api.GetHistory(ctx, &pb.GetHistoryRequest{Room: "stage"})
+	history, err := v.api.GetHistory(ctx, &apipb.GetHistoryRequest{Room: "stage"})
 	add("history", history, err)
-	queue, err := v.api.ListQueue(ctx, &pb.QueueRequest{Room: "stage"})
+	queue, err := v.api.ListQueue(ctx, &roompb.QueueRequest{Room: "stage"})
 	add("queue", queue, err)
-	sessions, err := v.api.GetUserSessions(ctx, &pb.GetUserSessionsRequest{Uid: "bob"})
+	sessions, err := v.api.GetUserSessions(ctx, &apipb.GetUserSessionsRequest{Uid: "bob"})
 	add("sessions", sessions, err)
-	tags, err := v.api.GetMemberTags(ctx, &pb.GetMemberTagsRequest{Uid: "bob"})
+	tags, err := v.api.GetMemberTags(ctx, &apipb.GetMemberTagsRequest{Uid: "bob"})
 	add("tags", tags, err)
-	cdn, err := v.api.GetRoomCdn(ctx, &pb.GetRoomCdnRequest{Room: "stage"})
+	cdn, err := v.api.GetRoomCdn(ctx, &apipb.GetRoomCdnRequest{Room: "stage"})
 	add("room cdn", cdn, err)
-	policy, err := v.api.GetCdnPolicy(ctx, &pb.GetCdnPolicyRequest{})
+	policy, err := v.api.GetCdnPolicy(ctx, &apipb.GetCdnPolicyRequest{})
 	add("cdn policy", policy, err)
-	limits, err := v.api.GetAppLimits(ctx, &pb.GetAppLimitsRequest{})
+	limits, err := v.api.GetAppLimits(ctx, &apipb.GetAppLimitsRequest{})
 	add("app limits", limits, err)
-	online, err := v.api.CountOnline(ctx, &pb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
+	online, err := v.api.CountOnline(ctx, &apipb.CountOnlineRequest{Room: "stage", TagExprs: []string{`"` + victimTag + `" in tags`}})
 	add("online", online, err)
 	fmt.Fprintf(&b, "inbox: %v\n", testcluster.Stored(t, v.c, "bob"))
 	return b.String()
@@ -164,7 +166,7 @@ func (v *victim) state(t *testing.T) string {
 // receiving and allowed to send.
 func (v *victim) checkBob(t *testing.T) {
 	t.Helper()
-	if _, err := v.api.SendToRoom(devCtx(), &pb.SendToRoomRequest{Room: "stage", Body: "after"}); err != nil {
+	if _, err := v.api.SendToRoom(devCtx(), &apipb.SendToRoomRequest{Room: "stage", Body: "after"}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -172,11 +174,11 @@ func (v *victim) checkBob(t *testing.T) {
 		if strings.Contains(f.String(), attackerApp) || f.GetKick() != nil {
 			t.Fatalf("bob received %v", f)
 		}
-		if p := f.GetPush(); p != nil && slices.ContainsFunc(p.Messages, func(m *pb.Message) bool { return string(m.Body) == "after" }) {
+		if p := f.GetPush(); p != nil && slices.ContainsFunc(p.Messages, func(m *clientpb.Message) bool { return string(m.Body) == "after" }) {
 			break
 		}
 	}
-	v.bob.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 99, Body: []byte("bob after")}}})
+	v.bob.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 99, Body: []byte("bob after")}}})
 	for {
 		f := v.bob.Next()
 		if f.GetSendAck().GetSeq() == 99 {
@@ -208,7 +210,7 @@ func TestIsolationAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	sd := pb.File_api_proto.Services().ByName("RoomcastAPI")
+	sd := apipb.File_api_proto.Services().ByName("RoomcastAPI")
 	var calls []protoreflect.MethodDescriptor
 	for i := range sd.Methods().Len() {
 		calls = append(calls, sd.Methods().Get(i))
@@ -240,7 +242,7 @@ func TestIsolationAPI(t *testing.T) {
 			if raw := rawText(resp.ProtoReflect()); strings.Contains(raw, victimMarker) || strings.Contains(raw, v.msgID) {
 				t.Errorf("%s %v answered the attacker with the victim's data: %s", m.Name(), protojson.Format(req), text)
 			}
-			if co, ok := resp.(*pb.CountOnlineResponse); ok && (co.Sessions != 0 || co.Users != 0) {
+			if co, ok := resp.(*apipb.CountOnlineResponse); ok && (co.Sessions != 0 || co.Users != 0) {
 				t.Errorf("%s %v counted the victim's members for the attacker: %s", m.Name(), protojson.Format(req), text)
 			}
 			t.Logf("%s %v: acted on the attacker's own: %s", m.Name(), protojson.Format(req), text)
@@ -446,7 +448,7 @@ func TestIsolationFrames(t *testing.T) {
 	login := func(t *testing.T) *testkit.Client {
 		t.Helper()
 		cl := testkit.DialTCP(t, addr)
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: attackerToken(t, attackerApp, "bob", "stage"), Inbox: true, History: 100}}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: attackerToken(t, attackerApp, "bob", "stage"), Inbox: true, History: 100}}})
 		for {
 			f := cl.Next()
 			v.checkAnswer(t, "login", f)
@@ -459,27 +461,27 @@ func TestIsolationFrames(t *testing.T) {
 	}
 
 	// What each kind a client sends carries: the victim's ids, keys and names.
-	var queueOps []*pb.Frame
-	ops := pb.QueueOp(0).Descriptor().Values()
+	var queueOps []*clientpb.Frame
+	ops := clientpb.QueueOp(0).Descriptor().Values()
 	for i := range ops.Len() {
 		op := ops.Get(i)
-		queueOps = append(queueOps, &pb.Frame{Kind: &pb.Frame_QueueRequest{QueueRequest: &pb.RoomQueueRequest{
-			Seq: uint64(op.Number()) + 100, Op: pb.QueueOp(op.Number()), Key: victimKey, Value: []byte("mallory-body")}}})
+		queueOps = append(queueOps, &clientpb.Frame{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{
+			Seq: uint64(op.Number()) + 100, Op: clientpb.QueueOp(op.Number()), Key: victimKey, Value: []byte("mallory-body")}}})
 	}
-	clientFrames := map[protoreflect.Name][]*pb.Frame{
-		"send":      {{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 1, Body: []byte("mallory-body"), TagExpr: `"` + victimTag + `" in tags`}}}},
-		"heartbeat": {{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}}},
+	clientFrames := map[protoreflect.Name][]*clientpb.Frame{
+		"send":      {{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 1, Body: []byte("mallory-body"), TagExpr: `"` + victimTag + `" in tags`}}}},
+		"heartbeat": {{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}}},
 		"history_query": {
-			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 2}}},
-			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 3, BeforeId: v.msgID}}},
-			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 4, AfterId: "00000000000000000000000000"}}},
-			{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 5, Cursor: v.cursor}}},
+			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 2}}},
+			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 3, BeforeId: v.msgID}}},
+			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 4, AfterId: "00000000000000000000000000"}}},
+			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 5, Cursor: v.cursor}}},
 		},
-		"ack":           {{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: v.inboxIDs}}}},
+		"ack":           {{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: v.inboxIDs}}}},
 		"queue_request": queueOps,
 	}
 
-	kinds := (&pb.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
+	kinds := (&clientpb.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
 	for i := range kinds.Len() {
 		kind := kinds.Get(i)
 		t.Run(string(kind.Name()), func(t *testing.T) {
@@ -488,14 +490,14 @@ func TestIsolationFrames(t *testing.T) {
 				// A token naming the victim's app, signed with the attacker's secret.
 				cl := testkit.DialTCP(t, addr)
 				f := cl.LoginAs(attackerToken(t, devcluster.App, "bob", "stage"), "web")
-				if f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+				if f.GetKick().GetCode() != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 					t.Fatalf("a token for the victim's app signed with the attacker's secret: %v, want a kick 4001", f)
 				}
 				// A second Login on the attacker's session.
 				cl = login(t)
-				cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: attackerToken(t, devcluster.App, "bob", "stage")}}})
+				cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: attackerToken(t, devcluster.App, "bob", "stage")}}})
 				for f, ok := cl.Frames(), true; ok; {
-					var fr *pb.Frame
+					var fr *clientpb.Frame
 					select {
 					case fr, ok = <-f:
 					case <-cl.Done():
@@ -510,13 +512,13 @@ func TestIsolationFrames(t *testing.T) {
 				for _, f := range frames {
 					cl.Send(f)
 					if seq, ok := seqOf(f); ok {
-						v.until(t, cl, string(kind.Name()), func(a *pb.Frame) bool { s, ok := seqOf(a); return ok && s == seq })
+						v.until(t, cl, string(kind.Name()), func(a *clientpb.Frame) bool { s, ok := seqOf(a); return ok && s == seq })
 					}
 					v.untilHeartbeatAck(t, cl, string(kind.Name()))
 				}
 			default:
 				cl := login(t)
-				f := &pb.Frame{}
+				f := &clientpb.Frame{}
 				m := f.ProtoReflect()
 				m.Set(kind, m.NewField(kind))
 				cl.Send(f)
@@ -524,7 +526,7 @@ func TestIsolationFrames(t *testing.T) {
 					fr := cl.Next()
 					v.checkAnswer(t, string(kind.Name()), fr)
 					if fr.GetKick() != nil {
-						if fr.GetKick().Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_FRAME) {
+						if fr.GetKick().Code != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME) {
 							t.Fatalf("a %s frame from a client: %v, want a kick 4003 (a kind a client sends needs its frames in clientFrames)", kind.Name(), fr)
 						}
 						return
@@ -542,12 +544,12 @@ func TestIsolationFrames(t *testing.T) {
 // untilHeartbeatAck sends a Heartbeat and checks every answer up to its HeartbeatAck.
 func (v *victim) untilHeartbeatAck(t *testing.T, cl *testkit.Client, what string) {
 	t.Helper()
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 42}}})
-	v.until(t, cl, what, func(f *pb.Frame) bool { return f.GetHeartbeatAck().GetClientTimeMs() == 42 })
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 42}}})
+	v.until(t, cl, what, func(f *clientpb.Frame) bool { return f.GetHeartbeatAck().GetClientTimeMs() == 42 })
 }
 
 // until checks every frame the attacker receives up to the one last says is the last.
-func (v *victim) until(t *testing.T, cl *testkit.Client, what string, last func(*pb.Frame) bool) {
+func (v *victim) until(t *testing.T, cl *testkit.Client, what string, last func(*clientpb.Frame) bool) {
 	t.Helper()
 	for {
 		f := cl.Next()
@@ -560,7 +562,7 @@ func (v *victim) until(t *testing.T, cl *testkit.Client, what string, last func(
 }
 
 // seqOf returns the seq of a frame whose kind has one (a request, or the answer to one).
-func seqOf(f *pb.Frame) (uint64, bool) {
+func seqOf(f *clientpb.Frame) (uint64, bool) {
 	m := f.ProtoReflect()
 	kind := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
 	if kind == nil || kind.Message() == nil {
@@ -574,7 +576,7 @@ func seqOf(f *pb.Frame) (uint64, bool) {
 }
 
 // checkAnswer fails if a frame to the attacker carries the victim's data.
-func (v *victim) checkAnswer(t *testing.T, what string, f *pb.Frame) {
+func (v *victim) checkAnswer(t *testing.T, what string, f *clientpb.Frame) {
 	t.Helper()
 	if raw := rawText(f.ProtoReflect()); strings.Contains(raw, victimMarker) || strings.Contains(raw, v.msgID) || strings.Contains(raw, v.session) {
 		t.Errorf("%s: the attacker received the victim's data: %v", what, f)

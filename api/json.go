@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // The JSON of the HTTP answers. Not protojson's: 64-bit numbers are JSON numbers, which the
@@ -17,7 +17,7 @@ import (
 // busiest call, skips jsonMessage's reflection and map for a struct that encodes to the same
 // bytes (fields in name order, both always present).
 func answerJSON(resp proto.Message) any {
-	if s, ok := resp.(*pb.SendResponse); ok {
+	if s, ok := resp.(*apipb.SendResponse); ok {
 		return sendResponseJSON{ID: s.Id, ServerTimeMS: s.ServerTimeMs}
 	}
 	return jsonMessage(resp.ProtoReflect())

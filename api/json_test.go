@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"testing"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // A send's answer takes a shortcut past jsonMessage; its JSON must be the same bytes.
 func TestSendAnswerJSONIsTheMessageJSON(t *testing.T) {
 	t.Parallel()
-	for _, resp := range []*pb.SendResponse{
+	for _, resp := range []*apipb.SendResponse{
 		{Id: "01KBDQ4F3T0000000000000000", ServerTimeMs: 1764625000123},
 		{},                              // zero values are still written
 		{Id: `<"&>\`, ServerTimeMs: -1}, // escaped alike

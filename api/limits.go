@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/applimits"
 )
 
@@ -13,9 +14,9 @@ import (
 const appLimitsMaxAge = time.Second
 
 // SetAppLimits implements RoomcastAPI.
-func (a *API) SetAppLimits(ctx context.Context, req *pb.AppLimits) (*pb.AppLimits, error) {
+func (a *API) SetAppLimits(ctx context.Context, req *apipb.AppLimits) (*apipb.AppLimits, error) {
 	if _, err := applimits.Parse(req); err != nil {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
 	}
 	app := appOf(ctx)
 	ctx, cancel := a.timeout(ctx)
@@ -28,7 +29,7 @@ func (a *API) SetAppLimits(ctx context.Context, req *pb.AppLimits) (*pb.AppLimit
 }
 
 // GetAppLimits implements RoomcastAPI.
-func (a *API) GetAppLimits(ctx context.Context, _ *pb.GetAppLimitsRequest) (*pb.AppLimits, error) {
+func (a *API) GetAppLimits(ctx context.Context, _ *apipb.GetAppLimitsRequest) (*apipb.AppLimits, error) {
 	app := appOf(ctx)
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()

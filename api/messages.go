@@ -10,20 +10,22 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/roomstore"
 )
 
 // Sends: to a room, a batch to a room, and to users' sessions wherever they are.
 
 // message checks the parts of a message common to sends to a room and to users.
-func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane, []byte, error) {
+func message(typ, laneName, text string, binary []byte, sender string) (clientpb.Lane, []byte, error) {
 	lane, ok := ParseLane(laneName)
 	switch {
 	case !ok:
-		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "lane %q is not critical, normal or bulk", laneName)
+		return 0, nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "lane %q is not critical, normal or bulk", laneName)
 	case text != "" && len(binary) > 0:
-		return 0, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "set body or body_base64, not both")
+		return 0, nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "set body or body_base64, not both")
 	case sender != "" && !auth.ValidName(sender):
 		return 0, nil, badName("sender", sender)
 	}
@@ -31,34 +33,34 @@ func message(typ, laneName, text string, binary []byte, sender string) (pb.Lane,
 	if text != "" {
 		body = []byte(text)
 	}
-	if rep := roomstore.CheckSend(&pb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}); rep != nil {
-		return 0, nil, apiError(pb.ErrorCode(rep.Code), "%s", rep.Message)
+	if rep := roomstore.CheckSend(&buspb.SendRequest{App: "-", Room: "-", Type: typ, Lane: lane, Body: body}); rep != nil {
+		return 0, nil, apiError(clientpb.ErrorCode(rep.Code), "%s", rep.Message)
 	}
 	return lane, body, nil
 }
 
 // ParseLane maps a lane name to its Lane; "" is normal.
-func ParseLane(s string) (pb.Lane, bool) {
+func ParseLane(s string) (clientpb.Lane, bool) {
 	switch strings.ToLower(s) {
 	case "", "normal":
-		return pb.Lane_LANE_NORMAL, true
+		return clientpb.Lane_LANE_NORMAL, true
 	case "critical":
-		return pb.Lane_LANE_CRITICAL, true
+		return clientpb.Lane_LANE_CRITICAL, true
 	case "bulk":
-		return pb.Lane_LANE_BULK, true
+		return clientpb.Lane_LANE_BULK, true
 	}
 	return 0, false
 }
 
 // SendToRoom implements RoomcastAPI.
-func (a *API) SendToRoom(ctx context.Context, req *pb.SendToRoomRequest) (*pb.SendResponse, error) {
+func (a *API) SendToRoom(ctx context.Context, req *apipb.SendToRoomRequest) (*apipb.SendResponse, error) {
 	return a.queueSendToRoom(ctx, req).wait()
 }
 
 // queuedSend is a send queueSendToRoom handed on: wait gives its outcome, and must be called
 // once.
 type queuedSend struct {
-	wait func() (*pb.SendResponse, error)
+	wait func() (*apipb.SendResponse, error)
 	// waits: wait blocks, for the room's window (a critical send) or for a request over NATS
 	// (remote). Otherwise the outcome is known and wait returns at once.
 	waits, remote bool
@@ -67,9 +69,9 @@ type queuedSend struct {
 // queueSendToRoom checks req and hands it to the room service. A send the room service of this
 // process takes reaches it before queueSendToRoom returns, so sends queued one after the other
 // keep their order; a send that goes over NATS (remote) is made when wait is called.
-func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) queuedSend {
+func (a *API) queueSendToRoom(ctx context.Context, req *apipb.SendToRoomRequest) queuedSend {
 	failed := func(err error) queuedSend {
-		return queuedSend{wait: func() (*pb.SendResponse, error) { return nil, err }}
+		return queuedSend{wait: func() (*apipb.SendResponse, error) { return nil, err }}
 	}
 	if !auth.ValidName(req.Room) {
 		return failed(badName("room", req.Room))
@@ -79,61 +81,61 @@ func (a *API) queueSendToRoom(ctx context.Context, req *pb.SendToRoomRequest) qu
 		return failed(err)
 	}
 	// message checked type, lane and body; the room service checks the tag expression.
-	send := &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
-	answered := func(rep *pb.Reply, err error) (*pb.SendResponse, error) {
+	send := &buspb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: req.Sender, Type: req.Type, Lane: lane, Body: body, TagExpr: req.TagExpr}
+	answered := func(rep *buspb.Reply, err error) (*apipb.SendResponse, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &pb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
+		return &apipb.SendResponse{Id: rep.MessageId, ServerTimeMs: rep.ServerTimeMs}, nil
 	}
 	if a.cfg.Rooms != nil {
-		if q, ok := a.cfg.Rooms.SendLocalQueued(ctx, []*pb.SendRequest{send}); ok {
-			return queuedSend{waits: q.Waits(), wait: func() (*pb.SendResponse, error) {
+		if q, ok := a.cfg.Rooms.SendLocalQueued(ctx, []*buspb.SendRequest{send}); ok {
+			return queuedSend{waits: q.Waits(), wait: func() (*apipb.SendResponse, error) {
 				rep := q.Reply()
 				return answered(rep, refusal(rep))
 			}}
 		}
 	}
-	return queuedSend{waits: true, remote: true, wait: func() (*pb.SendResponse, error) {
-		rep := new(pb.Reply)
+	return queuedSend{waits: true, remote: true, wait: func() (*apipb.SendResponse, error) {
+		rep := new(buspb.Reply)
 		return answered(rep, a.ask(ctx, bus.SubjectRoomSend, send, rep))
 	}}
 }
 
 // SendBatchToRoom implements RoomcastAPI.
-func (a *API) SendBatchToRoom(ctx context.Context, req *pb.SendBatchToRoomRequest) (*pb.SendBatchResponse, error) {
+func (a *API) SendBatchToRoom(ctx context.Context, req *apipb.SendBatchToRoomRequest) (*apipb.SendBatchResponse, error) {
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
 	if n := len(req.Messages); n == 0 || n > roomstore.MaxBatch {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n)
 	}
-	batch := &pb.SendBatchRequest{Sends: make([]*pb.SendRequest, len(req.Messages))}
+	batch := &buspb.SendBatchRequest{Sends: make([]*buspb.SendRequest, len(req.Messages))}
 	for i, m := range req.Messages {
 		lane, body, err := message(m.Type, m.Lane, m.Body, m.BodyBase64, m.Sender)
 		if err != nil {
 			code, msg := errorCodeOf(err)
 			return nil, apiError(code, "message %d: %s", i, msg)
 		}
-		batch.Sends[i] = &pb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: m.Sender, Type: m.Type, Lane: lane, Body: body, TagExpr: m.TagExpr}
+		batch.Sends[i] = &buspb.SendRequest{App: appOf(ctx), Room: req.Room, Uid: m.Sender, Type: m.Type, Lane: lane, Body: body, TagExpr: m.TagExpr}
 	}
 	rep, err := a.sendToRoom(ctx, bus.SubjectRoomSendBatch, batch, batch.Sends...)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
+	return &apipb.SendBatchResponse{Ids: rep.MessageIds, ServerTimeMs: rep.ServerTimeMs}, nil
 }
 
 // sendToRoom hands sends to one room to the room service in this process (Config.Rooms) when
 // it takes them, and otherwise asks the room service over NATS with req on subject.
-func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*pb.SendRequest) (*pb.Reply, error) {
+func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message, sends ...*buspb.SendRequest) (*buspb.Reply, error) {
 	if a.cfg.Rooms != nil {
 		if q, ok := a.cfg.Rooms.SendLocalQueued(ctx, sends); ok {
 			rep := q.Reply()
 			return rep, refusal(rep)
 		}
 	}
-	rep := new(pb.Reply)
+	rep := new(buspb.Reply)
 	if err := a.ask(ctx, subject, req, rep); err != nil {
 		return nil, err
 	}
@@ -141,10 +143,10 @@ func (a *API) sendToRoom(ctx context.Context, subject string, req proto.Message,
 }
 
 // SendToUsers implements RoomcastAPI.
-func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.SendToUsersResponse, error) {
+func (a *API) SendToUsers(ctx context.Context, req *apipb.SendToUsersRequest) (*apipb.SendToUsersResponse, error) {
 	app := appOf(ctx)
 	if len(req.Uids) == 0 || len(req.Uids) > maxUIDsPerSend {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uids must list 1 to %d users", maxUIDsPerSend)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uids must list 1 to %d users", maxUIDsPerSend)
 	}
 	for _, uid := range req.Uids {
 		if !auth.ValidName(uid) {
@@ -156,8 +158,8 @@ func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.
 		return nil, err
 	}
 	now := time.Now()
-	m := &pb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
-	out := &pb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Offline: []string{}}
+	m := &clientpb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
+	out := &apipb.SendToUsersResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, Offline: []string{}}
 	uids := req.Uids
 	if req.AtLeastOnce {
 		// Stored before the sessions are looked up: a login after the store reads it, a session
@@ -168,7 +170,7 @@ func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.
 	}
 	sessions, err := a.sessionsOf(ctx, app, uids...)
 	if err == nil {
-		out.Sessions, err = a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_DELIVER, App: app, Message: m})
+		out.Sessions, err = a.toNodes(ctx, sessions, &buspb.NodeControl{Op: buspb.NodeControl_OP_DELIVER, App: app, Message: m})
 	}
 	switch {
 	case err != nil && !req.AtLeastOnce:
@@ -177,7 +179,7 @@ func (a *API) SendToUsers(ctx context.Context, req *pb.SendToUsersRequest) (*pb.
 		a.log.Warn("at-least-once message stored but not delivered live: the sessions get it at their next login", "id", m.Id, "err", err)
 	}
 	for _, uid := range uids {
-		if !slices.ContainsFunc(sessions, func(s *pb.SessionEvent) bool { return s.Uid == uid }) && !slices.Contains(out.Offline, uid) {
+		if !slices.ContainsFunc(sessions, func(s *buspb.SessionEvent) bool { return s.Uid == uid }) && !slices.Contains(out.Offline, uid) {
 			out.Offline = append(out.Offline, uid)
 		}
 	}

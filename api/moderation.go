@@ -7,7 +7,9 @@ import (
 	"unicode/utf8"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/roomstore"
 )
 
@@ -15,10 +17,10 @@ import (
 // members by tag expression; mute or ban a member of a room.
 
 // Kick implements RoomcastAPI.
-func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
+func (a *API) Kick(ctx context.Context, req *apipb.KickRequest) (*apipb.KickResponse, error) {
 	app := appOf(ctx)
 	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
 	}
 	if req.TagExpr != "" {
 		return a.kickByTags(ctx, req)
@@ -33,17 +35,17 @@ func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, 
 	if err != nil {
 		return nil, err
 	}
-	sessions = slices.DeleteFunc(sessions, func(s *pb.SessionEvent) bool {
+	sessions = slices.DeleteFunc(sessions, func(s *buspb.SessionEvent) bool {
 		return (req.Room != "" && s.Room != req.Room) || (req.SessionId != "" && s.SessionId != req.SessionId)
 	})
 	if len(sessions) == 0 {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "user %q has no such session online", req.Uid)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "user %q has no such session online", req.Uid)
 	}
-	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_KICK, App: app, Reason: req.Reason})
+	n, err := a.toNodes(ctx, sessions, &buspb.NodeControl{Op: buspb.NodeControl_OP_KICK, App: app, Reason: req.Reason})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.KickResponse{Kicked: n}, nil
+	return &apipb.KickResponse{Kicked: n}, nil
 }
 
 // kickByTags closes every session in a room whose member's tags satisfy req.TagExpr: each node
@@ -51,13 +53,13 @@ func (a *API) Kick(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, 
 // how many. Then every node is told, for a node that took its first member of the room since its
 // last report: what it closes is not counted. A node that fails fails the call; the others may
 // have kicked already, so a retry is safe (it finds fewer).
-func (a *API) kickByTags(ctx context.Context, req *pb.KickRequest) (*pb.KickResponse, error) {
+func (a *API) kickByTags(ctx context.Context, req *apipb.KickRequest) (*apipb.KickResponse, error) {
 	app := appOf(ctx)
 	switch {
 	case req.Room == "":
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr needs room")
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr needs room")
 	case req.Uid != "" || req.SessionId != "":
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr names no uid or session_id (POST /v1/rooms/{room}/kick)")
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a kick by tag_expr names no uid or session_id (POST /v1/rooms/{room}/kick)")
 	}
 	if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ func (a *API) kickByTags(ctx context.Context, req *pb.KickRequest) (*pb.KickResp
 	if err != nil {
 		return nil, err
 	}
-	kick := &pb.NodeControl{Op: pb.NodeControl_OP_KICK_EXPR, App: app, Room: req.Room, TagExpr: req.TagExpr, Reason: req.Reason}
+	kick := &buspb.NodeControl{Op: buspb.NodeControl_OP_KICK_EXPR, App: app, Room: req.Room, TagExpr: req.TagExpr, Reason: req.Reason}
 	reps, err := a.askNodes(ctx, roomNodes(info, ""), kick)
 	if err != nil {
 		return nil, err
@@ -74,7 +76,7 @@ func (a *API) kickByTags(ctx context.Context, req *pb.KickRequest) (*pb.KickResp
 	if err := a.broadcast(kick); err != nil {
 		return nil, err
 	}
-	out := &pb.KickResponse{}
+	out := &apipb.KickResponse{}
 	for _, rep := range reps {
 		out.Kicked += rep.Affected
 	}
@@ -82,7 +84,7 @@ func (a *API) kickByTags(ctx context.Context, req *pb.KickRequest) (*pb.KickResp
 }
 
 // MuteRoom implements RoomcastAPI.
-func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
+func (a *API) MuteRoom(ctx context.Context, req *apipb.MuteRoomRequest) (*apipb.Room, error) {
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
@@ -90,11 +92,11 @@ func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, 
 		return a.muteByTags(ctx, req)
 	}
 	if req.DurationMs != 0 {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms is for a mute by tag_expr; a room mute holds until lifted")
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms is for a mute by tag_expr; a room mute holds until lifted")
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
+	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *apipb.Room) error {
 		r.Muted, r.UpdatedMs = req.Muted, time.Now().UnixMilli()
 		return nil
 	})
@@ -105,25 +107,25 @@ func (a *API) MuteRoom(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, 
 // refuses sends from members whose tags satisfy the expression. Muting an expression again sets
 // its time anew; lifting one the room does not hold changes nothing. Mutes past their time are
 // dropped at each change.
-func (a *API) muteByTags(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room, error) {
+func (a *API) muteByTags(ctx context.Context, req *apipb.MuteRoomRequest) (*apipb.Room, error) {
 	if req.DurationMs < 0 {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
 	}
 	if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
 		return nil, err
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *pb.Room) error {
+	r, err := a.store.UpdateRoom(ctx, appOf(ctx), req.Room, func(r *apipb.Room) error {
 		now := time.Now()
-		r.TagMutes = slices.DeleteFunc(r.TagMutes, func(m *pb.TagMute) bool {
+		r.TagMutes = slices.DeleteFunc(r.TagMutes, func(m *apipb.TagMute) bool {
 			return m.TagExpr == req.TagExpr || !roomstore.TagMuteHolds(m, now)
 		})
 		if req.Muted {
 			if len(r.TagMutes) >= roomstore.MaxTagMutes {
-				return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "room %q holds %d tag mutes, the limit: lift one first", req.Room, len(r.TagMutes))
+				return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "room %q holds %d tag mutes, the limit: lift one first", req.Room, len(r.TagMutes))
 			}
-			m := &pb.TagMute{TagExpr: req.TagExpr, CreatedMs: now.UnixMilli()}
+			m := &apipb.TagMute{TagExpr: req.TagExpr, CreatedMs: now.UnixMilli()}
 			if req.DurationMs > 0 {
 				m.UntilMs = now.UnixMilli() + req.DurationMs
 			}
@@ -136,13 +138,13 @@ func (a *API) muteByTags(ctx context.Context, req *pb.MuteRoomRequest) (*pb.Room
 }
 
 // restrict checks a mute or ban request and writes it.
-func (a *API) restrict(ctx context.Context, room, uid string, duration int64, change func(r *pb.MemberRestriction, until int64)) (*pb.MemberRestriction, error) {
+func (a *API) restrict(ctx context.Context, room, uid string, duration int64, change func(r *apipb.MemberRestriction, until int64)) (*apipb.MemberRestriction, error) {
 	app := appOf(ctx)
 	switch {
 	case !auth.ValidName(uid):
 		return nil, badName("uid", uid)
 	case duration < 0:
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
 	}
 	if _, _, err := a.existing(ctx, app, room); err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func (a *API) restrict(ctx context.Context, room, uid string, duration int64, ch
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	r, err := a.store.UpdateRestriction(ctx, app, room, uid, func(r *pb.MemberRestriction) { change(r, until) })
+	r, err := a.store.UpdateRestriction(ctx, app, room, uid, func(r *apipb.MemberRestriction) { change(r, until) })
 	if err != nil {
 		return nil, a.internal("write restriction", err)
 	}
@@ -161,8 +163,8 @@ func (a *API) restrict(ctx context.Context, room, uid string, duration int64, ch
 }
 
 // MuteMember implements RoomcastAPI.
-func (a *API) MuteMember(ctx context.Context, req *pb.MuteMemberRequest) (*pb.MemberRestriction, error) {
-	return a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+func (a *API) MuteMember(ctx context.Context, req *apipb.MuteMemberRequest) (*apipb.MemberRestriction, error) {
+	return a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *apipb.MemberRestriction, until int64) {
 		r.Muted, r.MutedUntilMs = !req.Lift, until
 		if req.Lift {
 			r.MutedUntilMs = 0
@@ -173,11 +175,11 @@ func (a *API) MuteMember(ctx context.Context, req *pb.MuteMemberRequest) (*pb.Me
 // BanMember implements RoomcastAPI. The ban is written first, so the room service refuses the
 // user's next logins; then every node is told, so it kicks the user's sessions in the room and
 // refuses the logins that passed the room service's check just before.
-func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanMemberResponse, error) {
+func (a *API) BanMember(ctx context.Context, req *apipb.BanMemberRequest) (*apipb.BanMemberResponse, error) {
 	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
 	}
-	r, err := a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *pb.MemberRestriction, until int64) {
+	r, err := a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *apipb.MemberRestriction, until int64) {
 		r.Banned, r.BannedUntilMs, r.Reason = !req.Lift, until, req.Reason
 		if req.Lift {
 			r.BannedUntilMs, r.Reason = 0, ""
@@ -188,10 +190,10 @@ func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanM
 	}
 	if req.Lift {
 		// The nodes forget the ban too, or they would refuse the user's next login for a while.
-		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Lift: true}); err != nil {
+		if err := a.broadcast(&buspb.NodeControl{Op: buspb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Lift: true}); err != nil {
 			return nil, err
 		}
-		return &pb.BanMemberResponse{Restriction: r}, nil
+		return &apipb.BanMemberResponse{Restriction: r}, nil
 	}
 	sessions, err := a.sessionsOf(ctx, appOf(ctx), req.Uid)
 	if err != nil {
@@ -207,8 +209,8 @@ func (a *API) BanMember(ctx context.Context, req *pb.BanMemberRequest) (*pb.BanM
 	if reason == "" {
 		reason = "banned from this room"
 	}
-	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Reason: reason}); err != nil {
+	if err := a.broadcast(&buspb.NodeControl{Op: buspb.NodeControl_OP_BAN, App: appOf(ctx), Room: req.Room, Uid: req.Uid, Reason: reason}); err != nil {
 		return nil, err
 	}
-	return &pb.BanMemberResponse{Restriction: r, Kicked: kicked}, nil
+	return &apipb.BanMemberResponse{Restriction: r, Kicked: kicked}, nil
 }

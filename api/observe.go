@@ -21,7 +21,8 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/prom"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // What the API tells operators about its calls: metrics of every call (count by transport,
@@ -82,7 +83,7 @@ func busLabel(subject string) string {
 // serveRoute tell it the answer's code and the decoded request.
 type observedWriter struct {
 	http.ResponseWriter
-	code pb.ErrorCode
+	code clientpb.ErrorCode
 	msg  string
 	req  proto.Message
 }
@@ -118,7 +119,7 @@ func (a *API) observeHTTP(pattern string, h http.HandlerFunc) http.HandlerFunc {
 // observeGRPC is the gRPC interceptor that does for the API's gRPC calls what observeHTTP does
 // for HTTP routes.
 func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	method, ok := strings.CutPrefix(info.FullMethod, "/"+pb.RoomcastAPI_ServiceDesc.ServiceName+"/")
+	method, ok := strings.CutPrefix(info.FullMethod, "/"+apipb.RoomcastAPI_ServiceDesc.ServiceName+"/")
 	if !ok {
 		return h(ctx, req)
 	}
@@ -128,7 +129,7 @@ func (a *API) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerIn
 	defer span.End()
 	tp := spanTraceparent(span, mdFirst(ctx, bus.TraceparentHeader))
 	resp, err := h(bus.WithTraceparent(ctx, tp), req)
-	code, msg := pb.ErrorCode(0), ""
+	code, msg := clientpb.ErrorCode(0), ""
 	if err != nil {
 		code, msg = errorCodeOf(err)
 	}
@@ -183,7 +184,7 @@ func (c *callMetrics) count(name string) {
 }
 
 // record counts a call and, when it changes something, writes its audit record.
-func (a *API) record(calls *callMetrics, start time.Time, code pb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
+func (a *API) record(calls *callMetrics, start time.Time, code clientpb.ErrorCode, req proto.Message, authz string, audit bool, msg, traceparent string) {
 	name := "OK"
 	if code != 0 {
 		name = codeName(code)

@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -21,16 +23,16 @@ import (
 const maxTagCounts = 1000
 
 // CountOnline implements RoomcastAPI.
-func (a *API) CountOnline(ctx context.Context, req *pb.CountOnlineRequest) (*pb.CountOnlineResponse, error) {
+func (a *API) CountOnline(ctx context.Context, req *apipb.CountOnlineRequest) (*apipb.CountOnlineResponse, error) {
 	app := appOf(ctx)
 	if err := a.checkCountRequest(req); err != nil {
 		return nil, err
 	}
-	var rep pb.PresenceReply
-	if err := a.read(ctx, bus.SubjectPresenceCount, &pb.PresenceQuery{App: app}, &rep); err != nil {
+	var rep buspb.PresenceReply
+	if err := a.read(ctx, bus.SubjectPresenceCount, &buspb.PresenceQuery{App: app}, &rep); err != nil {
 		return nil, err
 	}
-	out := &pb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}
+	out := &apipb.CountOnlineResponse{Sessions: rep.SessionsOnline, Users: rep.UsersOnline}
 	if req.Room == "" {
 		return out, nil
 	}
@@ -38,8 +40,8 @@ func (a *API) CountOnline(ctx context.Context, req *pb.CountOnlineRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	reps, err := a.askNodes(ctx, roomNodes(info, ""), &pb.NodeControl{
-		Op: pb.NodeControl_OP_COUNT_TAGS, App: app, Room: req.Room, TagExprs: req.TagExprs, TagPrefix: req.TagPrefix,
+	reps, err := a.askNodes(ctx, roomNodes(info, ""), &buspb.NodeControl{
+		Op: buspb.NodeControl_OP_COUNT_TAGS, App: app, Room: req.Room, TagExprs: req.TagExprs, TagPrefix: req.TagPrefix,
 	})
 	if err != nil {
 		return nil, err
@@ -58,30 +60,30 @@ func (a *API) CountOnline(ctx context.Context, req *pb.CountOnlineRequest) (*pb.
 			tagCounts[t] += n
 		}
 		if r.More || len(tagCounts) > maxTagCounts {
-			return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "more than %d distinct tags start with %q in room %q: give a longer tag_prefix", maxTagCounts, req.TagPrefix, req.Room)
+			return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "more than %d distinct tags start with %q in room %q: give a longer tag_prefix", maxTagCounts, req.TagPrefix, req.Room)
 		}
 	}
-	out.ExprCounts = make([]*pb.TagCount, len(req.TagExprs))
+	out.ExprCounts = make([]*apipb.TagCount, len(req.TagExprs))
 	for i, src := range req.TagExprs {
-		out.ExprCounts[i] = &pb.TagCount{TagExpr: src, Online: exprCounts[i]}
+		out.ExprCounts[i] = &apipb.TagCount{TagExpr: src, Online: exprCounts[i]}
 	}
-	out.TagCounts = make([]*pb.TagCount, 0, len(tagCounts))
+	out.TagCounts = make([]*apipb.TagCount, 0, len(tagCounts))
 	for t, n := range tagCounts {
-		out.TagCounts = append(out.TagCounts, &pb.TagCount{Tag: t, Online: n})
+		out.TagCounts = append(out.TagCounts, &apipb.TagCount{Tag: t, Online: n})
 	}
-	slices.SortFunc(out.TagCounts, func(x, y *pb.TagCount) int { return strings.Compare(x.Tag, y.Tag) })
+	slices.SortFunc(out.TagCounts, func(x, y *apipb.TagCount) int { return strings.Compare(x.Tag, y.Tag) })
 	return out, nil
 }
 
 // checkCountRequest refuses what a CountOnline request may not ask.
-func (a *API) checkCountRequest(req *pb.CountOnlineRequest) error {
+func (a *API) checkCountRequest(req *apipb.CountOnlineRequest) error {
 	switch {
 	case req.Room == "" && (len(req.TagExprs) > 0 || req.TagPrefix != ""):
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag_exprs and tag_prefix count a room's members: give room")
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag_exprs and tag_prefix count a room's members: give room")
 	case len(req.TagExprs) > maxCountExprs:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%d tag_exprs, the limit is %d", len(req.TagExprs), maxCountExprs)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%d tag_exprs, the limit is %d", len(req.TagExprs), maxCountExprs)
 	case req.TagPrefix != "" && tag.Validate([]string{req.TagPrefix}) != nil:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag_prefix %q is not the start of a valid tag", req.TagPrefix)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "tag_prefix %q is not the start of a valid tag", req.TagPrefix)
 	}
 	for i, src := range req.TagExprs {
 		if err := a.checkTagExpr(fmt.Sprintf("tag_exprs[%d]", i), src); err != nil {

@@ -11,7 +11,8 @@ import (
 
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // TestQueueCalls drives a room's queue through every call over HTTP and gRPC, checks the
@@ -28,7 +29,7 @@ func TestQueueCalls(t *testing.T) {
 	if e := out["entries"].([]any)[0].(map[string]any); e["key"] != "first" || e["uid"] != "ann" || e["value"] != "aGVsbG8=" || out["version"].(float64) != 1 {
 		t.Fatalf("HTTP offer answered %v", out)
 	}
-	if r, err := g.OfferQueue(ctx, &pb.QueueRequest{Room: "q1", Key: "second", Value: []byte("v2")}); err != nil || r.Version != 2 {
+	if r, err := g.OfferQueue(ctx, &roompb.QueueRequest{Room: "q1", Key: "second", Value: []byte("v2")}); err != nil || r.Version != 2 {
 		t.Fatalf("gRPC offer: %v %v", r, err)
 	}
 	mustHTTP(t, c, 200, "POST", "/v1/rooms/q1/queue", `{"key":"third"}`)
@@ -36,7 +37,7 @@ func TestQueueCalls(t *testing.T) {
 	if out := mustHTTP(t, c, 409, "POST", "/v1/rooms/q1/queue", `{"key":"first","if_absent":true}`); out["name"] != "QUEUE_KEY_EXISTS" || out["code"].(float64) != 114 {
 		t.Fatalf("offer of a taken key answered %v", out)
 	}
-	if _, err := g.OfferQueue(ctx, &pb.QueueRequest{Room: "q1", Key: "first", IfAbsent: true}); status.Code(err) != codes.AlreadyExists {
+	if _, err := g.OfferQueue(ctx, &roompb.QueueRequest{Room: "q1", Key: "first", IfAbsent: true}); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("gRPC offer of a taken key: %v", err)
 	}
 	// Bad input.
@@ -64,33 +65,33 @@ func TestQueueCalls(t *testing.T) {
 	if out := mustHTTP(t, c, 200, "POST", "/v1/rooms/q1/queue/poll", ""); keysOf(out)[0] != "first" {
 		t.Fatalf("poll answered %v", out)
 	}
-	if r, err := g.RemoveQueueEntry(ctx, &pb.QueueRequest{Room: "q1", Key: "third"}); err != nil || r.Entries[0].Key != "third" {
+	if r, err := g.RemoveQueueEntry(ctx, &roompb.QueueRequest{Room: "q1", Key: "third"}); err != nil || r.Entries[0].Key != "third" {
 		t.Fatalf("gRPC remove: %v %v", r, err)
 	}
 	if out := mustHTTP(t, c, 404, "DELETE", "/v1/rooms/q1/queue/third", ""); out["name"] != "QUEUE_NOT_FOUND" {
 		t.Fatalf("remove of a key not there answered %v", out)
 	}
-	if r, err := g.PeekQueue(ctx, &pb.QueueRequest{Room: "q1"}); err != nil || r.Entries[0].Key != "second" {
+	if r, err := g.PeekQueue(ctx, &roompb.QueueRequest{Room: "q1"}); err != nil || r.Entries[0].Key != "second" {
 		t.Fatalf("gRPC peek: %v %v", r, err)
 	}
 	if out := mustHTTP(t, c, 200, "DELETE", "/v1/rooms/q1/queue", ""); keysOf(out)[0] != "second" || out["version"].(float64) != 6 {
 		t.Fatalf("clear answered %v", out)
 	}
-	if r, err := g.ListQueue(ctx, &pb.QueueRequest{Room: "q1"}); err != nil || len(r.Entries) != 0 || r.Version != 6 {
+	if r, err := g.ListQueue(ctx, &roompb.QueueRequest{Room: "q1"}); err != nil || len(r.Entries) != 0 || r.Version != 6 {
 		t.Fatalf("gRPC list after clear: %v %v", r, err)
 	}
-	if _, err := g.PollQueue(ctx, &pb.QueueRequest{Room: "q1"}); status.Code(err) != codes.NotFound {
+	if _, err := g.PollQueue(ctx, &roompb.QueueRequest{Room: "q1"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("gRPC poll of an empty queue: %v", err)
 	}
 
 	// The member saw the six changes, in order, as critical rc.queue messages from the app.
-	var ops []pb.QueueOp
+	var ops []clientpb.QueueOp
 	deadline := time.Now().Add(5 * time.Second)
 	for len(ops) < 6 && time.Now().Before(deadline) {
 		f := watcher.NextWithin(time.Until(deadline))
 		for _, m := range f.GetPush().GetMessages() {
-			var ev pb.QueueEvent
-			if m.Type != "rc.queue" || m.Lane != pb.Lane_LANE_CRITICAL || m.Sender != "" || proto.Unmarshal(m.Body, &ev) != nil {
+			var ev clientpb.QueueEvent
+			if m.Type != "rc.queue" || m.Lane != clientpb.Lane_LANE_CRITICAL || m.Sender != "" || proto.Unmarshal(m.Body, &ev) != nil {
 				t.Fatalf("unexpected message %v", m)
 			}
 			if ev.Version != uint64(len(ops)+1) {
@@ -99,7 +100,7 @@ func TestQueueCalls(t *testing.T) {
 			ops = append(ops, ev.Op)
 		}
 	}
-	want := []pb.QueueOp{pb.QueueOp_QUEUE_OP_OFFER, pb.QueueOp_QUEUE_OP_OFFER, pb.QueueOp_QUEUE_OP_OFFER, pb.QueueOp_QUEUE_OP_POLL, pb.QueueOp_QUEUE_OP_REMOVE, pb.QueueOp_QUEUE_OP_CLEAR}
+	want := []clientpb.QueueOp{clientpb.QueueOp_QUEUE_OP_OFFER, clientpb.QueueOp_QUEUE_OP_OFFER, clientpb.QueueOp_QUEUE_OP_OFFER, clientpb.QueueOp_QUEUE_OP_POLL, clientpb.QueueOp_QUEUE_OP_REMOVE, clientpb.QueueOp_QUEUE_OP_CLEAR}
 	if len(ops) != len(want) {
 		t.Fatalf("the member saw %v, want %v", ops, want)
 	}

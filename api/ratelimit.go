@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/applimits"
 )
 
@@ -75,7 +75,7 @@ func (a *API) limitHTTP(w http.ResponseWriter, r *http.Request, app string) bool
 	if ok {
 		return true
 	}
-	code := pb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
+	code := clientpb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
 	w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	writeJSON(w, http.StatusTooManyRequests, ErrorBody{
 		Code: uint32(code), Name: codeName(code), Error: "over the API key's call rate",
@@ -94,7 +94,7 @@ func (a *API) limitGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	if ok {
 		return h(ctx, req)
 	}
-	code := pb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
+	code := clientpb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
 	st := status.New(grpcCode(code), "over the API key's call rate")
 	if d, err := st.WithDetails(
 		&errdetails.ErrorInfo{Reason: codeName(code), Domain: "roomcast", Metadata: map[string]string{"code": strconv.Itoa(int(code))}},

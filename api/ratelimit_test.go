@@ -18,7 +18,7 @@ import (
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // TestCallRatePerKey: calls under a key's rate pass; the first over it is refused over HTTP
@@ -58,7 +58,7 @@ func TestCallRatePerKey(t *testing.T) {
 	}
 
 	g := grpcClient(t, c)
-	_, err = g.CountOnline(devCtx(), &pb.CountOnlineRequest{})
+	_, err = g.CountOnline(devCtx(), &apipb.CountOnlineRequest{})
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted {
 		t.Fatalf("gRPC call over the rate: %v, want RESOURCE_EXHAUSTED", err)
@@ -104,7 +104,7 @@ func TestAppLimitsThroughTheAPI(t *testing.T) {
 		t.Fatalf("the app's call rate took %v to apply", d)
 	}
 	// gRPC sees the same limits.
-	l, err := grpcClient(t, c).GetAppLimits(devCtx(), &pb.GetAppLimitsRequest{})
+	l, err := grpcClient(t, c).GetAppLimits(devCtx(), &apipb.GetAppLimitsRequest{})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("GetAppLimits over the app's rate: %v %v, want RESOURCE_EXHAUSTED", l, err)
 	}

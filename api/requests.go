@@ -9,7 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // How the API asks the room and presence services and the ChatLinks over NATS.
@@ -83,15 +84,15 @@ func (a *API) request(ctx context.Context, subject string, req proto.Message, re
 // refusal returns the API error of a service's reply that refuses, or nil.
 func refusal(rep codedReply) error {
 	if code := rep.GetCode(); code != 0 {
-		return apiError(pb.ErrorCode(code), "%s", rep.GetMessage())
+		return apiError(clientpb.ErrorCode(code), "%s", rep.GetMessage())
 	}
 	return nil
 }
 
 // sessionsOf asks presence for the sessions of uids.
-func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*pb.SessionEvent, error) {
-	var rep pb.PresenceReply
-	if err := a.read(ctx, bus.SubjectPresenceSessions, &pb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
+func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*buspb.SessionEvent, error) {
+	var rep buspb.PresenceReply
+	if err := a.read(ctx, bus.SubjectPresenceSessions, &buspb.PresenceQuery{App: app, Uids: uids}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Sessions, nil
@@ -99,7 +100,7 @@ func (a *API) sessionsOf(ctx context.Context, app string, uids ...string) ([]*pb
 
 // toNodes sends a control request to the node of each group of sessions and adds up what they
 // did.
-func (a *API) toNodes(ctx context.Context, sessions []*pb.SessionEvent, req *pb.NodeControl) (int64, error) {
+func (a *API) toNodes(ctx context.Context, sessions []*buspb.SessionEvent, req *buspb.NodeControl) (int64, error) {
 	byNode := make(map[string][]string)
 	for _, s := range sessions {
 		byNode[s.Node] = append(byNode[s.Node], s.SessionId)
@@ -108,7 +109,7 @@ func (a *API) toNodes(ctx context.Context, sessions []*pb.SessionEvent, req *pb.
 	for node, ids := range byNode {
 		r := proto.CloneOf(req)
 		r.Sessions = ids
-		var rep pb.NodeControlReply
+		var rep buspb.NodeControlReply
 		if err := a.ask(ctx, bus.NodeSubject(node), r, &rep); err != nil {
 			return total, err
 		}
@@ -118,7 +119,7 @@ func (a *API) toNodes(ctx context.Context, sessions []*pb.SessionEvent, req *pb.
 }
 
 // broadcast tells every ChatLink, and makes sure the NATS server has it before returning.
-func (a *API) broadcast(req *pb.NodeControl) error {
+func (a *API) broadcast(req *buspb.NodeControl) error {
 	if err := bus.Publish(a.cfg.Bus, bus.SubjectNodesControl, req); err != nil {
 		return a.internal("tell the nodes", err)
 	}

@@ -7,16 +7,19 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
 // Room calls: create, update, close and get a room, and the checks of a room's fields and
 // settings.
 
-func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, error) {
-	var rep pb.Reply
-	if err := a.read(ctx, bus.SubjectRoomInfo, &pb.JoinRequest{App: app, Room: room}, &rep); err != nil {
+func (a *API) roomInfo(ctx context.Context, app, room string) (*buspb.RoomInfo, error) {
+	var rep buspb.Reply
+	if err := a.read(ctx, bus.SubjectRoomInfo, &buspb.JoinRequest{App: app, Room: room}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Room, nil
@@ -24,7 +27,7 @@ func (a *API) roomInfo(ctx context.Context, app, room string) (*pb.RoomInfo, err
 
 // existing returns a room's record (nil for an implicit room) and its members online; a room
 // that was never created and has nobody online does not exist.
-func (a *API) existing(ctx context.Context, app, room string) (*pb.Room, *pb.RoomInfo, error) {
+func (a *API) existing(ctx context.Context, app, room string) (*apipb.Room, *buspb.RoomInfo, error) {
 	if !auth.ValidName(room) {
 		return nil, nil, badName("room", room)
 	}
@@ -37,31 +40,31 @@ func (a *API) existing(ctx context.Context, app, room string) (*pb.Room, *pb.Roo
 		return nil, nil, err
 	}
 	if meta == nil && info.Online == 0 {
-		return nil, nil, apiError(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q does not exist", room)
+		return nil, nil, apiError(clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "room %q does not exist", room)
 	}
 	return meta, info, nil
 }
 
-func (a *API) checkSettings(s *pb.RoomSettings) error {
+func (a *API) checkSettings(s *roompb.RoomSettings) error {
 	switch {
 	case s == nil:
 		return nil
 	case s.FlushTickMs > MaxFlushTickMS:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "flush_tick_ms must be at most %d", MaxFlushTickMS)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "flush_tick_ms must be at most %d", MaxFlushTickMS)
 	case s.LatencyBudgetMs > MaxLatencyBudgetMS:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "latency_budget_ms must be at most %d", MaxLatencyBudgetMS)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "latency_budget_ms must be at most %d", MaxLatencyBudgetMS)
 	case s.GatherMessages > MaxGatherMessages:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "gather_messages must be at most %d", MaxGatherMessages)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "gather_messages must be at most %d", MaxGatherMessages)
 	case s.ScopePrefix != "" && tag.Validate([]string{s.ScopePrefix}) != nil:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
 	case s.MaxMembers < 0:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
 	case s.BulkPerSecond < -1:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "bulk_per_second must be -1 (no cap), 0 (the default) or positive")
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "bulk_per_second must be -1 (no cap), 0 (the default) or positive")
 	case s.MemberCriticalPerSecond < -1:
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "member_critical_per_second must be -1 (no cap), 0 (the default) or positive")
-	case pb.SendPolicy_name[int32(s.WhoMaySend)] == "":
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "member_critical_per_second must be -1 (no cap), 0 (the default) or positive")
+	case roompb.SendPolicy_name[int32(s.WhoMaySend)] == "":
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
 	}
 	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
 		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
@@ -69,7 +72,7 @@ func (a *API) checkSettings(s *pb.RoomSettings) error {
 			continue
 		}
 		if _, err := a.exprs.Get(src); err != nil {
-			return apiError(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%s: %v", name, err)
+			return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR, "%s: %v", name, err)
 		}
 	}
 	return nil
@@ -87,15 +90,15 @@ const (
 
 // announceSettings tells the ChatLinks holding a room that its settings changed; they apply
 // them in order with the room's messages.
-func (a *API) announceSettings(app string, r *pb.Room) {
+func (a *API) announceSettings(app string, r *apipb.Room) {
 	if r == nil {
 		return
 	}
 	settings := r.Settings
 	if settings == nil {
-		settings = &pb.RoomSettings{}
+		settings = &roompb.RoomSettings{}
 	}
-	if err := bus.Publish(a.cfg.Bus, bus.RoomSubject(app, r.Room), &pb.RoomBatch{Settings: settings}); err != nil {
+	if err := bus.Publish(a.cfg.Bus, bus.RoomSubject(app, r.Room), &buspb.RoomBatch{Settings: settings}); err != nil {
 		a.log.Warn("settings change not announced", "app", app, "room", r.Room, "err", err)
 	}
 }
@@ -103,7 +106,7 @@ func (a *API) announceSettings(app string, r *pb.Room) {
 func checkRoomFields(name, owner string) error {
 	switch {
 	case len(name) > maxNameBytes || !utf8.ValidString(name):
-		return apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "name must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "name must be valid UTF-8 of at most %d bytes", maxNameBytes)
 	case owner != "" && !auth.ValidName(owner):
 		return badName("owner", owner)
 	}
@@ -111,7 +114,7 @@ func checkRoomFields(name, owner string) error {
 }
 
 // CreateRoom implements RoomcastAPI.
-func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.CreateRoomResponse, error) {
+func (a *API) CreateRoom(ctx context.Context, req *apipb.CreateRoomRequest) (*apipb.CreateRoomResponse, error) {
 	app := appOf(ctx)
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
@@ -127,9 +130,9 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 	now := time.Now().UnixMilli()
 	settings := req.Settings
 	if settings == nil {
-		settings = &pb.RoomSettings{}
+		settings = &roompb.RoomSettings{}
 	}
-	r := &pb.Room{Room: req.Room, Name: req.Name, Owner: req.Owner, CreatedMs: now, UpdatedMs: now, Status: pb.RoomStatus_ROOM_STATUS_OPEN, Settings: settings}
+	r := &apipb.Room{Room: req.Room, Name: req.Name, Owner: req.Owner, CreatedMs: now, UpdatedMs: now, Status: apipb.RoomStatus_ROOM_STATUS_OPEN, Settings: settings}
 	created, err := a.store.CreateRoom(ctx, app, r)
 	if err != nil {
 		return nil, a.internal("create room", err)
@@ -137,13 +140,13 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 	if created {
 		// Members may be in the room already: rooms open implicitly at their first login.
 		a.announceSettings(app, r)
-		return &pb.CreateRoomResponse{Room: r, Created: true}, nil
+		return &apipb.CreateRoomResponse{Room: r, Created: true}, nil
 	}
 	reopened := false
-	r, err = a.store.UpdateRoom(ctx, app, req.Room, func(old *pb.Room) error {
-		reopened = old.Status == pb.RoomStatus_ROOM_STATUS_CLOSED
+	r, err = a.store.UpdateRoom(ctx, app, req.Room, func(old *apipb.Room) error {
+		reopened = old.Status == apipb.RoomStatus_ROOM_STATUS_CLOSED
 		if reopened {
-			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, pb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
+			old.Name, old.Owner, old.Settings, old.Status, old.CloseReason, old.Muted, old.UpdatedMs = req.Name, req.Owner, settings, apipb.RoomStatus_ROOM_STATUS_OPEN, "", false, now
 			old.TagMutes = nil
 		}
 		return nil
@@ -154,15 +157,15 @@ func (a *API) CreateRoom(ctx context.Context, req *pb.CreateRoomRequest) (*pb.Cr
 	if reopened {
 		a.announceSettings(app, r)
 		// The nodes forget the close, or they would refuse logins for a while.
-		if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Lift: true}); err != nil {
+		if err := a.broadcast(&buspb.NodeControl{Op: buspb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Lift: true}); err != nil {
 			return nil, err
 		}
 	}
-	return &pb.CreateRoomResponse{Room: r, Created: reopened}, nil
+	return &apipb.CreateRoomResponse{Room: r, Created: reopened}, nil
 }
 
 // UpdateRoom implements RoomcastAPI.
-func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Room, error) {
+func (a *API) UpdateRoom(ctx context.Context, req *apipb.UpdateRoomRequest) (*apipb.Room, error) {
 	app := appOf(ctx)
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
@@ -175,9 +178,9 @@ func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Ro
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	r, err := a.store.UpdateRoom(ctx, app, req.Room, func(r *pb.Room) error {
-		if r.Status == pb.RoomStatus_ROOM_STATUS_CLOSED {
-			return apiError(pb.ErrorCode_ERROR_CODE_CONFLICT, "room %q is closed; create it again to reopen it", req.Room)
+	r, err := a.store.UpdateRoom(ctx, app, req.Room, func(r *apipb.Room) error {
+		if r.Status == apipb.RoomStatus_ROOM_STATUS_CLOSED {
+			return apiError(clientpb.ErrorCode_ERROR_CODE_CONFLICT, "room %q is closed; create it again to reopen it", req.Room)
 		}
 		if req.Name != nil {
 			r.Name = *req.Name
@@ -198,10 +201,10 @@ func (a *API) UpdateRoom(ctx context.Context, req *pb.UpdateRoomRequest) (*pb.Ro
 }
 
 // CloseRoom implements RoomcastAPI.
-func (a *API) CloseRoom(ctx context.Context, req *pb.CloseRoomRequest) (*pb.CloseRoomResponse, error) {
+func (a *API) CloseRoom(ctx context.Context, req *apipb.CloseRoomRequest) (*apipb.CloseRoomResponse, error) {
 	app := appOf(ctx)
 	if len(req.Reason) > maxNameBytes || !utf8.ValidString(req.Reason) {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason must be valid UTF-8 of at most %d bytes", maxNameBytes)
 	}
 	meta, info, err := a.existing(ctx, app, req.Room)
 	if err != nil {
@@ -210,13 +213,13 @@ func (a *API) CloseRoom(ctx context.Context, req *pb.CloseRoomRequest) (*pb.Clos
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
 	now := time.Now().UnixMilli()
-	closeIt := func(r *pb.Room) error {
-		r.Status, r.CloseReason, r.UpdatedMs = pb.RoomStatus_ROOM_STATUS_CLOSED, req.Reason, now
+	closeIt := func(r *apipb.Room) error {
+		r.Status, r.CloseReason, r.UpdatedMs = apipb.RoomStatus_ROOM_STATUS_CLOSED, req.Reason, now
 		return nil
 	}
 	if meta == nil {
 		// An implicit room with members: record it, closed.
-		r := &pb.Room{Room: req.Room, CreatedMs: now, Settings: &pb.RoomSettings{}}
+		r := &apipb.Room{Room: req.Room, CreatedMs: now, Settings: &roompb.RoomSettings{}}
 		_ = closeIt(r)
 		if _, err := a.store.CreateRoom(ctx, app, r); err != nil {
 			return nil, a.internal("close room", err)
@@ -230,17 +233,17 @@ func (a *API) CloseRoom(ctx context.Context, req *pb.CloseRoomRequest) (*pb.Clos
 	if reason == "" {
 		reason = "room closed"
 	}
-	if err := a.broadcast(&pb.NodeControl{Op: pb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Reason: reason}); err != nil {
+	if err := a.broadcast(&buspb.NodeControl{Op: buspb.NodeControl_OP_CLOSE_ROOM, App: app, Room: req.Room, Reason: reason}); err != nil {
 		return nil, err
 	}
-	return &pb.CloseRoomResponse{Room: r, Kicked: info.Online}, nil
+	return &apipb.CloseRoomResponse{Room: r, Kicked: info.Online}, nil
 }
 
 // GetRoom implements RoomcastAPI.
-func (a *API) GetRoom(ctx context.Context, req *pb.GetRoomRequest) (*pb.GetRoomResponse, error) {
+func (a *API) GetRoom(ctx context.Context, req *apipb.GetRoomRequest) (*apipb.GetRoomResponse, error) {
 	meta, info, err := a.existing(ctx, appOf(ctx), req.Room)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.GetRoomResponse{Room: req.Room, Online: info.Online, Nodes: info.Nodes, Meta: meta}, nil
+	return &apipb.GetRoomResponse{Room: req.Room, Online: info.Online, Nodes: info.Nodes, Meta: meta}, nil
 }

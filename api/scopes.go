@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The scopes of API keys: every call of the service needs one scope, and a key configured with
@@ -66,7 +66,7 @@ var callScopes = map[string]string{
 // scopeError refuses a call its key has no scope for: FORBIDDEN (HTTP 403, gRPC
 // PermissionDenied), the message and the ErrorInfo's metadata "scope" naming the scope.
 func scopeError(scope, call string) error {
-	return apiErrorInfo(pb.ErrorCode_ERROR_CODE_FORBIDDEN, map[string]string{"scope": scope},
+	return apiErrorInfo(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, map[string]string{"scope": scope},
 		"the API key lacks the scope %q, which %s needs", scope, call)
 }
 

@@ -19,14 +19,14 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // serviceCalls returns every RPC of roomcast.v1.RoomcastAPI, from its descriptor: a call added to
 // proto/api.proto is walked by the tests below without changing them.
 func serviceCalls(t *testing.T) []protoreflect.MethodDescriptor {
 	t.Helper()
-	sd := pb.File_api_proto.Services().ByName("RoomcastAPI")
+	sd := apipb.File_api_proto.Services().ByName("RoomcastAPI")
 	if sd == nil {
 		t.Fatal("no RoomcastAPI service in proto/api.proto")
 	}
@@ -88,7 +88,7 @@ func TestScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(a.authenticate), grpc.StreamInterceptor(a.authenticateStream))
-	pb.RegisterRoomcastAPIServer(srv, a)
+	apipb.RegisterRoomcastAPIServer(srv, a)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

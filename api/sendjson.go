@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // The body of POST /v1/rooms/{room}/messages, the API's busiest call, is nearly always a flat
@@ -17,9 +17,9 @@ import (
 
 // decodeSendToRoom fills req from body and reports true when body has the plain shape;
 // otherwise it reports false and leaves req as it was.
-func decodeSendToRoom(body []byte, req *pb.SendToRoomRequest) bool {
+func decodeSendToRoom(body []byte, req *apipb.SendToRoomRequest) bool {
 	d := plainObject{b: body}
-	var out pb.SendToRoomRequest
+	var out apipb.SendToRoomRequest
 	var seen [8]bool // by field number
 	ok := d.each(func(name, value []byte) bool {
 		var field *string

@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // sendBodies are bodies of a send to a room: the plain shape the fast path takes, and the
@@ -48,18 +48,18 @@ var sendBodies = []struct {
 func TestDecodeSendToRoomTakesThePlainShape(t *testing.T) {
 	t.Parallel()
 	for _, tc := range sendBodies {
-		var fast pb.SendToRoomRequest
+		var fast apipb.SendToRoomRequest
 		if got := decodeSendToRoom([]byte(tc.body), &fast); got != tc.plain {
 			t.Errorf("%s: fast path took it %v, want %v", tc.body, got, tc.plain)
 			continue
 		}
 		if !tc.plain {
-			if !proto.Equal(&fast, &pb.SendToRoomRequest{}) {
+			if !proto.Equal(&fast, &apipb.SendToRoomRequest{}) {
 				t.Errorf("%s: refused but changed the request: %v", tc.body, &fast)
 			}
 			continue
 		}
-		var slow pb.SendToRoomRequest
+		var slow apipb.SendToRoomRequest
 		if err := protojson.Unmarshal([]byte(tc.body), &slow); err != nil {
 			t.Errorf("%s: taken, but protojson refuses it: %v", tc.body, err)
 			continue
@@ -76,11 +76,11 @@ func FuzzDecodeSendToRoom(f *testing.F) {
 		f.Add([]byte(tc.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var fast pb.SendToRoomRequest
+		var fast apipb.SendToRoomRequest
 		if !decodeSendToRoom(body, &fast) {
 			return
 		}
-		var slow pb.SendToRoomRequest
+		var slow apipb.SendToRoomRequest
 		if err := protojson.Unmarshal(body, &slow); err != nil {
 			t.Fatalf("%q: taken, but protojson refuses it: %v", body, err)
 		}
@@ -101,7 +101,7 @@ func BenchmarkDecodeSendToRoom(b *testing.B) {
 		b.Run(bc.name+"/fast", func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				var req pb.SendToRoomRequest
+				var req apipb.SendToRoomRequest
 				if !decodeSendToRoom(body, &req) {
 					b.Fatal("not taken")
 				}
@@ -110,7 +110,7 @@ func BenchmarkDecodeSendToRoom(b *testing.B) {
 		b.Run(bc.name+"/protojson", func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				var req pb.SendToRoomRequest
+				var req apipb.SendToRoomRequest
 				if err := protojson.Unmarshal(body, &req); err != nil {
 					b.Fatal(err)
 				}

@@ -29,8 +29,9 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 	"roomcast/store/applimits"
 	"roomcast/store/cdnstore"
 	"roomcast/store/inbox"
@@ -92,7 +93,7 @@ type RoomSender interface {
 	// SendLocalQueued checks, stamps and hands on sends to one room as the room service's NATS
 	// handlers would, before it returns, and gives their outcome, whose Reply may wait for a
 	// window; false when it takes no sends (then NATS).
-	SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q QueuedSend, ok bool)
+	SendLocalQueued(ctx context.Context, reqs []*buspb.SendRequest) (q QueuedSend, ok bool)
 }
 
 // QueuedSend is the outcome of sends a RoomSender took.
@@ -101,7 +102,7 @@ type QueuedSend interface {
 	// under a batch window); otherwise it returns at once.
 	Waits() bool
 	// Reply returns the reply, once it is known. It is called once.
-	Reply() *pb.Reply
+	Reply() *buspb.Reply
 }
 
 // InboxConfig configures the at-least-once messages to users (SendToUsers with at_least_once).
@@ -163,7 +164,7 @@ func (c Config) withDefaults() (Config, error) {
 // API is the server API. Its methods implement RoomcastAPI; Register serves them over HTTP and
 // NewGRPCServer over gRPC.
 type API struct {
-	pb.UnimplementedRoomcastAPIServer
+	apipb.UnimplementedRoomcastAPIServer
 
 	cfg   Config
 	log   *slog.Logger // cfg.Log, naming the API in each record
@@ -180,7 +181,7 @@ type API struct {
 	appLimits  *applimits.Cache
 }
 
-var _ pb.RoomcastAPIServer = (*API)(nil)
+var _ apipb.RoomcastAPIServer = (*API)(nil)
 
 // New opens the KV buckets and returns the server API.
 func New(cfg Config) (*API, error) {
@@ -219,7 +220,7 @@ func New(cfg Config) (*API, error) {
 // and stops it.
 func (a *API) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(a.observeGRPC, a.authenticate, a.limitGRPC), grpc.ChainStreamInterceptor(a.authenticateStream), grpc.MaxRecvMsgSize(maxAPIBody)}, opts...)...)
-	pb.RegisterRoomcastAPIServer(s, a)
+	apipb.RegisterRoomcastAPIServer(s, a)
 	reflection.Register(s)
 	return s
 }

@@ -12,7 +12,8 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // streamInFlight bounds the sends of one SendStream waiting for their answer (a critical send
@@ -35,7 +36,7 @@ const streamAuditEvery = 10 * time.Second
 // goes over NATS) are answered in the order read by one goroutine of the stream's. A send over
 // NATS is made on a goroutine of its own. Accepted sends are audited as a sum per room (every
 // streamAuditEvery, and at the end), refused ones one by one.
-func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
+func (a *API) SendStream(stream apipb.RoomcastAPI_SendStreamServer) error {
 	ctx := stream.Context()
 	app := appOf(ctx)
 	// Each send is a span of its own, under the trace the stream was opened in if it names one.
@@ -46,7 +47,7 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 
 	var sendMu sync.Mutex // a stream's Send is not safe for concurrent use
 	var sendErr error
-	reply := func(r *pb.StreamSendResponse) {
+	reply := func(r *apipb.StreamSendResponse) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		if sendErr == nil {
@@ -54,8 +55,8 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 		}
 	}
 	// answer records one send's outcome and answers it.
-	answer := func(req *pb.StreamSendRequest, start time.Time, tp string, rep *pb.SendResponse, err error) {
-		r := &pb.StreamSendResponse{Seq: req.Seq}
+	answer := func(req *apipb.StreamSendRequest, start time.Time, tp string, rep *apipb.SendResponse, err error) {
+		r := &apipb.StreamSendResponse{Seq: req.Seq}
 		var msg string
 		if err != nil {
 			r.Code, msg = errorCodeOf(err)
@@ -70,10 +71,10 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 
 	// The sends that wait, in the order read, for the answering goroutine.
 	type waiting struct {
-		req   *pb.StreamSendRequest
+		req   *apipb.StreamSendRequest
 		start time.Time
 		tp    string
-		wait  func() (*pb.SendResponse, error)
+		wait  func() (*apipb.SendResponse, error)
 	}
 	waits := make(chan waiting, streamInFlight)
 	answered := make(chan struct{})
@@ -111,15 +112,15 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 		start := time.Now()
 		tp := bus.ChildTraceparent(streamTrace)
 		if ok, retry := a.takeCall(ctx, app, authz); !ok {
-			code := pb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
-			r := &pb.StreamSendResponse{Seq: req.Seq, Code: code, Error: "over the API key's call rate", RetryAfterMs: ratelimit.Millis(retry)}
+			code := clientpb.ErrorCode_ERROR_CODE_API_RATE_LIMITED
+			r := &apipb.StreamSendResponse{Seq: req.Seq, Code: code, Error: "over the API key's call rate", RetryAfterMs: ratelimit.Millis(retry)}
 			a.record(calls, start, code, req.GetSend(), authz, true, r.Error, tp)
 			reply(r)
 			continue
 		}
 		send := req.GetSend()
 		if send == nil {
-			answer(req, start, tp, nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "send is missing"))
+			answer(req, start, tp, nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "send is missing"))
 			continue
 		}
 		q := a.queueSendToRoom(bus.WithTraceparent(ctx, tp), send)
@@ -131,13 +132,13 @@ func (a *API) SendStream(stream pb.RoomcastAPI_SendStreamServer) error {
 		case q.remote:
 			// Made now, on a goroutine of its own, and answered in turn.
 			done, ask := make(chan struct{}), q.wait
-			var rep *pb.SendResponse
+			var rep *apipb.SendResponse
 			var err error
 			go func() {
 				defer close(done)
 				rep, err = ask()
 			}()
-			q.wait = func() (*pb.SendResponse, error) {
+			q.wait = func() (*apipb.SendResponse, error) {
 				<-done
 				return rep, err
 			}

@@ -20,7 +20,8 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // TestSendStream: many sends on one SendStream reach the room's member in the order sent,
@@ -44,23 +45,23 @@ func TestSendStream(t *testing.T) {
 		if i%3 == 1 {
 			lane = "normal" // answered at once; its neighbours wait for their window
 		}
-		if err := stream.Send(&pb.StreamSendRequest{Seq: uint64(1000 + i), Send: &pb.SendToRoomRequest{
+		if err := stream.Send(&apipb.StreamSendRequest{Seq: uint64(1000 + i), Send: &apipb.SendToRoomRequest{
 			Room: "s1", Type: "notice", Lane: lane, Body: strconv.Itoa(i),
 		}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Refused sends, between good ones: each answered with its code, the stream goes on.
-	refused := map[uint64]pb.ErrorCode{
-		1: pb.ErrorCode_ERROR_CODE_BAD_REQUEST, // a room name that is not one
-		2: pb.ErrorCode_ERROR_CODE_BAD_REQUEST, // no send
-		3: pb.ErrorCode_ERROR_CODE_BAD_REQUEST, // a lane that is not one
+	refused := map[uint64]clientpb.ErrorCode{
+		1: clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, // a room name that is not one
+		2: clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, // no send
+		3: clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, // a lane that is not one
 	}
-	for _, r := range []*pb.StreamSendRequest{
-		{Seq: 1, Send: &pb.SendToRoomRequest{Room: "no room!", Body: "x"}},
+	for _, r := range []*apipb.StreamSendRequest{
+		{Seq: 1, Send: &apipb.SendToRoomRequest{Room: "no room!", Body: "x"}},
 		{Seq: 2},
-		{Seq: 3, Send: &pb.SendToRoomRequest{Room: "s1", Lane: "loud", Body: "x"}},
-		{Seq: 4, Send: &pb.SendToRoomRequest{Room: "s1", Type: "notice", Lane: "critical", Body: strconv.Itoa(n)}},
+		{Seq: 3, Send: &apipb.SendToRoomRequest{Room: "s1", Lane: "loud", Body: "x"}},
+		{Seq: 4, Send: &apipb.SendToRoomRequest{Room: "s1", Type: "notice", Lane: "critical", Body: strconv.Itoa(n)}},
 	} {
 		if err := stream.Send(r); err != nil {
 			t.Fatal(err)
@@ -107,7 +108,7 @@ func TestSendStream(t *testing.T) {
 	// A bad key: the stream ends, nothing is sent.
 	bad, err := g.SendStream(withKey("no-such-key"))
 	if err == nil {
-		_ = bad.Send(&pb.StreamSendRequest{Seq: 1, Send: &pb.SendToRoomRequest{Room: "s1", Body: "x"}})
+		_ = bad.Send(&apipb.StreamSendRequest{Seq: 1, Send: &apipb.SendToRoomRequest{Room: "s1", Body: "x"}})
 		_, err = bad.Recv()
 	}
 	if status.Code(err) != codes.Unauthenticated {
@@ -134,11 +135,11 @@ func TestSendStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := limited.Send(&pb.StreamSendRequest{Seq: 7, Send: &pb.SendToRoomRequest{Room: "s1", Body: "x"}}); err != nil {
+	if err := limited.Send(&apipb.StreamSendRequest{Seq: 7, Send: &apipb.SendToRoomRequest{Room: "s1", Body: "x"}}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := limited.Recv()
-	if err != nil || r.Seq != 7 || r.Code != pb.ErrorCode_ERROR_CODE_API_RATE_LIMITED || r.RetryAfterMs == 0 {
+	if err != nil || r.Seq != 7 || r.Code != clientpb.ErrorCode_ERROR_CODE_API_RATE_LIMITED || r.RetryAfterMs == 0 {
 		t.Fatalf("a send over the call rate: %v %v, want API_RATE_LIMITED with retry_after_ms", r, err)
 	}
 	_ = limited.CloseSend()
@@ -177,14 +178,14 @@ func TestSendStreamOverNATS(t *testing.T) {
 	}
 	defer conn.Close()
 
-	stream, err := pb.NewRoomcastAPIClient(conn).SendStream(withKey("k"))
+	stream, err := apipb.NewRoomcastAPIClient(conn).SendStream(withKey("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 60
 	for i := range n {
 		lane := []string{"critical", "normal", "bulk"}[i%3]
-		if err := stream.Send(&pb.StreamSendRequest{Seq: uint64(i + 1), Send: &pb.SendToRoomRequest{Room: "s2", Lane: lane, Body: strconv.Itoa(i)}}); err != nil {
+		if err := stream.Send(&apipb.StreamSendRequest{Seq: uint64(i + 1), Send: &apipb.SendToRoomRequest{Room: "s2", Lane: lane, Body: strconv.Itoa(i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/store/inbox"
 	"roomcast/tag"
 )
@@ -16,7 +19,7 @@ import (
 // app's online counts are in online.go.
 
 // GetUserSessions implements RoomcastAPI.
-func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsRequest) (*pb.GetUserSessionsResponse, error) {
+func (a *API) GetUserSessions(ctx context.Context, req *apipb.GetUserSessionsRequest) (*apipb.GetUserSessionsResponse, error) {
 	if !auth.ValidName(req.Uid) {
 		return nil, badName("uid", req.Uid)
 	}
@@ -24,25 +27,25 @@ func (a *API) GetUserSessions(ctx context.Context, req *pb.GetUserSessionsReques
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.GetUserSessionsResponse{Uid: req.Uid, Online: len(sessions) > 0, Sessions: []*pb.Session{}}
+	out := &apipb.GetUserSessionsResponse{Uid: req.Uid, Online: len(sessions) > 0, Sessions: []*apipb.Session{}}
 	for _, s := range sessions {
-		out.Sessions = append(out.Sessions, &pb.Session{SessionId: s.SessionId, Uid: s.Uid, Room: s.Room, Node: s.Node, Device: s.Device, LoginTimeMs: s.TimeMs})
+		out.Sessions = append(out.Sessions, &apipb.Session{SessionId: s.SessionId, Uid: s.Uid, Room: s.Room, Node: s.Node, Device: s.Device, LoginTimeMs: s.TimeMs})
 	}
 	return out, nil
 }
 
 // SetMemberTags implements RoomcastAPI.
-func (a *API) SetMemberTags(ctx context.Context, req *pb.SetMemberTagsRequest) (*pb.SetMemberTagsResponse, error) {
+func (a *API) SetMemberTags(ctx context.Context, req *apipb.SetMemberTagsRequest) (*apipb.SetMemberTagsResponse, error) {
 	app := appOf(ctx)
 	if !auth.ValidName(req.Uid) {
 		return nil, badName("uid", req.Uid)
 	}
 	if err := tag.Validate(req.Tags); err != nil {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "%v", err)
 	}
 	ctx, cancel := a.timeout(ctx)
 	defer cancel()
-	t := &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(req.Tags), UpdatedMs: time.Now().UnixMilli()}
+	t := &roompb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(req.Tags), UpdatedMs: time.Now().UnixMilli()}
 	if err := a.store.PutMemberTags(ctx, app, t); err != nil {
 		return nil, a.internal("set member tags", err)
 	}
@@ -50,15 +53,15 @@ func (a *API) SetMemberTags(ctx context.Context, req *pb.SetMemberTagsRequest) (
 	if err != nil {
 		return nil, err
 	}
-	n, err := a.toNodes(ctx, sessions, &pb.NodeControl{Op: pb.NodeControl_OP_SET_TAGS, App: app, Tags: t.Tags})
+	n, err := a.toNodes(ctx, sessions, &buspb.NodeControl{Op: buspb.NodeControl_OP_SET_TAGS, App: app, Tags: t.Tags})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.SetMemberTagsResponse{Tags: t, SessionsUpdated: n}, nil
+	return &apipb.SetMemberTagsResponse{Tags: t, SessionsUpdated: n}, nil
 }
 
 // GetMemberTags implements RoomcastAPI.
-func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (*pb.MemberTags, error) {
+func (a *API) GetMemberTags(ctx context.Context, req *apipb.GetMemberTagsRequest) (*roompb.MemberTags, error) {
 	app := appOf(ctx)
 	if !auth.ValidName(req.Uid) {
 		return nil, badName("uid", req.Uid)
@@ -70,7 +73,7 @@ func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (
 		return nil, a.internal("get member tags", err)
 	}
 	if t == nil {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "no tags stored for user %q: it has its login token's", req.Uid)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "no tags stored for user %q: it has its login token's", req.Uid)
 	}
 	return t, nil
 }
@@ -80,13 +83,13 @@ func (a *API) GetMemberTags(ctx context.Context, req *pb.GetMemberTagsRequest) (
 // store was full. It fails with INBOX_FULL when the message was stored for no one, and with
 // UNAVAILABLE when the store did not answer: the users listed before the one that failed may
 // have it already, and a retry stores it again under a new id.
-func (a *API) storeForUsers(ctx context.Context, app string, req *pb.SendToUsersRequest, m *pb.Message, out *pb.SendToUsersResponse) ([]string, error) {
+func (a *API) storeForUsers(ctx context.Context, app string, req *apipb.SendToUsersRequest, m *clientpb.Message, out *apipb.SendToUsersResponse) ([]string, error) {
 	expiry := a.cfg.Inbox.Expiry
 	if req.ExpirySeconds > 0 {
 		expiry = time.Duration(req.ExpirySeconds) * time.Second
 	}
 	if expiry > a.cfg.Inbox.MaxExpiry {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "expiry_seconds %d is longer than the deployment allows (%d)", req.ExpirySeconds, int64(a.cfg.Inbox.MaxExpiry/time.Second))
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "expiry_seconds %d is longer than the deployment allows (%d)", req.ExpirySeconds, int64(a.cfg.Inbox.MaxExpiry/time.Second))
 	}
 	m.AtLeastOnce, m.ExpiresMs = true, m.ServerTimeMs+expiry.Milliseconds()
 	out.ExpiresMs, out.InboxFull = m.ExpiresMs, []string{}
@@ -102,13 +105,13 @@ func (a *API) storeForUsers(ctx context.Context, app string, req *pb.SendToUsers
 			a.log.Info("at-least-once message not stored: the user's store is full", "uid", uid, "id", m.Id)
 			out.InboxFull = append(out.InboxFull, uid)
 		case err != nil:
-			return nil, apiError(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "the message store did not answer (stored for %d of the users before %q): %v", len(stored), uid, err)
+			return nil, apiError(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, "the message store did not answer (stored for %d of the users before %q): %v", len(stored), uid, err)
 		default:
 			stored = append(stored, uid)
 		}
 	}
 	if len(stored) == 0 {
-		return nil, apiError(pb.ErrorCode_ERROR_CODE_INBOX_FULL, "every user named has %d messages stored, as many as allowed: nothing was stored", a.cfg.Inbox.MaxPerUser)
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_INBOX_FULL, "every user named has %d messages stored, as many as allowed: nothing was stored", a.cfg.Inbox.MaxPerUser)
 	}
 	return stored, nil
 }

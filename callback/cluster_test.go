@@ -17,7 +17,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 var secret = []byte("an-app-callback-secret-0123")
@@ -106,8 +106,8 @@ func token(t testing.TB, app, uid, room string, tags ...string) string {
 	return tok
 }
 
-func send(seq uint64, body, tagExpr string) *pb.Frame {
-	return &pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Type: "chat", Lane: pb.Lane_LANE_NORMAL, Body: []byte(body), TagExpr: tagExpr}}}
+func send(seq uint64, body, tagExpr string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Type: "chat", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(body), TagExpr: tagExpr}}}
 }
 
 // TestCallbacksThroughCluster: logins and sends of real clients through a ChatLink, decided by
@@ -144,7 +144,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 	t.Run("login deny", func(t *testing.T) {
 		m := testkit.DialWS(t, ws)
 		f := m.LoginAs(token(t, devcluster.App, "mallory", "r1"), "test")
-		if k := f.GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_DENIED_BY_APP) || k.Reason != "mallory is not welcome" {
+		if k := f.GetKick(); k == nil || k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_DENIED_BY_APP) || k.Reason != "mallory is not welcome" {
 			t.Fatalf("want Kick 4011 with the app's reason, got %v", f)
 		}
 	})
@@ -169,7 +169,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 	t.Run("send deny", func(t *testing.T) {
 		bob.Send(send(2, "buy spam now", ""))
 		e := bob.Next().GetError()
-		if e == nil || e.Seq != 2 || e.Code != uint32(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP) || e.Message != "no spam here" {
+		if e == nil || e.Seq != 2 || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP) || e.Message != "no spam here" {
 			t.Fatalf("want Error 118 with the app's reason, got %v", e)
 		}
 		alice.ExpectSilence(200 * time.Millisecond)
@@ -196,10 +196,10 @@ func TestCallbacksThroughCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		dave.Login(tok)
-		for i, tc := range []struct{ from, to pb.Lane }{
-			{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_NORMAL},
-			{pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK},
-			{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_CRITICAL}, // not said "lower": as sent
+		for i, tc := range []struct{ from, to clientpb.Lane }{
+			{clientpb.Lane_LANE_CRITICAL, clientpb.Lane_LANE_NORMAL},
+			{clientpb.Lane_LANE_NORMAL, clientpb.Lane_LANE_BULK},
+			{clientpb.Lane_LANE_CRITICAL, clientpb.Lane_LANE_CRITICAL}, // not said "lower": as sent
 		} {
 			body := fmt.Sprintf("lower %d", i)
 			if tc.from == tc.to {
@@ -236,7 +236,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 	t.Run("fail-closed login", func(t *testing.T) {
 		m := testkit.DialWS(t, ws)
 		f := m.LoginAs(token(t, appLoginClosed, "u", "r1"), "test")
-		if k := f.GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_UNAVAILABLE) {
+		if k := f.GetKick(); k == nil || k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE) {
 			t.Fatalf("want Kick 4504, got %v", f)
 		}
 	})
@@ -257,7 +257,7 @@ func TestCallbacksThroughCluster(t *testing.T) {
 		u := dial(appSendClosed, "u")
 		v := dial(appSendClosed, "v")
 		u.Send(send(1, "held back", ""))
-		if e := u.Next().GetError(); e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
+		if e := u.Next().GetError(); e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
 			t.Fatalf("want Error 503, got %v", e)
 		}
 		v.ExpectSilence(200 * time.Millisecond)

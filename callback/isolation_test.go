@@ -17,7 +17,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The isolation set-up: app "other" has a login callback, and its clients log in at a steady
@@ -89,7 +89,7 @@ func (rig *isolationRig) hang(on bool) {
 
 // login logs in with tok over TCP and returns how long the login took (from the Login frame
 // to the answer) and the answer.
-func (rig *isolationRig) login(tok string) (time.Duration, *pb.Frame, error) {
+func (rig *isolationRig) login(tok string) (time.Duration, *clientpb.Frame, error) {
 	conn, err := net.Dial("tcp", rig.tcp)
 	if err != nil {
 		return 0, nil, err
@@ -97,7 +97,7 @@ func (rig *isolationRig) login(tok string) (time.Duration, *pb.Frame, error) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	start := time.Now()
-	if err := testkit.WriteFrame(conn, &pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: "test"}}}); err != nil {
+	if err := testkit.WriteFrame(conn, &clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok, Device: "test"}}}); err != nil {
 		return 0, nil, err
 	}
 	f, err := testkit.ReadFrame(conn)

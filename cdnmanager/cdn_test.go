@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"roomcast/internal/devcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -23,17 +23,17 @@ func TestCdnModeSplitsLanes(t *testing.T) {
 	if a.ack.Cdn != nil {
 		t.Fatalf("LoginAck of a room not in CDN mode has %v", a.ack.Cdn)
 	}
-	got := map[string]*pb.Message{}
+	got := map[string]*clientpb.Message{}
 
 	api(t, c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil)
 	cfg := a.cdnConfig(5*time.Second, got)
-	if cfg.Mode != pb.CdnMode_CDN_MODE_BULK || cfg.WindowMs != 1000 || len(cfg.Vendors) != 1 ||
+	if cfg.Mode != clientpb.CdnMode_CDN_MODE_BULK || cfg.WindowMs != 1000 || len(cfg.Vendors) != 1 ||
 		cfg.Vendors[0].UrlTemplate != c.CDNOrigin()+"/{app}/{room}/{window_ms}/{index}" {
 		t.Fatalf("update frame: %v", cfg)
 	}
 	waitMode(t, c, room, "CDN_MODE_BULK")
 	b := join(t, c, "b", room)
-	if b.ack.Cdn.GetMode() != pb.CdnMode_CDN_MODE_BULK {
+	if b.ack.Cdn.GetMode() != clientpb.CdnMode_CDN_MODE_BULK {
 		t.Fatalf("LoginAck in CDN mode: %v", b.ack.Cdn)
 	}
 
@@ -72,7 +72,7 @@ func TestCdnModeSplitsLanes(t *testing.T) {
 	inSegments := map[string]bool{}
 	w := cfg.WindowMs
 	for i := segment.Index(first, w); i <= segment.Index(last, w)+1; i++ {
-		var s *pb.Segment
+		var s *clientpb.Segment
 		deadline := time.Now().Add(5 * time.Second)
 		for s == nil && time.Now().Before(deadline) {
 			if s = fetchSegment(t, cfg.Vendors[0].UrlTemplate, room, w, i); s == nil {
@@ -84,7 +84,7 @@ func TestCdnModeSplitsLanes(t *testing.T) {
 		}
 		for _, m := range s.Messages {
 			inSegments[m.Id] = true
-			if m.Lane != pb.Lane_LANE_BULK || m.TagExpr != "" {
+			if m.Lane != clientpb.Lane_LANE_BULK || m.TagExpr != "" {
 				t.Errorf("segment %d holds %v", i, m)
 			}
 		}
@@ -100,12 +100,12 @@ func TestCdnModeSplitsLanes(t *testing.T) {
 
 	// Off again: the members hear it, bulk comes over the long connection.
 	api(t, c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_OFF"}, nil)
-	if cfg := b.cdnConfig(5*time.Second, got); cfg.Mode != pb.CdnMode_CDN_MODE_OFF {
+	if cfg := b.cdnConfig(5*time.Second, got); cfg.Mode != clientpb.CdnMode_CDN_MODE_OFF {
 		t.Fatalf("update frame: %v", cfg)
 	}
 	waitMode(t, c, room, "CDN_MODE_OFF")
 	id, _ := send(t, c, room, "bulk", "after", "")
-	got = map[string]*pb.Message{}
+	got = map[string]*clientpb.Message{}
 	b.pushed(500*time.Millisecond, got)
 	if got[id] == nil {
 		t.Errorf("bulk %s not pushed with the mode off", id)
@@ -125,8 +125,8 @@ func TestCdnModeByRuleAndVendors(t *testing.T) {
 		t.Fatalf("two members: %+v", rc)
 	}
 	join(t, c, "c", room)
-	got := map[string]*pb.Message{}
-	if cfg := a.cdnConfig(5*time.Second, got); cfg.Mode != pb.CdnMode_CDN_MODE_BULK {
+	got := map[string]*clientpb.Message{}
+	if cfg := a.cdnConfig(5*time.Second, got); cfg.Mode != clientpb.CdnMode_CDN_MODE_BULK {
 		t.Fatalf("update frame: %v", cfg)
 	}
 	api(t, c, "PUT", "/v1/cdn", map[string]any{"online_threshold": 3, "vendors": []map[string]any{

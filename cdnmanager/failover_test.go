@@ -12,7 +12,7 @@ import (
 	"roomcast/cdnpusher"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/s3test"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -83,7 +83,7 @@ func (s *sender) sentIn(from, to int64) []string {
 }
 
 // stored returns a segment as versitygw holds it, or nil while it is missing.
-func stored(t *testing.T, s3 *s3test.Server, room string, index int64) *pb.Segment {
+func stored(t *testing.T, s3 *s3test.Server, room string, index int64) *clientpb.Segment {
 	t.Helper()
 	resp, body, err := s3.Get(segment.Key(devcluster.App, room, 1000, index))
 	if err != nil || resp.StatusCode != 200 {
@@ -197,7 +197,7 @@ func TestStorageOutage(t *testing.T) {
 		defer readers.Done()
 		for f := range m.frames {
 			for _, msg := range f.GetPush().GetMessages() {
-				if msg.Lane == pb.Lane_LANE_BULK {
+				if msg.Lane == clientpb.Lane_LANE_BULK {
 					t.Errorf("bulk %s pushed in CDN mode", msg.Id)
 				}
 				mu.Lock()
@@ -237,7 +237,7 @@ func TestStorageOutage(t *testing.T) {
 	// Catching up: every window from before the outage to its end gets its segment.
 	inSegments := map[string]bool{}
 	for i := first; i <= last; i++ {
-		var s *pb.Segment
+		var s *clientpb.Segment
 		deadline := time.Now().Add(20 * time.Second)
 		for s = stored(t, s3, room, i); s == nil && time.Now().Before(deadline); s = stored(t, s3, room, i) {
 			time.Sleep(50 * time.Millisecond)

@@ -24,7 +24,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -42,8 +42,8 @@ func startCluster(t *testing.T, mutate ...testcluster.Option) *devcluster.Cluste
 type member struct {
 	t      *testing.T
 	conn   net.Conn
-	frames chan *pb.Frame
-	ack    *pb.LoginAck
+	frames chan *clientpb.Frame
+	ack    *clientpb.LoginAck
 }
 
 func join(t *testing.T, c *devcluster.Cluster, uid, room string, tags ...string) *member {
@@ -56,7 +56,7 @@ func join(t *testing.T, c *devcluster.Cluster, uid, room string, tags ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &member{t: t, conn: conn, frames: make(chan *pb.Frame, 100_000)}
+	m := &member{t: t, conn: conn, frames: make(chan *clientpb.Frame, 100_000)}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -72,14 +72,14 @@ func join(t *testing.T, c *devcluster.Cluster, uid, room string, tags ...string)
 			if _, err := io.ReadFull(r, b); err != nil {
 				return
 			}
-			f := &pb.Frame{}
+			f := &clientpb.Frame{}
 			if proto.Unmarshal(b, f) == nil {
 				m.frames <- f
 			}
 		}
 	}()
 	t.Cleanup(func() { conn.Close(); wg.Wait() })
-	m.write(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok}}})
+	m.write(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok}}})
 	f := m.next(5 * time.Second)
 	if f.GetLoginAck() == nil {
 		t.Fatalf("%s: want a LoginAck, got %v", uid, f)
@@ -88,7 +88,7 @@ func join(t *testing.T, c *devcluster.Cluster, uid, room string, tags ...string)
 	return m
 }
 
-func (m *member) write(f *pb.Frame) {
+func (m *member) write(f *clientpb.Frame) {
 	b, _ := proto.Marshal(f)
 	buf := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
 	if _, err := m.conn.Write(append(buf, b...)); err != nil {
@@ -97,7 +97,7 @@ func (m *member) write(f *pb.Frame) {
 }
 
 // next returns the next frame, failing the test when none comes within d.
-func (m *member) next(d time.Duration) *pb.Frame {
+func (m *member) next(d time.Duration) *clientpb.Frame {
 	m.t.Helper()
 	select {
 	case f, ok := <-m.frames:
@@ -112,7 +112,7 @@ func (m *member) next(d time.Duration) *pb.Frame {
 }
 
 // cdnConfig waits for a CdnConfig frame, keeping the pushed messages met on the way in got.
-func (m *member) cdnConfig(d time.Duration, got map[string]*pb.Message) *pb.CdnConfig {
+func (m *member) cdnConfig(d time.Duration, got map[string]*clientpb.Message) *clientpb.CdnConfig {
 	m.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -127,7 +127,7 @@ func (m *member) cdnConfig(d time.Duration, got map[string]*pb.Message) *pb.CdnC
 }
 
 // pushed collects the messages pushed to m for d.
-func (m *member) pushed(d time.Duration, got map[string]*pb.Message) {
+func (m *member) pushed(d time.Duration, got map[string]*clientpb.Message) {
 	timeout := time.After(d)
 	for {
 		select {
@@ -236,7 +236,7 @@ func waitMode(t testing.TB, c *devcluster.Cluster, room, mode string) roomCdn {
 }
 
 // fetchSegment GETs a segment through url's template and decodes it: nil for a 404.
-func fetchSegment(t testing.TB, template, room string, windowMs uint32, index int64) *pb.Segment {
+func fetchSegment(t testing.TB, template, room string, windowMs uint32, index int64) *clientpb.Segment {
 	t.Helper()
 	resp, err := http.Get(segment.URL(template, devcluster.App, room, windowMs, index))
 	if err != nil {

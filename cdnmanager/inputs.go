@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // What the manager hears on the bus: the pushers' reports (their leases), the ChatLinks' session
@@ -36,7 +36,7 @@ type nodeState struct {
 }
 
 func (m *Manager) onPusherReport(msg *nats.Msg) {
-	var r pb.PusherReport
+	var r buspb.PusherReport
 	if proto.Unmarshal(msg.Data, &r) != nil || r.Pusher == "" {
 		return
 	}
@@ -55,7 +55,7 @@ func (m *Manager) onPusherReport(msg *nats.Msg) {
 
 // onNodeReport takes a chunk of a ChatLink's session report; the chunk marked last completes it.
 func (m *Manager) onNodeReport(msg *nats.Msg) {
-	var r pb.NodeReport
+	var r buspb.NodeReport
 	if proto.Unmarshal(msg.Data, &r) != nil || r.Node == "" {
 		return
 	}
@@ -82,7 +82,7 @@ func (m *Manager) onNodeReport(msg *nats.Msg) {
 }
 
 func (m *Manager) onLoadReport(msg *nats.Msg) {
-	var r pb.LoadReport
+	var r buspb.LoadReport
 	if proto.Unmarshal(msg.Data, &r) != nil || r.Node == "" {
 		return
 	}

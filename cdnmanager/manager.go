@@ -16,7 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 	"roomcast/store/cdnstore"
 )
@@ -48,7 +50,7 @@ type Manager struct {
 	cfg      Config
 	log      *slog.Logger
 	windowMs uint32
-	vendors  []*pb.CdnVendor // from cfg.BaseURLs
+	vendors  []*clientpb.CdnVendor // from cfg.BaseURLs
 	store    *cdnstore.Store
 	leaderKV jetstream.KeyValue
 	subs     []*nats.Subscription
@@ -59,9 +61,9 @@ type Manager struct {
 	mu       sync.Mutex // guards the fields below
 	pushers  map[string]pusherState
 	nodes    map[string]*nodeState
-	policies map[string]*pb.CdnPolicy
-	pins     map[roomKey]*pb.RoomCdn
-	routes   map[roomKey]*pb.CdnRoute
+	policies map[string]*apipb.CdnPolicy
+	pins     map[roomKey]*apipb.RoomCdn
+	routes   map[roomKey]*buspb.CdnRoute
 	ruleHeld map[roomKey]time.Time // rooms the rules hold in CDN mode: when they last held
 	started  time.Time
 
@@ -84,12 +86,12 @@ func Start(cfg Config) (_ *Manager, err error) {
 		cfg: cfg, log: cfg.Log.With("svc", "cdnmanager"), windowMs: uint32(cfg.Window / time.Millisecond),
 		kick:    make(chan struct{}, 1),
 		pushers: map[string]pusherState{}, nodes: map[string]*nodeState{},
-		policies: map[string]*pb.CdnPolicy{}, pins: map[roomKey]*pb.RoomCdn{},
-		routes: map[roomKey]*pb.CdnRoute{}, ruleHeld: map[roomKey]time.Time{},
+		policies: map[string]*apipb.CdnPolicy{}, pins: map[roomKey]*apipb.RoomCdn{},
+		routes: map[roomKey]*buspb.CdnRoute{}, ruleHeld: map[roomKey]time.Time{},
 		started: cfg.Now(), stop: make(chan struct{}),
 	}
 	for _, base := range cfg.BaseURLs {
-		m.vendors = append(m.vendors, &pb.CdnVendor{UrlTemplate: strings.TrimSuffix(base, "/") + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
+		m.vendors = append(m.vendors, &clientpb.CdnVendor{UrlTemplate: strings.TrimSuffix(base, "/") + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.gauges)
 	defer func() {
@@ -175,7 +177,7 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 	defer m.kickLocked()
 	app, room, isRoom := strings.Cut(key, ".")
 	if !isRoom {
-		p := &pb.CdnPolicy{}
+		p := &apipb.CdnPolicy{}
 		if value == nil || proto.Unmarshal(value, p) != nil {
 			delete(m.policies, app)
 			return
@@ -184,7 +186,7 @@ func (m *Manager) applyPolicy(key string, value []byte) {
 		return
 	}
 	k := roomKey{app, room}
-	rc := &pb.RoomCdn{}
+	rc := &apipb.RoomCdn{}
 	if value == nil || proto.Unmarshal(value, rc) != nil {
 		delete(m.pins, k)
 		return
@@ -199,7 +201,7 @@ func (m *Manager) applyRoute(key string, value []byte) {
 	k := roomKey{app, room}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := &pb.CdnRoute{}
+	r := &buspb.CdnRoute{}
 	if value == nil || proto.Unmarshal(value, r) != nil {
 		delete(m.routes, k)
 		return
@@ -288,11 +290,11 @@ func (m *Manager) watchRulesLocked(now time.Time) {
 	}
 }
 
-func (m *Manager) policyLocked(app string) *pb.CdnPolicy {
+func (m *Manager) policyLocked(app string) *apipb.CdnPolicy {
 	if p := m.policies[app]; p != nil {
 		return p
 	}
-	return &pb.CdnPolicy{}
+	return &apipb.CdnPolicy{}
 }
 
 // ruleFiresLocked reports whether an app's rules put a room with load l in CDN mode. Caller
@@ -311,27 +313,27 @@ func (m *Manager) ruleFiresLocked(app string, l roomLoad) bool {
 
 // desiredLocked returns the mode a room should be in, and whether the rules (not a pin) say so.
 // Caller holds mu.
-func (m *Manager) desiredLocked(k roomKey) (pb.CdnMode, bool) {
+func (m *Manager) desiredLocked(k roomKey) (clientpb.CdnMode, bool) {
 	if pin := m.pins[k]; pin != nil && !pin.Automatic {
 		return pin.PinnedMode, false
 	}
 	if _, held := m.ruleHeld[k]; held {
-		if mode := m.policyLocked(k.app).RuleMode; mode != pb.CdnMode_CDN_MODE_OFF {
+		if mode := m.policyLocked(k.app).RuleMode; mode != clientpb.CdnMode_CDN_MODE_OFF {
 			return mode, true
 		}
-		return pb.CdnMode_CDN_MODE_BULK, true
+		return clientpb.CdnMode_CDN_MODE_BULK, true
 	}
-	return pb.CdnMode_CDN_MODE_OFF, true
+	return clientpb.CdnMode_CDN_MODE_OFF, true
 }
 
 // memberConfigLocked returns what members of an app's room in mode are told, or nil when the
 // room cannot be in that mode: mode off, or no vendor to poll. Caller holds mu.
-func (m *Manager) memberConfigLocked(app string, mode pb.CdnMode) *pb.CdnConfig {
-	if mode == pb.CdnMode_CDN_MODE_OFF {
+func (m *Manager) memberConfigLocked(app string, mode clientpb.CdnMode) *clientpb.CdnConfig {
+	if mode == clientpb.CdnMode_CDN_MODE_OFF {
 		return nil
 	}
 	p := m.policyLocked(app)
-	c := &pb.CdnConfig{
+	c := &clientpb.CdnConfig{
 		Mode: mode, WindowMs: m.windowMs, Vendors: p.Vendors,
 		PollIntervalMs: p.PollIntervalMs, PollJitterMs: p.PollJitterMs,
 	}
@@ -365,8 +367,8 @@ func (m *Manager) liveLocked(id string, now time.Time) bool {
 // change is one write the leader makes to a route, and what members are told of it.
 type change struct {
 	key      roomKey
-	route    *pb.CdnRoute // nil: the room leaves CDN mode
-	announce *pb.CdnConfig
+	route    *buspb.CdnRoute // nil: the room leaves CDN mode
+	announce *clientpb.CdnConfig
 	reason   string // an assignment change's reason, or "" for none
 }
 
@@ -413,7 +415,7 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 			case r == nil:
 			case len(counts) == 0 || m.lostLocked(r.Pusher, now):
 				// Nobody writes the room's windows from now on: its members stop polling at once.
-				plan = append(plan, change{key: k, announce: &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}, reason: reasonOff})
+				plan = append(plan, change{key: k, announce: &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_OFF}, reason: reasonOff})
 				planned[k] = true
 			default:
 				plan = append(plan, m.endLocked(k, r, cur, now))
@@ -421,7 +423,7 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 			}
 			continue
 		}
-		next := &pb.CdnRoute{App: k.app, Room: k.room, Mode: mode, Config: cfg, Automatic: automatic, UpdatedMs: now.UnixMilli()}
+		next := &buspb.CdnRoute{App: k.app, Room: k.room, Mode: mode, Config: cfg, Automatic: automatic, UpdatedMs: now.UnixMilli()}
 		c := change{key: k, route: next}
 		switch {
 		case r == nil:
@@ -458,14 +460,14 @@ func (m *Manager) planLocked(now time.Time, cur int64) []change {
 // are told at once, in an off config whose last_index is the last window the pusher writes, so
 // that they poll up to it and lose none of the messages sent before the switch. Caller holds
 // mu.
-func (m *Manager) endLocked(k roomKey, r *pb.CdnRoute, cur int64, now time.Time) change {
+func (m *Manager) endLocked(k roomKey, r *buspb.CdnRoute, cur int64, now time.Time) change {
 	until := cur + handoffWindows
-	off := &pb.CdnConfig{
-		Mode: pb.CdnMode_CDN_MODE_OFF, WindowMs: r.Config.GetWindowMs(), Vendors: r.Config.GetVendors(),
+	off := &clientpb.CdnConfig{
+		Mode: clientpb.CdnMode_CDN_MODE_OFF, WindowMs: r.Config.GetWindowMs(), Vendors: r.Config.GetVendors(),
 		PollIntervalMs: r.Config.GetPollIntervalMs(), PollJitterMs: r.Config.GetPollJitterMs(),
 		LastIndex: until - 1,
 	}
-	next := proto.Clone(r).(*pb.CdnRoute)
+	next := proto.Clone(r).(*buspb.CdnRoute)
 	next.UntilIndex, next.Config, next.UpdatedMs = until, off, now.UnixMilli()
 	return change{key: k, route: next, announce: off, reason: reasonOff}
 }
@@ -475,12 +477,12 @@ func (m *Manager) endLocked(k roomKey, r *pb.CdnRoute, cur int64, now time.Time)
 // write is a gap, as for any lost pusher); a room whose mode is asked for again early enough
 // for everyone to read it before until_index stays in CDN mode with its pusher. ok is false
 // when nothing changes. Caller holds mu.
-func (m *Manager) endingLocked(k roomKey, r *pb.CdnRoute, cfg *pb.CdnConfig, automatic bool, cur int64, now time.Time, pushers bool) (c change, ok bool) {
+func (m *Manager) endingLocked(k roomKey, r *buspb.CdnRoute, cfg *clientpb.CdnConfig, automatic bool, cur int64, now time.Time, pushers bool) (c change, ok bool) {
 	switch {
 	case cur > r.UntilIndex || m.lostLocked(r.Pusher, now):
 		return change{key: k}, true
 	case cfg != nil && pushers && m.liveLocked(r.Pusher, now) && r.UntilIndex-cur >= handoffWindows:
-		next := proto.Clone(r).(*pb.CdnRoute)
+		next := proto.Clone(r).(*buspb.CdnRoute)
 		next.UntilIndex, next.Mode, next.Config, next.Automatic, next.UpdatedMs = 0, cfg.Mode, cfg, automatic, now.UnixMilli()
 		return change{key: k, route: next, announce: cfg}, true
 	}
@@ -516,7 +518,7 @@ func (m *Manager) rebalanceLocked(counts map[string]int, planned map[roomKey]boo
 		if !found {
 			break
 		}
-		next := proto.Clone(m.routes[move]).(*pb.CdnRoute)
+		next := proto.Clone(m.routes[move]).(*buspb.CdnRoute)
 		next.PrevPusher, next.Pusher, next.FromIndex, next.UpdatedMs = hi, lo, cur+handoffWindows, now.UnixMilli()
 		counts[hi]--
 		counts[lo]++
@@ -563,18 +565,18 @@ func (m *Manager) apply(ctx context.Context, c change) {
 		m.log.Info("room assigned", "room", c.key, "pusher", c.route.GetPusher(), "from_index", c.route.GetFromIndex(), "reason", c.reason)
 	}
 	if c.announce != nil {
-		if err := bus.Publish(m.cfg.Bus, bus.RoomSubject(c.key.app, c.key.room), &pb.RoomBatch{Cdn: c.announce}); err != nil {
+		if err := bus.Publish(m.cfg.Bus, bus.RoomSubject(c.key.app, c.key.room), &buspb.RoomBatch{Cdn: c.announce}); err != nil {
 			m.log.Warn("CDN config not announced", "room", c.key, "err", err)
 		}
 	}
 }
 
 // gauges counts the rooms per mode and the live pushers, for the metrics.
-func (m *Manager) gauges() (byMode map[pb.CdnMode]int, pushers int) {
+func (m *Manager) gauges() (byMode map[clientpb.CdnMode]int, pushers int) {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	byMode = map[pb.CdnMode]int{}
+	byMode = map[clientpb.CdnMode]int{}
 	for _, r := range m.routes {
 		byMode[r.Mode]++
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // metrics are the manager's Prometheus instruments.
@@ -14,7 +14,7 @@ type metrics struct {
 	leader  atomic.Bool
 }
 
-func newMetrics(reg prometheus.Registerer, gauges func() (map[pb.CdnMode]int, int)) *metrics {
+func newMetrics(reg prometheus.Registerer, gauges func() (map[clientpb.CdnMode]int, int)) *metrics {
 	m := &metrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_cdnmanager_assignment_changes_total",
@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, gauges func() (map[pb.CdnMode]int, in
 			Name: "roomcast_cdnmanager_pushers",
 			Help: "Pushers live: reporting within the lease, not leaving, with the manager's window.",
 		}, func() float64 { _, n := gauges(); return float64(n) }))
-	for mode, label := range map[pb.CdnMode]string{pb.CdnMode_CDN_MODE_BULK: "bulk", pb.CdnMode_CDN_MODE_NORMAL_AND_BULK: "normal_and_bulk"} {
+	for mode, label := range map[clientpb.CdnMode]string{clientpb.CdnMode_CDN_MODE_BULK: "bulk", clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK: "normal_and_bulk"} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "roomcast_cdnmanager_rooms",
 			Help:        "Rooms in CDN mode, by mode.",

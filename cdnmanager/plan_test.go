@@ -8,7 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // planner is a manager without a bus: what planLocked decides from its inputs.
@@ -19,9 +21,9 @@ func planner(now time.Time) *Manager {
 	}
 	m := &Manager{
 		cfg: cfg, windowMs: 1000, pushers: map[string]pusherState{}, nodes: map[string]*nodeState{},
-		policies: map[string]*pb.CdnPolicy{}, pins: map[roomKey]*pb.RoomCdn{}, routes: map[roomKey]*pb.CdnRoute{},
+		policies: map[string]*apipb.CdnPolicy{}, pins: map[roomKey]*apipb.RoomCdn{}, routes: map[roomKey]*buspb.CdnRoute{},
 		ruleHeld: map[roomKey]time.Time{}, started: now.Add(-time.Hour),
-		vendors: []*pb.CdnVendor{{UrlTemplate: "http://cdn.example/{app}/{room}/{window_ms}/{index}", Weight: 1}},
+		vendors: []*clientpb.CdnVendor{{UrlTemplate: "http://cdn.example/{app}/{room}/{window_ms}/{index}", Weight: 1}},
 	}
 	return m
 }
@@ -51,11 +53,11 @@ func TestPlan(t *testing.T) {
 	m := planner(now)
 	m.pushers["p1"] = pusherState{seen: now, windowMs: 1000}
 	for i := range 6 {
-		m.pins[roomKey{"a", fmt.Sprint("r", i)}] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_BULK}
+		m.pins[roomKey{"a", fmt.Sprint("r", i)}] = &apipb.RoomCdn{PinnedMode: clientpb.CdnMode_CDN_MODE_BULK}
 	}
 
 	plan := m.planLocked(now, cur)
-	if len(plan) != 6 || plan[0].reason != reasonNew || plan[0].announce.GetMode() != pb.CdnMode_CDN_MODE_BULK || plan[0].route.FromIndex != cur {
+	if len(plan) != 6 || plan[0].reason != reasonNew || plan[0].announce.GetMode() != clientpb.CdnMode_CDN_MODE_BULK || plan[0].route.FromIndex != cur {
 		t.Fatalf("six new rooms: %+v", plan)
 	}
 	m.applyPlan(plan)
@@ -119,7 +121,7 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("no live pusher: %d changes", len(plan))
 	}
 	for _, c := range plan {
-		if c.route != nil || c.reason != reasonOff || c.announce.GetMode() != pb.CdnMode_CDN_MODE_OFF {
+		if c.route != nil || c.reason != reasonOff || c.announce.GetMode() != clientpb.CdnMode_CDN_MODE_OFF {
 			t.Errorf("no live pusher: %+v", c)
 		}
 	}
@@ -130,19 +132,19 @@ func TestPlan(t *testing.T) {
 func TestRules(t *testing.T) {
 	now := time.UnixMilli(1_000_000_000)
 	m := planner(now)
-	m.policies["a"] = &pb.CdnPolicy{OnlineThreshold: 100, FlowControlLevel: 0.7, RuleMode: pb.CdnMode_CDN_MODE_NORMAL_AND_BULK}
+	m.policies["a"] = &apipb.CdnPolicy{OnlineThreshold: 100, FlowControlLevel: 0.7, RuleMode: clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK}
 	m.nodes["n1"] = &nodeState{seen: now, loadSeen: now, strength: 0.2, rooms: map[roomKey]int64{{"a", "big"}: 60, {"a", "hot"}: 5, {"a", "calm"}: 5}}
 	m.nodes["n2"] = &nodeState{seen: now, loadSeen: now, strength: 0.9, rooms: map[roomKey]int64{{"a", "big"}: 40, {"a", "hot"}: 1}}
 	m.nodes["n1"].rooms[roomKey{"b", "big"}] = 100 // app b: the defaults, 10,000 and 0.5
-	m.pins[roomKey{"a", "pinned"}] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_OFF}
+	m.pins[roomKey{"a", "pinned"}] = &apipb.RoomCdn{PinnedMode: clientpb.CdnMode_CDN_MODE_OFF}
 	m.nodes["n2"].rooms[roomKey{"a", "pinned"}] = 500
 	m.watchRulesLocked(now)
-	for k, want := range map[roomKey]pb.CdnMode{
-		{"a", "big"}:    pb.CdnMode_CDN_MODE_NORMAL_AND_BULK, // 100 online
-		{"a", "hot"}:    pb.CdnMode_CDN_MODE_NORMAL_AND_BULK, // on n2, flow control 0.9
-		{"a", "calm"}:   pb.CdnMode_CDN_MODE_OFF,
-		{"b", "big"}:    pb.CdnMode_CDN_MODE_OFF,
-		{"a", "pinned"}: pb.CdnMode_CDN_MODE_OFF,
+	for k, want := range map[roomKey]clientpb.CdnMode{
+		{"a", "big"}:    clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK, // 100 online
+		{"a", "hot"}:    clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK, // on n2, flow control 0.9
+		{"a", "calm"}:   clientpb.CdnMode_CDN_MODE_OFF,
+		{"b", "big"}:    clientpb.CdnMode_CDN_MODE_OFF,
+		{"a", "pinned"}: clientpb.CdnMode_CDN_MODE_OFF,
 	} {
 		if got, _ := m.desiredLocked(k); got != want {
 			t.Errorf("%v: %v, want %v", k, got, want)
@@ -154,11 +156,11 @@ func TestRules(t *testing.T) {
 		m.watchRulesLocked(at)
 	}
 	report(now.Add(m.cfg.RuleHold / 2))
-	if got, _ := m.desiredLocked(roomKey{"a", "big"}); got != pb.CdnMode_CDN_MODE_NORMAL_AND_BULK {
+	if got, _ := m.desiredLocked(roomKey{"a", "big"}); got != clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK {
 		t.Errorf("within the hold: %v", got)
 	}
 	report(now.Add(m.cfg.RuleHold))
-	if got, _ := m.desiredLocked(roomKey{"a", "big"}); got != pb.CdnMode_CDN_MODE_OFF {
+	if got, _ := m.desiredLocked(roomKey{"a", "big"}); got != clientpb.CdnMode_CDN_MODE_OFF {
 		t.Errorf("after the hold: %v", got)
 	}
 }
@@ -172,20 +174,20 @@ func TestPlanOff(t *testing.T) {
 	m := planner(now)
 	m.pushers["p1"] = pusherState{seen: now, windowMs: 1000}
 	k := roomKey{"a", "r"}
-	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_BULK}
+	m.pins[k] = &apipb.RoomCdn{PinnedMode: clientpb.CdnMode_CDN_MODE_BULK}
 	m.applyPlan(m.planLocked(now, cur))
 	on := m.routes[k]
 
-	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_OFF}
+	m.pins[k] = &apipb.RoomCdn{PinnedMode: clientpb.CdnMode_CDN_MODE_OFF}
 	plan := m.planLocked(now, cur)
 	if len(plan) != 1 || plan[0].reason != reasonOff || plan[0].route == nil {
 		t.Fatalf("off: %+v", plan)
 	}
 	r, off := plan[0].route, plan[0].announce
-	if r.Pusher != "p1" || r.Mode != pb.CdnMode_CDN_MODE_BULK || r.UntilIndex != cur+handoffWindows {
+	if r.Pusher != "p1" || r.Mode != clientpb.CdnMode_CDN_MODE_BULK || r.UntilIndex != cur+handoffWindows {
 		t.Errorf("ending route: %v", r)
 	}
-	if off.Mode != pb.CdnMode_CDN_MODE_OFF || off.LastIndex != cur+handoffWindows-1 || off.WindowMs != 1000 ||
+	if off.Mode != clientpb.CdnMode_CDN_MODE_OFF || off.LastIndex != cur+handoffWindows-1 || off.WindowMs != 1000 ||
 		len(off.Vendors) != 1 || !proto.Equal(r.Config, off) {
 		t.Errorf("members told %v", off)
 	}
@@ -201,11 +203,11 @@ func TestPlanOff(t *testing.T) {
 	}
 
 	// Back on in the window it went off in: kept, members told.
-	m.pins[k] = &pb.RoomCdn{PinnedMode: pb.CdnMode_CDN_MODE_BULK}
+	m.pins[k] = &apipb.RoomCdn{PinnedMode: clientpb.CdnMode_CDN_MODE_BULK}
 	m.routes[k] = r
 	plan = m.planLocked(now, cur)
 	if len(plan) != 1 || plan[0].route.GetUntilIndex() != 0 || plan[0].route.Pusher != "p1" ||
-		plan[0].route.FromIndex != on.FromIndex || plan[0].announce.GetMode() != pb.CdnMode_CDN_MODE_BULK {
+		plan[0].route.FromIndex != on.FromIndex || plan[0].announce.GetMode() != clientpb.CdnMode_CDN_MODE_BULK {
 		t.Errorf("back on: %+v", plan)
 	}
 	// Back on a window later: too late for everyone to read it before the end; it ends first.

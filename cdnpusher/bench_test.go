@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // discardStore takes every segment and keeps nothing: the benchmark measures the pusher, not
@@ -38,16 +38,16 @@ func BenchmarkAggregate(b *testing.B) {
 
 	// One window's worth of messages, restamped for each window: Add keeps a message only
 	// until its window is written out, which happens before the next window starts.
-	msgs := make([]*pb.Message, perWindow)
+	msgs := make([]*clientpb.Message, perWindow)
 	for i := range msgs {
-		lane := pb.Lane_LANE_BULK
+		lane := clientpb.Lane_LANE_BULK
 		switch {
 		case i%100 == 0:
-			lane = pb.Lane_LANE_CRITICAL
+			lane = clientpb.Lane_LANE_CRITICAL
 		case i%20 == 0:
-			lane = pb.Lane_LANE_NORMAL
+			lane = clientpb.Lane_LANE_NORMAL
 		}
-		msgs[i] = &pb.Message{
+		msgs[i] = &clientpb.Message{
 			Id: fmt.Sprintf("01KB%022d", i), Room: fmt.Sprintf("room-%d", i%rooms), Sender: fmt.Sprintf("u%d", i%5000),
 			Type: "danmaku", Lane: lane, Body: []byte("hahahahaha 666 主播好"),
 		}

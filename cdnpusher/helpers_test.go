@@ -15,7 +15,7 @@ import (
 
 	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -66,14 +66,14 @@ func (w testWriter) Write(b []byte) (int, error) {
 }
 
 // msg is a message of room in lane, stamped ms, with an id that sorts by seq.
-func msg(room string, lane pb.Lane, ms int64, seq int) *pb.Message {
-	return &pb.Message{
+func msg(room string, lane clientpb.Lane, ms int64, seq int) *clientpb.Message {
+	return &clientpb.Message{
 		Id: fmt.Sprintf("01KB%022d", seq), Room: room, Sender: "u1", Type: "danmaku",
 		Lane: lane, Body: fmt.Appendf(nil, "m%d", seq), ServerTimeMs: ms,
 	}
 }
 
-func add(t *testing.T, p *Pusher, msgs ...*pb.Message) {
+func add(t *testing.T, p *Pusher, msgs ...*clientpb.Message) {
 	t.Helper()
 	for _, m := range msgs {
 		if err := p.Add(app, m); err != nil {
@@ -84,10 +84,10 @@ func add(t *testing.T, p *Pusher, msgs ...*pb.Message) {
 
 // fetch waits until the segment of room and index is on storage, checks the headers clients
 // rely on and decodes it as a client would.
-func fetch(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64) *pb.Segment {
+func fetch(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int64) *clientpb.Segment {
 	t.Helper()
 	key := p.cfg.Prefix + segment.Key(app, room, p.windowMs, index)
-	var s *pb.Segment
+	var s *clientpb.Segment
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		resp, body, err := srv.Get(key)
 		if err != nil {
@@ -127,7 +127,7 @@ func missing(t *testing.T, srv *s3test.Server, p *Pusher, room string, index int
 	}
 }
 
-func ids(msgs []*pb.Message) []string {
+func ids(msgs []*clientpb.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.Id
@@ -136,7 +136,7 @@ func ids(msgs []*pb.Message) []string {
 }
 
 // seqOf is the seq msg gave m's id.
-func seqOf(t *testing.T, m *pb.Message) int {
+func seqOf(t *testing.T, m *clientpb.Message) int {
 	t.Helper()
 	n, err := strconv.Atoi(m.Id[4:])
 	if err != nil {

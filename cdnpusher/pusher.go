@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -154,13 +154,13 @@ func New(cfg Config) (*Pusher, error) {
 // window was already written out, to the oldest one still open). It never waits on storage.
 // The pusher keeps m: the caller must not change it afterwards. A message refused is counted
 // by its reason (roomcast_cdnpusher_refused_messages_total).
-func (p *Pusher) Add(app string, m *pb.Message) error {
+func (p *Pusher) Add(app string, m *clientpb.Message) error {
 	return p.addFrom(app, m, trace.SpanContext{})
 }
 
 // addFrom is Add for a message that came in the traced batch from (a zero SpanContext: not
 // traced): the write of its segment is traced under from.
-func (p *Pusher) addFrom(app string, m *pb.Message, from trace.SpanContext) error {
+func (p *Pusher) addFrom(app string, m *clientpb.Message, from trace.SpanContext) error {
 	err := p.add(app, m, from)
 	if err != nil {
 		p.metrics.refused[refusalOf(err)].Inc()
@@ -168,7 +168,7 @@ func (p *Pusher) addFrom(app string, m *pb.Message, from trace.SpanContext) erro
 	return err
 }
 
-func (p *Pusher) add(app string, m *pb.Message, from trace.SpanContext) error {
+func (p *Pusher) add(app string, m *clientpb.Message, from trace.SpanContext) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("%w: nil", ErrInvalid)
@@ -364,7 +364,7 @@ func (p *Pusher) runSealer() {
 type closedWindow struct {
 	app, room string
 	index     int64
-	msgs      []*pb.Message
+	msgs      []*clientpb.Message
 	sampled   int
 	traced    []trace.SpanContext // window.traced
 }
@@ -437,7 +437,7 @@ func (p *Pusher) closeOldest(sh *shard, r *room) closedWindow {
 // queued segment if the queue is full.
 func (p *Pusher) enqueue(w closedWindow) {
 	order(w.msgs)
-	s := &pb.Segment{
+	s := &clientpb.Segment{
 		App: w.app, Room: w.room, WindowMs: p.windowMs, Index: w.index,
 		Messages: w.msgs,
 		Sampled:  uint32(w.sampled),

@@ -15,7 +15,7 @@ import (
 
 	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // A window's messages land, ordered, as one segment at {prefix}{app}/{room}/{window_ms}/{index}
@@ -26,16 +26,16 @@ func TestSegmentsLandOrdered(t *testing.T) {
 	srv := s3test.Start(t)
 	p, clock := start(t, srv, Config{Prefix: "live/"})
 
-	var sent []*pb.Message
+	var sent []*clientpb.Message
 	for i := range 60 {
-		lane := []pb.Lane{pb.Lane_LANE_BULK, pb.Lane_LANE_NORMAL, pb.Lane_LANE_CRITICAL, pb.Lane_LANE_UNSPECIFIED}[i%4]
+		lane := []clientpb.Lane{clientpb.Lane_LANE_BULK, clientpb.Lane_LANE_NORMAL, clientpb.Lane_LANE_CRITICAL, clientpb.Lane_LANE_UNSPECIFIED}[i%4]
 		// Times repeat so that ids decide between equal times.
 		sent = append(sent, msg("r1", lane, t0Index*1000+int64(i%7)*100, i))
 	}
 	shuffled := slices.Clone(sent)
 	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	add(t, p, shuffled...)
-	add(t, p, msg("r2", pb.Lane_LANE_BULK, t0+1, 1000))
+	add(t, p, msg("r2", clientpb.Lane_LANE_BULK, t0+1, 1000))
 
 	p.seal(false)
 	missing(t, srv, p, "r1", t0Index)
@@ -44,10 +44,10 @@ func TestSegmentsLandOrdered(t *testing.T) {
 	s := fetch(t, srv, p, "r1", t0Index)
 	// The expected order, built another way: stable sorts from the last key to the first.
 	want := slices.Clone(sent)
-	slices.SortStableFunc(want, func(a, b *pb.Message) int { return strings.Compare(a.Id, b.Id) })
-	slices.SortStableFunc(want, func(a, b *pb.Message) int { return int(a.ServerTimeMs - b.ServerTimeMs) })
-	rank := map[pb.Lane]int{pb.Lane_LANE_CRITICAL: 0, pb.Lane_LANE_NORMAL: 1, pb.Lane_LANE_UNSPECIFIED: 1, pb.Lane_LANE_BULK: 2}
-	slices.SortStableFunc(want, func(a, b *pb.Message) int { return rank[a.Lane] - rank[b.Lane] })
+	slices.SortStableFunc(want, func(a, b *clientpb.Message) int { return strings.Compare(a.Id, b.Id) })
+	slices.SortStableFunc(want, func(a, b *clientpb.Message) int { return int(a.ServerTimeMs - b.ServerTimeMs) })
+	rank := map[clientpb.Lane]int{clientpb.Lane_LANE_CRITICAL: 0, clientpb.Lane_LANE_NORMAL: 1, clientpb.Lane_LANE_UNSPECIFIED: 1, clientpb.Lane_LANE_BULK: 2}
+	slices.SortStableFunc(want, func(a, b *clientpb.Message) int { return rank[a.Lane] - rank[b.Lane] })
 	if !slices.Equal(ids(s.Messages), ids(want)) {
 		t.Fatalf("order:\n got %v\nwant %v", ids(s.Messages), ids(want))
 	}
@@ -76,18 +76,18 @@ func TestCapSamples(t *testing.T) {
 	p, clock := start(t, srv, Config{})
 
 	seq := 0
-	next := func(lane pb.Lane) *pb.Message {
+	next := func(lane clientpb.Lane) *clientpb.Message {
 		seq++
 		return msg("big", lane, t0+int64(seq%600), seq)
 	}
 	for range 1000 {
-		add(t, p, next(pb.Lane_LANE_BULK))
+		add(t, p, next(clientpb.Lane_LANE_BULK))
 	}
 	for range 50 {
-		add(t, p, next(pb.Lane_LANE_CRITICAL))
+		add(t, p, next(clientpb.Lane_LANE_CRITICAL))
 	}
 	for range 100 {
-		add(t, p, next(pb.Lane_LANE_NORMAL))
+		add(t, p, next(clientpb.Lane_LANE_NORMAL))
 	}
 	closeWindow(clock, p, t0Index)
 	s := fetch(t, srv, p, "big", t0Index)
@@ -96,7 +96,7 @@ func TestCapSamples(t *testing.T) {
 	lastBulk := 0
 	for _, m := range s.Messages {
 		lanes[classOf(m.Lane)]++
-		if m.Lane == pb.Lane_LANE_BULK {
+		if m.Lane == clientpb.Lane_LANE_BULK {
 			lastBulk = max(lastBulk, seqOf(t, m))
 		}
 	}
@@ -123,11 +123,11 @@ func TestLateMessageGoesToNextWindow(t *testing.T) {
 	srv := s3test.Start(t)
 	p, clock := start(t, srv, Config{})
 
-	first := msg("r1", pb.Lane_LANE_BULK, t0, 1)
+	first := msg("r1", clientpb.Lane_LANE_BULK, t0, 1)
 	add(t, p, first)
 	closeWindow(clock, p, t0Index)
-	late := msg("r1", pb.Lane_LANE_BULK, t0+500, 2) // stamped in t0Index, which is written
-	next := msg("r1", pb.Lane_LANE_BULK, (t0Index+1)*1000+10, 3)
+	late := msg("r1", clientpb.Lane_LANE_BULK, t0+500, 2) // stamped in t0Index, which is written
+	next := msg("r1", clientpb.Lane_LANE_BULK, (t0Index+1)*1000+10, 3)
 	add(t, p, late, next)
 	closeWindow(clock, p, t0Index+1)
 
@@ -153,7 +153,7 @@ func TestEmptyWindows(t *testing.T) {
 	if err := p.Open(app, "quiet"); err != nil {
 		t.Fatal(err)
 	}
-	add(t, p, msg("chatty", pb.Lane_LANE_BULK, t0, 1))
+	add(t, p, msg("chatty", clientpb.Lane_LANE_BULK, t0, 1))
 	for i := range int64(3) {
 		closeWindow(clock, p, t0Index+i)
 	}
@@ -184,7 +184,7 @@ func TestCloseWritesOpenWindows(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
 	p, _ := start(t, srv, Config{})
-	m := msg("r1", pb.Lane_LANE_BULK, t0, 1)
+	m := msg("r1", clientpb.Lane_LANE_BULK, t0, 1)
 	add(t, p, m)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -202,20 +202,20 @@ func TestAddRefuses(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
 	p, _ := start(t, srv, Config{})
-	targeted := msg("r1", pb.Lane_LANE_BULK, t0, 1)
+	targeted := msg("r1", clientpb.Lane_LANE_BULK, t0, 1)
 	targeted.TagExpr = "class == 'a'"
-	badType := msg("r1", pb.Lane_LANE_BULK, t0, 2)
+	badType := msg("r1", clientpb.Lane_LANE_BULK, t0, 2)
 	badType.Type = "\xff"
 	for name, tc := range map[string]struct {
 		app  string
-		m    *pb.Message
+		m    *clientpb.Message
 		want error
 	}{
 		"targeted": {app, targeted, ErrTargeted},
 		"nil":      {app, nil, ErrInvalid},
-		"bad room": {app, msg("a/b", pb.Lane_LANE_BULK, t0, 3), ErrInvalid},
-		"bad app":  {"", msg("r1", pb.Lane_LANE_BULK, t0, 4), ErrInvalid},
-		"no id":    {app, &pb.Message{Room: "r1"}, ErrInvalid},
+		"bad room": {app, msg("a/b", clientpb.Lane_LANE_BULK, t0, 3), ErrInvalid},
+		"bad app":  {"", msg("r1", clientpb.Lane_LANE_BULK, t0, 4), ErrInvalid},
+		"no id":    {app, &clientpb.Message{Room: "r1"}, ErrInvalid},
 		"not utf8": {app, badType, ErrInvalid},
 	} {
 		if err := p.Add(tc.app, tc.m); !errors.Is(err, tc.want) {
@@ -241,14 +241,14 @@ func TestStorageOutage(t *testing.T) {
 	const queueLen, writers = 8, 2
 	p, clock := start(t, srv, Config{Queue: queueLen, Writers: writers, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 
-	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 0))
+	add(t, p, msg("r1", clientpb.Lane_LANE_BULK, t0, 0))
 	closeWindow(clock, p, t0Index)
 	fetch(t, srv, p, "r1", t0Index)
 
 	srv.Stop()
 	const outage = 40
 	for i := int64(1); i <= outage; i++ {
-		add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+i)*1000+1, int(i)))
+		add(t, p, msg("r1", clientpb.Lane_LANE_BULK, (t0Index+i)*1000+1, int(i)))
 		closeWindow(clock, p, t0Index+i)
 		if n := p.queue.len(); n > queueLen {
 			t.Fatalf("%d segments queued, cap %d", n, queueLen)
@@ -281,7 +281,7 @@ func TestStorageOutage(t *testing.T) {
 		return nil
 	})
 	// And it goes on.
-	add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+outage+1)*1000, 99))
+	add(t, p, msg("r1", clientpb.Lane_LANE_BULK, (t0Index+outage+1)*1000, 99))
 	closeWindow(clock, p, t0Index+outage+1)
 	fetch(t, srv, p, "r1", t0Index+outage+1)
 }
@@ -298,7 +298,7 @@ func TestAddNeverWaitsOnStorage(t *testing.T) {
 	for w := int64(0); w < 20; w++ {
 		for i := range 500 {
 			start := time.Now()
-			add(t, p, msg("r1", pb.Lane_LANE_BULK, (t0Index+w)*1000+int64(i), int(w)*1000+i))
+			add(t, p, msg("r1", clientpb.Lane_LANE_BULK, (t0Index+w)*1000+int64(i), int(w)*1000+i))
 			slowest = max(slowest, time.Since(start))
 		}
 		closeWindow(clock, p, t0Index+w)
@@ -323,7 +323,7 @@ func TestCloseGivesUpWhenStorageIsDown(t *testing.T) {
 	srv := s3test.Start(t)
 	p, _ := start(t, srv, Config{RetryMin: 5 * time.Millisecond})
 	srv.Stop()
-	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 1), msg("r2", pb.Lane_LANE_BULK, t0, 2))
+	add(t, p, msg("r1", clientpb.Lane_LANE_BULK, t0, 1), msg("r2", clientpb.Lane_LANE_BULK, t0, 2))
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -343,7 +343,7 @@ func TestGiveUp(t *testing.T) {
 	srv := s3test.Start(t)
 	p, clock := start(t, srv, Config{RetryMin: 5 * time.Millisecond, GiveUpAfter: 50 * time.Millisecond})
 	srv.Stop()
-	add(t, p, msg("r1", pb.Lane_LANE_BULK, t0, 1))
+	add(t, p, msg("r1", clientpb.Lane_LANE_BULK, t0, 1))
 	closeWindow(clock, p, t0Index)
 	waitCounter(t, p.metrics.gaps[gapGaveUp], 1)
 	srv.Restart()
@@ -360,16 +360,16 @@ func TestHandoff(t *testing.T) {
 	next, nextClock := start(t, srv, Config{})
 	const at = t0Index + 2
 
-	add(t, old, msg("r", pb.Lane_LANE_BULK, t0, 1))
+	add(t, old, msg("r", clientpb.Lane_LANE_BULK, t0, 1))
 	if err := next.Assign(app, "r", at); err != nil {
 		t.Fatal(err)
 	}
 	old.Release(app, "r", at)
-	add(t, old, msg("r", pb.Lane_LANE_BULK, t0+1000, 2))
-	if err := old.Add(app, msg("r", pb.Lane_LANE_BULK, at*1000+5, 3)); !errors.Is(err, ErrReleased) {
+	add(t, old, msg("r", clientpb.Lane_LANE_BULK, t0+1000, 2))
+	if err := old.Add(app, msg("r", clientpb.Lane_LANE_BULK, at*1000+5, 3)); !errors.Is(err, ErrReleased) {
 		t.Fatalf("a message of the new pusher's window: %v, want ErrReleased", err)
 	}
-	add(t, next, msg("r", pb.Lane_LANE_BULK, at*1000+5, 4))
+	add(t, next, msg("r", clientpb.Lane_LANE_BULK, at*1000+5, 4))
 	for i := int64(0); i < 4; i++ {
 		closeWindow(clock, old, t0Index+i)
 		closeWindow(nextClock, next, t0Index+i)
@@ -383,7 +383,7 @@ func TestHandoff(t *testing.T) {
 	if got := promtest.ToFloat64(old.metrics.segments); got != 2 {
 		t.Errorf("the old pusher wrote %v segments, want 2 (the windows before the handoff)", got)
 	}
-	if err := old.Add(app, msg("r", pb.Lane_LANE_BULK, at*1000+900, 5)); !errors.Is(err, ErrReleased) || old.Rooms() != 0 {
+	if err := old.Add(app, msg("r", clientpb.Lane_LANE_BULK, at*1000+900, 5)); !errors.Is(err, ErrReleased) || old.Rooms() != 0 {
 		t.Fatalf("a straggler after the handoff: %v, %d rooms", err, old.Rooms())
 	}
 	if got := promtest.ToFloat64(old.metrics.refused[refusedReleased]); got != 2 {

@@ -19,7 +19,7 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 	"roomcast/proto/segment"
 	"roomcast/store/cdnstore"
 )
@@ -141,7 +141,7 @@ func (s *Service) ID() string { return s.cfg.ID }
 func (s *Service) onBatch(msg *nats.Msg) {
 	_, span := bus.StartConsumer(msg, "cdn pusher batch")
 	defer span.End()
-	var b pb.CdnBatch
+	var b buspb.CdnBatch
 	if err := proto.Unmarshal(msg.Data, &b); err != nil {
 		s.log.Warn("dropping a CDN batch that does not parse")
 		span.SetStatus(codes.Error, "does not parse")
@@ -177,7 +177,7 @@ func (s *Service) applyRoute(key string, value []byte) {
 		}
 		return
 	}
-	var r pb.CdnRoute
+	var r buspb.CdnRoute
 	if err := proto.Unmarshal(value, &r); err != nil {
 		s.log.Warn("route does not parse", "key", key)
 		return
@@ -211,7 +211,7 @@ func (s *Service) ownedRooms() int {
 }
 
 func (s *Service) report() {
-	err := bus.Publish(s.cfg.Bus, bus.SubjectCdnPushers, &pb.PusherReport{
+	err := bus.Publish(s.cfg.Bus, bus.SubjectCdnPushers, &buspb.PusherReport{
 		Pusher: s.cfg.ID, TimeMs: time.Now().UnixMilli(), WindowMs: s.pusher.windowMs,
 		Rooms: int64(s.pusher.Rooms()), Leaving: s.leaving.Load(),
 	})

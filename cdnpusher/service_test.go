@@ -8,15 +8,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/cdnstore"
 )
 
 // startService runs a pusher instance named id on a fresh NATS server and srv, its windows
 // closed by clock, with cfg's other fields; it returns the instance and the routes' KV bucket.
-func startService(t *testing.T, srv *s3test.Server, id string, cfg Config) (*Service, *testkit.Clock, func(r *pb.CdnRoute)) {
+func startService(t *testing.T, srv *s3test.Server, id string, cfg Config) (*Service, *testkit.Clock, func(r *buspb.CdnRoute)) {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.NATS(t))
 	clock := testkit.NewClock(time.UnixMilli(t0))
@@ -38,7 +39,7 @@ func startService(t *testing.T, srv *s3test.Server, id string, cfg Config) (*Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(r *pb.CdnRoute) {
+	put := func(r *buspb.CdnRoute) {
 		t.Helper()
 		b, err := proto.Marshal(r)
 		if err != nil {
@@ -58,7 +59,7 @@ func TestRoutedRoomNeverIdles(t *testing.T) {
 	srv := s3test.Start(t)
 	s, clock, put := startService(t, srv, "p1", Config{Idle: 3 * time.Second})
 	p := s.pusher
-	put(&pb.CdnRoute{App: app, Room: "quiet", Mode: pb.CdnMode_CDN_MODE_BULK, Pusher: "p1", FromIndex: t0Index})
+	put(&buspb.CdnRoute{App: app, Room: "quiet", Mode: clientpb.CdnMode_CDN_MODE_BULK, Pusher: "p1", FromIndex: t0Index})
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if p.Rooms() != 1 {
 			return errNotYet
@@ -79,7 +80,7 @@ func TestRoutedRoomNeverIdles(t *testing.T) {
 
 	// Leaving CDN mode at a window: written up to it, then forgotten.
 	until := int64(t0Index + windows + 2)
-	put(&pb.CdnRoute{App: app, Room: "quiet", Mode: pb.CdnMode_CDN_MODE_BULK, Pusher: "p1", FromIndex: t0Index, UntilIndex: until})
+	put(&buspb.CdnRoute{App: app, Room: "quiet", Mode: clientpb.CdnMode_CDN_MODE_BULK, Pusher: "p1", FromIndex: t0Index, UntilIndex: until})
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if roomEnd(p, "quiet") != until {
 			return errNotYet

@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Priority classes, highest first: the order of a segment and of what the cap keeps.
@@ -19,11 +19,11 @@ const (
 )
 
 // classOf maps a lane to its class. An unspecified or unknown lane is normal, as everywhere else.
-func classOf(l pb.Lane) int {
+func classOf(l clientpb.Lane) int {
 	switch l {
-	case pb.Lane_LANE_CRITICAL:
+	case clientpb.Lane_LANE_CRITICAL:
 		return classCritical
-	case pb.Lane_LANE_BULK:
+	case clientpb.Lane_LANE_BULK:
 		return classBulk
 	}
 	return classNormal
@@ -34,10 +34,10 @@ func classOf(l pb.Lane) int {
 // the window is as likely to be kept as the first messages, and memory stays at cap.
 type reservoir struct {
 	seen int
-	kept []*pb.Message
+	kept []*clientpb.Message
 }
 
-func (r *reservoir) offer(m *pb.Message, capacity int, rng *rand.Rand) {
+func (r *reservoir) offer(m *clientpb.Message, capacity int, rng *rand.Rand) {
 	r.seen++
 	if len(r.kept) < capacity {
 		r.kept = append(r.kept, m)
@@ -61,7 +61,7 @@ type window struct {
 // maxSegmentLinks bounds the batches a segment's write span links to.
 const maxSegmentLinks = 32
 
-func (w *window) add(m *pb.Message, capacity int, rng *rand.Rand, from trace.SpanContext) {
+func (w *window) add(m *clientpb.Message, capacity int, rng *rand.Rand, from trace.SpanContext) {
 	w.classes[classOf(m.Lane)].offer(m, capacity, rng)
 	if from.IsSampled() && len(w.traced) < maxSegmentLinks && (len(w.traced) == 0 || !w.traced[len(w.traced)-1].Equal(from)) {
 		w.traced = append(w.traced, from)
@@ -72,12 +72,12 @@ func (w *window) add(m *pb.Message, capacity int, rng *rand.Rand, from trace.Spa
 // priority order, a class that does not fit whole reduced to a uniform sample of the room left;
 // and how many messages were sampled away. The messages are not yet sorted (see order). It
 // leaves w empty, ready for reuse.
-func (w *window) take(capacity int, rng *rand.Rand) (msgs []*pb.Message, sampled int) {
+func (w *window) take(capacity int, rng *rand.Rand) (msgs []*clientpb.Message, sampled int) {
 	n := 0
 	for c := range w.classes {
 		n += len(w.classes[c].kept)
 	}
-	msgs = make([]*pb.Message, 0, min(n, capacity))
+	msgs = make([]*clientpb.Message, 0, min(n, capacity))
 	for c := range w.classes {
 		r := &w.classes[c]
 		room := capacity - len(msgs)
@@ -102,8 +102,8 @@ func (w *window) take(capacity int, rng *rand.Rand) (msgs []*pb.Message, sampled
 
 // order sorts a segment's messages: class, then server time, then id (ids are unique and sort
 // by time, so this is a total order).
-func order(msgs []*pb.Message) {
-	slices.SortFunc(msgs, func(a, b *pb.Message) int {
+func order(msgs []*clientpb.Message) {
+	slices.SortFunc(msgs, func(a, b *clientpb.Message) int {
 		if c := cmp.Compare(classOf(a.Lane), classOf(b.Lane)); c != 0 {
 			return c
 		}

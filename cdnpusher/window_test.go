@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The cap keeps a uniform sample: over many windows, every position of a lane that does not
@@ -19,10 +19,10 @@ func TestSampleIsUniform(t *testing.T) {
 		capacity = 10
 	)
 	rng := rand.New(rand.NewPCG(1, 2))
-	msgs := make([]*pb.Message, offered)
-	pos := map[*pb.Message]int{}
+	msgs := make([]*clientpb.Message, offered)
+	pos := map[*clientpb.Message]int{}
 	for i := range msgs {
-		msgs[i] = &pb.Message{Id: "m", Lane: pb.Lane_LANE_BULK}
+		msgs[i] = &clientpb.Message{Id: "m", Lane: clientpb.Lane_LANE_BULK}
 		pos[msgs[i]] = i
 	}
 	var kept [offered]int
@@ -62,9 +62,9 @@ func TestCapKeepsHigherLanesFirst(t *testing.T) {
 		{critical: 1, normal: 2, bulk: 3, want: [numClasses]int{1, 2, 3}},
 	} {
 		var w window
-		for lane, n := range map[pb.Lane]int{pb.Lane_LANE_CRITICAL: tc.critical, pb.Lane_LANE_NORMAL: tc.normal, pb.Lane_LANE_BULK: tc.bulk} {
+		for lane, n := range map[clientpb.Lane]int{clientpb.Lane_LANE_CRITICAL: tc.critical, clientpb.Lane_LANE_NORMAL: tc.normal, clientpb.Lane_LANE_BULK: tc.bulk} {
 			for range n {
-				w.add(&pb.Message{Lane: lane}, 20, rng, trace.SpanContext{})
+				w.add(&clientpb.Message{Lane: lane}, 20, rng, trace.SpanContext{})
 			}
 		}
 		out, sampled := w.take(20, rng)

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"sync"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -32,22 +32,22 @@ func (n *Node) expr(src string) *tag.Expr {
 // lookups instead of 12,500 evaluations.
 type audiences struct {
 	msgs       []queued
-	exprs      []*tag.Expr              // by message; nil when no message is targeted or skipped
-	perMember  bool                     // an expression reads uid
-	always     []byte                   // bits of the messages without an expression
-	byTag      map[string][]byte        // bits of the messages whose expression names the tag (AnyOf)
-	evaluated  []int                    // messages whose expression is evaluated per set (or member)
-	skipped    []int                    // messages the budgets left out for some sets
-	bySet      map[*tag.Set]string      // the variant's audience key per tag set, as far as worked out (bySetPool)
-	keys       map[string]string        // the distinct audience keys, each made once per write
-	thinnedFor map[*tag.Set]*pb.Thinned // left out by the budgets, by tag set (a marker's thinnedCounts.byAudience)
-	thinned    map[string]*pb.Thinned   // the same, by audience key
-	scratch    []byte                   // the key being built
+	exprs      []*tag.Expr                    // by message; nil when no message is targeted or skipped
+	perMember  bool                           // an expression reads uid
+	always     []byte                         // bits of the messages without an expression
+	byTag      map[string][]byte              // bits of the messages whose expression names the tag (AnyOf)
+	evaluated  []int                          // messages whose expression is evaluated per set (or member)
+	skipped    []int                          // messages the budgets left out for some sets
+	bySet      map[*tag.Set]string            // the variant's audience key per tag set, as far as worked out (bySetPool)
+	keys       map[string]string              // the distinct audience keys, each made once per write
+	thinnedFor map[*tag.Set]*clientpb.Thinned // left out by the budgets, by tag set (a marker's thinnedCounts.byAudience)
+	thinned    map[string]*clientpb.Thinned   // the same, by audience key
+	scratch    []byte                         // the key being built
 }
 
 // newAudiences compiles the tag expressions of msgs; thinnedFor is what the budgets left out
 // for some tag sets only, which goes into those members' audience keys.
-func (n *Node) newAudiences(msgs []queued, thinnedFor map[*tag.Set]*pb.Thinned) audiences {
+func (n *Node) newAudiences(msgs []queued, thinnedFor map[*tag.Set]*clientpb.Thinned) audiences {
 	a := audiences{msgs: msgs, thinnedFor: thinnedFor}
 	for i, q := range msgs {
 		if q.m.TagExpr == "" && q.skip == nil {
@@ -128,7 +128,7 @@ func (a *audiences) of(c *conn) string {
 		if t := a.thinnedFor[set]; t != nil {
 			key = string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32([]byte(key), t.Normal), t.Bulk))
 			if a.thinned == nil {
-				a.thinned = make(map[string]*pb.Thinned)
+				a.thinned = make(map[string]*clientpb.Thinned)
 			}
 			a.thinned[key] = t
 		}
@@ -138,7 +138,7 @@ func (a *audiences) of(c *conn) string {
 }
 
 // thinnedOf returns what the budgets left out for the members of audience key (nil for none).
-func (a *audiences) thinnedOf(key string) *pb.Thinned { return a.thinned[key] }
+func (a *audiences) thinnedOf(key string) *clientpb.Thinned { return a.thinned[key] }
 
 // audience returns the bitset of the messages a member with tag set set and uid may see: bit i
 // is set when message i has no tag expression or the member satisfies it, and the budgets did

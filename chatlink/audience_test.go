@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -55,7 +55,7 @@ func TestWriteSendsEachMemberItsAudience(t *testing.T) {
 	skipFor := in.Intern([]string{"g:2", "c:2"})
 	var msgs []queued
 	for i, src := range exprs {
-		q := queued{m: &pb.Message{Id: strconv.Itoa(i), Lane: pb.Lane_LANE_CRITICAL, TagExpr: src}}
+		q := queued{m: &clientpb.Message{Id: strconv.Itoa(i), Lane: clientpb.Lane_LANE_CRITICAL, TagExpr: src}}
 		if i == len(exprs)-1 {
 			q.skip = map[*tag.Set]struct{}{skipFor: {}}
 		}
@@ -105,7 +105,7 @@ func TestWritesKeepTheirOwnAudiences(t *testing.T) {
 		} else {
 			wantOne = append(wantOne, id)
 		}
-		r.write([]queued{{m: &pb.Message{Id: id, Lane: pb.Lane_LANE_CRITICAL, TagExpr: target}}}, 0, 1)
+		r.write([]queued{{m: &clientpb.Message{Id: id, Lane: clientpb.Lane_LANE_CRITICAL, TagExpr: target}}}, 0, 1)
 	}
 	if got := fmt.Sprint(one.ids()); got != fmt.Sprint(wantOne) {
 		t.Errorf("the c:1 member got %s, want %v", got, wantOne)
@@ -132,7 +132,7 @@ func BenchmarkRoomWriteTargeted(b *testing.B) {
 		if i%2 == 1 {
 			src = fmt.Sprintf(`"c:%d" in tags || "c:%d" in tags || "g:%d" in tags`, i%10, (i+3)%10, i*7919%groups)
 		}
-		tick = append(tick, queued{m: &pb.Message{Id: strconv.Itoa(i), Lane: pb.Lane_LANE_CRITICAL, Body: make([]byte, 64), TagExpr: src}})
+		tick = append(tick, queued{m: &clientpb.Message{Id: strconv.Itoa(i), Lane: clientpb.Lane_LANE_CRITICAL, Body: make([]byte, 64), TagExpr: src}})
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

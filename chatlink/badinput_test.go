@@ -17,7 +17,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // closeCount reads how many connections node closed with code from /metrics.
@@ -45,8 +45,8 @@ func expiredToken(t *testing.T) string {
 	return tok
 }
 
-func loginFrame(tok string) *pb.Frame {
-	return &pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok}}}
+func loginFrame(tok string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok}}}
 }
 
 // TestBadInput sends each kind of bad input over each transport and checks the documented close
@@ -74,26 +74,26 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 
 	cases := []struct {
 		name string
-		code pb.CloseCode
+		code clientpb.CloseCode
 		act  func(c *testkit.Client)
 	}{
-		{"bad signature", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame(wrongSecret)) }},
-		{"token not a JWT", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame("not.a.token")) }},
-		{"expired token", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, func(cl *testkit.Client) { cl.Send(loginFrame(expiredToken(t))) }},
-		{"garbage frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { _ = cl.SendPayload([]byte{0xff, 0xff, 0xff, 0x01, 0x02}) }},
-		{"empty frame kind", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { cl.Send(&pb.Frame{}) }},
-		{"send before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) { cl.Send(sendFrame(1, "hi")) }},
-		{"heartbeat before login", pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) {
-			cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		{"bad signature", clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame(wrongSecret)) }},
+		{"token not a JWT", clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, func(cl *testkit.Client) { cl.Send(loginFrame("not.a.token")) }},
+		{"expired token", clientpb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, func(cl *testkit.Client) { cl.Send(loginFrame(expiredToken(t))) }},
+		{"garbage frame", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { _ = cl.SendPayload([]byte{0xff, 0xff, 0xff, 0x01, 0x02}) }},
+		{"empty frame kind", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) { cl.Send(&clientpb.Frame{}) }},
+		{"send before login", clientpb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) { cl.Send(sendFrame(1, "hi")) }},
+		{"heartbeat before login", clientpb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, func(cl *testkit.Client) {
+			cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}})
 		}},
-		{"server-only frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
-			cl.Send(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{}}})
+		{"server-only frame", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
+			cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{}}})
 		}},
-		{"second login", pb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
+		{"second login", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, func(cl *testkit.Client) {
 			cl.Login(testcluster.Token(t, "twice", "r1"))
 			cl.Send(loginFrame(testcluster.Token(t, "twice", "r1")))
 		}},
-		{"no login in time", pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, func(*testkit.Client) {}},
+		{"no login in time", clientpb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, func(*testkit.Client) {}},
 	}
 	for _, tc := range cases {
 		for _, transport := range []string{"ws", "tcp"} {
@@ -119,7 +119,7 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 		if err := tc.SendText("hello?"); err != nil {
 			t.Fatal(err)
 		}
-		tc.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
+		tc.ExpectKick(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME)
 	})
 
 	t.Run("oversize frame/ws", func(t *testing.T) {
@@ -146,7 +146,7 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 		if err := cl.Write([]byte{0x40, 0, 0, 0}); err != nil {
 			t.Fatal(err)
 		}
-		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE)
+		cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE)
 		if after := closeCount(t, c, node.Name(), "CLOSE_CODE_FRAME_TOO_LARGE"); after != before+1 {
 			t.Fatalf("FRAME_TOO_LARGE closes went from %d to %d", before, after)
 		}
@@ -157,7 +157,7 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 		if err := cl.Write([]byte{0, 0, 0, 10, 1, 2}); err != nil { // 2 of 10 announced bytes
 			t.Fatal(err)
 		}
-		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
+		cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
 	})
 
 	t.Run("pings do not extend the login deadline", func(t *testing.T) {
@@ -183,7 +183,7 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 			}
 		}()
 		defer func() { close(stop); <-pinged }()
-		cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
+		cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT)
 		if took := time.Since(start); took > 2*time.Second {
 			t.Fatalf("closed after %v with a 300ms login deadline", took)
 		}
@@ -192,16 +192,16 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 	t.Run("bad sends get errors, connection stays", func(t *testing.T) {
 		cl := testkit.DialWS(t, node.WSURL())
 		cl.Login(testcluster.Token(t, "sender", "r1"))
-		for i, s := range []*pb.Send{
+		for i, s := range []*clientpb.Send{
 			{Seq: 1, Body: nil},
 			{Seq: 2, Body: bytes.Repeat([]byte("x"), 16<<10+1)},
 			{Seq: 3, Body: []byte("x"), Lane: 9},
 			{Seq: 4, Body: []byte("x"), TagExpr: `"a" in`},
 		} {
-			cl.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: s}})
+			cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: s}})
 			e := cl.Next().GetError()
-			want := []pb.ErrorCode{pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE,
-				pb.ErrorCode_ERROR_CODE_BAD_REQUEST, pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR}[i]
+			want := []clientpb.ErrorCode{clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, clientpb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE,
+				clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR}[i]
 			if e == nil || e.Seq != s.Seq || e.Code != uint32(want) {
 				t.Fatalf("send %d: want Error %v, got %v", s.Seq, want, e)
 			}
@@ -242,7 +242,7 @@ func TestHeartbeat(t *testing.T) {
 	var interval time.Duration
 	for i := 0; i < 6; i++ {
 		clock.Add(100 * time.Millisecond)
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: int64(i)}}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: int64(i)}}})
 		a := cl.Next().GetHeartbeatAck()
 		if a == nil || a.ClientTimeMs != int64(i) || a.ServerTimeMs != clock.Now().UnixMilli() {
 			t.Fatalf("heartbeat %d answered with %v", i, a)
@@ -261,7 +261,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	clock.Add(time.Millisecond)
 	node.Sweep()
-	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT)
+	cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT)
 	testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
 		if n := c.Nodes[0].Connections(); n != 0 {
 			return fmt.Errorf("%d connections left", n)
@@ -318,8 +318,8 @@ func TestTokenMaxLifetime(t *testing.T) {
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
 	cl.Send(loginFrame(long))
 	f := cl.Next()
-	if k := f.GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) || !strings.Contains(k.GetReason(), "maximum token lifetime") {
+	if k := f.GetKick(); k.GetCode() != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) || !strings.Contains(k.GetReason(), "maximum token lifetime") {
 		t.Fatalf("want Kick BAD_TOKEN naming the maximum token lifetime, got %v", f)
 	}
-	cl.ExpectClose(uint16(pb.CloseCode_CLOSE_CODE_BAD_TOKEN))
+	cl.ExpectClose(uint16(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN))
 }

@@ -3,7 +3,7 @@ package chatlink
 import (
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -41,15 +41,15 @@ func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64
 	}
 	clear(f.droppedFor)
 	var dropped [4][2]int // by lane: budget, flow control
-	if s.normalBudget >= 0 && count[pb.Lane_LANE_NORMAL]+count[pb.Lane_LANE_BULK] > 0 {
+	if s.normalBudget >= 0 && count[clientpb.Lane_LANE_NORMAL]+count[clientpb.Lane_LANE_BULK] > 0 {
 		msgs = f.budgetLocked(msgs, elapsed, &dropped)
 	}
 	if s.criticalBudget >= 0 {
 		f.criticalTokens = min(tokenCap(s.criticalBudget, s.tick), f.criticalTokens+s.criticalBudget*elapsed)
-		if over := float64(count[pb.Lane_LANE_CRITICAL]) - f.criticalTokens; over > 0 {
+		if over := float64(count[clientpb.Lane_LANE_CRITICAL]) - f.criticalTokens; over > 0 {
 			n.m.criticalOverBudget.Add(over)
 		}
-		f.criticalTokens = max(0, f.criticalTokens-float64(count[pb.Lane_LANE_CRITICAL]))
+		f.criticalTokens = max(0, f.criticalTokens-float64(count[clientpb.Lane_LANE_CRITICAL]))
 	}
 
 	keepNormal, keepBulk := keepFractions(strength)
@@ -57,7 +57,7 @@ func (f *roomFanout) selectLocked(msgs []queued, now time.Time, strength float64
 	kept := msgs[:0] // filtering in place: msgs is not used after
 	for _, q := range msgs {
 		l := lane(q.m)
-		if l != pb.Lane_LANE_CRITICAL {
+		if l != clientpb.Lane_LANE_CRITICAL {
 			f.fcCarry[l] += keepFrac[l]
 			if f.fcCarry[l] < 1 {
 				dropped[l][1]++
@@ -89,7 +89,7 @@ func (f *roomFanout) budgetLocked(msgs []queued, elapsed float64, dropped *[4][2
 	exprs := make([]*tag.Expr, len(msgs)) // nil: reaches every audience
 	budgeted := make([]bool, len(msgs))
 	for i, q := range msgs {
-		if lane(q.m) == pb.Lane_LANE_CRITICAL {
+		if lane(q.m) == clientpb.Lane_LANE_CRITICAL {
 			continue
 		}
 		budgeted[i] = true
@@ -133,9 +133,9 @@ func (f *roomFanout) budgetLocked(msgs []queued, elapsed float64, dropped *[4][2
 		tokens = min(tokenCap(s.normalBudget, s.tick), tokens+s.normalBudget*elapsed)
 		k := int(tokens)
 		var allowed [4]int
-		allowed[pb.Lane_LANE_NORMAL] = min(count[pb.Lane_LANE_NORMAL], k)
-		allowed[pb.Lane_LANE_BULK] = min(count[pb.Lane_LANE_BULK], k-allowed[pb.Lane_LANE_NORMAL])
-		f.tokens[set] = tokens - float64(allowed[pb.Lane_LANE_NORMAL]+allowed[pb.Lane_LANE_BULK])
+		allowed[clientpb.Lane_LANE_NORMAL] = min(count[clientpb.Lane_LANE_NORMAL], k)
+		allowed[clientpb.Lane_LANE_BULK] = min(count[clientpb.Lane_LANE_BULK], k-allowed[clientpb.Lane_LANE_NORMAL])
+		f.tokens[set] = tokens - float64(allowed[clientpb.Lane_LANE_NORMAL]+allowed[clientpb.Lane_LANE_BULK])
 		var seen [4]int
 		for i, q := range msgs {
 			if !sees[i] {

@@ -7,12 +7,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
-func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
+func testFanout(t *testing.T, st *roompb.RoomSettings) (*roomFanout, time.Time) {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
 	r := testRoom(Config{Node: "n1"}, st, now)
@@ -20,16 +22,16 @@ func testFanout(t *testing.T, st *pb.RoomSettings) (*roomFanout, time.Time) {
 	return &r.fanout, now
 }
 
-func msgs(lanes ...pb.Lane) []queued {
+func msgs(lanes ...clientpb.Lane) []queued {
 	out := make([]queued, len(lanes))
 	for i, l := range lanes {
-		out[i] = queued{m: &pb.Message{Id: fmt.Sprint(i), Lane: l}}
+		out[i] = queued{m: &clientpb.Message{Id: fmt.Sprint(i), Lane: l}}
 	}
 	return out
 }
 
-func repeat(l pb.Lane, n int) []pb.Lane {
-	out := make([]pb.Lane, n)
+func repeat(l clientpb.Lane, n int) []clientpb.Lane {
+	out := make([]clientpb.Lane, n)
 	for i := range out {
 		out[i] = l
 	}
@@ -43,7 +45,7 @@ func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
 	var ids []string
 	for tick := 0; tick < 10; tick++ {
 		now = now.Add(100 * time.Millisecond)
-		got := f.selectLocked(msgs(repeat(pb.Lane_LANE_NORMAL, 50)...), now, 0)
+		got := f.selectLocked(msgs(repeat(clientpb.Lane_LANE_NORMAL, 50)...), now, 0)
 		kept += len(got)
 		if tick == 0 {
 			for _, q := range got {
@@ -65,14 +67,14 @@ func TestBudgetSamplesSpreadOverTheSecond(t *testing.T) {
 
 func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
 	t.Parallel()
-	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: 30, FlushTickMs: 100}) // 3 a tick
-	lanes := append(append(repeat(pb.Lane_LANE_BULK, 10), repeat(pb.Lane_LANE_NORMAL, 2)...), repeat(pb.Lane_LANE_CRITICAL, 40)...)
+	f, now := testFanout(t, &roompb.RoomSettings{NormalBudget: 30, FlushTickMs: 100}) // 3 a tick
+	lanes := append(append(repeat(clientpb.Lane_LANE_BULK, 10), repeat(clientpb.Lane_LANE_NORMAL, 2)...), repeat(clientpb.Lane_LANE_CRITICAL, 40)...)
 	got := f.selectLocked(msgs(lanes...), now.Add(100*time.Millisecond), 0)
 	var byLane [4]int
 	for _, q := range got {
 		byLane[q.m.Lane]++
 	}
-	if byLane[pb.Lane_LANE_CRITICAL] != 40 || byLane[pb.Lane_LANE_NORMAL] != 2 || byLane[pb.Lane_LANE_BULK] != 1 {
+	if byLane[clientpb.Lane_LANE_CRITICAL] != 40 || byLane[clientpb.Lane_LANE_NORMAL] != 2 || byLane[clientpb.Lane_LANE_BULK] != 1 {
 		t.Fatalf("kept by lane %v, want all 40 critical, both normal, one bulk", byLane)
 	}
 	for i := 1; i < len(got); i++ {
@@ -84,15 +86,15 @@ func TestBudgetKeepsNormalBeforeBulkAndCriticalAlways(t *testing.T) {
 
 func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
 	t.Parallel()
-	f, now := testFanout(t, &pb.RoomSettings{NormalBudget: -1, CriticalBudget: -1})
-	lanes := append(append(repeat(pb.Lane_LANE_BULK, 100), repeat(pb.Lane_LANE_NORMAL, 100)...), repeat(pb.Lane_LANE_CRITICAL, 100)...)
+	f, now := testFanout(t, &roompb.RoomSettings{NormalBudget: -1, CriticalBudget: -1})
+	lanes := append(append(repeat(clientpb.Lane_LANE_BULK, 100), repeat(clientpb.Lane_LANE_NORMAL, 100)...), repeat(clientpb.Lane_LANE_CRITICAL, 100)...)
 	if got := f.selectLocked(msgs(lanes...), now, 0); len(got) != 300 {
 		t.Fatalf("unlimited budget kept %d of 300", len(got))
 	}
 	// At full strength only critical survives, all of it.
 	got := f.selectLocked(msgs(lanes...), now.Add(time.Second), 1)
 	for _, q := range got {
-		if q.m.Lane != pb.Lane_LANE_CRITICAL {
+		if q.m.Lane != clientpb.Lane_LANE_CRITICAL {
 			t.Fatalf("strength 1 kept a %v message", q.m.Lane)
 		}
 	}
@@ -100,7 +102,7 @@ func TestUnlimitedBudgetAndFullStrength(t *testing.T) {
 		t.Fatalf("strength 1 kept %d critical of 100", len(got))
 	}
 	// At strength 0.25 half the bulk goes, evenly.
-	got = f.selectLocked(msgs(repeat(pb.Lane_LANE_BULK, 100)...), now.Add(2*time.Second), 0.25)
+	got = f.selectLocked(msgs(repeat(clientpb.Lane_LANE_BULK, 100)...), now.Add(2*time.Second), 0.25)
 	if len(got) != 50 {
 		t.Fatalf("strength 0.25 kept %d of 100 bulk, want 50", len(got))
 	}
@@ -126,11 +128,11 @@ func TestBudgetPerAudienceCountsWhatEachLosesOut(t *testing.T) {
 	busy := []*pushRecorder{join("busy"), join("busy")}
 	quiet := []*pushRecorder{join("quiet"), join("quiet")}
 
-	var b pb.RoomBatch
+	var b buspb.RoomBatch
 	for i := range 10 {
-		b.Messages = append(b.Messages, &pb.Message{Id: fmt.Sprint("b", i), Lane: pb.Lane_LANE_NORMAL, TagExpr: `"busy" in tags`})
+		b.Messages = append(b.Messages, &clientpb.Message{Id: fmt.Sprint("b", i), Lane: clientpb.Lane_LANE_NORMAL, TagExpr: `"busy" in tags`})
 	}
-	b.Messages = append(b.Messages, &pb.Message{Id: "q", Lane: pb.Lane_LANE_NORMAL, TagExpr: `"quiet" in tags`})
+	b.Messages = append(b.Messages, &clientpb.Message{Id: "q", Lane: clientpb.Lane_LANE_NORMAL, TagExpr: `"quiet" in tags`})
 	data, err := proto.Marshal(&b)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -19,10 +19,10 @@ import (
 // cdnConfig returns the room's CDN config, or nil when the room is not in CDN mode. A room
 // leaving CDN mode has an off config with the last segment index to poll (last_index): a member
 // that logs in before that window has passed polls up to it too.
-func (r *localRoom) cdnConfig() *pb.CdnConfig {
+func (r *localRoom) cdnConfig() *clientpb.CdnConfig {
 	cfg := r.cdn.Load()
 	switch {
-	case cfg.GetMode() != pb.CdnMode_CDN_MODE_OFF:
+	case cfg.GetMode() != clientpb.CdnMode_CDN_MODE_OFF:
 		return cfg
 	case cfg.GetLastIndex() != 0 && cfg.GetWindowMs() > 0 && segment.Index(time.Now().UnixMilli(), cfg.GetWindowMs()) <= cfg.GetLastIndex():
 		return cfg
@@ -32,9 +32,9 @@ func (r *localRoom) cdnConfig() *pb.CdnConfig {
 
 // setCdn takes a change of the room's CDN config and sends it to every member that has had its
 // LoginAck (the others get it in theirs, or from afterLoginAck).
-func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
+func (r *localRoom) setCdn(cfg *clientpb.CdnConfig) {
 	r.cdn.Store(cfg)
-	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: cfg}})
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: cfg}})
 	if err != nil {
 		r.t.n.log.Error("encode CDN config", "err", err)
 		return
@@ -51,15 +51,15 @@ func (r *localRoom) setCdn(cfg *pb.CdnConfig) {
 // afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn
 // tells c of changes, and a change that came between the LoginAck and now is sent at once.
 // (Both may send the same config; a client applies it twice to no effect.)
-func (c *conn) afterLoginAck(r *localRoom, sent *pb.CdnConfig) {
+func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	r.mu.Lock()
 	c.cdnAcked = true
 	now := r.cdnConfig()
 	r.mu.Unlock()
 	if !proto.Equal(now, sent) {
 		if now == nil {
-			now = &pb.CdnConfig{Mode: pb.CdnMode_CDN_MODE_OFF}
+			now = &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_OFF}
 		}
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_CdnConfig{CdnConfig: now}})
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: now}})
 	}
 }

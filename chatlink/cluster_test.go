@@ -15,7 +15,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,8 +33,8 @@ func withClock(clock *testkit.Clock) testcluster.Option {
 	}
 }
 
-func sendFrame(seq uint64, body string) *pb.Frame {
-	return &pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Type: "chat", Lane: pb.Lane_LANE_NORMAL, Body: []byte(body)}}}
+func sendFrame(seq uint64, body string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Type: "chat", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(body)}}}
 }
 
 // roomSubscribers returns the names of the NATS connections subscribed to a room's subject.
@@ -132,7 +132,7 @@ func TestServerAPISendReachesBothNodes(t *testing.T) {
 	}
 	for _, who := range []*testkit.Client{a, b} {
 		msgs := who.Next().GetPush().GetMessages()
-		if len(msgs) != 1 || string(msgs[0].Body) != "doors open" || msgs[0].Lane != pb.Lane_LANE_CRITICAL || msgs[0].Sender != "" {
+		if len(msgs) != 1 || string(msgs[0].Body) != "doors open" || msgs[0].Lane != clientpb.Lane_LANE_CRITICAL || msgs[0].Sender != "" {
 			t.Fatalf("want the notice, got %v", msgs)
 		}
 	}
@@ -149,7 +149,7 @@ func TestPipelinedSendsKeepOrder(t *testing.T) {
 	const n = 30
 	for i := 1; i <= n; i++ { // no waiting for acks; critical, so no budget thins them
 		f := sendFrame(uint64(i), fmt.Sprint(i))
-		f.GetSend().Lane = pb.Lane_LANE_CRITICAL
+		f.GetSend().Lane = clientpb.Lane_LANE_CRITICAL
 		sender.Send(f)
 	}
 	var lastID string

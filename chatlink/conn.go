@@ -15,10 +15,11 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -34,7 +35,7 @@ type transport interface {
 	// pending returns the bytes queued and not yet taken by the socket.
 	pending() int64
 	// kick queues a Kick frame, then closes the connection with code.
-	kick(code pb.CloseCode, kick []byte)
+	kick(code clientpb.CloseCode, kick []byte)
 	// forceClose closes the connection without a goodbye.
 	forceClose()
 }
@@ -104,7 +105,7 @@ func (n *Node) newConn(t transport, addr netip.Addr) *conn {
 // connSends are a connection's sends waiting for the room service, oldest first, and its send
 // rate (limits.go). Guarded by the conn's mu.
 type connSends struct {
-	q    []*pb.Send
+	q    []*clientpb.Send
 	rate ratelimit.Bucket
 }
 
@@ -143,44 +144,44 @@ func (c *conn) handleFrame(data []byte) {
 		return
 	}
 	c.lastSeen.Store(c.node.now().UnixNano())
-	var f pb.Frame
+	var f clientpb.Frame
 	if err := proto.Unmarshal(data, &f); err != nil || f.Kind == nil {
 		c.node.m.frameBad.Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame does not parse")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame does not parse")
 		return
 	}
 	switch k := f.Kind.(type) {
-	case *pb.Frame_Login:
+	case *clientpb.Frame_Login:
 		c.node.m.frameLogin.Inc()
 		c.login(k.Login)
-	case *pb.Frame_Send:
+	case *clientpb.Frame_Send:
 		c.node.m.frameSend.Inc()
 		if c.requireLive() {
 			c.send(k.Send)
 		}
-	case *pb.Frame_Heartbeat:
+	case *clientpb.Frame_Heartbeat:
 		c.node.m.frameHeartbeat.Inc()
 		if c.requireLive() {
 			c.heartbeat(k.Heartbeat)
 		}
-	case *pb.Frame_HistoryQuery:
+	case *clientpb.Frame_HistoryQuery:
 		c.node.m.frameHistory.Inc()
 		if c.requireLive() {
 			c.queryHistory(k.HistoryQuery)
 		}
-	case *pb.Frame_Ack:
+	case *clientpb.Frame_Ack:
 		c.node.m.framesIn.WithLabelValues("ack").Inc()
 		if c.requireLive() {
 			c.ack(k.Ack)
 		}
-	case *pb.Frame_QueueRequest:
+	case *clientpb.Frame_QueueRequest:
 		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
 		}
 	default:
 		c.node.m.frameBad.Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
 	}
 }
 
@@ -189,16 +190,16 @@ func (c *conn) requireLive() bool {
 	if c.getState() == stateLive {
 		return true
 	}
-	c.close(pb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, "log in first")
+	c.close(clientpb.CloseCode_CLOSE_CODE_NOT_LOGGED_IN, "log in first")
 	return false
 }
 
-func (c *conn) login(l *pb.Login) {
+func (c *conn) login(l *clientpb.Login) {
 	n := c.node
 	c.mu.Lock()
 	if c.state != stateNew {
 		c.mu.Unlock()
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "already logged in")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "already logged in")
 		return
 	}
 	c.state = stateLoggingIn
@@ -208,13 +209,13 @@ func (c *conn) login(l *pb.Login) {
 	defer span.End()
 
 	if n.draining.Load() {
-		n.countLogin(c, start, "draining", pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
-		c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
+		n.countLogin(c, start, "draining", clientpb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
+		c.close(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
 		return
 	}
 	if n.conns.len() > n.cfg.MaxConnections {
-		n.countLogin(c, start, "full", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
-		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
+		n.countLogin(c, start, "full", clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
+		c.close(clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node is full")
 		return
 	}
 	now := n.now()
@@ -225,37 +226,37 @@ func (c *conn) login(l *pb.Login) {
 	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
-		n.countLogin(c, start, "expired", pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
-		c.close(pb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
+		n.countLogin(c, start, "expired", clientpb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
+		c.close(clientpb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")
 		return
 	case errors.Is(err, auth.ErrLifetime):
-		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
+		n.countLogin(c, start, "bad_token", clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error()) // the app's mistake, to be told
 		return
 	case err != nil:
-		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
+		n.countLogin(c, start, "bad_token", clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		n.sampledLog(now, "bad token", "addr", c.addr(), "err", err)
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, "token does not verify")
 		return
 	case len(l.Device) > 32 || len(l.RecoverSince) > 64:
-		n.countLogin(c, start, "bad_frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
+		n.countLogin(c, start, "bad_frame", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "device or recover_since too long")
 		return
 	case l.ProtocolVersion > ProtocolVersion:
-		n.countLogin(c, start, "bad_frame", pb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
+		n.countLogin(c, start, "bad_frame", clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, fmt.Sprintf("protocol version %d is not spoken here (%d is)", l.ProtocolVersion, ProtocolVersion))
 		return
 	}
 	if err := tag.Validate(claims.Tags); err != nil {
-		n.countLogin(c, start, "bad_token", pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
+		n.countLogin(c, start, "bad_token", clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN, err.Error())
 		return
 	}
 	c.app, c.room, c.uid, c.critical = claims.App, claims.Room, claims.UID, claims.Critical()
 	if !n.limits.appAllows(c.app, c.addr()) {
 		n.m.logins.WithLabelValues("denied").Inc()
 		n.sampledLog(now, "address denied by the app's list", "addr", c.addr(), "app", c.app)
-		c.close(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED, "address not allowed for this app")
+		c.close(clientpb.CloseCode_CLOSE_CODE_ADDRESS_DENIED, "address not allowed for this app")
 		return
 	}
 	if limit, retry := n.limits.loginRoom(c.app, c.room, now); limit != "" {
@@ -274,8 +275,8 @@ func (c *conn) login(l *pb.Login) {
 	// services' pace (a dead node's clients all at once): a login waits as long as a client
 	// gives a login (LoginTimeout), and fails as a join would after that.
 	if !n.pace.enter(loginCtx, n.cfg.LoginTimeout) {
-		n.countLogin(c, start, "unavailable", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
-		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
+		n.countLogin(c, start, "unavailable", clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
+		c.close(clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "node busy with other logins")
 		return
 	}
 	defer n.pace.leave()
@@ -290,8 +291,8 @@ func (c *conn) login(l *pb.Login) {
 	// arrive while the node has no member of the room); roomTable.join applies its answer.
 	fresh := n.rooms.claimFresh(c.app, c.room)
 	ctx, cancel := context.WithTimeout(loginCtx, n.cfg.RequestTimeout)
-	var rep pb.Reply
-	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &pb.JoinRequest{
+	var rep buspb.Reply
+	err = n.request(ctx, busJoin, bus.SubjectRoomJoin, &buspb.JoinRequest{
 		App: c.app, Room: c.room, Uid: c.uid, Node: n.cfg.Node, SessionId: c.session, Tags: claims.Tags,
 		FirstOnNode: fresh, Device: c.device,
 	}, &rep)
@@ -302,8 +303,8 @@ func (c *conn) login(l *pb.Login) {
 	switch {
 	case err != nil:
 		n.log.Warn("join failed", "session", c.session, "err", err)
-		n.countLogin(c, start, "unavailable", pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
-		c.close(pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
+		n.countLogin(c, start, "unavailable", clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
+		c.close(clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "room service did not answer")
 		return
 	case rep.Code != 0:
 		n.countLogin(c, start, "refused", refusalCode(&rep), rep.Message)
@@ -318,9 +319,9 @@ func (c *conn) login(l *pb.Login) {
 	c.tags.Store(n.tags.Intern(tags))
 	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
 	// the room can reach c before it. A login refused late (below) gets its Kick after it.
-	var ack *pb.LoginAck
+	var ack *clientpb.LoginAck
 	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh, func(r *localRoom) {
-		ack = &pb.LoginAck{
+		ack = &clientpb.LoginAck{
 			SessionId:           c.session,
 			ServerTimeMs:        n.now().UnixMilli(),
 			HeartbeatIntervalMs: uint32(n.cfg.HeartbeatInterval.Milliseconds()),
@@ -331,7 +332,7 @@ func (c *conn) login(l *pb.Login) {
 			Cdn:                 r.cdnConfig(),
 			ProtocolVersion:     ProtocolVersion,
 		}
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_LoginAck{LoginAck: ack}})
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: ack}})
 	})
 	c.mu.Lock()
 	if c.state == stateClosed {
@@ -351,8 +352,8 @@ func (c *conn) login(l *pb.Login) {
 	c.afterLoginAck(r, ack.Cdn)
 	switch ask := askOf(l); {
 	case ask.since != "" && !checkSince(ask.since, now):
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
-			Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE), Message: "recover_since is not a message id",
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+			Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE), Message: "recover_since is not a message id",
 		}}})
 	case ask.wanted():
 		ask.keep, ask.age = r.fanout.historyRetention()
@@ -361,13 +362,13 @@ func (c *conn) login(l *pb.Login) {
 	if l.Inbox {
 		n.deliverInbox(c) // queues the read: inboxLoop makes it
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
+	n.presence.add(c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
 }
 
 // heartbeat answers a Heartbeat with the interval the client should use from now: it grows
 // while the client beats on time and falls back to the base after a late beat. A longer
 // interval means fewer wake-ups for a mobile client and fewer frames for the node.
-func (c *conn) heartbeat(h *pb.Heartbeat) {
+func (c *conn) heartbeat(h *clientpb.Heartbeat) {
 	cfg := &c.node.cfg
 	now := cfg.Now()
 	interval := time.Duration(c.hbInterval.Load()) * time.Millisecond
@@ -378,7 +379,7 @@ func (c *conn) heartbeat(h *pb.Heartbeat) {
 	}
 	c.lastBeat = now.UnixNano()
 	c.hbInterval.Store(uint32(interval.Milliseconds()))
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_HeartbeatAck{HeartbeatAck: &clientpb.HeartbeatAck{
 		ClientTimeMs:        h.ClientTimeMs,
 		ServerTimeMs:        now.UnixMilli(),
 		HeartbeatIntervalMs: uint32(interval.Milliseconds()),
@@ -387,7 +388,7 @@ func (c *conn) heartbeat(h *pb.Heartbeat) {
 
 // send queues a client's Send. One goroutine per connection, started when sends wait, forwards
 // them to the room service one at a time, so a client's messages keep the order it sent them in.
-func (c *conn) send(s *pb.Send) {
+func (c *conn) send(s *clientpb.Send) {
 	n := c.node
 	c.mu.Lock()
 	if c.sends == nil {
@@ -395,17 +396,17 @@ func (c *conn) send(s *pb.Send) {
 	}
 	if len(c.sends.q) >= n.cfg.MaxInflightSends {
 		c.mu.Unlock()
-		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
+		c.sendError(s.Seq, clientpb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
 	}
 	if limit, retry := n.limits.send(c, n.now()); limit != "" {
 		c.mu.Unlock()
 		n.limitHit(limit, c, n.now())
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
-			Code: uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over the " + limit + " rate",
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+			Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over the " + limit + " rate",
 			Seq: s.Seq, RetryAfterMs: ratelimit.Millis(retry),
 		}}})
-		n.m.sendErrors.WithLabelValues(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
+		n.m.sendErrors.WithLabelValues(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
 		return
 	}
 	c.sends.q = append(c.sends.q, s)
@@ -434,29 +435,29 @@ func (c *conn) sendLoop() {
 }
 
 // forward asks the room service to take s and answers the client.
-func (c *conn) forward(s *pb.Send) {
+func (c *conn) forward(s *clientpb.Send) {
 	n := c.node
 	ctx, span := tracing.Start(n.ctx, "chatlink send", trace.SpanKindServer)
 	defer span.End() // after the SendAck or the Error is written
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	var rep pb.Reply
-	err := n.request(ctx, busSend, bus.SubjectRoomSend, &pb.SendRequest{
+	var rep buspb.Reply
+	err := n.request(ctx, busSend, bus.SubjectRoomSend, &buspb.SendRequest{
 		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
 		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
 		CriticalGranted: c.critical,
 	}, &rep)
 	switch {
 	case err != nil:
-		c.sendError(s.Seq, pb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
+		c.sendError(s.Seq, clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, "room service did not answer")
 	case rep.Code != 0:
 		// A refusal by the room's member send rates carries its retry hint.
-		c.node.m.sendErrors.WithLabelValues(pb.ErrorCode(rep.Code).String()).Inc()
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
+		c.node.m.sendErrors.WithLabelValues(clientpb.ErrorCode(rep.Code).String()).Inc()
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
 			Code: rep.Code, Message: rep.Message, Seq: s.Seq, RetryAfterMs: rep.RetryAfterMs,
 		}}})
 	default:
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_SendAck{SendAck: &pb.SendAck{
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
 			Seq: s.Seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
 		}}})
 	}
@@ -468,17 +469,17 @@ func (c *conn) refuseLogin(limit string, retry time.Duration, now time.Time) {
 	n := c.node
 	n.m.logins.WithLabelValues("rate_limited").Inc()
 	n.limitHit(limit, c, now)
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
-		Code: uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+		Code: uint32(clientpb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED), Message: "over the " + limit + " rate",
 		RetryAfterMs: ratelimit.Millis(retry),
 	}}})
-	c.closeKick(&pb.Kick{Code: uint32(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED),
+	c.closeKick(&clientpb.Kick{Code: uint32(clientpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED),
 		Reason: "over the " + limit + " rate", RetryAfterMs: ratelimit.Millis(retry)})
 }
 
-func (c *conn) sendError(seq uint64, code pb.ErrorCode, msg string) {
+func (c *conn) sendError(seq uint64, code clientpb.ErrorCode, msg string) {
 	c.node.m.sendErrors.WithLabelValues(code.String()).Inc()
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{Code: uint32(code), Message: msg, Seq: seq}}})
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{Code: uint32(code), Message: msg, Seq: seq}}})
 }
 
 // write queues an encoded frame.
@@ -487,11 +488,11 @@ func (c *conn) write(b []byte) { c.t.write(b) }
 // closeSlow closes a connection whose backlog grew past the limit even for critical messages.
 // It is not reading, so the Kick is unlikely to arrive: the socket is closed at once.
 func (c *conn) closeSlow() {
-	c.close(pb.CloseCode_CLOSE_CODE_SLOW_READER, "not reading fast enough")
+	c.close(clientpb.CloseCode_CLOSE_CODE_SLOW_READER, "not reading fast enough")
 	c.t.forceClose()
 }
 
-func (c *conn) writeFrame(f *pb.Frame) {
+func (c *conn) writeFrame(f *clientpb.Frame) {
 	b, err := proto.Marshal(f)
 	if err != nil {
 		c.node.log.Error("encode frame", "err", err)
@@ -502,18 +503,18 @@ func (c *conn) writeFrame(f *pb.Frame) {
 
 // close sends a Kick with code and closes the connection; later frames from the client are
 // ignored. Only the first call has an effect.
-func (c *conn) close(code pb.CloseCode, reason string) {
-	c.closeKick(&pb.Kick{Code: uint32(code), Reason: reason})
+func (c *conn) close(code clientpb.CloseCode, reason string) {
+	c.closeKick(&clientpb.Kick{Code: uint32(code), Reason: reason})
 }
 
 // closeKick is close with a Kick that says more (a retry hint).
-func (c *conn) closeKick(k *pb.Kick) {
+func (c *conn) closeKick(k *clientpb.Kick) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
 	}
-	code := pb.CloseCode(k.Code)
+	code := clientpb.CloseCode(k.Code)
 	c.node.m.closes.WithLabelValues(code.String()).Inc()
-	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: k}})
+	b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Kick{Kick: k}})
 	c.t.kick(code, b)
 }
 
@@ -541,7 +542,7 @@ func (c *conn) leave() {
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}
-	n.presence.add(c.sessionEvent(pb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
+	n.presence.add(c.sessionEvent(buspb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It
@@ -570,8 +571,8 @@ func (c *conn) tagList() []string {
 
 // sessionEvent describes the session for the node's session stream, from which presence and
 // the room service (members per room and node) learn it.
-func (c *conn) sessionEvent(kind pb.SessionEvent_Kind, ms int64) *pb.SessionEvent {
-	return &pb.SessionEvent{
+func (c *conn) sessionEvent(kind buspb.SessionEvent_Kind, ms int64) *buspb.SessionEvent {
+	return &buspb.SessionEvent{
 		Kind: kind, App: c.app, Uid: c.uid, Room: c.room,
 		Node: c.node.cfg.Node, SessionId: c.session, Device: c.device, TimeMs: ms,
 	}

@@ -12,7 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -76,59 +77,59 @@ func (s *controlState) unsubscribe() {
 }
 
 func (n *Node) onControl(msg *nats.Msg) {
-	var req pb.NodeControl
+	var req buspb.NodeControl
 	if err := proto.Unmarshal(msg.Data, &req); err != nil {
 		n.log.Warn("dropping control request that does not parse", "subject", msg.Subject)
-		bus.Respond(n.log, msg, &pb.NodeControlReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
+		bus.Respond(n.log, msg, &buspb.NodeControlReply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
 		return
 	}
-	var rep pb.NodeControlReply
+	var rep buspb.NodeControlReply
 	var e *tag.Expr // req.TagExpr compiled; nil when there is none
 	if req.TagExpr != "" {
 		var err error
 		if e, err = n.exprs.Get(req.TagExpr); err != nil {
-			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), err.Error()
+			rep.Code, rep.Message = uint32(clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), err.Error()
 			bus.Respond(n.log, msg, &rep)
 			return
 		}
 	}
 	switch req.Op {
-	case pb.NodeControl_OP_KICK:
+	case buspb.NodeControl_OP_KICK:
 		rep.Affected = n.kick(&req)
-	case pb.NodeControl_OP_DELIVER:
+	case buspb.NodeControl_OP_DELIVER:
 		rep.Affected = n.deliverTo(&req)
-	case pb.NodeControl_OP_MEMBERS:
+	case buspb.NodeControl_OP_MEMBERS:
 		rep.Members, rep.More = n.listMembers(&req, e)
-	case pb.NodeControl_OP_KICK_EXPR:
+	case buspb.NodeControl_OP_KICK_EXPR:
 		if e == nil || req.Room == "" {
-			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), "a kick by tag expression needs room and tag_expr"
+			rep.Code, rep.Message = uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), "a kick by tag expression needs room and tag_expr"
 			break
 		}
 		rep.Affected = n.kickByTags(&req, e)
-	case pb.NodeControl_OP_COUNT_TAGS:
+	case buspb.NodeControl_OP_COUNT_TAGS:
 		n.countTags(&req, &rep)
-	case pb.NodeControl_OP_BAN:
+	case buspb.NodeControl_OP_BAN:
 		if req.Lift {
 			n.control.forget(n.control.bans, req.App+"/"+req.Room+"/"+req.Uid)
 			break
 		}
 		n.control.remember(&n.control.bans, req.App+"/"+req.Room+"/"+req.Uid, req.Reason, n.now())
-		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_BANNED)
+		req.CloseCode = uint32(clientpb.CloseCode_CLOSE_CODE_BANNED)
 		rep.Affected = n.kick(&req)
-	case pb.NodeControl_OP_CLOSE_ROOM:
+	case buspb.NodeControl_OP_CLOSE_ROOM:
 		if req.Lift {
 			n.control.forget(n.control.closed, req.App+"/"+req.Room)
 			break
 		}
 		n.control.remember(&n.control.closed, req.App+"/"+req.Room, req.Reason, n.now())
 		req.Uid, req.Sessions = "", nil
-		req.CloseCode = uint32(pb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
+		req.CloseCode = uint32(clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED)
 		rep.Affected = n.kick(&req)
-	case pb.NodeControl_OP_RESYNC:
+	case buspb.NodeControl_OP_RESYNC:
 		n.publishSnapshot()
-	case pb.NodeControl_OP_SET_TAGS:
+	case buspb.NodeControl_OP_SET_TAGS:
 		if err := tag.Validate(req.Tags); err != nil {
-			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), err.Error()
+			rep.Code, rep.Message = uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), err.Error()
 			break
 		}
 		for _, c := range n.targets(&req) {
@@ -137,14 +138,14 @@ func (n *Node) onControl(msg *nats.Msg) {
 			}
 		}
 	default:
-		rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), fmt.Sprintf("unknown op %v", req.Op)
+		rep.Code, rep.Message = uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), fmt.Sprintf("unknown op %v", req.Op)
 	}
 	bus.Respond(n.log, msg, &rep)
 }
 
 // targets returns the live connections a control request names: the sessions listed, or, with
 // none listed, the room's members (of uid, when set), or every session of uid in the app.
-func (n *Node) targets(req *pb.NodeControl) []*conn {
+func (n *Node) targets(req *buspb.NodeControl) []*conn {
 	var out []*conn
 	match := func(c *conn) {
 		switch {
@@ -167,13 +168,13 @@ func (n *Node) targets(req *pb.NodeControl) []*conn {
 	return out
 }
 
-func (n *Node) kick(req *pb.NodeControl) int64 {
+func (n *Node) kick(req *buspb.NodeControl) int64 {
 	if req.Room == "" && req.Uid == "" && len(req.Sessions) == 0 {
 		return 0 // never "everyone in the app"
 	}
-	code := pb.CloseCode(req.CloseCode)
-	if code == pb.CloseCode_CLOSE_CODE_UNSPECIFIED {
-		code = pb.CloseCode_CLOSE_CODE_KICKED
+	code := clientpb.CloseCode(req.CloseCode)
+	if code == clientpb.CloseCode_CLOSE_CODE_UNSPECIFIED {
+		code = clientpb.CloseCode_CLOSE_CODE_KICKED
 	}
 	reason := req.Reason
 	if reason == "" {
@@ -190,11 +191,11 @@ func (n *Node) kick(req *pb.NodeControl) int64 {
 }
 
 // deliverTo pushes req.Message to the sessions listed; the frame is encoded once.
-func (n *Node) deliverTo(req *pb.NodeControl) int64 {
+func (n *Node) deliverTo(req *buspb.NodeControl) int64 {
 	if req.Message == nil || len(req.Sessions) == 0 {
 		return 0
 	}
-	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: []*pb.Message{req.Message}}}})
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: []*clientpb.Message{req.Message}}}})
 	if err != nil {
 		n.log.Error("encode push", "err", err)
 		return 0
@@ -211,7 +212,7 @@ func (n *Node) deliverTo(req *pb.NodeControl) int64 {
 
 // listMembers answers a page of a room's local members, in session id order: those with
 // req.Tag, when set, and whose tags satisfy e, when not nil.
-func (n *Node) listMembers(req *pb.NodeControl, e *tag.Expr) ([]*pb.Member, bool) {
+func (n *Node) listMembers(req *buspb.NodeControl, e *tag.Expr) ([]*buspb.Member, bool) {
 	limit := int(req.Limit)
 	if limit <= 0 || limit > maxMemberPage {
 		limit = maxMemberPage
@@ -227,9 +228,9 @@ func (n *Node) listMembers(req *pb.NodeControl, e *tag.Expr) ([]*pb.Member, bool
 	if more {
 		conns = conns[:limit]
 	}
-	out := make([]*pb.Member, len(conns))
+	out := make([]*buspb.Member, len(conns))
 	for i, c := range conns {
-		out[i] = &pb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tagList(), LoginTimeMs: c.loginMS}
+		out[i] = &buspb.Member{Uid: c.uid, SessionId: c.session, Node: n.cfg.Node, Device: c.device, Tags: c.tagList(), LoginTimeMs: c.loginMS}
 	}
 	return out, more
 }
@@ -245,7 +246,7 @@ func satisfies(e *tag.Expr, c *conn) bool {
 }
 
 // kickByTags closes every live session in req.Room whose member's tags satisfy e.
-func (n *Node) kickByTags(req *pb.NodeControl, e *tag.Expr) int64 {
+func (n *Node) kickByTags(req *buspb.NodeControl, e *tag.Expr) int64 {
 	reason := req.Reason
 	if reason == "" {
 		reason = "removed by the app server"
@@ -253,7 +254,7 @@ func (n *Node) kickByTags(req *pb.NodeControl, e *tag.Expr) int64 {
 	var kicked int64
 	for _, c := range n.rooms.members(req.App, req.Room) {
 		if c.getState() == stateLive && !c.closing.Load() && satisfies(e, c) {
-			c.close(pb.CloseCode_CLOSE_CODE_KICKED, reason)
+			c.close(clientpb.CloseCode_CLOSE_CODE_KICKED, reason)
 			kicked++
 		}
 	}
@@ -264,12 +265,12 @@ func (n *Node) kickByTags(req *pb.NodeControl, e *tag.Expr) int64 {
 // each of req.TagExprs and how many carry each tag starting with req.TagPrefix. It works on the
 // room's tag sets: each expression is evaluated once per distinct set present (once per member
 // only when it reads uid), so a count costs the room's distinct tag sets, not its members.
-func (n *Node) countTags(req *pb.NodeControl, rep *pb.NodeControlReply) {
+func (n *Node) countTags(req *buspb.NodeControl, rep *buspb.NodeControlReply) {
 	exprs := make([]*tag.Expr, len(req.TagExprs))
 	for i, src := range req.TagExprs {
 		e, err := n.exprs.Get(src)
 		if err != nil {
-			rep.Code, rep.Message = uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), fmt.Sprintf("tag_exprs[%d]: %v", i, err)
+			rep.Code, rep.Message = uint32(clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), fmt.Sprintf("tag_exprs[%d]: %v", i, err)
 			return
 		}
 		exprs[i] = e
@@ -361,14 +362,14 @@ func (n *Node) refusedLate(c *conn) bool {
 	s := &n.control
 	now := n.now()
 	s.mu.Lock()
-	code, reason := pb.CloseCode_CLOSE_CODE_UNSPECIFIED, ""
+	code, reason := clientpb.CloseCode_CLOSE_CODE_UNSPECIFIED, ""
 	if t, ok := s.closed[c.app+"/"+c.room]; ok && now.Before(t.until) {
-		code, reason = pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, t.reason
+		code, reason = clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED, t.reason
 	} else if t, ok := s.bans[c.app+"/"+c.room+"/"+c.uid]; ok && now.Before(t.until) {
-		code, reason = pb.CloseCode_CLOSE_CODE_BANNED, t.reason
+		code, reason = clientpb.CloseCode_CLOSE_CODE_BANNED, t.reason
 	}
 	s.mu.Unlock()
-	if code == pb.CloseCode_CLOSE_CODE_UNSPECIFIED {
+	if code == clientpb.CloseCode_CLOSE_CODE_UNSPECIFIED {
 		return false
 	}
 	if reason == "" {
@@ -380,11 +381,11 @@ func (n *Node) refusedLate(c *conn) bool {
 }
 
 // refusalCode is the close code for a login the room service refused.
-func refusalCode(rep *pb.Reply) pb.CloseCode {
+func refusalCode(rep *buspb.Reply) clientpb.CloseCode {
 	if rep.CloseCode != 0 {
-		return pb.CloseCode(rep.CloseCode)
+		return clientpb.CloseCode(rep.CloseCode)
 	}
-	return pb.CloseCode_CLOSE_CODE_KICKED
+	return clientpb.CloseCode_CLOSE_CODE_KICKED
 }
 
 // Kill stops the node as a crash would, for tests: its NATS connection and listeners close and

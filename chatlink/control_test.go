@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/tag"
 )
 
@@ -37,8 +38,8 @@ func countRoom(members, classes int) *Node {
 func TestCountTags(t *testing.T) {
 	t.Parallel()
 	n := countRoom(1000, 10)
-	var rep pb.NodeControlReply
-	n.countTags(&pb.NodeControl{App: "app", Room: "room", TagPrefix: "class:", TagExprs: []string{
+	var rep buspb.NodeControlReply
+	n.countTags(&buspb.NodeControl{App: "app", Room: "room", TagPrefix: "class:", TagExprs: []string{
 		`"class:3" in tags`, `role == "assistant"`, `uid endsWith "7"`, `"class:3" in tags && role == "student"`,
 	}}, &rep)
 	// Class 3 is members 3, 13, ... (100); assistants are 0, 50, ... (20, all in even classes);
@@ -47,12 +48,12 @@ func TestCountTags(t *testing.T) {
 		t.Fatalf("counts: affected %d, by expression %v, by tag %v (more %v)", rep.Affected, rep.ExprCounts, rep.TagCounts, rep.More)
 	}
 	rep.Reset()
-	n.countTags(&pb.NodeControl{App: "app", Room: "room", TagExprs: []string{`len(tags) > 0`}}, &rep)
-	if rep.Code != uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR) {
+	n.countTags(&buspb.NodeControl{App: "app", Room: "room", TagExprs: []string{`len(tags) > 0`}}, &rep)
+	if rep.Code != uint32(clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR) {
 		t.Fatalf("a bad expression answered %v", &rep)
 	}
 	rep.Reset()
-	n.countTags(&pb.NodeControl{App: "app", Room: "elsewhere", TagExprs: []string{`true`}, TagPrefix: "class:"}, &rep)
+	n.countTags(&buspb.NodeControl{App: "app", Room: "elsewhere", TagExprs: []string{`true`}, TagPrefix: "class:"}, &rep)
 	if rep.Affected != 0 || fmt.Sprint(rep.ExprCounts) != "[0]" || len(rep.TagCounts) != 0 {
 		t.Fatalf("a room the node does not hold: %v", &rep)
 	}
@@ -66,18 +67,18 @@ func BenchmarkCountTags(b *testing.B) {
 	n := countRoom(20_000, 500)
 	for _, bc := range []struct {
 		name string
-		req  *pb.NodeControl
+		req  *buspb.NodeControl
 	}{
-		{"tags", &pb.NodeControl{App: "app", Room: "room", TagPrefix: "class:", TagExprs: []string{
+		{"tags", &buspb.NodeControl{App: "app", Room: "room", TagPrefix: "class:", TagExprs: []string{
 			`"class:3" in tags`, `role == "assistant"`, `"class:1" in tags || "class:2" in tags`,
 		}}},
-		{"uid", &pb.NodeControl{App: "app", Room: "room", TagExprs: []string{`uid startsWith "u1"`}}},
+		{"uid", &buspb.NodeControl{App: "app", Room: "room", TagExprs: []string{`uid startsWith "u1"`}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			before := testkit.ProcessCPU()
 			for b.Loop() {
-				var rep pb.NodeControlReply
+				var rep buspb.NodeControlReply
 				n.countTags(bc.req, &rep)
 			}
 			b.ReportMetric(float64((testkit.ProcessCPU()-before).Nanoseconds())/float64(b.N), "cpu-ns/op")

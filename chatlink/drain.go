@@ -9,7 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // Drain stops the node taking logins, tells every client to dispatch again and move to another
@@ -28,11 +29,11 @@ func (n *Node) Drain(ctx context.Context, spread time.Duration) error {
 		}
 		n.conns.each(func(c *conn) {
 			if c.getState() != stateLive {
-				c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
+				c.close(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN, "node is draining")
 				return
 			}
 			delay := time.Duration(rand.Int64N(int64(spread)))
-			c.writeFrame(&pb.Frame{Kind: &pb.Frame_Reconnect{Reconnect: &pb.Reconnect{
+			c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Reconnect{Reconnect: &clientpb.Reconnect{
 				DelayMs: uint32(delay.Milliseconds()), Reason: "node is draining",
 			}}})
 		})
@@ -52,9 +53,9 @@ func (n *Node) Drain(ctx context.Context, spread time.Duration) error {
 // serveDrain answers an operator's drain request on the node's admin subject. The reply goes
 // out at once; the drain runs in the background and ends with the node shut down.
 func (n *Node) serveDrain(msg *nats.Msg) {
-	var req pb.DrainRequest
+	var req buspb.DrainRequest
 	if err := proto.Unmarshal(msg.Data, &req); err != nil {
-		bus.Respond(n.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "drain request does not parse"})
+		bus.Respond(n.log, msg, &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "drain request does not parse"})
 		return
 	}
 	spread := time.Duration(req.SpreadMs) * time.Millisecond
@@ -65,7 +66,7 @@ func (n *Node) serveDrain(msg *nats.Msg) {
 	if deadline <= 0 {
 		deadline = spread + 30*time.Second
 	}
-	bus.Respond(n.log, msg, &pb.Reply{Message: "draining"})
+	bus.Respond(n.log, msg, &buspb.Reply{Message: "draining"})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()

@@ -18,10 +18,12 @@ import (
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // putSettings creates the room (if need be) and sets its delivery settings through the server
@@ -63,11 +65,11 @@ func newPublisher(t *testing.T, c *devcluster.Cluster) *publisher {
 	return &publisher{t: t, nc: nc}
 }
 
-func (p *publisher) publish(room string, lane pb.Lane, body []byte) {
+func (p *publisher) publish(room string, lane clientpb.Lane, body []byte) {
 	p.t.Helper()
 	p.seq++
-	m := &pb.Message{Id: fmt.Sprintf("%026d", p.seq), Room: room, Lane: lane, Body: body, ServerTimeMs: time.Now().UnixMilli()}
-	if err := bus.Publish(p.nc, bus.RoomSubject(devcluster.App, room), &pb.RoomBatch{Messages: []*pb.Message{m}, SenderSessions: []string{""}}); err != nil {
+	m := &clientpb.Message{Id: fmt.Sprintf("%026d", p.seq), Room: room, Lane: lane, Body: body, ServerTimeMs: time.Now().UnixMilli()}
+	if err := bus.Publish(p.nc, bus.RoomSubject(devcluster.App, room), &buspb.RoomBatch{Messages: []*clientpb.Message{m}, SenderSessions: []string{""}}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -76,7 +78,7 @@ func (p *publisher) publish(room string, lane pb.Lane, body []byte) {
 // room service's announcement of them has passed on the room's subject: every ChatLink,
 // subscribed to it on the same NATS server, has it queued before anything p publishes
 // afterwards.
-func (p *publisher) putSettingsSeen(c *devcluster.Cluster, room, settings string, seen func(*pb.RoomSettings) bool) {
+func (p *publisher) putSettingsSeen(c *devcluster.Cluster, room, settings string, seen func(*roompb.RoomSettings) bool) {
 	p.t.Helper()
 	ch := make(chan *nats.Msg, 64)
 	sub, err := p.nc.ChanSubscribe(bus.RoomSubject(devcluster.App, room), ch)
@@ -92,7 +94,7 @@ func (p *publisher) putSettingsSeen(c *devcluster.Cluster, room, settings string
 	for {
 		select {
 		case m := <-ch:
-			var b pb.RoomBatch
+			var b buspb.RoomBatch
 			if proto.Unmarshal(m.Data, &b) == nil && b.Settings != nil && seen(b.Settings) {
 				return
 			}
@@ -114,7 +116,7 @@ func TestMergedAndUnmergedFanout(t *testing.T) {
 
 	// 20 messages within a tick arrive merged: far fewer frames than messages, in order.
 	for i := 0; i < 20; i++ {
-		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
+		p.publish("m", clientpb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
 	}
 	for _, cl := range []*testkit.Client{a, b} {
 		msgs, frames := cl.CollectPushes(20)
@@ -130,9 +132,9 @@ func TestMergedAndUnmergedFanout(t *testing.T) {
 
 	// The room switched to unmerged: every message is its own frame, at once.
 	p.putSettingsSeen(c, "m", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`,
-		func(s *pb.RoomSettings) bool { return s.NoMerge })
+		func(s *roompb.RoomSettings) bool { return s.NoMerge })
 	for i := 0; i < 5; i++ {
-		p.publish("m", pb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
+		p.publish("m", clientpb.Lane_LANE_NORMAL, []byte(fmt.Sprint(i)))
 	}
 	for _, cl := range []*testkit.Client{a, b} {
 		if msgs, frames := cl.CollectPushes(5); frames != 5 || len(msgs) != 5 {
@@ -149,8 +151,8 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 	cl.Login(testcluster.Token(t, "viewer", "busy"))
 	p := newPublisher(t, c)
 	for i := 0; i < 50; i++ {
-		p.publish("busy", pb.Lane_LANE_NORMAL, []byte("chat"))
-		p.publish("busy", pb.Lane_LANE_CRITICAL, []byte("gift"))
+		p.publish("busy", clientpb.Lane_LANE_NORMAL, []byte("chat"))
+		p.publish("busy", clientpb.Lane_LANE_CRITICAL, []byte("gift"))
 	}
 	// Every normal message is delivered or counted as thinned, in the Push that follows.
 	var critical, normal, thinned int
@@ -159,7 +161,7 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 		select {
 		case f := <-cl.Frames():
 			for _, m := range f.GetPush().GetMessages() {
-				if m.Lane == pb.Lane_LANE_CRITICAL {
+				if m.Lane == clientpb.Lane_LANE_CRITICAL {
 					critical++
 				} else {
 					normal++
@@ -192,7 +194,7 @@ func TestSlowReader(t *testing.T) {
 
 	// The slow member: logs in over TCP with a tiny receive buffer, and never reads.
 	slow := testkit.DialTCP(t, node.TCPAddr(), testkit.ReceiveBuffer(4096), testkit.Paused())
-	slow.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "slow", "s")}}})
+	slow.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, "slow", "s")}}})
 
 	var fast []*testkit.Client
 	for i := 0; i < 10; i++ {
@@ -218,9 +220,9 @@ func TestSlowReader(t *testing.T) {
 			t.Fatalf("the slow reader was not closed after %d messages", sent)
 		}
 		for i := 0; i < 10; i++ {
-			lane := pb.Lane_LANE_BULK
+			lane := clientpb.Lane_LANE_BULK
 			if i < 3 {
-				lane = pb.Lane_LANE_CRITICAL
+				lane = clientpb.Lane_LANE_CRITICAL
 			}
 			p.publish("s", lane, body)
 			sent++
@@ -264,7 +266,7 @@ func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
 	cl.Login(testcluster.Token(t, "beat", "r"))
 	beat := func() uint32 {
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}})
 		for {
 			if a := cl.Next().GetHeartbeatAck(); a != nil {
 				return a.HeartbeatIntervalMs
@@ -302,10 +304,10 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	var rep pb.Reply
+	var rep buspb.Reply
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := bus.Request(ctx, nc, bus.DrainSubject(n1.Name()), &pb.DrainRequest{SpreadMs: 1000, DeadlineMs: 5000}, &rep); err != nil || rep.Code != 0 {
+	if err := bus.Request(ctx, nc, bus.DrainSubject(n1.Name()), &buspb.DrainRequest{SpreadMs: 1000, DeadlineMs: 5000}, &rep); err != nil || rep.Code != 0 {
 		t.Fatalf("drain request: %v %v", err, rep.String())
 	}
 	delays := map[uint32]bool{}
@@ -328,8 +330,8 @@ func TestDrain(t *testing.T) {
 		return nil
 	})
 	late := testkit.DialTCP(t, n1.TCPAddr())
-	late.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "late", "r")}}})
-	late.ExpectKick(pb.CloseCode_CLOSE_CODE_SHUTDOWN)
+	late.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, "late", "r")}}})
+	late.ExpectKick(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN)
 
 	for _, cl := range clients { // the clients leave as told
 		cl.Close()
@@ -394,14 +396,14 @@ func TestRecoveryHonoursTags(t *testing.T) {
 	apiSend(t, c, "hist", `{"body":"bulk is not kept","lane":"bulk"}`)
 	apiSend(t, c, "hist", `{"body":"for everyone","lane":"critical"}`)
 
-	recover := func(uid string, login *pb.Login) []string {
+	recover := func(uid string, login *clientpb.Login) []string {
 		tok, err := c.Mint(uid, "hist", []string{"class:1"}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
 		login.Token = tok
 		cl := testkit.DialWS(t, c.Nodes[0].WSURL())
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: login}})
 		if cl.Next().GetLoginAck() == nil {
 			t.Fatal("no LoginAck")
 		}
@@ -420,15 +422,15 @@ func TestRecoveryHonoursTags(t *testing.T) {
 		return bodies
 	}
 	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error { // history is written asynchronously
-		if got := recover("a", &pb.Login{History: 10}); fmt.Sprint(got) != "[for class 1 for everyone]" {
+		if got := recover("a", &clientpb.Login{History: 10}); fmt.Sprint(got) != "[for class 1 for everyone]" {
 			return fmt.Errorf("recovered %q", got)
 		}
 		return nil
 	})
-	if got := recover("b", &pb.Login{History: 1}); fmt.Sprint(got) != "[for everyone]" {
+	if got := recover("b", &clientpb.Login{History: 1}); fmt.Sprint(got) != "[for everyone]" {
 		t.Fatalf("the last message: %q", got)
 	}
-	if got := recover("c", &pb.Login{RecoverSince: first}); fmt.Sprint(got) != "[for everyone]" {
+	if got := recover("c", &clientpb.Login{RecoverSince: first}); fmt.Sprint(got) != "[for everyone]" {
 		t.Fatalf("since the first: %q", got)
 	}
 }
@@ -444,7 +446,7 @@ func TestPushFramesStayUnderTheLimit(t *testing.T) {
 	p := newPublisher(t, c)
 	const n = 10
 	for i := range n {
-		p.publish("big", pb.Lane_LANE_CRITICAL, append([]byte{byte(i)}, bytes.Repeat([]byte("x"), 16<<10-1)...))
+		p.publish("big", clientpb.Lane_LANE_CRITICAL, append([]byte{byte(i)}, bytes.Repeat([]byte("x"), 16<<10-1)...))
 	}
 	var got []byte
 	frames := 0
@@ -490,7 +492,7 @@ func TestSendsBehindAFullSocket(t *testing.T) {
 			body := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1000) }
 			slow.Pause()
 			for i := range count {
-				p.publish("f", pb.Lane_LANE_CRITICAL, body(i))
+				p.publish("f", clientpb.Lane_LANE_CRITICAL, body(i))
 				if m, _ := other.CollectPushes(1); !bytes.Equal(m[0].Body, body(i)) {
 					t.Fatalf("other member: message %d is wrong", i)
 				}

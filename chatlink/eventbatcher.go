@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // eventBatcher collects presence events and publishes them in batches.
@@ -22,7 +22,7 @@ type eventBatcher struct {
 	n *Node
 
 	mu      sync.Mutex // guards the fields below
-	pending []*pb.SessionEvent
+	pending []*buspb.SessionEvent
 	traced  []trace.SpanContext // the sampled spans that made pending's events, at most maxEventLinks
 }
 
@@ -34,7 +34,7 @@ const maxEventLinks = 128
 
 // add queues ev for the next batch; from is the span of the login that made it (a zero
 // SpanContext when there is none, or tracing is off).
-func (b *eventBatcher) add(ev *pb.SessionEvent, from trace.SpanContext) {
+func (b *eventBatcher) add(ev *buspb.SessionEvent, from trace.SpanContext) {
 	b.mu.Lock()
 	b.pending = append(b.pending, ev)
 	if from.IsSampled() && len(b.traced) < maxEventLinks {

@@ -7,8 +7,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
@@ -19,7 +21,7 @@ import (
 // (Push.thinned). arrived is when it reached the node (Config.Now, Unix nanoseconds), which the
 // room's latency budget counts from.
 type queued struct {
-	m       *pb.Message
+	m       *clientpb.Message
 	sender  string
 	skip    map[*tag.Set]struct{}
 	thinned *thinnedCounts
@@ -29,16 +31,16 @@ type queued struct {
 // thinnedCounts counts normal and bulk messages left out: for every member, and for the
 // members of some audiences only.
 type thinnedCounts struct {
-	all        *pb.Thinned // nil for none
-	byAudience map[*tag.Set]*pb.Thinned
+	all        *clientpb.Thinned // nil for none
+	byAudience map[*tag.Set]*clientpb.Thinned
 }
 
 // thinnedMarker returns the log entry for the normal and bulk messages of dropped (by lane, for
 // every member) and droppedFor (by audience), or false when there were none.
 func thinnedMarker(dropped [4]int, droppedFor map[*tag.Set][4]int) (queued, bool) {
-	th := &thinnedCounts{all: addThinned(nil, dropped[pb.Lane_LANE_NORMAL], dropped[pb.Lane_LANE_BULK])}
+	th := &thinnedCounts{all: addThinned(nil, dropped[clientpb.Lane_LANE_NORMAL], dropped[clientpb.Lane_LANE_BULK])}
 	for set, d := range droppedFor {
-		th.add(set, d[pb.Lane_LANE_NORMAL], d[pb.Lane_LANE_BULK])
+		th.add(set, d[clientpb.Lane_LANE_NORMAL], d[clientpb.Lane_LANE_BULK])
 	}
 	if th.all == nil && th.byAudience == nil {
 		return queued{}, false
@@ -52,7 +54,7 @@ func (th *thinnedCounts) add(set *tag.Set, normal, bulk int) {
 		return
 	}
 	if th.byAudience == nil {
-		th.byAudience = make(map[*tag.Set]*pb.Thinned)
+		th.byAudience = make(map[*tag.Set]*clientpb.Thinned)
 	}
 	th.byAudience[set] = addThinned(th.byAudience[set], normal, bulk)
 }
@@ -181,7 +183,7 @@ func (r *localRoom) drainWrites() {
 	}
 }
 
-func (f *roomFanout) init(r *localRoom, st *pb.RoomSettings, now time.Time) {
+func (f *roomFanout) init(r *localRoom, st *roompb.RoomSettings, now time.Time) {
 	f.r = r
 	f.settings = resolveSettings(st, &r.t.n.cfg)
 	f.phases = 1
@@ -207,7 +209,7 @@ func (f *roomFanout) stop() {
 // receive takes a room batch off the bus.
 func (r *localRoom) receive(data []byte) {
 	n := r.t.n
-	var batch pb.RoomBatch
+	var batch buspb.RoomBatch
 	if err := proto.Unmarshal(data, &batch); err != nil {
 		n.log.Warn("dropping room batch that does not parse", "subject", r.subject)
 		return
@@ -368,7 +370,7 @@ func (s roomSettings) due(unsent []queued, now int64) bool {
 		if q.m == nil { // a thinned marker
 			continue
 		}
-		if lane(q.m) == pb.Lane_LANE_CRITICAL {
+		if lane(q.m) == clientpb.Lane_LANE_CRITICAL {
 			return true
 		}
 		waiting++
@@ -376,9 +378,9 @@ func (s roomSettings) due(unsent []queued, now int64) bool {
 	return waiting >= s.gatherMessages
 }
 
-func lane(m *pb.Message) pb.Lane {
-	if m.Lane <= pb.Lane_LANE_UNSPECIFIED || m.Lane > pb.Lane_LANE_BULK {
-		return pb.Lane_LANE_NORMAL
+func lane(m *clientpb.Message) clientpb.Lane {
+	if m.Lane <= clientpb.Lane_LANE_UNSPECIFIED || m.Lane > clientpb.Lane_LANE_BULK {
+		return clientpb.Lane_LANE_NORMAL
 	}
 	return m.Lane
 }
@@ -387,7 +389,7 @@ func lane(m *pb.Message) pb.Lane {
 type variant struct {
 	msgs    []queued
 	byLane  [4]int
-	thinned *pb.Thinned // left out since the group's previous write: by the room, and by the level
+	thinned *clientpb.Thinned // left out since the group's previous write: by the room, and by the level
 	encoded [][]byte
 	done    bool // encoded is set
 }
@@ -407,7 +409,7 @@ func newVariant(msgs []queued, keep func(i int, q queued) bool) *variant {
 // a thinned count; none when it has neither), encoded at the first call.
 func (v *variant) frames() [][]byte {
 	if !v.done {
-		msgs := make([]*pb.Message, len(v.msgs))
+		msgs := make([]*clientpb.Message, len(v.msgs))
 		for i, q := range v.msgs {
 			msgs[i] = q.m
 		}
@@ -417,11 +419,11 @@ func (v *variant) frames() [][]byte {
 }
 
 // addThinned returns a plus normal and bulk (nil when all are zero).
-func addThinned(a *pb.Thinned, normal, bulk int) *pb.Thinned {
+func addThinned(a *clientpb.Thinned, normal, bulk int) *clientpb.Thinned {
 	if normal == 0 && bulk == 0 {
 		return a
 	}
-	return &pb.Thinned{Normal: a.GetNormal() + uint32(normal), Bulk: a.GetBulk() + uint32(bulk)}
+	return &clientpb.Thinned{Normal: a.GetNormal() + uint32(normal), Bulk: a.GetBulk() + uint32(bulk)}
 }
 
 // variantKey names a variant: which of the tick's messages the member may see (a bitset, ""
@@ -471,7 +473,7 @@ func (r *localRoom) write(msgs []queued, g, p int) {
 			if k.level > 0 {
 				all := get(variantKey{audience: k.audience})
 				v.thinned = addThinned(all.thinned,
-					all.byLane[pb.Lane_LANE_NORMAL]-v.byLane[pb.Lane_LANE_NORMAL], all.byLane[pb.Lane_LANE_BULK]-v.byLane[pb.Lane_LANE_BULK])
+					all.byLane[clientpb.Lane_LANE_NORMAL]-v.byLane[clientpb.Lane_LANE_NORMAL], all.byLane[clientpb.Lane_LANE_BULK]-v.byLane[clientpb.Lane_LANE_BULK])
 			} else if t := aud.thinnedOf(k.audience); t != nil {
 				v.thinned = addThinned(roomThinned, int(t.Normal), int(t.Bulk))
 			} else {

@@ -11,8 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
@@ -39,7 +41,7 @@ func TestPhasesFor(t *testing.T) {
 
 // testRoom returns a room of a node with cfg (defaults applied) and room settings st, without
 // NATS or sockets: the tests drive receive and flush themselves.
-func testRoom(cfg Config, st *pb.RoomSettings, now time.Time) *localRoom {
+func testRoom(cfg Config, st *roompb.RoomSettings, now time.Time) *localRoom {
 	n := &Node{cfg: testConfig(cfg)}
 	n.m = newMetrics(nil, n)
 	n.flow = newFlowController(0, n.cfg.FlowT1, n.cfg.FlowT2)
@@ -70,7 +72,7 @@ func (r *localRoom) testJoin(t transport) *conn {
 }
 
 // receiveIDs hands the room a batch of critical messages with these ids, as from the bus.
-func (r *localRoom) receiveIDs(ids ...string) { r.receiveLane(pb.Lane_LANE_CRITICAL, ids...) }
+func (r *localRoom) receiveIDs(ids ...string) { r.receiveLane(clientpb.Lane_LANE_CRITICAL, ids...) }
 
 // pushRecorder is a transport that keeps the ids of the messages pushed to it, frame by frame.
 type pushRecorder struct {
@@ -80,7 +82,7 @@ type pushRecorder struct {
 }
 
 func (r *pushRecorder) write(b []byte) {
-	var f pb.Frame
+	var f clientpb.Frame
 	if err := proto.Unmarshal(b, &f); err != nil {
 		panic(err)
 	}
@@ -93,10 +95,10 @@ func (r *pushRecorder) write(b []byte) {
 	r.thinned += int(f.GetPush().GetThinned().GetNormal() + f.GetPush().GetThinned().GetBulk())
 	r.mu.Unlock()
 }
-func (r *pushRecorder) pending() int64            { return 0 }
-func (r *pushRecorder) kick(pb.CloseCode, []byte) {}
-func (r *pushRecorder) forceClose()               {}
-func (r *pushRecorder) count() int                { r.mu.Lock(); defer r.mu.Unlock(); return len(r.frames) }
+func (r *pushRecorder) pending() int64                  { return 0 }
+func (r *pushRecorder) kick(clientpb.CloseCode, []byte) {}
+func (r *pushRecorder) forceClose()                     {}
+func (r *pushRecorder) count() int                      { r.mu.Lock(); defer r.mu.Unlock(); return len(r.frames) }
 func (r *pushRecorder) last() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -117,7 +119,7 @@ func (r *pushRecorder) ids() (out []string) {
 // some groups had already had their share, and across a change in the number of phases.
 func TestPhasedFlush(t *testing.T) {
 	t.Parallel()
-	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &roompb.RoomSettings{FlushTickMs: 3_600_000}, time.Now())
 	defer r.fanout.stop()
 
 	var conns []*conn
@@ -267,7 +269,7 @@ func (b *blockingRecorder) write(p []byte) {
 // frames for the room queues them and returns at once; they go out after the earlier ones.
 func TestWritesQueueInOrder(t *testing.T) {
 	t.Parallel()
-	r := testRoom(Config{Node: "n1"}, &pb.RoomSettings{NoMerge: true}, time.Now())
+	r := testRoom(Config{Node: "n1"}, &roompb.RoomSettings{NoMerge: true}, time.Now())
 	defer r.fanout.stop()
 	rec := &blockingRecorder{entered: make(chan struct{}), release: make(chan struct{})}
 	r.testJoin(rec)
@@ -293,10 +295,10 @@ func TestWritesQueueInOrder(t *testing.T) {
 // nullTransport takes frames and drops them.
 type nullTransport struct{ n int }
 
-func (t *nullTransport) write([]byte)              { t.n++ }
-func (t *nullTransport) pending() int64            { return 0 }
-func (t *nullTransport) kick(pb.CloseCode, []byte) {}
-func (t *nullTransport) forceClose()               {}
+func (t *nullTransport) write([]byte)                    { t.n++ }
+func (t *nullTransport) pending() int64                  { return 0 }
+func (t *nullTransport) kick(clientpb.CloseCode, []byte) {}
+func (t *nullTransport) forceClose()                     {}
 
 // BenchmarkRoomWrite measures the fan-out's own work per member and tick, without the socket:
 // a tick of 5 messages written to a room of 1,000 members (one variant, encoded once).
@@ -308,7 +310,7 @@ func BenchmarkRoomWrite(b *testing.B) {
 	}
 	var tick []queued
 	for i := range 5 {
-		tick = append(tick, queued{m: &pb.Message{Id: strconv.Itoa(i), Lane: pb.Lane_LANE_CRITICAL, Body: make([]byte, 64)}})
+		tick = append(tick, queued{m: &clientpb.Message{Id: strconv.Itoa(i), Lane: clientpb.Lane_LANE_CRITICAL, Body: make([]byte, 64)}})
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -322,7 +324,7 @@ func BenchmarkRoomWrite(b *testing.B) {
 // the merged messages yet those messages first, then the unmerged one, to every member once.
 func TestPhasedThenUnmerged(t *testing.T) {
 	t.Parallel()
-	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &pb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
+	r := testRoom(Config{Node: "n1", PhaseMembers: 4}, &roompb.RoomSettings{FlushTickMs: 3_600_000}, time.Now()) // the test flushes
 	defer r.fanout.stop()
 	var recs []*pushRecorder
 	for range 32 {
@@ -336,7 +338,7 @@ func TestPhasedThenUnmerged(t *testing.T) {
 	send("1")
 	r.flush() // one group of 8 gets 1
 	r.flush() // a second
-	r.fanout.setSettings(&pb.RoomSettings{FlushTickMs: 3_600_000, NoMerge: true})
+	r.fanout.setSettings(&roompb.RoomSettings{FlushTickMs: 3_600_000, NoMerge: true})
 	send("2")
 	r.flush() // nothing left for it to do
 	for i, rec := range recs {
@@ -347,10 +349,10 @@ func TestPhasedThenUnmerged(t *testing.T) {
 }
 
 // receiveLane hands the room a batch of messages of one lane with these ids, as from the bus.
-func (r *localRoom) receiveLane(l pb.Lane, ids ...string) {
-	var b pb.RoomBatch
+func (r *localRoom) receiveLane(l clientpb.Lane, ids ...string) {
+	var b buspb.RoomBatch
 	for _, id := range ids {
-		b.Messages = append(b.Messages, &pb.Message{Id: id, Lane: l})
+		b.Messages = append(b.Messages, &clientpb.Message{Id: id, Lane: l})
 	}
 	data, err := proto.Marshal(&b)
 	if err != nil {
@@ -366,17 +368,17 @@ func (r *localRoom) receiveLane(l pb.Lane, ids ...string) {
 func TestLatencyBudget(t *testing.T) {
 	t.Parallel()
 	const tick = time.Hour
-	settings := &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}
-	normal, bulk, critical := pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK, pb.Lane_LANE_CRITICAL
+	settings := &roompb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}
+	normal, bulk, critical := clientpb.Lane_LANE_NORMAL, clientpb.Lane_LANE_BULK, clientpb.Lane_LANE_CRITICAL
 	type step struct {
 		advance time.Duration // the fake clock moves on by this before the flush
-		lane    pb.Lane
+		lane    clientpb.Lane
 		ids     []string // received before the flush
 		want    []string // the frame the flush writes; nil: none
 	}
 	for _, tc := range []struct {
 		name     string
-		settings *pb.RoomSettings
+		settings *roompb.RoomSettings
 		node     time.Duration // Config.LatencyBudget
 		steps    []step
 	}{
@@ -401,14 +403,14 @@ func TestLatencyBudget(t *testing.T) {
 			{0, normal, []string{"a", "b", "c"}, []string{"a", "b", "c"}},
 			{time.Minute, bulk, []string{"d", "e", "f"}, []string{"d", "e", "f"}},
 		}},
-		{"off: every flush writes", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 0, []step{
+		{"off: every flush writes", &roompb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 0, []step{
 			{0, normal, []string{"a"}, []string{"a"}},
 			{time.Minute, normal, []string{"b"}, []string{"b"}},
 		}},
-		{"budget not above the tick: off", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32(tick.Milliseconds())}, 0, []step{
+		{"budget not above the tick: off", &roompb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32(tick.Milliseconds())}, 0, []step{
 			{0, normal, []string{"a"}, []string{"a"}},
 		}},
-		{"node default budget", &pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 4 * tick, []step{
+		{"node default budget", &roompb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds())}, 4 * tick, []step{
 			{0, normal, []string{"a", "b", "c"}, nil}, // the node's default gathers 4
 			{time.Minute, normal, []string{"d"}, []string{"a", "b", "c", "d"}},
 		}},
@@ -447,7 +449,7 @@ func TestLatencyBudgetPhases(t *testing.T) {
 	const tick = time.Hour
 	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	r := testRoom(Config{Node: "n1", PhaseMembers: 1, Now: clock.Now},
-		&pb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}, clock.Now())
+		&roompb.RoomSettings{FlushTickMs: uint32(tick.Milliseconds()), LatencyBudgetMs: uint32((4 * tick).Milliseconds()), GatherMessages: 3}, clock.Now())
 	defer r.fanout.stop()
 	recs := []*pushRecorder{{}, {}}
 	for _, rec := range recs {
@@ -465,7 +467,7 @@ func TestLatencyBudgetPhases(t *testing.T) {
 			}
 		}
 	}
-	r.receiveLane(pb.Lane_LANE_NORMAL, "a")
+	r.receiveLane(clientpb.Lane_LANE_NORMAL, "a")
 	r.flush()
 	r.flush()
 	want("one message, both turns", 0, 0)
@@ -475,7 +477,7 @@ func TestLatencyBudgetPhases(t *testing.T) {
 	clock.Add(3*tick + 1)
 	r.flush()
 	want("past the budget, first group", 1, 0)
-	r.receiveLane(pb.Lane_LANE_CRITICAL, "b")
+	r.receiveLane(clientpb.Lane_LANE_CRITICAL, "b")
 	r.flush()
 	want("critical, second group", 1, 1)
 	if got := fmt.Sprint(recs[0].last(), recs[1].last()); got != "[a] [a b]" {

@@ -2,7 +2,7 @@ package chatlink
 
 import (
 	"math"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,9 +105,9 @@ func (n *Node) backlogLevel(c *conn) int {
 func levelFilter(lvl int) func(queued) bool {
 	switch lvl {
 	case levelThin:
-		return func(q queued) bool { return lane(q.m) != pb.Lane_LANE_BULK }
+		return func(q queued) bool { return lane(q.m) != clientpb.Lane_LANE_BULK }
 	case levelCriticalOnly:
-		return func(q queued) bool { return lane(q.m) == pb.Lane_LANE_CRITICAL }
+		return func(q queued) bool { return lane(q.m) == clientpb.Lane_LANE_CRITICAL }
 	}
 	return nil
 }

@@ -16,24 +16,24 @@ import (
 
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // clientFrameSeeds are frames of every kind a client sends, well-formed and not, and a kind
 // only the server sends.
 func clientFrameSeeds(t testing.TB) [][]byte {
-	frames := []*pb.Frame{
-		{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 1, Type: "chat", Body: []byte("hi"), TagExpr: `"vip" in tags`}}},
-		{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 2, Lane: pb.Lane_LANE_CRITICAL, TagExpr: `((((`}}},
-		{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 1}}},
-		{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 3, Limit: 500, Cursor: "AQEC"}}},
-		{Kind: &pb.Frame_HistoryQuery{HistoryQuery: &pb.HistoryQuery{Seq: 4, BeforeId: "x", AfterId: "y"}}},
-		{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: []string{"01M8SEH328APM47SJZNEDM4DQP"}}}},
-		{Kind: &pb.Frame_Ack{Ack: &pb.Ack{}}},
-		{Kind: &pb.Frame_QueueRequest{QueueRequest: &pb.RoomQueueRequest{Seq: 5, Op: pb.QueueOp_QUEUE_OP_OFFER, Key: "k", Value: []byte("v"), IfAbsent: true}}},
-		{Kind: &pb.Frame_QueueRequest{QueueRequest: &pb.RoomQueueRequest{Seq: 6, Op: pb.QueueOp(99)}}},
-		{Kind: &pb.Frame_Login{Login: &pb.Login{Token: "again"}}},
-		{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{SessionId: "s"}}},
+	frames := []*clientpb.Frame{
+		{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 1, Type: "chat", Body: []byte("hi"), TagExpr: `"vip" in tags`}}},
+		{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 2, Lane: clientpb.Lane_LANE_CRITICAL, TagExpr: `((((`}}},
+		{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 1}}},
+		{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 3, Limit: 500, Cursor: "AQEC"}}},
+		{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 4, BeforeId: "x", AfterId: "y"}}},
+		{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: []string{"01M8SEH328APM47SJZNEDM4DQP"}}}},
+		{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{}}},
+		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 5, Op: clientpb.QueueOp_QUEUE_OP_OFFER, Key: "k", Value: []byte("v"), IfAbsent: true}}},
+		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 6, Op: clientpb.QueueOp(99)}}},
+		{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "again"}}},
+		{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{SessionId: "s"}}},
 	}
 	var seeds [][]byte
 	for _, f := range frames {
@@ -72,7 +72,7 @@ func FuzzClientFrame(f *testing.F) {
 					return
 				}
 				if k := fr.GetKick(); k != nil {
-					if _, ok := pb.CloseCode_name[int32(k.Code)]; !ok {
+					if _, ok := clientpb.CloseCode_name[int32(k.Code)]; !ok {
 						t.Fatalf("kicked with an undocumented code: %v", k)
 					}
 					return
@@ -87,7 +87,7 @@ func FuzzClientFrame(f *testing.F) {
 }
 
 var heartbeat = func() []byte {
-	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 42}}})
+	b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 42}}})
 	return b
 }()
 
@@ -97,7 +97,7 @@ var heartbeat = func() []byte {
 // 413, and what it sets off comes in the stream, or the stream ends.
 func FuzzSSE(f *testing.F) {
 	login := func(tok string) string {
-		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok, Device: "web"}}})
+		b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok, Device: "web"}}})
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	valid := login(testcluster.Token(f, "fuzz", "fuzz"))
@@ -176,7 +176,7 @@ func FuzzSSE(f *testing.F) {
 			case fr.GetHeartbeatAck().GetClientTimeMs() == 42:
 				return
 			case fr.GetKick() != nil:
-				if _, ok := pb.CloseCode_name[int32(fr.GetKick().Code)]; !ok {
+				if _, ok := clientpb.CloseCode_name[int32(fr.GetKick().Code)]; !ok {
 					t.Fatalf("kicked with an undocumented code: %v", fr)
 				}
 			}
@@ -209,7 +209,7 @@ func sseEvent(r *bufio.Reader) (string, error) {
 }
 
 // sseFrame reads the next event and decodes the frame it holds.
-func sseFrame(r *bufio.Reader) (*pb.Frame, error) {
+func sseFrame(r *bufio.Reader) (*clientpb.Frame, error) {
 	ev, err := sseEvent(r)
 	if err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ func sseFrame(r *bufio.Reader) (*pb.Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	var f pb.Frame
+	var f clientpb.Frame
 	if err := proto.Unmarshal(raw, &f); err != nil {
 		return nil, err
 	}

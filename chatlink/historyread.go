@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // historyReads shares a node's reads of a room's history among the logins that ask for it at
@@ -19,9 +19,9 @@ import (
 // next read, which starts as soon as the one under way ends. A room has at most one read under
 // way and one waiting, however many logins ask.
 type historyReads struct {
-	fetch  func(historyKey) ([]*pb.Message, error) // one read
-	spawn  func(func())                            // runs a read on a goroutine of its own
-	served func(askers int)                        // a read ended; askers took its result
+	fetch  func(historyKey) ([]*clientpb.Message, error) // one read
+	spawn  func(func())                                  // runs a read on a goroutine of its own
+	served func(askers int)                              // a read ended; askers took its result
 
 	mu    sync.Mutex
 	rooms map[historyKey]*historyRooms
@@ -42,14 +42,14 @@ type historyRooms struct {
 // historyRead is one read of a room's history; its result is set before done is closed.
 type historyRead struct {
 	done   chan struct{}
-	kept   []*pb.Message // shared by every asker: read only
+	kept   []*clientpb.Message // shared by every asker: read only
 	err    error
 	askers int
 }
 
 // read returns the messages kept for k's room, from a read that started after the call, or
 // ctx's error if it ends first.
-func (h *historyReads) read(ctx context.Context, k historyKey) ([]*pb.Message, error) {
+func (h *historyReads) read(ctx context.Context, k historyKey) ([]*clientpb.Message, error) {
 	h.mu.Lock()
 	if h.rooms == nil {
 		h.rooms = make(map[historyKey]*historyRooms)

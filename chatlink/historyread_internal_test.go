@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // fakeHistory is a history whose reads wait until the test lets them end; each read returns
@@ -23,7 +23,7 @@ type fakeHistory struct {
 func newFakeHistory() (*fakeHistory, *historyReads) {
 	f := &fakeHistory{release: make(chan struct{})}
 	h := &historyReads{
-		fetch: func(k historyKey) ([]*pb.Message, error) {
+		fetch: func(k historyKey) ([]*clientpb.Message, error) {
 			f.mu.Lock()
 			f.started = append(f.started, k)
 			id := fmt.Sprintf("read-%d", len(f.started))
@@ -32,7 +32,7 @@ func newFakeHistory() (*fakeHistory, *historyReads) {
 			if k.room == "broken" {
 				return nil, errors.New("stream unavailable")
 			}
-			return []*pb.Message{{Id: id}}, nil
+			return []*clientpb.Message{{Id: id}}, nil
 		},
 		spawn: func(fn func()) { go fn() },
 		served: func(askers int) {

@@ -23,7 +23,7 @@ import (
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestHostileClients is the hostile-client suite (docs/security.md): members of a room chat,
@@ -181,7 +181,7 @@ func chatPhase(t *testing.T, cls []*testkit.Client, phase string, perMember int,
 			time.Sleep(interval * time.Duration(i) / time.Duration(len(cls)))
 			for j := range perMember {
 				body := fmt.Sprintf("%s/%d/%d/%d", phase, i, j, time.Now().UnixNano())
-				cl.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: uint64(j + 1), Type: "chat", Lane: pb.Lane_LANE_NORMAL, Body: []byte(body)}}})
+				cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: uint64(j + 1), Type: "chat", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(body)}}})
 				time.Sleep(interval)
 			}
 		})
@@ -286,11 +286,11 @@ func silentLogins(ctx context.Context, wsURL string) {
 // takes them, up to 4,000 a second (the Sends over the connection's rate are refused),
 // reconnecting when it is closed.
 func frameFlood(ctx context.Context, c *devcluster.Cluster) {
-	hb, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
+	hb, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}})
 	var burst []byte
 	for i := range 100 {
 		burst = append(burst, testkit.TCPFrame(hb)...)
-		send, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: uint64(i + 1), Type: "chat", Body: []byte("flood")}}})
+		send, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: uint64(i + 1), Type: "chat", Body: []byte("flood")}}})
 		burst = append(burst, testkit.TCPFrame(send)...)
 	}
 	for ctx.Err() == nil {
@@ -338,7 +338,7 @@ func tokenGuesses(ctx context.Context, addr string) {
 		if err != nil {
 			return
 		}
-		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: "eyJhbGciOiJIUzI1NiJ9.eyJhcHAiOiJkZW1vIn0." + rand.Text()}}})
+		b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "eyJhbGciOiJIUzI1NiJ9.eyJhcHAiOiJkZW1vIn0." + rand.Text()}}})
 		_, _ = c.Write(testkit.TCPFrame(b))
 		drain(c)
 	})
@@ -391,7 +391,7 @@ func loggedIn(c *devcluster.Cluster, uid, room string) net.Conn {
 		return nil
 	}
 	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := testkit.WriteFrame(nc, &pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: tok}}}); err != nil {
+	if err := testkit.WriteFrame(nc, &clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: tok}}}); err != nil {
 		_ = nc.Close()
 		return nil
 	}

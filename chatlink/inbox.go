@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 )
 
@@ -118,7 +118,7 @@ func (n *Node) readInbox(c *conn) {
 	if len(stored) == 0 {
 		return
 	}
-	var msgs []*pb.Message
+	var msgs []*clientpb.Message
 	q := c.ackQueue()
 	q.mu.Lock()
 	if q.known == nil {
@@ -218,14 +218,14 @@ func (n *Node) readInboxes(cs []*conn) {
 
 // ack queues the ids of an Ack frame for removal from the user's store. A malformed Ack closes
 // the connection, like any malformed frame.
-func (c *conn) ack(a *pb.Ack) {
+func (c *conn) ack(a *clientpb.Ack) {
 	if len(a.Ids) == 0 || len(a.Ids) > inbox.MaxAckIDs {
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "an Ack carries 1 to 100 message ids")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "an Ack carries 1 to 100 message ids")
 		return
 	}
 	for _, id := range a.Ids {
 		if _, ok := ids.MessageTime(id); !ok {
-			c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "an Ack carries message ids")
+			c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "an Ack carries message ids")
 			return
 		}
 	}
@@ -281,5 +281,5 @@ func (c *conn) ackLoop() {
 
 // ackFailed tells the client that an Ack was not applied.
 func (c *conn) ackFailed(why string) {
-	c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{Code: uint32(pb.ErrorCode_ERROR_CODE_ACK_FAILED), Message: why}}})
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{Code: uint32(clientpb.ErrorCode_ERROR_CODE_ACK_FAILED), Message: why}}})
 }

@@ -15,7 +15,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 )
 
@@ -44,14 +44,16 @@ func sendToUser(t *testing.T, c *devcluster.Cluster, uid, body string, expirySec
 func inboxLogin(t *testing.T, c *devcluster.Cluster, uid string, inbox bool) *testkit.Client {
 	t.Helper()
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: inbox}}})
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: inbox}}})
 	if f := cl.Next(); f.GetLoginAck() == nil {
 		t.Fatalf("login answered with %v", f)
 	}
 	return cl
 }
 
-func ackFrame(ids ...string) *pb.Frame { return &pb.Frame{Kind: &pb.Frame_Ack{Ack: &pb.Ack{Ids: ids}}} }
+func ackFrame(ids ...string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: ids}}}
+}
 
 // TestInboxUnackedComesAgain: an at-least-once message reaches the online session at once,
 // marked; the client drops without acknowledging it, and the next login gets it again. Another
@@ -109,7 +111,7 @@ func TestInboxLimits(t *testing.T) {
 			t.Fatalf("send %d: %d %v", i, status, rep)
 		}
 	}
-	if status, rep := sendToUser(t, c, "dave", "one too many", 0); status != http.StatusTooManyRequests || rep["code"] != float64(pb.ErrorCode_ERROR_CODE_INBOX_FULL) {
+	if status, rep := sendToUser(t, c, "dave", "one too many", 0); status != http.StatusTooManyRequests || rep["code"] != float64(clientpb.ErrorCode_ERROR_CODE_INBOX_FULL) {
 		t.Fatalf("third send: %d %v, want 429 with code 112", status, rep)
 	}
 	if n := len(testcluster.Stored(t, c, "dave")); n != 2 {
@@ -135,7 +137,7 @@ func TestInboxLimits(t *testing.T) {
 	erin.ExpectSilence(300 * time.Millisecond)
 
 	erin.Send(ackFrame("not-a-message-id"))
-	erin.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
+	erin.ExpectKick(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME)
 }
 
 // TestInboxReadsShared: logins at the same moment share the reads of their stored messages
@@ -177,7 +179,7 @@ func TestInboxReadsShared(t *testing.T) {
 		if i == 0 {
 			uid = "frank"
 		}
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: true}}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, uid, "lobby"), Inbox: true}}})
 	}
 	for _, cl := range clients {
 		if f := cl.Next(); f.GetLoginAck() == nil {

@@ -18,7 +18,7 @@ import (
 
 	"roomcast/internal/clientip"
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/applimits"
 )
 
@@ -161,10 +161,10 @@ func (l *limiter) clientAddr(peer string, forwarded []string, realIP string) net
 // admit says whether a new connection from a may open: 0 when it may, else the close code.
 // A connection it lets in is counted from then on, before any answer lets the client open its
 // next one; closed gives the count back, when the connection ends or its handshake fails.
-func (l *limiter) admit(a netip.Addr) pb.CloseCode {
+func (l *limiter) admit(a netip.Addr) clientpb.CloseCode {
 	if !l.lists.Load().Allows(a) {
 		l.limited.WithLabelValues(limitDeniedIP).Inc()
-		return pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
+		return clientpb.CloseCode_CLOSE_CODE_ADDRESS_DENIED
 	}
 	if max := l.cfg.ConnectionsPerIP; max > 0 && perAddress(a) {
 		k := subscriber(a)
@@ -176,7 +176,7 @@ func (l *limiter) admit(a netip.Addr) pb.CloseCode {
 		l.mu.Unlock()
 		if full {
 			l.limited.WithLabelValues(limitConnsIP).Inc()
-			return pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS
+			return clientpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS
 		}
 	}
 	return 0

@@ -20,7 +20,7 @@ import (
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // testClock is a node's clock (Config.Now) that moves only when told, so a bucket does not
@@ -57,7 +57,7 @@ func TestSendRates(t *testing.T) {
 	a := testkit.DialTCP(t, node.TCPAddr())
 	a.Login(testcluster.Token(t, "alice", "sr"))
 	seq := uint64(0)
-	send := func(cl *testkit.Client) *pb.Frame {
+	send := func(cl *testkit.Client) *clientpb.Frame {
 		seq++
 		cl.Send(sendFrame(seq, "hi"))
 		for {
@@ -73,7 +73,7 @@ func TestSendRates(t *testing.T) {
 	}
 	f := send(a)
 	e := f.GetError()
-	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.Seq != seq {
+	if e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.Seq != seq {
 		t.Fatalf("fourth send: want Error 120 for seq %d, got %v", seq, f)
 	}
 	if e.RetryAfterMs == 0 || e.RetryAfterMs > 200 {
@@ -93,7 +93,7 @@ func TestSendRates(t *testing.T) {
 		t.Fatalf("bob's first send: %v", f)
 	}
 	f = send(b)
-	if e := f.GetError(); e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 500 {
+	if e := f.GetError(); e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 500 {
 		t.Fatalf("bob's second send: want Error 120 with a retry within 500ms, got %v", f)
 	}
 	if n := limitedCount(t, c, node.Name(), "send_room"); n != 1 {
@@ -123,10 +123,10 @@ func TestJoinRate(t *testing.T) {
 	cl := testkit.DialWS(t, node.WSURL())
 	f := cl.LoginAs(testcluster.Token(t, "u3", "jr"), "web")
 	e := f.GetError()
-	if e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 1000 {
+	if e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) || e.RetryAfterMs == 0 || e.RetryAfterMs > 1000 {
 		t.Fatalf("third login: want Error 121 with a retry within 1s, got %v", f)
 	}
-	if k := cl.ExpectKick(pb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED); k.RetryAfterMs != e.RetryAfterMs {
+	if k := cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED); k.RetryAfterMs != e.RetryAfterMs {
 		t.Fatalf("Kick 4013: retry_after_ms = %d, want the Error's %d", k.RetryAfterMs, e.RetryAfterMs)
 	}
 	if n := limitedCount(t, c, node.Name(), "join_room"); n != 1 {
@@ -272,7 +272,7 @@ func TestAppLimitsLive(t *testing.T) {
 	a := testkit.DialTCP(t, node.TCPAddr())
 	a.Login(testcluster.Token(t, "alice", "live"))
 	seq := uint64(0)
-	send := func() *pb.Frame {
+	send := func() *clientpb.Frame {
 		seq++
 		a.Send(sendFrame(seq, "hi"))
 		for {
@@ -289,7 +289,7 @@ func TestAppLimitsLive(t *testing.T) {
 	putAppLimits(t, c, `{"sends_per_conn": "1/m:1"}`)
 	start := time.Now()
 	testkit.CheckFor(t, 3*time.Second, 20*time.Millisecond, func() error {
-		if f := send(); f.GetError().GetCode() != uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) {
+		if f := send(); f.GetError().GetCode() != uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) {
 			return fmt.Errorf("send after the change: %v", f)
 		}
 		return nil
@@ -302,7 +302,7 @@ func TestAppLimitsLive(t *testing.T) {
 	testkit.CheckFor(t, 3*time.Second, 50*time.Millisecond, func() error {
 		cl := testkit.DialTCP(t, node.TCPAddr())
 		defer cl.Close()
-		if f := cl.LoginAs(testcluster.Token(t, "bob", "live"), "web"); f.GetKick().GetCode() != uint32(pb.CloseCode_CLOSE_CODE_ADDRESS_DENIED) {
+		if f := cl.LoginAs(testcluster.Token(t, "bob", "live"), "web"); f.GetKick().GetCode() != uint32(clientpb.CloseCode_CLOSE_CODE_ADDRESS_DENIED) {
 			return fmt.Errorf("login from a denied address: %v", f)
 		}
 		return nil
@@ -336,12 +336,12 @@ func TestLoginRates(t *testing.T) {
 		}
 	})
 	node := c.Nodes[0]
-	login := func(from, uid string) *pb.Frame {
+	login := func(from, uid string) *clientpb.Frame {
 		return testkit.DialWSFor(t, node.WSURL(), from).LoginAs(testcluster.Token(t, uid, "lr"), "web")
 	}
-	refused := func(f *pb.Frame) bool {
+	refused := func(f *clientpb.Frame) bool {
 		e := f.GetError()
-		return e != nil && e.Code == uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) && e.RetryAfterMs > 0 && e.RetryAfterMs <= 1000
+		return e != nil && e.Code == uint32(clientpb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED) && e.RetryAfterMs > 0 && e.RetryAfterMs <= 1000
 	}
 	for i, uid := range []string{"a1", "a2"} {
 		if f := login("203.0.113.1", uid); f.GetLoginAck() == nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // The load report tells the dispatcher, every ReportInterval on rc.load, how to reach the node
@@ -25,9 +25,9 @@ const maxHeldRooms = 1000
 
 // loadReport describes the node for the dispatcher; busRTT is the last measured round trip to
 // NATS (zero: not measured).
-func (n *Node) loadReport(busRTT time.Duration) *pb.LoadReport {
+func (n *Node) loadReport(busRTT time.Duration) *buspb.LoadReport {
 	held, partial := n.rooms.biggest(maxHeldRooms)
-	return &pb.LoadReport{
+	return &buspb.LoadReport{
 		Node:                      n.cfg.Node,
 		WsUrl:                     n.WSURL(),
 		TcpAddr:                   n.TCPAddr(),
@@ -61,7 +61,7 @@ type roomSize struct {
 // biggest returns the limit rooms with the most local members, most first, and whether rooms
 // were left out. It keeps the biggest in a heap as it walks the rooms, so a node with 100k rooms
 // compares member counts, not names, and makes a RoomCount only for the rooms it returns.
-func (t *roomTable) biggest(limit int) ([]*pb.RoomCount, bool) {
+func (t *roomTable) biggest(limit int) ([]*buspb.RoomCount, bool) {
 	top := make(roomHeap, 0, limit)
 	partial := false
 	for i := range t.shards {
@@ -87,10 +87,10 @@ func (t *roomTable) biggest(limit int) ([]*pb.RoomCount, bool) {
 	slices.SortFunc(top, func(a, b roomSize) int {
 		return cmp.Or(cmp.Compare(b.members, a.members), strings.Compare(a.key, b.key))
 	})
-	out := make([]*pb.RoomCount, len(top))
+	out := make([]*buspb.RoomCount, len(top))
 	for i, r := range top {
 		app, room, _ := strings.Cut(r.key, "/")
-		out[i] = &pb.RoomCount{App: app, Room: room, Members: int64(r.members)}
+		out[i] = &buspb.RoomCount{App: app, Room: room, Members: int64(r.members)}
 	}
 	return out, partial
 }

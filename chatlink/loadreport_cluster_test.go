@@ -9,9 +9,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestLoadReportCountsLanes: a node's load report carries its deliveries and drops per lane,
@@ -38,9 +39,9 @@ func TestLoadReportCountsLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	reports := make(chan *pb.LoadReport, 16)
+	reports := make(chan *buspb.LoadReport, 16)
 	sub, err := nc.Subscribe(bus.SubjectLoad, func(m *nats.Msg) {
-		var r pb.LoadReport
+		var r buspb.LoadReport
 		if proto.Unmarshal(m.Data, &r) == nil {
 			select {
 			case reports <- &r:
@@ -60,7 +61,7 @@ func TestLoadReportCountsLanes(t *testing.T) {
 		}
 		return int64(metricValue(t, c, series+"}"))
 	}
-	var last *pb.LoadReport
+	var last *buspb.LoadReport
 	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		select {
 		case last = <-reports:
@@ -73,10 +74,10 @@ func TestLoadReportCountsLanes(t *testing.T) {
 		var budgetDrops int64
 		for i, lc := range last.Lanes {
 			name := [...]string{"critical", "normal", "bulk"}[i]
-			if lc.Lane != pb.Lane(i+1) {
+			if lc.Lane != clientpb.Lane(i+1) {
 				return fmt.Errorf("report lane %d is %v, want %s", i, lc.Lane, name)
 			}
-			want := &pb.LaneCounters{
+			want := &buspb.LaneCounters{
 				Lane:             lc.Lane,
 				Deliveries:       metric("roomcast_chatlink_deliveries_total", name, ""),
 				DropsBudget:      metric("roomcast_chatlink_drops_total", name, "budget"),

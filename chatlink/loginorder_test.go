@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestLoginAckBeforePush: members log in to an unmerged room (every batch written at once)
@@ -37,7 +38,7 @@ func TestLoginAckBeforePush(t *testing.T) {
 				return
 			default:
 			}
-			_ = bus.Publish(nc, bus.RoomSubject(devcluster.App, room), &pb.RoomBatch{Messages: []*pb.Message{{Id: "x", Room: room, Lane: pb.Lane_LANE_BULK}}})
+			_ = bus.Publish(nc, bus.RoomSubject(devcluster.App, room), &buspb.RoomBatch{Messages: []*clientpb.Message{{Id: "x", Room: room, Lane: clientpb.Lane_LANE_BULK}}})
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()

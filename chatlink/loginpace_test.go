@@ -11,7 +11,7 @@ import (
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestLoginPace: a burst of logins is processed at the node's login rate, the connections open
@@ -40,7 +40,7 @@ func TestLoginPace(t *testing.T) {
 	time.Sleep(time.Second / rate)
 
 	type answer struct {
-		f  *pb.Frame
+		f  *clientpb.Frame
 		at time.Duration
 	}
 	answers := make(chan answer, crowd)
@@ -50,7 +50,7 @@ func TestLoginPace(t *testing.T) {
 	}
 	start := time.Now()
 	for i, cl := range clients {
-		cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, fmt.Sprintf("u%d", i), "pace"), Device: "test"}}})
+		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, fmt.Sprintf("u%d", i), "pace"), Device: "test"}}})
 		go func() {
 			select {
 			case f := <-cl.Frames():
@@ -85,8 +85,8 @@ func TestLoginPace(t *testing.T) {
 	bad := testkit.DialTCP(t, node.TCPAddr())
 	asked := time.Now()
 	bad.Send(loginFrame("not.a.token"))
-	if k := bad.Next().GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
-		t.Errorf("a bad token while logins waited: kick %v, want %d", k, pb.CloseCode_CLOSE_CODE_BAD_TOKEN)
+	if k := bad.Next().GetKick(); k.GetCode() != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+		t.Errorf("a bad token while logins waited: kick %v, want %d", k, clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN)
 	}
 	if queued() == 0 {
 		// Behind the crowd it would be answered only once the queue drained.
@@ -100,7 +100,7 @@ func TestLoginPace(t *testing.T) {
 		switch e := a.f.GetError(); {
 		case a.f.GetLoginAck() != nil:
 			acks = append(acks, a.at)
-		case e != nil && e.Code == uint32(pb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED):
+		case e != nil && e.Code == uint32(clientpb.ErrorCode_ERROR_CODE_LOGIN_RATE_LIMITED):
 			refused++
 			// The queue was full: it drains in queue/rate.
 			if want := uint32(queue * 1000 / rate); e.RetryAfterMs < want*9/10 || e.RetryAfterMs > want {

@@ -11,7 +11,8 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/prom"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // Reasons a message is not delivered to a member.
@@ -66,10 +67,10 @@ type metrics struct {
 }
 
 func laneName(l int) string {
-	switch pb.Lane(l) {
-	case pb.Lane_LANE_CRITICAL:
+	switch clientpb.Lane(l) {
+	case clientpb.Lane_LANE_CRITICAL:
 		return "critical"
-	case pb.Lane_LANE_BULK:
+	case clientpb.Lane_LANE_BULK:
 		return "bulk"
 	}
 	return "normal"
@@ -166,11 +167,11 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 
 // laneCounters reads the node's deliveries and drops per lane from its metrics for the load
 // report, so the fan-out counts each delivery once.
-func (m *metrics) laneCounters() []*pb.LaneCounters {
-	out := make([]*pb.LaneCounters, 0, 3)
-	for _, l := range []pb.Lane{pb.Lane_LANE_CRITICAL, pb.Lane_LANE_NORMAL, pb.Lane_LANE_BULK} {
+func (m *metrics) laneCounters() []*buspb.LaneCounters {
+	out := make([]*buspb.LaneCounters, 0, 3)
+	for _, l := range []clientpb.Lane{clientpb.Lane_LANE_CRITICAL, clientpb.Lane_LANE_NORMAL, clientpb.Lane_LANE_BULK} {
 		drops := &m.drops[l]
-		out = append(out, &pb.LaneCounters{
+		out = append(out, &buspb.LaneCounters{
 			Lane:             l,
 			Deliveries:       int64(prom.CounterValue(m.deliveries[l])),
 			DropsBudget:      int64(prom.CounterValue(drops[dropBudget])),
@@ -183,7 +184,7 @@ func (m *metrics) laneCounters() []*pb.LaneCounters {
 
 // countLogin counts a login's result and its time since start (zero: not timed); a refused
 // one gets an audit record with the close code and reason the client is told.
-func (n *Node) countLogin(c *conn, start time.Time, result string, code pb.CloseCode, reason string) {
+func (n *Node) countLogin(c *conn, start time.Time, result string, code clientpb.CloseCode, reason string) {
 	n.m.logins.WithLabelValues(result).Inc()
 	if !start.IsZero() {
 		n.m.loginSeconds.Observe(time.Since(start).Seconds())

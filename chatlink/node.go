@@ -27,7 +27,7 @@ import (
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 	"roomcast/tag"
 )
@@ -348,9 +348,9 @@ func (n *Node) sweep() {
 		// The login deadline counts from the connect, not from the last frame: a client
 		// that pings (or sends anything but a Login) must not stay forever.
 		case st == stateNew && c.accepted < loginBy:
-			c.close(pb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
+			c.close(clientpb.CloseCode_CLOSE_CODE_LOGIN_TIMEOUT, "no login in time")
 		case st == stateLive && nowNS-c.lastSeen.Load() > 3*int64(c.hbInterval.Load())*int64(time.Millisecond):
-			c.close(pb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
+			c.close(clientpb.CloseCode_CLOSE_CODE_HEARTBEAT_TIMEOUT, "no heartbeat in time")
 		}
 	})
 }
@@ -375,7 +375,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 			n.log.Warn("final load report not published", "err", err)
 		}
 	}
-	n.conns.each(func(c *conn) { c.close(pb.CloseCode_CLOSE_CODE_SHUTDOWN, "node shutting down") })
+	n.conns.each(func(c *conn) { c.close(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN, "node shutting down") })
 	var err error
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 	"roomcast/store/historystore"
 )
 
@@ -72,7 +72,7 @@ type seqRange struct{ lo, hi uint64 }
 
 // batchRange returns the numbers a batch took: its first_room_seq..last_room_seq, or (from a
 // room service that does not set them) its numbered messages' lowest and highest. 0, 0: none.
-func batchRange(b *pb.RoomBatch) (first, last uint64) {
+func batchRange(b *buspb.RoomBatch) (first, last uint64) {
 	if b.LastRoomSeq > 0 {
 		return b.FirstRoomSeq, b.LastRoomSeq
 	}
@@ -89,7 +89,7 @@ func batchRange(b *pb.RoomBatch) (first, last uint64) {
 
 // admitLocked puts a batch's messages in f.pending in room_seq order, or holds them back behind a
 // missing number; arrived is when the batch reached the node (queued.arrived). Caller holds f.mu.
-func (f *roomFanout) admitLocked(batch *pb.RoomBatch, arrived int64) {
+func (f *roomFanout) admitLocked(batch *buspb.RoomBatch, arrived int64) {
 	n := f.r.t.n
 	first, last := batchRange(batch)
 	o := &f.order
@@ -147,7 +147,7 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-func sender(b *pb.RoomBatch, i int) string {
+func sender(b *buspb.RoomBatch, i int) string {
 	if i < len(b.SenderSessions) {
 		return b.SenderSessions[i]
 	}
@@ -157,7 +157,7 @@ func sender(b *pb.RoomBatch, i int) string {
 // pendLocked appends a batch's messages to f.pending. Numbered messages below next came after
 // their number was given up or filled from the history: the filled ones are dropped, the
 // others delivered late (both counted). Caller holds f.mu.
-func (f *roomFanout) pendLocked(batch *pb.RoomBatch, next uint64, arrived int64) {
+func (f *roomFanout) pendLocked(batch *buspb.RoomBatch, next uint64, arrived int64) {
 	for i, m := range batch.Messages {
 		if s := m.RoomSeq; s > 0 && s < next {
 			if f.order.wasFilled(s) {

@@ -10,22 +10,24 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // BenchmarkRoomReceive measures a room batch taken off the bus in the order its numbers came
 // (the path every batch takes when nothing is missing): a batch of 5 numbered critical
 // messages, unmerged, written to a room of 100 members.
 func BenchmarkRoomReceive(b *testing.B) {
-	r := testRoom(Config{Node: "n1"}, &pb.RoomSettings{NoMerge: true}, time.Now())
+	r := testRoom(Config{Node: "n1"}, &roompb.RoomSettings{NoMerge: true}, time.Now())
 	defer r.fanout.stop()
 	for range 100 {
 		r.testJoin(&nullTransport{})
 	}
 	var seq uint64
-	batch := &pb.RoomBatch{}
+	batch := &buspb.RoomBatch{}
 	for range 5 {
-		batch.Messages = append(batch.Messages, &pb.Message{Id: "m", Lane: pb.Lane_LANE_CRITICAL, Body: make([]byte, 64)})
+		batch.Messages = append(batch.Messages, &clientpb.Message{Id: "m", Lane: clientpb.Lane_LANE_CRITICAL, Body: make([]byte, 64)})
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -46,11 +48,11 @@ func BenchmarkRoomReceive(b *testing.B) {
 // receiveSeqs hands the room a batch of critical messages numbered seqs (0: a bulk message),
 // each with its number as its id.
 func (r *localRoom) receiveSeqs(seqs ...uint64) {
-	var b pb.RoomBatch
+	var b buspb.RoomBatch
 	for _, s := range seqs {
-		m := &pb.Message{Id: strconv.FormatUint(s, 10), Lane: pb.Lane_LANE_CRITICAL, RoomSeq: s}
+		m := &clientpb.Message{Id: strconv.FormatUint(s, 10), Lane: clientpb.Lane_LANE_CRITICAL, RoomSeq: s}
 		if s == 0 {
-			m.Id, m.Lane = "bulk", pb.Lane_LANE_BULK
+			m.Id, m.Lane = "bulk", clientpb.Lane_LANE_BULK
 		}
 		b.Messages = append(b.Messages, m)
 	}
@@ -67,7 +69,7 @@ func (r *localRoom) receiveSeqs(seqs ...uint64) {
 // below means the room's numbers started again.
 func TestRoomOrderLive(t *testing.T) {
 	t.Parallel()
-	r := testRoom(Config{Node: "n1", OrderHold: time.Hour}, &pb.RoomSettings{NoMerge: true}, time.Now())
+	r := testRoom(Config{Node: "n1", OrderHold: time.Hour}, &roompb.RoomSettings{NoMerge: true}, time.Now())
 	r.t.n.log = slog.New(slog.DiscardHandler) // the restart is logged
 	defer r.fanout.stop()
 	rec := &pushRecorder{}

@@ -14,10 +14,11 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -59,16 +60,16 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	}
 
 	nc := testkit.Connect(t, c.NATS)
-	msg := func(body string, seq uint64) *pb.Message {
-		lane := pb.Lane_LANE_CRITICAL
+	msg := func(body string, seq uint64) *clientpb.Message {
+		lane := clientpb.Lane_LANE_CRITICAL
 		if seq == 0 {
-			lane = pb.Lane_LANE_BULK
+			lane = clientpb.Lane_LANE_BULK
 		}
-		return &pb.Message{Id: body, Room: room, Type: "chat", Lane: lane, Body: []byte(body), RoomSeq: seq, ServerTimeMs: time.Now().UnixMilli()}
+		return &clientpb.Message{Id: body, Room: room, Type: "chat", Lane: lane, Body: []byte(body), RoomSeq: seq, ServerTimeMs: time.Now().UnixMilli()}
 	}
-	publish := func(msgs ...*pb.Message) {
+	publish := func(msgs ...*clientpb.Message) {
 		t.Helper()
-		if err := bus.Publish(nc, bus.RoomSubject(devcluster.App, room), &pb.RoomBatch{Messages: msgs}); err != nil {
+		if err := bus.Publish(nc, bus.RoomSubject(devcluster.App, room), &buspb.RoomBatch{Messages: msgs}); err != nil {
 			t.Fatal(err)
 		}
 		if err := nc.Flush(); err != nil {
@@ -145,7 +146,7 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	// base+7 was sent by the first node's member and kept in a record that names its session,
 	// and its live batch is lost: the history fills it for the other member only, as live
 	// delivery would have (a sender gets a SendAck, not an echo).
-	rec, err := proto.Marshal(&pb.HistoryRecord{Messages: []*pb.Message{msg("g", base+7)}, SenderSessions: []string{sessions[0]}})
+	rec, err := proto.Marshal(&buspb.HistoryRecord{Messages: []*clientpb.Message{msg("g", base+7)}, SenderSessions: []string{sessions[0]}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/wsproto"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // polled is a client connection whose frames the node reads when its poller says the socket
@@ -264,7 +264,7 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 	switch {
 	case werr != nil:
 		if werr.Code == 1009 && !w.p.c.closing.Load() {
-			w.p.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
+			w.p.n.m.closes.WithLabelValues(clientpb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
 		} else {
 			w.p.n.m.frameBad.Inc()
 		}
@@ -279,7 +279,7 @@ func (w *wsFrames) feed(data []byte) (int, int, readNext) {
 func (w *wsFrames) Message(op byte, payload []byte) {
 	if op != wsproto.OpBinary {
 		w.p.n.m.frameBad.Inc()
-		w.p.c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
+		w.p.c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
 		return
 	}
 	w.p.c.handleFrame(payload)

@@ -4,7 +4,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // maxPushFrame is the largest frame the node sends: the protocol's frame limit, the same both
@@ -13,9 +13,9 @@ const maxPushFrame = 65536
 
 // pushMeta is what a run of Push frames says besides its messages.
 type pushMeta struct {
-	history  bool         // on every frame: the messages are history asked for at login
-	recovery *pb.Recovery // on the last frame: the end of that history
-	thinned  *pb.Thinned  // on the first frame: messages left out since the previous Push
+	history  bool               // on every frame: the messages are history asked for at login
+	recovery *clientpb.Recovery // on the last frame: the end of that history
+	thinned  *clientpb.Thinned  // on the first frame: messages left out since the previous Push
 }
 
 func (m pushMeta) empty() bool { return !m.history && m.recovery == nil && m.thinned == nil }
@@ -25,7 +25,7 @@ func (m pushMeta) empty() bool { return !m.history && m.recovery == nil && m.thi
 // would refuse. A message alone always fits: bodies are limited to 16 KiB. Without messages it
 // returns one frame when meta has something to say (nothing to recover, a thinned count), else
 // none.
-func pushFrames(msgs []*pb.Message, meta pushMeta) [][]byte {
+func pushFrames(msgs []*clientpb.Message, meta pushMeta) [][]byte {
 	// Frame{push: Push{messages..., meta}}: the two outer headers take at most 1+3 bytes each
 	// below the limit, and the meta fields at most 32 (history 2, recovery 2+2+11, thinned
 	// 2+6+6).
@@ -47,8 +47,8 @@ func pushFrames(msgs []*pb.Message, meta pushMeta) [][]byte {
 			size += n
 			end++
 		}
-		var rec *pb.Recovery
-		var thinned *pb.Thinned
+		var rec *clientpb.Recovery
+		var thinned *clientpb.Thinned
 		if start == 0 {
 			thinned = meta.thinned
 		}
@@ -61,8 +61,8 @@ func pushFrames(msgs []*pb.Message, meta pushMeta) [][]byte {
 	return frames
 }
 
-func encodePush(msgs []*pb.Message, history bool, rec *pb.Recovery, thinned *pb.Thinned) []byte {
-	b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Push{Push: &pb.Push{
+func encodePush(msgs []*clientpb.Message, history bool, rec *clientpb.Recovery, thinned *clientpb.Thinned) []byte {
+	b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
 		Messages: msgs, History: history, Recovery: rec, Thinned: thinned,
 	}}})
 	return b

@@ -6,28 +6,28 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 func TestPushFramesSplit(t *testing.T) {
 	t.Parallel()
-	var msgs []*pb.Message
+	var msgs []*clientpb.Message
 	for i := range 100 { // a full room history of the largest messages
-		msgs = append(msgs, &pb.Message{Id: string(rune('a' + i%26)), Room: "r", Sender: "u", Lane: pb.Lane_LANE_NORMAL,
+		msgs = append(msgs, &clientpb.Message{Id: string(rune('a' + i%26)), Room: "r", Sender: "u", Lane: clientpb.Lane_LANE_NORMAL,
 			Body: bytes.Repeat([]byte{byte(i)}, 16<<10)})
 	}
 	for _, tc := range []struct {
-		msgs      []*pb.Message
+		msgs      []*clientpb.Message
 		wantFrame int
 	}{{msgs[:1], 1}, {msgs[:3], 1}, {msgs, 34}} {
-		meta := pushMeta{history: true, recovery: &pb.Recovery{Missing: 7}, thinned: &pb.Thinned{Bulk: 3}}
+		meta := pushMeta{history: true, recovery: &clientpb.Recovery{Missing: 7}, thinned: &clientpb.Thinned{Bulk: 3}}
 		frames := pushFrames(tc.msgs, meta)
-		var got []*pb.Message
+		var got []*clientpb.Message
 		for i, b := range frames {
 			if len(b) > maxPushFrame {
 				t.Fatalf("frame of %d bytes", len(b))
 			}
-			var f pb.Frame
+			var f clientpb.Frame
 			if err := proto.Unmarshal(b, &f); err != nil || !f.GetPush().GetHistory() {
 				t.Fatalf("frame does not parse as a history Push: %v", err)
 			}
@@ -49,8 +49,8 @@ func TestPushFramesSplit(t *testing.T) {
 	if pushFrames(nil, pushMeta{}) != nil {
 		t.Fatal("frames for no messages")
 	}
-	frames := pushFrames(nil, pushMeta{history: true, recovery: &pb.Recovery{Recovered: true}})
-	var f pb.Frame
+	frames := pushFrames(nil, pushMeta{history: true, recovery: &clientpb.Recovery{Recovered: true}})
+	var f clientpb.Frame
 	if len(frames) != 1 || proto.Unmarshal(frames[0], &f) != nil || !f.GetPush().GetRecovery().GetRecovered() {
 		t.Fatalf("nothing to recover: %d frames, %v; want one Push with its Recovery", len(frames), &f)
 	}

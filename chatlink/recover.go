@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -32,7 +32,7 @@ type historyAsk struct {
 	age  time.Duration
 }
 
-func askOf(l *pb.Login) historyAsk {
+func askOf(l *clientpb.Login) historyAsk {
 	return historyAsk{since: l.RecoverSince, sinceSeq: l.RecoverSinceRoomSeq, last: min(int(l.History), historystore.PerRoom)}
 }
 
@@ -55,8 +55,8 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	kept, err := n.histReads.read(ctx, historyKey{app: c.app, room: c.room, keep: ask.keep, age: ask.age})
 	if err != nil {
 		n.log.Warn("history not read", "session", c.session, "err", err)
-		c.writeFrame(&pb.Frame{Kind: &pb.Frame_Error{Error: &pb.Error{
-			Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the room's history could not be read",
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+			Code: uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the room's history could not be read",
 		}}})
 		return
 	}
@@ -64,7 +64,7 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	if set == nil {
 		return // closed meanwhile
 	}
-	allow := func(m *pb.Message) bool { return m.TagExpr == "" || n.expr(m.TagExpr).Eval(set, c.uid) }
+	allow := func(m *clientpb.Message) bool { return m.TagExpr == "" || n.expr(m.TagExpr).Eval(set, c.uid) }
 	out, rec := selectHistory(kept, ask, allow)
 	for _, b := range pushFrames(out, pushMeta{history: true, recovery: rec}) {
 		c.write(b)
@@ -75,7 +75,7 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 // (historyread.go). A read may take recoverTimeout.
 func (n *Node) newHistoryReads() *historyReads {
 	return &historyReads{
-		fetch: func(k historyKey) ([]*pb.Message, error) {
+		fetch: func(k historyKey) ([]*clientpb.Message, error) {
 			ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 			defer cancel()
 			return n.history(ctx, k.app, k.room, historyAsk{keep: k.keep, age: k.age})
@@ -101,7 +101,7 @@ func (n *Node) newHistoryReads() *historyReads {
 // missing: they were never for this member. Without sinceSeq (or with one from before the
 // room's counter started again) the ids decide: complete when the history reaches back to
 // since or still holds the room's first message; otherwise missing is not known and is 0.
-func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) bool) ([]*pb.Message, *pb.Recovery) {
+func selectHistory(kept []*clientpb.Message, ask historyAsk, allow func(*clientpb.Message) bool) ([]*clientpb.Message, *clientpb.Recovery) {
 	var top, above uint64 // the highest kept room_seq; how many kept are numbered above sinceSeq
 	for _, m := range kept {
 		top = max(top, m.RoomSeq)
@@ -110,7 +110,7 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 		}
 	}
 	bySeq := ask.since != "" && ask.sinceSeq > 0 && ask.sinceSeq <= top
-	after := func(m *pb.Message) bool {
+	after := func(m *clientpb.Message) bool {
 		switch {
 		case ask.since == "":
 			return true
@@ -119,7 +119,7 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 		}
 		return m.Id > ask.since
 	}
-	var out []*pb.Message
+	var out []*clientpb.Message
 	for _, m := range kept {
 		if after(m) && allow(m) {
 			out = append(out, m)
@@ -129,21 +129,21 @@ func selectHistory(kept []*pb.Message, ask historyAsk, allow func(*pb.Message) b
 		if len(out) > ask.last {
 			out = out[len(out)-ask.last:]
 		}
-		return out, &pb.Recovery{Recovered: true}
+		return out, &clientpb.Recovery{Recovered: true}
 	}
 	if bySeq {
 		var missing uint64
 		if want := top - ask.sinceSeq; want > above {
 			missing = want - above
 		}
-		return out, &pb.Recovery{Recovered: missing == 0, Missing: missing}
+		return out, &clientpb.Recovery{Recovered: missing == 0, Missing: missing}
 	}
 	complete := len(kept) == 0 || kept[0].Id <= ask.since || kept[0].RoomSeq == 1
-	return out, &pb.Recovery{Recovered: complete}
+	return out, &clientpb.Recovery{Recovered: complete}
 }
 
 // history reads the messages kept for a room within the retention ask carries, oldest first.
-func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([]*pb.Message, error) {
+func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([]*clientpb.Message, error) {
 	var since time.Time
 	if ask.age > 0 {
 		since = n.now().Add(-ask.age)
@@ -155,7 +155,7 @@ func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*pb.Message, len(kept))
+	out := make([]*clientpb.Message, len(kept))
 	for i, k := range kept {
 		out[i] = k.Msg
 	}

@@ -6,17 +6,17 @@ import (
 	"time"
 
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // keptRoom returns a room's kept messages: ids in time order, numbered from first, and a
 // message for class 2 at every seq in class2.
-func keptRoom(first, n uint64, class2 ...uint64) []*pb.Message {
+func keptRoom(first, n uint64, class2 ...uint64) []*clientpb.Message {
 	var g ids.Generator
 	at := time.UnixMilli(1764451200000)
-	var out []*pb.Message
+	var out []*clientpb.Message
 	for seq := first; seq < first+n; seq++ {
-		m := &pb.Message{Id: g.New(at.Add(time.Duration(seq) * time.Millisecond)), RoomSeq: seq, Body: []byte(fmt.Sprint(seq))}
+		m := &clientpb.Message{Id: g.New(at.Add(time.Duration(seq) * time.Millisecond)), RoomSeq: seq, Body: []byte(fmt.Sprint(seq))}
 		for _, c := range class2 {
 			if c == seq {
 				m.TagExpr = "class2"
@@ -32,8 +32,8 @@ func TestSelectHistory(t *testing.T) {
 	evicted := keptRoom(96, 10)                      // 96..105: 95 evicted
 	tagged := keptRoom(1, 5, 4)                      // 4 is for class 2
 	gap := append(keptRoom(1, 3), keptRoom(5, 2)...) // 4 was numbered but never kept
-	allowAll := func(*pb.Message) bool { return true }
-	noClass2 := func(m *pb.Message) bool { return m.TagExpr == "" }
+	allowAll := func(*clientpb.Message) bool { return true }
+	noClass2 := func(m *clientpb.Message) bool { return m.TagExpr == "" }
 	// 4 was accepted (its id stamped) before 3 but numbered after it: two instances' windows.
 	crossed := keptRoom(1, 5)
 	crossed[2].Id, crossed[3].Id = crossed[3].Id, crossed[2].Id
@@ -42,9 +42,9 @@ func TestSelectHistory(t *testing.T) {
 
 	for _, tc := range []struct {
 		name      string
-		kept      []*pb.Message
+		kept      []*clientpb.Message
 		ask       historyAsk
-		allow     func(*pb.Message) bool
+		allow     func(*clientpb.Message) bool
 		want      string // the bodies sent
 		recovered bool
 		missing   uint64

@@ -8,17 +8,17 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // historyAnswer logs in with login and reads the answer to its history request: the messages
 // of the Pushes marked history, then the Recovery that ends them, or an Error with seq 0.
-func historyAnswer(t *testing.T, c *devcluster.Cluster, uid string, login *pb.Login) (msgs []*pb.Message, rec *pb.Recovery, e *pb.Error) {
+func historyAnswer(t *testing.T, c *devcluster.Cluster, uid string, login *clientpb.Login) (msgs []*clientpb.Message, rec *clientpb.Recovery, e *clientpb.Error) {
 	t.Helper()
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
 	defer cl.Close()
 	login.Token = testcluster.Token(t, uid, "rec")
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: login}})
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: login}})
 	if ack := cl.Next().GetLoginAck(); ack == nil || ack.ProtocolVersion != 1 {
 		t.Fatalf("LoginAck %v, want one with protocol_version 1", ack)
 	}
@@ -53,10 +53,10 @@ func TestRecoverySaysWhatItDid(t *testing.T) {
 			t.Fatalf("message %d: room_seq %d, body %q; want %d", i, m.RoomSeq, m.Body, i+1)
 		}
 	}
-	since := func(i int) *pb.Login {
-		return &pb.Login{RecoverSince: sent[i].Id, RecoverSinceRoomSeq: sent[i].RoomSeq}
+	since := func(i int) *clientpb.Login {
+		return &clientpb.Login{RecoverSince: sent[i].Id, RecoverSinceRoomSeq: sent[i].RoomSeq}
 	}
-	bodies := func(msgs []*pb.Message) string {
+	bodies := func(msgs []*clientpb.Message) string {
 		var b []string
 		for _, m := range msgs {
 			b = append(b, string(m.Body))
@@ -78,14 +78,14 @@ func TestRecoverySaysWhatItDid(t *testing.T) {
 	if msgs, rec, _ := historyAnswer(t, c, "c", since(7)); len(msgs) != 0 || !rec.GetRecovered() {
 		t.Errorf("since the last: %s, %v; want nothing, recovered", bodies(msgs), rec)
 	}
-	if msgs, rec, _ := historyAnswer(t, c, "d", &pb.Login{History: 3}); bodies(msgs) != "[6 7 8]" || !rec.GetRecovered() {
+	if msgs, rec, _ := historyAnswer(t, c, "d", &clientpb.Login{History: 3}); bodies(msgs) != "[6 7 8]" || !rec.GetRecovered() {
 		t.Errorf("the last 3: %s, %v; want [6 7 8], recovered", bodies(msgs), rec)
 	}
-	if _, _, e := historyAnswer(t, c, "e", &pb.Login{RecoverSince: "yesterday"}); e.GetCode() != uint32(pb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE) || e.GetSeq() != 0 {
+	if _, _, e := historyAnswer(t, c, "e", &clientpb.Login{RecoverSince: "yesterday"}); e.GetCode() != uint32(clientpb.ErrorCode_ERROR_CODE_BAD_RECOVER_SINCE) || e.GetSeq() != 0 {
 		t.Errorf("recover_since that is not an id: %v, want Error 109 with seq 0", e)
 	}
 
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: testcluster.Token(t, "f", "rec"), ProtocolVersion: 2}}})
-	cl.ExpectKick(pb.CloseCode_CLOSE_CODE_BAD_FRAME)
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: testcluster.Token(t, "f", "rec"), ProtocolVersion: 2}}})
+	cl.ExpectKick(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME)
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
@@ -48,7 +50,7 @@ type localRoom struct {
 	sets     map[*tag.Set]int // members by tag set: the audiences the budgets apply to (budget.go)
 	sub      *nats.Subscription
 
-	cdn atomic.Pointer[pb.CdnConfig] // the room's CDN config (cdn.go); nil or mode off: none
+	cdn atomic.Pointer[clientpb.CdnConfig] // the room's CDN config (cdn.go); nil or mode off: none
 
 	fanout roomFanout
 }
@@ -97,7 +99,7 @@ func (t *roomTable) unclaimFresh(app, room string) {
 // login's answer, read from the cache, created meanwhile. It returns the room once the
 // subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
 // the room's lock, before any write of the room can include c: it writes the LoginAck.
-func (t *roomTable) join(c *conn, settings *pb.RoomSettings, cdn *pb.CdnConfig, fresh bool, welcome func(*localRoom)) *localRoom {
+func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -248,15 +250,15 @@ func (t *roomTable) count() int {
 }
 
 // counts returns the number of local members of every room with members on this node.
-func (t *roomTable) counts() []*pb.RoomCount {
-	var out []*pb.RoomCount
+func (t *roomTable) counts() []*buspb.RoomCount {
+	var out []*buspb.RoomCount
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for key, r := range sh.rooms {
 			app, room, _ := strings.Cut(key, "/")
 			r.mu.RLock()
-			out = append(out, &pb.RoomCount{App: app, Room: room, Members: int64(r.size())})
+			out = append(out, &buspb.RoomCount{App: app, Room: room, Members: int64(r.size())})
 			r.mu.RUnlock()
 		}
 		sh.mu.Unlock()

@@ -3,7 +3,7 @@ package chatlink
 import (
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/roompb"
 )
 
 // Default delivery settings of a room, when the room service gives none.
@@ -27,7 +27,7 @@ type roomSettings struct {
 }
 
 // resolveSettings applies the node's defaults (cfg) to the room's settings st.
-func resolveSettings(st *pb.RoomSettings, cfg *Config) roomSettings {
+func resolveSettings(st *roompb.RoomSettings, cfg *Config) roomSettings {
 	s := roomSettings{tick: cfg.FlushTick, latencyBudget: cfg.LatencyBudget, gatherMessages: cfg.GatherMessages,
 		merge: true, normalBudget: defaultNormalBudget, criticalBudget: defaultCriticalBudget}
 	if st == nil {
@@ -62,7 +62,7 @@ func (f *roomFanout) historyRetention() (keep int, age time.Duration) {
 }
 
 // setSettings replaces the room's settings, as an announcement of a change does.
-func (f *roomFanout) setSettings(st *pb.RoomSettings) {
+func (f *roomFanout) setSettings(st *roompb.RoomSettings) {
 	f.mu.Lock()
 	f.settings = resolveSettings(st, &f.r.t.n.cfg)
 	f.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 
 	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/wsproto"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // sockWriter writes a polled connection's frames (polled.go) without ever blocking its
@@ -59,7 +59,7 @@ func (w *sockWriter) pending() int64 { return w.backlog.Load() }
 
 // kick sends the Kick frame (and over WebSocket a close frame with code), then closes the
 // connection once they are written.
-func (w *sockWriter) kick(code pb.CloseCode, kick []byte) {
+func (w *sockWriter) kick(code clientpb.CloseCode, kick []byte) {
 	if w.ws {
 		w.send(opData, kick, false)
 		reason := code.String()

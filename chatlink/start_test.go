@@ -13,8 +13,8 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // watchReports returns a function that says which load and session reports have been
@@ -40,8 +40,8 @@ func watchReports(t *testing.T, nc *nats.Conn, node, liveBoot, liveURL string) (
 		for {
 			select {
 			case m := <-ch:
-				var load pb.LoadReport
-				var sessions pb.NodeReport
+				var load buspb.LoadReport
+				var sessions buspb.NodeReport
 				switch {
 				case m.Subject == bus.SubjectLoad && proto.Unmarshal(m.Data, &load) == nil && load.Node == node && load.WsUrl != liveURL,
 					m.Subject == bus.SubjectSessionsReport && proto.Unmarshal(m.Data, &sessions) == nil && sessions.Node == node && sessions.Boot != liveBoot:
@@ -67,7 +67,7 @@ func liveBoot(t *testing.T, nc *nats.Conn, node string) string {
 		if err != nil {
 			break
 		}
-		var r pb.NodeReport
+		var r buspb.NodeReport
 		if proto.Unmarshal(m.Data, &r) == nil && r.Node == node {
 			return r.Boot
 		}

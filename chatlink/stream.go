@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // The session stream is everything a node tells the services about its sessions, on the
@@ -48,21 +48,21 @@ func newBoot() string {
 
 // publishEventsLocked publishes a batch of session events with ctx's trace context. Caller
 // holds n.stream.mu.
-func (n *Node) publishEventsLocked(ctx context.Context, evs []*pb.SessionEvent) error {
+func (n *Node) publishEventsLocked(ctx context.Context, evs []*buspb.SessionEvent) error {
 	n.stream.seq++
-	return bus.PublishTraced(ctx, n.cfg.Bus, bus.SubjectPresenceEvents, &pb.SessionEvents{
+	return bus.PublishTraced(ctx, n.cfg.Bus, bus.SubjectPresenceEvents, &buspb.SessionEvents{
 		Events: evs, Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq,
 	})
 }
 
 // liveSessions returns a login event for every live session of the node.
-func (n *Node) liveSessions() []*pb.SessionEvent {
-	var out []*pb.SessionEvent
+func (n *Node) liveSessions() []*buspb.SessionEvent {
+	var out []*buspb.SessionEvent
 	n.conns.each(func(c *conn) {
 		if c.getState() != stateLive {
 			return
 		}
-		out = append(out, c.sessionEvent(pb.SessionEvent_KIND_LOGIN, c.loginMS))
+		out = append(out, c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS))
 	})
 	return out
 }
@@ -80,7 +80,7 @@ func (n *Node) publishSnapshot() {
 	n.stream.seq++
 	for i := 0; ; i += snapshotChunk {
 		end := min(i+snapshotChunk, len(sessions))
-		snap := &pb.NodeSnapshot{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, Sessions: sessions[i:end], Last: end == len(sessions)}
+		snap := &buspb.NodeSnapshot{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, Sessions: sessions[i:end], Last: end == len(sessions)}
 		if err := bus.Publish(n.cfg.Bus, bus.SubjectSessionsSnapshot, snap); err != nil {
 			n.log.Warn("session snapshot not published", "err", err)
 			return
@@ -107,7 +107,7 @@ func (n *Node) publishSessionReport() {
 	now := n.now().UnixMilli()
 	for i := 0; ; i += reportChunk {
 		end := min(i+reportChunk, len(rooms))
-		rep := &pb.NodeReport{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, TimeMs: now, Sessions: live, Rooms: rooms[i:end], Last: end == len(rooms)}
+		rep := &buspb.NodeReport{Node: n.cfg.Node, Boot: n.stream.boot, Seq: n.stream.seq, TimeMs: now, Sessions: live, Rooms: rooms[i:end], Last: end == len(rooms)}
 		if err := bus.Publish(n.cfg.Bus, bus.SubjectSessionsReport, rep); err != nil {
 			n.log.Warn("node report not published", "err", err)
 			return

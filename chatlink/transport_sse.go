@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The receive-only HTTP path for clients that cannot open a WebSocket (a proxy that refuses the
@@ -136,7 +136,7 @@ func (s *sseServer) stream(w http.ResponseWriter, r *http.Request) {
 	if code := s.n.limits.admit(addr); code != 0 {
 		s.n.m.closes.WithLabelValues(code.String()).Inc()
 		status := http.StatusForbidden
-		if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+		if code == clientpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
 			status = http.StatusTooManyRequests
 			w.Header().Set("Retry-After", strconv.Itoa(int(connsRetryHint/time.Second)))
 		}
@@ -218,7 +218,7 @@ func (s *sseServer) post(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the frame: "+err.Error(), http.StatusBadRequest)
 		return
 	case len(body) > s.n.cfg.MaxFrameBytes:
-		c.close(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
+		c.close(clientpb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large")
 		http.Error(w, "frame too large", http.StatusRequestEntityTooLarge)
 		return
 	}
@@ -269,7 +269,7 @@ func (t *sseTransport) write(b []byte) {
 
 func (t *sseTransport) pending() int64 { return t.backlog.Load() }
 
-func (t *sseTransport) kick(_ pb.CloseCode, kick []byte) {
+func (t *sseTransport) kick(_ clientpb.CloseCode, kick []byte) {
 	t.write(kick)
 	t.mu.Lock()
 	t.closing = true

@@ -18,7 +18,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // sseClient reads a ChatLink's SSE stream (transport_sse.go) and posts frames to it.
@@ -26,7 +26,7 @@ type sseClient struct {
 	t      *testing.T
 	base   string // http://host:port/v1/sse
 	key    string
-	frames chan *pb.Frame
+	frames chan *clientpb.Frame
 	ended  chan struct{}
 	cancel context.CancelFunc
 }
@@ -37,14 +37,14 @@ func sseURL(ws string) string {
 }
 
 // dialSSE opens a stream that logs in with login and waits for its key.
-func dialSSE(t *testing.T, ws string, login *pb.Frame) *sseClient {
+func dialSSE(t *testing.T, ws string, login *clientpb.Frame) *sseClient {
 	t.Helper()
 	b, err := proto.Marshal(login)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &sseClient{t: t, base: sseURL(ws), frames: make(chan *pb.Frame, 100), ended: make(chan struct{}), cancel: cancel}
+	c := &sseClient{t: t, base: sseURL(ws), frames: make(chan *clientpb.Frame, 100), ended: make(chan struct{}), cancel: cancel}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"?login="+base64.RawURLEncoding.EncodeToString(b), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -71,7 +71,7 @@ func dialSSE(t *testing.T, ws string, login *pb.Frame) *sseClient {
 				keys <- strings.TrimPrefix(line, "data: ")
 			case strings.HasPrefix(line, "data: "):
 				raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(line, "data: "))
-				var f pb.Frame
+				var f clientpb.Frame
 				if err != nil || proto.Unmarshal(raw, &f) != nil {
 					t.Errorf("event %q does not hold a frame", line)
 					return
@@ -91,7 +91,7 @@ func dialSSE(t *testing.T, ws string, login *pb.Frame) *sseClient {
 	return c
 }
 
-func (c *sseClient) next() *pb.Frame {
+func (c *sseClient) next() *clientpb.Frame {
 	c.t.Helper()
 	select {
 	case f := <-c.frames:
@@ -114,7 +114,7 @@ func (c *sseClient) post(key string, body []byte) int {
 	return resp.StatusCode
 }
 
-func (c *sseClient) postFrame(f *pb.Frame) {
+func (c *sseClient) postFrame(f *clientpb.Frame) {
 	c.t.Helper()
 	b, _ := proto.Marshal(f)
 	if code := c.post(c.key, b); code != http.StatusNoContent {
@@ -162,7 +162,7 @@ func TestSSEMember(t *testing.T) {
 	if p := ws.Next().GetPush(); p == nil || string(p.Messages[0].Body) != "over http" {
 		t.Fatalf("the WebSocket member did not get the SSE member's message: %v", p)
 	}
-	viewer.postFrame(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: 42}}})
+	viewer.postFrame(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 42}}})
 	if a := viewer.next().GetHeartbeatAck(); a == nil || a.ClientTimeMs != 42 {
 		t.Fatalf("want a HeartbeatAck, got %v", a)
 	}
@@ -183,7 +183,7 @@ func TestSSEMember(t *testing.T) {
 
 	// A second Login is a protocol error: BAD_FRAME, in the stream, which then ends.
 	viewer.postFrame(loginFrame(testcluster.Token(t, "viewer", "sse")))
-	if k := viewer.next().GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_FRAME) {
+	if k := viewer.next().GetKick(); k == nil || k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME) {
 		t.Fatalf("want Kick BAD_FRAME, got %v", k)
 	}
 	viewer.expectEnd()
@@ -200,7 +200,7 @@ func TestSSEBadLogin(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
 	s := dialSSE(t, c.Nodes[0].WSURL(), loginFrame("not.a.token"))
-	if k := s.next().GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+	if k := s.next().GetKick(); k == nil || k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 		t.Fatalf("want Kick BAD_TOKEN, got %v", k)
 	}
 	s.expectEnd()
@@ -228,7 +228,7 @@ func TestSSEShutdown(t *testing.T) {
 	if err := c.Nodes[0].Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if k := s.next().GetKick(); k == nil || k.Code != uint32(pb.CloseCode_CLOSE_CODE_SHUTDOWN) {
+	if k := s.next().GetKick(); k == nil || k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN) {
 		t.Fatalf("want Kick SHUTDOWN, got %v", k)
 	}
 	s.expectEnd()

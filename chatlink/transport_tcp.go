@@ -15,7 +15,7 @@ import (
 
 	"roomcast/internal/clientip"
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // writeTimeout bounds one flush to a TCP client; a client that takes longer is closed.
@@ -52,11 +52,11 @@ func (n *Node) admitTCP(nc net.Conn) bool {
 		return true
 	}
 	if n.cfg.TLS == nil {
-		k := &pb.Kick{Code: uint32(code), Reason: code.String()}
-		if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+		k := &clientpb.Kick{Code: uint32(code), Reason: code.String()}
+		if code == clientpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
 			k.RetryAfterMs = ratelimit.Millis(connsRetryHint)
 		}
-		b, _ := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Kick{Kick: k}})
+		b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Kick{Kick: k}})
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
 		_, _ = nc.Write(b)
@@ -98,10 +98,10 @@ func (n *Node) serveTCP(nc net.Conn) {
 // zero or over the limit, and reports whether it did. The node refuses such a frame without
 // reading (or buffering) what it announces.
 func (c *conn) refuseTCPLength(size uint32) bool {
-	code, reason := pb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame"
+	code, reason := clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "empty frame"
 	switch {
 	case size > uint32(c.node.cfg.MaxFrameBytes):
-		code, reason = pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large"
+		code, reason = clientpb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE, "frame too large"
 	case size != 0:
 		return false
 	}
@@ -151,7 +151,7 @@ func (t *tcpTransport) enqueueLocked(b []byte) {
 	}
 }
 
-func (t *tcpTransport) kick(_ pb.CloseCode, kick []byte) {
+func (t *tcpTransport) kick(_ clientpb.CloseCode, kick []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closing || t.closed {

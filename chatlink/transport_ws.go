@@ -15,7 +15,7 @@ import (
 	"github.com/lxzan/gws"
 
 	"roomcast/chatlink/internal/wsproto"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // wsPath is the path of the WebSocket endpoint.
@@ -54,7 +54,7 @@ func (h wsHandler) OnClose(socket *gws.Conn, err error) {
 	}
 	// gws answers an oversize frame itself, with close code 1009; count it with ours.
 	if sc, ok := err.(interface{ Uint16() uint16 }); ok && sc.Uint16() == 1009 && !c.closing.Load() {
-		h.n.m.closes.WithLabelValues(pb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
+		h.n.m.closes.WithLabelValues(clientpb.CloseCode_CLOSE_CODE_FRAME_TOO_LARGE.String()).Inc()
 	}
 	c.closed()
 }
@@ -73,7 +73,7 @@ func (h wsHandler) OnMessage(socket *gws.Conn, msg *gws.Message) {
 	c := connOf(socket)
 	if msg.Opcode != gws.OpcodeBinary {
 		h.n.m.frameBad.Inc()
-		c.close(pb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
+		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frames are binary WebSocket messages")
 		return
 	}
 	c.handle(msg.Bytes())
@@ -187,9 +187,9 @@ func (n *Node) upgradeWS(nc net.Conn) {
 // refusalResponse is the HTTP answer to an upgrade refused by admit: 403 for a denied
 // address, 429 (with Retry-After) for one with too many connections, with the close code in
 // a header.
-func refusalResponse(code pb.CloseCode) string {
+func refusalResponse(code clientpb.CloseCode) string {
 	status := "403 Forbidden"
-	if code == pb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
+	if code == clientpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS {
 		status = "429 Too Many Requests\r\nRetry-After: " + strconv.Itoa(int(connsRetryHint/time.Second))
 	}
 	return "HTTP/1.1 " + status + "\r\nRoomcast-Close-Code: " + strconv.Itoa(int(code)) + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -228,7 +228,7 @@ func (t *wsTransport) write(b []byte) {
 
 func (t *wsTransport) pending() int64 { return t.backlog.Load() }
 
-func (t *wsTransport) kick(code pb.CloseCode, kick []byte) {
+func (t *wsTransport) kick(code clientpb.CloseCode, kick []byte) {
 	t.s.Async(func() {
 		_ = t.s.WriteMessage(gws.OpcodeBinary, kick)
 		_ = t.s.WriteClose(uint16(code), []byte(code.String()))

@@ -20,7 +20,7 @@ import (
 	"roomcast/chatlink/internal/wsproto"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The WebSocket conformance suite: the server cases of the Autobahn testsuite
@@ -82,7 +82,7 @@ func msg(op byte, payload []byte) []byte { return frame(true, 0, op, payload) }
 // beat is a binary message of exactly size bytes that a logged-in ChatLink answers with
 // HeartbeatAck{client_time_ms: id}: a Heartbeat frame padded with an unknown field.
 func beat(id int64, size int) []byte {
-	b, err := proto.Marshal(&pb.Frame{Kind: &pb.Frame_Heartbeat{Heartbeat: &pb.Heartbeat{ClientTimeMs: id}}})
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: id}}})
 	if err != nil {
 		panic(err)
 	}
@@ -630,17 +630,17 @@ func wsConfEvents(br *bufio.Reader, events chan<- string) {
 			}
 			events <- fmt.Sprintf("close:%d", code)
 		case wsproto.OpBinary:
-			var f pb.Frame
+			var f clientpb.Frame
 			if err := proto.Unmarshal(p, &f); err != nil {
 				events <- "bad:frame does not parse"
 				continue
 			}
 			switch k := f.Kind.(type) {
-			case *pb.Frame_HeartbeatAck:
+			case *clientpb.Frame_HeartbeatAck:
 				events <- ack(k.HeartbeatAck.ClientTimeMs)
-			case *pb.Frame_Kick:
+			case *clientpb.Frame_Kick:
 				events <- fmt.Sprintf("kick:%d", k.Kick.Code)
-			case *pb.Frame_LoginAck:
+			case *clientpb.Frame_LoginAck:
 				events <- "LoginAck"
 			default:
 				events <- fmt.Sprintf("%T", f.Kind)

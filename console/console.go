@@ -23,7 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
 )
 
 //go:embed index.html
@@ -40,7 +41,7 @@ type Config struct {
 	Nodes func() any
 	// RoomCdn returns a room's CDN settings (the server API's GetRoomCdn). Nil: rooms show no
 	// CDN mode.
-	RoomCdn func(ctx context.Context, app, room string) (*pb.RoomCdn, error)
+	RoomCdn func(ctx context.Context, app, room string) (*apipb.RoomCdn, error)
 	// FlowT1 and FlowT2 are the ChatLinks' flow-control thresholds as shares of their egress
 	// capacity, which the load reports do not carry; the egress charts draw them. Zero values
 	// mean not drawn.
@@ -105,7 +106,7 @@ type LaneRates struct {
 
 // laneRates returns the rates per lane between two reports' counters, taken elapsed apart.
 // A counter lower than before means the node restarted: all of its count is new.
-func laneRates(prev, cur []*pb.LaneCounters, elapsed time.Duration) map[string]LaneRates {
+func laneRates(prev, cur []*buspb.LaneCounters, elapsed time.Duration) map[string]LaneRates {
 	if len(prev) == 0 || len(cur) == 0 || elapsed <= 0 {
 		return nil
 	}
@@ -117,7 +118,7 @@ func laneRates(prev, cur []*pb.LaneCounters, elapsed time.Duration) map[string]L
 	}
 	out := make(map[string]LaneRates, len(cur))
 	for _, c := range cur {
-		i := slices.IndexFunc(prev, func(p *pb.LaneCounters) bool { return p.Lane == c.Lane })
+		i := slices.IndexFunc(prev, func(p *buspb.LaneCounters) bool { return p.Lane == c.Lane })
 		if i < 0 {
 			continue
 		}
@@ -134,12 +135,12 @@ func laneRates(prev, cur []*pb.LaneCounters, elapsed time.Duration) map[string]L
 
 // nodeState is what the console keeps of one node.
 type nodeState struct {
-	samples []Sample        // oldest first, at most Window old
-	rooms   []*pb.RoomCount // the last report's rooms_held
-	partial bool            // the last report left rooms out
+	samples []Sample           // oldest first, at most Window old
+	rooms   []*buspb.RoomCount // the last report's rooms_held
+	partial bool               // the last report left rooms out
 	seen    time.Time
-	lanes   []*pb.LaneCounters // the last report's lane counts
-	lanesAt int64              // and its time_ms
+	lanes   []*buspb.LaneCounters // the last report's lane counts
+	lanesAt int64                 // and its time_ms
 }
 
 // Console serves the ops console.
@@ -174,7 +175,7 @@ func (c *Console) Close() {
 }
 
 func (c *Console) onReport(msg *nats.Msg) {
-	var r pb.LoadReport
+	var r buspb.LoadReport
 	if err := proto.Unmarshal(msg.Data, &r); err != nil || r.Node == "" {
 		c.mu.Lock()
 		c.dropped++
@@ -186,7 +187,7 @@ func (c *Console) onReport(msg *nats.Msg) {
 }
 
 // record adds report r to its node's ring and forgets what is older than the window.
-func (c *Console) record(r *pb.LoadReport) {
+func (c *Console) record(r *buspb.LoadReport) {
 	now := c.cfg.Now()
 	s := Sample{
 		TimeMs: now.UnixMilli(), Connections: r.Connections, Rooms: r.Rooms,

@@ -14,7 +14,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // get calls GET path of the cluster with key and decodes the JSON answer into out.
@@ -142,7 +142,7 @@ func TestConsoleEndpoints(t *testing.T) {
 		}
 		return nil
 	})
-	if want := roomcastpb.CdnMode_CDN_MODE_OFF.String(); rooms.Rooms[0].CdnMode != want {
+	if want := clientpb.CdnMode_CDN_MODE_OFF.String(); rooms.Rooms[0].CdnMode != want {
 		t.Errorf("busy's CDN mode %q, want %q", rooms.Rooms[0].CdnMode, want)
 	}
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // benchDispatcher is a dispatcher on the real clock with 1,000 nodes spread over Chinese
@@ -43,7 +43,7 @@ func benchDispatcher(b *testing.B, cacheTTL time.Duration) (*Dispatcher, []netip
 		r.EgressCapacityBytesPerSec = 1 << 30
 		r.EgressBytesPerSec = rng.Int64N(1 << 29)
 		for range 100 {
-			r.RoomsHeld = append(r.RoomsHeld, &pb.RoomCount{App: "demo", Room: fmt.Sprintf("r%d", rng.IntN(benchRooms)), Members: 1 + rng.Int64N(5000)})
+			r.RoomsHeld = append(r.RoomsHeld, &buspb.RoomCount{App: "demo", Room: fmt.Sprintf("r%d", rng.IntN(benchRooms)), Members: 1 + rng.Int64N(5000)})
 		}
 		report(d, r)
 	}

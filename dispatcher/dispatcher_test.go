@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -168,28 +168,28 @@ func TestAbsurdReports(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	d, _ := newTest(t, Config{Registry: reg})
-	good := func(mod func(r *pb.LoadReport)) *pb.LoadReport {
+	good := func(mod func(r *buspb.LoadReport)) *buspb.LoadReport {
 		r := nodeReport("x", "AS/CN/22", "unicom", 10, 1000)
 		mod(r)
 		return r
 	}
 	for _, tc := range []struct {
 		name   string
-		report *pb.LoadReport
+		report *buspb.LoadReport
 		reason string
 	}{
-		{"no name", good(func(r *pb.LoadReport) { r.Node = "" }), "bad_name"},
-		{"name with a dot", good(func(r *pb.LoadReport) { r.Node = "a.b" }), "bad_name"},
-		{"no ws url", good(func(r *pb.LoadReport) { r.WsUrl = "" }), "bad_url"},
-		{"http url", good(func(r *pb.LoadReport) { r.WsUrl = "http://x/v1/ws" }), "bad_url"},
-		{"bad tcp addr", good(func(r *pb.LoadReport) { r.TcpAddr = "no-port" }), "bad_url"},
-		{"negative connections", good(func(r *pb.LoadReport) { r.Connections = -5 }), "negative"},
-		{"negative capacity", good(func(r *pb.LoadReport) { r.MaxConnections = -1 }), "negative"},
-		{"negative egress", good(func(r *pb.LoadReport) { r.EgressBytesPerSec = -1 }), "negative"},
-		{"negative rtt", good(func(r *pb.LoadReport) { r.BusRttUs = -1 }), "negative"},
-		{"negative cpu", good(func(r *pb.LoadReport) { r.Cpu = -0.5 }), "negative"},
-		{"NaN cpu", good(func(r *pb.LoadReport) { r.Cpu = math.NaN() }), "not_finite"},
-		{"infinite flow control", good(func(r *pb.LoadReport) { r.FlowControlStrength = math.Inf(1) }), "not_finite"},
+		{"no name", good(func(r *buspb.LoadReport) { r.Node = "" }), "bad_name"},
+		{"name with a dot", good(func(r *buspb.LoadReport) { r.Node = "a.b" }), "bad_name"},
+		{"no ws url", good(func(r *buspb.LoadReport) { r.WsUrl = "" }), "bad_url"},
+		{"http url", good(func(r *buspb.LoadReport) { r.WsUrl = "http://x/v1/ws" }), "bad_url"},
+		{"bad tcp addr", good(func(r *buspb.LoadReport) { r.TcpAddr = "no-port" }), "bad_url"},
+		{"negative connections", good(func(r *buspb.LoadReport) { r.Connections = -5 }), "negative"},
+		{"negative capacity", good(func(r *buspb.LoadReport) { r.MaxConnections = -1 }), "negative"},
+		{"negative egress", good(func(r *buspb.LoadReport) { r.EgressBytesPerSec = -1 }), "negative"},
+		{"negative rtt", good(func(r *buspb.LoadReport) { r.BusRttUs = -1 }), "negative"},
+		{"negative cpu", good(func(r *buspb.LoadReport) { r.Cpu = -0.5 }), "negative"},
+		{"NaN cpu", good(func(r *buspb.LoadReport) { r.Cpu = math.NaN() }), "not_finite"},
+		{"infinite flow control", good(func(r *buspb.LoadReport) { r.FlowControlStrength = math.Inf(1) }), "not_finite"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := counterValue(d.m.reports.WithLabelValues(tc.reason))

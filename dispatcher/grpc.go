@@ -11,24 +11,24 @@ import (
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/dispatcherpb"
 )
 
 // RegisterGRPC adds the Dispatcher service (proto/dispatcher.proto) to s.
 func (d *Dispatcher) RegisterGRPC(s grpc.ServiceRegistrar) {
-	pb.RegisterDispatcherServer(s, grpcService{d: d})
+	dispatcherpb.RegisterDispatcherServer(s, grpcService{d: d})
 }
 
 type grpcService struct {
-	pb.UnimplementedDispatcherServer
+	dispatcherpb.UnimplementedDispatcherServer
 	d *Dispatcher
 }
 
-var _ pb.DispatcherServer = grpcService{}
+var _ dispatcherpb.DispatcherServer = grpcService{}
 
 // Dispatch answers like GET /v1/dispatch. The client is the gRPC peer, or what a trusted proxy
 // put in the x-forwarded-for / x-real-ip metadata; app and room steer it to the room's nodes.
-func (g grpcService) Dispatch(ctx context.Context, req *pb.DispatchRequest) (*pb.DispatchResponse, error) {
+func (g grpcService) Dispatch(ctx context.Context, req *dispatcherpb.DispatchRequest) (*dispatcherpb.DispatchResponse, error) {
 	var addr string
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
@@ -52,9 +52,9 @@ func (g grpcService) Dispatch(ctx context.Context, req *pb.DispatchRequest) (*pb
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	resp := &pb.DispatchResponse{TtlMs: ans.TTLMS, Nodes: make([]*pb.Endpoint, len(ans.Nodes))}
+	resp := &dispatcherpb.DispatchResponse{TtlMs: ans.TTLMS, Nodes: make([]*dispatcherpb.Endpoint, len(ans.Nodes))}
 	for i, e := range ans.Nodes {
-		resp.Nodes[i] = &pb.Endpoint{Node: e.Node, WsUrl: e.WSURL, TcpAddr: e.TCPAddr, TcpTls: e.TCPTLS}
+		resp.Nodes[i] = &dispatcherpb.Endpoint{Node: e.Node, WsUrl: e.WSURL, TcpAddr: e.TCPAddr, TcpTls: e.TCPTLS}
 	}
 	return resp, nil
 }

@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // MaxMind's test databases, copied from the shared test data (see testdata/geoip/README.md).
@@ -47,7 +47,7 @@ func newTest(t testing.TB, cfg Config) (*Dispatcher, *testkit.Clock) {
 }
 
 // report delivers a load report the way NATS would.
-func report(d *Dispatcher, r *pb.LoadReport) {
+func report(d *Dispatcher, r *buspb.LoadReport) {
 	b, err := proto.Marshal(r)
 	if err != nil {
 		panic(err)
@@ -56,8 +56,8 @@ func report(d *Dispatcher, r *pb.LoadReport) {
 }
 
 // node is a load report for a node named name, reachable at ws://name.test/v1/ws.
-func nodeReport(name, region, isp string, conns, capacity int64) *pb.LoadReport {
-	return &pb.LoadReport{
+func nodeReport(name, region, isp string, conns, capacity int64) *buspb.LoadReport {
+	return &buspb.LoadReport{
 		Node: name, WsUrl: "ws://" + name + ".test/v1/ws", TcpAddr: name + ".test:9000",
 		Region: region, Isp: isp, Connections: conns, MaxConnections: capacity,
 	}

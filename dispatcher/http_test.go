@@ -18,8 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/dispatcherpb"
 )
 
 func TestHTTP(t *testing.T) {
@@ -166,17 +167,17 @@ func TestGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	client := pb.NewDispatcherClient(conn)
+	client := dispatcherpb.NewDispatcherClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	_, err = client.Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "r", Uid: "u"})
+	_, err = client.Dispatch(ctx, &dispatcherpb.DispatchRequest{App: "demo", Room: "r", Uid: "u"})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("no nodes: %v, want UNAVAILABLE", err)
 	}
 	report(d, nodeReport("jl", "AS/CN/22", "unicom", 500, 1000))
 	report(d, nodeReport("gb", "EU/GB/ENG", "", 0, 1000))
-	resp, err := client.Dispatch(ctx, &pb.DispatchRequest{})
+	resp, err := client.Dispatch(ctx, &dispatcherpb.DispatchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,23 +187,23 @@ func TestGRPC(t *testing.T) {
 	}
 	// 127.0.0.1 is a trusted proxy here, so its metadata names the client.
 	md := metadata.Pairs("x-forwarded-for", "175.16.199.9")
-	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &pb.DispatchRequest{})
+	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &dispatcherpb.DispatchRequest{})
 	if err != nil || resp.Nodes[0].Node != "jl" {
 		t.Fatalf("forwarded Jilin client: %v %v, want jl first", resp, err)
 	}
-	if _, err := client.Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "a.b"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := client.Dispatch(ctx, &dispatcherpb.DispatchRequest{App: "demo", Room: "a.b"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad room: %v, want INVALID_ARGUMENT", err)
 	}
 	// The room reaches the decision: the member goes to the node holding it.
 	held := nodeReport("jl", "AS/CN/22", "unicom", 500, 1000)
-	held.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 100}}
+	held.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "r", Members: 100}}
 	report(d, held)
-	resp, err = client.Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "r"})
+	resp, err = client.Dispatch(ctx, &dispatcherpb.DispatchRequest{App: "demo", Room: "r"})
 	if err != nil || resp.Nodes[0].Node != "jl" {
 		t.Fatalf("a member of the room held by jl: %v %v, want jl first", resp, err)
 	}
 	md = metadata.Pairs("x-real-ip", "175.16.199.9")
-	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &pb.DispatchRequest{})
+	resp, err = client.Dispatch(metadata.NewOutgoingContext(ctx, md), &dispatcherpb.DispatchRequest{})
 	if err != nil || resp.Nodes[0].Node != "jl" {
 		t.Fatalf("x-real-ip Jilin client: %v %v, want jl first", resp, err)
 	}

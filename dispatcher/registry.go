@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // node is one ChatLink the dispatcher knows. Its report is replaced whole on each load report;
@@ -64,7 +64,7 @@ const maxRoomsHeld = 10_000
 
 // checkReport refuses reports a node cannot have meant. Out-of-range fractions are clamped
 // later; a capacity of 0 means "not reported".
-func checkReport(r *pb.LoadReport) error {
+func checkReport(r *buspb.LoadReport) error {
 	if !auth.ValidName(r.Node) {
 		return rejectName
 	}
@@ -106,7 +106,7 @@ func checkReport(r *pb.LoadReport) error {
 }
 
 func (d *Dispatcher) onReport(msg *nats.Msg) {
-	var r pb.LoadReport
+	var r buspb.LoadReport
 	err := proto.Unmarshal(msg.Data, &r)
 	if err != nil {
 		err = rejectUnparseable
@@ -123,7 +123,7 @@ func (d *Dispatcher) onReport(msg *nats.Msg) {
 }
 
 // accept records a valid report.
-func (d *Dispatcher) accept(r *pb.LoadReport) {
+func (d *Dispatcher) accept(r *buspb.LoadReport) {
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -162,7 +162,7 @@ func (d *Dispatcher) accept(r *pb.LoadReport) {
 }
 
 // snapOf derives what scoring needs from a valid report.
-func (d *Dispatcher) snapOf(r *pb.LoadReport, now int64) *nodeSnap {
+func (d *Dispatcher) snapOf(r *buspb.LoadReport, now int64) *nodeSnap {
 	s := &nodeSnap{
 		report: &reportView{
 			Connections: r.Connections, MaxConnections: r.MaxConnections, Rooms: r.Rooms,
@@ -329,7 +329,7 @@ type laneView struct {
 	DropsSlowReader  int64  `json:"drops_slow_reader"`
 }
 
-func lanesView(lanes []*pb.LaneCounters) []laneView {
+func lanesView(lanes []*buspb.LaneCounters) []laneView {
 	out := make([]laneView, len(lanes))
 	for i, l := range lanes {
 		out[i] = laneView{

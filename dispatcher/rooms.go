@@ -5,7 +5,7 @@ import (
 	"math"
 	"sync"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // Room affinity (docs/dispatch.md): a room's new members go to a node that already holds the
@@ -105,7 +105,7 @@ func (sh *roomShard) entry(h uint64, n *node, gen uint64) (*roomOn, bool) {
 }
 
 // report records the rooms a node's report of generation gen lists and returns their hashes.
-func (t *roomTable) report(n *node, gen uint64, rooms []*pb.RoomCount) []uint64 {
+func (t *roomTable) report(n *node, gen uint64, rooms []*buspb.RoomCount) []uint64 {
 	keys := make([]uint64, 0, len(rooms))
 	for _, rc := range rooms {
 		h := t.hash(roomKey{rc.App, rc.Room})
@@ -172,7 +172,7 @@ func (t *roomTable) held(k roomKey) map[string]int64 {
 
 // roomsReported updates the room table from node n's report r. Caller holds d.mu, which
 // orders the reports of a node.
-func (d *Dispatcher) roomsReported(n *node, r *pb.LoadReport) {
+func (d *Dispatcher) roomsReported(n *node, r *buspb.LoadReport) {
 	gen := n.reportGen.Add(1)
 	held := d.rooms.report(n, gen, r.RoomsHeld)
 	n.roomsMu.Lock()

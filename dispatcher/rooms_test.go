@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // spread checks that got (members per node) uses exactly want nodes, the busiest at most 1.2
@@ -49,7 +49,7 @@ func TestRoomFillsFewestNodes(t *testing.T) {
 					name := fmt.Sprintf("n%d", i)
 					r := nodeReport(name, "", "", conns[name], 4000)
 					if conns[name] > 0 {
-						r.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "big", Members: conns[name]}}
+						r.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "big", Members: conns[name]}}
 					}
 					report(d, r)
 				}
@@ -148,7 +148,7 @@ func TestRoomAffinityBelowLocality(t *testing.T) {
 	city, isp := writeFixture(t, t.TempDir())
 	d, _ := newTest(t, Config{CityDB: city, ISPDB: isp})
 	bj := nodeReport("bj", "AS/CN/11", "unicom", 100, 10_000)
-	bj.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 100}}
+	bj.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "r", Members: 100}}
 	report(d, bj)
 	report(d, nodeReport("jl-empty", "AS/CN/22", "unicom", 0, 10_000))
 	jilin := netip.MustParseAddr("175.16.199.9")
@@ -190,7 +190,7 @@ func TestRoomHolderClassAfterSlotReuse(t *testing.T) {
 	report(d, nodeReport("bj", "AS/CN/11", "unicom", 0, 10_000))
 	d.sweep(d.now())
 	held := nodeReport("jl-room", "AS/CN/22", "unicom", 100, 10_000)
-	held.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 100}}
+	held.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "r", Members: 100}}
 	tokyoSlot := d.slots.Load() - 1
 	report(d, held)
 	d.mu.Lock()
@@ -251,7 +251,7 @@ func TestRoomTableFollowsReports(t *testing.T) {
 	t.Parallel()
 	d, clock := newTest(t, Config{StaleAfter: time.Second})
 	a := nodeReport("a", "", "", 500, 10_000)
-	a.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 500}}
+	a.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "r", Members: 500}}
 	report(d, a)
 	report(d, nodeReport("b", "", "", 0, 10_000))
 	if got := firstChoices(t, d, Request{App: "demo", Room: "r"}, 10); got["a"] != 10 {
@@ -271,7 +271,7 @@ func TestRoomTableFollowsReports(t *testing.T) {
 		t.Fatalf("room table after two reports without the room: %v, want empty", got)
 	}
 	b := nodeReport("b", "", "", 2000, 10_000)
-	b.RoomsHeld = []*pb.RoomCount{{App: "demo", Room: "r", Members: 2000}}
+	b.RoomsHeld = []*buspb.RoomCount{{App: "demo", Room: "r", Members: 2000}}
 	report(d, b)
 	if got := firstChoices(t, d, Request{App: "demo", Room: "r"}, 10); got["b"] != 10 {
 		t.Fatalf("room now held by b: %v", got)
@@ -309,10 +309,10 @@ func TestRoomRequestChecked(t *testing.T) {
 func TestRoomReportsChecked(t *testing.T) {
 	t.Parallel()
 	d, _ := newTest(t, Config{})
-	for _, rooms := range [][]*pb.RoomCount{
+	for _, rooms := range [][]*buspb.RoomCount{
 		{{App: "demo", Room: "a.b", Members: 1}},
 		{{App: "demo", Room: "r", Members: -1}},
-		make([]*pb.RoomCount, maxRoomsHeld+1),
+		make([]*buspb.RoomCount, maxRoomsHeld+1),
 	} {
 		r := nodeReport("a", "", "", 0, 100)
 		r.RoomsHeld = rooms

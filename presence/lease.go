@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // Reasons of the logouts the presence service emits itself (SessionEvent.reason).
@@ -36,7 +36,7 @@ const (
 // endedNode is a node whose sessions were dropped, with their logins.
 type endedNode struct {
 	node, boot, reason string
-	sessions           []*pb.SessionEvent
+	sessions           []*buspb.SessionEvent
 }
 
 func openLeaseEnds(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
@@ -72,10 +72,10 @@ func (s *Service) emitLeaseEnd(end endedNode) {
 			"node", end.node, "sessions", len(end.sessions), "err", err)
 	}
 	now := time.Now().UnixMilli()
-	evs := make([]*pb.SessionEvent, len(end.sessions))
+	evs := make([]*buspb.SessionEvent, len(end.sessions))
 	for i, login := range end.sessions {
-		evs[i] = &pb.SessionEvent{
-			Kind: pb.SessionEvent_KIND_LOGOUT, App: login.App, Uid: login.Uid, Room: login.Room,
+		evs[i] = &buspb.SessionEvent{
+			Kind: buspb.SessionEvent_KIND_LOGOUT, App: login.App, Uid: login.Uid, Room: login.Room,
 			Node: login.Node, SessionId: login.SessionId, Device: login.Device, TimeMs: now, Reason: end.reason,
 		}
 	}

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // TestLeaseEndEmitsLogouts kills a ChatLink without a goodbye: within its lease each of its
@@ -40,20 +40,20 @@ func TestLeaseEndEmitsLogouts(t *testing.T) {
 	}
 	defer nc.Close()
 	type seen struct {
-		ev *pb.SessionEvent
+		ev *buspb.SessionEvent
 		at time.Time
 	}
 	var evMu sync.Mutex
 	var logouts []seen
 	sub, err := nc.Subscribe(bus.AppEventsSubject(devcluster.App), func(m *nats.Msg) {
-		var evs pb.SessionEvents
+		var evs buspb.SessionEvents
 		if proto.Unmarshal(m.Data, &evs) != nil {
 			return
 		}
 		evMu.Lock()
 		defer evMu.Unlock()
 		for _, ev := range evs.Events {
-			if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
+			if ev.Kind == buspb.SessionEvent_KIND_LOGOUT {
 				logouts = append(logouts, seen{ev, time.Now()})
 			}
 		}

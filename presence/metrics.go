@@ -3,8 +3,8 @@ package presence
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/prom"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // metrics are the service's Prometheus instruments. Instances in one process (the dev
@@ -50,9 +50,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // countEvents counts the events published to the apps.
-func (m *metrics) countEvents(evs []*pb.SessionEvent) {
+func (m *metrics) countEvents(evs []*buspb.SessionEvent) {
 	for _, ev := range evs {
-		if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
+		if ev.Kind == buspb.SessionEvent_KIND_LOGOUT {
 			m.logouts.Inc()
 		} else {
 			m.logins.Inc()

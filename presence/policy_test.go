@@ -9,9 +9,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
 	"roomcast/presence"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Each ChatLink publishes its session events on its own 100 ms clock, so a user's newer login
@@ -34,11 +35,11 @@ func TestDevicePolicyLoginsOutOfOrder(t *testing.T) {
 	t.Cleanup(s.Close)
 
 	nc := testkit.Connect(t, ns)
-	kicks := make(chan *pb.NodeControl, 8)
+	kicks := make(chan *buspb.NodeControl, 8)
 	for _, node := range []string{"n1", "n2"} {
 		if _, err := nc.Subscribe(bus.NodeSubject(node), func(m *nats.Msg) {
-			var c pb.NodeControl
-			if proto.Unmarshal(m.Data, &c) == nil && c.Op == pb.NodeControl_OP_KICK {
+			var c buspb.NodeControl
+			if proto.Unmarshal(m.Data, &c) == nil && c.Op == buspb.NodeControl_OP_KICK {
 				c.Reason = m.Subject + ": " + c.Reason
 				kicks <- &c
 			}
@@ -48,8 +49,8 @@ func TestDevicePolicyLoginsOutOfOrder(t *testing.T) {
 	}
 	login := func(node, session string, at int64) {
 		t.Helper()
-		b, _ := proto.Marshal(&pb.SessionEvents{Node: node, Boot: "b", Seq: 1, Events: []*pb.SessionEvent{{
-			Kind: pb.SessionEvent_KIND_LOGIN, App: "a", Uid: "ann", Room: "r", Node: node, SessionId: session, Device: "web", TimeMs: at,
+		b, _ := proto.Marshal(&buspb.SessionEvents{Node: node, Boot: "b", Seq: 1, Events: []*buspb.SessionEvent{{
+			Kind: buspb.SessionEvent_KIND_LOGIN, App: "a", Uid: "ann", Room: "r", Node: node, SessionId: session, Device: "web", TimeMs: at,
 		}}})
 		if err := nc.Publish(bus.SubjectPresenceEvents, b); err != nil {
 			t.Fatal(err)
@@ -64,8 +65,8 @@ func TestDevicePolicyLoginsOutOfOrder(t *testing.T) {
 
 	select {
 	case k := <-kicks:
-		if len(k.Sessions) != 1 || k.Sessions[0] != "old" || k.CloseCode != uint32(pb.CloseCode_CLOSE_CODE_REPLACED) {
-			t.Fatalf("kick %v, want session old closed with %d", k, pb.CloseCode_CLOSE_CODE_REPLACED)
+		if len(k.Sessions) != 1 || k.Sessions[0] != "old" || k.CloseCode != uint32(clientpb.CloseCode_CLOSE_CODE_REPLACED) {
+			t.Fatalf("kick %v, want session old closed with %d", k, clientpb.CloseCode_CLOSE_CODE_REPLACED)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no session closed: two web sessions stay")

@@ -36,7 +36,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // DevicePolicy is an app's rule for users with several sessions. A login that breaks it closes
@@ -93,7 +94,7 @@ type Service struct {
 
 	mu      sync.Mutex // guards the fields below
 	nodes   map[string]*nodeView
-	users   map[userKey]map[string]*pb.SessionEvent // app/uid -> session id -> login
+	users   map[userKey]map[string]*buspb.SessionEvent // app/uid -> session id -> login
 	perApp  map[string]*appCount
 	applied chan struct{} // closed and replaced whenever a node's sequence advances
 	ended   []endedNode   // nodes dropped with their sessions, whose logouts are not emitted yet
@@ -109,8 +110,8 @@ type nodeView struct {
 	boot       string
 	seq        uint64 // the last stream message applied
 	seen       time.Time
-	sessions   map[string]*pb.SessionEvent
-	snap       []*pb.SessionEvent // chunks of the snapshot being received
+	sessions   map[string]*buspb.SessionEvent
+	snap       []*buspb.SessionEvent // chunks of the snapshot being received
 	snapSeq    uint64
 	mismatches int // consecutive reports whose session count differs from ours
 	resyncAt   time.Time
@@ -148,10 +149,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("svc", "presence"), stop: make(chan struct{}),
-		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*pb.SessionEvent),
+		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*buspb.SessionEvent),
 		perApp: make(map[string]*appCount), applied: make(chan struct{}), m: newMetrics(cfg.Registerer),
 	}
-	s.hook = &webhooks{s: s, pending: make(map[string][]*pb.SessionEvent)}
+	s.hook = &webhooks{s: s, pending: make(map[string][]*buspb.SessionEvent)}
 	return s, nil
 }
 
@@ -194,7 +195,7 @@ func (s *Service) Start() error {
 		s.Close()
 		return fmt.Errorf("presence: subscribe: %w", err)
 	}
-	if err := bus.Publish(s.cfg.Bus, bus.SubjectNodesControl, &pb.NodeControl{Op: pb.NodeControl_OP_RESYNC}); err != nil {
+	if err := bus.Publish(s.cfg.Bus, bus.SubjectNodesControl, &buspb.NodeControl{Op: buspb.NodeControl_OP_RESYNC}); err != nil {
 		s.log.Warn("resync request not published", "err", err)
 	}
 	s.wg.Add(2)
@@ -222,7 +223,7 @@ func (s *Service) nodeLocked(node, boot string) *nodeView {
 		v = nil
 	}
 	if v == nil {
-		v = &nodeView{boot: boot, seen: time.Now(), sessions: make(map[string]*pb.SessionEvent)}
+		v = &nodeView{boot: boot, seen: time.Now(), sessions: make(map[string]*buspb.SessionEvent)}
 		s.nodes[node] = v
 	}
 	return v
@@ -246,7 +247,7 @@ func (s *Service) dropNodeLocked(node, reason string) {
 	delete(s.nodes, node)
 }
 
-func (s *Service) addLocked(v *nodeView, ev *pb.SessionEvent) {
+func (s *Service) addLocked(v *nodeView, ev *buspb.SessionEvent) {
 	if _, ok := v.sessions[ev.SessionId]; ok {
 		return
 	}
@@ -259,7 +260,7 @@ func (s *Service) addLocked(v *nodeView, ev *pb.SessionEvent) {
 		s.perApp[ev.App] = c
 	}
 	if byID == nil {
-		byID = make(map[string]*pb.SessionEvent)
+		byID = make(map[string]*buspb.SessionEvent)
 		s.users[k] = byID
 		c.users++
 	}
@@ -309,7 +310,7 @@ func (s *Service) onStream(msg *nats.Msg) {
 	case bus.SubjectPresenceEvents:
 		_, span := bus.StartConsumer(msg, "presence apply")
 		defer span.End()
-		var evs pb.SessionEvents
+		var evs buspb.SessionEvents
 		if err := proto.Unmarshal(msg.Data, &evs); err != nil || evs.Node == "" {
 			s.log.Warn("dropping session events that do not parse", "err", err)
 			span.SetStatus(codes.Error, "does not parse")
@@ -326,15 +327,15 @@ func (s *Service) onStream(msg *nats.Msg) {
 		}
 		for _, ev := range evs.Events {
 			switch ev.Kind {
-			case pb.SessionEvent_KIND_LOGIN:
+			case buspb.SessionEvent_KIND_LOGIN:
 				s.addLocked(v, ev)
-			case pb.SessionEvent_KIND_LOGOUT:
+			case buspb.SessionEvent_KIND_LOGOUT:
 				s.removeLocked(v, ev.SessionId)
 			}
 		}
 		s.advanceLocked(v, evs.Seq)
 	case bus.SubjectSessionsSnapshot:
-		var snap pb.NodeSnapshot
+		var snap buspb.NodeSnapshot
 		if err := proto.Unmarshal(msg.Data, &snap); err != nil || snap.Node == "" {
 			s.log.Warn("dropping session snapshot that does not parse", "err", err)
 			return
@@ -361,7 +362,7 @@ func (s *Service) onStream(msg *nats.Msg) {
 		v.snap, v.snapSeq, v.mismatches = nil, 0, 0
 		s.advanceLocked(v, snap.Seq)
 	case bus.SubjectSessionsReport:
-		var rep pb.NodeReport
+		var rep buspb.NodeReport
 		if err := proto.Unmarshal(msg.Data, &rep); err != nil || rep.Node == "" {
 			s.log.Warn("dropping node report that does not parse", "err", err)
 			return
@@ -389,7 +390,7 @@ func (s *Service) onStream(msg *nats.Msg) {
 		s.mu.Unlock()
 		if resync {
 			s.log.Info("session count drifted, asking for a snapshot", "node", rep.Node)
-			if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(rep.Node), &pb.NodeControl{Op: pb.NodeControl_OP_RESYNC}); err != nil {
+			if err := bus.Publish(s.cfg.Bus, bus.NodeSubject(rep.Node), &buspb.NodeControl{Op: buspb.NodeControl_OP_RESYNC}); err != nil {
 				s.log.Warn("resync request not published", "err", err)
 			}
 		}
@@ -456,7 +457,7 @@ func (s *Service) waitApplied(node, boot string, seq uint64) {
 func (s *Service) onEffects(msg *nats.Msg) {
 	ctx, span := bus.StartConsumer(msg, "presence effects")
 	defer span.End()
-	var evs pb.SessionEvents
+	var evs buspb.SessionEvents
 	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
 		span.SetStatus(codes.Error, "does not parse")
 		return
@@ -467,7 +468,7 @@ func (s *Service) onEffects(msg *nats.Msg) {
 	s.publishEvents(ctx, evs.Events)
 	s.waitApplied(evs.Node, evs.Boot, evs.Seq)
 	for _, ev := range evs.Events {
-		if ev.Kind == pb.SessionEvent_KIND_LOGIN {
+		if ev.Kind == buspb.SessionEvent_KIND_LOGIN {
 			s.enforcePolicy(ctx, ev)
 		}
 	}
@@ -475,13 +476,13 @@ func (s *Service) onEffects(msg *nats.Msg) {
 
 // publishEvents publishes session events on their apps' subjects, with ctx's trace context,
 // and queues them for the apps' webhooks.
-func (s *Service) publishEvents(ctx context.Context, evs []*pb.SessionEvent) {
-	byApp := make(map[string][]*pb.SessionEvent)
+func (s *Service) publishEvents(ctx context.Context, evs []*buspb.SessionEvent) {
+	byApp := make(map[string][]*buspb.SessionEvent)
 	for _, ev := range evs {
 		byApp[ev.App] = append(byApp[ev.App], ev)
 	}
 	for app, list := range byApp {
-		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.AppEventsSubject(app), &pb.SessionEvents{Events: list}); err != nil {
+		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.AppEventsSubject(app), &buspb.SessionEvents{Events: list}); err != nil {
 			s.log.Warn("app events not published", "app", app, "events", len(list), "err", err)
 		}
 		s.hook.add(app, list)
@@ -496,7 +497,7 @@ func (s *Service) publishEvents(ctx context.Context, evs []*pb.SessionEvent) {
 // node may reach presence before an older login on another: the policy is applied to all of
 // the user's sessions as they stand, and the login closes what it replaces and also itself
 // when a newer session already replaces it. Newer sessions are left to their own login.
-func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
+func (s *Service) enforcePolicy(ctx context.Context, login *buspb.SessionEvent) {
 	p, ok := s.cfg.Policies[login.App]
 	if !ok || (p.MaxSessions <= 0 && !p.OnePerDevice) {
 		return
@@ -504,7 +505,7 @@ func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 	s.mu.Lock()
 	sessions := s.users[userKey{login.App, login.Uid}]
 	_, live := sessions[login.SessionId]
-	all := make([]*pb.SessionEvent, 0, len(sessions))
+	all := make([]*buspb.SessionEvent, 0, len(sessions))
 	for _, ev := range sessions {
 		all = append(all, ev)
 	}
@@ -513,15 +514,15 @@ func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 		return // gone already
 	}
 	sortByTime(all) // oldest first
-	atOrBefore := func(ev *pb.SessionEvent) bool { return byTime(ev, login) <= 0 }
+	atOrBefore := func(ev *buspb.SessionEvent) bool { return byTime(ev, login) <= 0 }
 	newest := all[len(all)-1]
 	for _, ev := range p.replaced(all) {
 		if !atOrBefore(ev) {
 			continue
 		}
-		req := &pb.NodeControl{
-			Op: pb.NodeControl_OP_KICK, App: ev.App, Sessions: []string{ev.SessionId},
-			CloseCode: uint32(pb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + newest.Device,
+		req := &buspb.NodeControl{
+			Op: buspb.NodeControl_OP_KICK, App: ev.App, Sessions: []string{ev.SessionId},
+			CloseCode: uint32(clientpb.CloseCode_CLOSE_CODE_REPLACED), Reason: "replaced by a newer session on " + newest.Device,
 		}
 		if err := bus.PublishTraced(ctx, s.cfg.Bus, bus.NodeSubject(ev.Node), req); err != nil {
 			s.log.Warn("replace kick not published", "session", ev.SessionId, "err", err)
@@ -534,11 +535,11 @@ func (s *Service) enforcePolicy(ctx context.Context, login *pb.SessionEvent) {
 // replaced returns the sessions of one user, all sorted oldest first, that the policy closes:
 // with OnePerDevice each but the newest on its device; with MaxSessions the oldest beyond the
 // limit (those closed for their device count towards it).
-func (p DevicePolicy) replaced(all []*pb.SessionEvent) []*pb.SessionEvent {
-	var out []*pb.SessionEvent
+func (p DevicePolicy) replaced(all []*buspb.SessionEvent) []*buspb.SessionEvent {
+	var out []*buspb.SessionEvent
 	if p.OnePerDevice {
 		for i, ev := range all {
-			if slices.ContainsFunc(all[i+1:], func(e *pb.SessionEvent) bool { return e.Device == ev.Device }) {
+			if slices.ContainsFunc(all[i+1:], func(e *buspb.SessionEvent) bool { return e.Device == ev.Device }) {
 				out = append(out, ev)
 			}
 		}
@@ -554,20 +555,20 @@ func (p DevicePolicy) replaced(all []*pb.SessionEvent) []*pb.SessionEvent {
 }
 
 // byTime orders sessions by login time, then by id.
-func byTime(a, b *pb.SessionEvent) int {
+func byTime(a, b *buspb.SessionEvent) int {
 	return cmp.Or(cmp.Compare(a.TimeMs, b.TimeMs), strings.Compare(a.SessionId, b.SessionId))
 }
 
-func sortByTime(evs []*pb.SessionEvent) { slices.SortFunc(evs, byTime) }
+func sortByTime(evs []*buspb.SessionEvent) { slices.SortFunc(evs, byTime) }
 
 // onCount answers the sessions and distinct users online in an app.
 func (s *Service) onCount(msg *nats.Msg) {
-	var q pb.PresenceQuery
+	var q buspb.PresenceQuery
 	if err := proto.Unmarshal(msg.Data, &q); err != nil || q.App == "" {
-		bus.Respond(s.log, msg, &pb.PresenceReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
+		bus.Respond(s.log, msg, &buspb.PresenceReply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
 		return
 	}
-	rep := &pb.PresenceReply{}
+	rep := &buspb.PresenceReply{}
 	s.mu.Lock()
 	if c := s.perApp[q.App]; c != nil {
 		rep.SessionsOnline, rep.UsersOnline = c.sessions, c.users
@@ -578,12 +579,12 @@ func (s *Service) onCount(msg *nats.Msg) {
 
 // onSessions answers the sessions of the uids asked for.
 func (s *Service) onSessions(msg *nats.Msg) {
-	var q pb.PresenceQuery
+	var q buspb.PresenceQuery
 	if err := proto.Unmarshal(msg.Data, &q); err != nil || q.App == "" {
-		bus.Respond(s.log, msg, &pb.PresenceReply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
+		bus.Respond(s.log, msg, &buspb.PresenceReply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request needs an app"})
 		return
 	}
-	rep := &pb.PresenceReply{}
+	rep := &buspb.PresenceReply{}
 	s.mu.Lock()
 	for _, uid := range q.Uids {
 		for _, ev := range s.users[userKey{q.App, uid}] {

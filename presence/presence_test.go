@@ -12,11 +12,12 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,14 +51,14 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 		}
 	})
 
-	events := make(chan *pb.SessionEvents, 64)
+	events := make(chan *buspb.SessionEvents, 64)
 	nc, err := bus.Connect(c.NATSURL(), "test", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	sub, err := nc.Subscribe(bus.AppEventsSubject(devcluster.App), func(m *nats.Msg) {
-		var evs pb.SessionEvents
+		var evs buspb.SessionEvents
 		if proto.Unmarshal(m.Data, &evs) == nil {
 			events <- &evs
 		}
@@ -75,11 +76,11 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	// A second web session replaces the first, on the other node.
 	clock.Add(time.Second)
 	web2 := login(t, n2, "ann", "web")
-	web1.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
+	web1.ExpectKick(clientpb.CloseCode_CLOSE_CODE_REPLACED)
 	// A third device would make three sessions: the oldest (ios) goes.
 	clock.Add(time.Second)
 	login(t, n1, "ann", "pc")
-	ios.ExpectKick(pb.CloseCode_CLOSE_CODE_REPLACED)
+	ios.ExpectKick(clientpb.CloseCode_CLOSE_CODE_REPLACED)
 	// The scenario: the newest web session stays. No event says a kick will not come, so it
 	// watches for one for a while.
 	web2.ExpectSilence(200 * time.Millisecond)
@@ -91,7 +92,7 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 			select {
 			case evs := <-events:
 				for _, ev := range evs.Events {
-					if ev.Kind == pb.SessionEvent_KIND_LOGIN {
+					if ev.Kind == buspb.SessionEvent_KIND_LOGIN {
 						logins++
 					} else {
 						logouts++

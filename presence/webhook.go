@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // webhooks batches an app's online/offline events and posts them to its webhook URL. Each
@@ -19,7 +19,7 @@ type webhooks struct {
 	s *Service
 
 	mu      sync.Mutex // guards pending
-	pending map[string][]*pb.SessionEvent
+	pending map[string][]*buspb.SessionEvent
 }
 
 // WebhookBatch is the JSON body posted to an app's webhook.
@@ -43,7 +43,7 @@ type WebhookEvent struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-func (w *webhooks) add(app string, evs []*pb.SessionEvent) {
+func (w *webhooks) add(app string, evs []*buspb.SessionEvent) {
 	if w.s.cfg.Webhooks[app] == "" {
 		return
 	}
@@ -74,7 +74,7 @@ func (w *webhooks) loop() {
 func (w *webhooks) flush() {
 	w.mu.Lock()
 	pending := w.pending
-	w.pending = make(map[string][]*pb.SessionEvent)
+	w.pending = make(map[string][]*buspb.SessionEvent)
 	w.mu.Unlock()
 	for app, evs := range pending {
 		if err := w.post(app, evs); err != nil {
@@ -86,11 +86,11 @@ func (w *webhooks) flush() {
 	}
 }
 
-func (w *webhooks) post(app string, evs []*pb.SessionEvent) error {
+func (w *webhooks) post(app string, evs []*buspb.SessionEvent) error {
 	batch := WebhookBatch{App: app, Events: make([]WebhookEvent, len(evs))}
 	for i, ev := range evs {
 		kind := "online"
-		if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
+		if ev.Kind == buspb.SessionEvent_KIND_LOGOUT {
 			kind = "offline"
 		}
 		batch.Events[i] = WebhookEvent{Kind: kind, UID: ev.Uid, Room: ev.Room, Node: ev.Node, SessionID: ev.SessionId, Device: ev.Device, TimeMS: ev.TimeMs, Reason: ev.Reason}

@@ -11,8 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // DefaultBatchWindow is how long an instance gathers a room's messages before it sends them to
@@ -43,7 +44,7 @@ type batcher struct {
 // pending is one room's messages waiting for the end of their window.
 type pending struct {
 	flushing sync.Mutex // held while a window is numbered and published: keeps the room's windows in order
-	msgs     []*pb.Message
+	msgs     []*clientpb.Message
 	senders  []string     // the sessions that sent msgs, "" for the app server
 	links    []trace.Link // the traced sends of msgs (tracing on), for the publish's span
 	timer    *time.Timer  // when not nil, it will flush this room; caller holds batcher.mu
@@ -61,7 +62,7 @@ type windowDone struct {
 func newWindowDone() *windowDone { return &windowDone{done: make(chan struct{})} }
 
 // reply waits for the window and returns rep if it was published, otherwise the refusal.
-func (w *windowDone) reply(rep *pb.Reply) *pb.Reply {
+func (w *windowDone) reply(rep *buspb.Reply) *buspb.Reply {
 	<-w.done
 	if w.err != nil {
 		return notSent()
@@ -80,7 +81,7 @@ func newBatcher(s *Service, window time.Duration) *batcher {
 
 // add queues a room's accepted messages for the current window and returns the window's
 // outcome.
-func (b *batcher) add(app, room string, batch *pb.RoomBatch, sender trace.SpanContext) *windowDone {
+func (b *batcher) add(app, room string, batch *buspb.RoomBatch, sender trace.SpanContext) *windowDone {
 	k := roomKey{app, room}
 	b.mu.Lock()
 	if b.closed {
@@ -118,7 +119,7 @@ func (b *batcher) flush(k roomKey, p *pending) {
 	p.flushing.Lock()
 	defer p.flushing.Unlock()
 	b.mu.Lock()
-	batch, sent, links := &pb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}, p.sent, p.links
+	batch, sent, links := &buspb.RoomBatch{Messages: p.msgs, SenderSessions: p.senders}, p.sent, p.links
 	p.msgs, p.senders, p.links, p.timer, p.sent = nil, nil, nil, nil, nil
 	b.mu.Unlock()
 
@@ -169,7 +170,7 @@ func (b *batcher) close() {
 //
 // With tracing on, the publish is a span ("room batch publish") linked to the sends it carries;
 // the batches to CDN pushers carry its trace context.
-func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace.Link) error {
+func (s *Service) broadcast(app, room string, batch *buspb.RoomBatch, links []trace.Link) error {
 	ctx := context.Background()
 	if tracing.Enabled() {
 		var span trace.Span
@@ -177,7 +178,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 			trace.WithAttributes(attribute.String("messaging.destination.name", bus.RoomSubject(app, room)), attribute.Int("messaging.batch.message_count", len(batch.Messages))))
 		defer span.End()
 	}
-	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
+	critical := slices.ContainsFunc(batch.Messages, func(m *clientpb.Message) bool { return m.Lane == clientpb.Lane_LANE_CRITICAL })
 	deadline := time.Now().Add(criticalTimeout)
 	err := s.untilCritical(critical, deadline, func(ctx context.Context) error { return s.hist.number(ctx, app, room, batch.Messages) })
 	if err != nil && critical {
@@ -221,7 +222,7 @@ func (s *Service) broadcast(app, room string, batch *pb.RoomBatch, links []trace
 
 // numbered returns the first and last room_seq of msgs (0, 0: none numbered). number gives a
 // window's numbered messages consecutive numbers in their order.
-func numbered(msgs []*pb.Message) (first, last uint64) {
+func numbered(msgs []*clientpb.Message) (first, last uint64) {
 	for _, m := range msgs {
 		if m.RoomSeq > 0 {
 			if first == 0 {
@@ -249,7 +250,7 @@ func (s *Service) untilCritical(critical bool, deadline time.Time, step func(con
 }
 
 // unsent counts and logs a batch that was not published, and returns err.
-func (s *Service) unsent(app, room string, batch *pb.RoomBatch, err error) error {
+func (s *Service) unsent(app, room string, batch *buspb.RoomBatch, err error) error {
 	s.metrics.unsent.Add(float64(len(batch.Messages)))
 	s.log.Warn("broadcast failed", "app", app, "room", room, "messages", len(batch.Messages), "err", err)
 	return err

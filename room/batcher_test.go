@@ -13,8 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -37,11 +38,11 @@ func startService(t *testing.T, cfg Config) (*Service, *prometheus.Registry, *na
 }
 
 // roomBatches subscribes to a room's subject and returns the batches as they come.
-func roomBatches(t *testing.T, nc *nats.Conn, room string) <-chan *pb.RoomBatch {
+func roomBatches(t *testing.T, nc *nats.Conn, room string) <-chan *buspb.RoomBatch {
 	t.Helper()
-	out := make(chan *pb.RoomBatch, 10000)
+	out := make(chan *buspb.RoomBatch, 10000)
 	_, err := nc.Subscribe(bus.RoomSubject("a", room), func(m *nats.Msg) {
-		var b pb.RoomBatch
+		var b buspb.RoomBatch
 		if err := proto.Unmarshal(m.Data, &b); err != nil {
 			t.Errorf("batch does not parse: %v", err)
 		}
@@ -56,10 +57,10 @@ func roomBatches(t *testing.T, nc *nats.Conn, room string) <-chan *pb.RoomBatch 
 	return out
 }
 
-func sendOne(t *testing.T, nc *nats.Conn, room, body string, lane pb.Lane) *pb.Reply {
+func sendOne(t *testing.T, nc *nats.Conn, room, body string, lane clientpb.Lane) *buspb.Reply {
 	t.Helper()
-	var rep pb.Reply
-	req := &pb.SendRequest{App: "a", Room: room, Lane: lane, Body: []byte(body)}
+	var rep buspb.Reply
+	req := &buspb.SendRequest{App: "a", Room: room, Lane: lane, Body: []byte(body)}
 	if err := bus.Request(context.Background(), nc, bus.SubjectRoomSend, req, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +80,12 @@ func TestBatchWindowGathersSends(t *testing.T) {
 	const n = 20
 	start := time.Now()
 	for i := range n {
-		sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_NORMAL)
+		sendOne(t, nc, "r", fmt.Sprint(i), clientpb.Lane_LANE_NORMAL)
 	}
 	if took := time.Since(start); took >= window {
 		t.Fatalf("%d sends took %v: a send waits for its window (%v)", n, took, window)
 	}
-	var got []*pb.Message
+	var got []*clientpb.Message
 	deadline := time.After(5 * time.Second)
 	count := 0
 	for len(got) < n {
@@ -138,7 +139,7 @@ func TestBatchNumberingAcrossInstances(t *testing.T) {
 	batches := roomBatches(t, watch, "r")
 	const n = 200
 	for i := range n {
-		sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_NORMAL)
+		sendOne(t, nc, "r", fmt.Sprint(i), clientpb.Lane_LANE_NORMAL)
 	}
 	seen := make(map[uint64]bool)
 	windows := 0
@@ -176,7 +177,7 @@ func TestCloseSendsPendingWindow(t *testing.T) {
 	t.Parallel()
 	s, _, nc := startService(t, Config{BatchWindow: time.Hour})
 	batches := roomBatches(t, nc, "r")
-	sendOne(t, nc, "r", "last words", pb.Lane_LANE_NORMAL)
+	sendOne(t, nc, "r", "last words", clientpb.Lane_LANE_NORMAL)
 	done := make(chan struct{})
 	go func() { s.Close(); close(done) }()
 	select {
@@ -198,7 +199,7 @@ func TestLostBusLosesTheWindowCounted(t *testing.T) {
 	const window = 200 * time.Millisecond
 	s, _, nc := startService(t, Config{BatchWindow: window})
 	batches := roomBatches(t, nc, "r")
-	rep := sendOne(t, nc, "r", "accepted", pb.Lane_LANE_NORMAL)
+	rep := sendOne(t, nc, "r", "accepted", clientpb.Lane_LANE_NORMAL)
 	if rep.MessageId == "" {
 		t.Fatal("no id for an accepted send")
 	}
@@ -228,7 +229,7 @@ func TestCriticalSendAnsweredOnceKept(t *testing.T) {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { ids[i] = sendOne(t, nc, "r", fmt.Sprint(i), pb.Lane_LANE_CRITICAL).MessageId })
+		wg.Go(func() { ids[i] = sendOne(t, nc, "r", fmt.Sprint(i), clientpb.Lane_LANE_CRITICAL).MessageId })
 	}
 	wg.Wait()
 	if took := time.Since(start); took > 5*window {
@@ -254,12 +255,12 @@ func TestCriticalSendRefusedWhenNotSent(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{BatchWindow: 50 * time.Millisecond})
 	s.cfg.Bus.Close()
-	q, ok := s.SendLocalQueued(context.Background(), []*pb.SendRequest{{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte("x")}})
+	q, ok := s.SendLocalQueued(context.Background(), []*buspb.SendRequest{{App: "a", Room: "r", Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte("x")}})
 	if !ok {
 		t.Fatal("SendLocalQueued did not take the send")
 	}
 	rep := q.Reply()
-	if rep.Code != uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
+	if rep.Code != uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
 		t.Fatalf("a critical send that was never published was answered %v", rep)
 	}
 	if v := testutil.ToFloat64(s.metrics.unsent); v != 1 {
@@ -274,13 +275,13 @@ func TestBulkCapSamplesAndCounts(t *testing.T) {
 	s, _, nc := startService(t, Config{BatchWindow: -1, BulkPerSecond: 10, Now: func() time.Time { return time.Unix(1000, 0) }})
 	batches := roomBatches(t, nc, "r")
 	for i := range 30 {
-		lane := pb.Lane_LANE_BULK
+		lane := clientpb.Lane_LANE_BULK
 		if i%3 == 0 {
-			lane = pb.Lane_LANE_CRITICAL
+			lane = clientpb.Lane_LANE_CRITICAL
 		}
 		sendOne(t, nc, "r", fmt.Sprint(i), lane)
 	}
-	lanes := make(map[pb.Lane]int)
+	lanes := make(map[clientpb.Lane]int)
 	for range 20 { // 10 critical, 10 of the 20 bulk
 		select {
 		case b := <-batches:
@@ -296,7 +297,7 @@ func TestBulkCapSamplesAndCounts(t *testing.T) {
 		t.Fatalf("more than the cap passed: %v after %v", b, lanes)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if lanes[pb.Lane_LANE_CRITICAL] != 10 || lanes[pb.Lane_LANE_BULK] != 10 {
+	if lanes[clientpb.Lane_LANE_CRITICAL] != 10 || lanes[clientpb.Lane_LANE_BULK] != 10 {
 		t.Errorf("passed %v, want 10 critical and 10 bulk", lanes)
 	}
 	if v := testutil.ToFloat64(s.metrics.bulkSampled); v != 10 {
@@ -309,10 +310,10 @@ func TestBulkCapRefills(t *testing.T) {
 	c := newBulkCap()
 	k := roomKey{"a", "r"}
 	now := time.Unix(0, 0)
-	bulk := func(n int) ([]*pb.Message, []string) {
-		msgs, senders := make([]*pb.Message, n), make([]string, n)
+	bulk := func(n int) ([]*clientpb.Message, []string) {
+		msgs, senders := make([]*clientpb.Message, n), make([]string, n)
 		for i := range msgs {
-			msgs[i] = &pb.Message{Lane: pb.Lane_LANE_BULK, Id: fmt.Sprint(i)}
+			msgs[i] = &clientpb.Message{Lane: clientpb.Lane_LANE_BULK, Id: fmt.Sprint(i)}
 		}
 		return msgs, senders
 	}

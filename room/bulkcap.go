@@ -4,7 +4,9 @@ import (
 	"sync"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // DefaultBulkPerSecond is the bulk messages a room sends on per second when neither its settings
@@ -34,7 +36,7 @@ func newBulkCap() *bulkCap { return &bulkCap{rooms: make(map[roomKey]*tokens)} }
 // them); those that route sends to a CDN pusher are not counted here (the pusher samples
 // its own). It returns msgs without the sampled out ones (in place, order kept) and how many
 // those were.
-func (c *bulkCap) keep(k roomKey, rate int, route *pb.CdnRoute, now time.Time, msgs []*pb.Message, senders []string) ([]*pb.Message, []string, int) {
+func (c *bulkCap) keep(k roomKey, rate int, route *buspb.CdnRoute, now time.Time, msgs []*clientpb.Message, senders []string) ([]*clientpb.Message, []string, int) {
 	if rate <= 0 {
 		return msgs, senders, 0
 	}
@@ -49,7 +51,7 @@ func (c *bulkCap) keep(k roomKey, rate int, route *pb.CdnRoute, now time.Time, m
 	t.at = now
 	n := 0
 	for i, m := range msgs {
-		if m.Lane == pb.Lane_LANE_BULK && !toPusher(route, m) {
+		if m.Lane == clientpb.Lane_LANE_BULK && !toPusher(route, m) {
 			if t.level < 1 {
 				continue
 			}
@@ -75,7 +77,7 @@ func (c *bulkCap) expire(now time.Time) {
 
 // bulkRate is the room's bulk cap a second (RoomSettings.bulk_per_second, else the service's);
 // 0 means none.
-func (s *Service) bulkRate(st *pb.RoomSettings) int {
+func (s *Service) bulkRate(st *roompb.RoomSettings) int {
 	r := int(st.GetBulkPerSecond())
 	if r == 0 {
 		r = s.cfg.BulkPerSecond

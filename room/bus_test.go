@@ -11,10 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // outMsgs is how many messages the NATS server has sent on the named client connection.
@@ -72,8 +73,8 @@ func TestBusMessagesPerNodeStayFlat(t *testing.T) {
 			defer tick.Stop()
 			for j := range per {
 				<-tick.C
-				req := &pb.SendRequest{App: devcluster.App, Room: "busy", Lane: pb.Lane_LANE_CRITICAL, Body: fmt.Appendf(nil, "%d-%d", i, j)}
-				var rep pb.Reply
+				req := &buspb.SendRequest{App: devcluster.App, Room: "busy", Lane: clientpb.Lane_LANE_CRITICAL, Body: fmt.Appendf(nil, "%d-%d", i, j)}
+				var rep buspb.Reply
 				if err := bus.Request(context.Background(), nc, bus.SubjectRoomSend, req, &rep); err != nil || rep.Code != 0 {
 					t.Errorf("send: %v %v", err, &rep)
 					return

@@ -10,7 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/roompb"
 	"roomcast/store/roomstore"
 )
 
@@ -22,14 +23,14 @@ type cache struct {
 	done     sync.WaitGroup
 
 	mu              sync.RWMutex // guards the maps
-	rooms           map[string]*pb.Room
-	restrictions    map[string]*pb.MemberRestriction
-	memberTagsByKey map[string]*pb.MemberTags
+	rooms           map[string]*apipb.Room
+	restrictions    map[string]*apipb.MemberRestriction
+	memberTagsByKey map[string]*roompb.MemberTags
 }
 
 // watch starts watching the store's buckets and returns once their current contents are loaded.
 func watch(ctx context.Context, s *roomstore.Store, log *slog.Logger) (*cache, error) {
-	c := &cache{log: log, rooms: make(map[string]*pb.Room), restrictions: make(map[string]*pb.MemberRestriction), memberTagsByKey: make(map[string]*pb.MemberTags)}
+	c := &cache{log: log, rooms: make(map[string]*apipb.Room), restrictions: make(map[string]*apipb.MemberRestriction), memberTagsByKey: make(map[string]*roompb.MemberTags)}
 	for _, kv := range s.Buckets() {
 		w, err := kv.WatchAll(context.Background())
 		if err != nil {
@@ -62,19 +63,19 @@ func (c *cache) follow(bucket string, w jetstream.KeyWatcher, loaded chan struct
 		case roomstore.BucketRooms:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.rooms, e.Key())
-			} else if r := new(pb.Room); proto.Unmarshal(e.Value(), r) == nil {
+			} else if r := new(apipb.Room); proto.Unmarshal(e.Value(), r) == nil {
 				c.rooms[e.Key()] = r
 			}
 		case roomstore.BucketRestrictions:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.restrictions, e.Key())
-			} else if r := new(pb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
+			} else if r := new(apipb.MemberRestriction); proto.Unmarshal(e.Value(), r) == nil {
 				c.restrictions[e.Key()] = r
 			}
 		case roomstore.BucketMemberTags:
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(c.memberTagsByKey, e.Key())
-			} else if t := new(pb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
+			} else if t := new(roompb.MemberTags); proto.Unmarshal(e.Value(), t) == nil {
 				c.memberTagsByKey[e.Key()] = t
 			}
 		}
@@ -89,30 +90,30 @@ func (c *cache) stop() {
 	c.done.Wait()
 }
 
-func (c *cache) room(app, room string) *pb.Room {
+func (c *cache) room(app, room string) *apipb.Room {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.rooms[roomstore.RoomKey(app, room)]
 }
 
-func (c *cache) restriction(app, room, uid string) *pb.MemberRestriction {
+func (c *cache) restriction(app, room, uid string) *apipb.MemberRestriction {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.restrictions[roomstore.RestrictionKey(app, room, uid)]
 }
 
 // memberTags returns the tags the app server stored for uid, or nil.
-func (c *cache) memberTags(app, uid string) *pb.MemberTags {
+func (c *cache) memberTags(app, uid string) *roompb.MemberTags {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.memberTagsByKey[roomstore.MemberTagsKey(app, uid)]
 }
 
 // bannedAt and mutedAt say whether a restriction holds at now.
-func bannedAt(r *pb.MemberRestriction, now time.Time) bool {
+func bannedAt(r *apipb.MemberRestriction, now time.Time) bool {
 	return r != nil && r.Banned && (r.BannedUntilMs == 0 || now.UnixMilli() < r.BannedUntilMs)
 }
 
-func mutedAt(r *pb.MemberRestriction, now time.Time) bool {
+func mutedAt(r *apipb.MemberRestriction, now time.Time) bool {
 	return r != nil && r.Muted && (r.MutedUntilMs == 0 || now.UnixMilli() < r.MutedUntilMs)
 }

@@ -8,7 +8,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/callback"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/tag"
 )
 
@@ -20,17 +23,17 @@ import (
 
 // loginCallback hands an admitted login to its app's login hook, when the app has one, and
 // answers the join when the hook decided. It reports whether it did.
-func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room) bool {
+func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room) bool {
 	return s.cfg.Callbacks.Login(req.App, callback.LoginRequest{
 		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId, Node: req.Node, Device: req.Device, Tags: req.Tags,
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, pb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
+			s.respond(msg, opJoin, start, refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, clientpb.CloseCode_CLOSE_CODE_UNAVAILABLE, "the app's login check did not answer ("+d.Failure+")"))
 		case !d.Allow:
-			s.respond(msg, opJoin, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, pb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
+			s.respond(msg, opJoin, start, refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, clientpb.CloseCode_CLOSE_CODE_DENIED_BY_APP, denyReason(d, "login denied by the app")))
 		case d.Tags != nil:
-			s.answerJoin(msg, start, req, meta, &pb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
+			s.answerJoin(msg, start, req, meta, &roompb.MemberTags{Uid: req.Uid, Tags: tag.Canonical(*d.Tags)})
 		default:
 			s.answerJoin(msg, start, req, meta, nil)
 		}
@@ -41,10 +44,10 @@ func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *pb.JoinRequ
 // decided. checked is req as the room's checks left it (memberSend): the app is asked about the
 // lane the message would go on, and may lower it. The server API's sends are never called
 // back: they come from the app's own server.
-func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *pb.SendRequest) {
+func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *buspb.SendRequest) {
 	lane := checked.Lane
-	if lane == pb.Lane_LANE_UNSPECIFIED {
-		lane = pb.Lane_LANE_NORMAL
+	if lane == clientpb.Lane_LANE_UNSPECIFIED {
+		lane = clientpb.Lane_LANE_NORMAL
 	}
 	called := s.cfg.Callbacks.Send(req.App, callback.SendRequest{
 		App: req.App, Room: req.Room, UID: req.Uid, SessionID: req.SessionId,
@@ -52,10 +55,10 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *pb.
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
+			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
 			return
 		case !d.Allow:
-			s.respond(msg, opSend, start, refuse(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
+			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
 			return
 		}
 		if d.Body != nil {
@@ -67,14 +70,14 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *pb.
 		// From the lane the room's checks left, so that they do not lower it twice; the
 		// callback package takes no raise.
 		req.Lane = lane
-		if d.Lane != nil && pb.Lane(*d.Lane) > lane {
-			req.Lane = pb.Lane(*d.Lane)
+		if d.Lane != nil && clientpb.Lane(*d.Lane) > lane {
+			req.Lane = clientpb.Lane(*d.Lane)
 			s.metrics.demoted.Inc()
 		}
-		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
+		s.sendAndRespond(context.Background(), msg, start, []*buspb.SendRequest{req})
 	})
 	if !called { // the hook is gone: configured hooks do not change, but do not leave it hanging
-		s.sendAndRespond(context.Background(), msg, start, []*pb.SendRequest{req})
+		s.sendAndRespond(context.Background(), msg, start, []*buspb.SendRequest{req})
 	}
 }
 

@@ -10,7 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 	"roomcast/store/cdnstore"
 )
@@ -23,7 +24,7 @@ type cdnRoutes struct {
 	stop func()
 
 	mu     sync.RWMutex // guards routes
-	routes map[roomKey]*pb.CdnRoute
+	routes map[roomKey]*buspb.CdnRoute
 }
 
 func openCdnRoutes(ctx context.Context, s *Service) (*cdnRoutes, error) {
@@ -31,7 +32,7 @@ func openCdnRoutes(ctx context.Context, s *Service) (*cdnRoutes, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cdnRoutes{kv: kv, routes: make(map[roomKey]*pb.CdnRoute)}
+	c := &cdnRoutes{kv: kv, routes: make(map[roomKey]*buspb.CdnRoute)}
 	if c.stop, err = bus.FollowKV(ctx, kv, c.apply); err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func openCdnRoutes(ctx context.Context, s *Service) (*cdnRoutes, error) {
 func (c *cdnRoutes) apply(key string, value []byte) {
 	app, room, _ := strings.Cut(key, ".")
 	k := roomKey{app, room}
-	r := &pb.CdnRoute{}
+	r := &buspb.CdnRoute{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if value == nil || proto.Unmarshal(value, r) != nil {
@@ -51,7 +52,7 @@ func (c *cdnRoutes) apply(key string, value []byte) {
 	c.routes[k] = r
 }
 
-func (c *cdnRoutes) get(app, room string) *pb.CdnRoute {
+func (c *cdnRoutes) get(app, room string) *buspb.CdnRoute {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.routes[roomKey{app, room}]
@@ -59,7 +60,7 @@ func (c *cdnRoutes) get(app, room string) *pb.CdnRoute {
 
 // fresh reads a room's route from the store rather than the watch's copy, for the first login
 // of a room on a node (see onJoin); on a read error it falls back to the copy.
-func (c *cdnRoutes) fresh(ctx context.Context, app, room string) (*pb.CdnRoute, error) {
+func (c *cdnRoutes) fresh(ctx context.Context, app, room string) (*buspb.CdnRoute, error) {
 	e, err := c.kv.Get(ctx, cdnstore.RouteKey(app, room))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -67,7 +68,7 @@ func (c *cdnRoutes) fresh(ctx context.Context, app, room string) (*pb.CdnRoute, 
 	case err != nil:
 		return c.get(app, room), err
 	}
-	r := &pb.CdnRoute{}
+	r := &buspb.CdnRoute{}
 	if err := proto.Unmarshal(e.Value(), r); err != nil {
 		return c.get(app, room), err
 	}
@@ -75,19 +76,19 @@ func (c *cdnRoutes) fresh(ctx context.Context, app, room string) (*pb.CdnRoute, 
 }
 
 // cdnLane reports whether a message of lane takes the CDN path in mode.
-func cdnLane(mode pb.CdnMode, lane pb.Lane) bool {
+func cdnLane(mode clientpb.CdnMode, lane clientpb.Lane) bool {
 	switch mode {
-	case pb.CdnMode_CDN_MODE_BULK:
-		return lane == pb.Lane_LANE_BULK
-	case pb.CdnMode_CDN_MODE_NORMAL_AND_BULK:
-		return lane == pb.Lane_LANE_BULK || lane == pb.Lane_LANE_NORMAL
+	case clientpb.CdnMode_CDN_MODE_BULK:
+		return lane == clientpb.Lane_LANE_BULK
+	case clientpb.CdnMode_CDN_MODE_NORMAL_AND_BULK:
+		return lane == clientpb.Lane_LANE_BULK || lane == clientpb.Lane_LANE_NORMAL
 	}
 	return false
 }
 
 // toPusher says whether route r sends m to a pusher rather than to the room's nodes.
-func toPusher(r *pb.CdnRoute, m *pb.Message) bool {
-	return r != nil && r.Pusher != "" && r.Mode != pb.CdnMode_CDN_MODE_OFF && cdnLane(r.Mode, m.Lane) && m.TagExpr == ""
+func toPusher(r *buspb.CdnRoute, m *clientpb.Message) bool {
+	return r != nil && r.Pusher != "" && r.Mode != clientpb.CdnMode_CDN_MODE_OFF && cdnLane(r.Mode, m.Lane) && m.TagExpr == ""
 }
 
 // split takes out of a room's batch the messages its route sends to pushers: those of its CDN
@@ -96,12 +97,12 @@ func toPusher(r *pb.CdnRoute, m *pb.Message) bool {
 // the previous one before (a handoff). A room without a route, or a route without a pusher,
 // keeps every message, and so does a room leaving CDN mode for the messages of its windows from
 // until_index on (by their server time, which broadcast stamped before the split).
-func (c *cdnRoutes) split(app, room string, batch *pb.RoomBatch) (long *pb.RoomBatch, toPushers map[string]*pb.CdnBatch) {
+func (c *cdnRoutes) split(app, room string, batch *buspb.RoomBatch) (long *buspb.RoomBatch, toPushers map[string]*buspb.CdnBatch) {
 	r := c.get(app, room)
-	if r == nil || r.Pusher == "" || r.Mode == pb.CdnMode_CDN_MODE_OFF {
+	if r == nil || r.Pusher == "" || r.Mode == clientpb.CdnMode_CDN_MODE_OFF {
 		return batch, nil
 	}
-	long = &pb.RoomBatch{}
+	long = &buspb.RoomBatch{}
 	for i, m := range batch.Messages {
 		w := r.Config.GetWindowMs()
 		if !toPusher(r, m) || (r.UntilIndex != 0 && w > 0 && segment.Index(m.ServerTimeMs, w) >= r.UntilIndex) {
@@ -114,11 +115,11 @@ func (c *cdnRoutes) split(app, room string, batch *pb.RoomBatch) (long *pb.RoomB
 			pusher = r.PrevPusher
 		}
 		if toPushers == nil {
-			toPushers = make(map[string]*pb.CdnBatch)
+			toPushers = make(map[string]*buspb.CdnBatch)
 		}
 		b := toPushers[pusher]
 		if b == nil {
-			b = &pb.CdnBatch{App: app}
+			b = &buspb.CdnBatch{App: app}
 			toPushers[pusher] = b
 		}
 		b.Messages = append(b.Messages, m)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
 )
 
 // distribution is which nodes hold which rooms, and how many members each, as the ChatLinks'
@@ -38,7 +38,7 @@ type roomKey struct{ app, room string }
 func newDistribution() *distribution { return &distribution{nodes: make(map[string]*nodeRooms)} }
 
 func (d *distribution) onReport(msg *nats.Msg) {
-	var rep pb.NodeReport
+	var rep buspb.NodeReport
 	if err := proto.Unmarshal(msg.Data, &rep); err != nil || rep.Node == "" {
 		return
 	}
@@ -91,8 +91,8 @@ func (d *distribution) online(app, room string) int64 {
 	return total
 }
 
-func (d *distribution) info(app, room string) *pb.RoomInfo {
-	info := &pb.RoomInfo{App: app, Room: room, Nodes: make(map[string]int64)}
+func (d *distribution) info(app, room string) *buspb.RoomInfo {
+	info := &buspb.RoomInfo{App: app, Room: room, Nodes: make(map[string]int64)}
 	k := roomKey{app, room}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -13,7 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -37,7 +38,7 @@ const criticalTimeout = 2 * time.Second
 // JetStream counter per room, so that a recovery can tell how many it can no longer give. Bulk
 // danmaku are neither kept nor numbered.
 //
-// A window's kept messages are one entry of the stream (a pb.HistoryRecord), not one each: one
+// A window's kept messages are one entry of the stream (a buspb.HistoryRecord), not one each: one
 // store, ack and file write per window, and in a cluster one raft proposal, however many
 // messages it holds.
 type history struct {
@@ -67,10 +68,10 @@ func openHistory(ctx context.Context, nc *nats.Conn, replicas, perRoom int, maxA
 // number gives the kept messages of msgs (one room's) their room_seq, in order, with one
 // increment of the room's counter, and returns an error if the counter did not answer within
 // ctx (the messages then stay unnumbered, 0).
-func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Message) error {
+func (h *history) number(ctx context.Context, app, room string, msgs []*clientpb.Message) error {
 	kept := 0
 	for _, m := range msgs {
-		if m.Lane != pb.Lane_LANE_BULK {
+		if m.Lane != clientpb.Lane_LANE_BULK {
 			kept++
 		}
 	}
@@ -89,7 +90,7 @@ func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Messa
 	}
 	next := last - uint64(kept) + 1
 	for _, m := range msgs {
-		if m.Lane != pb.Lane_LANE_BULK {
+		if m.Lane != clientpb.Lane_LANE_BULK {
 			m.RoomSeq = next
 			next++
 		}
@@ -103,9 +104,9 @@ func (h *history) number(ctx context.Context, app, room string, msgs []*pb.Messa
 //
 // A window is recorded before it is published live: a member that saw a message live, or that
 // reconnects while it is on its way, must find it in the history its recovery reads.
-func (h *history) record(ctx context.Context, app string, msgs []*pb.Message, senders []string) error {
+func (h *history) record(ctx context.Context, app string, msgs []*clientpb.Message, senders []string) error {
 	var acks []jetstream.PubAckFuture
-	publish := func(rec *pb.HistoryRecord) error {
+	publish := func(rec *buspb.HistoryRecord) error {
 		if len(rec.Messages) == 0 {
 			return nil
 		}
@@ -127,9 +128,9 @@ func (h *history) record(ctx context.Context, app string, msgs []*pb.Message, se
 		acks = append(acks, ack)
 		return nil
 	}
-	rec, size := &pb.HistoryRecord{}, 0
+	rec, size := &buspb.HistoryRecord{}, 0
 	for i, m := range msgs {
-		if m.Lane == pb.Lane_LANE_BULK {
+		if m.Lane == clientpb.Lane_LANE_BULK {
 			continue
 		}
 		var sender string
@@ -145,7 +146,7 @@ func (h *history) record(ctx context.Context, app string, msgs []*pb.Message, se
 			if err := publish(rec); err != nil {
 				return err
 			}
-			rec, size = &pb.HistoryRecord{}, 0
+			rec, size = &buspb.HistoryRecord{}, 0
 		}
 		rec.Messages = append(rec.Messages, m)
 		rec.SenderSessions = append(rec.SenderSessions, sender)

@@ -14,8 +14,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -26,14 +27,14 @@ func recordWindows(t *testing.T, s *Service, first int, sizes ...int) []string {
 	var gen ids.Generator
 	var bodies []string
 	for _, n := range sizes {
-		var msgs []*pb.Message
+		var msgs []*clientpb.Message
 		for range n {
 			body := strconv.Itoa(first + len(bodies))
 			bodies = append(bodies, body)
 			now := time.Now()
-			msgs = append(msgs, &pb.Message{Id: gen.New(now), Room: "r", Lane: pb.Lane_LANE_NORMAL, Body: []byte(body), ServerTimeMs: now.UnixMilli()})
+			msgs = append(msgs, &clientpb.Message{Id: gen.New(now), Room: "r", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(body), ServerTimeMs: now.UnixMilli()})
 			// a bulk message between them, which history does not keep
-			msgs = append(msgs, &pb.Message{Id: gen.New(now), Room: "r", Lane: pb.Lane_LANE_BULK, Body: []byte("bulk")})
+			msgs = append(msgs, &clientpb.Message{Id: gen.New(now), Room: "r", Lane: clientpb.Lane_LANE_BULK, Body: []byte("bulk")})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := s.hist.record(ctx, "a", msgs, nil)
@@ -60,11 +61,11 @@ func historyEntries(t *testing.T, s *Service) uint64 {
 }
 
 // page asks the service for a page of room "r"'s history.
-func page(t *testing.T, s *Service, q *pb.HistoryQuery) *pb.HistoryPage {
+func page(t *testing.T, s *Service, q *clientpb.HistoryQuery) *clientpb.HistoryPage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rep := s.historyPage(ctx, &pb.HistoryRequest{App: "a", Room: "r", Query: q})
+	rep := s.historyPage(ctx, &buspb.HistoryRequest{App: "a", Room: "r", Query: q})
 	if rep.History == nil {
 		t.Fatalf("%v: %v", q, rep)
 	}
@@ -76,9 +77,9 @@ func page(t *testing.T, s *Service, q *pb.HistoryQuery) *pb.HistoryPage {
 func TestHistoryWindowIsOneEntry(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{BatchWindow: 50 * time.Millisecond})
-	var reqs []*pb.SendRequest
+	var reqs []*buspb.SendRequest
 	for i := range 5 {
-		reqs = append(reqs, &pb.SendRequest{App: "a", Room: "r", Lane: pb.Lane_LANE_CRITICAL, Body: []byte(strconv.Itoa(i))})
+		reqs = append(reqs, &buspb.SendRequest{App: "a", Room: "r", Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte(strconv.Itoa(i))})
 	}
 	q, ok := s.SendLocalQueued(context.Background(), reqs)
 	if !ok {
@@ -109,12 +110,12 @@ func TestHistoryWindowIsOneEntry(t *testing.T) {
 func TestHistoryRecordSizeCap(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{})
-	big := func(body string, size int) *pb.Message {
-		return &pb.Message{Id: body, Room: "r", Lane: pb.Lane_LANE_NORMAL, Body: append([]byte(body+":"), bytes.Repeat([]byte("x"), size)...), ServerTimeMs: time.Now().UnixMilli()}
+	big := func(body string, size int) *clientpb.Message {
+		return &clientpb.Message{Id: body, Room: "r", Lane: clientpb.Lane_LANE_NORMAL, Body: append([]byte(body+":"), bytes.Repeat([]byte("x"), size)...), ServerTimeMs: time.Now().UnixMilli()}
 	}
 	third := recordMaxBytes / 3
 	// 0, 1: one record (two thirds); 2, 3: the next; 4: more than the cap, alone; 5: the last.
-	msgs := []*pb.Message{big("0", third), big("1", third), big("2", third), big("3", third), big("4", recordMaxBytes+1), big("5", 10)}
+	msgs := []*clientpb.Message{big("0", third), big("1", third), big("2", third), big("3", third), big("4", recordMaxBytes+1), big("5", 10)}
 	if err := s.hist.record(context.Background(), "a", msgs, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -140,20 +141,20 @@ func TestHistoryRecordSizeCap(t *testing.T) {
 func TestHistoryRecordKeepsSenders(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startService(t, Config{})
-	msg := func(body string, lane pb.Lane) *pb.Message {
-		return &pb.Message{Id: body, Room: "r", Lane: lane, Body: []byte(body), ServerTimeMs: time.Now().UnixMilli()}
+	msg := func(body string, lane clientpb.Lane) *clientpb.Message {
+		return &clientpb.Message{Id: body, Room: "r", Lane: lane, Body: []byte(body), ServerTimeMs: time.Now().UnixMilli()}
 	}
 	ctx := context.Background()
 	// One window from clients and the server API, a bulk message among them; one from the server API alone.
-	msgs := []*pb.Message{msg("a", pb.Lane_LANE_NORMAL), msg("b", pb.Lane_LANE_BULK), msg("c", pb.Lane_LANE_CRITICAL), msg("d", pb.Lane_LANE_NORMAL)}
+	msgs := []*clientpb.Message{msg("a", clientpb.Lane_LANE_NORMAL), msg("b", clientpb.Lane_LANE_BULK), msg("c", clientpb.Lane_LANE_CRITICAL), msg("d", clientpb.Lane_LANE_NORMAL)}
 	if err := s.hist.record(ctx, "a", msgs, []string{"n-1", "n-2", "", "n-3"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.hist.record(ctx, "a", []*pb.Message{msg("e", pb.Lane_LANE_NORMAL)}, []string{""}); err != nil {
+	if err := s.hist.record(ctx, "a", []*clientpb.Message{msg("e", clientpb.Lane_LANE_NORMAL)}, []string{""}); err != nil {
 		t.Fatal(err)
 	}
 	// A window whose senders are fewer than its messages: the rest have none.
-	if err := s.hist.record(ctx, "a", []*pb.Message{msg("f", pb.Lane_LANE_NORMAL), msg("g", pb.Lane_LANE_NORMAL)}, []string{"n-4"}); err != nil {
+	if err := s.hist.record(ctx, "a", []*clientpb.Message{msg("f", clientpb.Lane_LANE_NORMAL), msg("g", clientpb.Lane_LANE_NORMAL)}, []string{"n-4"}); err != nil {
 		t.Fatal(err)
 	}
 	kept, _, err := historystore.Read(ctx, s.hist.js, "a", "r", historystore.Range{})
@@ -177,7 +178,7 @@ func TestHistoryPagesAcrossRecords(t *testing.T) {
 	s, _, _ := startService(t, Config{})
 	bodies := recordWindows(t, s, 0, 3, 1, 4)
 	// An entry as versions before records wrote: one Message, no header.
-	legacy := &pb.Message{Id: new(ids.Generator).New(time.Now()), Room: "r", Lane: pb.Lane_LANE_NORMAL, Body: []byte(strconv.Itoa(len(bodies))), ServerTimeMs: time.Now().UnixMilli()}
+	legacy := &clientpb.Message{Id: new(ids.Generator).New(time.Now()), Room: "r", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(strconv.Itoa(len(bodies))), ServerTimeMs: time.Now().UnixMilli()}
 	b, _ := proto.Marshal(legacy)
 	if _, err := s.hist.js.Publish(context.Background(), historystore.Subject("a", "r"), b); err != nil {
 		t.Fatal(err)
@@ -187,13 +188,13 @@ func TestHistoryPagesAcrossRecords(t *testing.T) {
 	if n := historyEntries(t, s); n != 6 {
 		t.Fatalf("%d entries, want 6", n)
 	}
-	if got := bodiesOf(page(t, s, &pb.HistoryQuery{Limit: 100}).Messages); !slices.Equal(got, bodies) {
+	if got := bodiesOf(page(t, s, &clientpb.HistoryQuery{Limit: 100}).Messages); !slices.Equal(got, bodies) {
 		t.Fatalf("history %v, want %v", got, bodies)
 	}
 	for limit := 1; limit <= 3; limit++ {
 		for _, older := range []bool{true, false} {
 			t.Run(fmt.Sprintf("limit %d older %v", limit, older), func(t *testing.T) {
-				q := &pb.HistoryQuery{Limit: uint32(limit)}
+				q := &clientpb.HistoryQuery{Limit: uint32(limit)}
 				if !older {
 					q.AfterId = "00000000000000000000000000" // the oldest on
 				}
@@ -208,7 +209,7 @@ func TestHistoryPagesAcrossRecords(t *testing.T) {
 					if p.NextCursor == "" {
 						break
 					}
-					q = &pb.HistoryQuery{Limit: uint32(limit), Cursor: p.NextCursor}
+					q = &clientpb.HistoryQuery{Limit: uint32(limit), Cursor: p.NextCursor}
 				}
 				if !slices.Equal(got, bodies) {
 					t.Errorf("pages gave %v, want %v", got, bodies)
@@ -236,10 +237,10 @@ func TestHistoryCursorVersion1(t *testing.T) {
 		}
 		return base64.RawURLEncoding.EncodeToString(binary.AppendUvarint(b, middle))
 	}
-	if got := bodiesOf(page(t, s, &pb.HistoryQuery{Cursor: v1(true)}).Messages); !slices.Equal(got, bodies[:2]) {
+	if got := bodiesOf(page(t, s, &clientpb.HistoryQuery{Cursor: v1(true)}).Messages); !slices.Equal(got, bodies[:2]) {
 		t.Errorf("older than a version-1 cursor: %v, want %v", got, bodies[:2])
 	}
-	if got := bodiesOf(page(t, s, &pb.HistoryQuery{Cursor: v1(false)}).Messages); !slices.Equal(got, bodies[5:]) {
+	if got := bodiesOf(page(t, s, &clientpb.HistoryQuery{Cursor: v1(false)}).Messages); !slices.Equal(got, bodies[5:]) {
 		t.Errorf("newer than a version-1 cursor: %v, want %v", got, bodies[5:])
 	}
 }
@@ -255,10 +256,10 @@ func TestHistoryKeepsNewestMessages(t *testing.T) {
 		t.Fatalf("%d entries, want 3", n)
 	}
 	newest := bodies[len(bodies)-4:]
-	if got := bodiesOf(page(t, s, &pb.HistoryQuery{Limit: 100}).Messages); !slices.Equal(got, newest) {
+	if got := bodiesOf(page(t, s, &clientpb.HistoryQuery{Limit: 100}).Messages); !slices.Equal(got, newest) {
 		t.Errorf("history %v, want the newest 4: %v", got, newest)
 	}
-	after := page(t, s, &pb.HistoryQuery{Limit: 100, AfterId: "00000000000000000000000000"})
+	after := page(t, s, &clientpb.HistoryQuery{Limit: 100, AfterId: "00000000000000000000000000"})
 	if got := bodiesOf(after.Messages); !slices.Equal(got, newest) {
 		t.Errorf("after the oldest id: %v, want the newest 4: %v", got, newest)
 	}
@@ -271,7 +272,7 @@ func TestHistoryKeepsNewestMessages(t *testing.T) {
 	}
 }
 
-func bodiesOf(ms []*pb.Message) []string {
+func bodiesOf(ms []*clientpb.Message) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = string(m.Body)

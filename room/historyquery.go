@@ -11,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/store/historystore"
 )
 
@@ -107,9 +109,9 @@ const maxStampSkew = time.Minute
 
 // rangeOf checks a query's anchor (at most one of before_id, after_id, cursor) and returns its
 // range, or the refusal.
-func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
-	bad := func(msg string) (historyRange, *pb.Reply) {
-		return historyRange{}, refuse(pb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY, 0, msg)
+func rangeOf(q *clientpb.HistoryQuery) (historyRange, *buspb.Reply) {
+	bad := func(msg string) (historyRange, *buspb.Reply) {
+		return historyRange{}, refuse(clientpb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY, 0, msg)
 	}
 	anchors := 0
 	for _, a := range []string{q.BeforeId, q.AfterId, q.Cursor} {
@@ -120,7 +122,7 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 	switch {
 	case anchors > 1:
 		return bad("give at most one of before_id, after_id and cursor")
-	case q.Lane != pb.Lane_LANE_UNSPECIFIED && q.Lane != pb.Lane_LANE_CRITICAL && q.Lane != pb.Lane_LANE_NORMAL:
+	case q.Lane != clientpb.Lane_LANE_UNSPECIFIED && q.Lane != clientpb.Lane_LANE_CRITICAL && q.Lane != clientpb.Lane_LANE_NORMAL:
 		return bad("lane must be critical or normal (bulk messages are not kept)")
 	case q.BeforeId != "":
 		if _, ok := ids.MessageTime(q.BeforeId); !ok {
@@ -148,7 +150,7 @@ func rangeOf(q *pb.HistoryQuery) (historyRange, *pb.Reply) {
 
 // historyRetention is how many messages a room's history keeps and for how long: its settings
 // where they ask for less than the deployment, the deployment's otherwise.
-func (s *Service) historyRetention(st *pb.RoomSettings) (keep int, age time.Duration) {
+func (s *Service) historyRetention(st *roompb.RoomSettings) (keep int, age time.Duration) {
 	keep, age = s.cfg.HistoryPerRoom, s.cfg.HistoryMaxAge
 	if n := int(st.GetHistoryMaxMessages()); n > 0 && n < keep {
 		keep = n
@@ -161,7 +163,7 @@ func (s *Service) historyRetention(st *pb.RoomSettings) (keep int, age time.Dura
 
 // selectPage takes from the messages in range that allow lets through the limit nearest the
 // anchor, oldest first, with the cursor to the next page when more lie beyond them.
-func selectPage(kept []historystore.KeptMessage, r historyRange, limit int, allow func(*pb.Message) bool) *pb.HistoryPage {
+func selectPage(kept []historystore.KeptMessage, r historyRange, limit int, allow func(*clientpb.Message) bool) *clientpb.HistoryPage {
 	ok := func(k historystore.KeptMessage) bool { return r.in(k) && allow(k.Msg) }
 	var picked []historystore.KeptMessage
 	more := false
@@ -189,7 +191,7 @@ func selectPage(kept []historystore.KeptMessage, r historyRange, limit int, allo
 			picked = append(picked, k)
 		}
 	}
-	page := &pb.HistoryPage{Messages: make([]*pb.Message, len(picked))}
+	page := &clientpb.HistoryPage{Messages: make([]*clientpb.Message, len(picked))}
 	for i, k := range picked {
 		page.Messages[i] = k.Msg
 	}
@@ -205,7 +207,7 @@ func selectPage(kept []historystore.KeptMessage, r historyRange, limit int, allo
 
 func (s *Service) onHistory(msg *nats.Msg) {
 	start := time.Now()
-	var req pb.HistoryRequest
+	var req buspb.HistoryRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opHistory, start, rep)
 		return
@@ -216,10 +218,10 @@ func (s *Service) onHistory(msg *nats.Msg) {
 }
 
 // historyPage answers a history request: the page, or the refusal.
-func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.Reply {
+func (s *Service) historyPage(ctx context.Context, req *buspb.HistoryRequest) *buspb.Reply {
 	q := req.Query
 	if q == nil {
-		q = &pb.HistoryQuery{}
+		q = &clientpb.HistoryQuery{}
 	}
 	r, rep := rangeOf(q)
 	if rep != nil {
@@ -244,10 +246,10 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 	}
 	if err != nil {
 		s.log.Warn("history not read", "app", req.App, "room", req.Room, "err", err)
-		return refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
 	}
-	allow := func(m *pb.Message) bool {
-		if q.Lane != pb.Lane_LANE_UNSPECIFIED && m.Lane != q.Lane {
+	allow := func(m *clientpb.Message) bool {
+		if q.Lane != clientpb.Lane_LANE_UNSPECIFIED && m.Lane != q.Lane {
 			return false
 		}
 		if !req.AsMember || m.TagExpr == "" {
@@ -258,5 +260,5 @@ func (s *Service) historyPage(ctx context.Context, req *pb.HistoryRequest) *pb.R
 	}
 	page := selectPage(kept, r, limit, allow)
 	page.Seq = q.Seq
-	return &pb.Reply{History: page}
+	return &buspb.Reply{History: page}
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/devnats"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -33,9 +34,9 @@ func BenchmarkHistoryPage(b *testing.B) {
 	defer s.Close()
 	const app, room = "bench", "hall"
 	now := time.Now()
-	msgs := make([]*pb.Message, 150)
+	msgs := make([]*clientpb.Message, 150)
 	for i := range msgs {
-		msgs[i] = &pb.Message{Id: s.ids.New(now), Room: room, Lane: pb.Lane_LANE_NORMAL, Body: []byte(fmt.Sprint("message ", i)), ServerTimeMs: now.UnixMilli()}
+		msgs[i] = &clientpb.Message{Id: s.ids.New(now), Room: room, Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(fmt.Sprint("message ", i)), ServerTimeMs: now.UnixMilli()}
 	}
 	ctx := context.Background()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -43,7 +44,7 @@ func BenchmarkHistoryPage(b *testing.B) {
 	if err := s.hist.record(wctx, app, msgs, nil); err != nil {
 		b.Fatal("history not written: ", err)
 	}
-	first := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: &pb.HistoryQuery{Limit: 50}})
+	first := s.historyPage(ctx, &buspb.HistoryRequest{App: app, Room: room, Query: &clientpb.HistoryQuery{Limit: 50}})
 	if n := len(first.GetHistory().GetMessages()); n != 50 {
 		b.Fatalf("first page: %d messages, %v", n, first)
 	}
@@ -55,16 +56,16 @@ func BenchmarkHistoryPage(b *testing.B) {
 	newer := historyCursor{seq: kept[24].Seq}.String()
 	for _, bc := range []struct {
 		name string
-		q    *pb.HistoryQuery
+		q    *clientpb.HistoryQuery
 	}{
-		{"newest", &pb.HistoryQuery{Limit: 50}},
-		{"after-cursor", &pb.HistoryQuery{Limit: 50, Cursor: newer}},
+		{"newest", &clientpb.HistoryQuery{Limit: 50}},
+		{"after-cursor", &clientpb.HistoryQuery{Limit: 50, Cursor: newer}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			before := testkit.ProcessCPU()
 			for b.Loop() {
-				rep := s.historyPage(ctx, &pb.HistoryRequest{App: app, Room: room, Query: bc.q, AsMember: true, Uid: "u"})
+				rep := s.historyPage(ctx, &buspb.HistoryRequest{App: app, Room: room, Query: bc.q, AsMember: true, Uid: "u"})
 				if len(rep.GetHistory().GetMessages()) != 50 {
 					b.Fatalf("page: %v", rep)
 				}

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"
 )
 
@@ -53,9 +54,9 @@ func TestSelectPage(t *testing.T) {
 	t.Parallel()
 	var kept []historystore.KeptMessage
 	for i := range 10 {
-		kept = append(kept, historystore.KeptMessage{Seq: uint64(3*i + 5), Msg: &pb.Message{Id: fmt.Sprintf("%026d", i), Body: []byte(strconv.Itoa(i))}})
+		kept = append(kept, historystore.KeptMessage{Seq: uint64(3*i + 5), Msg: &clientpb.Message{Id: fmt.Sprintf("%026d", i), Body: []byte(strconv.Itoa(i))}})
 	}
-	allow := func(m *pb.Message) bool { return string(m.Body) != "4" && string(m.Body) != "5" }
+	allow := func(m *clientpb.Message) bool { return string(m.Body) != "4" && string(m.Body) != "5" }
 	want := []string{"0", "1", "2", "3", "6", "7", "8", "9"}
 	for _, older := range []bool{true, false} {
 		t.Run(fmt.Sprint("older ", older), func(t *testing.T) {
@@ -77,8 +78,8 @@ func TestSelectPage(t *testing.T) {
 				if page.NextCursor == "" {
 					break
 				}
-				q := &pb.HistoryQuery{Cursor: page.NextCursor}
-				var rep *pb.Reply
+				q := &clientpb.HistoryQuery{Cursor: page.NextCursor}
+				var rep *buspb.Reply
 				if r, rep = rangeOf(q); rep != nil {
 					t.Fatal(rep)
 				}

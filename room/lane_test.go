@@ -16,7 +16,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // mint returns a token of the dev app for uid in room, with tags and mint options.
@@ -29,8 +29,8 @@ func mint(t testing.TB, uid, room string, tags []string, opts ...auth.MintOption
 	return tok
 }
 
-func sendOn(seq uint64, lane pb.Lane, body string) *pb.Frame {
-	return &pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Type: "chat", Lane: lane, Body: []byte(body)}}}
+func sendOn(seq uint64, lane clientpb.Lane, body string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Type: "chat", Lane: lane, Body: []byte(body)}}}
 }
 
 // TestMemberCriticalLane: by default a member's critical send is refused with 123
@@ -55,7 +55,7 @@ func TestMemberCriticalLane(t *testing.T) {
 		return cl
 	}
 	// expect reads the next message a viewer receives and checks its body and lane.
-	expect := func(t *testing.T, viewer *testkit.Client, body string, lane pb.Lane) {
+	expect := func(t *testing.T, viewer *testkit.Client, body string, lane clientpb.Lane) {
 		t.Helper()
 		msgs, _ := viewer.CollectPushes(1)
 		if len(msgs) != 1 || string(msgs[0].Body) != body || msgs[0].Lane != lane {
@@ -63,7 +63,7 @@ func TestMemberCriticalLane(t *testing.T) {
 		}
 	}
 	// answer is the next frame of a sender that is not a Push (of others' messages).
-	answer := func(cl *testkit.Client) *pb.Frame {
+	answer := func(cl *testkit.Client) *clientpb.Frame {
 		f := cl.Next()
 		for f.GetPush() != nil {
 			f = cl.Next()
@@ -82,23 +82,23 @@ func TestMemberCriticalLane(t *testing.T) {
 		member := dial(mint(t, "member", "plain", []string{"host"}))
 		granted := dial(mint(t, "granted", "plain", nil, auth.WithLanes(auth.LaneCritical)))
 
-		member.Send(sendOn(1, pb.Lane_LANE_CRITICAL, "from a member"))
+		member.Send(sendOn(1, clientpb.Lane_LANE_CRITICAL, "from a member"))
 		e := answer(member).GetError()
-		if e == nil || e.Seq != 1 || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED) {
+		if e == nil || e.Seq != 1 || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED) {
 			t.Fatalf("a member's critical send: want Error 123, got %v", e)
 		}
-		member.Send(sendOn(2, pb.Lane_LANE_NORMAL, "a member's chat"))
+		member.Send(sendOn(2, clientpb.Lane_LANE_NORMAL, "a member's chat"))
 		acked(t, member, 2)
-		expect(t, viewer, "a member's chat", pb.Lane_LANE_NORMAL) // and not the critical one before it
+		expect(t, viewer, "a member's chat", clientpb.Lane_LANE_NORMAL) // and not the critical one before it
 
-		granted.Send(sendOn(1, pb.Lane_LANE_CRITICAL, "granted by the token"))
+		granted.Send(sendOn(1, clientpb.Lane_LANE_CRITICAL, "granted by the token"))
 		acked(t, granted, 1)
-		expect(t, viewer, "granted by the token", pb.Lane_LANE_CRITICAL)
+		expect(t, viewer, "granted by the token", clientpb.Lane_LANE_CRITICAL)
 
 		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/plain/messages", devcluster.APIKey, `{"body":"from the app","lane":"critical"}`, nil); code != http.StatusOK {
 			t.Fatalf("the app's critical send: HTTP %d", code)
 		}
-		expect(t, viewer, "from the app", pb.Lane_LANE_CRITICAL)
+		expect(t, viewer, "from the app", clientpb.Lane_LANE_CRITICAL)
 	})
 
 	t.Run("critical_expr", func(t *testing.T) {
@@ -106,21 +106,21 @@ func TestMemberCriticalLane(t *testing.T) {
 		host := dial(mint(t, "host", "hosts", []string{"host"}))
 		guest := dial(mint(t, "guest", "hosts", []string{"guest"}))
 
-		guest.Send(sendOn(1, pb.Lane_LANE_CRITICAL, "from a guest"))
-		if e := answer(guest).GetError(); e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED) {
+		guest.Send(sendOn(1, clientpb.Lane_LANE_CRITICAL, "from a guest"))
+		if e := answer(guest).GetError(); e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED) {
 			t.Fatalf("a guest's critical send: want Error 123, got %v", e)
 		}
-		host.Send(sendOn(1, pb.Lane_LANE_CRITICAL, "from the host"))
+		host.Send(sendOn(1, clientpb.Lane_LANE_CRITICAL, "from the host"))
 		acked(t, host, 1)
-		expect(t, viewer, "from the host", pb.Lane_LANE_CRITICAL)
+		expect(t, viewer, "from the host", clientpb.Lane_LANE_CRITICAL)
 	})
 
 	t.Run("demote_critical", func(t *testing.T) {
 		viewer := dial(mint(t, "viewer", "demote", nil))
 		member := dial(mint(t, "member", "demote", nil))
-		member.Send(sendOn(1, pb.Lane_LANE_CRITICAL, "demoted"))
+		member.Send(sendOn(1, clientpb.Lane_LANE_CRITICAL, "demoted"))
 		acked(t, member, 1)
-		expect(t, viewer, "demoted", pb.Lane_LANE_NORMAL)
+		expect(t, viewer, "demoted", clientpb.Lane_LANE_NORMAL)
 	})
 }
 
@@ -144,7 +144,7 @@ func TestHostileCriticalBlast(t *testing.T) {
 	// Viewers on both nodes record when each message reached them.
 	type receipt struct {
 		body string
-		lane pb.Lane
+		lane clientpb.Lane
 		at   time.Time
 	}
 	const viewers = 8
@@ -194,9 +194,9 @@ func TestHostileCriticalBlast(t *testing.T) {
 				switch {
 				case f.GetSendAck() != nil:
 					acked.Add(1)
-				case f.GetError().GetCode() == uint32(pb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED):
+				case f.GetError().GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED):
 					refused.Add(1)
-				case f.GetError().GetCode() == uint32(pb.ErrorCode_ERROR_CODE_RATE_LIMITED):
+				case f.GetError().GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_RATE_LIMITED):
 					busy.Add(1)
 				}
 			case <-stop:
@@ -213,7 +213,7 @@ func TestHostileCriticalBlast(t *testing.T) {
 		for now := start; now.Sub(start) < blast; now = <-tick.C {
 			for due := int(now.Sub(start).Milliseconds()) + 1; blasted < due; { // caught up each tick
 				blasted++
-				b, _ := proto.Marshal(sendOn(uint64(blasted), pb.Lane_LANE_CRITICAL, "HOSTILE"))
+				b, _ := proto.Marshal(sendOn(uint64(blasted), clientpb.Lane_LANE_CRITICAL, "HOSTILE"))
 				if hostile.SendPayload(b) != nil {
 					return
 				}
@@ -263,7 +263,7 @@ func TestHostileCriticalBlast(t *testing.T) {
 	var hostSeq uint64
 	go legit(200*time.Millisecond, func(body string) error {
 		hostSeq++
-		b, _ := proto.Marshal(sendOn(hostSeq, pb.Lane_LANE_CRITICAL, body))
+		b, _ := proto.Marshal(sendOn(hostSeq, clientpb.Lane_LANE_CRITICAL, body))
 		return host.SendPayload(b)
 	})
 	senders.Wait()
@@ -291,7 +291,7 @@ func TestHostileCriticalBlast(t *testing.T) {
 			switch {
 			case !ok:
 				t.Fatalf("viewer %d got %q on %v, which no legitimate sender sent", i, r.body, r.lane)
-			case r.lane != pb.Lane_LANE_CRITICAL:
+			case r.lane != clientpb.Lane_LANE_CRITICAL:
 				t.Fatalf("viewer %d got %q on %v", i, r.body, r.lane)
 			}
 			lat = append(lat, r.at.Sub(sent))

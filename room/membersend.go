@@ -8,8 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/callback"
+	"roomcast/internal/buspb"
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // A member's send is held to more than the app server's. Its lane is the member's to name but
@@ -57,7 +59,7 @@ func perSecond(n int) ratelimit.Limit {
 
 // memberSend takes a member's send: the room's checks, the room's caps on its members' sends,
 // then the app's send callback if it has one, and the broadcast.
-func (s *Service) memberSend(ctx context.Context, msg *nats.Msg, start time.Time, req *pb.SendRequest) {
+func (s *Service) memberSend(ctx context.Context, msg *nats.Msg, start time.Time, req *buspb.SendRequest) {
 	now := s.cfg.Now()
 	hook := s.cfg.Callbacks.Has(req.App, callback.HookSend)
 	checked := req
@@ -76,7 +78,7 @@ func (s *Service) memberSend(ctx context.Context, msg *nats.Msg, start time.Time
 	case hook:
 		s.sendCallback(msg, start, req, checked) // the app's backend decides, and callbacks.go answers
 	default:
-		rep, w := s.accept(ctx, []*pb.SendRequest{req}, now)
+		rep, w := s.accept(ctx, []*buspb.SendRequest{req}, now)
 		s.respondSent(msg, start, rep, w)
 	}
 }
@@ -84,8 +86,8 @@ func (s *Service) memberSend(ctx context.Context, msg *nats.Msg, start time.Time
 // checkLane holds a member's message to the lanes it may use: a critical one needs the room's
 // critical_expr or the member's token (critical_granted); otherwise it is refused, or goes on
 // the normal lane when the room demotes. Caller has checked that req is a member's.
-func (s *Service) checkLane(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
-	if req.Lane != pb.Lane_LANE_CRITICAL || req.CriticalGranted {
+func (s *Service) checkLane(req *buspb.SendRequest, st *roompb.RoomSettings) *buspb.Reply {
+	if req.Lane != clientpb.Lane_LANE_CRITICAL || req.CriticalGranted {
 		return nil
 	}
 	if src := st.GetCriticalExpr(); src != "" {
@@ -94,18 +96,18 @@ func (s *Service) checkLane(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply 
 		}
 	}
 	if st.GetDemoteCritical() {
-		req.Lane = pb.Lane_LANE_NORMAL
+		req.Lane = clientpb.Lane_LANE_NORMAL
 		s.metrics.demoted.Inc()
 		return nil
 	}
-	return refuse(pb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED, 0, "only the app and the members it allows send critical messages in this room")
+	return refuse(clientpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED, 0, "only the app and the members it allows send critical messages in this room")
 }
 
 // takeMemberRates takes a checked member's message from its room's caps, or refuses it with
 // 120 and the time until the cap has room.
-func (s *Service) takeMemberRates(req *pb.SendRequest, now time.Time) *pb.Reply {
+func (s *Service) takeMemberRates(req *buspb.SendRequest, now time.Time) *buspb.Reply {
 	k := roomKey{req.App, req.Room}
-	if req.Lane == pb.Lane_LANE_CRITICAL {
+	if req.Lane == clientpb.Lane_LANE_CRITICAL {
 		n := int(s.cache.room(req.App, req.Room).GetSettings().GetMemberCriticalPerSecond())
 		if n == 0 {
 			n = s.cfg.MemberCriticalPerSecond
@@ -121,6 +123,6 @@ func (s *Service) takeMemberRates(req *pb.SendRequest, now time.Time) *pb.Reply 
 }
 
 // rateLimited refuses a send over a cap, with when to send it again.
-func rateLimited(limit string, retry time.Duration) *pb.Reply {
-	return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over " + limit, RetryAfterMs: ratelimit.Millis(retry)}
+func rateLimited(limit string, retry time.Duration) *buspb.Reply {
+	return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over " + limit, RetryAfterMs: ratelimit.Millis(retry)}
 }

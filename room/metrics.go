@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/prom"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Requests the service answers, as its metrics name them.
@@ -88,17 +89,17 @@ func codeName(code uint32) string {
 	if code == 0 {
 		return "OK"
 	}
-	return pb.ErrorCode(code).String()
+	return clientpb.ErrorCode(code).String()
 }
 
 // respond answers a request of op that arrived at start, and counts it.
-func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *pb.Reply) {
+func (s *Service) respond(msg *nats.Msg, op int, start time.Time, rep *buspb.Reply) {
 	bus.Respond(s.log, msg, rep)
 	s.answered(bus.TraceparentOf(msg), op, start, rep)
 }
 
 // answered logs the answer to a traced request (traceparent tp) and counts it.
-func (s *Service) answered(tp string, op int, start time.Time, rep *pb.Reply) {
+func (s *Service) answered(tp string, op int, start time.Time, rep *buspb.Reply) {
 	if tp != "" && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		trace, _ := bus.TraceID(tp)
 		s.log.Debug("request answered", "op", opNames[op], "code", codeName(rep.GetCode()), "trace_id", trace, "traceparent", tp)

@@ -41,9 +41,12 @@ import (
 
 	"roomcast/callback"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/ids"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/store/historystore"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
@@ -276,24 +279,24 @@ func (s *Service) expireLoop() {
 	}
 }
 
-func refuse(code pb.ErrorCode, close pb.CloseCode, msg string) *pb.Reply {
-	return &pb.Reply{Code: uint32(code), CloseCode: uint32(close), Message: msg}
+func refuse(code clientpb.ErrorCode, close clientpb.CloseCode, msg string) *buspb.Reply {
+	return &buspb.Reply{Code: uint32(code), CloseCode: uint32(close), Message: msg}
 }
 
 // admit decides a login into the room meta describes (nil: never created): nil lets it in,
 // otherwise the refusal.
-func (s *Service) admit(req *pb.JoinRequest, meta *pb.Room, now time.Time) *pb.Reply {
+func (s *Service) admit(req *buspb.JoinRequest, meta *apipb.Room, now time.Time) *buspb.Reply {
 	switch {
 	case meta == nil && s.cfg.RequireCreated:
-		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room does not exist")
-	case meta != nil && meta.Status == pb.RoomStatus_ROOM_STATUS_CLOSED:
-		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, pb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room is closed")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room does not exist")
+	case meta != nil && meta.Status == apipb.RoomStatus_ROOM_STATUS_CLOSED:
+		return refuse(clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, clientpb.CloseCode_CLOSE_CODE_ROOM_CLOSED, "room is closed")
 	}
 	if r := s.cache.restriction(req.App, req.Room, req.Uid); bannedAt(r, now) {
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_BANNED, "banned from this room")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, clientpb.CloseCode_CLOSE_CODE_BANNED, "banned from this room")
 	}
 	if limit := meta.GetSettings().GetMaxMembers(); limit > 0 && s.dist.online(req.App, req.Room) >= limit {
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, pb.CloseCode_CLOSE_CODE_ROOM_FULL, "room is full")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, clientpb.CloseCode_CLOSE_CODE_ROOM_FULL, "room is full")
 	}
 	return nil
 }
@@ -305,7 +308,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 	start := time.Now()
 	_, span := bus.StartServer(msg, "room join")
 	defer span.End()
-	var req pb.JoinRequest
+	var req buspb.JoinRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opJoin, start, rep)
 		return
@@ -334,7 +337,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 
 // answerJoin answers an admitted login with what its ChatLink needs; tags, when not nil, are
 // the member's (from the app's login callback).
-func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *pb.JoinRequest, meta *pb.Room, tags *pb.MemberTags) {
+func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room, tags *roompb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
 	if req.FirstOnNode {
@@ -353,7 +356,7 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *pb.JoinRequest
 		}
 		cancel()
 	}
-	s.respond(msg, opJoin, start, &pb.Reply{
+	s.respond(msg, opJoin, start, &buspb.Reply{
 		Settings:   settings,
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
@@ -361,42 +364,42 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *pb.JoinRequest
 }
 
 func (s *Service) onInfo(msg *nats.Msg) {
-	var req pb.JoinRequest // only app and room are read
+	var req buspb.JoinRequest // only app and room are read
 	if rep := decode(msg, &req); rep != nil {
 		bus.Respond(s.log, msg, rep)
 		return
 	}
-	bus.Respond(s.log, msg, &pb.Reply{Room: s.dist.info(req.App, req.Room)})
+	bus.Respond(s.log, msg, &buspb.Reply{Room: s.dist.info(req.App, req.Room)})
 }
 
 // maysend decides whether a send may go to the room: nil lets it, otherwise the refusal. A send
 // without a session comes from the app server, which mutes do not stop.
-func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
+func (s *Service) maySend(req *buspb.SendRequest, now time.Time) *buspb.Reply {
 	meta := s.cache.room(req.App, req.Room)
 	switch {
 	case meta == nil && s.cfg.RequireCreated:
-		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room does not exist")
-	case meta != nil && meta.Status == pb.RoomStatus_ROOM_STATUS_CLOSED:
-		return refuse(pb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room is closed")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room does not exist")
+	case meta != nil && meta.Status == apipb.RoomStatus_ROOM_STATUS_CLOSED:
+		return refuse(clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, 0, "room is closed")
 	case req.SessionId != "" && strings.HasPrefix(req.Type, ReservedTypePrefix):
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "message types starting with "+ReservedTypePrefix+" are Roomcast's own")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "message types starting with "+ReservedTypePrefix+" are Roomcast's own")
 	case req.SessionId == "":
 		return nil
 	case meta.GetMuted():
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "room is muted")
-	case meta.GetSettings().GetWhoMaySend() == pb.SendPolicy_SEND_POLICY_APP:
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the app may send to this room")
-	case meta.GetSettings().GetWhoMaySend() == pb.SendPolicy_SEND_POLICY_OWNER && req.Uid != meta.GetOwner():
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the room's owner may send")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "room is muted")
+	case meta.GetSettings().GetWhoMaySend() == roompb.SendPolicy_SEND_POLICY_APP:
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the app may send to this room")
+	case meta.GetSettings().GetWhoMaySend() == roompb.SendPolicy_SEND_POLICY_OWNER && req.Uid != meta.GetOwner():
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "only the room's owner may send")
 	}
 	r := s.cache.restriction(req.App, req.Room, req.Uid)
 	switch {
 	case bannedAt(r, now):
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "banned from this room")
 	case mutedAt(r, now):
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "muted in this room")
 	case tagMuted(meta, req.SenderTags, req.Uid, now, s.exprs):
-		return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, "members with your tags are muted in this room")
 	}
 	if rep := s.scopeByTags(req, meta.GetSettings()); rep != nil {
 		return rep
@@ -408,12 +411,12 @@ func (s *Service) maySend(req *pb.SendRequest, now time.Time) *pb.Reply {
 // send, broadcast_expr who may send to everyone or choose an audience; any other sender's
 // message is narrowed to the members sharing its scope_prefix tags. It returns the refusal, or
 // nil (possibly with req.TagExpr set).
-func (s *Service) scopeByTags(req *pb.SendRequest, st *pb.RoomSettings) *pb.Reply {
+func (s *Service) scopeByTags(req *buspb.SendRequest, st *roompb.RoomSettings) *buspb.Reply {
 	allowed := func(src string) bool {
 		e, err := s.exprs.Get(src)
 		return err == nil && e.EvalTags(req.SenderTags, req.Uid)
 	}
-	forbid := func(msg string) *pb.Reply { return refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, msg) }
+	forbid := func(msg string) *buspb.Reply { return refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, 0, msg) }
 	switch {
 	case st.GetSendExpr() != "" && !allowed(st.GetSendExpr()):
 		return forbid("you may not send in this room")
@@ -441,7 +444,7 @@ func (s *Service) onSend(msg *nats.Msg) {
 	start := time.Now()
 	ctx, span := bus.StartServer(msg, "room send")
 	defer span.End()
-	var req pb.SendRequest
+	var req buspb.SendRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opSend, start, rep)
 		return
@@ -450,12 +453,12 @@ func (s *Service) onSend(msg *nats.Msg) {
 		s.memberSend(ctx, msg, start, &req) // membersend.go
 		return
 	}
-	s.sendAndRespond(ctx, msg, start, []*pb.SendRequest{&req})
+	s.sendAndRespond(ctx, msg, start, []*buspb.SendRequest{&req})
 }
 
 func (s *Service) onSendBatch(msg *nats.Msg) {
 	start := time.Now()
-	var req pb.SendBatchRequest
+	var req buspb.SendBatchRequest
 	if rep := decode(msg, &req); rep != nil {
 		s.respond(msg, opSend, start, rep)
 		return
@@ -468,13 +471,13 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 }
 
 // checkBatch refuses a batch send of no messages, too many, or to more than one room.
-func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
+func checkBatch(reqs []*buspb.SendRequest) *buspb.Reply {
 	if n := len(reqs); n == 0 || n > roomstore.MaxBatch {
-		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n))
+		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n))
 	}
 	for _, r := range reqs[1:] {
 		if r.App != reqs[0].App || r.Room != reqs[0].Room {
-			return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room")
+			return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a batch goes to one room")
 		}
 	}
 	return nil
@@ -489,9 +492,9 @@ func checkBatch(reqs []*pb.SendRequest) *pb.Reply {
 // service has not started or has begun to close (the caller then asks over NATS), and for a
 // send with a session: a member's sends may be called back to its app (callbacks.go) and go
 // over NATS.
-func (s *Service) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (q *Queued, ok bool) {
+func (s *Service) SendLocalQueued(ctx context.Context, reqs []*buspb.SendRequest) (q *Queued, ok bool) {
 	start := time.Now()
-	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *pb.SendRequest) bool { return r.SessionId != "" }) {
+	if s.cache == nil || s.closing.Load() || slices.ContainsFunc(reqs, func(r *buspb.SendRequest) bool { return r.SessionId != "" }) {
 		return nil, false
 	}
 	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
@@ -508,7 +511,7 @@ type Queued struct {
 	traceparent string // the send's, for the log of its answer
 	span        trace.Span
 	start       time.Time
-	rep         *pb.Reply
+	rep         *buspb.Reply
 	w           *windowDone // the window a critical send waits for; nil when rep is the answer
 }
 
@@ -517,7 +520,7 @@ type Queued struct {
 func (q *Queued) Waits() bool { return q.w != nil }
 
 // Reply returns the reply, once it is known. Call it once.
-func (q *Queued) Reply() *pb.Reply {
+func (q *Queued) Reply() *buspb.Reply {
 	defer q.span.End()
 	if q.w != nil {
 		q.rep = q.w.reply(q.rep)
@@ -531,7 +534,7 @@ func (q *Queued) Reply() *pb.Reply {
 // under a batch window, the reply to give once the window it returns is published (w.reply):
 // a critical send is answered only when its messages are numbered, kept and published, and 503
 // when they were not. Bulk and normal sends are answered on acceptance (batcher.go).
-func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, *windowDone) {
+func (s *Service) send(ctx context.Context, reqs []*buspb.SendRequest) (*buspb.Reply, *windowDone) {
 	now := s.cfg.Now()
 	for i, req := range reqs {
 		if rep := s.check(req, now); rep != nil {
@@ -546,7 +549,7 @@ func (s *Service) send(ctx context.Context, reqs []*pb.SendRequest) (*pb.Reply, 
 
 // check is ValidateSend and maySend: nil when req may go to its room (its audience possibly
 // narrowed, its lane possibly lowered), otherwise the refusal.
-func (s *Service) check(req *pb.SendRequest, now time.Time) *pb.Reply {
+func (s *Service) check(req *buspb.SendRequest, now time.Time) *buspb.Reply {
 	if rep := ValidateSend(req, s.exprs); rep != nil {
 		return rep
 	}
@@ -555,10 +558,10 @@ func (s *Service) check(req *pb.SendRequest, now time.Time) *pb.Reply {
 
 // accept stamps checked messages to one room and hands them to the broadcast, as send
 // describes.
-func (s *Service) accept(ctx context.Context, reqs []*pb.SendRequest, now time.Time) (*pb.Reply, *windowDone) {
+func (s *Service) accept(ctx context.Context, reqs []*buspb.SendRequest, now time.Time) (*buspb.Reply, *windowDone) {
 	s.metrics.sendBatch.Observe(float64(len(reqs)))
 	batch := s.stamp(reqs, now)
-	rep := &pb.Reply{ServerTimeMs: now.UnixMilli(), MessageIds: make([]string, len(batch.Messages))}
+	rep := &buspb.Reply{ServerTimeMs: now.UnixMilli(), MessageIds: make([]string, len(batch.Messages))}
 	for i, m := range batch.Messages {
 		rep.MessageIds[i] = m.Id
 	}
@@ -571,7 +574,7 @@ func (s *Service) accept(ctx context.Context, reqs []*pb.SendRequest, now time.T
 	rate := s.bulkRate(s.cache.room(app, room).GetSettings())
 	batch.Messages, batch.SenderSessions, sampled = s.bulk.keep(roomKey{app, room}, rate, s.cdn.get(app, room), now, batch.Messages, batch.SenderSessions)
 	s.metrics.bulkSampled.Add(float64(sampled))
-	critical := slices.ContainsFunc(batch.Messages, func(m *pb.Message) bool { return m.Lane == pb.Lane_LANE_CRITICAL })
+	critical := slices.ContainsFunc(batch.Messages, func(m *clientpb.Message) bool { return m.Lane == clientpb.Lane_LANE_CRITICAL })
 	switch {
 	case len(batch.Messages) == 0:
 	case s.batch != nil && critical:
@@ -585,20 +588,20 @@ func (s *Service) accept(ctx context.Context, reqs []*pb.SendRequest, now time.T
 }
 
 // notSent is the reply to a send whose messages were not broadcast.
-func notSent() *pb.Reply {
-	return refuse(pb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "broadcast failed; the messages were not sent")
+func notSent() *buspb.Reply {
+	return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "broadcast failed; the messages were not sent")
 }
 
 // sendAndRespond sends reqs and answers msg: at once, or, for a send holding a critical message,
 // from a goroutine once its window is published, so that the subscription goes on taking
 // sends meanwhile.
-func (s *Service) sendAndRespond(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*pb.SendRequest) {
+func (s *Service) sendAndRespond(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*buspb.SendRequest) {
 	rep, w := s.send(ctx, reqs)
 	s.respondSent(msg, start, rep, w)
 }
 
 // respondSent answers msg with rep, at once or, when w is not nil, once w is published.
-func (s *Service) respondSent(msg *nats.Msg, start time.Time, rep *pb.Reply, w *windowDone) {
+func (s *Service) respondSent(msg *nats.Msg, start time.Time, rep *buspb.Reply, w *windowDone) {
 	if w == nil {
 		s.respond(msg, opSend, start, rep)
 		return
@@ -612,10 +615,10 @@ func (s *Service) respondSent(msg *nats.Msg, start time.Time, rep *pb.Reply, w *
 
 // stamp turns accepted send requests into the room's messages: an id, the server time (which
 // broadcast sets again when they leave) and the normal lane when none was named.
-func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
-	batch := &pb.RoomBatch{Messages: make([]*pb.Message, len(reqs)), SenderSessions: make([]string, len(reqs))}
+func (s *Service) stamp(reqs []*buspb.SendRequest, now time.Time) *buspb.RoomBatch {
+	batch := &buspb.RoomBatch{Messages: make([]*clientpb.Message, len(reqs)), SenderSessions: make([]string, len(reqs))}
 	for i, req := range reqs {
-		m := &pb.Message{
+		m := &clientpb.Message{
 			Id:           s.ids.New(now),
 			Room:         req.Room,
 			Sender:       req.Uid,
@@ -625,8 +628,8 @@ func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 			Body:         req.Body,
 			ServerTimeMs: now.UnixMilli(),
 		}
-		if m.Lane == pb.Lane_LANE_UNSPECIFIED {
-			m.Lane = pb.Lane_LANE_NORMAL
+		if m.Lane == clientpb.Lane_LANE_UNSPECIFIED {
+			m.Lane = clientpb.Lane_LANE_NORMAL
 		}
 		batch.Messages[i], batch.SenderSessions[i] = m, req.SessionId
 	}
@@ -636,22 +639,22 @@ func (s *Service) stamp(reqs []*pb.SendRequest, now time.Time) *pb.RoomBatch {
 // ValidateSend checks a send request against the room's limits (roomstore.CheckSend) and its
 // tag expression. It returns nil when the request is acceptable, otherwise the reply to give.
 // exprs caches compiled tag expressions.
-func ValidateSend(req *pb.SendRequest, exprs *tag.Cache) *pb.Reply {
+func ValidateSend(req *buspb.SendRequest, exprs *tag.Cache) *buspb.Reply {
 	if rep := roomstore.CheckSend(req); rep != nil {
 		return rep
 	}
 	if req.TagExpr != "" {
 		if _, err := exprs.Get(req.TagExpr); err != nil {
-			return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), Message: err.Error()}
+			return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_TAG_EXPR), Message: err.Error()}
 		}
 	}
 	return nil
 }
 
 // decode unmarshals a request, or returns the reply that refuses it.
-func decode(msg *nats.Msg, into proto.Message) *pb.Reply {
+func decode(msg *nats.Msg, into proto.Message) *buspb.Reply {
 	if err := proto.Unmarshal(msg.Data, into); err != nil {
-		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"}
+		return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"}
 	}
 	return nil
 }

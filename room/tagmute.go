@@ -3,7 +3,7 @@ package room
 import (
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
@@ -11,7 +11,7 @@ import (
 // tagMuted reports whether a member with tags and uid is muted in the room meta describes by one
 // of its tag mutes (MuteRoom with a tag expression) at now. An expression that no longer
 // compiles mutes no one: the server API compiled it before storing it.
-func tagMuted(meta *pb.Room, tags []string, uid string, now time.Time, exprs *tag.Cache) bool {
+func tagMuted(meta *apipb.Room, tags []string, uid string, now time.Time, exprs *tag.Cache) bool {
 	for _, m := range meta.GetTagMutes() {
 		if !roomstore.TagMuteHolds(m, now) {
 			continue

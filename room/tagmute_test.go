@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 	"roomcast/tag"
 )
 
@@ -13,7 +13,7 @@ import (
 func TestTagMuted(t *testing.T) {
 	t.Parallel()
 	now := time.UnixMilli(1_800_000_000_000)
-	meta := &pb.Room{TagMutes: []*pb.TagMute{
+	meta := &apipb.Room{TagMutes: []*apipb.TagMute{
 		{TagExpr: `"class:2" in tags`},
 		{TagExpr: `role == "lecturer"`, UntilMs: now.UnixMilli() + 1000},
 		{TagExpr: `len(tags) > 0`},

@@ -7,7 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // leaveIndex knows which sessions own drop_on_leave entries, and in which queues, so that a
@@ -26,7 +27,7 @@ func newLeaveIndex() *leaveIndex {
 
 // apply takes in a queue's new value (nil: deleted). It is bus.FollowKV's callback.
 func (x *leaveIndex) apply(key string, value []byte) {
-	var st pb.QueueState
+	var st clientpb.QueueState
 	if value != nil && proto.Unmarshal(value, &st) != nil {
 		return // not ours to judge; the writers only write what parses
 	}
@@ -80,14 +81,14 @@ func (x *leaveIndex) queuesOf(ended []string) map[string]map[string]bool {
 // The presence service publishes each app's events once (the ChatLinks' logouts, and those of
 // nodes whose lease ended), and one instance of this service takes each batch (a queue group).
 func (s *Service) onSessions(msg *nats.Msg) {
-	var evs pb.SessionEvents
+	var evs buspb.SessionEvents
 	if err := proto.Unmarshal(msg.Data, &evs); err != nil {
 		s.log.Warn("dropping session events that do not parse", "err", err)
 		return
 	}
 	var ended []string
 	for _, ev := range evs.Events {
-		if ev.Kind == pb.SessionEvent_KIND_LOGOUT {
+		if ev.Kind == buspb.SessionEvent_KIND_LOGOUT {
 			ended = append(ended, ev.SessionId)
 		}
 	}
@@ -107,8 +108,8 @@ func (s *Service) onSessions(msg *nats.Msg) {
 // dropEntries takes the drop_on_leave entries of sessions out of a room's queue and broadcasts
 // the change.
 func (s *Service) dropEntries(ctx context.Context, app, room string, sessions map[string]bool) {
-	var ev *pb.QueueEvent
-	st, err := s.store.update(ctx, app, room, func(st *pb.QueueState) error {
+	var ev *clientpb.QueueEvent
+	st, err := s.store.update(ctx, app, room, func(st *clientpb.QueueState) error {
 		if ev = drop(st, sessions); ev == nil {
 			return errNoChange
 		}

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // EventType is the message type of a queue change broadcast to the room (critical lane, body a
@@ -17,13 +18,13 @@ const MaxKeyBytes = 64
 
 // refusal is a request the queue refuses, with the code the requester is told.
 type refusal struct {
-	code pb.ErrorCode
+	code clientpb.ErrorCode
 	msg  string
 }
 
 func (r *refusal) Error() string { return r.msg }
 
-func refuse(code pb.ErrorCode, format string, args ...any) *refusal {
+func refuse(code clientpb.ErrorCode, format string, args ...any) *refusal {
 	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -38,7 +39,7 @@ type caller struct {
 }
 
 // mayTake reports whether who may take e out of the queue, or replace its value.
-func (who caller) mayTake(e *pb.QueueEntry) bool {
+func (who caller) mayTake(e *clientpb.QueueEntry) bool {
 	return !who.member || who.admin || (who.mayChange && e.Uid == who.uid)
 }
 
@@ -57,29 +58,29 @@ func validKey(k string) bool {
 }
 
 // find returns the index of the entry with key (the head for an empty key), or -1.
-func find(st *pb.QueueState, key string) int {
+func find(st *clientpb.QueueState, key string) int {
 	if key == "" {
 		if len(st.Entries) == 0 {
 			return -1
 		}
 		return 0
 	}
-	return slices.IndexFunc(st.Entries, func(e *pb.QueueEntry) bool { return e.Key == key })
+	return slices.IndexFunc(st.Entries, func(e *clientpb.QueueEntry) bool { return e.Key == key })
 }
 
 func notFound(key string) *refusal {
 	if key == "" {
-		return refuse(pb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND, "the queue is empty")
+		return refuse(clientpb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND, "the queue is empty")
 	}
-	return refuse(pb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND, "no entry with key %q", key)
+	return refuse(clientpb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND, "no entry with key %q", key)
 }
 
 // removed describes entries taken out, for an event: without their values, so an event stays
 // small whatever the queue holds.
-func removed(entries []*pb.QueueEntry) []*pb.QueueEntry {
-	out := make([]*pb.QueueEntry, len(entries))
+func removed(entries []*clientpb.QueueEntry) []*clientpb.QueueEntry {
+	out := make([]*clientpb.QueueEntry, len(entries))
 	for i, e := range entries {
-		out[i] = &pb.QueueEntry{Key: e.Key, Uid: e.Uid, SessionId: e.SessionId, TimeMs: e.TimeMs, DropOnLeave: e.DropOnLeave}
+		out[i] = &clientpb.QueueEntry{Key: e.Key, Uid: e.Uid, SessionId: e.SessionId, TimeMs: e.TimeMs, DropOnLeave: e.DropOnLeave}
 	}
 	return out
 }
@@ -87,54 +88,54 @@ func removed(entries []*pb.QueueEntry) []*pb.QueueEntry {
 // change applies a change (offer, poll, remove, clear) to st. It returns the entries the
 // requester is answered with and the event to broadcast, or a refusal. st is left as it was
 // when it refuses. req has passed Service.check (an offer or a remove names a valid key).
-func change(st *pb.QueueState, op pb.QueueOp, req *pb.QueueRequest, who caller, maxEntries int, now time.Time) ([]*pb.QueueEntry, *pb.QueueEvent, error) {
+func change(st *clientpb.QueueState, op clientpb.QueueOp, req *roompb.QueueRequest, who caller, maxEntries int, now time.Time) ([]*clientpb.QueueEntry, *clientpb.QueueEvent, error) {
 	if who.member && !who.mayChange {
-		return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, "you may not change this room's queue")
+		return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, "you may not change this room's queue")
 	}
 	switch op {
-	case pb.QueueOp_QUEUE_OP_OFFER:
-		e := &pb.QueueEntry{Key: req.Key, Value: req.Value, Uid: req.Uid, SessionId: req.SessionId, TimeMs: now.UnixMilli(), DropOnLeave: req.DropOnLeave}
+	case clientpb.QueueOp_QUEUE_OP_OFFER:
+		e := &clientpb.QueueEntry{Key: req.Key, Value: req.Value, Uid: req.Uid, SessionId: req.SessionId, TimeMs: now.UnixMilli(), DropOnLeave: req.DropOnLeave}
 		i := find(st, req.Key)
 		switch {
 		case i >= 0 && req.IfAbsent:
-			return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS, "key %q is taken", req.Key)
+			return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS, "key %q is taken", req.Key)
 		case i >= 0 && !who.mayTake(st.Entries[i]):
-			return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS, "key %q is another member's", req.Key)
+			return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS, "key %q is another member's", req.Key)
 		case i >= 0:
 			st.Entries[i] = e
 		case len(st.Entries) >= maxEntries:
-			return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_QUEUE_FULL, "the queue holds %d entries, its limit", len(st.Entries))
+			return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_QUEUE_FULL, "the queue holds %d entries, its limit", len(st.Entries))
 		default:
 			st.Entries = append(st.Entries, e)
 		}
-		return []*pb.QueueEntry{e}, &pb.QueueEvent{Op: op, Entries: []*pb.QueueEntry{e}}, nil
-	case pb.QueueOp_QUEUE_OP_POLL, pb.QueueOp_QUEUE_OP_REMOVE:
+		return []*clientpb.QueueEntry{e}, &clientpb.QueueEvent{Op: op, Entries: []*clientpb.QueueEntry{e}}, nil
+	case clientpb.QueueOp_QUEUE_OP_POLL, clientpb.QueueOp_QUEUE_OP_REMOVE:
 		i := find(st, req.Key)
 		if i < 0 {
 			return nil, nil, notFound(req.Key)
 		}
 		e := st.Entries[i]
 		if !who.mayTake(e) {
-			return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, "entry %q is another member's", e.Key)
+			return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, "entry %q is another member's", e.Key)
 		}
 		st.Entries = slices.Delete(st.Entries, i, i+1)
-		return []*pb.QueueEntry{e}, &pb.QueueEvent{Op: op, Entries: removed([]*pb.QueueEntry{e})}, nil
-	case pb.QueueOp_QUEUE_OP_CLEAR:
+		return []*clientpb.QueueEntry{e}, &clientpb.QueueEvent{Op: op, Entries: removed([]*clientpb.QueueEntry{e})}, nil
+	case clientpb.QueueOp_QUEUE_OP_CLEAR:
 		if who.member && !who.admin {
-			return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_FORBIDDEN, "you may not clear this room's queue")
+			return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN, "you may not clear this room's queue")
 		}
 		gone := st.Entries
 		st.Entries = nil
-		return gone, &pb.QueueEvent{Op: op, Entries: removed(gone)}, nil
+		return gone, &clientpb.QueueEvent{Op: op, Entries: removed(gone)}, nil
 	}
-	return nil, nil, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown queue op %d", op)
+	return nil, nil, refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown queue op %d", op)
 }
 
 // drop takes the drop_on_leave entries of sessions out of st. It returns the event, or nil when
 // st holds none.
-func drop(st *pb.QueueState, sessions map[string]bool) *pb.QueueEvent {
-	var gone []*pb.QueueEntry
-	st.Entries = slices.DeleteFunc(st.Entries, func(e *pb.QueueEntry) bool {
+func drop(st *clientpb.QueueState, sessions map[string]bool) *clientpb.QueueEvent {
+	var gone []*clientpb.QueueEntry
+	st.Entries = slices.DeleteFunc(st.Entries, func(e *clientpb.QueueEntry) bool {
 		if e.DropOnLeave && sessions[e.SessionId] {
 			gone = append(gone, e)
 			return true
@@ -144,5 +145,5 @@ func drop(st *pb.QueueState, sessions map[string]bool) *pb.QueueEvent {
 	if len(gone) == 0 {
 		return nil
 	}
-	return &pb.QueueEvent{Op: pb.QueueOp_QUEUE_OP_DROP, Entries: removed(gone)}
+	return &clientpb.QueueEvent{Op: clientpb.QueueOp_QUEUE_OP_DROP, Entries: removed(gone)}
 }

@@ -7,7 +7,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // FuzzQueueChange runs a sequence of changes, decoded from the input, by members with various
@@ -25,17 +26,17 @@ func FuzzQueueChange(f *testing.F) {
 			{member: true, uid: "u2", session: "s2", mayChange: true, admin: true},
 			{member: true, uid: "u3", session: "s3"},
 		}
-		st := &pb.QueueState{}
+		st := &clientpb.QueueState{}
 		now := time.UnixMilli(1)
 		for i := 0; i+2 < len(program); i += 3 {
-			op := pb.QueueOp(program[i] % 8) // 0, 3, 4 and 7 are not changes: refused
+			op := clientpb.QueueOp(program[i] % 8) // 0, 3, 4 and 7 are not changes: refused
 			key := keys[int(program[i+1])%len(keys)]
 			who := callers[int(program[i+2])%len(callers)]
-			req := &pb.QueueRequest{Key: key, Value: []byte{program[i]}, Uid: who.uid, SessionId: who.session, IfAbsent: program[i+1]&8 != 0}
-			if key == "" && (op == pb.QueueOp_QUEUE_OP_OFFER || op == pb.QueueOp_QUEUE_OP_REMOVE) {
+			req := &roompb.QueueRequest{Key: key, Value: []byte{program[i]}, Uid: who.uid, SessionId: who.session, IfAbsent: program[i+1]&8 != 0}
+			if key == "" && (op == clientpb.QueueOp_QUEUE_OP_OFFER || op == clientpb.QueueOp_QUEUE_OP_REMOVE) {
 				continue // Service.check refuses these before change sees them
 			}
-			before := proto.Clone(st).(*pb.QueueState)
+			before := proto.Clone(st).(*clientpb.QueueState)
 			answer, ev, err := change(st, op, req, who, maxEntries, now)
 			if err := check(st, maxEntries); err != nil {
 				t.Fatalf("after %v %q by %+v: %v", op, key, who, err)
@@ -50,15 +51,15 @@ func FuzzQueueChange(f *testing.F) {
 				t.Fatalf("%v succeeded with event %v", op, ev)
 			}
 			switch op {
-			case pb.QueueOp_QUEUE_OP_OFFER:
+			case clientpb.QueueOp_QUEUE_OP_OFFER:
 				if i := find(st, key); i < 0 || st.Entries[i].Uid != who.uid || len(answer) != 1 {
 					t.Fatalf("offer of %q by %+v: the queue is %v", key, who, st.Entries)
 				}
-			case pb.QueueOp_QUEUE_OP_POLL, pb.QueueOp_QUEUE_OP_REMOVE:
+			case clientpb.QueueOp_QUEUE_OP_POLL, clientpb.QueueOp_QUEUE_OP_REMOVE:
 				if len(answer) != 1 || find(st, answer[0].Key) >= 0 || len(st.Entries) != len(before.Entries)-1 {
 					t.Fatalf("%v of %q: answered %v, the queue is %v", op, key, answer, st.Entries)
 				}
-			case pb.QueueOp_QUEUE_OP_CLEAR:
+			case clientpb.QueueOp_QUEUE_OP_CLEAR:
 				if len(st.Entries) != 0 || len(answer) != len(before.Entries) {
 					t.Fatalf("clear left %v", st.Entries)
 				}
@@ -70,7 +71,7 @@ func FuzzQueueChange(f *testing.F) {
 }
 
 // check returns what is wrong with a queue, or nil.
-func check(st *pb.QueueState, maxEntries int) error {
+func check(st *clientpb.QueueState, maxEntries int) error {
 	if len(st.Entries) > maxEntries {
 		return fmt.Errorf("%d entries, the limit is %d", len(st.Entries), maxEntries)
 	}

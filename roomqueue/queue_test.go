@@ -16,7 +16,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -42,7 +42,7 @@ func join(t *testing.T, c *devcluster.Cluster, node int, uid, room string, tags 
 		Token:     testcluster.Token(t, uid, room, tags...),
 		Endpoints: []sdk.Endpoint{{Node: n.Name(), TCPAddr: n.TCPAddr(), WSURL: n.WSURL()}},
 		Transport: "tcp",
-		OnMessage: func(msg *pb.Message) {
+		OnMessage: func(msg *clientpb.Message) {
 			if ev, ok := sdk.QueueEventOf(msg); ok {
 				m.mu.Lock()
 				m.events[ev.Version]++
@@ -60,7 +60,7 @@ func join(t *testing.T, c *devcluster.Cluster, node int, uid, room string, tags 
 }
 
 // keys lists entries' keys in order.
-func keys(entries []*pb.QueueEntry) []string {
+func keys(entries []*clientpb.QueueEntry) []string {
 	out := make([]string, len(entries))
 	for i, e := range entries {
 		out[i] = e.Key
@@ -141,7 +141,7 @@ func TestGrabTheMic(t *testing.T) {
 			t.Fatalf("round %d: head %v %v, want the mic held by u%d", round, head, err, winner)
 		}
 		// The winner hands the mic back: only the owner may take it (or an admin).
-		if _, err := members[(winner+1)%n].QueuePoll(ctx, "mic"); !errors.Is(err, &sdk.QueueError{Code: uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN)}) {
+		if _, err := members[(winner+1)%n].QueuePoll(ctx, "mic"); !errors.Is(err, &sdk.QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)}) {
 			t.Fatalf("round %d: another member polled the winner's mic: %v", round, err)
 		}
 		if _, err := members[winner].QueuePoll(ctx, "mic"); err != nil {
@@ -305,7 +305,7 @@ func TestMemberPermissions(t *testing.T) {
 	viewer := join(t, c, 0, "viewer", "talk")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	forbidden := &sdk.QueueError{Code: uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN)}
+	forbidden := &sdk.QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN)}
 	offer := func(m *member, key string) error {
 		_, err := m.QueueOffer(ctx, key, nil, sdk.OfferOptions{})
 		return err
@@ -330,7 +330,7 @@ func TestMemberPermissions(t *testing.T) {
 		{"the host takes the speaker's entry", func() error { _, err := host.QueueRemove(ctx, "sp"); return err }(), nil},
 		{"the host clears", func() error { _, err := host.QueueClear(ctx); return err }(), nil},
 		{"a poll of the empty queue", func() error { _, err := host.QueuePoll(ctx, ""); return err }(), sdk.ErrQueueNotFound},
-		{"a bad key", offer(host, "a b"), &sdk.QueueError{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST)}},
+		{"a bad key", offer(host, "a b"), &sdk.QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST)}},
 	}
 	for _, s := range steps {
 		if (s.want == nil) != (s.err == nil) || (s.want != nil && !errors.Is(s.err, s.want)) {
@@ -338,9 +338,9 @@ func TestMemberPermissions(t *testing.T) {
 		}
 	}
 	// Nobody else may broadcast what looks like a queue change.
-	_, err = host.Send(ctx, sdk.Outgoing{Type: sdk.QueueEventType, Lane: pb.Lane_LANE_CRITICAL, Body: []byte("fake")})
+	_, err = host.Send(ctx, sdk.Outgoing{Type: sdk.QueueEventType, Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte("fake")})
 	var se *sdk.SendError
-	if !errors.As(err, &se) || se.Code != uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN) {
+	if !errors.As(err, &se) || se.Code != uint32(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN) {
 		t.Errorf("a member's send of type %s: %v, want FORBIDDEN", sdk.QueueEventType, err)
 	}
 }

@@ -32,7 +32,9 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
 )
@@ -220,9 +222,9 @@ func (s *Service) serve(work func()) {
 }
 
 func (s *Service) onRequest(msg *nats.Msg) {
-	var req pb.QueueBusRequest
+	var req buspb.QueueBusRequest
 	if err := proto.Unmarshal(msg.Data, &req); err != nil {
-		bus.Respond(s.log, msg, &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
+		bus.Respond(s.log, msg, &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Message: "request does not parse"})
 		return
 	}
 	s.serve(func() {
@@ -235,7 +237,7 @@ func (s *Service) onRequest(msg *nats.Msg) {
 }
 
 // handle serves one request and returns its reply.
-func (s *Service) handle(ctx context.Context, req *pb.QueueBusRequest) *pb.Reply {
+func (s *Service) handle(ctx context.Context, req *buspb.QueueBusRequest) *buspb.Reply {
 	q := req.GetRequest()
 	if err := s.check(req); err != nil {
 		return s.refused(err)
@@ -245,28 +247,28 @@ func (s *Service) handle(ctx context.Context, req *pb.QueueBusRequest) *pb.Reply
 		return s.refused(err)
 	}
 	switch req.Op {
-	case pb.QueueOp_QUEUE_OP_LIST, pb.QueueOp_QUEUE_OP_PEEK:
+	case clientpb.QueueOp_QUEUE_OP_LIST, clientpb.QueueOp_QUEUE_OP_PEEK:
 		st, _, err := s.store.read(ctx, req.App, q.Room)
 		if err != nil {
 			return s.refused(err)
 		}
-		resp := &pb.QueueResponse{Version: st.Version, Entries: st.Entries}
-		if req.Op == pb.QueueOp_QUEUE_OP_PEEK {
+		resp := &roompb.QueueResponse{Version: st.Version, Entries: st.Entries}
+		if req.Op == clientpb.QueueOp_QUEUE_OP_PEEK {
 			i := find(st, q.Key)
 			if i < 0 {
 				return s.refused(notFound(q.Key))
 			}
 			resp.Entries = st.Entries[i : i+1]
 		}
-		return &pb.Reply{Queue: resp}
+		return &buspb.Reply{Queue: resp}
 	}
 	maxEntries, err := s.maxEntries(ctx, req.App, q.Room)
 	if err != nil {
 		return s.refused(err)
 	}
-	var answer []*pb.QueueEntry
-	var ev *pb.QueueEvent
-	st, err := s.store.update(ctx, req.App, q.Room, func(st *pb.QueueState) (err error) {
+	var answer []*clientpb.QueueEntry
+	var ev *clientpb.QueueEvent
+	st, err := s.store.update(ctx, req.App, q.Room, func(st *clientpb.QueueState) (err error) {
 		answer, ev, err = change(st, req.Op, q, who, maxEntries, s.cfg.Now())
 		return err
 	})
@@ -275,28 +277,28 @@ func (s *Service) handle(ctx context.Context, req *pb.QueueBusRequest) *pb.Reply
 	}
 	ev.Version = st.Version
 	s.broadcast(ctx, req.App, q.Room, ev)
-	return &pb.Reply{Queue: &pb.QueueResponse{Entries: answer, Version: st.Version}}
+	return &buspb.Reply{Queue: &roompb.QueueResponse{Entries: answer, Version: st.Version}}
 }
 
 // check refuses a malformed request.
-func (s *Service) check(req *pb.QueueBusRequest) error {
+func (s *Service) check(req *buspb.QueueBusRequest) error {
 	q := req.GetRequest()
 	bad := func(format string, args ...any) error {
-		return refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, format, args...)
+		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, format, args...)
 	}
 	switch {
 	case q == nil || req.App == "":
 		return bad("request needs an app and a room")
 	case !auth.ValidName(q.Room):
 		return bad("room %q is not a valid name", q.Room)
-	case req.Op < pb.QueueOp_QUEUE_OP_OFFER || req.Op > pb.QueueOp_QUEUE_OP_CLEAR:
+	case req.Op < clientpb.QueueOp_QUEUE_OP_OFFER || req.Op > clientpb.QueueOp_QUEUE_OP_CLEAR:
 		return bad("unknown queue op %d", req.Op)
 	case q.Key != "" && !validKey(q.Key):
 		return bad("key must be 1 to %d bytes of A-Z a-z 0-9 _ - . :", MaxKeyBytes)
-	case q.Key == "" && (req.Op == pb.QueueOp_QUEUE_OP_OFFER || req.Op == pb.QueueOp_QUEUE_OP_REMOVE):
+	case q.Key == "" && (req.Op == clientpb.QueueOp_QUEUE_OP_OFFER || req.Op == clientpb.QueueOp_QUEUE_OP_REMOVE):
 		return bad("%s needs a key", opName(req.Op))
 	case len(q.Value) > s.cfg.MaxValueBytes:
-		return refuse(pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "value is %d bytes, the limit is %d", len(q.Value), s.cfg.MaxValueBytes)
+		return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, "value is %d bytes, the limit is %d", len(q.Value), s.cfg.MaxValueBytes)
 	case q.Uid != "" && !auth.ValidName(q.Uid):
 		return bad("uid %q is not a valid name", q.Uid)
 	case q.DropOnLeave && q.SessionId == "":
@@ -306,14 +308,14 @@ func (s *Service) check(req *pb.QueueBusRequest) error {
 }
 
 // caller describes who asks; for a member, what the room's settings allow it.
-func (s *Service) caller(ctx context.Context, req *pb.QueueBusRequest) (caller, error) {
+func (s *Service) caller(ctx context.Context, req *buspb.QueueBusRequest) (caller, error) {
 	if req.MemberSession == "" {
 		return caller{}, nil
 	}
 	q := req.Request
 	who := caller{member: true, uid: q.Uid, session: req.MemberSession}
 	if q.SessionId != req.MemberSession {
-		return who, refuse(pb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a member's request names its own session")
+		return who, refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a member's request names its own session")
 	}
 	meta, _, err := s.rooms.Room(ctx, req.App, q.Room)
 	if err != nil {
@@ -344,12 +346,12 @@ func (s *Service) maxEntries(ctx context.Context, app, roomName string) (int, er
 // broadcast sends a change to the room through the room service, as a critical message from
 // the app server. A failure is counted and logged: the change is made, and members see a gap
 // in the versions and list the queue again.
-func (s *Service) broadcast(ctx context.Context, app, roomName string, ev *pb.QueueEvent) {
+func (s *Service) broadcast(ctx context.Context, app, roomName string, ev *clientpb.QueueEvent) {
 	body, err := proto.Marshal(ev)
 	if err == nil {
-		var rep pb.Reply
-		err = bus.Request(ctx, s.cfg.Bus, bus.SubjectRoomSend, &pb.SendRequest{
-			App: app, Room: roomName, Type: EventType, Lane: pb.Lane_LANE_CRITICAL, Body: body,
+		var rep buspb.Reply
+		err = bus.Request(ctx, s.cfg.Bus, bus.SubjectRoomSend, &buspb.SendRequest{
+			App: app, Room: roomName, Type: EventType, Lane: clientpb.Lane_LANE_CRITICAL, Body: body,
 		}, &rep)
 		if err == nil && rep.Code != 0 {
 			err = fmt.Errorf("room service refused it: %d %s", rep.Code, rep.Message)
@@ -363,19 +365,19 @@ func (s *Service) broadcast(ctx context.Context, app, roomName string, ev *pb.Qu
 }
 
 // refused turns an error into the reply a requester gets; one that is not a refusal is logged.
-func (s *Service) refused(err error) *pb.Reply {
+func (s *Service) refused(err error) *buspb.Reply {
 	var r *refusal
 	if errors.As(err, &r) {
-		return &pb.Reply{Code: uint32(r.code), Message: r.msg}
+		return &buspb.Reply{Code: uint32(r.code), Message: r.msg}
 	}
 	s.log.Warn("queue request failed", "err", err)
 	if errors.Is(err, errContended) {
-		return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the queue is busy; try again"}
+		return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the queue is busy; try again"}
 	}
-	return &pb.Reply{Code: uint32(pb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the queue could not be read or written"}
+	return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: "the queue could not be read or written"}
 }
 
 // opName names an op the way docs/protocol.md does ("offer").
-func opName(op pb.QueueOp) string {
+func opName(op clientpb.QueueOp) string {
 	return strings.ToLower(strings.TrimPrefix(op.String(), "QUEUE_OP_"))
 }

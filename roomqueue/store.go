@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Bucket is the JetStream KV bucket of the room queues: one QueueState per room that ever had
@@ -54,15 +54,15 @@ func openStore(ctx context.Context, nc *nats.Conn, replicas int, retries prometh
 }
 
 // read returns a room's queue and its revision (0: none yet).
-func (s *store) read(ctx context.Context, app, room string) (*pb.QueueState, uint64, error) {
+func (s *store) read(ctx context.Context, app, room string) (*clientpb.QueueState, uint64, error) {
 	e, err := s.kv.Get(ctx, queueKey(app, room))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &pb.QueueState{}, 0, nil
+		return &clientpb.QueueState{}, 0, nil
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("roomqueue: read %s: %w", room, err)
 	}
-	var st pb.QueueState
+	var st clientpb.QueueState
 	if err := proto.Unmarshal(e.Value(), &st); err != nil {
 		return nil, 0, fmt.Errorf("roomqueue: decode %s: %w", room, err)
 	}
@@ -76,7 +76,7 @@ var errNoChange = errors.New("roomqueue: no change")
 // as another writer came first. f is called once per attempt, on a state of its own; its
 // error ends the update unwritten (errNoChange: update returns nil state and no error). A
 // written change gets the next version.
-func (s *store) update(ctx context.Context, app, room string, f func(*pb.QueueState) error) (*pb.QueueState, error) {
+func (s *store) update(ctx context.Context, app, room string, f func(*clientpb.QueueState) error) (*clientpb.QueueState, error) {
 	key := queueKey(app, room)
 	for range maxAttempts {
 		st, rev, err := s.read(ctx, app, room)

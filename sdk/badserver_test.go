@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -47,7 +47,7 @@ var badServers = []struct {
 
 // acceptLoginAck answers the Login that was read with a LoginAck of protocol version v.
 func acceptLoginAck(c fakeConn, v uint32) {
-	_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+	_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{
 		SessionId: "bad-1", ServerTimeMs: time.Now().UnixMilli(), HeartbeatIntervalMs: 60000, ProtocolVersion: v,
 	}}})
 }
@@ -84,7 +84,7 @@ func testBadServer(t *testing.T, transport string, atLogin bool, serve func(fake
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
 				return
 			}
-			_ = c.send(pushFrame(&roomcastpb.Message{Id: "01KB0000000000000000000001", Body: []byte("hello")}))
+			_ = c.send(pushFrame(&clientpb.Message{Id: "01KB0000000000000000000001", Body: []byte("hello")}))
 			<-good
 			return // closes the connection: a transient end
 		}

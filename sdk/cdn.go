@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 const (
@@ -84,10 +84,10 @@ type cdnPoller struct {
 	mu        sync.Mutex // guards the fields below
 	gen       uint64     // the connection listened to
 	app, room string
-	conf      *roomcastpb.CdnConfig // nil outside CDN mode; mode off with last_index while draining
-	offset    time.Duration         // the server's clock minus ours, from the latest LoginAck
-	grace     time.Duration         // how long after its window ends a segment is on storage
-	vendors   []*vendor             // conf's vendors that serve Config.Region
+	conf      *clientpb.CdnConfig // nil outside CDN mode; mode off with last_index while draining
+	offset    time.Duration       // the server's clock minus ours, from the latest LoginAck
+	grace     time.Duration       // how long after its window ends a segment is on storage
+	vendors   []*vendor           // conf's vendors that serve Config.Region
 	hc        *http.Client
 	transport *http.Transport // ours, idle connections closed by stop; nil with Config.CDNHTTPClient
 	started   bool
@@ -102,7 +102,7 @@ func newCdnPoller(cfg *Config, d *delivery) *cdnPoller {
 
 // login takes the LoginAck of connection gen, received at: the room, the server's clock and the
 // room's CDN config (none: not in CDN mode).
-func (p *cdnPoller) login(gen uint64, ack *roomcastpb.LoginAck, at time.Time) {
+func (p *cdnPoller) login(gen uint64, ack *clientpb.LoginAck, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gen, p.app, p.room = gen, ack.GetApp(), ack.GetRoom()
@@ -114,7 +114,7 @@ func (p *cdnPoller) login(gen uint64, ack *roomcastpb.LoginAck, at time.Time) {
 
 // update takes a CdnConfig frame of connection gen; those of another connection (the old one
 // during a move) are ignored.
-func (p *cdnPoller) update(gen uint64, conf *roomcastpb.CdnConfig) {
+func (p *cdnPoller) update(gen uint64, conf *clientpb.CdnConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if gen == p.gen {
@@ -127,9 +127,9 @@ func (p *cdnPoller) update(gen uint64, conf *roomcastpb.CdnConfig) {
 // An off config with a last_index (the room leaves CDN mode, docs/cdn.md) keeps the polling,
 // and the playout, going until every segment up to last_index was fetched or given up as a
 // gap: the messages sent just before the switch are in those segments, not on the connection.
-func (p *cdnPoller) applyLocked(conf *roomcastpb.CdnConfig) {
+func (p *cdnPoller) applyLocked(conf *clientpb.CdnConfig) {
 	pollable := conf.GetWindowMs() > 0 && len(conf.GetVendors()) > 0
-	on := pollable && (conf.GetMode() != roomcastpb.CdnMode_CDN_MODE_OFF || conf.GetLastIndex() != 0)
+	on := pollable && (conf.GetMode() != clientpb.CdnMode_CDN_MODE_OFF || conf.GetLastIndex() != 0)
 	if on != (p.conf != nil) || (on && conf.GetMode() != p.conf.GetMode()) {
 		p.log.Info("roomcast: CDN mode", "mode", conf.GetMode().String(), "window_ms", conf.GetWindowMs(), "vendors", len(conf.GetVendors()))
 	}
@@ -208,7 +208,7 @@ func (p *cdnPoller) endPlayout() {
 
 // drained ends the polling of a room leaving CDN mode once the poller has every segment up to
 // the last one (conf's last_index), unless another config came meanwhile.
-func (p *cdnPoller) drained(conf *roomcastpb.CdnConfig) {
+func (p *cdnPoller) drained(conf *clientpb.CdnConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conf == conf {
@@ -227,7 +227,7 @@ func (p *cdnPoller) polling() bool {
 
 // snapshot is what a poll round needs, read under p.mu.
 type snapshot struct {
-	conf      *roomcastpb.CdnConfig // nil outside CDN mode
+	conf      *clientpb.CdnConfig // nil outside CDN mode
 	app, room string
 	offset    time.Duration
 	grace     time.Duration
@@ -259,7 +259,7 @@ func (p *cdnPoller) stats() CDNStats {
 }
 
 // jitter returns a random wait in [0, conf's poll jitter).
-func jitter(conf *roomcastpb.CdnConfig) int64 {
+func jitter(conf *clientpb.CdnConfig) int64 {
 	if j := int64(conf.GetPollJitterMs()); j > 0 {
 		return rand.Int64N(j)
 	}

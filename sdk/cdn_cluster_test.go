@@ -25,7 +25,7 @@ import (
 	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 	"roomcast/sdk"
 )
@@ -172,7 +172,7 @@ func TestClusterCDN(t *testing.T) {
 	for i := range clients {
 		rels[i] = &released{}
 		cls[i] = dialCluster(t, c, sdk.TransportTCP, fmt.Sprint("viewer-", i), room, rels[i].config(sdk.Config{}))
-		if m := cls[i].LoginAck().GetCdn().GetMode(); m != roomcastpb.CdnMode_CDN_MODE_BULK {
+		if m := cls[i].LoginAck().GetCdn().GetMode(); m != clientpb.CdnMode_CDN_MODE_BULK {
 			t.Fatalf("client %d: LoginAck's CDN mode %v", i, m)
 		}
 	}
@@ -295,7 +295,7 @@ func TestClusterCDN(t *testing.T) {
 	segSize := map[int64]int{}  // a segment's messages
 	var sampled int
 	for i := first; i <= last; i++ {
-		var s *roomcastpb.Segment
+		var s *clientpb.Segment
 		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 			resp, body, err := s3.Get(segment.Key(devcluster.App, room, window, i))
 			if err != nil || resp.StatusCode != http.StatusOK {
@@ -310,7 +310,7 @@ func TestClusterCDN(t *testing.T) {
 		sampled += int(s.Sampled)
 		segSize[i] = len(s.Messages)
 		for _, m := range s.Messages {
-			if critical[m.Id] || probes[m.Id] || m.Lane != roomcastpb.Lane_LANE_BULK {
+			if critical[m.Id] || probes[m.Id] || m.Lane != clientpb.Lane_LANE_BULK {
 				t.Errorf("segment %d holds %s of lane %v", i, m.Id, m.Lane)
 			}
 			inSegments[m.Id] = true
@@ -452,10 +452,10 @@ func TestClusterCDN(t *testing.T) {
 
 // sortedRun returns the length of the longest subsequence of msgs in (server time, id) order:
 // the messages not in it are the fewest that came out of their place.
-func sortedRun(msgs []*roomcastpb.Message) int {
-	var tails []*roomcastpb.Message // tails[k]: the least last message of a run of k+1
+func sortedRun(msgs []*clientpb.Message) int {
+	var tails []*clientpb.Message // tails[k]: the least last message of a run of k+1
 	for _, m := range msgs {
-		k, _ := slices.BinarySearchFunc(tails, m, func(a, b *roomcastpb.Message) int {
+		k, _ := slices.BinarySearchFunc(tails, m, func(a, b *clientpb.Message) int {
 			if c := cmp.Compare(a.GetServerTimeMs(), b.GetServerTimeMs()); c != 0 {
 				return c
 			}
@@ -515,7 +515,7 @@ func TestClusterCDNOff(t *testing.T) {
 		cfg := rels[i].config(sdk.Config{})
 		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 			cls[i] = dialCluster(t, c, sdk.TransportTCP, fmt.Sprint("viewer-", i), room, cfg)
-			if m := cls[i].LoginAck().GetCdn().GetMode(); m != roomcastpb.CdnMode_CDN_MODE_BULK {
+			if m := cls[i].LoginAck().GetCdn().GetMode(); m != clientpb.CdnMode_CDN_MODE_BULK {
 				cls[i].Close()
 				return fmt.Errorf("client %d: LoginAck's CDN mode %v", i, m)
 			}

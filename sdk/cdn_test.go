@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 	"roomcast/sdk"
 )
@@ -35,35 +35,35 @@ type cdnRoom struct {
 
 	mu     sync.Mutex // guards conns and config
 	conns  []fakeConn
-	config *roomcastpb.CdnConfig
+	config *clientpb.CdnConfig
 }
 
 func (r *cdnRoom) serverNow() int64 { return time.Now().Add(r.skew).UnixMilli() }
 
 // bulk returns the bulk messages of window i.
-func bulk(i int64) []*roomcastpb.Message {
-	var out []*roomcastpb.Message
+func bulk(i int64) []*clientpb.Message {
+	var out []*clientpb.Message
 	for k := range int64(4) {
-		out = append(out, &roomcastpb.Message{
-			Id: fmt.Sprintf("b%d-%d", i, k), Room: "r1", Lane: roomcastpb.Lane_LANE_BULK, Type: "danmaku",
+		out = append(out, &clientpb.Message{
+			Id: fmt.Sprintf("b%d-%d", i, k), Room: "r1", Lane: clientpb.Lane_LANE_BULK, Type: "danmaku",
 			ServerTimeMs: i*testWindow + 10 + k*50, Body: []byte(strconv.FormatInt(i, 10)),
 		})
 	}
 	return out
 }
 
-func cdnConfig(vendors ...string) *roomcastpb.CdnConfig {
-	c := &roomcastpb.CdnConfig{
-		Mode: roomcastpb.CdnMode_CDN_MODE_BULK, WindowMs: testWindow, PollIntervalMs: testWindow, PollJitterMs: testJitter,
+func cdnConfig(vendors ...string) *clientpb.CdnConfig {
+	c := &clientpb.CdnConfig{
+		Mode: clientpb.CdnMode_CDN_MODE_BULK, WindowMs: testWindow, PollIntervalMs: testWindow, PollJitterMs: testJitter,
 	}
 	for _, v := range vendors {
-		c.Vendors = append(c.Vendors, &roomcastpb.CdnVendor{UrlTemplate: v + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
+		c.Vendors = append(c.Vendors, &clientpb.CdnVendor{UrlTemplate: v + "/{app}/{room}/{window_ms}/{index}", Weight: 1})
 	}
 	return c
 }
 
 // startCdnRoom starts the fake ChatLink; its LoginAck carries config.
-func startCdnRoom(t *testing.T, skew time.Duration, config *roomcastpb.CdnConfig) *cdnRoom {
+func startCdnRoom(t *testing.T, skew time.Duration, config *clientpb.CdnConfig) *cdnRoom {
 	r := &cdnRoom{t: t, skew: skew, config: config}
 	r.link = startFakeLink(t, r.serve)
 	return r
@@ -78,7 +78,7 @@ func (r *cdnRoom) serve(c fakeConn) {
 	r.conns = append(r.conns, c)
 	config := r.config
 	r.mu.Unlock()
-	err = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+	err = c.send(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{
 		SessionId: "cl-1-s1", ServerTimeMs: r.serverNow(), HeartbeatIntervalMs: 60_000,
 		App: "demo", Room: "r1", Uid: "u1", Node: "cl-1", Cdn: config,
 	}}})
@@ -110,10 +110,10 @@ func (r *cdnRoom) push(c fakeConn, gone chan struct{}) {
 		case <-tick.C:
 		}
 		now := r.serverNow()
-		var msgs []*roomcastpb.Message
+		var msgs []*clientpb.Message
 		for ; lastCritical+50 <= now; lastCritical += 50 {
-			msgs = append(msgs, &roomcastpb.Message{
-				Id: fmt.Sprintf("c%d", lastCritical+50), Room: "r1", Lane: roomcastpb.Lane_LANE_CRITICAL,
+			msgs = append(msgs, &clientpb.Message{
+				Id: fmt.Sprintf("c%d", lastCritical+50), Room: "r1", Lane: clientpb.Lane_LANE_CRITICAL,
 				ServerTimeMs: lastCritical + 50, Body: []byte("critical"),
 			})
 		}
@@ -130,12 +130,12 @@ func (r *cdnRoom) push(c fakeConn, gone chan struct{}) {
 }
 
 // reconfigure sends a CdnConfig frame to every connection and makes it the next LoginAck's.
-func (r *cdnRoom) reconfigure(config *roomcastpb.CdnConfig) {
+func (r *cdnRoom) reconfigure(config *clientpb.CdnConfig) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.config = config
 	for _, c := range r.conns {
-		_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_CdnConfig{CdnConfig: config}})
+		_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: config}})
 	}
 }
 
@@ -173,14 +173,14 @@ func (v *vendor) handle(w http.ResponseWriter, req *http.Request) {
 	writeSegment(w, goodSegment(index))
 }
 
-func goodSegment(index int64) *roomcastpb.Segment {
-	return &roomcastpb.Segment{
+func goodSegment(index int64) *clientpb.Segment {
+	return &clientpb.Segment{
 		App: "demo", Room: "r1", WindowMs: testWindow, Index: index, Messages: bulk(index),
 		Sampled: 3, NextAtMs: (index+2)*testWindow + testGrace,
 	}
 }
 
-func writeSegment(w http.ResponseWriter, s *roomcastpb.Segment) {
+func writeSegment(w http.ResponseWriter, s *clientpb.Segment) {
 	b, err := segment.Encode(s)
 	if err != nil {
 		panic(err)
@@ -193,13 +193,13 @@ func writeSegment(w http.ResponseWriter, s *roomcastpb.Segment) {
 // released keeps what a Client handed on, and when.
 type released struct {
 	mu        sync.Mutex
-	msgs      []*roomcastpb.Message
+	msgs      []*clientpb.Message
 	at        []time.Time
 	connected int
 }
 
 func (r *released) config(cfg sdk.Config) sdk.Config {
-	cfg.OnMessage = func(m *roomcastpb.Message) {
+	cfg.OnMessage = func(m *clientpb.Message) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.msgs = append(r.msgs, m)
@@ -369,7 +369,7 @@ func TestCDNBadVendors(t *testing.T) {
 	hole := segment.Index(room.serverNow(), testWindow) + 4
 	holes.Store(hole, true)
 	config := cdnConfig(bad.URL)
-	config.Vendors = append(config.Vendors, &roomcastpb.CdnVendor{UrlTemplate: good.URL + "/{app}/{room}/{window_ms}/{index}"}) // weight 0
+	config.Vendors = append(config.Vendors, &clientpb.CdnVendor{UrlTemplate: good.URL + "/{app}/{room}/{window_ms}/{index}"}) // weight 0
 	room.config = config
 	c, rel := dialCdn(t, room, sdk.Config{})
 	after := hole + 3
@@ -432,7 +432,7 @@ func TestCDNLiveChange(t *testing.T) {
 	}
 
 	off := cdnConfig()
-	off.Mode = roomcastpb.CdnMode_CDN_MODE_OFF
+	off.Mode = clientpb.CdnMode_CDN_MODE_OFF
 	room.reconfigure(off)
 	time.Sleep(50 * time.Millisecond) // a poll under way may end
 	before = b.requests.Load()
@@ -490,7 +490,7 @@ func TestCDNModeOffDuringPoll(t *testing.T) {
 		t.Fatal("no segment was asked for")
 	}
 	off := cdnConfig()
-	off.Mode = roomcastpb.CdnMode_CDN_MODE_OFF
+	off.Mode = clientpb.CdnMode_CDN_MODE_OFF
 	offAt := room.serverNow()
 	room.reconfigure(off)
 	// Give the messages pushed after the change the chance to come out before the segment:

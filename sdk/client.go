@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Client is a member's connection to its room that stays up: after a transient close, an error
@@ -90,8 +90,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomcastpb.Login {
-	return &roomcastpb.Login{
+func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *clientpb.Login {
+	return &clientpb.Login{
 		Token: c.cfg.Token, Device: c.cfg.Device, Client: ClientName, ProtocolVersion: ProtocolVersion,
 		RecoverSince: since, RecoverSinceRoomSeq: sinceSeq, History: history,
 		Inbox: true, // the callbacks acknowledge at-least-once messages (inbox.go)
@@ -101,7 +101,7 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *roomca
 // establish tries the endpoints in order, those of node leaving (when set) last, and returns the
 // first connection that logged in. onLogin, when set, gets that connection when its LoginAck
 // arrives, before any of its events reach the callbacks (see connect).
-func (c *Client) establish(ctx context.Context, login *roomcastpb.Login, reconnected bool, leaving string, onLogin func(*conn)) (*conn, error) {
+func (c *Client) establish(ctx context.Context, login *clientpb.Login, reconnected bool, leaving string, onLogin func(*conn)) (*conn, error) {
 	endpoints := c.cfg.Endpoints
 	if len(endpoints) == 0 {
 		var err error
@@ -285,7 +285,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // while cur lasts: a client left on a draining node would hold its drain up to its deadline. It
 // returns the new connection, or nil when cur ended first or the login was refused for good
 // (cur stays until it ends).
-func (c *Client) move(cur *conn, r *roomcastpb.Reconnect) *conn {
+func (c *Client) move(cur *conn, r *clientpb.Reconnect) *conn {
 	delay := time.Duration(r.GetDelayMs()) * time.Millisecond
 	c.d.event(&ReconnectingEvent{Attempt: 1, Delay: delay, Err: fmt.Errorf("%w: %s", ErrMoved, r.GetReason())})
 	timer := time.NewTimer(delay)
@@ -371,7 +371,7 @@ func (c *Client) callbacks() {
 
 // LoginAck returns the server's answer to the latest login: session id, node, heartbeat
 // interval and the session's app, room and uid. It must not be modified.
-func (c *Client) LoginAck() *roomcastpb.LoginAck {
+func (c *Client) LoginAck() *clientpb.LoginAck {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last.ack
@@ -418,18 +418,18 @@ func (c *Client) Close() error {
 // the server refused it (the connection stays up). While the Client reconnects, Send waits for
 // the next connection. The sender does not receive its own message. If ctx ends or the
 // connection drops first, Send returns an error; the message may still be delivered.
-func (c *Client) Send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
+func (c *Client) Send(ctx context.Context, m Outgoing) (*clientpb.SendAck, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("roomcast: send: %w", err)
 	}
 	// Refused before waiting for a connection; the largest seq makes the size an upper bound.
-	f := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
+	f := &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
 		Seq: math.MaxUint64, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
 	}}}
 	if n := proto.Size(f); n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
-	ack, err := onConn(c, ctx, "send", func(cur *conn) (*roomcastpb.SendAck, error) { return cur.send(ctx, m) })
+	ack, err := onConn(c, ctx, "send", func(cur *conn) (*clientpb.SendAck, error) { return cur.send(ctx, m) })
 	if err == nil {
 		c.d.remember(ack.GetMessageId())
 	}

@@ -15,7 +15,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -65,14 +65,14 @@ func TestClusterSendReceive(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(2))
 	forEachTransport(t, func(t *testing.T, transport string) {
 		room := "chat-" + transport
-		bobGot := make(chan *roomcastpb.Message, 100)
-		aliceGot := make(chan *roomcastpb.Message, 100)
-		alice := dialCluster(t, c, transport, "alice", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { aliceGot <- m }})
-		dialCluster(t, c, transport, "bob", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { bobGot <- m }})
+		bobGot := make(chan *clientpb.Message, 100)
+		aliceGot := make(chan *clientpb.Message, 100)
+		alice := dialCluster(t, c, transport, "alice", room, sdk.Config{OnMessage: func(m *clientpb.Message) { aliceGot <- m }})
+		dialCluster(t, c, transport, "bob", room, sdk.Config{OnMessage: func(m *clientpb.Message) { bobGot <- m }})
 
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ack, err := alice.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: []byte("hello bob")})
+		ack, err := alice.Send(ctx, sdk.Outgoing{Type: "chat", Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte("hello bob")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,8 +96,8 @@ func TestClusterSendReceive(t *testing.T) {
 
 		_, err = alice.Send(ctx, sdk.Outgoing{Type: "chat"}) // empty body
 		var se *sdk.SendError
-		if !errors.As(err, &se) || se.Code != uint32(roomcastpb.ErrorCode_ERROR_CODE_BAD_REQUEST) {
-			t.Errorf("empty Send: err = %v, want *SendError %d", err, roomcastpb.ErrorCode_ERROR_CODE_BAD_REQUEST)
+		if !errors.As(err, &se) || se.Code != uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST) {
+			t.Errorf("empty Send: err = %v, want *SendError %d", err, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST)
 		}
 		if alice.Err() != nil {
 			t.Errorf("alice ended after a refused Send: %v", alice.Err())
@@ -118,7 +118,7 @@ func TestClusterBadToken(t *testing.T) {
 		forged := tok[:len(tok)-4] + "AAAA"
 		_, err = sdk.Dial(ctx, sdk.Config{Token: forged, Dispatcher: c.URL(), Transport: transport})
 		var ce *sdk.CloseError
-		if !errors.As(err, &ce) || ce.Code != uint32(roomcastpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+		if !errors.As(err, &ce) || ce.Code != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 			t.Errorf("Dial with a forged token: err = %v, want *CloseError 4001", err)
 		}
 	})
@@ -188,14 +188,14 @@ func TestClusterManyMessagesInOrder(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(2), testcluster.NoMemberCriticalCap())
 	forEachTransport(t, func(t *testing.T, transport string) {
 		room := "order-" + transport
-		got := make(chan *roomcastpb.Message, 1000)
+		got := make(chan *clientpb.Message, 1000)
 		sender := dialCluster(t, c, transport, "sender", room, sdk.Config{})
-		dialCluster(t, c, transport, "reader", room, sdk.Config{OnMessage: func(m *roomcastpb.Message) { got <- m }})
+		dialCluster(t, c, transport, "reader", room, sdk.Config{OnMessage: func(m *clientpb.Message) { got <- m }})
 		const n = 200
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for i := range n {
-			if _, err := sender.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: fmt.Appendf(nil, "%d", i)}); err != nil {
+			if _, err := sender.Send(ctx, sdk.Outgoing{Type: "chat", Lane: clientpb.Lane_LANE_CRITICAL, Body: fmt.Appendf(nil, "%d", i)}); err != nil {
 				t.Fatalf("Send %d: %v", i, err)
 			}
 		}
@@ -338,12 +338,12 @@ func TestClusterCriticalNotAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	_, err = cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_CRITICAL, Body: []byte("hi")})
+	_, err = cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte("hi")})
 	var se *sdk.SendError
 	if !errors.Is(err, sdk.ErrLaneNotAllowed) || !errors.As(err, &se) || se.Temporary() {
 		t.Fatalf("a member's critical send: err %v, want ErrLaneNotAllowed, not temporary", err)
 	}
-	if _, err := cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_NORMAL, Body: []byte("hi")}); err != nil {
+	if _, err := cl.Send(ctx, sdk.Outgoing{Type: "chat", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte("hi")}); err != nil {
 		t.Fatalf("the same on the normal lane: %v", err)
 	}
 }

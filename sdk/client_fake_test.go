@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -49,7 +49,7 @@ func dialFake(t *testing.T, transport string, cfg sdk.Config, links ...*fakeLink
 func TestFakeLoginSendAndPush(t *testing.T) {
 	t.Parallel()
 	forEachTransport(t, func(t *testing.T, transport string) {
-		var login atomic.Pointer[roomcastpb.Login]
+		var login atomic.Pointer[clientpb.Login]
 		link := startFakeLink(t, func(c fakeConn) {
 			l, err := acceptLogin(c, "cl-1", time.Minute)
 			if err != nil {
@@ -57,13 +57,13 @@ func TestFakeLoginSendAndPush(t *testing.T) {
 			}
 			login.Store(l)
 			_ = c.send(pushFrame(
-				&roomcastpb.Message{Id: "a", Sender: "u2", Body: []byte("one")},
-				&roomcastpb.Message{Id: "b", Sender: "u2", Body: []byte("two")},
+				&clientpb.Message{Id: "a", Sender: "u2", Body: []byte("one")},
+				&clientpb.Message{Id: "b", Sender: "u2", Body: []byte("two")},
 			))
 			answerLoop(c)
 		})
-		got := make(chan *roomcastpb.Message, 10)
-		c, err := dialFake(t, transport, sdk.Config{Device: "test", OnMessage: func(m *roomcastpb.Message) { got <- m }}, link)
+		got := make(chan *clientpb.Message, 10)
+		c, err := dialFake(t, transport, sdk.Config{Device: "test", OnMessage: func(m *clientpb.Message) { got <- m }}, link)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +234,7 @@ func TestFakeHeartbeat(t *testing.T) {
 				}
 				if hb := f.GetHeartbeat(); hb != nil {
 					beats <- struct{}{}
-					_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{
+					_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_HeartbeatAck{HeartbeatAck: &clientpb.HeartbeatAck{
 						ClientTimeMs: hb.GetClientTimeMs(), HeartbeatIntervalMs: 80,
 					}}})
 				}
@@ -298,7 +298,7 @@ func TestFakeKickAfterLogin(t *testing.T) {
 			if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
 				return
 			}
-			_ = c.send(pushFrame(&roomcastpb.Message{Id: "a", Body: []byte("before kick")}))
+			_ = c.send(pushFrame(&clientpb.Message{Id: "a", Body: []byte("before kick")}))
 			c.kick(4007, "kicked by app")
 		})
 		rec := newRecorder()
@@ -330,15 +330,15 @@ func TestFakeKickAfterLogin(t *testing.T) {
 func TestFakeReconnectMoves(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		var logins atomic.Int32
-		second := make(chan *roomcastpb.Login, 1)
+		second := make(chan *clientpb.Login, 1)
 		link := startFakeLink(t, func(c fakeConn) {
 			l, err := acceptLogin(c, "cl-1", time.Minute)
 			if err != nil {
 				return
 			}
 			if logins.Add(1) == 1 {
-				_ = c.send(pushFrame(&roomcastpb.Message{Id: "01KB0000000000000000000001", RoomSeq: 7, Body: []byte("one")}))
-				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{DelayMs: 200, Reason: "draining"}}})
+				_ = c.send(pushFrame(&clientpb.Message{Id: "01KB0000000000000000000001", RoomSeq: 7, Body: []byte("one")}))
+				_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_Reconnect{Reconnect: &clientpb.Reconnect{DelayMs: 200, Reason: "draining"}}})
 			} else {
 				second <- l
 				_ = c.send(historyEnd(true, 0))
@@ -393,13 +393,13 @@ func TestFakeMoveKeepsSendInFlight(t *testing.T) {
 				if err != nil || f.GetSend() == nil {
 					return
 				}
-				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{Reason: "draining"}}})
+				_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_Reconnect{Reconnect: &clientpb.Reconnect{Reason: "draining"}}})
 				select {
 				case <-moved:
 				case <-time.After(5 * time.Second):
 					return
 				}
-				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+				_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
 					Seq: f.GetSend().GetSeq(), MessageId: "01KB0000000000000000000001",
 				}}})
 				answerLoop(c)
@@ -415,7 +415,7 @@ func TestFakeMoveKeepsSendInFlight(t *testing.T) {
 					return
 				}
 				if s := f.GetSend(); s != nil {
-					_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+					_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
 						Seq: s.GetSeq(), MessageId: "01KB0000000000000000000002",
 					}}})
 				}
@@ -459,12 +459,12 @@ func TestFakeMoveRetried(t *testing.T) {
 				if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
 					return
 				}
-				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Reconnect{Reconnect: &roomcastpb.Reconnect{DelayMs: 10, Reason: "draining"}}})
+				_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_Reconnect{Reconnect: &clientpb.Reconnect{DelayMs: 10, Reason: "draining"}}})
 				answerLoop(c)
 				close(firstGone)
 			case 2:
 				_, _ = c.recv()
-				c.kick(uint32(roomcastpb.CloseCode_CLOSE_CODE_SHUTDOWN), "node is draining")
+				c.kick(uint32(clientpb.CloseCode_CLOSE_CODE_SHUTDOWN), "node is draining")
 			default:
 				if _, err := acceptLogin(c, "cl-1", time.Minute); err != nil {
 					return
@@ -496,12 +496,12 @@ func TestFakeSlowConsumer(t *testing.T) {
 				return
 			}
 			for i := range 20 {
-				_ = c.send(pushFrame(&roomcastpb.Message{Id: string(rune('a' + i)), Body: []byte("flood")}))
+				_ = c.send(pushFrame(&clientpb.Message{Id: string(rune('a' + i)), Body: []byte("flood")}))
 			}
 			answerLoop(c)
 		})
 		release := make(chan struct{})
-		c, err := dialFake(t, transport, sdk.Config{NoReconnect: true, MessageBuffer: 2, OnMessage: func(*roomcastpb.Message) { <-release }}, link)
+		c, err := dialFake(t, transport, sdk.Config{NoReconnect: true, MessageBuffer: 2, OnMessage: func(*clientpb.Message) { <-release }}, link)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Transports for Config.Transport.
@@ -142,7 +142,7 @@ type Config struct {
 	// OnMessage receives every message of the room once, ordered by (server time, id), on one
 	// goroutine owned by the Client, the same that calls OnEvent. It must not call Close (Close
 	// waits for it); a slow OnMessage fills MessageBuffer. Nil means messages are discarded.
-	OnMessage func(*roomcastpb.Message)
+	OnMessage func(*clientpb.Message)
 
 	// OnEvent receives the Client's events (connected, reconnecting, recovered, thinned,
 	// kicked, limited, error, closed; see Event) on the OnMessage goroutine, in order with the

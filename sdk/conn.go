@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // conn is one logged-in connection to a ChatLink: a Client has one at a time (two for a moment
@@ -29,14 +29,14 @@ type conn struct {
 	gen   uint64 // numbers the Client's connections; the delivery listens to the latest
 	d     *delivery
 	cdn   *cdnPoller
-	login *roomcastpb.Login
-	ack   *roomcastpb.LoginAck // set before connect returns it, then read-only
-	since time.Time            // when the login succeeded
+	login *clientpb.Login
+	ack   *clientpb.LoginAck // set before connect returns it, then read-only
+	since time.Time          // when the login succeeded
 
-	onLogin     func(*conn)                // when set, takes the connection at its LoginAck (connect)
-	loginAck    chan *roomcastpb.LoginAck  // reader -> connect, at most one value
-	moves       chan *roomcastpb.Reconnect // reader -> the Client, at most one value
-	reconnected bool                       // for the ConnectedEvent
+	onLogin     func(*conn)              // when set, takes the connection at its LoginAck (connect)
+	loginAck    chan *clientpb.LoginAck  // reader -> connect, at most one value
+	moves       chan *clientpb.Reconnect // reader -> the Client, at most one value
+	reconnected bool                     // for the ConnectedEvent
 
 	loggedIn  atomic.Bool
 	nextSeq   atomic.Uint64
@@ -48,7 +48,7 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below
 	err     error
-	kick    *roomcastpb.Kick           // the Kick that ended the connection, if one did
+	kick    *clientpb.Kick             // the Kick that ended the connection, if one did
 	hint    time.Duration              // retry_after_ms of an Error before the LoginAck (121 before a Kick 4013)
 	pending map[uint64]chan sendResult // Sends, HistoryQueries and queue requests waiting for their answer, by seq
 	adopted bool                       // onLogin has the connection: connect no longer ends it
@@ -62,9 +62,9 @@ var errLeft = fmt.Errorf("%w (the request was not sent)", ErrMoved)
 
 // sendResult answers a Send (ack or err), a HistoryQuery (page or err) or a queue request (queue).
 type sendResult struct {
-	ack   *roomcastpb.SendAck
-	page  *roomcastpb.HistoryPage
-	queue *roomcastpb.RoomQueueReply
+	ack   *clientpb.SendAck
+	page  *clientpb.HistoryPage
+	queue *clientpb.RoomQueueReply
 	err   error
 }
 
@@ -73,7 +73,7 @@ type Outgoing struct {
 	// Type is app-defined, e.g. "chat" or "gift"; at most 32 bytes.
 	Type string
 	// Lane is the message's priority class. LANE_UNSPECIFIED means LANE_NORMAL.
-	Lane roomcastpb.Lane
+	Lane clientpb.Lane
 	// Body must not be empty and may be at most 16,384 bytes.
 	Body []byte
 	// TagExpr, if not empty, limits delivery to members whose tags satisfy it.
@@ -82,7 +82,7 @@ type Outgoing struct {
 
 // connect dials ep and logs in with login. On success the conn's goroutines are running and its
 // pushes go to d.
-func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep Endpoint, gen uint64, login *roomcastpb.Login, reconnected bool, onLogin func(*conn)) (*conn, error) {
+func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep Endpoint, gen uint64, login *clientpb.Login, reconnected bool, onLogin func(*conn)) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
 	defer cancel()
 	fc, err := dialTransport(ctx, cfg, ep)
@@ -94,8 +94,8 @@ func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep E
 	}
 	c := &conn{
 		cfg: cfg, log: cfg.Logger, fc: fc, ep: ep, gen: gen, d: d, cdn: cdn, login: login, reconnected: reconnected,
-		loginAck: make(chan *roomcastpb.LoginAck, 1),
-		moves:    make(chan *roomcastpb.Reconnect, 1),
+		loginAck: make(chan *clientpb.LoginAck, 1),
+		moves:    make(chan *clientpb.Reconnect, 1),
 		done:     make(chan struct{}),
 		pending:  make(map[uint64]chan sendResult),
 		onLogin:  onLogin,
@@ -104,7 +104,7 @@ func connect(ctx context.Context, cfg *Config, d *delivery, cdn *cdnPoller, ep E
 	c.wg.Add(1)
 	go c.readLoop()
 
-	if err := c.writeFrame(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: login}}); err != nil {
+	if err := c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: login}}); err != nil {
 		c.close(err)
 		return nil, fmt.Errorf("login: %w", err)
 	}
@@ -151,7 +151,7 @@ func (c *conn) failUnlessAdopted(err error) (adopted bool) {
 }
 
 // start runs the heartbeats of a logged-in conn.
-func (c *conn) start(ack *roomcastpb.LoginAck) {
+func (c *conn) start(ack *clientpb.LoginAck) {
 	c.ack = ack
 	c.since = time.Now()
 	c.setInterval(ack.GetHeartbeatIntervalMs())
@@ -167,7 +167,7 @@ func (c *conn) Err() error {
 }
 
 // kicked returns the Kick that ended the connection, if one did.
-func (c *conn) kicked() *roomcastpb.Kick {
+func (c *conn) kicked() *clientpb.Kick {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.kick
@@ -238,9 +238,9 @@ func (c *conn) leave(ctx context.Context, wait time.Duration) {
 }
 
 // send sends m and waits for the server's answer.
-func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error) {
-	r := c.request(ctx, "send", func(seq uint64) *roomcastpb.Frame {
-		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{
+func (c *conn) send(ctx context.Context, m Outgoing) (*clientpb.SendAck, error) {
+	r := c.request(ctx, "send", func(seq uint64) *clientpb.Frame {
+		return &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
 			Seq: seq, Type: m.Type, Lane: m.Lane, Body: m.Body, TagExpr: m.TagExpr,
 		}}}
 	})
@@ -248,9 +248,9 @@ func (c *conn) send(ctx context.Context, m Outgoing) (*roomcastpb.SendAck, error
 }
 
 // queryHistory sends q and waits for the server's answer.
-func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.HistoryPage, error) {
-	r := c.request(ctx, "history", func(seq uint64) *roomcastpb.Frame {
-		return &roomcastpb.Frame{Kind: &roomcastpb.Frame_HistoryQuery{HistoryQuery: q.frame(seq)}}
+func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*clientpb.HistoryPage, error) {
+	r := c.request(ctx, "history", func(seq uint64) *clientpb.Frame {
+		return &clientpb.Frame{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: q.frame(seq)}}
 	})
 	var refused *SendError
 	if errors.As(r.err, &refused) {
@@ -261,7 +261,7 @@ func (c *conn) queryHistory(ctx context.Context, q HistoryQuery) (*roomcastpb.Hi
 
 // request sends the frame made for the next seq and waits for the answer with that seq. what
 // names the request in errors.
-func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) *roomcastpb.Frame) sendResult {
+func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) *clientpb.Frame) sendResult {
 	seq := c.nextSeq.Add(1)
 	answer := make(chan sendResult, 1)
 	c.mu.Lock()
@@ -298,7 +298,7 @@ func (c *conn) request(ctx context.Context, what string, frame func(seq uint64) 
 
 // writeFrame sends f. A frame over MaxFrameSize is refused without harm to the connection; a
 // failed write ends the connection.
-func (c *conn) writeFrame(f *roomcastpb.Frame) error {
+func (c *conn) writeFrame(f *clientpb.Frame) error {
 	if n := proto.Size(f); n > MaxFrameSize {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
@@ -323,7 +323,7 @@ func (c *conn) readLoop() {
 
 // handleFrame acts on one frame from the server. It runs on the reader goroutine and never
 // blocks: pushes go to the delivery's queue.
-func (c *conn) handleFrame(f *roomcastpb.Frame) {
+func (c *conn) handleFrame(f *clientpb.Frame) {
 	select {
 	case <-c.done:
 		return // frames still buffered after the end
@@ -333,10 +333,10 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 
 	loggedIn := c.loggedIn.Load()
 	switch k := f.Kind.(type) {
-	case *roomcastpb.Frame_LoginAck:
+	case *clientpb.Frame_LoginAck:
 		c.loggedInWith(k.LoginAck)
 		return
-	case *roomcastpb.Frame_Kick:
+	case *clientpb.Frame_Kick:
 		c.mu.Lock()
 		c.kick = k.Kick
 		hint := c.hint
@@ -348,7 +348,7 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 		}
 		c.fail(ce)
 		return
-	case *roomcastpb.Frame_Error:
+	case *clientpb.Frame_Error:
 		if !loggedIn && k.Error.GetSeq() == 0 {
 			// The reason for the Kick that follows (121 LOGIN_RATE_LIMITED); the Kick ends it.
 			c.mu.Lock()
@@ -356,7 +356,7 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 			c.mu.Unlock()
 			return
 		}
-	case *roomcastpb.Frame_Reconnect:
+	case *clientpb.Frame_Reconnect:
 		c.log.Info("roomcast: server asks to reconnect",
 			"node", c.ep.Node, "delay_ms", k.Reconnect.GetDelayMs(), "reason", k.Reconnect.GetReason())
 		select {
@@ -372,35 +372,35 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 		return
 	}
 	switch k := f.Kind.(type) {
-	case *roomcastpb.Frame_SendAck:
+	case *clientpb.Frame_SendAck:
 		c.answer(k.SendAck.GetSeq(), sendResult{ack: k.SendAck})
-	case *roomcastpb.Frame_HistoryPage:
+	case *clientpb.Frame_HistoryPage:
 		c.answer(k.HistoryPage.GetSeq(), sendResult{page: k.HistoryPage})
-	case *roomcastpb.Frame_QueueReply:
+	case *clientpb.Frame_QueueReply:
 		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
-	case *roomcastpb.Frame_Error:
+	case *clientpb.Frame_Error:
 		e := k.Error
-		if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_ACK_FAILED) {
+		if e.GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_ACK_FAILED) {
 			c.log.Warn("roomcast: acknowledgement not applied: the messages come again after the next login", "message", e.GetMessage())
 			return
 		}
 		if e.GetSeq() == 0 { // the answer to the login's history request
 			c.log.Warn("roomcast: history not sent", "code", e.GetCode(), "message", e.GetMessage())
 			err := error(sendError(e))
-			if e.GetCode() == uint32(roomcastpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
+			if e.GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE) {
 				err = fmt.Errorf("%w: %s", ErrHistoryUnavailable, e.GetMessage())
 			}
 			c.d.historyFailed(c.gen, err)
 			return
 		}
 		c.answer(e.GetSeq(), sendResult{err: sendError(e)})
-	case *roomcastpb.Frame_Push:
+	case *clientpb.Frame_Push:
 		if !c.d.push(c.gen, k.Push) {
 			c.fail(ErrSlowConsumer)
 		}
-	case *roomcastpb.Frame_HeartbeatAck:
+	case *clientpb.Frame_HeartbeatAck:
 		c.setInterval(k.HeartbeatAck.GetHeartbeatIntervalMs())
-	case *roomcastpb.Frame_CdnConfig:
+	case *clientpb.Frame_CdnConfig:
 		c.cdn.update(c.gen, k.CdnConfig)
 	default:
 		c.fail(fmt.Errorf("%w: the server sent a client frame %T", ErrProtocol, f.Kind))
@@ -409,7 +409,7 @@ func (c *conn) handleFrame(f *roomcastpb.Frame) {
 
 // loggedInWith takes the LoginAck: a second one, or one of a protocol version this SDK does not
 // speak, ends the connection.
-func (c *conn) loggedInWith(ack *roomcastpb.LoginAck) {
+func (c *conn) loggedInWith(ack *clientpb.LoginAck) {
 	if v := ack.GetProtocolVersion(); v > ProtocolVersion {
 		c.fail(fmt.Errorf("%w: the server speaks protocol version %d, this SDK %d", ErrVersion, v, ProtocolVersion))
 		return
@@ -481,7 +481,7 @@ func (c *conn) heartbeatLoop() {
 			return
 		}
 		if !now.Before(nextBeat) {
-			hb := &roomcastpb.Frame{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{
+			hb := &clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{
 				ClientTimeMs: now.UnixMilli(),
 			}}}
 			if err := c.writeFrame(hb); err != nil {

@@ -6,12 +6,12 @@ import (
 	"sync"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // item is one thing for the callback goroutine: a message or an event.
 type item struct {
-	msg *roomcastpb.Message
+	msg *clientpb.Message
 	ev  Event
 	ack string // the id of an at-least-once message handed on before, whose copy came (inbox.go)
 }
@@ -30,7 +30,7 @@ func idFloor(ms int64) string {
 }
 
 // compareMessages orders messages by server time, then id (ids sort by time and are unique).
-func compareMessages(a, b *roomcastpb.Message) int {
+func compareMessages(a, b *clientpb.Message) int {
 	if c := cmp.Compare(a.GetServerTimeMs(), b.GetServerTimeMs()); c != 0 {
 		return c
 	}
@@ -75,8 +75,8 @@ type delivery struct {
 type hold struct {
 	gen   uint64
 	since string
-	msgs  []*roomcastpb.Message // held: live ones and the history
-	count int                   // new messages the history brought
+	msgs  []*clientpb.Message // held: live ones and the history
+	count int                 // new messages the history brought
 	timer *time.Timer
 }
 
@@ -94,7 +94,7 @@ func newDelivery(cfg *Config) *delivery {
 
 // loggedIn makes connection gen the one listened to, queues ev, and starts holding messages
 // when its login asked for history (since, or a count).
-func (d *delivery) loggedIn(gen uint64, ev *ConnectedEvent, login *roomcastpb.Login) {
+func (d *delivery) loggedIn(gen uint64, ev *ConnectedEvent, login *clientpb.Login) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen = gen
@@ -115,7 +115,7 @@ func (d *delivery) loggedIn(gen uint64, ev *ConnectedEvent, login *roomcastpb.Lo
 
 // push takes a Push of connection gen. It reports false when the queue is over its limit: the
 // consumer is too slow, and the connection should end rather than grow the queue.
-func (d *delivery) push(gen uint64, p *roomcastpb.Push) bool {
+func (d *delivery) push(gen uint64, p *clientpb.Push) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if gen != d.gen || d.closed {
@@ -172,8 +172,8 @@ func (d *delivery) releaseLocked(ev *RecoveredEvent) {
 
 // freshLocked returns the messages of msgs not seen before, remembers them and counts the
 // others as duplicates. Caller holds d.mu.
-func (d *delivery) freshLocked(msgs []*roomcastpb.Message) []*roomcastpb.Message {
-	var fresh []*roomcastpb.Message
+func (d *delivery) freshLocked(msgs []*clientpb.Message) []*clientpb.Message {
+	var fresh []*clientpb.Message
 	for _, m := range msgs {
 		if d.rememberLocked(m.GetId()) {
 			fresh = append(fresh, m)

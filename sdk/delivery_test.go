@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
-func msg(id string, ms int64) *roomcastpb.Message {
-	return &roomcastpb.Message{Id: id, ServerTimeMs: ms, Body: []byte(id)}
+func msg(id string, ms int64) *clientpb.Message {
+	return &clientpb.Message{Id: id, ServerTimeMs: ms, Body: []byte(id)}
 }
 
 // drain returns what the delivery queued, as message ids and event kinds.
@@ -43,22 +43,22 @@ func drain(d *delivery) []string {
 // RecoveredEvent after it. Pushes of an older connection are ignored.
 func TestDeliveryHoldsLiveMessagesForHistory(t *testing.T) {
 	d := newDelivery(&Config{DedupeWindow: 100, MessageBuffer: 100, RecoveryWait: time.Minute})
-	ack := &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{ServerTimeMs: 1}}
-	d.loggedIn(1, ack, &roomcastpb.Login{})
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("b", 20), msg("a", 10)}})
+	ack := &ConnectedEvent{LoginAck: &clientpb.LoginAck{ServerTimeMs: 1}}
+	d.loggedIn(1, ack, &clientpb.Login{})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg("b", 20), msg("a", 10)}})
 	if got := fmt.Sprint(drain(d)); got != "[*sdk.ConnectedEvent a b]" {
 		t.Fatalf("live messages: %s", got)
 	}
 
-	d.loggedIn(2, ack, &roomcastpb.Login{RecoverSince: "b"})
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("x", 99)}}) // the old connection
-	d.push(2, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("e", 50)}, Thinned: &roomcastpb.Thinned{Bulk: 3}})
-	d.push(2, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("d", 40)}})
+	d.loggedIn(2, ack, &clientpb.Login{RecoverSince: "b"})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg("x", 99)}}) // the old connection
+	d.push(2, &clientpb.Push{Messages: []*clientpb.Message{msg("e", 50)}, Thinned: &clientpb.Thinned{Bulk: 3}})
+	d.push(2, &clientpb.Push{Messages: []*clientpb.Message{msg("d", 40)}})
 	if got := fmt.Sprint(drain(d)); got != "[*sdk.ConnectedEvent thinned(0,3)]" {
 		t.Fatalf("while holding: %s", got)
 	}
-	d.push(2, &roomcastpb.Push{History: true, Messages: []*roomcastpb.Message{msg("b", 20), msg("c", 30), msg("d", 40)},
-		Recovery: &roomcastpb.Recovery{Recovered: false, Missing: 4}})
+	d.push(2, &clientpb.Push{History: true, Messages: []*clientpb.Message{msg("b", 20), msg("c", 30), msg("d", 40)},
+		Recovery: &clientpb.Recovery{Recovered: false, Missing: 4}})
 	if got := fmt.Sprint(drain(d)); got != "[c d e recovered(false,4,1)]" {
 		t.Fatalf("after the history: %s", got)
 	}
@@ -69,8 +69,8 @@ func TestDeliveryHoldsLiveMessagesForHistory(t *testing.T) {
 
 func TestDeliveryHoldTimesOut(t *testing.T) {
 	d := newDelivery(&Config{DedupeWindow: 100, MessageBuffer: 100, RecoveryWait: 10 * time.Millisecond})
-	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{}}, &roomcastpb.Login{History: 5})
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("a", 1)}})
+	d.loggedIn(1, &ConnectedEvent{LoginAck: &clientpb.LoginAck{}}, &clientpb.Login{History: 5})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg("a", 1)}})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d.mu.Lock()
@@ -88,15 +88,15 @@ func TestDeliveryHoldTimesOut(t *testing.T) {
 
 func TestDeliveryWindowAndLimit(t *testing.T) {
 	d := newDelivery(&Config{DedupeWindow: 2, MessageBuffer: 3, RecoveryWait: time.Minute})
-	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{}}, &roomcastpb.Login{})
+	d.loggedIn(1, &ConnectedEvent{LoginAck: &clientpb.LoginAck{}}, &clientpb.Login{})
 	for _, id := range []string{"a", "b", "a", "c", "a"} { // "a" is forgotten after b and c
-		d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg(id, 1)}})
+		d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg(id, 1)}})
 	}
 	if got := fmt.Sprint(drain(d)); got != "[*sdk.ConnectedEvent a b c a]" {
 		t.Fatalf("with a window of 2: %s", got)
 	}
 	for i, want := range []bool{true, true, true, false} {
-		if ok := d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg(fmt.Sprint(i), 1)}}); ok != want {
+		if ok := d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg(fmt.Sprint(i), 1)}}); ok != want {
 			t.Errorf("message %d queued: push = %v, want %v (a limit of 3)", i+1, ok, want)
 		}
 	}
@@ -116,12 +116,12 @@ func TestIDFloor(t *testing.T) {
 // Mode off hands on what is held at once.
 func TestDeliveryPlayout(t *testing.T) {
 	d := newDelivery(&Config{DedupeWindow: 100, MessageBuffer: 100, RecoveryWait: time.Minute})
-	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{ServerTimeMs: 1}}, &roomcastpb.Login{})
+	d.loggedIn(1, &ConnectedEvent{LoginAck: &clientpb.LoginAck{ServerTimeMs: 1}}, &clientpb.Login{})
 	drain(d)
 	now := time.Now().UnixMilli()
 	d.setPlayout(time.Hour, 0)
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{msg("c2", now+20), msg("c1", now-10)}})
-	d.segment([]*roomcastpb.Message{msg("z1", now), msg("z2", now+30), msg("c1", now-10)})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{msg("c2", now+20), msg("c1", now-10)}})
+	d.segment([]*clientpb.Message{msg("z1", now), msg("z2", now+30), msg("c1", now-10)})
 	if got := fmt.Sprint(drain(d)); got != "[]" {
 		t.Fatalf("handed on before their play time: %s", got)
 	}
@@ -135,7 +135,7 @@ func TestDeliveryPlayout(t *testing.T) {
 	if got := fmt.Sprint(drain(d)); got != "[c1 z1]" {
 		t.Fatalf("at the play time of the first two: %s", got)
 	}
-	d.segment([]*roomcastpb.Message{msg("z0", now-50)}) // after its play time, and after z1
+	d.segment([]*clientpb.Message{msg("z0", now-50)}) // after its play time, and after z1
 	play()
 	if got := fmt.Sprint(drain(d)); got != "[z0]" {
 		t.Fatalf("a late message: %s", got)

@@ -23,6 +23,7 @@
 // Close, or any end with Config.NoReconnect stops it: Done is closed and Err says why.
 //
 // The package keeps no global state, starts no goroutine that Close does not wait for, and
-// logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/
-// (proto/roomcastpb and the segment format, proto/segment).
+// logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/clientpb
+// (the client protocol) and proto/segment (the segment format): no gRPC, no server API or bus
+// types (TestDeps checks).
 package sdk

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // CodeAbnormalClosure is the CloseError code for a connection that ended without a Roomcast or
@@ -58,7 +58,7 @@ var (
 // CloseError is why the server ended a connection: the code of its Kick frame or WebSocket close
 // frame (see docs/protocol.md §5), or CodeAbnormalClosure when the connection just dropped.
 type CloseError struct {
-	// Code is a roomcastpb.CloseCode (4000–4999), a WebSocket close code (1000–1015) or
+	// Code is a clientpb.CloseCode (4000–4999), a WebSocket close code (1000–1015) or
 	// CodeAbnormalClosure.
 	Code uint32
 	// Reason is the server's free-text explanation, if it gave one.
@@ -75,7 +75,7 @@ type CloseError struct {
 func (e *CloseError) Error() string {
 	msg := fmt.Sprintf("roomcast: connection closed: code %d", e.Code)
 	if e.Code >= 4000 && e.Code < 5000 {
-		msg += " (" + roomcastpb.CloseCode(e.Code).String() + ")"
+		msg += " (" + clientpb.CloseCode(e.Code).String() + ")"
 	}
 	if e.Reason != "" {
 		msg += ": " + e.Reason
@@ -99,14 +99,14 @@ func (e *CloseError) Terminal() bool {
 // Limited reports whether the server refused the login for now because of a rate or a
 // connection count (4013, 4015): the same login succeeds after RetryAfter.
 func (e *CloseError) Limited() bool {
-	return e.Code == uint32(roomcastpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED) ||
-		e.Code == uint32(roomcastpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS)
+	return e.Code == uint32(clientpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED) ||
+		e.Code == uint32(clientpb.CloseCode_CLOSE_CODE_TOO_MANY_CONNECTIONS)
 }
 
 // SendError is a Send the server refused with an Error frame (docs/protocol.md §4). The
 // connection stays open.
 type SendError struct {
-	// Code is a roomcastpb.ErrorCode.
+	// Code is a clientpb.ErrorCode.
 	Code uint32
 	// Message is the server's explanation.
 	Message string
@@ -118,14 +118,14 @@ type SendError struct {
 // Error implements error.
 func (e *SendError) Error() string {
 	return fmt.Sprintf("roomcast: send refused: code %d (%s): %s",
-		e.Code, roomcastpb.ErrorCode(e.Code).String(), e.Message)
+		e.Code, clientpb.ErrorCode(e.Code).String(), e.Message)
 }
 
 // Temporary reports whether the same Send may succeed later (5xx codes, RATE_LIMITED and
 // SEND_RATE_LIMITED, the latter after RetryAfter); other 1xx codes fail again unchanged.
 func (e *SendError) Temporary() bool {
-	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_RATE_LIMITED) ||
-		e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)
+	return e.Code >= 500 || e.Code == uint32(clientpb.ErrorCode_ERROR_CODE_RATE_LIMITED) ||
+		e.Code == uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)
 }
 
 // Is lets errors.Is match a SendError by code: errors.Is(err, sdk.ErrLaneNotAllowed).
@@ -139,13 +139,13 @@ var (
 	// ErrLaneNotAllowed: the Send named the critical lane, which the room (its critical_expr)
 	// and the member's token (its lanes claim) do not allow this member; send it on another
 	// lane. By default only the app server sends critical messages.
-	ErrLaneNotAllowed = &SendError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED)}
+	ErrLaneNotAllowed = &SendError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED)}
 	// ErrSendRateLimited: the Send was over a send rate (of the connection, the user, or the
 	// room's members together); send it again after its RetryAfter.
-	ErrSendRateLimited = &SendError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)}
+	ErrSendRateLimited = &SendError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED)}
 )
 
 // sendError is the SendError of an Error frame.
-func sendError(e *roomcastpb.Error) *SendError {
+func sendError(e *clientpb.Error) *SendError {
 	return &SendError{Code: e.GetCode(), Message: e.GetMessage(), RetryAfter: time.Duration(e.GetRetryAfterMs()) * time.Millisecond}
 }

@@ -3,7 +3,7 @@ package sdk
 import (
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Event is something that happened to a Client, handed to Config.OnEvent in order with the
@@ -13,7 +13,7 @@ type Event interface{ event() }
 
 // ConnectedEvent: a login succeeded, the first (from Dial) or after a reconnect.
 type ConnectedEvent struct {
-	LoginAck *roomcastpb.LoginAck
+	LoginAck *clientpb.LoginAck
 	Endpoint Endpoint
 	// Reconnected is false for the connection Dial made and true for every later one.
 	Reconnected bool

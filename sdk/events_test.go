@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
 // recorder keeps what a Client's callbacks got, in order, for a test to wait on.
 type recorder struct {
 	mu     sync.Mutex
-	msgs   []*roomcastpb.Message
+	msgs   []*clientpb.Message
 	events []sdk.Event
 	times  []time.Time // when each event came
 	log    []string    // bodies and event kinds, in the order the callbacks ran
@@ -26,7 +26,7 @@ func newRecorder() *recorder { return &recorder{closed: make(chan struct{})} }
 
 // config returns cfg with the recorder's callbacks.
 func (r *recorder) config(cfg sdk.Config) sdk.Config {
-	cfg.OnMessage = func(m *roomcastpb.Message) {
+	cfg.OnMessage = func(m *clientpb.Message) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.msgs = append(r.msgs, m)

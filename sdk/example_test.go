@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -17,7 +17,7 @@ func ExampleDial() {
 	c, err := sdk.Dial(ctx, sdk.Config{
 		Token:      "eyJ...", // minted by the app server
 		Dispatcher: "http://127.0.0.1:8080",
-		OnMessage: func(m *roomcastpb.Message) {
+		OnMessage: func(m *clientpb.Message) {
 			fmt.Printf("%s: %s\n", m.GetSender(), m.GetBody())
 		},
 		OnEvent: func(ev sdk.Event) {

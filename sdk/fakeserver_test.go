@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -35,8 +35,8 @@ type fakeLink struct {
 
 // fakeConn is one server-side connection, with blocking reads whatever the transport.
 type fakeConn interface {
-	recv() (*roomcastpb.Frame, error)
-	send(*roomcastpb.Frame) error
+	recv() (*clientpb.Frame, error)
+	send(*clientpb.Frame) error
 	// kick sends a Kick and closes the connection with its code.
 	kick(code uint32, reason string)
 	// sendPayload sends payload as one frame's bytes, whatever they are.
@@ -134,7 +134,7 @@ func (f *fakeLink) acceptTCP() {
 }
 
 func (f *fakeLink) serveWS(w http.ResponseWriter, r *http.Request) {
-	c := &wsFake{frames: make(chan *roomcastpb.Frame, 1024), gone: make(chan struct{})}
+	c := &wsFake{frames: make(chan *clientpb.Frame, 1024), gone: make(chan struct{})}
 	up := gws.NewUpgrader(c, &gws.ServerOption{ReadMaxPayloadSize: sdk.MaxFrameSize})
 	socket, err := up.Upgrade(w, r)
 	if err != nil {
@@ -160,9 +160,9 @@ type tcpFake struct {
 	wmu sync.Mutex
 }
 
-func (c *tcpFake) recv() (*roomcastpb.Frame, error) { return testkit.ReadFrame(c.br) }
+func (c *tcpFake) recv() (*clientpb.Frame, error) { return testkit.ReadFrame(c.br) }
 
-func (c *tcpFake) send(f *roomcastpb.Frame) error {
+func (c *tcpFake) send(f *clientpb.Frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return testkit.WriteFrame(c.nc, f)
@@ -192,14 +192,14 @@ func (c *tcpFake) close() { _ = c.nc.Close() }
 type wsFake struct {
 	gws.BuiltinEventHandler
 	socket *gws.Conn
-	frames chan *roomcastpb.Frame
+	frames chan *clientpb.Frame
 	gone   chan struct{}
 	once   sync.Once
 }
 
 func (c *wsFake) OnMessage(_ *gws.Conn, m *gws.Message) {
 	defer m.Close()
-	f := new(roomcastpb.Frame)
+	f := new(clientpb.Frame)
 	if err := proto.Unmarshal(m.Bytes(), f); err != nil {
 		c.kick(4003, "bad frame")
 		return
@@ -212,7 +212,7 @@ func (c *wsFake) OnMessage(_ *gws.Conn, m *gws.Message) {
 
 func (c *wsFake) OnClose(*gws.Conn, error) { c.once.Do(func() { close(c.gone) }) }
 
-func (c *wsFake) recv() (*roomcastpb.Frame, error) {
+func (c *wsFake) recv() (*clientpb.Frame, error) {
 	select {
 	case f := <-c.frames:
 		return f, nil
@@ -221,7 +221,7 @@ func (c *wsFake) recv() (*roomcastpb.Frame, error) {
 	}
 }
 
-func (c *wsFake) send(f *roomcastpb.Frame) error {
+func (c *wsFake) send(f *clientpb.Frame) error {
 	b, err := proto.Marshal(f)
 	if err != nil {
 		return err
@@ -243,12 +243,12 @@ func (c *wsFake) kick(code uint32, reason string) {
 
 func (c *wsFake) close() { _ = c.socket.WriteClose(1000, nil) }
 
-func kickFrame(code uint32, reason string) *roomcastpb.Frame {
-	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Kick{Kick: &roomcastpb.Kick{Code: code, Reason: reason}}}
+func kickFrame(code uint32, reason string) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Kick{Kick: &clientpb.Kick{Code: code, Reason: reason}}}
 }
 
 // acceptLogin reads the Login and answers with a LoginAck for node with the heartbeat interval.
-func acceptLogin(c fakeConn, node string, interval time.Duration) (*roomcastpb.Login, error) {
+func acceptLogin(c fakeConn, node string, interval time.Duration) (*clientpb.Login, error) {
 	f, err := c.recv()
 	if err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func acceptLogin(c fakeConn, node string, interval time.Duration) (*roomcastpb.L
 		c.kick(4005, "login first")
 		return nil, errors.New("no login")
 	}
-	err = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+	err = c.send(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{
 		SessionId:           node + "-s1",
 		ServerTimeMs:        time.Now().UnixMilli(),
 		HeartbeatIntervalMs: uint32(interval / time.Millisecond),
@@ -285,18 +285,18 @@ func answerLoop(c fakeConn) {
 			return
 		}
 		switch k := f.Kind.(type) {
-		case *roomcastpb.Frame_Heartbeat:
-			_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{
+		case *clientpb.Frame_Heartbeat:
+			_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_HeartbeatAck{HeartbeatAck: &clientpb.HeartbeatAck{
 				ClientTimeMs: k.Heartbeat.GetClientTimeMs(), ServerTimeMs: time.Now().UnixMilli(),
 			}}})
-		case *roomcastpb.Frame_Send:
+		case *clientpb.Frame_Send:
 			if string(k.Send.GetBody()) == "refuse" {
-				_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Error{Error: &roomcastpb.Error{
+				_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
 					Code: 102, Message: "slow down", Seq: k.Send.GetSeq(),
 				}}})
 				continue
 			}
-			_ = c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{
+			_ = c.send(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
 				Seq: k.Send.GetSeq(), MessageId: "01HZZZZZZZZZZZZZZZZZZZZZZZ", ServerTimeMs: time.Now().UnixMilli(),
 			}}})
 		}
@@ -304,12 +304,12 @@ func answerLoop(c fakeConn) {
 }
 
 // historyEnd is the Push that ends a history answer.
-func historyEnd(recovered bool, missing uint64, msgs ...*roomcastpb.Message) *roomcastpb.Frame {
-	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
-		Messages: msgs, History: true, Recovery: &roomcastpb.Recovery{Recovered: recovered, Missing: missing},
+func historyEnd(recovered bool, missing uint64, msgs ...*clientpb.Message) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
+		Messages: msgs, History: true, Recovery: &clientpb.Recovery{Recovered: recovered, Missing: missing},
 	}}}
 }
 
-func pushFrame(msgs ...*roomcastpb.Message) *roomcastpb.Frame {
-	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{Messages: msgs}}}
+func pushFrame(msgs ...*clientpb.Message) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: msgs}}}
 }

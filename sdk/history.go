@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // HistoryQuery asks Client.History for a page of the room's kept history: its critical and
@@ -20,11 +20,11 @@ type HistoryQuery struct {
 	// Cursor asks for the next page: a HistoryPage.NextCursor, as it came.
 	Cursor string
 	// Lane is LANE_CRITICAL or LANE_NORMAL for only that lane. Zero value means both.
-	Lane roomcastpb.Lane
+	Lane clientpb.Lane
 }
 
-func (q HistoryQuery) frame(seq uint64) *roomcastpb.HistoryQuery {
-	return &roomcastpb.HistoryQuery{
+func (q HistoryQuery) frame(seq uint64) *clientpb.HistoryQuery {
+	return &clientpb.HistoryQuery{
 		Seq: seq, Limit: uint32(max(0, q.Limit)), BeforeId: q.BeforeID, AfterId: q.AfterID, Cursor: q.Cursor, Lane: q.Lane,
 	}
 }
@@ -35,18 +35,18 @@ func (q HistoryQuery) frame(seq uint64) *roomcastpb.HistoryQuery {
 // empty when the room keeps nothing more that way. A refusal is a *HistoryError. While the
 // Client reconnects, History waits for the next connection. The messages are not handed to
 // OnMessage: they are the caller's.
-func (c *Client) History(ctx context.Context, q HistoryQuery) (*roomcastpb.HistoryPage, error) {
+func (c *Client) History(ctx context.Context, q HistoryQuery) (*clientpb.HistoryPage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("roomcast: history: %w", err)
 	}
-	return onConn(c, ctx, "history", func(cur *conn) (*roomcastpb.HistoryPage, error) { return cur.queryHistory(ctx, q) })
+	return onConn(c, ctx, "history", func(cur *conn) (*clientpb.HistoryPage, error) { return cur.queryHistory(ctx, q) })
 }
 
 // HistoryError is a history query the server refused with an Error frame (docs/protocol.md):
 // BAD_HISTORY_QUERY (110), HISTORY_BUSY (111, too many of this connection's queries wait; retry
 // after one answers) or UNAVAILABLE (503). The connection stays open.
 type HistoryError struct {
-	// Code is a roomcastpb.ErrorCode.
+	// Code is a clientpb.ErrorCode.
 	Code uint32
 	// Message is the server's explanation.
 	Message string
@@ -55,10 +55,10 @@ type HistoryError struct {
 // Error implements error.
 func (e *HistoryError) Error() string {
 	return fmt.Sprintf("roomcast: history query refused: code %d (%s): %s",
-		e.Code, roomcastpb.ErrorCode(e.Code).String(), e.Message)
+		e.Code, clientpb.ErrorCode(e.Code).String(), e.Message)
 }
 
 // Temporary reports whether the same query may succeed later (5xx codes and HISTORY_BUSY).
 func (e *HistoryError) Temporary() bool {
-	return e.Code >= 500 || e.Code == uint32(roomcastpb.ErrorCode_ERROR_CODE_HISTORY_BUSY)
+	return e.Code >= 500 || e.Code == uint32(clientpb.ErrorCode_ERROR_CODE_HISTORY_BUSY)
 }

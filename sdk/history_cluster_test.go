@@ -14,9 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -81,7 +82,7 @@ func TestClusterHistory(t *testing.T) {
 			case i%3 == 1:
 				err = apiJSON(ctx, c, "POST", "/v1/rooms/"+room+"/messages", map[string]string{"body": body, "tag_expr": `"vip" in tags`}, nil)
 			case i%3 == 2:
-				_, err = vip.Send(ctx, sdk.Outgoing{Type: "chat", Lane: roomcastpb.Lane_LANE_NORMAL, Body: []byte(body)})
+				_, err = vip.Send(ctx, sdk.Outgoing{Type: "chat", Lane: clientpb.Lane_LANE_NORMAL, Body: []byte(body)})
 			default:
 				err = apiJSON(ctx, c, "POST", "/v1/rooms/"+room+"/messages", map[string]string{"body": body, "lane": "critical"}, nil)
 			}
@@ -119,14 +120,14 @@ func TestClusterHistory(t *testing.T) {
 		if err != nil || !slices.Equal(got, forPaul[2:]) {
 			t.Errorf("paul pages after %s: %v (%v), want %v", msgs[1].GetId(), got, err, forPaul[2:])
 		}
-		got, err = historyBodies(ctx, plain, sdk.HistoryQuery{Lane: roomcastpb.Lane_LANE_CRITICAL}, true)
+		got, err = historyBodies(ctx, plain, sdk.HistoryQuery{Lane: clientpb.Lane_LANE_CRITICAL}, true)
 		if err != nil || !slices.Equal(got, []string{"0", "3", "6"}) {
 			t.Errorf("critical lane: %v (%v)", got, err)
 		}
 
 		var refused *sdk.HistoryError
 		_, err = plain.History(ctx, sdk.HistoryQuery{Cursor: "garbage"})
-		if !errors.As(err, &refused) || refused.Code != uint32(roomcastpb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY) || refused.Temporary() {
+		if !errors.As(err, &refused) || refused.Code != uint32(clientpb.ErrorCode_ERROR_CODE_BAD_HISTORY_QUERY) || refused.Temporary() {
 			t.Errorf("bad cursor: %v, want a HistoryError BAD_HISTORY_QUERY", err)
 		}
 		if _, err := plain.Send(ctx, sdk.Outgoing{Type: "chat", Body: []byte("still up")}); err != nil {
@@ -177,11 +178,11 @@ func TestClusterHistoryBusy(t *testing.T) {
 	defer qcancel()
 	_, err = cl.History(qctx, sdk.HistoryQuery{})
 	var refused *sdk.HistoryError
-	if !errors.As(err, &refused) || refused.Code != uint32(roomcastpb.ErrorCode_ERROR_CODE_HISTORY_BUSY) || !refused.Temporary() {
+	if !errors.As(err, &refused) || refused.Code != uint32(clientpb.ErrorCode_ERROR_CODE_HISTORY_BUSY) || !refused.Temporary() {
 		t.Errorf("third query: %v, want a HistoryError HISTORY_BUSY", err)
 	}
 	for _, m := range waiting {
-		bus.Respond(slog.New(slog.DiscardHandler), m, &roomcastpb.Reply{History: &roomcastpb.HistoryPage{}})
+		bus.Respond(slog.New(slog.DiscardHandler), m, &buspb.Reply{History: &clientpb.HistoryPage{}})
 	}
 	wg.Wait()
 	cancel()
@@ -209,7 +210,7 @@ func TestClusterHistoryRetentionAtLogin(t *testing.T) {
 		recovered := make(chan struct{})
 		cl := dialCluster(t, c, "tcp", "late", room, sdk.Config{
 			History:   10,
-			OnMessage: func(m *roomcastpb.Message) { got <- string(m.GetBody()) },
+			OnMessage: func(m *clientpb.Message) { got <- string(m.GetBody()) },
 			OnEvent: func(e sdk.Event) {
 				if _, ok := e.(*sdk.RecoveredEvent); ok {
 					close(recovered)

@@ -1,7 +1,7 @@
 package sdk
 
 import (
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // At-least-once messages (Message.at_least_once): the server stores them for the user until a
@@ -31,7 +31,7 @@ type inboxSeen struct {
 // history answer nor moves where recovery starts. A copy of one handed on already is queued to
 // be acknowledged again; a copy of one still queued is dropped, its original will be
 // acknowledged. Caller holds d.mu.
-func (d *delivery) takeInboxLocked(msgs []*roomcastpb.Message) []*roomcastpb.Message {
+func (d *delivery) takeInboxLocked(msgs []*clientpb.Message) []*clientpb.Message {
 	rest := msgs[:0:0]
 	for _, m := range msgs {
 		if !m.GetAtLeastOnce() {
@@ -92,7 +92,7 @@ func (c *Client) ack(ids []string) {
 	}
 	for len(ids) > 0 {
 		n := min(len(ids), maxAckIDs)
-		if err := cur.writeFrame(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Ack{Ack: &roomcastpb.Ack{Ids: ids[:n]}}}); err != nil {
+		if err := cur.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: ids[:n]}}}); err != nil {
 			c.log.Debug("roomcast: acknowledgements wait for the next login", "ids", len(ids), "err", err)
 			return
 		}

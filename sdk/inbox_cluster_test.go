@@ -12,7 +12,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -123,7 +123,7 @@ func TestClusterInboxCopyDropped(t *testing.T) {
 	var once sync.Once
 	cfg := rec.config(sdk.Config{ReconnectMinDelay: 50 * time.Millisecond, ReconnectMaxDelay: 200 * time.Millisecond})
 	record := cfg.OnMessage
-	cfg.OnMessage = func(m *roomcastpb.Message) {
+	cfg.OnMessage = func(m *clientpb.Message) {
 		record(m)
 		once.Do(func() {
 			close(entered)

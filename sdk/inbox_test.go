@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestDeliveryInboxCopies: an at-least-once message goes to the app once; a copy that comes
@@ -15,18 +15,18 @@ import (
 func TestDeliveryInboxCopies(t *testing.T) {
 	t.Parallel()
 	d := newDelivery(&Config{DedupeWindow: 10, MessageBuffer: 100, RecoveryWait: time.Hour})
-	d.loggedIn(1, &ConnectedEvent{LoginAck: &roomcastpb.LoginAck{ServerTimeMs: 1}}, &roomcastpb.Login{History: 10})
+	d.loggedIn(1, &ConnectedEvent{LoginAck: &clientpb.LoginAck{ServerTimeMs: 1}}, &clientpb.Login{History: 10})
 	drain(d) // the ConnectedEvent
-	alo := &roomcastpb.Message{Id: "01KB0000000000000000000009", ServerTimeMs: 9, AtLeastOnce: true}
+	alo := &clientpb.Message{Id: "01KB0000000000000000000009", ServerTimeMs: 9, AtLeastOnce: true}
 	room := msg("01KB0000000000000000000001", 1)
 
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{room, alo}})
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{alo}})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{room, alo}})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{alo}})
 	if got, want := drain(d), []string{alo.Id}; !slices.Equal(got, want) {
 		t.Fatalf("queued %q, want %q (the room message held for the history, the copy dropped)", got, want)
 	}
 	d.handedOn(alo.Id)
-	d.push(1, &roomcastpb.Push{Messages: []*roomcastpb.Message{alo}})
+	d.push(1, &clientpb.Push{Messages: []*clientpb.Message{alo}})
 	if got, want := drain(d), []string{"ack:" + alo.Id}; !slices.Equal(got, want) {
 		t.Fatalf("queued %q, want %q", got, want)
 	}

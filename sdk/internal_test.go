@@ -16,7 +16,7 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 func TestReadClaims(t *testing.T) {
@@ -60,10 +60,10 @@ func FuzzReadClaims(f *testing.F) {
 
 func TestTCPFrameRoundTrip(t *testing.T) {
 	t.Parallel()
-	frames := []*roomcastpb.Frame{
-		{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{Token: "t", Device: "d", Client: ClientName}}},
-		{Kind: &roomcastpb.Frame_Send{Send: &roomcastpb.Send{Seq: 7, Body: bytes.Repeat([]byte("x"), 10000)}}},
-		{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{ClientTimeMs: 1}}},
+	frames := []*clientpb.Frame{
+		{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "t", Device: "d", Client: ClientName}}},
+		{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 7, Body: bytes.Repeat([]byte("x"), 10000)}}},
+		{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 1}}},
 	}
 	var stream []byte
 	for _, f := range frames {
@@ -110,8 +110,8 @@ func TestTCPFrameLimits(t *testing.T) {
 }
 
 func FuzzReadTCPFrame(f *testing.F) {
-	good, _ := appendTCPFrame(nil, &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
-		Messages: []*roomcastpb.Message{{Id: "x", Body: []byte("hi")}},
+	good, _ := appendTCPFrame(nil, &clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
+		Messages: []*clientpb.Message{{Id: "x", Body: []byte("hi")}},
 	}}})
 	f.Add(good)
 	f.Add([]byte{0, 0, 0, 0})

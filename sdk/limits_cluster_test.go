@@ -14,7 +14,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -75,7 +75,7 @@ func TestLimitedLoginsWaitAndRetry(t *testing.T) {
 			t.Errorf("%d LimitedEvents, want at least %d (one per member over the burst)", len(limited), members-2)
 		}
 		for _, l := range limited {
-			if l.Code != uint32(roomcastpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED) || l.RetryAfter <= 0 || l.RetryAfter > time.Second || l.Delay < l.RetryAfter {
+			if l.Code != uint32(clientpb.CloseCode_CLOSE_CODE_LOGIN_RATE_LIMITED) || l.RetryAfter <= 0 || l.RetryAfter > time.Second || l.Delay < l.RetryAfter {
 				t.Errorf("LimitedEvent %+v: want code 4013, a hint within 1s and a delay no shorter", l)
 			}
 		}
@@ -103,7 +103,7 @@ func TestDeniedAddressStops(t *testing.T) {
 		start := time.Now()
 		_, err = sdk.Dial(ctx, sdk.Config{Token: tok, Dispatcher: c.URL(), Transport: transport})
 		var ce *sdk.CloseError
-		if !errors.As(err, &ce) || ce.Code != uint32(roomcastpb.CloseCode_CLOSE_CODE_ADDRESS_DENIED) || !ce.Terminal() {
+		if !errors.As(err, &ce) || ce.Code != uint32(clientpb.CloseCode_CLOSE_CODE_ADDRESS_DENIED) || !ce.Terminal() {
 			t.Fatalf("Dial: %v; want a terminal CloseError 4014", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -130,7 +130,7 @@ func TestSendRateLimited(t *testing.T) {
 	}
 	_, err := cl.Send(ctx, m)
 	var se *sdk.SendError
-	if !errors.As(err, &se) || se.Code != uint32(roomcastpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || !se.Temporary() ||
+	if !errors.As(err, &se) || se.Code != uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED) || !se.Temporary() ||
 		se.RetryAfter <= 0 || se.RetryAfter > 200*time.Millisecond {
 		t.Fatalf("second Send: %v; want a temporary SendError 120 with a hint within 200ms", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // playQuantum is how close together play times are handed on in one go: a window's messages
@@ -27,19 +27,19 @@ type playout struct {
 	delay    time.Duration // 0 outside CDN mode
 	offset   time.Duration // the server's clock minus ours
 	held     heldHeap
-	played   *roomcastpb.Message // the last message handed on: one that sorts before it is late
-	playWake chan struct{}       // one value: the earliest play time may have changed
+	played   *clientpb.Message // the last message handed on: one that sorts before it is late
+	playWake chan struct{}     // one value: the earliest play time may have changed
 
 	late, duplicates, fromSegments uint64 // for CDNStats
 }
 
 // heldHeap is a min-heap of messages by (server time, id).
-type heldHeap []*roomcastpb.Message
+type heldHeap []*clientpb.Message
 
 func (h heldHeap) Len() int           { return len(h) }
 func (h heldHeap) Less(i, j int) bool { return compareMessages(h[i], h[j]) < 0 }
 func (h heldHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *heldHeap) Push(x any)        { *h = append(*h, x.(*roomcastpb.Message)) }
+func (h *heldHeap) Push(x any)        { *h = append(*h, x.(*clientpb.Message)) }
 func (h *heldHeap) Pop() any {
 	old := *h
 	m := old[len(old)-1]
@@ -50,7 +50,7 @@ func (h *heldHeap) Pop() any {
 
 // outLocked hands on msgs, which are fresh: sorted and at once outside CDN mode, else through
 // the heap. Caller holds d.mu.
-func (d *delivery) outLocked(msgs []*roomcastpb.Message) {
+func (d *delivery) outLocked(msgs []*clientpb.Message) {
 	if d.delay == 0 && len(d.held) == 0 {
 		slices.SortStableFunc(msgs, compareMessages)
 		for _, m := range msgs {
@@ -67,7 +67,7 @@ func (d *delivery) outLocked(msgs []*roomcastpb.Message) {
 
 // emitLocked queues m for OnMessage, counting it late when it sorts before a message already
 // handed on. Caller holds d.mu.
-func (d *delivery) emitLocked(m *roomcastpb.Message) {
+func (d *delivery) emitLocked(m *clientpb.Message) {
 	if compareMessages(m, d.played) < 0 {
 		d.late++
 	} else {
@@ -85,13 +85,13 @@ func (d *delivery) playLocked(now time.Time) time.Duration {
 		if at.After(horizon) {
 			return at.Sub(now)
 		}
-		d.emitLocked(heap.Pop(&d.held).(*roomcastpb.Message))
+		d.emitLocked(heap.Pop(&d.held).(*clientpb.Message))
 	}
 	return -1
 }
 
 // playTime is when m is handed on, on our clock. Caller holds d.mu.
-func (d *delivery) playTime(m *roomcastpb.Message) time.Time {
+func (d *delivery) playTime(m *clientpb.Message) time.Time {
 	return time.UnixMilli(m.GetServerTimeMs()).Add(d.delay - d.offset)
 }
 
@@ -103,7 +103,7 @@ func (d *delivery) setPlayout(delay, offset time.Duration) {
 	d.delay, d.offset = delay, offset
 	if delay == 0 {
 		for len(d.held) > 0 {
-			d.emitLocked(heap.Pop(&d.held).(*roomcastpb.Message))
+			d.emitLocked(heap.Pop(&d.held).(*clientpb.Message))
 		}
 	}
 	notify(d.playWake)
@@ -113,7 +113,7 @@ func (d *delivery) setPlayout(delay, offset time.Duration) {
 // time. Unlike pushed messages they do not move where a reconnect recovers from: the long
 // connection's own messages of that time may still be missing after an outage. It returns
 // how many were new.
-func (d *delivery) segment(msgs []*roomcastpb.Message) int {
+func (d *delivery) segment(msgs []*clientpb.Message) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {

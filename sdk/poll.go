@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -76,7 +76,7 @@ func (p *cdnPoller) round(st *pollState, snap snapshot) time.Duration {
 	current := segment.Index(now, uint32(w))
 	// Leaving CDN mode: nothing after the last segment is written.
 	last := int64(math.MaxInt64)
-	if conf.GetMode() == roomcastpb.CdnMode_CDN_MODE_OFF {
+	if conf.GetMode() == clientpb.CdnMode_CDN_MODE_OFF {
 		last = conf.GetLastIndex()
 	}
 	switch {

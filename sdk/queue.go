@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The room queue (docs/protocol.md, "Room queue"): each room's ordered list of key/value
@@ -20,7 +20,7 @@ const QueueEventType = "rc.queue"
 
 // QueueError is the server's refusal of a queue request: the connection stays up.
 type QueueError struct {
-	// Code is a roomcastpb.ErrorCode: 114 QUEUE_KEY_EXISTS, 115 QUEUE_NOT_FOUND, 116
+	// Code is a clientpb.ErrorCode: 114 QUEUE_KEY_EXISTS, 115 QUEUE_NOT_FOUND, 116
 	// QUEUE_FULL, 100 BAD_REQUEST, 101 MESSAGE_TOO_LARGE, 103 FORBIDDEN, 503 UNAVAILABLE.
 	Code uint32
 	// Message is the server's explanation.
@@ -30,7 +30,7 @@ type QueueError struct {
 // Error implements error.
 func (e *QueueError) Error() string {
 	return fmt.Sprintf("roomcast: queue request refused: code %d (%s): %s",
-		e.Code, roomcastpb.ErrorCode(e.Code).String(), e.Message)
+		e.Code, clientpb.ErrorCode(e.Code).String(), e.Message)
 }
 
 // Is lets errors.Is match a QueueError by code: errors.Is(err, &QueueError{Code: 114}).
@@ -43,11 +43,11 @@ func (e *QueueError) Is(target error) bool {
 var (
 	// ErrQueueKeyExists: an offer with IfAbsent found its key taken (someone else grabbed
 	// it), or the key is another member's.
-	ErrQueueKeyExists = &QueueError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS)}
+	ErrQueueKeyExists = &QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_QUEUE_KEY_EXISTS)}
 	// ErrQueueNotFound: no entry with that key, or the queue is empty.
-	ErrQueueNotFound = &QueueError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND)}
+	ErrQueueNotFound = &QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_QUEUE_NOT_FOUND)}
 	// ErrQueueFull: the queue holds as many entries as the room allows.
-	ErrQueueFull = &QueueError{Code: uint32(roomcastpb.ErrorCode_ERROR_CODE_QUEUE_FULL)}
+	ErrQueueFull = &QueueError{Code: uint32(clientpb.ErrorCode_ERROR_CODE_QUEUE_FULL)}
 )
 
 // OfferOptions are the choices of an offer.
@@ -61,12 +61,12 @@ type OfferOptions struct {
 }
 
 // queue sends a queue request on the current connection and waits for its answer.
-func (c *Client) queue(ctx context.Context, req *roomcastpb.RoomQueueRequest) (*roomcastpb.RoomQueueReply, error) {
+func (c *Client) queue(ctx context.Context, req *clientpb.RoomQueueRequest) (*clientpb.RoomQueueReply, error) {
 	what := "queue " + req.Op.String()
-	return onConn(c, ctx, what, func(cur *conn) (*roomcastpb.RoomQueueReply, error) {
-		r := cur.request(ctx, what, func(seq uint64) *roomcastpb.Frame {
+	return onConn(c, ctx, what, func(cur *conn) (*clientpb.RoomQueueReply, error) {
+		r := cur.request(ctx, what, func(seq uint64) *clientpb.Frame {
 			req.Seq = seq
-			return &roomcastpb.Frame{Kind: &roomcastpb.Frame_QueueRequest{QueueRequest: req}}
+			return &clientpb.Frame{Kind: &clientpb.Frame_QueueRequest{QueueRequest: req}}
 		})
 		switch {
 		case r.err != nil:
@@ -79,7 +79,7 @@ func (c *Client) queue(ctx context.Context, req *roomcastpb.RoomQueueRequest) (*
 }
 
 // first returns the one entry an answer carries.
-func first(rep *roomcastpb.RoomQueueReply, err error) (*roomcastpb.QueueEntry, error) {
+func first(rep *clientpb.RoomQueueReply, err error) (*clientpb.QueueEntry, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -92,30 +92,30 @@ func first(rep *roomcastpb.RoomQueueReply, err error) (*roomcastpb.QueueEntry, e
 // QueueOffer adds an entry with key and value at the tail of the room's queue, or replaces the
 // value of the entry with key (in place) when it is this member's. It returns the entry as
 // stored.
-func (c *Client) QueueOffer(ctx context.Context, key string, value []byte, opts OfferOptions) (*roomcastpb.QueueEntry, error) {
-	return first(c.queue(ctx, &roomcastpb.RoomQueueRequest{
-		Op: roomcastpb.QueueOp_QUEUE_OP_OFFER, Key: key, Value: value, IfAbsent: opts.IfAbsent, DropOnLeave: opts.DropOnLeave,
+func (c *Client) QueueOffer(ctx context.Context, key string, value []byte, opts OfferOptions) (*clientpb.QueueEntry, error) {
+	return first(c.queue(ctx, &clientpb.RoomQueueRequest{
+		Op: clientpb.QueueOp_QUEUE_OP_OFFER, Key: key, Value: value, IfAbsent: opts.IfAbsent, DropOnLeave: opts.DropOnLeave,
 	}))
 }
 
 // QueuePoll takes the entry with key (the head, for "") out of the queue and returns it.
-func (c *Client) QueuePoll(ctx context.Context, key string) (*roomcastpb.QueueEntry, error) {
-	return first(c.queue(ctx, &roomcastpb.RoomQueueRequest{Op: roomcastpb.QueueOp_QUEUE_OP_POLL, Key: key}))
+func (c *Client) QueuePoll(ctx context.Context, key string) (*clientpb.QueueEntry, error) {
+	return first(c.queue(ctx, &clientpb.RoomQueueRequest{Op: clientpb.QueueOp_QUEUE_OP_POLL, Key: key}))
 }
 
 // QueuePeek returns the entry with key (the head, for "") without taking it.
-func (c *Client) QueuePeek(ctx context.Context, key string) (*roomcastpb.QueueEntry, error) {
-	return first(c.queue(ctx, &roomcastpb.RoomQueueRequest{Op: roomcastpb.QueueOp_QUEUE_OP_PEEK, Key: key}))
+func (c *Client) QueuePeek(ctx context.Context, key string) (*clientpb.QueueEntry, error) {
+	return first(c.queue(ctx, &clientpb.RoomQueueRequest{Op: clientpb.QueueOp_QUEUE_OP_PEEK, Key: key}))
 }
 
 // QueueRemove takes the entry with key out of the queue and returns it.
-func (c *Client) QueueRemove(ctx context.Context, key string) (*roomcastpb.QueueEntry, error) {
-	return first(c.queue(ctx, &roomcastpb.RoomQueueRequest{Op: roomcastpb.QueueOp_QUEUE_OP_REMOVE, Key: key}))
+func (c *Client) QueueRemove(ctx context.Context, key string) (*clientpb.QueueEntry, error) {
+	return first(c.queue(ctx, &clientpb.RoomQueueRequest{Op: clientpb.QueueOp_QUEUE_OP_REMOVE, Key: key}))
 }
 
 // QueueList returns every entry of the queue, head first, and the queue's version.
-func (c *Client) QueueList(ctx context.Context) ([]*roomcastpb.QueueEntry, uint64, error) {
-	rep, err := c.queue(ctx, &roomcastpb.RoomQueueRequest{Op: roomcastpb.QueueOp_QUEUE_OP_LIST})
+func (c *Client) QueueList(ctx context.Context) ([]*clientpb.QueueEntry, uint64, error) {
+	rep, err := c.queue(ctx, &clientpb.RoomQueueRequest{Op: clientpb.QueueOp_QUEUE_OP_LIST})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -123,8 +123,8 @@ func (c *Client) QueueList(ctx context.Context) ([]*roomcastpb.QueueEntry, uint6
 }
 
 // QueueClear empties the queue and returns the entries it took out.
-func (c *Client) QueueClear(ctx context.Context) ([]*roomcastpb.QueueEntry, error) {
-	rep, err := c.queue(ctx, &roomcastpb.RoomQueueRequest{Op: roomcastpb.QueueOp_QUEUE_OP_CLEAR})
+func (c *Client) QueueClear(ctx context.Context) ([]*clientpb.QueueEntry, error) {
+	rep, err := c.queue(ctx, &clientpb.RoomQueueRequest{Op: clientpb.QueueOp_QUEUE_OP_CLEAR})
 	if err != nil {
 		return nil, err
 	}
@@ -133,11 +133,11 @@ func (c *Client) QueueClear(ctx context.Context) ([]*roomcastpb.QueueEntry, erro
 
 // QueueEventOf returns the queue change m carries, if it is one: a critical message of type
 // QueueEventType from the server (members cannot send that type).
-func QueueEventOf(m *roomcastpb.Message) (*roomcastpb.QueueEvent, bool) {
-	if m.GetType() != QueueEventType || m.GetSender() != "" || m.GetLane() != roomcastpb.Lane_LANE_CRITICAL {
+func QueueEventOf(m *clientpb.Message) (*clientpb.QueueEvent, bool) {
+	if m.GetType() != QueueEventType || m.GetSender() != "" || m.GetLane() != clientpb.Lane_LANE_CRITICAL {
 		return nil, false
 	}
-	var ev roomcastpb.QueueEvent
+	var ev clientpb.QueueEvent
 	if proto.Unmarshal(m.Body, &ev) != nil || ev.Version == 0 {
 		return nil, false
 	}
@@ -150,12 +150,12 @@ func QueueEventOf(m *roomcastpb.Message) (*roomcastpb.QueueEvent, bool) {
 // use.
 type QueueView struct {
 	version uint64
-	entries []*roomcastpb.QueueEntry
-	early   map[uint64]*roomcastpb.QueueEvent // events that came before their predecessor
+	entries []*clientpb.QueueEntry
+	early   map[uint64]*clientpb.QueueEvent // events that came before their predecessor
 }
 
 // Reset replaces the view with a listing (QueueList) and drops the waiting events it covers.
-func (v *QueueView) Reset(entries []*roomcastpb.QueueEntry, version uint64) {
+func (v *QueueView) Reset(entries []*clientpb.QueueEntry, version uint64) {
 	v.entries, v.version = slices.Clone(entries), version
 	for ver := range v.early {
 		if ver <= version {
@@ -167,10 +167,10 @@ func (v *QueueView) Reset(entries []*roomcastpb.QueueEntry, version uint64) {
 
 // Apply takes in one change. It reports whether the view is behind: events are missing
 // (Waiting > 0) and, if they do not come soon, the caller should Reset from a QueueList.
-func (v *QueueView) Apply(ev *roomcastpb.QueueEvent) (behind bool) {
+func (v *QueueView) Apply(ev *clientpb.QueueEvent) (behind bool) {
 	if ev.Version > v.version {
 		if v.early == nil {
-			v.early = make(map[uint64]*roomcastpb.QueueEvent)
+			v.early = make(map[uint64]*clientpb.QueueEvent)
 		}
 		v.early[ev.Version] = ev
 		v.drain()
@@ -191,12 +191,12 @@ func (v *QueueView) drain() {
 	}
 }
 
-func (v *QueueView) apply(ev *roomcastpb.QueueEvent) {
+func (v *QueueView) apply(ev *clientpb.QueueEvent) {
 	indexOf := func(key string) int {
-		return slices.IndexFunc(v.entries, func(e *roomcastpb.QueueEntry) bool { return e.Key == key })
+		return slices.IndexFunc(v.entries, func(e *clientpb.QueueEntry) bool { return e.Key == key })
 	}
 	switch ev.Op {
-	case roomcastpb.QueueOp_QUEUE_OP_OFFER:
+	case clientpb.QueueOp_QUEUE_OP_OFFER:
 		for _, e := range ev.Entries {
 			if i := indexOf(e.Key); i >= 0 {
 				v.entries[i] = e
@@ -204,7 +204,7 @@ func (v *QueueView) apply(ev *roomcastpb.QueueEvent) {
 				v.entries = append(v.entries, e)
 			}
 		}
-	case roomcastpb.QueueOp_QUEUE_OP_CLEAR:
+	case clientpb.QueueOp_QUEUE_OP_CLEAR:
 		v.entries = nil
 	default: // poll, remove, drop
 		for _, e := range ev.Entries {
@@ -216,7 +216,7 @@ func (v *QueueView) apply(ev *roomcastpb.QueueEvent) {
 }
 
 // Entries returns the view's entries, head first. The slice is the view's: do not change it.
-func (v *QueueView) Entries() []*roomcastpb.QueueEntry { return v.entries }
+func (v *QueueView) Entries() []*clientpb.QueueEntry { return v.entries }
 
 // Version returns the version of the queue the view shows.
 func (v *QueueView) Version() uint64 { return v.version }

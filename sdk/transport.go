@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // frameConn is one connection to a ChatLink, whatever carries the frames.
@@ -14,9 +14,9 @@ type frameConn interface {
 	// serve reads frames and passes each to handle until the connection ends, and returns why
 	// it ended: a *CloseError when the server closed it or it dropped, an ErrProtocol error
 	// when the server broke the framing. It is called once, on the Client's reader goroutine.
-	serve(handle func(*roomcastpb.Frame)) error
+	serve(handle func(*clientpb.Frame)) error
 	// write sends one frame. It is safe for concurrent use.
-	write(f *roomcastpb.Frame) error
+	write(f *clientpb.Frame) error
 	// close ends the connection, which makes serve return. It may be called more than once.
 	close()
 }

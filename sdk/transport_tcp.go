@@ -14,7 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // tcpConn carries frames over TCP, each preceded by its length as a 4-byte big-endian integer.
@@ -49,7 +49,7 @@ func newTCPConn(nc net.Conn, writeTimeout time.Duration) *tcpConn {
 	return &tcpConn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), writeTimeout: writeTimeout}
 }
 
-func (t *tcpConn) serve(handle func(*roomcastpb.Frame)) error {
+func (t *tcpConn) serve(handle func(*clientpb.Frame)) error {
 	buf := make([]byte, 4096)
 	for {
 		f, err := readTCPFrame(t.br, &buf)
@@ -68,7 +68,7 @@ func (t *tcpConn) serve(handle func(*roomcastpb.Frame)) error {
 
 // readTCPFrame reads one length-prefixed frame from r, reusing *buf for the bytes (proto.Unmarshal
 // copies what it keeps).
-func readTCPFrame(r io.Reader, buf *[]byte) (*roomcastpb.Frame, error) {
+func readTCPFrame(r io.Reader, buf *[]byte) (*clientpb.Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func readTCPFrame(r io.Reader, buf *[]byte) (*roomcastpb.Frame, error) {
 		}
 		return nil, err
 	}
-	f := new(roomcastpb.Frame)
+	f := new(clientpb.Frame)
 	if err := proto.Unmarshal(b, f); err != nil {
 		return nil, fmt.Errorf("%w: bad frame: %w", ErrProtocol, err)
 	}
@@ -95,7 +95,7 @@ func readTCPFrame(r io.Reader, buf *[]byte) (*roomcastpb.Frame, error) {
 }
 
 // appendTCPFrame appends f with its length prefix to b.
-func appendTCPFrame(b []byte, f *roomcastpb.Frame) ([]byte, error) {
+func appendTCPFrame(b []byte, f *clientpb.Frame) ([]byte, error) {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, f)
@@ -106,7 +106,7 @@ func appendTCPFrame(b []byte, f *roomcastpb.Frame) ([]byte, error) {
 	return b, nil
 }
 
-func (t *tcpConn) write(f *roomcastpb.Frame) error {
+func (t *tcpConn) write(f *clientpb.Frame) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	b, err := appendTCPFrame(t.wbuf[:0], f)

@@ -16,7 +16,7 @@ import (
 	"github.com/lxzan/gws"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // wsConn carries frames over WebSocket, one binary message per frame. gws drives reading with
@@ -29,7 +29,7 @@ type wsConn struct {
 	closed       atomic.Bool
 
 	// Set by serve before the read loop starts and read only by the gws callbacks it runs.
-	handle   func(*roomcastpb.Frame)
+	handle   func(*clientpb.Frame)
 	protoErr error // the server broke the protocol; reported instead of the close
 	closeErr error // why the read loop ended
 
@@ -96,7 +96,7 @@ func dialWS(ctx context.Context, rawURL string, cfg *Config) (*wsConn, error) {
 	return w, nil
 }
 
-func (w *wsConn) serve(handle func(*roomcastpb.Frame)) error {
+func (w *wsConn) serve(handle func(*clientpb.Frame)) error {
 	w.handle = handle
 	w.socket.ReadLoop()
 	if w.protoErr != nil {
@@ -118,7 +118,7 @@ func (w *wsConn) OnMessage(socket *gws.Conn, msg *gws.Message) {
 		w.abort(fmt.Errorf("%w: websocket message with opcode %d, want binary", ErrProtocol, msg.Opcode))
 		return
 	}
-	f := new(roomcastpb.Frame)
+	f := new(clientpb.Frame)
 	if err := proto.Unmarshal(msg.Bytes(), f); err != nil {
 		w.abort(fmt.Errorf("%w: bad frame: %w", ErrProtocol, err))
 		return
@@ -147,7 +147,7 @@ func (w *wsConn) OnClose(socket *gws.Conn, err error) {
 	}
 }
 
-func (w *wsConn) write(f *roomcastpb.Frame) error {
+func (w *wsConn) write(f *clientpb.Frame) error {
 	b, err := proto.Marshal(f)
 	if err != nil {
 		return err

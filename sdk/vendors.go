@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -30,8 +30,8 @@ type vendor struct {
 // eligibleVendors returns the vendors of list that serve region (those listing it or no region
 // at all), or all of them if none does; a vendor of old with the same URL template keeps its
 // state.
-func eligibleVendors(list []*roomcastpb.CdnVendor, region string, old []*vendor) []*vendor {
-	serves := func(v *roomcastpb.CdnVendor) bool {
+func eligibleVendors(list []*clientpb.CdnVendor, region string, old []*vendor) []*vendor {
+	serves := func(v *clientpb.CdnVendor) bool {
 		return len(v.GetRegions()) == 0 || region != "" && slices.Contains(v.GetRegions(), region)
 	}
 	var out []*vendor
@@ -86,7 +86,7 @@ func (p *cdnPoller) orderLocked(now time.Time) []*vendor {
 
 // fetch asks the vendors for segment index, one after another until one serves it or says it
 // is not there (404). It reports false when it got no segment.
-func (p *cdnPoller) fetch(snap snapshot, index int64) (*roomcastpb.Segment, bool) {
+func (p *cdnPoller) fetch(snap snapshot, index int64) (*clientpb.Segment, bool) {
 	p.mu.Lock()
 	order, hc := p.orderLocked(time.Now()), p.hc
 	p.mu.Unlock()
@@ -113,7 +113,7 @@ func (p *cdnPoller) fetch(snap snapshot, index int64) (*roomcastpb.Segment, bool
 }
 
 // get fetches one segment URL and decodes it. status is the HTTP status, 0 without an answer.
-func (p *cdnPoller) get(hc *http.Client, url string, want segment.Want, timeout time.Duration) (*roomcastpb.Segment, int, error) {
+func (p *cdnPoller) get(hc *http.Client, url string, want segment.Want, timeout time.Duration) (*clientpb.Segment, int, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

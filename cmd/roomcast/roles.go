@@ -10,8 +10,8 @@ import (
 	"roomcast/cdnpusher"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/roles"
-	pb "roomcast/proto/roomcastpb"
 )
 
 func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
@@ -191,8 +191,8 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var rep pb.Reply
-	if err := bus.Request(rctx, nc, bus.DrainSubject(*node), &pb.DrainRequest{
+	var rep buspb.Reply
+	if err := bus.Request(rctx, nc, bus.DrainSubject(*node), &buspb.DrainRequest{
 		SpreadMs: uint32(spread.Milliseconds()), DeadlineMs: uint32(deadline.Milliseconds()),
 	}, &rep); err != nil {
 		fmt.Fprintf(stderr, "roomcast drain: node %q did not answer: %v\n", *node, err)

@@ -12,7 +12,7 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 var secret = []byte("example-callback-secret-42")
@@ -33,7 +33,7 @@ func TestAgainstCluster(t *testing.T) {
 
 	m := testkit.DialWS(t, ws)
 	if k := m.LoginAs(testcluster.Token(t, "mallory", "r"), "test").GetKick(); k == nil ||
-		k.Code != uint32(pb.CloseCode_CLOSE_CODE_DENIED_BY_APP) || k.Reason != "this account is suspended" {
+		k.Code != uint32(clientpb.CloseCode_CLOSE_CODE_DENIED_BY_APP) || k.Reason != "this account is suspended" {
 		t.Fatalf("mallory: %v", k)
 	}
 	host := testkit.DialWS(t, ws)
@@ -42,8 +42,8 @@ func TestAgainstCluster(t *testing.T) {
 	guest.Login(testcluster.Token(t, "guest", "r"))
 
 	// The host's tag role:host came from the backend: a message for hosts reaches it alone.
-	sendFrame := func(seq uint64, body, expr string) *pb.Frame {
-		return &pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: seq, Type: "chat", Body: []byte(body), TagExpr: expr}}}
+	sendFrame := func(seq uint64, body, expr string) *clientpb.Frame {
+		return &clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: seq, Type: "chat", Body: []byte(body), TagExpr: expr}}}
 	}
 	guest.Send(sendFrame(1, "hosts only", `"role:host" in tags`))
 	if ack := guest.Next().GetSendAck(); ack == nil {
@@ -54,7 +54,7 @@ func TestAgainstCluster(t *testing.T) {
 	}
 
 	guest.Send(sendFrame(2, "see https://spam.example", ""))
-	if e := guest.Next().GetError(); e == nil || e.Code != uint32(pb.ErrorCode_ERROR_CODE_DENIED_BY_APP) || e.Message != "links are not allowed here" {
+	if e := guest.Next().GetError(); e == nil || e.Code != uint32(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP) || e.Message != "links are not allowed here" {
 		t.Fatalf("link: %v", e)
 	}
 	guest.Send(sendFrame(3, "darn it", ""))

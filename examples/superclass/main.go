@@ -28,7 +28,7 @@ import (
 
 	"roomcast/internal/auth"
 	"roomcast/internal/devcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -178,7 +178,7 @@ func (p *play) join(ctx context.Context, uid string, tags ...string) error {
 	m := &member{uid: uid, tags: tags, got: map[string]bool{}}
 	m.client, err = sdk.Dial(ctx, sdk.Config{
 		Token: tok, Dispatcher: p.cfg.Dispatcher,
-		OnMessage: func(msg *pb.Message) {
+		OnMessage: func(msg *clientpb.Message) {
 			m.mu.Lock()
 			m.got[string(msg.Body)] = true
 			m.mu.Unlock()
@@ -233,7 +233,7 @@ func (p *play) send(ctx context.Context, uid, body, expr string, want func(*memb
 func (p *play) refused(ctx context.Context, uid, body, expr string) {
 	_, err := p.byUID[uid].client.Send(ctx, sdk.Outgoing{Type: "chat", Body: []byte(body), TagExpr: expr})
 	var se *sdk.SendError
-	if !errors.As(err, &se) || se.Code != uint32(pb.ErrorCode_ERROR_CODE_FORBIDDEN) {
+	if !errors.As(err, &se) || se.Code != uint32(clientpb.ErrorCode_ERROR_CODE_FORBIDDEN) {
 		p.failed = append(p.failed, fmt.Sprintf("%s sending %q to %s: want FORBIDDEN, got %v", uid, body, expr, err))
 		return
 	}

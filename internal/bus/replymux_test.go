@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // subsOf returns how many subscriptions the server holds for nc.
@@ -63,7 +63,7 @@ func readAll(ctx context.Context, nc *nats.Conn, room string) ([]string, error) 
 	for {
 		more, err := DirectGet(ctx, nc, testStream, req, func(seq uint64, entry *nats.Msg) {
 			req.Seq = seq + 1
-			var m pb.Message
+			var m clientpb.Message
 			if proto.Unmarshal(entry.Data, &m) == nil {
 				ids = append(ids, m.Id)
 			}
@@ -268,7 +268,7 @@ func TestDirectGetsConcurrent(t *testing.T) {
 	const rooms, perRoom = 16, 5
 	for k := range perRoom {
 		for i := range rooms {
-			b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprintf("%d.%d", i, k)})
+			b, _ := proto.Marshal(&clientpb.Message{Id: fmt.Sprintf("%d.%d", i, k)})
 			if _, err := js.Publish(ctx, testSubject(strconv.Itoa(i)), b); err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +301,7 @@ func TestReplyMuxSurvivesReconnect(t *testing.T) {
 	_, nc, js := directGetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, _ := proto.Marshal(&pb.Message{Id: "m"})
+	b, _ := proto.Marshal(&clientpb.Message{Id: "m"})
 	if _, err := js.Publish(ctx, testSubject("r"), b); err != nil {
 		t.Fatal(err)
 	}

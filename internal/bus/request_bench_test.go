@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/devnats"
-	pb "roomcast/proto/roomcastpb"
 )
 
 // BenchmarkRequest is one request/reply round trip over an embedded NATS server as the way in
@@ -24,15 +24,15 @@ func BenchmarkRequest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	rep := &pb.Reply{MessageId: "01KB0000000000000000000000"}
+	rep := &buspb.Reply{MessageId: "01KB0000000000000000000000"}
 	if _, err := nc.Subscribe(SubjectRoomSend, func(m *nats.Msg) { Respond(nil, m, rep) }); err != nil {
 		b.Fatal(err)
 	}
-	req := &pb.SendRequest{App: "demo", Room: "r1", Uid: "alice", SessionId: "s1", Body: []byte("hello")}
+	req := &buspb.SendRequest{App: "demo", Room: "r1", Uid: "alice", SessionId: "s1", Body: []byte("hello")}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		var got pb.Reply
+		var got buspb.Reply
 		if err := Request(ctx, nc, SubjectRoomSend, req, &got); err != nil {
 			b.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/procs"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -103,8 +103,8 @@ type member struct {
 func (m *member) config() sdk.Config {
 	return sdk.Config{
 		ReconnectMinDelay: 200 * time.Millisecond, ReconnectMaxDelay: time.Second,
-		OnMessage: func(msg *roomcastpb.Message) {
-			if msg.GetLane() != roomcastpb.Lane_LANE_CRITICAL {
+		OnMessage: func(msg *clientpb.Message) {
+			if msg.GetLane() != clientpb.Lane_LANE_CRITICAL {
 				return
 			}
 			m.mu.Lock()

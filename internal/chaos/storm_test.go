@@ -21,7 +21,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/loadgen"
 	"roomcast/internal/testkit/procs"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -137,7 +137,7 @@ func watchRoom(ctx context.Context, t *testing.T, d *procs.Deployment, cl *procs
 		}
 		c, err := sdk.Dial(ctx, sdk.Config{
 			Token: tok, Transport: sdk.TransportTCP, Endpoints: []sdk.Endpoint{{Node: cl.Node, TCPAddr: cl.TCP}},
-			OnMessage: func(m *roomcastpb.Message) {
+			OnMessage: func(m *clientpb.Message) {
 				got := time.Since(time.UnixMilli(m.GetServerTimeMs()))
 				w.mu.Lock()
 				if w.on {

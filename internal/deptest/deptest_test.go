@@ -228,7 +228,7 @@ func TestRules(t *testing.T) {
 		{"api -> store/roomstore", true},
 		{"chatlink -> chatlink/internal/uring", true},
 		{"chatlink -> tag", true},
-		{"room -> proto/roomcastpb", true},
+		{"room -> proto/clientpb", true},
 		{"store/inbox -> internal/bus", true},
 		{"sdk/mobile -> sdk", true},
 		{"internal/roles -> room", true},
@@ -243,7 +243,7 @@ func TestRules(t *testing.T) {
 		{"internal/bus -> room", false},
 		{"sdk -> internal/bus", false},
 		{"proto/segment -> internal/bus", false},
-		{"newfolder -> proto/roomcastpb", false},
+		{"newfolder -> proto/clientpb", false},
 	} {
 		violations, unused := check(graph(c.edge))
 		if len(unused) > 0 {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/dispatcherpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -83,7 +83,7 @@ func TestDispatcherWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := pb.NewDispatcherClient(conn).Dispatch(ctx, &pb.DispatchRequest{App: App, Room: "r", Uid: "u"})
+	resp, err := dispatcherpb.NewDispatcherClient(conn).Dispatch(ctx, &dispatcherpb.DispatchRequest{App: App, Room: "r", Uid: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,9 @@ import (
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testcerts"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/dispatcherpb"
 	"roomcast/sdk"
 )
 
@@ -84,7 +86,7 @@ func TestTLS(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := pb.NewDispatcherClient(conn).Dispatch(ctx, &pb.DispatchRequest{App: "demo", Room: "r", Uid: "u"})
+	d, err := dispatcherpb.NewDispatcherClient(conn).Dispatch(ctx, &dispatcherpb.DispatchRequest{App: "demo", Room: "r", Uid: "u"})
 	if err != nil || len(d.Nodes) != 1 || !strings.HasPrefix(d.Nodes[0].WsUrl, "wss://") || !d.Nodes[0].TcpTls {
 		t.Fatalf("dispatch over gRPC with TLS: %v %v", d, err)
 	}
@@ -93,7 +95,7 @@ func TestTLS(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			room := "tls-" + transport
 			got := make(chan string, 10)
-			dial := func(uid string, onMsg func(*pb.Message)) *sdk.Client {
+			dial := func(uid string, onMsg func(*clientpb.Message)) *sdk.Client {
 				tok, err := c.Mint(uid, room, nil, time.Hour, auth.WithLanes(auth.LaneCritical))
 				if err != nil {
 					t.Fatal(err)
@@ -106,8 +108,8 @@ func TestTLS(t *testing.T) {
 				return cl
 			}
 			alice := dial("alice", nil)
-			dial("bob", func(m *pb.Message) { got <- string(m.Body) })
-			if _, err := alice.Send(ctx, sdk.Outgoing{Body: []byte("hi over " + transport), Lane: pb.Lane_LANE_CRITICAL}); err != nil {
+			dial("bob", func(m *clientpb.Message) { got <- string(m.Body) })
+			if _, err := alice.Send(ctx, sdk.Outgoing{Body: []byte("hi over " + transport), Lane: clientpb.Lane_LANE_CRITICAL}); err != nil {
 				t.Fatal(err)
 			}
 			// The server API over HTTPS reaches the same room.
@@ -142,7 +144,7 @@ func TestTLS(t *testing.T) {
 
 	// The server API answers over gRPC with TLS.
 	md := metadata.Pairs("authorization", "Bearer "+devcluster.APIKey)
-	if sent, err := pb.NewRoomcastAPIClient(conn).SendToRoom(metadata.NewOutgoingContext(ctx, md), &pb.SendToRoomRequest{Room: "tls-ws", Body: "over gRPC"}); err != nil || sent.Id == "" {
+	if sent, err := apipb.NewRoomcastAPIClient(conn).SendToRoom(metadata.NewOutgoingContext(ctx, md), &apipb.SendToRoomRequest{Room: "tls-ws", Body: "over gRPC"}); err != nil || sent.Id == "" {
 		t.Fatalf("SendToRoom over gRPC with TLS: %v %v", sent, err)
 	}
 

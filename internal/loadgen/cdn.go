@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/cdnedge"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
 
@@ -230,7 +230,7 @@ func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 
 	// What the viewers polled, one decoded segment per window, for the long-link comparison.
 	var segMu sync.Mutex
-	segs := map[int64]*roomcastpb.Segment{}
+	segs := map[int64]*clientpb.Segment{}
 	var badSegments atomic.Int64
 	w := int64(conf.GetWindowMs())
 	var grace atomic.Int64 // ms; the SDK's guess until a segment's next_at_ms says
@@ -356,7 +356,7 @@ func RunCDN(ctx context.Context, cfg Config) (CDNResult, error) {
 
 // cdnModeOn pins room to CDN_MODE_BULK and waits until that mode is in force (a pusher writes
 // the room), returning the config members get.
-func cdnModeOn(ctx context.Context, hc *http.Client, cfg Config, room string) (*roomcastpb.CdnConfig, error) {
+func cdnModeOn(ctx context.Context, hc *http.Client, cfg Config, room string) (*clientpb.CdnConfig, error) {
 	path := "/v1/rooms/" + url.PathEscape(room) + "/cdn"
 	if err := apiCall(ctx, hc, cfg.API, cfg.APIKey, http.MethodPut, path, map[string]any{"mode": "CDN_MODE_BULK"}, nil); err != nil {
 		return nil, err
@@ -379,9 +379,9 @@ func cdnModeOn(ctx context.Context, hc *http.Client, cfg Config, room string) (*
 			if conf.WindowMs == 0 || len(conf.Vendors) == 0 {
 				return nil, fmt.Errorf("bench: the room's CDN config has no window or vendor: %s", state.Config)
 			}
-			c := &roomcastpb.CdnConfig{Mode: roomcastpb.CdnMode_CDN_MODE_BULK, WindowMs: conf.WindowMs, PollIntervalMs: conf.PollIntervalMs, PollJitterMs: conf.PollJitterMs}
+			c := &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_BULK, WindowMs: conf.WindowMs, PollIntervalMs: conf.PollIntervalMs, PollJitterMs: conf.PollJitterMs}
 			for _, v := range conf.Vendors {
-				c.Vendors = append(c.Vendors, &roomcastpb.CdnVendor{UrlTemplate: v.URLTemplate, Weight: v.Weight})
+				c.Vendors = append(c.Vendors, &clientpb.CdnVendor{UrlTemplate: v.URLTemplate, Weight: v.Weight})
 			}
 			return c, nil
 		}
@@ -504,15 +504,15 @@ func (c *originCounter) close() {
 
 // longLinkBytes is what the long link would spend on msgs: Push frames of the messages of each
 // flush tick, each in a WebSocket frame.
-func longLinkBytes(msgs []*roomcastpb.Message) int64 {
-	byTick := map[int64][]*roomcastpb.Message{}
+func longLinkBytes(msgs []*clientpb.Message) int64 {
+	byTick := map[int64][]*clientpb.Message{}
 	for _, m := range msgs {
 		t := m.GetServerTimeMs() / longLinkTick
 		byTick[t] = append(byTick[t], m)
 	}
 	var total int64
 	for _, ms := range byTick {
-		n := proto.Size(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{Messages: ms}}})
+		n := proto.Size(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: ms}}})
 		header := 2
 		switch {
 		case n >= 1<<16:

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // maxBodySize is the protocol's limit on a message body.
@@ -27,9 +27,9 @@ type LaneCounts struct {
 
 func laneCounts(byLane [4]int64) LaneCounts {
 	return LaneCounts{
-		Critical: byLane[roomcastpb.Lane_LANE_CRITICAL],
-		Normal:   byLane[roomcastpb.Lane_LANE_NORMAL] + byLane[roomcastpb.Lane_LANE_UNSPECIFIED],
-		Bulk:     byLane[roomcastpb.Lane_LANE_BULK],
+		Critical: byLane[clientpb.Lane_LANE_CRITICAL],
+		Normal:   byLane[clientpb.Lane_LANE_NORMAL] + byLane[clientpb.Lane_LANE_UNSPECIFIED],
+		Bulk:     byLane[clientpb.Lane_LANE_BULK],
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestFeedSplitsFrames feeds a poller-read member its server's frames cut into pieces of every
@@ -23,8 +23,8 @@ func TestFeedSplitsFrames(t *testing.T) {
 	for i, size := range []int{10, 300, 70_000, 1} {
 		body := strings.Repeat(string(rune('a'+i)), size)
 		want = append(want, fmt.Sprintf("%d:%d", i, size))
-		b, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
-			Messages: []*roomcastpb.Message{{Lane: roomcastpb.Lane(i % 3), Body: []byte(body)}}}}})
+		b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
+			Messages: []*clientpb.Message{{Lane: clientpb.Lane(i % 3), Body: []byte(body)}}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,8 +92,8 @@ func TestReadLoop(t *testing.T) {
 	c := &rawClient{nc: cl, done: make(chan struct{}), fd: -1, onMsg: func(_ int32, body []byte) { got = append(got, string(body)) }}
 	go c.readLoop()
 	for _, body := range []string{"a", "bc"} {
-		b, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{
-			Messages: []*roomcastpb.Message{{Body: []byte(body)}}}}})
+		b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
+			Messages: []*clientpb.Message{{Body: []byte(body)}}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,12 +114,12 @@ func TestBeatEveryFollowsTheServer(t *testing.T) {
 	t.Parallel()
 	c := &rawClient{acked: make(chan struct{}), fd: -1}
 	for _, tc := range []struct {
-		f    *roomcastpb.Frame
+		f    *clientpb.Frame
 		want time.Duration
 	}{
-		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{HeartbeatIntervalMs: 25_000}}}, 25 * time.Second},
-		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{HeartbeatIntervalMs: 30_000}}}, 30 * time.Second},
-		{&roomcastpb.Frame{Kind: &roomcastpb.Frame_HeartbeatAck{HeartbeatAck: &roomcastpb.HeartbeatAck{}}}, 30 * time.Second},
+		{&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{HeartbeatIntervalMs: 25_000}}}, 25 * time.Second},
+		{&clientpb.Frame{Kind: &clientpb.Frame_HeartbeatAck{HeartbeatAck: &clientpb.HeartbeatAck{HeartbeatIntervalMs: 30_000}}}, 30 * time.Second},
+		{&clientpb.Frame{Kind: &clientpb.Frame_HeartbeatAck{HeartbeatAck: &clientpb.HeartbeatAck{}}}, 30 * time.Second},
 	} {
 		b, err := proto.Marshal(tc.f)
 		if err != nil {

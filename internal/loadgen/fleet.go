@@ -14,7 +14,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"roomcast/internal/auth"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -266,7 +266,7 @@ func (f *fleet) joined(m *member, c memberConn, err error, took time.Duration) {
 }
 
 // receive records one pushed message. It runs on the client's OnMessage goroutine.
-func (m *member) receive(msg *roomcastpb.Message) { m.receiveBody(int32(msg.GetLane()), msg.GetBody()) }
+func (m *member) receive(msg *clientpb.Message) { m.receiveBody(int32(msg.GetLane()), msg.GetBody()) }
 
 // receiveBody records one pushed message by its lane and body; body is not kept.
 func (m *member) receiveBody(lane int32, body []byte) {
@@ -362,7 +362,7 @@ type report struct {
 	Failed       int64    `json:"failed"`
 	Disconnected int64    `json:"disconnected"` // connections that ended before the bench closed them
 	Errors       []string `json:"errors,omitempty"`
-	// Lanes counts distinct deliveries by roomcastpb.Lane.
+	// Lanes counts distinct deliveries by clientpb.Lane.
 	Lanes      [4]int64 `json:"lanes"`
 	Dup        int64    `json:"dup"`
 	Leaked     int64    `json:"leaked"`     // receipts outside a message's audience

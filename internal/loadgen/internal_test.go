@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -235,8 +235,8 @@ func TestBar(t *testing.T) {
 	}
 }
 
-func pbMessage(body []byte) *roomcastpb.Message {
-	return &roomcastpb.Message{Lane: roomcastpb.Lane_LANE_CRITICAL, Body: body}
+func pbMessage(body []byte) *clientpb.Message {
+	return &clientpb.Message{Lane: clientpb.Lane_LANE_CRITICAL, Body: body}
 }
 
 // TestStartSpec checks that a run hands its settings to its workers.

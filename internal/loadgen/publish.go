@@ -14,7 +14,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // publisher sends the bench's messages to a room through the server API, paced at a rate, with
@@ -172,14 +172,14 @@ func (p *publisher) send(ctx context.Context, seqs []uint64) {
 	}
 }
 
-func laneValue(lane string) roomcastpb.Lane {
+func laneValue(lane string) clientpb.Lane {
 	switch lane {
 	case "critical":
-		return roomcastpb.Lane_LANE_CRITICAL
+		return clientpb.Lane_LANE_CRITICAL
 	case "bulk":
-		return roomcastpb.Lane_LANE_BULK
+		return clientpb.Lane_LANE_BULK
 	}
-	return roomcastpb.Lane_LANE_NORMAL
+	return clientpb.Lane_LANE_NORMAL
 }
 
 func (p *publisher) post(ctx context.Context, target string, body []byte) error {
@@ -210,7 +210,7 @@ func putSettings(ctx context.Context, hc *http.Client, api, apiKey, room string,
 	return apiCall(ctx, hc, api, apiKey, http.MethodPatch, "/v1/rooms/"+url.PathEscape(room), map[string]any{"settings": s}, nil)
 }
 
-// roomSettings is the JSON of a room's settings in the server API (RoomSettings in proto/api.proto).
+// roomSettings is the JSON of a room's settings in the server API (RoomSettings, proto/room.proto).
 type roomSettings struct {
 	FlushTickMS     uint32 `json:"flush_tick_ms"`
 	LatencyBudgetMS uint32 `json:"latency_budget_ms,omitempty"`

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // runStream publishes like run, over one SendStream of the server API's gRPC listener at addr
@@ -40,7 +40,7 @@ func (p *publisher) runStream(ctx context.Context, addr string, tlsCfg *tls.Conf
 	defer cc.Close()
 	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+p.apiKey))
 	defer cancel()
-	stream, err := roomcastpb.NewRoomcastAPIClient(cc).SendStream(sctx)
+	stream, err := apipb.NewRoomcastAPIClient(cc).SendStream(sctx)
 	if err != nil {
 		fail(fmt.Errorf("api stream: %w", err))
 		return
@@ -84,7 +84,7 @@ func (p *publisher) runStream(ctx context.Context, addr string, tlsCfg *tls.Conf
 			break
 		}
 		now := time.Now()
-		req := &roomcastpb.StreamSendRequest{Seq: uint64(seq), Send: &roomcastpb.SendToRoomRequest{
+		req := &apipb.StreamSendRequest{Seq: uint64(seq), Send: &apipb.SendToRoomRequest{
 			Room: p.room, Type: "bench", Lane: p.laneOf(uint64(seq)), BodyBase64: appendBody(nil, p.id, uint64(seq), now.UnixNano(), p.size),
 			TagExpr: p.tags.target(uint64(seq)).expr(),
 		}}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -101,7 +101,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	if ep.TCPTLS && transport == sdk.TransportTCP || strings.HasPrefix(ep.WSURL, "wss:") && transport != sdk.TransportTCP {
 		return nil, errors.New("raw clients speak plaintext only, and this node serves TLS: use sdk clients")
 	}
-	login, err := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Login{Login: &roomcastpb.Login{
+	login, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{
 		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 
 // heartbeat sends one Heartbeat frame.
 func (c *rawClient) heartbeat() {
-	b, _ := proto.Marshal(&roomcastpb.Frame{Kind: &roomcastpb.Frame_Heartbeat{Heartbeat: &roomcastpb.Heartbeat{
+	b, _ := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{
 		ClientTimeMs: time.Now().UnixMilli()}}})
 	_ = c.write(b)
 }
@@ -361,7 +361,7 @@ func (c *rawClient) frame(b []byte) {
 		b = rest
 		switch num {
 		case frameLoginAck:
-			var ack roomcastpb.LoginAck
+			var ack clientpb.LoginAck
 			_ = proto.Unmarshal(v, &ack)
 			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 			select {
@@ -370,13 +370,13 @@ func (c *rawClient) frame(b []byte) {
 				close(c.acked)
 			}
 		case frameHbAck:
-			var ack roomcastpb.HeartbeatAck
+			var ack clientpb.HeartbeatAck
 			_ = proto.Unmarshal(v, &ack)
 			c.setBeatEvery(ack.GetHeartbeatIntervalMs())
 		case framePush:
 			c.push(v)
 		case frameKick:
-			var k roomcastpb.Kick
+			var k clientpb.Kick
 			_ = proto.Unmarshal(v, &k)
 			c.fail(&sdk.CloseError{Code: k.GetCode(), Reason: k.GetReason(), RetryAfter: time.Duration(k.GetRetryAfterMs()) * time.Millisecond})
 		}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"roomcast/internal/testkit"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -15,7 +15,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	testkit.RunConfigCases(t, Config.withDefaults, []testkit.ConfigCase[Config]{
 		{Name: "zero values take the defaults", Config: Config{Dispatcher: dispatcher, Secret: secret}, Check: func(t *testing.T, c Config) {
 			if c.App != "demo" || c.Room != "r1" || c.Clients != 4 || c.Messages != 10 || c.Transport != sdk.TransportWebSocket ||
-				c.Lane != roomcastpb.Lane_LANE_CRITICAL || c.Timeout != 15*time.Second || c.Settle != 200*time.Millisecond {
+				c.Lane != clientpb.Lane_LANE_CRITICAL || c.Timeout != 15*time.Second || c.Settle != 200*time.Millisecond {
 				t.Errorf("defaults not filled: %+v", c)
 			}
 		}},

@@ -24,7 +24,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"roomcast/internal/auth"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	Transport string
 	// Lane is the lane the messages go on. Zero value means LANE_CRITICAL, which flow control
 	// never drops, so that any loss is a fault rather than policy.
-	Lane roomcastpb.Lane
+	Lane clientpb.Lane
 	// Timeout bounds the whole run: joining, sending and waiting for delivery. Zero value
 	// means 15s.
 	Timeout time.Duration
@@ -75,8 +75,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Transport == "" {
 		c.Transport = sdk.TransportWebSocket
 	}
-	if c.Lane == roomcastpb.Lane_LANE_UNSPECIFIED {
-		c.Lane = roomcastpb.Lane_LANE_CRITICAL
+	if c.Lane == clientpb.Lane_LANE_UNSPECIFIED {
+		c.Lane = clientpb.Lane_LANE_CRITICAL
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 15 * time.Second
@@ -182,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		wg.Go(func() {
 			uid := fmt.Sprintf("probe-%s-%d", run, i)
 			var lanes []auth.MintOption
-			if cfg.Lane == roomcastpb.Lane_LANE_CRITICAL { // members send critical messages only when their token says so
+			if cfg.Lane == clientpb.Lane_LANE_CRITICAL { // members send critical messages only when their token says so
 				lanes = append(lanes, auth.WithLanes(auth.LaneCritical))
 			}
 			tok, err := auth.Mint(cfg.Secret, cfg.App, uid, cfg.Room, nil, cfg.Timeout+time.Minute, lanes...)
@@ -207,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				// A dropped client and a duplicate are findings, not something to hide.
 				NoReconnect:  true,
 				DedupeWindow: -1,
-				OnMessage:    func(m *roomcastpb.Message) { rec.receive(i, m) },
+				OnMessage:    func(m *clientpb.Message) { rec.receive(i, m) },
 				Logger:       cfg.Logger,
 			})
 		})
@@ -310,7 +310,7 @@ func newRecorder(run string, clients int) *recorder {
 }
 
 // receive records message m arriving at client i.
-func (r *recorder) receive(i int, m *roomcastpb.Message) {
+func (r *recorder) receive(i int, m *clientpb.Message) {
 	now := time.Now()
 	var b body
 	if json.Unmarshal(m.GetBody(), &b) != nil || b.Run != r.run {

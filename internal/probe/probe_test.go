@@ -19,7 +19,7 @@ import (
 	"roomcast/internal/probe"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -66,7 +66,7 @@ func TestProbeBadSecret(t *testing.T) {
 		Dispatcher: c.URL(), Secret: []byte("wrong"), Clients: 2, Messages: 1,
 	})
 	var ce *sdk.CloseError
-	if !errors.As(err, &ce) || ce.Code != uint32(roomcastpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+	if !errors.As(err, &ce) || ce.Code != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 		t.Errorf("err = %v, want a 4001 *CloseError", err)
 	}
 	if res.OK() {
@@ -195,11 +195,11 @@ func (l *brokenLink) serve(c *brokenConn) {
 			return
 		}
 		switch k := f.Kind.(type) {
-		case *roomcastpb.Frame_Login:
-			c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_LoginAck{LoginAck: &roomcastpb.LoginAck{
+		case *clientpb.Frame_Login:
+			c.send(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{
 				SessionId: "broken-1", HeartbeatIntervalMs: 60000, Node: "broken",
 			}}})
-		case *roomcastpb.Frame_Send:
+		case *clientpb.Frame_Send:
 			l.mu.Lock()
 			n := l.count
 			l.count++
@@ -208,7 +208,7 @@ func (l *brokenLink) serve(c *brokenConn) {
 				all = append(all, o)
 			}
 			l.mu.Unlock()
-			msg := &roomcastpb.Message{Id: "m", Type: k.Send.GetType(), Lane: k.Send.GetLane(), Body: k.Send.GetBody()}
+			msg := &clientpb.Message{Id: "m", Type: k.Send.GetType(), Lane: k.Send.GetLane(), Body: k.Send.GetBody()}
 			for _, o := range all {
 				switch {
 				case o == c: // echo to the sender
@@ -218,16 +218,16 @@ func (l *brokenLink) serve(c *brokenConn) {
 					o.send(pushOf(msg, msg))
 				}
 			}
-			c.send(&roomcastpb.Frame{Kind: &roomcastpb.Frame_SendAck{SendAck: &roomcastpb.SendAck{Seq: k.Send.GetSeq(), MessageId: "m"}}})
+			c.send(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{Seq: k.Send.GetSeq(), MessageId: "m"}}})
 		}
 	}
 }
 
-func pushOf(msgs ...*roomcastpb.Message) *roomcastpb.Frame {
-	return &roomcastpb.Frame{Kind: &roomcastpb.Frame_Push{Push: &roomcastpb.Push{Messages: msgs}}}
+func pushOf(msgs ...*clientpb.Message) *clientpb.Frame {
+	return &clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: msgs}}}
 }
 
-func (c *brokenConn) send(f *roomcastpb.Frame) {
+func (c *brokenConn) send(f *clientpb.Frame) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = testkit.WriteFrame(c.nc, f)

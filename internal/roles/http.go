@@ -18,7 +18,7 @@ import (
 
 	"roomcast/api"
 	"roomcast/dispatcher"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // stopTimeout bounds how long an HTTP or gRPC server waits for its calls in flight to end
@@ -104,7 +104,7 @@ func jsonErrors(mux *http.ServeMux) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(answer.status)
-		_ = json.NewEncoder(w).Encode(api.ErrorBody{Code: uint32(pb.ErrorCode_ERROR_CODE_BAD_REQUEST), Name: "BAD_REQUEST", Error: msg})
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Code: uint32(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST), Name: "BAD_REQUEST", Error: msg})
 	})
 }
 

@@ -19,7 +19,7 @@ import (
 	"roomcast/internal/devnats"
 	"roomcast/internal/probe"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // scrape GETs a role's /metrics and parses it.
@@ -150,7 +150,7 @@ func TestRoleMetricsAndAudit(t *testing.T) {
 	}
 	bad := testkit.DialWS(t, cl.Node.WSURL())
 	defer bad.Close()
-	if k := bad.LoginAs("not a token", "web").GetKick(); k.GetCode() != uint32(pb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
+	if k := bad.LoginAs("not a token", "web").GetKick(); k.GetCode() != uint32(clientpb.CloseCode_CLOSE_CODE_BAD_TOKEN) {
 		t.Fatalf("bad token answered with %v", k)
 	}
 

@@ -27,9 +27,9 @@ import (
 	"roomcast/chatlink"
 	"roomcast/console"
 	"roomcast/dispatcher"
+	"roomcast/internal/buspb"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
-	pb "roomcast/proto/roomcastpb"
 	"roomcast/room"
 	"roomcast/roomqueue"
 	"roomcast/store/roomstore"
@@ -182,7 +182,7 @@ type Services struct {
 type localRoom struct{ cur atomic.Pointer[room.Service] }
 
 // SendLocalQueued implements api.RoomSender.
-func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*pb.SendRequest) (api.QueuedSend, bool) {
+func (l *localRoom) SendLocalQueued(ctx context.Context, reqs []*buspb.SendRequest) (api.QueuedSend, bool) {
 	if r := l.cur.Load(); r != nil {
 		if q, ok := r.SendLocalQueued(ctx, reqs); ok {
 			return q, true

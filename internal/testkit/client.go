@@ -13,7 +13,7 @@ import (
 	"github.com/lxzan/gws"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // NextTimeout is how long Next waits for a frame before it fails the test.
@@ -27,7 +27,7 @@ type Client struct {
 	t      testing.TB
 	ws     *gws.Conn // nil over TCP
 	nc     net.Conn
-	frames chan *pb.Frame
+	frames chan *clientpb.Frame
 	// done is closed when the reader has stopped: the connection has ended and every frame
 	// it carried is in frames. code is written before.
 	done chan struct{}
@@ -43,7 +43,7 @@ type Client struct {
 }
 
 func newClient(t testing.TB) *Client {
-	c := &Client{t: t, frames: make(chan *pb.Frame, 1024), done: make(chan struct{}), closing: make(chan struct{})}
+	c := &Client{t: t, frames: make(chan *clientpb.Frame, 1024), done: make(chan struct{}), closing: make(chan struct{})}
 	c.resumed.L = &c.mu
 	return c
 }
@@ -81,7 +81,7 @@ type wsEvents struct {
 
 func (h wsEvents) OnMessage(_ *gws.Conn, m *gws.Message) {
 	defer m.Close()
-	var f pb.Frame
+	var f clientpb.Frame
 	if err := proto.Unmarshal(m.Bytes(), &f); err != nil {
 		h.c.t.Errorf("server sent a frame that does not parse: %v", err)
 		return
@@ -168,7 +168,7 @@ func (c *Client) readTCP() {
 	}
 }
 
-func (c *Client) deliver(f *pb.Frame) {
+func (c *Client) deliver(f *clientpb.Frame) {
 	select {
 	case c.frames <- f:
 	case <-c.closing:
@@ -189,7 +189,7 @@ func (c *Client) Close() {
 }
 
 // Send sends f as one frame, failing the test if it cannot.
-func (c *Client) Send(f *pb.Frame) {
+func (c *Client) Send(f *clientpb.Frame) {
 	c.t.Helper()
 	b, err := proto.Marshal(f)
 	if err != nil {
@@ -250,7 +250,7 @@ func (c *Client) Resume() {
 
 // Login logs in with token from device "test" and fails the test unless the answer is a
 // LoginAck.
-func (c *Client) Login(token string) *pb.LoginAck {
+func (c *Client) Login(token string) *clientpb.LoginAck {
 	c.t.Helper()
 	f := c.LoginAs(token, "test")
 	ack := f.GetLoginAck()
@@ -262,21 +262,21 @@ func (c *Client) Login(token string) *pb.LoginAck {
 
 // LoginAs sends a Login with token from device and returns the first answer: a LoginAck, or a
 // Kick.
-func (c *Client) LoginAs(token, device string) *pb.Frame {
+func (c *Client) LoginAs(token, device string) *clientpb.Frame {
 	c.t.Helper()
-	c.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: token, Device: device}}})
+	c.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: token, Device: device}}})
 	return c.Next()
 }
 
 // Next returns the next frame from the server. It fails the test if the connection ends first,
 // or if none comes in NextTimeout.
-func (c *Client) Next() *pb.Frame {
+func (c *Client) Next() *clientpb.Frame {
 	c.t.Helper()
 	return c.NextWithin(NextTimeout)
 }
 
 // NextWithin is Next, waiting at most d.
-func (c *Client) NextWithin(d time.Duration) *pb.Frame {
+func (c *Client) NextWithin(d time.Duration) *clientpb.Frame {
 	c.t.Helper()
 	if f, ok := c.next(d); ok {
 		return f
@@ -291,7 +291,7 @@ func (c *Client) NextWithin(d time.Duration) *pb.Frame {
 }
 
 // next returns the next frame, or false when the connection ended or d passed first.
-func (c *Client) next(d time.Duration) (*pb.Frame, bool) {
+func (c *Client) next(d time.Duration) (*clientpb.Frame, bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -312,7 +312,7 @@ func (c *Client) next(d time.Duration) (*pb.Frame, bool) {
 
 // CollectPushes reads frames until n messages have come, failing the test on any frame that is
 // not a Push, and returns the messages and the number of Push frames they came in.
-func (c *Client) CollectPushes(n int) (msgs []*pb.Message, frames int) {
+func (c *Client) CollectPushes(n int) (msgs []*clientpb.Message, frames int) {
 	c.t.Helper()
 	for len(msgs) < n {
 		f := c.Next()
@@ -326,14 +326,14 @@ func (c *Client) CollectPushes(n int) (msgs []*pb.Message, frames int) {
 }
 
 // Frames returns the buffer of frames not yet taken, for a test that selects on it.
-func (c *Client) Frames() <-chan *pb.Frame { return c.frames }
+func (c *Client) Frames() <-chan *clientpb.Frame { return c.frames }
 
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // ExpectKick fails the test unless the next frame is a Kick with code and the connection then
 // closes: over WebSocket with a close frame carrying the same code.
-func (c *Client) ExpectKick(code pb.CloseCode) *pb.Kick {
+func (c *Client) ExpectKick(code clientpb.CloseCode) *clientpb.Kick {
 	c.t.Helper()
 	f := c.Next()
 	if f.GetKick() == nil || f.GetKick().Code != uint32(code) {
@@ -345,7 +345,7 @@ func (c *Client) ExpectKick(code pb.CloseCode) *pb.Kick {
 
 // ExpectKickAfterPushes is ExpectKick for a member that may have Pushes not yet read: it skips
 // them, and fails on any other frame before the Kick.
-func (c *Client) ExpectKickAfterPushes(code pb.CloseCode) {
+func (c *Client) ExpectKickAfterPushes(code clientpb.CloseCode) {
 	c.t.Helper()
 	f := c.Next()
 	for f.GetPush() != nil {
@@ -357,7 +357,7 @@ func (c *Client) ExpectKickAfterPushes(code pb.CloseCode) {
 	c.expectKickClose(code)
 }
 
-func (c *Client) expectKickClose(code pb.CloseCode) {
+func (c *Client) expectKickClose(code clientpb.CloseCode) {
 	c.t.Helper()
 	if c.ws != nil {
 		c.ExpectClose(uint16(code))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // TestClientTCP runs the client against a scripted server that speaks the TCP framing with
@@ -31,11 +31,11 @@ func TestClientTCP(t *testing.T) {
 			served <- err
 			return
 		}
-		for _, f := range []*pb.Frame{
-			{Kind: &pb.Frame_LoginAck{LoginAck: &pb.LoginAck{SessionId: "s1"}}},
-			{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: []*pb.Message{{Id: "m1"}}}}},
-			{Kind: &pb.Frame_Push{Push: &pb.Push{Messages: []*pb.Message{{Id: "m2"}, {Id: "m3"}}}}},
-			{Kind: &pb.Frame_Kick{Kick: &pb.Kick{Code: uint32(pb.CloseCode_CLOSE_CODE_KICKED)}}},
+		for _, f := range []*clientpb.Frame{
+			{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{SessionId: "s1"}}},
+			{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: []*clientpb.Message{{Id: "m1"}}}}},
+			{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: []*clientpb.Message{{Id: "m2"}, {Id: "m3"}}}}},
+			{Kind: &clientpb.Frame_Kick{Kick: &clientpb.Kick{Code: uint32(clientpb.CloseCode_CLOSE_CODE_KICKED)}}},
 		} {
 			if err := WriteFrame(nc, f); err != nil {
 				served <- err
@@ -46,7 +46,7 @@ func TestClientTCP(t *testing.T) {
 	}()
 
 	c := DialTCP(t, ln.Addr().String(), Paused())
-	c.Send(&pb.Frame{Kind: &pb.Frame_Login{Login: &pb.Login{Token: "tok", Device: "test"}}})
+	c.Send(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "tok", Device: "test"}}})
 	if err := <-served; err != nil {
 		t.Fatalf("server: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestClientTCP(t *testing.T) {
 	if msgs, frames := c.CollectPushes(3); len(msgs) != 3 || frames != 2 || msgs[2].Id != "m3" {
 		t.Fatalf("CollectPushes: %v in %d frames", msgs, frames)
 	}
-	c.ExpectKick(pb.CloseCode_CLOSE_CODE_KICKED)
+	c.ExpectKick(clientpb.CloseCode_CLOSE_CODE_KICKED)
 	select {
 	case <-c.Done():
 	default:

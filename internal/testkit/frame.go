@@ -6,12 +6,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // ReadFrame reads one frame of the TCP transport from r: a 4-byte big-endian length, then that
 // many bytes of Frame. A fake server reads its client's frames with it.
-func ReadFrame(r io.Reader) (*pb.Frame, error) {
+func ReadFrame(r io.Reader) (*clientpb.Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -20,12 +20,12 @@ func ReadFrame(r io.Reader) (*pb.Frame, error) {
 	if _, err := io.ReadFull(r, b); err != nil {
 		return nil, err
 	}
-	f := new(pb.Frame)
+	f := new(clientpb.Frame)
 	return f, proto.Unmarshal(b, f)
 }
 
 // WriteFrame writes f to w as one frame of the TCP transport, in one write.
-func WriteFrame(w io.Writer, f *pb.Frame) error {
+func WriteFrame(w io.Writer, f *clientpb.Frame) error {
 	b, err := proto.Marshal(f)
 	if err != nil {
 		return err

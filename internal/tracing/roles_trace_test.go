@@ -17,10 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/internal/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/dispatcherpb"
 	"roomcast/proto/segment"
 )
 
@@ -57,7 +59,7 @@ func TestRoleSpans(t *testing.T) {
 	}
 	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+grpcTrace+"-"+callerSpan+"-01")
-	if _, err := pb.NewDispatcherClient(conn).Dispatch(ctx, &pb.DispatchRequest{App: app, Room: room}); err != nil {
+	if _, err := dispatcherpb.NewDispatcherClient(conn).Dispatch(ctx, &dispatcherpb.DispatchRequest{App: app, Room: room}); err != nil {
 		t.Fatalf("gRPC Dispatch: %v", err)
 	}
 
@@ -83,12 +85,12 @@ func TestRoleSpans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("alice's online event: %v", err)
 		}
-		var evs pb.SessionEvents
+		var evs buspb.SessionEvents
 		if err := proto.Unmarshal(msg.Data, &evs); err != nil {
 			t.Fatal(err)
 		}
 		for _, ev := range evs.Events {
-			if ev.Uid == "alice" && ev.Kind == pb.SessionEvent_KIND_LOGIN {
+			if ev.Uid == "alice" && ev.Kind == buspb.SessionEvent_KIND_LOGIN {
 				online = msg
 			}
 		}
@@ -181,7 +183,7 @@ func segmentHolds(t *testing.T, c *devcluster.Cluster, room string, timeMs int64
 	const windowMs = 1000 // the dev cluster's
 	index := segment.Index(timeMs, windowMs)
 	url := segment.URL(c.CDNOrigin()+"/{app}/{room}/{window_ms}/{index}", devcluster.App, room, windowMs, index)
-	var seg *pb.Segment
+	var seg *clientpb.Segment
 	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		resp, err := http.Get(url)
 		if err != nil {

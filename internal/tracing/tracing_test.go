@@ -23,7 +23,7 @@ import (
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/internal/tracing"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // collector is a test OTLP/HTTP collector: it decodes the protobuf export requests it is sent
@@ -118,7 +118,7 @@ func TestChatMessageTrace(t *testing.T) {
 	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
 	defer cl.Close()
 	cl.Login(testcluster.Token(t, "alice", "r1"))
-	cl.Send(&pb.Frame{Kind: &pb.Frame_Send{Send: &pb.Send{Seq: 1, Body: []byte("hi")}}})
+	cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{Seq: 1, Body: []byte("hi")}}})
 	for {
 		f := cl.NextWithin(5 * time.Second)
 		if f == nil {

@@ -1,7 +1,7 @@
 // Package segment is the CDN segment's format (docs/cdn.md): where a segment lives (Key, URL,
 // Index), how the pusher writes it (Encode) and how a client reads one it fetched (Decode). The
 // pusher and the Go SDK both import it, so it must import nothing of Roomcast but
-// proto/roomcastpb, and nothing else but the protobuf runtime, klauspost/compress (which the
+// proto/clientpb, and nothing else but the protobuf runtime, klauspost/compress (which the
 // SDK's WebSocket library brings anyway) and the standard library: no storage, bus or server
 // component.
 package segment
@@ -18,7 +18,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // The headers a segment object is stored with: a browser's fetch (and Go's http.Client, when it
@@ -67,7 +67,7 @@ func URL(template, app, room string, windowMs uint32, index int64) string {
 var writers = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
 
 // Encode returns s as stored: the protobuf encoding of s, gzip-compressed.
-func Encode(s *pb.Segment) ([]byte, error) {
+func Encode(s *clientpb.Segment) ([]byte, error) {
 	raw, err := proto.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("segment: marshal: %w", err)
@@ -106,7 +106,7 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // wrapping ErrInvalid) a body that inflates beyond MaxDecoded, is not a Segment, or is a segment
 // of another app, room, window length or index; and a message in it that belongs to another
 // room or carries a tag expression.
-func Decode(body []byte, want Want) (*pb.Segment, error) {
+func Decode(body []byte, want Want) (*clientpb.Segment, error) {
 	raw := body
 	if bytes.HasPrefix(body, gzipMagic) {
 		var err error
@@ -116,7 +116,7 @@ func Decode(body []byte, want Want) (*pb.Segment, error) {
 	} else if len(body) > MaxDecoded {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrInvalid, len(body), MaxDecoded)
 	}
-	var s pb.Segment
+	var s clientpb.Segment
 	if err := proto.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}

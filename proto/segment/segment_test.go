@@ -8,24 +8,24 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"google.golang.org/protobuf/proto"
 
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 var want = Want{App: "app1", Room: "lobby", WindowMs: 1000, Index: 1_764_451_200}
 
-func sample() *pb.Segment {
-	return &pb.Segment{
+func sample() *clientpb.Segment {
+	return &clientpb.Segment{
 		App: want.App, Room: want.Room, WindowMs: want.WindowMs, Index: want.Index,
-		Messages: []*pb.Message{
-			{Id: "01KB0000000000000000000001", Room: "lobby", Type: "gift", Lane: pb.Lane_LANE_CRITICAL, Body: []byte("rocket"), ServerTimeMs: 1_764_451_200_900},
-			{Id: "01KB0000000000000000000002", Room: "lobby", Sender: "u2", Type: "danmaku", Lane: pb.Lane_LANE_BULK, Body: []byte("666"), ServerTimeMs: 1_764_451_200_100},
+		Messages: []*clientpb.Message{
+			{Id: "01KB0000000000000000000001", Room: "lobby", Type: "gift", Lane: clientpb.Lane_LANE_CRITICAL, Body: []byte("rocket"), ServerTimeMs: 1_764_451_200_900},
+			{Id: "01KB0000000000000000000002", Room: "lobby", Sender: "u2", Type: "danmaku", Lane: clientpb.Lane_LANE_BULK, Body: []byte("666"), ServerTimeMs: 1_764_451_200_100},
 		},
 		Sampled:  7,
 		NextAtMs: 1_764_451_202_100,
 	}
 }
 
-func encode(t testing.TB, s *pb.Segment) []byte {
+func encode(t testing.TB, s *clientpb.Segment) []byte {
 	t.Helper()
 	b, err := Encode(s)
 	if err != nil {
@@ -77,7 +77,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 		t.Fatalf("plain protobuf: %v, %v", got, err)
 	}
 	// An empty segment (a quiet window) is valid.
-	empty := &pb.Segment{App: want.App, Room: want.Room, WindowMs: want.WindowMs, Index: want.Index}
+	empty := &clientpb.Segment{App: want.App, Room: want.Room, WindowMs: want.WindowMs, Index: want.Index}
 	if got, err := Decode(encode(t, empty), want); err != nil || len(got.Messages) != 0 {
 		t.Fatalf("empty segment: %v, %v", got, err)
 	}
@@ -86,7 +86,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 func TestDecodeRefuses(t *testing.T) {
 	t.Parallel()
 	good := encode(t, sample())
-	with := func(edit func(s *pb.Segment)) []byte {
+	with := func(edit func(s *clientpb.Segment)) []byte {
 		s := sample()
 		edit(s)
 		return encode(t, s)
@@ -105,13 +105,13 @@ func TestDecodeRefuses(t *testing.T) {
 			_ = zw.Close()
 			return b.Bytes()
 		}(),
-		"other app":             with(func(s *pb.Segment) { s.App = "app2" }),
-		"other room":            with(func(s *pb.Segment) { s.Room = "hall" }),
-		"other window":          with(func(s *pb.Segment) { s.WindowMs = 500 }),
-		"other index":           with(func(s *pb.Segment) { s.Index++ }),
-		"message of other room": with(func(s *pb.Segment) { s.Messages[1].Room = "hall" }),
-		"targeted message":      with(func(s *pb.Segment) { s.Messages[0].TagExpr = "class == 'a'" }),
-		"message without id":    with(func(s *pb.Segment) { s.Messages[0].Id = "" }),
+		"other app":             with(func(s *clientpb.Segment) { s.App = "app2" }),
+		"other room":            with(func(s *clientpb.Segment) { s.Room = "hall" }),
+		"other window":          with(func(s *clientpb.Segment) { s.WindowMs = 500 }),
+		"other index":           with(func(s *clientpb.Segment) { s.Index++ }),
+		"message of other room": with(func(s *clientpb.Segment) { s.Messages[1].Room = "hall" }),
+		"targeted message":      with(func(s *clientpb.Segment) { s.Messages[0].TagExpr = "class == 'a'" }),
+		"message without id":    with(func(s *clientpb.Segment) { s.Messages[0].Id = "" }),
 		"inflates too far":      bomb.Bytes(),
 	} {
 		if _, err := Decode(body, want); !errors.Is(err, ErrInvalid) {
@@ -131,7 +131,7 @@ func FuzzSegmentDecode(f *testing.F) {
 	foreign := sample()
 	foreign.Room = "hall"
 	foreignBytes, _ := Encode(foreign)
-	emptyBytes, _ := Encode(&pb.Segment{App: want.App, Room: want.Room, WindowMs: want.WindowMs, Index: want.Index})
+	emptyBytes, _ := Encode(&clientpb.Segment{App: want.App, Room: want.Room, WindowMs: want.WindowMs, Index: want.Index})
 	for _, seed := range [][]byte{
 		good, raw, foreignBytes, emptyBytes,
 		good[:len(good)/2], good[:11], raw[:len(raw)-3],

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -70,7 +70,7 @@ func NewClient(config *Config, listener Listener) (*Client, error) {
 	}
 	sc := cfg.sdkConfig()
 	if listener != nil {
-		sc.OnMessage = func(m *roomcastpb.Message) { listener.OnMessage(newMessage(m)) }
+		sc.OnMessage = func(m *clientpb.Message) { listener.OnMessage(newMessage(m)) }
 		sc.OnEvent = func(ev sdk.Event) {
 			if e := newEvent(ev); e != nil {
 				listener.OnEvent(e)
@@ -113,14 +113,14 @@ func (c *Client) Send(m *Outgoing) (*SendResult, error) {
 	return &SendResult{MessageID: ack.GetMessageId(), ServerTimeMs: ack.GetServerTimeMs()}, nil
 }
 
-func parseLane(lane string) (roomcastpb.Lane, error) {
+func parseLane(lane string) (clientpb.Lane, error) {
 	switch lane {
 	case LaneCritical:
-		return roomcastpb.Lane_LANE_CRITICAL, nil
+		return clientpb.Lane_LANE_CRITICAL, nil
 	case LaneNormal, "":
-		return roomcastpb.Lane_LANE_NORMAL, nil
+		return clientpb.Lane_LANE_NORMAL, nil
 	case LaneBulk:
-		return roomcastpb.Lane_LANE_BULK, nil
+		return clientpb.Lane_LANE_BULK, nil
 	}
 	return 0, fmt.Errorf("roomcast: send: unknown lane %q (want %q, %q or %q)", lane, LaneCritical, LaneNormal, LaneBulk)
 }

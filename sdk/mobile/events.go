@@ -4,7 +4,7 @@ import (
 	"errors"
 	"math"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -128,7 +128,7 @@ type Event struct {
 }
 
 // newMessage converts a message of the Go SDK.
-func newMessage(m *roomcastpb.Message) *Message {
+func newMessage(m *clientpb.Message) *Message {
 	return &Message{
 		ID: m.GetId(), Room: m.GetRoom(), Sender: m.GetSender(), Type: m.GetType(),
 		Lane: laneName(m.GetLane()), TagExpr: m.GetTagExpr(), Body: m.GetBody(),
@@ -163,11 +163,11 @@ func newEvent(ev sdk.Event) *Event {
 	return nil // an event this facade does not know yet: not passed on
 }
 
-func laneName(l roomcastpb.Lane) string {
+func laneName(l clientpb.Lane) string {
 	switch l {
-	case roomcastpb.Lane_LANE_CRITICAL:
+	case clientpb.Lane_LANE_CRITICAL:
 		return LaneCritical
-	case roomcastpb.Lane_LANE_BULK:
+	case clientpb.Lane_LANE_BULK:
 		return LaneBulk
 	}
 	return LaneNormal // LANE_UNSPECIFIED means normal

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
 
@@ -16,7 +16,7 @@ func TestNewEvent(t *testing.T) {
 		in   sdk.Event
 		want Event
 	}{
-		{&sdk.ConnectedEvent{LoginAck: &roomcastpb.LoginAck{Node: "cl-1", SessionId: "cl-1-7"}, Reconnected: true},
+		{&sdk.ConnectedEvent{LoginAck: &clientpb.LoginAck{Node: "cl-1", SessionId: "cl-1-7"}, Reconnected: true},
 			Event{Kind: EventConnected, Node: "cl-1", SessionID: "cl-1-7", Reconnected: true}},
 		{&sdk.ReconnectingEvent{Attempt: 3, Delay: 1500 * time.Millisecond, Err: boom},
 			Event{Kind: EventReconnecting, Attempt: 3, DelayMs: 1500, Error: "boom"}},
@@ -42,26 +42,26 @@ func TestNewEvent(t *testing.T) {
 }
 
 func TestNewMessage(t *testing.T) {
-	for lane, want := range map[roomcastpb.Lane]string{
-		roomcastpb.Lane_LANE_CRITICAL:    LaneCritical,
-		roomcastpb.Lane_LANE_NORMAL:      LaneNormal,
-		roomcastpb.Lane_LANE_UNSPECIFIED: LaneNormal,
-		roomcastpb.Lane_LANE_BULK:        LaneBulk,
+	for lane, want := range map[clientpb.Lane]string{
+		clientpb.Lane_LANE_CRITICAL:    LaneCritical,
+		clientpb.Lane_LANE_NORMAL:      LaneNormal,
+		clientpb.Lane_LANE_UNSPECIFIED: LaneNormal,
+		clientpb.Lane_LANE_BULK:        LaneBulk,
 	} {
-		m := newMessage(&roomcastpb.Message{Id: "01K", Room: "r", Sender: "s", Type: "chat", Lane: lane,
+		m := newMessage(&clientpb.Message{Id: "01K", Room: "r", Sender: "s", Type: "chat", Lane: lane,
 			TagExpr: "vip", Body: []byte("hi"), ServerTimeMs: 42, RoomSeq: 7, AtLeastOnce: true})
 		if m.ID != "01K" || m.Room != "r" || m.Sender != "s" || m.Type != "chat" || m.Lane != want ||
 			m.TagExpr != "vip" || string(m.Body) != "hi" || m.ServerTimeMs != 42 || m.RoomSeq != 7 || !m.AtLeastOnce {
 			t.Errorf("lane %v: %+v", lane, m)
 		}
-		if lane == roomcastpb.Lane_LANE_UNSPECIFIED {
+		if lane == clientpb.Lane_LANE_UNSPECIFIED {
 			continue
 		}
 		if back, err := parseLane(want); err != nil || back != lane {
 			t.Errorf("parseLane(%q) = %v, %v, want %v", want, back, err, lane)
 		}
 	}
-	if l, err := parseLane(""); err != nil || l != roomcastpb.Lane_LANE_NORMAL {
+	if l, err := parseLane(""); err != nil || l != clientpb.Lane_LANE_NORMAL {
 		t.Errorf(`parseLane("") = %v, %v, want normal`, l, err)
 	}
 }

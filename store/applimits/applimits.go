@@ -1,4 +1,4 @@
-// Package applimits keeps each app's limits and address lists (pb.AppLimits) in the JetStream
+// Package applimits keeps each app's limits and address lists (apipb.AppLimits) in the JetStream
 // KV bucket rc_app_limits and follows their changes, for the roles that enforce them (the
 // ChatLink, the server API). It stores, checks and parses; it must not enforce anything.
 package applimits
@@ -18,7 +18,7 @@ import (
 
 	"roomcast/internal/clientip"
 	"roomcast/internal/ratelimit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
 )
 
 // Bucket is the KV bucket of the apps' limits, one key per app.
@@ -56,7 +56,7 @@ func (p *Parsed) Allows(a netip.Addr) bool {
 }
 
 // Parse checks l and parses it.
-func Parse(l *pb.AppLimits) (*Parsed, error) {
+func Parse(l *apipb.AppLimits) (*Parsed, error) {
 	var p Parsed
 	for _, f := range []struct {
 		name string
@@ -108,15 +108,15 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 }
 
 // Get returns app's limits as stored; empty when never set.
-func (s *Store) Get(ctx context.Context, app string) (*pb.AppLimits, error) {
+func (s *Store) Get(ctx context.Context, app string) (*apipb.AppLimits, error) {
 	e, err := s.kv.Get(ctx, app)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &pb.AppLimits{}, nil
+		return &apipb.AppLimits{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("applimits: read %s: %w", app, err)
 	}
-	var l pb.AppLimits
+	var l apipb.AppLimits
 	if err := proto.Unmarshal(e.Value(), &l); err != nil {
 		return nil, fmt.Errorf("applimits: decode %s: %w", app, err)
 	}
@@ -124,7 +124,7 @@ func (s *Store) Get(ctx context.Context, app string) (*pb.AppLimits, error) {
 }
 
 // Put replaces app's limits. The caller has checked them with Parse.
-func (s *Store) Put(ctx context.Context, app string, l *pb.AppLimits) error {
+func (s *Store) Put(ctx context.Context, app string, l *apipb.AppLimits) error {
 	b, err := proto.Marshal(l)
 	if err != nil {
 		return err
@@ -195,7 +195,7 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry) {
 	}
 	delete(next, e.Key())
 	if e.Operation() == jetstream.KeyValuePut {
-		var l pb.AppLimits
+		var l apipb.AppLimits
 		p, err := (*Parsed)(nil), proto.Unmarshal(e.Value(), &l)
 		if err == nil {
 			p, err = Parse(&l)

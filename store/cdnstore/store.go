@@ -18,7 +18,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // BucketPolicy holds what apps asked for: one CdnPolicy per app under "<app>", and one RoomCdn
@@ -91,7 +93,7 @@ func (s *Store) Policies() jetstream.KeyValue { return s.policy }
 func (s *Store) Routes() jetstream.KeyValue { return s.routes }
 
 // SetRoute stores a room's route; a nil route deletes it (the room leaves CDN mode).
-func (s *Store) SetRoute(ctx context.Context, app, room string, r *pb.CdnRoute) error {
+func (s *Store) SetRoute(ctx context.Context, app, room string, r *buspb.CdnRoute) error {
 	key := RouteKey(app, room)
 	if r == nil {
 		if err := s.routes.Delete(ctx, key); err != nil {
@@ -129,29 +131,29 @@ func put(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message
 }
 
 // Policy returns an app's policy as stored: empty if the app never set one.
-func (s *Store) Policy(ctx context.Context, app string) (*pb.CdnPolicy, error) {
-	p := &pb.CdnPolicy{}
+func (s *Store) Policy(ctx context.Context, app string) (*apipb.CdnPolicy, error) {
+	p := &apipb.CdnPolicy{}
 	_, err := get(ctx, s.policy, app, p)
 	return p, err
 }
 
 // SetPolicy stores an app's policy (CheckPolicy first).
-func (s *Store) SetPolicy(ctx context.Context, app string, p *pb.CdnPolicy) error {
+func (s *Store) SetPolicy(ctx context.Context, app string, p *apipb.CdnPolicy) error {
 	return put(ctx, s.policy, app, p)
 }
 
 // SetRoomCdn stores what the app asked for a room: automatic, or mode pinned.
-func (s *Store) SetRoomCdn(ctx context.Context, app, room string, automatic bool, mode pb.CdnMode) error {
+func (s *Store) SetRoomCdn(ctx context.Context, app, room string, automatic bool, mode clientpb.CdnMode) error {
 	if automatic {
-		mode = pb.CdnMode_CDN_MODE_OFF
+		mode = clientpb.CdnMode_CDN_MODE_OFF
 	}
-	return put(ctx, s.policy, app+"."+room, &pb.RoomCdn{Room: room, Automatic: automatic, PinnedMode: mode})
+	return put(ctx, s.policy, app+"."+room, &apipb.RoomCdn{Room: room, Automatic: automatic, PinnedMode: mode})
 }
 
 // RoomCdn returns what the app asked for a room (automatic for a room never set) and what is in
 // force, from the room's route.
-func (s *Store) RoomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, error) {
-	rc := &pb.RoomCdn{}
+func (s *Store) RoomCdn(ctx context.Context, app, room string) (*apipb.RoomCdn, error) {
+	rc := &apipb.RoomCdn{}
 	found, err := get(ctx, s.policy, app+"."+room, rc)
 	if err != nil {
 		return nil, err
@@ -160,7 +162,7 @@ func (s *Store) RoomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, err
 		rc.Automatic = true
 	}
 	rc.Room = room
-	var route pb.CdnRoute
+	var route buspb.CdnRoute
 	if found, err = get(ctx, s.routes, RouteKey(app, room), &route); err != nil {
 		return nil, err
 	}
@@ -171,7 +173,7 @@ func (s *Store) RoomCdn(ctx context.Context, app, room string) (*pb.RoomCdn, err
 }
 
 // CheckPolicy returns why p cannot be an app's policy, or nil.
-func CheckPolicy(p *pb.CdnPolicy) error {
+func CheckPolicy(p *apipb.CdnPolicy) error {
 	switch {
 	case len(p.Vendors) > MaxVendors:
 		return fmt.Errorf("at most %d vendors", MaxVendors)
@@ -179,7 +181,7 @@ func CheckPolicy(p *pb.CdnPolicy) error {
 		return fmt.Errorf("poll_interval_ms and poll_jitter_ms must be at most %d", MaxPollInterval)
 	case p.FlowControlLevel > 1 || math.IsNaN(p.FlowControlLevel):
 		return errors.New("flow_control_level must be at most 1")
-	case pb.CdnMode_name[int32(p.RuleMode)] == "":
+	case clientpb.CdnMode_name[int32(p.RuleMode)] == "":
 		return fmt.Errorf("unknown rule_mode %d", p.RuleMode)
 	}
 	for i, v := range p.Vendors {

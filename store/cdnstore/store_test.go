@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
 )
 
 // TestRoomCdn reads what an app asked for a room and what its route puts in force.
@@ -19,23 +21,23 @@ func TestRoomCdn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc, err := s.RoomCdn(ctx, "a", "r"); err != nil || !rc.Automatic || rc.Mode != pb.CdnMode_CDN_MODE_OFF {
+	if rc, err := s.RoomCdn(ctx, "a", "r"); err != nil || !rc.Automatic || rc.Mode != clientpb.CdnMode_CDN_MODE_OFF {
 		t.Fatalf("a room never set: %v, %v", rc, err)
 	}
-	if err := s.SetRoomCdn(ctx, "a", "r", false, pb.CdnMode_CDN_MODE_BULK); err != nil {
+	if err := s.SetRoomCdn(ctx, "a", "r", false, clientpb.CdnMode_CDN_MODE_BULK); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetRoute(ctx, "a", "r", &pb.CdnRoute{App: "a", Room: "r", Mode: pb.CdnMode_CDN_MODE_BULK, Pusher: "p1"}); err != nil {
+	if err := s.SetRoute(ctx, "a", "r", &buspb.CdnRoute{App: "a", Room: "r", Mode: clientpb.CdnMode_CDN_MODE_BULK, Pusher: "p1"}); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := s.RoomCdn(ctx, "a", "r")
-	if err != nil || rc.Automatic || rc.PinnedMode != pb.CdnMode_CDN_MODE_BULK || rc.Mode != pb.CdnMode_CDN_MODE_BULK || rc.Pusher != "p1" {
+	if err != nil || rc.Automatic || rc.PinnedMode != clientpb.CdnMode_CDN_MODE_BULK || rc.Mode != clientpb.CdnMode_CDN_MODE_BULK || rc.Pusher != "p1" {
 		t.Fatalf("a pinned room with its route: %v, %v", rc, err)
 	}
 	if err := s.SetRoute(ctx, "a", "r", nil); err != nil {
 		t.Fatal(err)
 	}
-	if rc, err := s.RoomCdn(ctx, "a", "r"); err != nil || rc.Mode != pb.CdnMode_CDN_MODE_OFF || rc.Pusher != "" {
+	if rc, err := s.RoomCdn(ctx, "a", "r"); err != nil || rc.Mode != clientpb.CdnMode_CDN_MODE_OFF || rc.Pusher != "" {
 		t.Fatalf("after the route's removal: %v, %v", rc, err)
 	}
 }
@@ -43,19 +45,19 @@ func TestRoomCdn(t *testing.T) {
 // TestCheckPolicy refuses policies an app may not set.
 func TestCheckPolicy(t *testing.T) {
 	t.Parallel()
-	vendor := func(url string) *pb.CdnVendor { return &pb.CdnVendor{UrlTemplate: url} }
+	vendor := func(url string) *clientpb.CdnVendor { return &clientpb.CdnVendor{UrlTemplate: url} }
 	for name, c := range map[string]struct {
-		p  *pb.CdnPolicy
+		p  *apipb.CdnPolicy
 		ok bool
 	}{
-		"empty":          {&pb.CdnPolicy{}, true},
-		"a vendor":       {&pb.CdnPolicy{Vendors: []*pb.CdnVendor{vendor("https://cdn.example/{index}")}}, true},
-		"no index":       {&pb.CdnPolicy{Vendors: []*pb.CdnVendor{vendor("https://cdn.example/")}}, false},
-		"not http":       {&pb.CdnPolicy{Vendors: []*pb.CdnVendor{vendor("ftp://cdn.example/{index}")}}, false},
-		"nil vendor":     {&pb.CdnPolicy{Vendors: []*pb.CdnVendor{nil}}, false},
-		"slow polling":   {&pb.CdnPolicy{PollIntervalMs: MaxPollInterval + 1}, false},
-		"level over one": {&pb.CdnPolicy{FlowControlLevel: 1.5}, false},
-		"unknown mode":   {&pb.CdnPolicy{RuleMode: 99}, false},
+		"empty":          {&apipb.CdnPolicy{}, true},
+		"a vendor":       {&apipb.CdnPolicy{Vendors: []*clientpb.CdnVendor{vendor("https://cdn.example/{index}")}}, true},
+		"no index":       {&apipb.CdnPolicy{Vendors: []*clientpb.CdnVendor{vendor("https://cdn.example/")}}, false},
+		"not http":       {&apipb.CdnPolicy{Vendors: []*clientpb.CdnVendor{vendor("ftp://cdn.example/{index}")}}, false},
+		"nil vendor":     {&apipb.CdnPolicy{Vendors: []*clientpb.CdnVendor{nil}}, false},
+		"slow polling":   {&apipb.CdnPolicy{PollIntervalMs: MaxPollInterval + 1}, false},
+		"level over one": {&apipb.CdnPolicy{FlowControlLevel: 1.5}, false},
+		"unknown mode":   {&apipb.CdnPolicy{RuleMode: 99}, false},
 	} {
 		if err := CheckPolicy(c.p); (err == nil) != c.ok {
 			t.Errorf("%s: %v, want ok %v", name, err, c.ok)

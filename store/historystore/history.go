@@ -17,11 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
-// RecordHeader marks an entry of Stream that holds a pb.HistoryRecord (a batch
-// window's kept messages) rather than one pb.Message, as versions before records wrote and a
+// RecordHeader marks an entry of Stream that holds a buspb.HistoryRecord (a batch
+// window's kept messages) rather than one clientpb.Message, as versions before records wrote and a
 // stream may still hold after an upgrade. Its value is the room service's count retention
 // (room.Config.PerRoom) when it wrote the record: the stream keeps that many entries of a
 // room, each of one message or more, and Read trims what it reads to the newest that many
@@ -36,7 +37,7 @@ const RecordHeader = "Rc-History"
 type KeptMessage struct {
 	Seq    uint64
 	Index  int
-	Msg    *pb.Message
+	Msg    *clientpb.Message
 	Sender string
 }
 
@@ -83,7 +84,7 @@ func Read(ctx context.Context, js jetstream.JetStream, app, room string, r Range
 		}
 	}
 	retention := 0 // the newest record's RecordHeader
-	keep := func(seq uint64, index int, m *pb.Message, sender string) {
+	keep := func(seq uint64, index int, m *clientpb.Message, sender string) {
 		// The start time is when an entry was stored, a little after its messages were stamped.
 		if !r.Since.IsZero() && m.ServerTimeMs < r.Since.UnixMilli() {
 			return
@@ -95,7 +96,7 @@ func Read(ctx context.Context, js jetstream.JetStream, app, room string, r Range
 			req.Seq, req.StartTime = seq+1, nil // where a next batch starts
 			mark := entry.Header.Get(RecordHeader)
 			if mark == "" { // one message, as versions before records wrote
-				var m pb.Message
+				var m clientpb.Message
 				if proto.Unmarshal(entry.Data, &m) != nil {
 					skipped++
 					return
@@ -103,7 +104,7 @@ func Read(ctx context.Context, js jetstream.JetStream, app, room string, r Range
 				keep(seq, 0, &m, "")
 				return
 			}
-			var rec pb.HistoryRecord
+			var rec buspb.HistoryRecord
 			if proto.Unmarshal(entry.Data, &rec) != nil {
 				skipped++
 				return

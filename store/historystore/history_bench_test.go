@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // BenchmarkReadHistory reads a room of 20 kept messages (one direct get), as a login's
@@ -19,7 +19,7 @@ func BenchmarkReadHistory(b *testing.B) {
 	ctx := context.Background()
 	const rooms, perRoom = 8, 20
 	for i := range rooms * perRoom {
-		body, _ := proto.Marshal(&pb.Message{Id: fmt.Sprint(i), Body: []byte("a message of a room's history")})
+		body, _ := proto.Marshal(&clientpb.Message{Id: fmt.Sprint(i), Body: []byte("a message of a room's history")})
 		if _, err := js.Publish(ctx, Subject("a", fmt.Sprint(i%rooms)), body); err != nil {
 			b.Fatal(err)
 		}

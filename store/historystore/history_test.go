@@ -12,8 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // historyStream starts an embedded NATS server with Stream, as the room service creates
@@ -48,7 +49,7 @@ func TestReadHistory(t *testing.T) {
 	start := time.Now().Add(-time.Hour)
 	var seqs []uint64
 	for i := range 11 {
-		b, _ := proto.Marshal(&pb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()})
+		b, _ := proto.Marshal(&clientpb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()})
 		ack, err := js.Publish(ctx, Subject("a", "r"), b)
 		if err != nil {
 			t.Fatal(err)
@@ -105,17 +106,17 @@ func TestReadHistoryRecords(t *testing.T) {
 	defer cancel()
 	_, _, js := historyStream(t)
 	start := time.Now().Add(-time.Hour)
-	msg := func(i int) *pb.Message {
-		return &pb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()}
+	msg := func(i int) *clientpb.Message {
+		return &clientpb.Message{Id: fmt.Sprint(i), ServerTimeMs: start.Add(time.Duration(i) * time.Minute).UnixMilli()}
 	}
-	publish := func(retention string, msgs ...*pb.Message) {
+	publish := func(retention string, msgs ...*clientpb.Message) {
 		t.Helper()
 		m := nats.NewMsg(Subject("a", "r"))
 		if retention == "" { // a single message, as versions before records wrote
 			m.Data, _ = proto.Marshal(msgs[0])
 		} else {
 			m.Header.Set(RecordHeader, retention)
-			m.Data, _ = proto.Marshal(&pb.HistoryRecord{Messages: msgs})
+			m.Data, _ = proto.Marshal(&buspb.HistoryRecord{Messages: msgs})
 		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)

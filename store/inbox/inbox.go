@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 )
 
 // Stream is the JetStream stream of the users' stored messages, one subject per user
@@ -139,7 +139,7 @@ func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
 
 // Put stores m for uid of app until it is acknowledged or ttl passes. It returns ErrFull when
 // the user has as many messages stored as allowed.
-func (s *Store) Put(ctx context.Context, app, uid string, m *pb.Message, ttl time.Duration) error {
+func (s *Store) Put(ctx context.Context, app, uid string, m *clientpb.Message, ttl time.Duration) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("inbox: encode: %w", err)
@@ -158,7 +158,7 @@ func (s *Store) Put(ctx context.Context, app, uid string, m *pb.Message, ttl tim
 // Stored is one of a user's stored messages.
 type Stored struct {
 	Seq     uint64 // its sequence in the stream
-	Message *pb.Message
+	Message *clientpb.Message
 }
 
 // User names one user's stored messages.
@@ -250,7 +250,7 @@ func (s *Store) List(ctx context.Context, app, uid string) ([]Stored, error) {
 			return out, fmt.Errorf("inbox: read %s: %w", uid, err)
 		}
 		seq = raw.Sequence + 1
-		m := new(pb.Message)
+		m := new(clientpb.Message)
 		if err := proto.Unmarshal(raw.Data, m); err != nil || (m.ExpiresMs != 0 && m.ExpiresMs <= now) {
 			continue // not ours to deliver: Put writes only messages that parse
 		}

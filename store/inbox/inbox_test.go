@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 )
 
@@ -53,7 +53,7 @@ func TestStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(uid, id string) error {
-		return st.Put(ctx, "app", uid, &pb.Message{Id: id, AtLeastOnce: true}, time.Hour)
+		return st.Put(ctx, "app", uid, &clientpb.Message{Id: id, AtLeastOnce: true}, time.Hour)
 	}
 	for _, id := range []string{"A1", "A2", "A3"} {
 		if err := put("ann", id); err != nil {
@@ -114,7 +114,7 @@ func TestHolding(t *testing.T) {
 		t.Fatalf("nothing stored: %v, %v", has, err)
 	}
 	for _, p := range []struct{ app, uid, id string }{{"app", "ann", "A1"}, {"app", "ann", "A2"}, {"app", "cid", "C1"}, {"third", "ben", "B1"}} {
-		if err := st.Put(ctx, p.app, p.uid, &pb.Message{Id: p.id, AtLeastOnce: true}, time.Hour); err != nil {
+		if err := st.Put(ctx, p.app, p.uid, &clientpb.Message{Id: p.id, AtLeastOnce: true}, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}

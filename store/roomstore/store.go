@@ -1,4 +1,4 @@
-// Package roomstore holds the rooms' shared data in JetStream KV: the rooms (pb.Room: settings,
+// Package roomstore holds the rooms' shared data in JetStream KV: the rooms (apipb.Room: settings,
 // status, tag mutes), their members' restrictions (mutes and bans) and the member tags the app
 // server set, with their keys; and what a room accepts from a sender (send.go). The server API
 // writes it; the room service follows it (its cache) and the room queue service reads it. It
@@ -16,17 +16,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/roompb"
 )
 
 // JetStream KV buckets: what must survive restarts.
 const (
-	// BucketRooms holds one pb.Room per created room, under "<app>.<room>".
+	// BucketRooms holds one apipb.Room per created room, under "<app>.<room>".
 	BucketRooms = "rc_rooms"
-	// BucketRestrictions holds one pb.MemberRestriction per muted or banned user of a room,
+	// BucketRestrictions holds one apipb.MemberRestriction per muted or banned user of a room,
 	// under "<app>.<room>.<uid>".
 	BucketRestrictions = "rc_room_restrictions"
-	// BucketMemberTags holds one pb.MemberTags per user whose tags the app server set, under
+	// BucketMemberTags holds one roompb.MemberTags per user whose tags the app server set, under
 	// "<app>.<uid>".
 	BucketMemberTags = "rc_member_tags"
 )
@@ -74,7 +75,7 @@ func (s *Store) Buckets() []jetstream.KeyValue {
 }
 
 // Room returns a room's record and its revision, or nil when it was never created.
-func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, error) {
+func (s *Store) Room(ctx context.Context, app, room string) (*apipb.Room, uint64, error) {
 	e, err := s.rooms.Get(ctx, RoomKey(app, room))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -82,7 +83,7 @@ func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, e
 	if err != nil {
 		return nil, 0, fmt.Errorf("room: read %s: %w", room, err)
 	}
-	var r pb.Room
+	var r apipb.Room
 	if err := proto.Unmarshal(e.Value(), &r); err != nil {
 		return nil, 0, fmt.Errorf("room: decode %s: %w", room, err)
 	}
@@ -90,7 +91,7 @@ func (s *Store) Room(ctx context.Context, app, room string) (*pb.Room, uint64, e
 }
 
 // CreateRoom stores r unless the room exists; it reports whether it did.
-func (s *Store) CreateRoom(ctx context.Context, app string, r *pb.Room) (bool, error) {
+func (s *Store) CreateRoom(ctx context.Context, app string, r *apipb.Room) (bool, error) {
 	b, err := proto.Marshal(r)
 	if err != nil {
 		return false, err
@@ -110,7 +111,7 @@ var ErrRoomNotFound = errors.New("room: not found")
 
 // UpdateRoom applies change to a created room's record, retrying when another writer got there
 // first. change may return an error to give up.
-func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*pb.Room) error) (*pb.Room, error) {
+func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*apipb.Room) error) (*apipb.Room, error) {
 	for {
 		r, rev, err := s.Room(ctx, app, room)
 		if err != nil {
@@ -140,7 +141,7 @@ func (s *Store) UpdateRoom(ctx context.Context, app, room string, change func(*p
 }
 
 // PutMemberTags stores a user's tags.
-func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags) error {
+func (s *Store) PutMemberTags(ctx context.Context, app string, t *roompb.MemberTags) error {
 	b, err := proto.Marshal(t)
 	if err != nil {
 		return err
@@ -152,7 +153,7 @@ func (s *Store) PutMemberTags(ctx context.Context, app string, t *pb.MemberTags)
 }
 
 // MemberTags returns a user's stored tags, or nil.
-func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags, error) {
+func (s *Store) MemberTags(ctx context.Context, app, uid string) (*roompb.MemberTags, error) {
 	e, err := s.memberTags.Get(ctx, MemberTagsKey(app, uid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -160,7 +161,7 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags
 	if err != nil {
 		return nil, fmt.Errorf("room: read tags of %s: %w", uid, err)
 	}
-	var t pb.MemberTags
+	var t roompb.MemberTags
 	if err := proto.Unmarshal(e.Value(), &t); err != nil {
 		return nil, fmt.Errorf("room: decode tags of %s: %w", uid, err)
 	}
@@ -169,10 +170,10 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*pb.MemberTags
 
 // UpdateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
-func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*pb.MemberRestriction)) (*pb.MemberRestriction, error) {
+func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*apipb.MemberRestriction)) (*apipb.MemberRestriction, error) {
 	key := RestrictionKey(app, room, uid)
 	for {
-		var r pb.MemberRestriction
+		var r apipb.MemberRestriction
 		var rev uint64
 		e, err := s.restrictions.Get(ctx, key)
 		switch {

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"roomcast/internal/buspb"
 	"roomcast/internal/testkit"
-	pb "roomcast/proto/roomcastpb"
+	"roomcast/proto/apipb"
+	"roomcast/proto/clientpb"
+	"roomcast/proto/roompb"
 )
 
 // TestStore creates, updates and restricts a room, and stores a member's tags: what the server
@@ -26,25 +29,25 @@ func TestStore(t *testing.T) {
 	if r, rev, err := s.Room(ctx, "a", "r"); r != nil || rev != 0 || err != nil {
 		t.Fatalf("a room never created: %v, %d, %v", r, rev, err)
 	}
-	if _, err := s.UpdateRoom(ctx, "a", "r", func(*pb.Room) error { return nil }); !errors.Is(err, ErrRoomNotFound) {
+	if _, err := s.UpdateRoom(ctx, "a", "r", func(*apipb.Room) error { return nil }); !errors.Is(err, ErrRoomNotFound) {
 		t.Fatalf("update of a room never created: %v", err)
 	}
 	for i, want := range []bool{true, false} {
-		if created, err := s.CreateRoom(ctx, "a", &pb.Room{Room: "r", Name: "first"}); created != want || err != nil {
+		if created, err := s.CreateRoom(ctx, "a", &apipb.Room{Room: "r", Name: "first"}); created != want || err != nil {
 			t.Fatalf("create %d: %v, %v; want %v", i, created, err, want)
 		}
 	}
-	if _, err := s.UpdateRoom(ctx, "a", "r", func(r *pb.Room) error { r.Name = "second"; return nil }); err != nil {
+	if _, err := s.UpdateRoom(ctx, "a", "r", func(r *apipb.Room) error { r.Name = "second"; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if r, _, err := s.Room(ctx, "a", "r"); err != nil || r.GetName() != "second" {
 		t.Fatalf("after the update: %v, %v", r, err)
 	}
-	r, err := s.UpdateRestriction(ctx, "a", "r", "u", func(r *pb.MemberRestriction) { r.Muted = true })
+	r, err := s.UpdateRestriction(ctx, "a", "r", "u", func(r *apipb.MemberRestriction) { r.Muted = true })
 	if err != nil || !r.Muted || r.Room != "r" || r.Uid != "u" {
 		t.Fatalf("restriction: %v, %v", r, err)
 	}
-	if err := s.PutMemberTags(ctx, "a", &pb.MemberTags{Uid: "u", Tags: []string{"vip"}}); err != nil {
+	if err := s.PutMemberTags(ctx, "a", &roompb.MemberTags{Uid: "u", Tags: []string{"vip"}}); err != nil {
 		t.Fatal(err)
 	}
 	if tags, err := s.MemberTags(ctx, "a", "u"); err != nil || len(tags.GetTags()) != 1 {
@@ -65,25 +68,25 @@ func TestStore(t *testing.T) {
 // TestCheckSend refuses what a room does not accept from a sender.
 func TestCheckSend(t *testing.T) {
 	t.Parallel()
-	ok := func() *pb.SendRequest { return &pb.SendRequest{App: "a", Room: "r", Body: []byte("hi")} }
+	ok := func() *buspb.SendRequest { return &buspb.SendRequest{App: "a", Room: "r", Body: []byte("hi")} }
 	for name, c := range map[string]struct {
-		change func(*pb.SendRequest)
-		code   pb.ErrorCode // 0: accepted
+		change func(*buspb.SendRequest)
+		code   clientpb.ErrorCode // 0: accepted
 	}{
-		"accepted":      {func(*pb.SendRequest) {}, 0},
-		"no room":       {func(r *pb.SendRequest) { r.Room = "" }, pb.ErrorCode_ERROR_CODE_BAD_REQUEST},
-		"empty body":    {func(r *pb.SendRequest) { r.Body = nil }, pb.ErrorCode_ERROR_CODE_BAD_REQUEST},
-		"large body":    {func(r *pb.SendRequest) { r.Body = make([]byte, MaxBodyBytes+1) }, pb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE},
-		"long type":     {func(r *pb.SendRequest) { r.Type = strings.Repeat("t", MaxTypeBytes+1) }, pb.ErrorCode_ERROR_CODE_BAD_REQUEST},
-		"unknown lane":  {func(r *pb.SendRequest) { r.Lane = pb.Lane_LANE_BULK + 1 }, pb.ErrorCode_ERROR_CODE_BAD_REQUEST},
-		"any tag expr":  {func(r *pb.SendRequest) { r.TagExpr = "((" }, 0}, // the room service compiles it
-		"largest body":  {func(r *pb.SendRequest) { r.Body = make([]byte, MaxBodyBytes) }, 0},
-		"invalid UTF-8": {func(r *pb.SendRequest) { r.Type = "\xff" }, pb.ErrorCode_ERROR_CODE_BAD_REQUEST},
+		"accepted":      {func(*buspb.SendRequest) {}, 0},
+		"no room":       {func(r *buspb.SendRequest) { r.Room = "" }, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST},
+		"empty body":    {func(r *buspb.SendRequest) { r.Body = nil }, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST},
+		"large body":    {func(r *buspb.SendRequest) { r.Body = make([]byte, MaxBodyBytes+1) }, clientpb.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE},
+		"long type":     {func(r *buspb.SendRequest) { r.Type = strings.Repeat("t", MaxTypeBytes+1) }, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST},
+		"unknown lane":  {func(r *buspb.SendRequest) { r.Lane = clientpb.Lane_LANE_BULK + 1 }, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST},
+		"any tag expr":  {func(r *buspb.SendRequest) { r.TagExpr = "((" }, 0}, // the room service compiles it
+		"largest body":  {func(r *buspb.SendRequest) { r.Body = make([]byte, MaxBodyBytes) }, 0},
+		"invalid UTF-8": {func(r *buspb.SendRequest) { r.Type = "\xff" }, clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST},
 	} {
 		req := ok()
 		c.change(req)
 		rep := CheckSend(req)
-		if got := pb.ErrorCode(rep.GetCode()); got != c.code {
+		if got := clientpb.ErrorCode(rep.GetCode()); got != c.code {
 			t.Errorf("%s: %v (%s), want %v", name, got, rep.GetMessage(), c.code)
 		}
 	}

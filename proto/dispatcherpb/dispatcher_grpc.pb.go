@@ -7,7 +7,7 @@
 // - protoc             v3.21.12
 // source: dispatcher.proto
 
-package roomcastpb
+package dispatcherpb
 
 import (
 	context "context"

@@ -8,7 +8,7 @@
 // 	protoc        v3.21.12
 // source: limits.proto
 
-package roomcastpb
+package apipb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -197,7 +197,7 @@ const file_limits_proto_rawDesc = "" +
 	"\x04deny\x18\b \x03(\tR\x04deny\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\t \x01(\x03R\tupdatedMs\"\x15\n" +
-	"\x13GetAppLimitsRequestB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\x13GetAppLimitsRequestB\x16Z\x14roomcast/proto/apipbb\x06proto3"
 
 var (
 	file_limits_proto_rawDescOnce sync.Once

@@ -8,7 +8,7 @@
 // 	protoc        v3.21.12
 // source: cdn.proto
 
-package roomcastpb
+package clientpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -368,7 +368,7 @@ const file_cdn_proto_rawDesc = "" +
 	"\aCdnMode\x12\x10\n" +
 	"\fCDN_MODE_OFF\x10\x00\x12\x11\n" +
 	"\rCDN_MODE_BULK\x10\x01\x12\x1c\n" +
-	"\x18CDN_MODE_NORMAL_AND_BULK\x10\x02B\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\x18CDN_MODE_NORMAL_AND_BULK\x10\x02B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
 
 var (
 	file_cdn_proto_rawDescOnce sync.Once

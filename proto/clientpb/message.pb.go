@@ -6,7 +6,7 @@
 // 	protoc        v3.21.12
 // source: message.proto
 
-package roomcastpb
+package clientpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -551,7 +551,7 @@ const file_message_proto_rawDesc = "" +
 	"\rQUEUE_OP_LIST\x10\x04\x12\x13\n" +
 	"\x0fQUEUE_OP_REMOVE\x10\x05\x12\x12\n" +
 	"\x0eQUEUE_OP_CLEAR\x10\x06\x12\x11\n" +
-	"\rQUEUE_OP_DROP\x10\aB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\rQUEUE_OP_DROP\x10\aB\x19Z\x17roomcast/proto/clientpbb\x06proto3"
 
 var (
 	file_message_proto_rawDescOnce sync.Once

@@ -7,7 +7,7 @@
 // 	protoc        v3.21.12
 // source: dispatcher.proto
 
-package roomcastpb
+package dispatcherpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -234,7 +234,7 @@ const file_dispatcher_proto_rawDesc = "" +
 	"\atcp_tls\x18\x04 \x01(\bR\x06tcpTls2U\n" +
 	"\n" +
 	"Dispatcher\x12G\n" +
-	"\bDispatch\x12\x1c.roomcast.v1.DispatchRequest\x1a\x1d.roomcast.v1.DispatchResponseB\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\bDispatch\x12\x1c.roomcast.v1.DispatchRequest\x1a\x1d.roomcast.v1.DispatchResponseB\x1dZ\x1broomcast/proto/dispatcherpbb\x06proto3"
 
 var (
 	file_dispatcher_proto_rawDescOnce sync.Once

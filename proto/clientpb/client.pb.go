@@ -10,7 +10,7 @@
 // 	protoc        v3.21.12
 // source: client.proto
 
-package roomcastpb
+package clientpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -2020,7 +2020,7 @@ const file_client_proto_rawDesc = "" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +
 	"\x16CLOSE_CODE_SLOW_READER\x10\x97#\x12\x1b\n" +
 	"\x16CLOSE_CODE_UNAVAILABLE\x10\x98#\x12\x19\n" +
-	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#B\x1bZ\x19roomcast/proto/roomcastpbb\x06proto3"
+	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
 
 var (
 	file_client_proto_rawDescOnce sync.Once
