@@ -9,7 +9,7 @@ PROTOC_VERSION := 3.21.12
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
-# The S3 server the CDN tests run against (internal/s3test). The CDN edge test runs Debian's
+# The S3 server the CDN tests run against (internal/testkit/s3test). The CDN edge test runs Debian's
 # nginx, which tools installs with apt-get where it is missing.
 VERSITYGW_VERSION := v1.8.0
 # gobind, which generates the mobile bindings of sdk/mobile (what `gomobile bind` runs), is
@@ -43,7 +43,7 @@ FUZZ_TARGETS := \
 	./dispatcher:FuzzClientAddr \
 	./sdk:FuzzReadClaims \
 	./sdk:FuzzReadTCPFrame \
-	./internal/loadgen:FuzzParseMetrics \
+	./internal/tools/loadgen:FuzzParseMetrics \
 	./room:FuzzHistoryCursor \
 	./roomqueue:FuzzQueueChange \
 	./callback:FuzzAnswer
@@ -83,7 +83,7 @@ debs:
 	@protoc --version | grep -q "libprotoc $(PROTOC_VERSION)" || { echo "protoc $(PROTOC_VERSION) is required, found: $$(protoc --version)"; exit 1; }
 
 # gotools installs the pinned Go tools: code generators, staticcheck, versitygw (the S3 server of
-# the CDN tests, internal/s3test) and gobind.
+# the CDN tests, internal/testkit/s3test) and gobind.
 gotools:
 	@$(call go_install,protoc-gen-go,google.golang.org/protobuf,$(PROTOC_GEN_GO_VERSION),google.golang.org/protobuf/cmd/protoc-gen-go)
 	@$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION),google.golang.org/grpc/cmd/protoc-gen-go-grpc)
@@ -127,7 +127,7 @@ lint: tools
 
 # The longest test packages, named first: go test starts packages in the order given, so these
 # run beside the many short ones rather than after them.
-SLOW_TESTS := ./cdnmanager ./internal/loadgen ./chatlink ./cmd/roomcast
+SLOW_TESTS := ./cdnmanager ./internal/tools/loadgen ./chatlink ./cmd/roomcast
 
 unit:
 	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
@@ -140,14 +140,14 @@ docs-check:
 unit-long:
 	go test -race -count=1 -timeout 20m $(SLOW_TESTS) ./...
 
-## chaos: the fault cases of internal/chaos, each against the deployment as real processes (three
+## chaos: the fault cases of test/chaos, each against the deployment as real processes (three
 ## nats-server, two services, two ChatLinks, versitygw, the CDN pusher); -short skips them in
 ## `unit`, so they run here, one at a time, without -race (the processes are the subject). Each
 ## case writes its figures into docs/reliability.md's results table. The reconnect storm runs
 ## with 15,000 clients here (ROOMCAST_CHAOS_STORM), with 2,000 elsewhere.
 CHAOS = ROOMCAST_CHAOS_REPORT=$(CURDIR)/docs/reliability.md go test -count=1 -v -timeout 10m
 chaos: tools
-	ROOMCAST_CHAOS_STORM=15000 $(CHAOS) ./internal/chaos
+	ROOMCAST_CHAOS_STORM=15000 $(CHAOS) ./test/chaos
 
 # The cases that fail some runs for a reason not fixed yet, each a known failure of
 # docs/reliability.md: `make chaos` runs them, CI (chaos-ci) leaves them out until fixed.
@@ -157,7 +157,7 @@ CHAOS_KNOWN_FAILURES :=
 alternation = $(subst $(eval) ,|,$(strip $(1)))
 
 chaos-ci: tools
-	$(CHAOS) -skip '^($(call alternation,$(CHAOS_KNOWN_FAILURES)))$$' ./internal/chaos
+	$(CHAOS) -skip '^($(call alternation,$(CHAOS_KNOWN_FAILURES)))$$' ./test/chaos
 
 ## fuzz: run each fuzz target for FUZZTIME (default 5s); a crash leaves its input in the
 ## package's testdata/fuzz, to fix and commit.

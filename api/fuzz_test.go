@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
 )
 

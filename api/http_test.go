@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
 )
 

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/roompb"

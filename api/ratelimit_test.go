@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/apipb"

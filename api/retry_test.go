@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 )

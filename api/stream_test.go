@@ -17,7 +17,7 @@ import (
 
 	"roomcast/api"
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/apipb"

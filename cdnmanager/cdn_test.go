@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )

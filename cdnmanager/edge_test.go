@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/cdnedge"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/tools/cdnedge"
 	"roomcast/proto/segment"
 )
 
-// startNginx runs a CDN edge (internal/cdnedge: Debian's nginx with proxy_cache_lock) in front
-// of origin and returns its base URL. The test fails, not skips, without nginx: `make tools`
+// startNginx runs a CDN edge (internal/tools/cdnedge: Debian's nginx with proxy_cache_lock) in
+// front of origin and returns its base URL. The test fails, not skips, without nginx: `make tools`
 // installs it.
 func startNginx(t *testing.T, origin string) string {
 	t.Helper()

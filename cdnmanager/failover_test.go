@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/cdnpusher"
-	"roomcast/internal/devcluster"
-	"roomcast/internal/s3test"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/testkit/s3test"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )

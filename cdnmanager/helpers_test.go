@@ -21,7 +21,7 @@ import (
 
 	"roomcast/cdnpusher"
 	"roomcast/internal/bus"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

@@ -13,8 +13,8 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/s3test"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )

@@ -13,8 +13,8 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/s3test"
 	"roomcast/proto/clientpb"
 )
 

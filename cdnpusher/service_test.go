@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/buspb"
-	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/s3test"
 	"roomcast/proto/clientpb"
 	"roomcast/store/cdnstore"
 )

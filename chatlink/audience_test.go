@@ -115,9 +115,9 @@ func TestWritesKeepTheirOwnAudiences(t *testing.T) {
 	}
 }
 
-// BenchmarkRoomWriteTargeted is BenchmarkRoomWrite for the targeted fan-out bench's shape: a
-// write of 25 messages, each for one or two classes and a group (internal/loadgen/tags.go), to
-// 625 members in 500 groups, without the socket.
+// BenchmarkRoomWriteTargeted is BenchmarkRoomWrite for the targeted fan-out bench's shape: a write
+// of 25 messages, each for one or two classes and a group (internal/tools/loadgen/tags.go), to 625
+// members in 500 groups, without the socket.
 func BenchmarkRoomWriteTargeted(b *testing.B) {
 	r := testRoom(Config{Node: "n1"}, nil, time.Now())
 	in := tag.NewInterner()

@@ -14,7 +14,7 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

@@ -19,7 +19,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/chatlink"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"roomcast/chatlink"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

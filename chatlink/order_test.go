@@ -15,7 +15,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

@@ -18,7 +18,7 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/chatlink/internal/wsproto"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"
 )

@@ -12,7 +12,7 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"

@@ -16,7 +16,7 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"

@@ -13,7 +13,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/presence"

@@ -12,7 +12,7 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

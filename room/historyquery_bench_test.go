@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"roomcast/internal/buspb"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 	"roomcast/proto/clientpb"
 	"roomcast/store/historystore"

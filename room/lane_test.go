@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"

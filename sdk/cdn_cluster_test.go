@@ -21,9 +21,9 @@ import (
 
 	"roomcast/cdnpusher"
 	"roomcast/internal/bus"
-	"roomcast/internal/devcluster"
-	"roomcast/internal/s3test"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/s3test"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"roomcast/chatlink"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"

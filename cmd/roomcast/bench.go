@@ -11,8 +11,8 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"roomcast/internal/devcluster"
-	"roomcast/internal/loadgen"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/tools/loadgen"
 	"roomcast/sdk"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 )
 
 //go:embed web/index.html web/demo.js

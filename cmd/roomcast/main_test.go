@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

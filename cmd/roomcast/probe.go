@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"roomcast/internal/devcluster"
-	"roomcast/internal/probe"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/tools/probe"
 	"roomcast/sdk"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/chatlink"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/roles"
+	"roomcast/internal/roles/devcluster"
 )
 
 // startFailed prints why a role could not start as one line, the error followed by what to do

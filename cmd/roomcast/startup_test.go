@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk"

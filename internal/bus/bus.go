@@ -3,7 +3,7 @@
 // (directget.go; the answers come on one reply subscription per connection, replymux.go), with
 // which the ChatLinks and the room service read a room's history (store/historystore). It
 // holds no business logic nor the definition of stored data (store/), and it does not run a
-// NATS server: the embedded one of `roomcast dev` and tests is internal/devnats.
+// NATS server: the embedded one of `roomcast dev` and tests is internal/roles/devnats.
 package bus
 
 import (

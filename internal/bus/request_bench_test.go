@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/buspb"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 )
 
 // BenchmarkRequest is one request/reply round trip over an embedded NATS server as the way in

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"roomcast/internal/certfiles"
-	"roomcast/internal/testcerts"
+	"roomcast/internal/testkit/testcerts"
 )
 
 // clock is a clock the test moves.

@@ -21,12 +21,15 @@ type kind string
 
 const (
 	kindProto     kind = "proto"     // proto/...: the wire contracts, generated code
-	kindPlumbing  kind = "plumbing"  // internal/...: bus connection, ids, metrics, test helpers
+	kindPlumbing  kind = "plumbing"  // internal/...: bus connection, ids, metrics, certificates
 	kindStore     kind = "store"     // store/...: one home for each shared bucket or stream
 	kindLibrary   kind = "library"   // a component-level folder many components use as a library
 	kindComponent kind = "component" // a folder per component
 	kindSDK       kind = "sdk"       // the client SDK: a component apps import, so stricter
-	kindTool      kind = "tool"      // roomcast probe and bench, clients of the SDK
+	kindTool      kind = "tool"      // internal/tools/...: roomcast probe and bench, SDK clients
+	kindAssembly  kind = "assembly"  // internal/roles/...: the roles and the dev cluster of them
+	kindTestkit   kind = "testkit"   // internal/testkit/...: what tests share
+	kindTest      kind = "test"      // test/...: test-only packages of real-process cases
 	kindWiring    kind = "wiring"    // starts roles from their config: may import everything
 )
 
@@ -45,17 +48,28 @@ var libraries = []string{
 	"tag",
 }
 
-// wiring is the code that starts roles from their config, and test assemblies of it.
-var wiring = []string{
-	"cmd", "examples", "internal/roles", "internal/devcluster",
-	"internal/testkit/testcluster", // starts a devcluster for other packages' tests
+// wiring is the code that starts roles from their config for a binary or a program.
+var wiring = []string{"cmd", "examples"}
+
+// folders maps the folders of a kind of their own to it: the tools behind roomcast probe and
+// roomcast bench, outside the SDK; the assembly of the roles (internal/roles starts each role
+// from its config, internal/roles/devcluster all of them in one process with devnats and
+// devs3); what tests share, the in-process cluster per test (testkit/testcluster) included;
+// the test-only packages that drive a deployment of real processes (test/chaos).
+var folders = []struct {
+	dir  string
+	kind kind
+}{
+	{"internal/tools", kindTool},
+	{"internal/roles", kindAssembly},
+	{"internal/testkit", kindTestkit},
+	{"test", kindTest},
 }
 
-// tools are the clients behind roomcast probe and roomcast bench, outside the SDK.
-var tools = []string{"internal/loadgen", "internal/probe"}
-
 // allowed says which kinds each kind may import. A component and the SDK may also import their
-// own sub-packages (sameComponent); wiring may import everything.
+// own sub-packages (sameComponent); wiring may import everything. No kind but the tests and
+// test support imports test support, and only wiring and the tests import a tool: neither is
+// linked into a role.
 var allowed = map[kind][]kind{
 	kindProto:     {kindProto},
 	kindPlumbing:  {kindPlumbing, kindProto},
@@ -63,7 +77,10 @@ var allowed = map[kind][]kind{
 	kindLibrary:   {kindPlumbing, kindProto},
 	kindComponent: {kindStore, kindLibrary, kindPlumbing, kindProto},
 	kindSDK:       {kindProto},
-	kindTool:      {kindSDK, kindLibrary, kindPlumbing, kindProto},
+	kindTool:      {kindTool, kindSDK, kindLibrary, kindPlumbing, kindProto},
+	kindAssembly:  {kindAssembly, kindComponent, kindStore, kindLibrary, kindPlumbing, kindProto},
+	kindTestkit:   {kindTestkit, kindAssembly, kindStore, kindPlumbing, kindProto},
+	kindTest:      {kindTestkit, kindTool, kindSDK, kindStore, kindPlumbing, kindProto},
 }
 
 // exceptions are the imports the rules above refuse and that are allowed all the same, each
@@ -87,8 +104,10 @@ func classify(path string) (kind, string) {
 	if d, ok := under(wiring); ok {
 		return kindWiring, d
 	}
-	if d, ok := under(tools); ok {
-		return kindTool, d
+	for _, f := range folders {
+		if d, ok := under([]string{f.dir}); ok {
+			return f.kind, d
+		}
 	}
 	if d, ok := under(components); ok {
 		return kindComponent, d
@@ -232,7 +251,14 @@ func TestRules(t *testing.T) {
 		{"store/inbox -> internal/bus", true},
 		{"sdk/mobile -> sdk", true},
 		{"internal/roles -> room", true},
-		{"internal/loadgen -> sdk", true},
+		{"internal/roles/devcluster -> internal/roles", true},
+		{"internal/tools/loadgen -> sdk", true},
+		{"internal/tools/loadgen -> internal/tools/cdnedge", true},
+		{"internal/testkit -> internal/roles/devnats", true},
+		{"internal/testkit/testcluster -> store/inbox", true},
+		{"test/chaos -> internal/testkit/procs", true},
+		{"test/chaos -> internal/tools/loadgen", true},
+		{"cmd/roomcast -> internal/tools/probe", true},
 		{"api -> room", false},
 		{"roomqueue -> room", false},
 		{"chatlink -> dispatcher/internal/x", false},
@@ -243,7 +269,17 @@ func TestRules(t *testing.T) {
 		{"internal/bus -> room", false},
 		{"sdk -> internal/bus", false},
 		{"proto/segment -> internal/bus", false},
+		{"internal/roles -> internal/tools/loadgen", false},
+		{"internal/roles/devcluster -> internal/testkit", false},
+		{"internal/roles -> sdk", false},
+		{"room -> internal/testkit", false},
+		{"internal/bus -> internal/testkit/s3test", false},
+		{"internal/tools/probe -> room", false},
+		{"internal/tools/loadgen -> internal/testkit", false},
+		{"internal/testkit -> room", false},
+		{"test/chaos -> internal/roles/devcluster", false},
 		{"newfolder -> proto/clientpb", false},
+		{"testdata -> proto/clientpb", false},
 	} {
 		violations, unused := check(graph(c.edge))
 		if len(unused) > 0 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

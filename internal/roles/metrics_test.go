@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devnats"
-	"roomcast/internal/probe"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
+	"roomcast/internal/tools/probe"
 	"roomcast/proto/clientpb"
 )
 

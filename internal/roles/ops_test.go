@@ -13,7 +13,7 @@ import (
 
 	"roomcast/api"
 	"roomcast/cdnpusher"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

@@ -1,11 +1,11 @@
 // Package roles starts Roomcast's roles from their configs: the services role (the room and
 // presence services, the dispatcher, the server API over HTTP and gRPC, the CDN manager and
-// optionally a CDN pusher), the ChatLink role (one edge node) and the CDN pusher role (one
-// pusher instance), each with its private ops endpoint (metrics, health, readiness, liveness,
-// profiles, admin routes) apart from its public ports. `roomcast
-// services`, `roomcast chatlink`, `roomcast cdnpusher` and the dev assembly
-// (internal/devcluster) all start their roles here, so the wiring is written once. It only wires: no business logic (the components hold it), no flags (cmd/
-// parses them) and no NATS server (roles connect to one they are given).
+// optionally a CDN pusher), the ChatLink role (one edge node) and the CDN pusher role (one pusher
+// instance), each with its private ops endpoint (metrics, health, readiness, liveness, profiles,
+// admin routes) apart from its public ports. `roomcast services`, `roomcast chatlink`, `roomcast
+// cdnpusher` and the dev assembly (internal/roles/devcluster) all start their roles here, so the
+// wiring is written once. It only wires: no business logic (the components hold it), no flags
+// (cmd/ parses them) and no NATS server (roles connect to one they are given).
 package roles
 
 import (

@@ -19,7 +19,7 @@ import (
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 	"roomcast/internal/testkit"
 )
 

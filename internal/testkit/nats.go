@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"roomcast/internal/devnats"
+	"roomcast/internal/roles/devnats"
 )
 
 // NATS starts an embedded NATS server with JetStream, as `roomcast dev` runs it, storing in a

@@ -2,8 +2,9 @@
 // moves when the test says, free ports and loopback TCP pairs, an embedded NATS server, process
 // CPU time, table tests of
 // a Config's withDefaults, and a wire client that speaks the client protocol (docs/protocol.md)
-// by hand over WebSocket and TCP; its sub-package testcluster starts an in-process cluster per
-// test. Only tests import it, components' in-package tests included, so it imports no
+// by hand over WebSocket and TCP. Its sub-packages: testcluster starts an in-process cluster per
+// test, procs the deployment as real processes, s3test versitygw as the S3 server, testcerts a
+// throwaway CA. Only tests import it, components' in-package tests included, so it imports no
 // component. It holds plumbing, never a test's logic.
 package testkit
 

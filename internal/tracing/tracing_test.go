@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/internal/tracing"

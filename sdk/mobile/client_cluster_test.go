@@ -16,8 +16,8 @@ import (
 
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
 	"roomcast/sdk/mobile"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/s3test"
 )
 
 // The deployment's app, its token secret and the server API's key.

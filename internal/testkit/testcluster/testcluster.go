@@ -1,9 +1,9 @@
 // Package testcluster is the part of the test kit (internal/testkit) that starts a whole
-// in-process Roomcast deployment (internal/devcluster) for a test: real NATS with JetStream, the
-// services, the dispatcher and ChatLinks on free loopback ports, stopped when the test ends. It
-// sits apart from testkit because it imports every component, and the components' own
-// in-package tests import testkit. Only tests import it; it starts clusters and looks into
-// them (a user's stored messages, whether presence knows a user), it does not test them.
+// in-process Roomcast deployment (internal/roles/devcluster) for a test: real NATS with JetStream,
+// the services, the dispatcher and ChatLinks on free loopback ports, stopped when the test ends.
+// It sits apart from testkit because it imports every component, and the components' own
+// in-package tests import testkit. Only tests import it; it starts clusters and looks into them (a
+// user's stored messages, whether presence knows a user), it does not test them.
 package testcluster
 
 import (
@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/devcluster"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/store/inbox"
 )

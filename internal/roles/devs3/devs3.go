@@ -4,7 +4,7 @@
 // does (ETag, Cache-Control, CORS). It keeps objects for a while and then forgets them, so a
 // long dev session does not grow without bound. It is for development only: no credentials are
 // checked and nothing survives a restart. Tests of the pusher against a real S3 server use
-// internal/s3test.
+// internal/testkit/s3test.
 package devs3
 
 import (

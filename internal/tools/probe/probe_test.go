@@ -15,10 +15,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/internal/devcluster"
-	"roomcast/internal/probe"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
+	"roomcast/internal/tools/probe"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"roomcast/internal/loadgen"
+	"roomcast/internal/tools/loadgen"
 )
 
 // TestLoginPinned pins the bench to the CPUs it has and a fleet of two stand-in server

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"roomcast/internal/auth"
-	"roomcast/internal/loadgen"
 	"roomcast/internal/testkit/procs"
+	"roomcast/internal/tools/loadgen"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )

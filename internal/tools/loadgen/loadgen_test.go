@@ -12,10 +12,10 @@ import (
 	"go.uber.org/goleak"
 
 	"roomcast/chatlink"
-	"roomcast/internal/devcluster"
-	"roomcast/internal/loadgen"
 	"roomcast/internal/ratelimit"
+	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
+	"roomcast/internal/tools/loadgen"
 	"roomcast/sdk"
 )
 

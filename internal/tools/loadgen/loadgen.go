@@ -116,7 +116,7 @@ type Config struct {
 	// means 128.
 	Conns int
 	// Edge is the base URL of a CDN edge in front of the room's origin for cdn's viewers to
-	// poll. Zero value means the bench runs nginx (internal/cdnedge) in front of the origin, and
+	// poll. Zero value means the bench runs nginx (internal/tools/cdnedge) in front of the origin, and
 	// counts the requests that reach the origin.
 	Edge string
 	// EdgeWorkers is how many worker processes the bench's nginx runs. Zero value means 1.

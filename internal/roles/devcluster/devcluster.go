@@ -1,11 +1,11 @@
 // Package devcluster starts a whole Roomcast deployment in one process: an embedded NATS server
-// with JetStream (internal/devnats), an embedded S3 store (internal/devs3), the services role
-// (the room, presence and room queue services, any number of instances of each, the dispatcher, the server
-// API over HTTP/JSON and gRPC, the CDN manager and a CDN pusher writing to the embedded store,
-// whose segments the HTTP endpoint serves under /cdn/ as a CDN origin) and a number of
-// ChatLinks, each role started by internal/roles as production starts it. `roomcast
-// dev` runs it, and tests use it as their cluster. It only assembles: the roles hold the wiring
-// and the components the logic.
+// with JetStream (internal/roles/devnats), an embedded S3 store (internal/roles/devs3), the
+// services role (the room, presence and room queue services, any number of instances of each, the
+// dispatcher, the server API over HTTP/JSON and gRPC, the CDN manager and a CDN pusher writing to
+// the embedded store, whose segments the HTTP endpoint serves under /cdn/ as a CDN origin) and a
+// number of ChatLinks, each role started by internal/roles as production starts it. `roomcast dev`
+// runs it, and tests use it as their cluster. It only assembles: the roles hold the wiring and the
+// components the logic.
 package devcluster
 
 import (
@@ -35,9 +35,9 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
-	"roomcast/internal/devnats"
-	"roomcast/internal/devs3"
 	"roomcast/internal/roles"
+	"roomcast/internal/roles/devnats"
+	"roomcast/internal/roles/devs3"
 	"roomcast/presence"
 	"roomcast/room"
 	"roomcast/roomqueue"

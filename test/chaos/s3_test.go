@@ -13,9 +13,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"roomcast/internal/s3test"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/procs"
+	"roomcast/internal/testkit/s3test"
 )
 
 // metric sums the samples of a metric, over its labels, that the role's /metrics serves.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/internal/loadgen"
+	"roomcast/internal/tools/loadgen"
 )
 
 // bench cdn against a dev cluster (its pusher and origin) through the bench's own nginx: every

@@ -1,7 +1,7 @@
 // Package devnats starts a NATS server with JetStream inside this process, for the dev assembly
-// (`roomcast dev`, internal/devcluster) and for tests. Production roles connect to a NATS server
-// they do not run: no component (chatlink, room, presence, dispatcher) may import this package,
-// which would link the NATS server into it.
+// (`roomcast dev`, internal/roles/devcluster) and for tests. Production roles connect to a NATS
+// server they do not run: no component (chatlink, room, presence, dispatcher) may import this
+// package, which would link the NATS server into it.
 package devnats
 
 import (

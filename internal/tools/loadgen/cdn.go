@@ -19,7 +19,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/cdnedge"
+	"roomcast/internal/tools/cdnedge"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/segment"
 )
