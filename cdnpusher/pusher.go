@@ -250,8 +250,11 @@ func (p *Pusher) assign(app, name string, from, until int64, keep bool) error {
 	}
 	delete(sh.released, roomKey{app, name})
 	r := p.roomOf(sh, app, name, from)
-	if keep || until != noEnd {
-		r.assigned = until == noEnd
+	switch {
+	case until != noEnd:
+		r.assigned = false // it ends: written up to until, then forgotten
+	case keep:
+		r.assigned = true
 	}
 	r.end = until
 	r.lastActive = max(r.lastActive, r.open)

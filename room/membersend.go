@@ -107,6 +107,10 @@ func (s *Service) checkLane(req *buspb.SendRequest, st *roompb.RoomSettings) *bu
 // 120 and the time until the cap has room.
 func (s *Service) takeMemberRates(req *buspb.SendRequest, now time.Time) *buspb.Reply {
 	k := roomKey{req.App, req.Room}
+	// The room-wide cap first: a send it refuses then takes nothing of the scarcer critical cap.
+	if ok, retry := s.members.sends.Take(k, perSecond(s.cfg.MemberSendsPerSecond), now); !ok {
+		return rateLimited("the room's member_sends rate", retry)
+	}
 	if req.Lane == clientpb.Lane_LANE_CRITICAL {
 		n := int(s.cache.room(req.App, req.Room).GetSettings().GetMemberCriticalPerSecond())
 		if n == 0 {
@@ -115,9 +119,6 @@ func (s *Service) takeMemberRates(req *buspb.SendRequest, now time.Time) *buspb.
 		if ok, retry := s.members.critical.Take(k, perSecond(n), now); !ok {
 			return rateLimited("the room's member_critical rate", retry)
 		}
-	}
-	if ok, retry := s.members.sends.Take(k, perSecond(s.cfg.MemberSendsPerSecond), now); !ok {
-		return rateLimited("the room's member_sends rate", retry)
 	}
 	return nil
 }

@@ -25,5 +25,5 @@
 // The package keeps no global state, starts no goroutine that Close does not wait for, and
 // logs only through the injected Config.Logger. It imports nothing of Roomcast but proto/clientpb
 // (the client protocol) and proto/segment (the segment format): no gRPC, no server API or bus
-// types (TestDeps checks).
+// types (internal/deptest's TestClosures checks).
 package sdk

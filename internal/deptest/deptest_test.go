@@ -133,6 +133,7 @@ func classify(path string) (kind, string) {
 type pkg struct {
 	ImportPath string
 	Imports    []string
+	Deps       []string // every package it needs, transitively (TestClosures)
 	Error      *struct{ Err string }
 }
 
@@ -143,7 +144,7 @@ func listPackages(t *testing.T) []pkg {
 	if err != nil {
 		t.Fatalf("the go command is needed to read the import graph: %v", err)
 	}
-	cmd := exec.Command(goBin, "list", "-e", "-json=ImportPath,Imports,Error", module+"/...")
+	cmd := exec.Command(goBin, "list", "-e", "-json=ImportPath,Imports,Deps,Error", module+"/...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -222,6 +223,54 @@ func TestImports(t *testing.T) {
 	}
 	for _, e := range unused {
 		t.Errorf("the exception %s is no longer needed: remove it from internal/deptest", e)
+	}
+}
+
+// closures are the packages whose whole dependency tree is a promise to their audience: each
+// may depend, of Roomcast, only on the packages named (and on no gRPC package). The SDK and the
+// mobile bindings compile the client protocol and the segment format, nothing of the server
+// (docs/go-sdk.md); the client protocol imports no other package of Roomcast; the bus and what
+// it shares with the server API (roompb) import neither the API nor gRPC.
+var closures = map[string][]string{
+	"sdk":            {"proto/clientpb", "proto/segment"},
+	"sdk/mobile":     {"sdk", "proto/clientpb", "proto/segment"},
+	"proto/clientpb": nil,
+	"proto/roompb":   {"proto/clientpb"},
+	"internal/buspb": {"proto/clientpb", "proto/roompb"},
+}
+
+// checkClosures returns what the packages of closures depend on, directly or not, that they
+// must not.
+func checkClosures(pkgs []pkg) (violations []string) {
+	byPath := map[string]pkg{}
+	for _, p := range pkgs {
+		byPath[p.ImportPath] = p
+	}
+	for from, ok := range closures {
+		p, found := byPath[module+"/"+from]
+		if !found {
+			violations = append(violations, fmt.Sprintf("%s: no such package; update closures in internal/deptest", from))
+			continue
+		}
+		for _, dep := range p.Deps {
+			rel, ours := strings.CutPrefix(dep, module+"/")
+			switch {
+			case dep == "google.golang.org/grpc" || strings.HasPrefix(dep, "google.golang.org/grpc/"):
+				violations = append(violations, fmt.Sprintf("%s depends on gRPC: %s", from, dep))
+			case ours && !slices.Contains(ok, rel):
+				violations = append(violations, fmt.Sprintf("%s depends on %s", from, rel))
+			}
+		}
+	}
+	sort.Strings(violations)
+	return violations
+}
+
+// TestClosures fails when a package of closures depends, directly or not, on gRPC or on a
+// package of Roomcast it must not: `go list -deps ./sdk ./sdk/mobile` holds no gRPC package.
+func TestClosures(t *testing.T) {
+	for _, v := range checkClosures(listPackages(t)) {
+		t.Errorf("%s", v)
 	}
 }
 
