@@ -94,3 +94,13 @@ func (f *FD) once(fn func(fd uintptr) bool) error {
 	}
 	return nil
 }
+
+// readNow is ReadNow for a detached socket.
+func (f *FD) readNow(buf []byte) (int, bool, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.fd < 0 {
+		return 0, false, ErrClosed
+	}
+	return readResult(readRaw(uintptr(f.fd), buf))
+}

@@ -151,6 +151,7 @@ func BenchmarkPollerRead(b *testing.B) {
 			msg := make([]byte, frame)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := testkit.ProcessCPU()
 			for i := range b.N {
 				if _, err := peers[i%conns].Write(msg); err != nil {
 					b.Fatal(err)
@@ -162,6 +163,7 @@ func BenchmarkPollerRead(b *testing.B) {
 				}
 				time.Sleep(100 * time.Microsecond)
 			}
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

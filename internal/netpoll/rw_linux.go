@@ -27,23 +27,37 @@ func errnoErr(errno unix.Errno) error {
 // ReadNow reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
 // with eof false and a nil error; the peer's end of the stream is eof. buf must not be empty.
 func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
-	var rerr error
+	if f, ok := rc.(*FD); ok {
+		return f.readNow(buf) // the same without a closure, which rc.Read would put on the heap
+	}
+	var errno unix.Errno
 	cerr := rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-			if errno != unix.EINTR {
-				n, rerr = int(r), errnoErr(errno)
-				return true // never wait in the runtime's poller: the Poller said when
-			}
-		}
+		n, errno = readRaw(fd, buf)
+		return true // never wait in the runtime's poller: the Poller said when
 	})
-	switch {
-	case cerr != nil:
+	if cerr != nil {
 		return 0, false, cerr
-	case rerr == unix.EAGAIN:
+	}
+	return readResult(n, errno)
+}
+
+// readRaw reads once from a non-blocking descriptor.
+func readRaw(fd uintptr, buf []byte) (int, unix.Errno) {
+	for {
+		r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+		if errno != unix.EINTR {
+			return int(r), errno
+		}
+	}
+}
+
+// readResult is ReadNow's answer for what readRaw returned.
+func readResult(n int, errno unix.Errno) (int, bool, error) {
+	switch {
+	case errno == unix.EAGAIN:
 		return 0, false, nil
-	case rerr != nil:
-		return 0, false, rerr
+	case errno != 0:
+		return 0, false, errno
 	case n == 0:
 		return 0, true, nil
 	}
