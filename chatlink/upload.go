@@ -1,0 +1,171 @@
+package chatlink
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
+	"roomcast/internal/tracing"
+	"roomcast/proto/clientpb"
+	"roomcast/store/roomstore"
+)
+
+// A room's members on a node send to the room service together: their sends that passed the
+// node's own limits gather for a window (Config.SendWindow) and go as one request, a members'
+// batch on the batch subject, that the room service checks send by send (permissions, mute,
+// lane, the room's caps, the app's send callback) and answers with one answer per send. A
+// room has at most one request in flight per node: sends that arrive meanwhile wait for the
+// next window. So the bus and the room service see at most one message per room, node and
+// window however many members send, a member's sends reach the room in the order it sent them,
+// and each send gets exactly one answer (a SendAck, or an Error: the room's refusal, or 503
+// when the request failed).
+
+// DefaultSendWindow is Config.SendWindow's default: the room service's batch window, so that a
+// room's way in costs the bus what its way out does, at most 50 messages a second per node.
+const DefaultSendWindow = 20 * time.Millisecond
+
+// upload is one send waiting for its room's next request, or in it.
+type upload struct {
+	c   *conn
+	seq uint64
+	req *buspb.SendRequest
+}
+
+// roomUploads are a room's sends on the node. Guarded by uploads.mu.
+type roomUploads struct {
+	q      []upload
+	active bool // its goroutine runs (waiting for a window, or a request in flight)
+}
+
+// uploads are the node's rooms' sends waiting for the room service.
+type uploads struct {
+	n     *Node
+	mu    sync.Mutex // guards rooms
+	rooms map[roomKey]*roomUploads
+}
+
+func newUploads(n *Node) *uploads { return &uploads{n: n, rooms: map[roomKey]*roomUploads{}} }
+
+// add queues a send of c's for its room's next request.
+func (u *uploads) add(c *conn, s *clientpb.Send) {
+	req := &buspb.SendRequest{
+		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session,
+		Type: s.Type, Lane: s.Lane, Body: s.Body, TagExpr: s.TagExpr, SenderTags: c.tagList(),
+		CriticalGranted: c.critical,
+	}
+	k := roomKey{c.app, c.room}
+	u.mu.Lock()
+	r := u.rooms[k]
+	if r == nil {
+		r = &roomUploads{}
+		u.rooms[k] = r
+	}
+	r.q = append(r.q, upload{c: c, seq: s.Seq, req: req})
+	start := !r.active
+	r.active = true
+	u.mu.Unlock()
+	if start {
+		u.n.goAsync(func() { u.run(k, r) })
+	}
+}
+
+// run carries room k's sends to the room service, a window's at a time, until none wait.
+func (u *uploads) run(k roomKey, r *roomUploads) {
+	n := u.n
+	window := n.cfg.SendWindow
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-n.ctx.Done():
+			u.mu.Lock()
+			q := r.q
+			r.q = nil
+			r.active = false
+			delete(u.rooms, k)
+			u.mu.Unlock()
+			for _, s := range q {
+				s.answer(nil, "node shutting down")
+			}
+			return
+		}
+		began := time.Now()
+		u.mu.Lock()
+		take := min(len(r.q), roomstore.MaxMemberBatch)
+		batch := r.q[:take:take]
+		r.q = r.q[take:]
+		if len(r.q) == 0 {
+			r.q = nil
+		}
+		u.mu.Unlock()
+		u.forward(batch)
+		u.mu.Lock()
+		if len(r.q) == 0 {
+			r.active = false
+			delete(u.rooms, k)
+			u.mu.Unlock()
+			return
+		}
+		u.mu.Unlock()
+		// The next window counts from this one's start: a request that took longer than a
+		// window lets the next go at once.
+		timer.Reset(max(window-time.Since(began), 0))
+	}
+}
+
+// forward asks the room service to take a window's sends of one room and answers each.
+func (u *uploads) forward(batch []upload) {
+	n := u.n
+	ctx, span := tracing.Start(n.ctx, "chatlink send", trace.SpanKindServer)
+	defer span.End() // after the answers are written
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	req := &buspb.SendBatchRequest{Sends: make([]*buspb.SendRequest, len(batch)), Members: true}
+	for i, s := range batch {
+		req.Sends[i] = s.req
+	}
+	var rep buspb.Reply
+	err := n.request(ctx, busSend, bus.SubjectRoomSendBatch, req, &rep)
+	switch {
+	case err != nil:
+		for _, s := range batch {
+			s.answer(nil, "room service did not answer")
+		}
+	case rep.Code != 0 || len(rep.Answers) != len(batch):
+		// The whole request refused (it does not parse, a batch too big): every send is told.
+		for _, s := range batch {
+			s.answer(&rep, "")
+		}
+	default:
+		for i, s := range batch {
+			s.answer(rep.Answers[i], "")
+		}
+	}
+}
+
+// answer tells the client how its send went: rep, or 503 with why when rep is nil, and frees
+// its place among the connection's sends in flight.
+func (s upload) answer(rep *buspb.Reply, why string) {
+	c := s.c
+	c.mu.Lock()
+	c.sends.waiting--
+	c.mu.Unlock()
+	switch {
+	case rep == nil:
+		c.sendError(s.seq, clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, why)
+	case rep.Code != 0:
+		c.node.m.sendErrors.WithLabelValues(clientpb.ErrorCode(rep.Code).String()).Inc()
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+			Code: rep.Code, Message: rep.Message, Seq: s.seq, RetryAfterMs: rep.RetryAfterMs,
+		}}})
+	default:
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
+			Seq: s.seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
+		}}})
+	}
+}
