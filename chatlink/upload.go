@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
@@ -90,7 +91,7 @@ func (u *uploads) run(k roomKey, r *roomUploads) {
 			delete(u.rooms, k)
 			u.mu.Unlock()
 			for _, s := range q {
-				s.answer(nil, "node shutting down")
+				s.c.write(s.answerFrame(nil, "node shutting down"))
 			}
 			return
 		}
@@ -131,41 +132,49 @@ func (u *uploads) forward(batch []upload) {
 	}
 	var rep buspb.Reply
 	err := n.request(ctx, busSend, bus.SubjectRoomSendBatch, req, &rep)
-	switch {
-	case err != nil:
-		for _, s := range batch {
-			s.answer(nil, "room service did not answer")
+	// The window's answers go out together: through the node's batch writer, one system call
+	// for many senders' sockets, as a room's frames do (batch.go).
+	outs := make([]out, len(batch))
+	for i, s := range batch {
+		var a *buspb.Reply
+		why := ""
+		switch {
+		case err != nil:
+			why = "room service did not answer"
+		case rep.Code != 0 || len(rep.Answers) != len(batch):
+			a = &rep // the whole request refused (it does not parse, too big): every send is told
+		default:
+			a = rep.Answers[i]
 		}
-	case rep.Code != 0 || len(rep.Answers) != len(batch):
-		// The whole request refused (it does not parse, a batch too big): every send is told.
-		for _, s := range batch {
-			s.answer(&rep, "")
-		}
-	default:
-		for i, s := range batch {
-			s.answer(rep.Answers[i], "")
-		}
+		outs[i] = out{c: s.c, fs: [][]byte{s.answerFrame(a, why)}}
 	}
+	n.writeOuts(outs)
 }
 
-// answer tells the client how its send went: rep, or 503 with why when rep is nil, and frees
-// its place among the connection's sends in flight.
-func (s upload) answer(rep *buspb.Reply, why string) {
+// answerFrame frees s's place among its connection's sends in flight and returns the frame
+// that answers it: rep, or 503 with why when rep is nil.
+func (s upload) answerFrame(rep *buspb.Reply, why string) []byte {
 	c := s.c
 	c.mu.Lock()
 	c.sends.waiting--
 	c.mu.Unlock()
+	var f *clientpb.Frame
 	switch {
 	case rep == nil:
-		c.sendError(s.seq, clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, why)
+		c.node.m.sendErrors.WithLabelValues(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE.String()).Inc()
+		f = &clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+			Code: uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), Message: why, Seq: s.seq,
+		}}}
 	case rep.Code != 0:
 		c.node.m.sendErrors.WithLabelValues(clientpb.ErrorCode(rep.Code).String()).Inc()
-		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
+		f = &clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
 			Code: rep.Code, Message: rep.Message, Seq: s.seq, RetryAfterMs: rep.RetryAfterMs,
-		}}})
+		}}}
 	default:
-		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
+		f = &clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{
 			Seq: s.seq, MessageId: rep.MessageId, ServerTimeMs: rep.ServerTimeMs,
-		}}})
+		}}}
 	}
+	b, _ := proto.Marshal(f) // a frame of our own making always encodes
+	return b
 }

@@ -472,7 +472,7 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		return
 	}
 	if req.Members {
-		ctx, span := bus.StartServer(msg, "room member sends")
+		ctx, span := bus.StartServer(msg, "room send")
 		defer span.End()
 		s.memberBatch(ctx, msg, start, req.Sends) // membersend.go
 		return
