@@ -12,6 +12,7 @@ import (
 	"roomcast/api"
 	"roomcast/callback"
 	"roomcast/chatlink"
+	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -120,13 +121,13 @@ func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
 
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
-	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+	fs.Float64Var(share, "room-share", dispatcher.DefaultRoomShare, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
 }
 
 // bindQueueFlags binds the room queue service's limits (roomqueue.Config).
 func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
-	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
-	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", roomqueue.DefaultMaxEntries, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", roomqueue.DefaultMaxValueBytes, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
 // bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow,
@@ -147,35 +148,19 @@ func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {
 	fs.IntVar(&cfg.MaxPerUser, "inbox-max-per-user", inbox.DefaultMaxPerUser, "how many at-least-once messages a user may have stored; sends to a user with that many fail for that user (INBOX_FULL)")
 }
 
-// bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;
-// after parsing, the returned function sets them in a node's config.
-func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
-	var (
-		egress           float64
-		flushTick        time.Duration
-		latencyBudget    time.Duration
-		gatherMessages   int
-		phaseMembers     int
-		plainWrites      bool
-		readerGoroutines bool
-		orderHold        time.Duration
-	)
-	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
-	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
-	fs.DurationVar(&latencyBudget, "latency-budget", 0, "how long a normal or bulk message may wait so that a quiet room's frames carry several messages (less CPU per delivery, more latency), for rooms without their own latency_budget_ms: a member's frame goes at a tick once --gather-messages wait, a critical one waits, or another tick would pass this (0: off, every tick's messages go at that tick)")
-	fs.IntVar(&gatherMessages, "gather-messages", 0, "waiting messages that make a frame go at the next tick despite the latency budget, for rooms without their own gather_messages (0: 4)")
-	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
-	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
-	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
-	fs.DurationVar(&orderHold, "order-hold", 0, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (0: 100ms; negative: deliver in arrival order)")
-	limits := bindClientLimitFlags(fs)
-	return func(c *chatlink.Config) {
-		c.OrderHold = orderHold
-		limits(c)
-		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
-		c.LatencyBudget, c.GatherMessages = latencyBudget, gatherMessages
-		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
-	}
+// bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share
+// to c, their defaults chatlink.DefaultConfig's; call the returned function after parsing.
+func bindChatLinkFlags(fs *flag.FlagSet, c *chatlink.Config) func() {
+	d := chatlink.DefaultConfig()
+	fs.Float64Var(&c.EgressCapacity, "egress-capacity", d.EgressCapacity, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
+	fs.DurationVar(&c.FlushTick, "flush-tick", d.FlushTick, "how long a room's messages gather before they go out as one frame, for rooms without their own setting")
+	fs.DurationVar(&c.LatencyBudget, "latency-budget", d.LatencyBudget, "how long a normal or bulk message may wait so that a quiet room's frames carry several messages (less CPU per delivery, more latency), for rooms without their own latency_budget_ms: a member's frame goes at a tick once --gather-messages wait, a critical one waits, or another tick would pass this (0: off, every tick's messages go at that tick)")
+	fs.IntVar(&c.GatherMessages, "gather-messages", d.GatherMessages, "waiting messages that make a frame go at the next tick despite the latency budget, for rooms without their own gather_messages")
+	fs.IntVar(&c.PhaseMembers, "phase-members", d.PhaseMembers, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases")
+	fs.BoolVar(&c.PlainWrites, "plain-writes", d.PlainWrites, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
+	fs.BoolVar(&c.ReaderGoroutines, "reader-goroutines", d.ReaderGoroutines, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
+	fs.DurationVar(&c.OrderHold, "order-hold", d.OrderHold, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (negative: deliver in arrival order)")
+	return bindClientLimitFlags(fs, c)
 }
 
 // bindTLSFlags binds --tls-cert and --tls-key, the certificate files of the commands that

@@ -58,7 +58,7 @@ func Start(t testing.TB, opts ...Option) *devcluster.Cluster {
 // (room.Config.MemberCriticalPerSecond), for a test whose members send critical messages in
 // bursts so that no budget thins them.
 func NoMemberCriticalCap() Option {
-	return func(c *devcluster.Config) { c.RoomMemberCriticalPerSecond = -1 }
+	return func(c *devcluster.Config) { c.Room.MemberCriticalPerSecond = -1 }
 }
 
 // Token returns a login token of the dev app (devcluster.App) for uid in room with tags, valid
