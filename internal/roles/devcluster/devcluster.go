@@ -102,8 +102,9 @@ type Config struct {
 	// Log.
 	Audit *slog.Logger
 
-	// ChatLink configures every ChatLink; the cluster sets its Node, Keys, Log, Audit and
-	// ReportInterval, and a zero MaxConnections to a share of the process's open files.
+	// ChatLink configures every ChatLink; the cluster sets its Node, Log, Audit and
+	// ReportInterval, zero Keys to the dev app's ({App: Secret}), and a zero MaxConnections
+	// to a share of the process's open files.
 	ChatLink chatlink.Config
 	// PerNode, when set, adjusts each ChatLink's configuration, its Node set, before it
 	// starts: what differs between the nodes (`roomcast dev --node-label`).
@@ -242,7 +243,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	keys := auth.Keyring{App: []byte(Secret)}
 	for i := 1; i <= cfg.ChatLinks; i++ {
 		ncfg := cfg.ChatLink
-		ncfg.Node, ncfg.Keys, ncfg.Log, ncfg.Audit = nodeName(i), keys, log, cfg.Audit
+		ncfg.Node, ncfg.Log, ncfg.Audit = nodeName(i), log, cfg.Audit
+		if ncfg.Keys == nil {
+			ncfg.Keys = keys
+		}
 		ncfg.ReportInterval = cfg.LeaseInterval
 		if ncfg.MaxConnections == 0 {
 			// The nodes share this process's open files.
