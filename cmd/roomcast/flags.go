@@ -191,7 +191,7 @@ func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
 	webhooks, policies := pairs{}, pairs{}
 	var every time.Duration
 	fs.Var(webhooks, "presence-webhook", "APP=URL: where the app's online/offline events are POSTed, batched as JSON (repeatable; docs/api.md)")
-	fs.DurationVar(&every, "presence-webhook-every", 0, "how often the batched presence events are posted (0: 1s)")
+	fs.DurationVar(&every, "presence-webhook-every", presence.DefaultWebhookEvery, "how often the batched presence events are posted")
 	fs.Var(policies, "device-policy", "APP=RULES: the app's rule for users with several sessions, RULES a comma-separated list of max-sessions=N and one-per-device; a login that breaks it closes the user's older sessions with 4010 REPLACED (repeatable; default: no limits)")
 	return func(c *presence.Config) error {
 		c.WebhookEvery = every

@@ -6,18 +6,21 @@ import (
 	"testing"
 
 	"roomcast/api"
+	"roomcast/cdnpusher"
 	"roomcast/chatlink"
 	"roomcast/dispatcher"
 	"roomcast/internal/ratelimit"
+	"roomcast/presence"
 	"roomcast/room"
 	"roomcast/roomqueue"
+	"roomcast/store/cdnstore"
 	"roomcast/store/historystore"
 	"roomcast/store/inbox"
 )
 
 // TestFlagDefaultsAreTheComponents: with no flags given, every command's flags hold the
 // components' own defaults (chatlink.DefaultLimits and DefaultConfig, api.DefaultCallLimits,
-// the room, room queue, dispatcher and inbox defaults), so --help shows what a component run
+// the room, room queue, dispatcher, presence, CDN and inbox defaults), so --help shows what a component run
 // without flags (a test, the dev cluster) does, and no second copy can drift.
 func TestFlagDefaultsAreTheComponents(t *testing.T) {
 	lim, cl := chatlink.DefaultLimits(), chatlink.DefaultConfig()
@@ -54,11 +57,18 @@ func TestFlagDefaultsAreTheComponents(t *testing.T) {
 		"inbox-expiry":                    inbox.DefaultExpiry,
 		"inbox-max-expiry":                inbox.DefaultMaxExpiry,
 		"inbox-max-per-user":              inbox.DefaultMaxPerUser,
+		"presence-webhook-every":          presence.DefaultWebhookEvery,
+		"cdn-window":                      cdnstore.DefaultWindow,
+	}
+	pusherFlags := map[string]any{
+		"cdn-window":       cdnstore.DefaultWindow,
+		"cdn-max-messages": cdnpusher.DefaultMaxMessages,
 	}
 	want := map[string]map[string]any{
-		"chatlink": with(chatlinkFlags, map[string]any{"drain-spread": cl.DrainSpread}),
-		"services": servicesFlags,
-		"dev":      with(chatlinkFlags, servicesFlags),
+		"chatlink":  with(chatlinkFlags, map[string]any{"drain-spread": cl.DrainSpread}),
+		"services":  with(servicesFlags, pusherFlags),
+		"cdnpusher": pusherFlags,
+		"dev":       with(chatlinkFlags, servicesFlags),
 	}
 	for cmd, flags := range want {
 		fs := configured(t, cmd)
