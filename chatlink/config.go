@@ -174,9 +174,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultConfig returns the node's defaults of the settings `roomcast chatlink` has flags for,
-// what their zero values mean: the flags start from it. The fields it leaves zero mean what
-// their comments say (EgressCapacity: unlimited; LatencyBudget: off).
+// DefaultConfig returns the node's defaults of its tunable settings, what their zero values
+// mean: `roomcast chatlink`'s and `roomcast dev`'s flags start from it. The fields it leaves
+// zero mean what their comments say (EgressCapacity: unlimited; LatencyBudget: off; the
+// pending-byte thresholds and the rest: fixed sizes, or derived from other fields).
 func DefaultConfig() Config {
 	return Config{
 		LoginTimeout:      10 * time.Second,

@@ -34,8 +34,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	limits := bindChatLinkFlags(flags, &cfg.ChatLink)
 	labels := nodeLabels{}
 	flags.Var(labels, "node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)")
-	bindHistoryFlags(flags, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
-	bindRoomFlags(flags, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond, &cfg.Room.MemberSendsPerSecond, &cfg.Room.MemberCriticalPerSecond)
+	bindRoomFlags(flags, &cfg.Room)
 	bindInboxFlags(flags, &cfg.API.Inbox)
 	bindAPILimitFlag(flags, &cfg.API.Limits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)

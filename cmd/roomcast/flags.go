@@ -112,13 +112,6 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
-// bindHistoryFlags binds the room service's history retention (room.Config.HistoryPerRoom and
-// HistoryMaxAge): the deployment's defaults, which a room's settings may lower.
-func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
-	fs.IntVar(perRoom, "history-per-room", historystore.PerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
-	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
-}
-
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
 	fs.Float64Var(share, "room-share", dispatcher.DefaultRoomShare, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
@@ -130,14 +123,16 @@ func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
 	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", roomqueue.DefaultMaxValueBytes, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
-// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow,
-// BulkPerSecond, MemberSendsPerSecond and MemberCriticalPerSecond) that `roomcast services` and
-// `roomcast dev` share.
-func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond, memberSends, memberCritical *int) {
-	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
-	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
-	fs.IntVar(memberSends, "room-member-sends-per-second", room.DefaultMemberSendsPerSecond, "messages a room's members may send per second, all of them together, on every lane, in bursts of twice that, per room service instance; over it a send is refused with Error 120 and a retry hint (the app server's sends are not counted; negative: no cap)")
-	fs.IntVar(memberCritical, "room-member-critical-per-second", room.DefaultMemberCriticalPerSecond, "critical messages a room's members may send per second, all of them together, in bursts of twice that, per room service instance, when the room's settings set no member_critical_per_second; over it a send is refused with Error 120 and a retry hint (negative: no cap)")
+// bindRoomFlags binds the room service's settings that `roomcast services` and `roomcast dev`
+// share (room.Config's history retention, batch window and caps), their defaults the room
+// service's: the deployment's, which a room's settings may lower.
+func bindRoomFlags(fs *flag.FlagSet, c *room.Config) {
+	fs.IntVar(&c.HistoryPerRoom, "history-per-room", historystore.PerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
+	fs.DurationVar(&c.HistoryMaxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
+	fs.DurationVar(&c.BatchWindow, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
+	fs.IntVar(&c.BulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
+	fs.IntVar(&c.MemberSendsPerSecond, "room-member-sends-per-second", room.DefaultMemberSendsPerSecond, "messages a room's members may send per second, all of them together, on every lane, in bursts of twice that, per room service instance; over it a send is refused with Error 120 and a retry hint (the app server's sends are not counted; negative: no cap)")
+	fs.IntVar(&c.MemberCriticalPerSecond, "room-member-critical-per-second", room.DefaultMemberCriticalPerSecond, "critical messages a room's members may send per second, all of them together, in bursts of twice that, per room service instance, when the room's settings set no member_critical_per_second; over it a send is refused with Error 120 and a retry hint (negative: no cap)")
 }
 
 // bindInboxFlags binds the server API's settings of the at-least-once messages to users
