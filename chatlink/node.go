@@ -69,6 +69,7 @@ type Node struct {
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
 	pace       *loginPacer   // the node's login pace (loginpace.go)
 	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
+	uploads    *uploads      // the rooms' members' sends, a window at a time (upload.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -103,6 +104,7 @@ func New(cfg Config) (*Node, error) {
 	n.pace = newLoginPacer(cfg.Limits)
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
+	n.uploads = newUploads(n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
