@@ -190,6 +190,7 @@ func DefaultConfig() Config {
 		OrderHold:         defaultOrderHold,
 		GatherMessages:    defaultGatherMessages,
 		PhaseMembers:      defaultPhaseMembers,
+		SendWindow:        DefaultSendWindow,
 		DrainSpread:       10 * time.Second,
 		Limits:            DefaultLimits(),
 	}
@@ -244,7 +245,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxInflightSends = 32
 	}
 	if c.SendWindow == 0 {
-		c.SendWindow = DefaultSendWindow
+		c.SendWindow = d.SendWindow
 	}
 	if c.HeartbeatMax <= 0 {
 		c.HeartbeatMax = c.HeartbeatInterval * 12 / 5
