@@ -132,6 +132,13 @@ type Config struct {
 	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
 	// value means 32.
 	MaxInflightSends int
+	// CounterWindow is how long the node sums a room's counter adds before it sends them to the
+	// room service, one message per room and window (counters.go). Zero value means
+	// DefaultCounterWindow (200ms).
+	CounterWindow time.Duration
+	// CounterMaxAmount is the largest amount one CounterAdd may add; a larger one is refused
+	// with 100 (BAD_REQUEST). Zero value means DefaultCounterMaxAmount (100).
+	CounterMaxAmount int
 	// KVReplicas is the replication of the KV bucket of the nodes' name leases (NodesBucket),
 	// which the node creates or updates at start. Zero value means 1.
 	KVReplicas int
@@ -217,6 +224,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 3 * time.Second
+	}
+	if c.CounterWindow <= 0 {
+		c.CounterWindow = DefaultCounterWindow
+	}
+	if c.CounterMaxAmount <= 0 {
+		c.CounterMaxAmount = DefaultCounterMaxAmount
 	}
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32

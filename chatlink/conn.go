@@ -88,6 +88,8 @@ type conn struct {
 	historyQ uint8
 	sends    *connSends // nil until the first Send
 	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
+	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go).
+	counterRate ratelimit.Bucket
 }
 
 func (n *Node) newConn(t transport, addr netip.Addr) *conn {
@@ -178,6 +180,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
+		}
+	case *clientpb.Frame_CounterAdd:
+		c.node.m.frameCounter.Inc()
+		if c.requireLive() {
+			c.counterAdd(k.CounterAdd) // counters.go
 		}
 	default:
 		c.node.m.frameBad.Inc()
@@ -320,7 +327,7 @@ func (c *conn) login(l *clientpb.Login) {
 	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
 	// the room can reach c before it. A login refused late (below) gets its Kick after it.
 	var ack *clientpb.LoginAck
-	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh, func(r *localRoom) {
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, fresh, func(r *localRoom) {
 		ack = &clientpb.LoginAck{
 			SessionId:           c.session,
 			ServerTimeMs:        n.now().UnixMilli(),

@@ -34,6 +34,9 @@ type Limits struct {
 	// (all its connections on this node) and into one room from this node; a Send over one
 	// is refused with Error 120 and a retry hint.
 	SendsPerConn, SendsPerUser, SendsPerRoom ratelimit.Limit
+	// CounterAddsPerConn bounds the CounterAdds (taps of a like, gifts) of one connection; one
+	// over it is refused with Error 120 and a retry hint (counters.go).
+	CounterAddsPerConn ratelimit.Limit
 	// ConnectionsPerIP bounds the connections open from one address.
 	ConnectionsPerIP int
 	// LoginRate paces the logins the node processes, from every address together: a login

@@ -69,6 +69,7 @@ type Node struct {
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
 	pace       *loginPacer   // the node's login pace (loginpace.go)
 	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
+	counters   *counterSums  // the rooms' counter adds not yet answered (counters.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -101,6 +102,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.pace = newLoginPacer(cfg.Limits)
+	n.counters = newCounterSums(n)
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
 	n.inbox = newInboxState(n)
@@ -198,6 +200,7 @@ func (n *Node) start() error {
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
+	n.goAsync(n.counters.loop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxLoop)
@@ -389,6 +392,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	if n.sse != nil {
 		n.sse.close()
+	}
+	// The members are gone: what they added goes to the room service before the node stops.
+	if cerr := n.counters.drain(ctx); cerr != nil {
+		n.log.Warn("counter adds lost at shutdown", "err", cerr)
 	}
 	n.cancel()
 	n.control.unsubscribe()
