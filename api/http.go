@@ -93,7 +93,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid", "key"}
+	pathParams := []string{"room", "uid", "key", "name"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,

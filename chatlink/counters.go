@@ -24,7 +24,7 @@ import (
 // service writes them to the store and broadcasts the totals on the room's subject; the node
 // passes them to its members at most every countersEvery, one CounterTotals frame encoded once.
 //
-// A room's windows go one at a time, numbered per boot, and a window is sent again, with its
+// A room's windows go one at a time, numbered per boot (growing numbers, across rooms), and a window is sent again, with its
 // number, until the room service answers it: the service applies a number once, so a lost
 // answer counts nothing twice. What a node that dies had summed and not yet had answered (at
 // most a window and the one on its way) is lost: adds are counted at most once from it.
@@ -46,14 +46,17 @@ type counterSums struct {
 	windows *prometheus.CounterVec // windows sent, by result
 	adds    *prometheus.CounterVec // adds, by result
 
-	mu    sync.Mutex // guards rooms
+	mu    sync.Mutex // guards rooms and seq
 	rooms map[roomKey]*roomSums
+	// seq numbers the windows of every room, so that a room forgotten between its adds (none
+	// pending nor on their way) still gets greater numbers than it had: the room service
+	// applies a node's window only when its number is greater than the last it applied.
+	seq uint64
 }
 
 type roomSums struct {
 	pending  map[string]int64     // adds since the last window was taken
 	inflight *buspb.CounterWindow // sent, not answered yet; nil: none
-	seq      uint64               // the last window's number
 }
 
 func newCounterSums(n *Node) *counterSums {
@@ -178,8 +181,8 @@ func (s *counterSums) tick() {
 			delete(s.rooms, k)
 			continue
 		}
-		rs.seq++
-		w := &buspb.CounterWindow{App: k.app, Room: k.room, Node: s.n.cfg.Node, Boot: s.n.stream.boot, Seq: rs.seq,
+		s.seq++
+		w := &buspb.CounterWindow{App: k.app, Room: k.room, Node: s.n.cfg.Node, Boot: s.n.stream.boot, Seq: s.seq,
 			Adds: make([]*clientpb.Counter, 0, len(rs.pending))}
 		for name, sum := range rs.pending {
 			w.Adds = append(w.Adds, &clientpb.Counter{Name: name, Total: sum})
@@ -203,6 +206,12 @@ func (s *counterSums) deliver(w *buspb.CounterWindow) {
 		cancel()
 		if err == nil && rep.Code == 0 {
 			s.windows.WithLabelValues("ok").Inc()
+			// The totals the window went into, before the window is forgotten: the room's
+			// counters stay known to add (the count of names) without waiting for the
+			// broadcast, which may come after this answer.
+			if r := n.rooms.lookup(w.App, w.Room); r != nil && rep.Counters != nil {
+				r.setCounters(rep.Counters)
+			}
 			s.mu.Lock()
 			if rs := s.rooms[roomKey{w.App, w.Room}]; rs != nil && rs.inflight == w {
 				rs.inflight = nil

@@ -860,8 +860,9 @@ func (x *RoomBatch) GetCounters() *clientpb.CounterTotals {
 // CounterWindow is what a ChatLink sends the room service (rc.svc.room.counters, answered with a
 // Reply) for one room and counting window: the sums of the adds its members made in the window.
 // The server API sends one with resets and no node. A node sends a room's windows one at a
-// time, with seq 1, 2, 3, ... per boot, and sends a window again with the same seq until it is
-// answered: the room service applies each (node, boot, seq) once (room/counters.go).
+// time, numbered by one growing seq per boot (all its rooms' windows share it), and sends a
+// window again with the same seq until it is answered: the room service applies a node boot's
+// window only when its seq is greater than the last it applied (room/counters.go).
 type CounterWindow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
