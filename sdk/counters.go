@@ -14,7 +14,7 @@ import (
 // ErrBadCounter refuses an AddCounter before anything is sent: a name that is not 1 to 32
 // characters of A-Z a-z 0-9 _ - : . The server refuses an amount over its limit (100 by
 // default) with a CounterRefusedEvent.
-var ErrBadCounter = errors.New("roomcast: counter name must be 1 to 32 characters of A-Z a-z 0-9 _ - : .")
+var ErrBadCounter = errors.New("roomcast: bad counter name (1 to 32 characters of A-Z a-z 0-9 _ - : .)")
 
 // CounterEvent: the room's counters changed (or the client logged in to a room that has some).
 // Totals holds every counter of the room by name, a reset one absent; Version grows with every
