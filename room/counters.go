@@ -43,6 +43,10 @@ const counterSourceTTL = time.Hour
 // counterWrites bounds the compare-and-set attempts of one room's tick.
 const counterWrites = 8
 
+// counterWriters bounds the rooms whose windows an instance writes at once: each is a read and
+// a write of the store, a round trip to the NATS server each.
+const counterWriters = 16
+
 type counterWindow struct {
 	w   *buspb.CounterWindow
 	msg *nats.Msg
@@ -123,15 +127,24 @@ func (s *Service) countersLoop() {
 	}
 }
 
-// flush applies every room's windows gathered since the last tick.
+// flush applies every room's windows gathered since the last tick, counterWriters rooms at a
+// time, and returns when all are answered.
 func (c *counters) flush() {
 	c.mu.Lock()
 	rooms := c.pending
 	c.pending = make(map[roomKey][]counterWindow, len(rooms))
 	c.mu.Unlock()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, counterWriters)
 	for k, ws := range rooms {
-		c.applyRoom(k, ws)
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			c.applyRoom(k, ws)
+		}()
 	}
+	wg.Wait()
 }
 
 // applyRoom writes a room's windows into its record and answers them; when the totals changed,

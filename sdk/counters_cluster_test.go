@@ -356,3 +356,123 @@ func TestCounterWindowsPerRoom(t *testing.T) {
 		t.Errorf("%d windows sent with nothing added", after-before)
 	}
 }
+
+// TestCountersLoad (not with -short): 1,000 members on two ChatLinks each tap a like twice a
+// second for 10 s (2,000 likes a second, 20,000 in all). Every member ends with the total 20,000;
+// each ChatLink sends the room service at most one message per window for the room (5 a
+// second), and a member gets at most about four CounterTotals frames a second.
+func TestCountersLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run")
+	}
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
+	nc, err := nats.Connect(c.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	windows := make(map[string]*atomic.Int64)
+	for _, n := range c.Nodes {
+		windows[n.Name()] = new(atomic.Int64)
+	}
+	sub, err := nc.Subscribe(bus.SubjectRoomCounters, func(m *nats.Msg) {
+		var w buspb.CounterWindow
+		if proto.Unmarshal(m.Data, &w) == nil && w.Room == "arena" {
+			windows[w.Node].Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	const (
+		members  = 1000
+		perSec   = 2
+		duration = 10 * time.Second
+	)
+	var events atomic.Int64 // CounterEvents of member 0
+	clients := make([]*sdk.Client, members)
+	var wg sync.WaitGroup
+	for i := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := c.Nodes[i%2]
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cl, err := sdk.Dial(ctx, sdk.Config{
+				Token:     testcluster.Token(t, fmt.Sprintf("v%d", i), "arena"),
+				Endpoints: []sdk.Endpoint{{Node: node.Name(), WSURL: node.WSURL(), TCPAddr: node.TCPAddr()}},
+				Transport: sdk.TransportTCP,
+				OnEvent: func(e sdk.Event) {
+					if _, ok := e.(*sdk.CounterEvent); ok && i == 0 {
+						events.Add(1)
+					}
+				},
+			})
+			if err != nil {
+				t.Errorf("member %d: %v", i, err)
+				return
+			}
+			clients[i] = cl
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}()
+	start := time.Now()
+	before := map[string]int64{}
+	for n, w := range windows {
+		before[n] = w.Load()
+	}
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*duration)
+			defer cancel()
+			// Spread the members' taps over the period.
+			time.Sleep(time.Duration(i) * time.Second / perSec / members)
+			tick := time.NewTicker(time.Second / perSec)
+			defer tick.Stop()
+			for range int(duration.Seconds()) * perSec {
+				if err := cl.AddCounter(ctx, "like", 1); err != nil {
+					t.Errorf("member %d: %v", i, err)
+					return
+				}
+				<-tick.C
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	want := int64(members * perSec * int(duration.Seconds()))
+	testkit.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		for i, cl := range clients {
+			if got, _ := cl.Counters(); got["like"] != want {
+				return fmt.Errorf("member %d sees %d likes, want %d", i, got["like"], want)
+			}
+		}
+		return nil
+	})
+	for n, w := range windows {
+		sent := w.Load() - before[n]
+		perSecond := float64(sent) / elapsed.Seconds()
+		t.Logf("%s: %d windows in %v (%.1f a second)", n, sent, elapsed.Round(time.Millisecond), perSecond)
+		if most := int64(elapsed/chatlink.DefaultCounterWindow) + 1; sent > most {
+			t.Errorf("%s sent %d windows in %v, want at most %d", n, sent, elapsed, most)
+		}
+	}
+	if ev, most := events.Load(), int64(elapsed.Seconds()*4)+8; ev > most {
+		t.Errorf("member 0 got %d CounterEvents in %v, want at most %d", ev, elapsed, most)
+	} else {
+		t.Logf("member 0: %d CounterEvents in %v", ev, elapsed.Round(time.Millisecond))
+	}
+}
