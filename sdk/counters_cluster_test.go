@@ -476,3 +476,31 @@ func TestCountersLoad(t *testing.T) {
 		t.Logf("member 0: %d CounterEvents in %v", ev, elapsed.Round(time.Millisecond))
 	}
 }
+
+// TestCountersChatLinkShutdown: a ChatLink shut down right after its members tapped sends what
+// it had summed before it stops: the totals hold every tap.
+func TestCountersChatLinkShutdown(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := dialCounterMember(t, c, c.Nodes[0], "leaver", "closing")
+	watcher := dialCounterMember(t, c, c.Nodes[1], "watcher", "closing")
+	for range 7 {
+		if err := m.cl.AddCounter(ctx, "like", 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The adds are written; a queue request's round trip (on the same connection, after
+	// them) shows the node has read them.
+	if _, _, err := m.cl.QueueList(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[0].Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitTotals(t, []*counterMember{watcher}, map[string]int64{"like": 21})
+	if got := apiCounters(t, c, "closing"); got["like"] != 21 {
+		t.Errorf("the API reads %v, want like 21", got)
+	}
+}
