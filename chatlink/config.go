@@ -128,10 +128,14 @@ type Config struct {
 	ThinAtPendingBytes, CriticalOnlyAtPendingBytes, MaxPendingBytes int
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
-	// MaxInflightSends bounds the sends one connection may have waiting for the room service
-	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
-	// value means 32.
+	// MaxInflightSends bounds the sends one connection may have waiting for the room service;
+	// more are refused with RATE_LIMITED. Zero value means 32.
 	MaxInflightSends int
+	// SendWindow is how long a room's members' sends gather on the node before they go to the
+	// room service as one request (upload.go): at most one request per room and window, one in
+	// flight at a time. Zero value means DefaultSendWindow (20ms); a negative one forwards
+	// each send as its own request.
+	SendWindow time.Duration
 	// CounterWindow is how long the node sums a room's counter adds before it sends them to the
 	// room service, one message per room and window (counters.go). Zero value means
 	// DefaultCounterWindow (200ms).
@@ -233,6 +237,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32
+	}
+	if c.SendWindow == 0 {
+		c.SendWindow = DefaultSendWindow
 	}
 	if c.HeartbeatMax <= 0 {
 		c.HeartbeatMax = c.HeartbeatInterval * 12 / 5

@@ -70,6 +70,7 @@ type Node struct {
 	pace       *loginPacer   // the node's login pace (loginpace.go)
 	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
 	counters   *counterSums  // the rooms' counter adds not yet answered (counters.go)
+	uploads    *uploads      // the rooms' members' sends, a window at a time (upload.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -105,6 +106,7 @@ func New(cfg Config) (*Node, error) {
 	n.counters = newCounterSums(n)
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
+	n.uploads = newUploads(n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -387,11 +387,15 @@ func (x *SendRequest) GetCriticalGranted() bool {
 	return false
 }
 
-// SendBatchRequest: messages to one room from the server API, all or none
-// (subject rc.svc.room.sendbatch).
+// SendBatchRequest: messages to one room (subject rc.svc.room.sendbatch). From the server API,
+// all or none. From a ChatLink (members set), the sends its members made to the room over one
+// window, each checked and answered on its own (Reply.answers).
 type SendBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sends         []*SendRequest         `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Sends []*SendRequest         `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	// The sends are members' (each with its session), gathered by a ChatLink: each is admitted
+	// or refused by itself, and the reply's answers say which, in order.
+	Members       bool `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +437,13 @@ func (x *SendBatchRequest) GetSends() []*SendRequest {
 	return nil
 }
 
+func (x *SendBatchRequest) GetMembers() bool {
+	if x != nil {
+		return x.Members
+	}
+	return false
+}
+
 // Reply answers every bus request. code 0 is success; other codes are the client error codes of
 // docs/protocol.md.
 type Reply struct {
@@ -461,8 +472,11 @@ type Reply struct {
 	Queue *roompb.QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Set by a send refused with 120 (SEND_RATE_LIMITED): when the same send may be accepted.
 	RetryAfterMs uint32 `protobuf:"varint,16,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// Set by a members' batch send (SendBatchRequest.members): one answer per send, in order,
+	// each as a single send's reply would be.
+	Answers []*Reply `protobuf:"bytes,17,rep,name=answers,proto3" json:"answers,omitempty"`
 	// A join (first_on_node) and a counter window: the room's counters as last written.
-	Counters      *clientpb.CounterTotals `protobuf:"bytes,17,opt,name=counters,proto3" json:"counters,omitempty"`
+	Counters      *clientpb.CounterTotals `protobuf:"bytes,18,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,6 +600,13 @@ func (x *Reply) GetRetryAfterMs() uint32 {
 		return x.RetryAfterMs
 	}
 	return 0
+}
+
+func (x *Reply) GetAnswers() []*Reply {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
 }
 
 func (x *Reply) GetCounters() *clientpb.CounterTotals {
@@ -2650,9 +2671,10 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\x12)\n" +
 	"\x10critical_granted\x18\n" +
-	" \x01(\bR\x0fcriticalGranted\"B\n" +
+	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\xc4\x04\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xf2\x04\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2671,8 +2693,9 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x122\n" +
 	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\x120\n" +
 	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\x12$\n" +
-	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x126\n" +
-	"\bcounters\x18\x11 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xaa\x01\n" +
+	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x12,\n" +
+	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\x126\n" +
+	"\bcounters\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2951,37 +2974,38 @@ var file_bus_proto_depIdxs = []int32{
 	33, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
 	34, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
 	35, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
-	36, // 8: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
-	37, // 9: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	28, // 10: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	38, // 11: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	31, // 12: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	33, // 13: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	36, // 14: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	39, // 15: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 16: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	10, // 17: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	10, // 18: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 19: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 20: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	38, // 21: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	17, // 22: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	29, // 23: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	10, // 24: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 25: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	21, // 26: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	30, // 27: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	40, // 28: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	33, // 29: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	38, // 30: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	41, // 31: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	42, // 32: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	38, // 33: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
+	36, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	37, // 10: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	28, // 11: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	38, // 12: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	31, // 13: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	33, // 14: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	36, // 15: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	39, // 16: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 17: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	10, // 18: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	10, // 19: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 20: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 21: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	38, // 22: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	17, // 23: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	29, // 24: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	10, // 25: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 26: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	21, // 27: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	30, // 28: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	40, // 29: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	33, // 30: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	38, // 31: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	41, // 32: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	42, // 33: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	38, // 34: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
