@@ -106,6 +106,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "upload":
 		fs.IntVar(&cfg.Uploaders, "uploaders", 10, "how many of the members send messages themselves")
 		fs.DurationVar(&cfg.Every, "every", 2*time.Second, "each uploader sends one message this often (the uploaders spread evenly over it)")
+		fs.Float64Var(&cfg.Likes, "likes", 0, "likes a second every member taps as well (CounterAdds of the room's counter \"like\", spread evenly); the run then checks that every member's total ends equal to the likes taken (0: none)")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to upload")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
 		fs.StringVar(&cfg.Lane, "lane", "bulk", "lane of the uploads: bulk or normal")
