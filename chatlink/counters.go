@@ -258,6 +258,8 @@ type roomCounters struct {
 	mu        sync.Mutex // guards the fields below
 	lastWrite time.Time
 	scheduled bool
+	timer     *time.Timer // the write due, while scheduled
+	stopped   bool        // the room left the node: no more writes
 }
 
 // setCounters takes the room's totals (from a broadcast or a join's answer): newer ones than the
@@ -275,17 +277,32 @@ func (r *localRoom) setCounters(t *clientpb.CounterTotals) {
 	rc := &r.countersOut
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.scheduled {
+	if rc.scheduled || rc.stopped {
 		return // the write due takes the newest
 	}
 	rc.scheduled = true
-	time.AfterFunc(max(0, time.Until(rc.lastWrite.Add(countersEvery))), r.writeCounters)
+	rc.timer = time.AfterFunc(max(0, time.Until(rc.lastWrite.Add(countersEvery))), r.writeCounters)
+}
+
+// stopCounters stops the room's writes of its counters: its last member left the node.
+func (r *localRoom) stopCounters() {
+	rc := &r.countersOut
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.stopped = true
+	if rc.timer != nil {
+		rc.timer.Stop()
+	}
 }
 
 // writeCounters writes the room's newest totals to every member that has had its LoginAck.
 func (r *localRoom) writeCounters() {
 	rc := &r.countersOut
 	rc.mu.Lock()
+	if rc.stopped {
+		rc.mu.Unlock()
+		return
+	}
 	rc.scheduled, rc.lastWrite = false, time.Now()
 	rc.mu.Unlock()
 	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CounterTotals{CounterTotals: r.counters.Load()}})

@@ -44,6 +44,7 @@ const wsReadBuffer = 256
 //	sessionStream.mu -> eventBatcher.mu
 //	sessionStream.mu -> roomShard.mu -> roomFanout.mu -> localRoom.mu -> a member's writer
 //	sessionStream.mu -> conn.mu -> the tag interner's lock
+//	roomShard.mu -> roomCounters.mu
 //
 // where a member's writer is sockWriter.mu, polled.sockMu and polled.mu, or tcpTransport.mu
 // (localRoom.write closes slow readers while it reads the room). Every other lock is taken

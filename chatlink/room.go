@@ -168,6 +168,7 @@ func (t *roomTable) leave(c *conn) {
 			_ = r.sub.Unsubscribe()
 		}
 		r.fanout.stop()
+		r.stopCounters()
 		t.n.m.rooms.Dec()
 	}
 }
