@@ -86,10 +86,8 @@ type conn struct {
 	sending bool // sendLoop is running (next to state: the two share a word)
 	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
-	sends    *connSends // nil until the first Send
+	sends    *connSends // nil until the first Send or CounterAdd
 	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
-	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go).
-	counterRate ratelimit.Bucket
 }
 
 func (n *Node) newConn(t transport, addr netip.Addr) *conn {
@@ -110,6 +108,9 @@ type connSends struct {
 	q       []*clientpb.Send // oldest first, when each send is its own request (SendWindow < 0)
 	waiting int              // sends with its room's uploads (upload.go), not yet answered
 	rate    ratelimit.Bucket
+	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go):
+	// here rather than in conn, whose every byte each idle connection pays.
+	counterRate ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.

@@ -95,7 +95,10 @@ func (c *conn) counterAdd(a *clientpb.CounterAdd) {
 	}
 	now := n.now()
 	c.mu.Lock()
-	ok, retry := c.counterRate.Take(n.cfg.Limits.CounterAddsPerConn, now)
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	ok, retry := c.sends.counterRate.Take(n.cfg.Limits.CounterAddsPerConn, now)
 	c.mu.Unlock()
 	if !ok {
 		n.limitHit(limitCounterConn, c, now)
