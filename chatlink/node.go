@@ -24,9 +24,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
 	"roomcast/internal/bus"
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 	"roomcast/tag"
@@ -176,7 +176,7 @@ func (n *Node) start() error {
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
 	if !n.cfg.ReaderGoroutines && netpoll.Supported {
-		if n.poll, err = netpoll.New(); err != nil {
+		if n.poll, err = netpoll.New(netpoll.Config{}); err != nil {
 			return err
 		}
 		n.goAsync(n.poll.Run)

@@ -151,7 +151,7 @@ func TestUploadsBatchedPerWindow(t *testing.T) {
 func TestUploadBatchAnswersEach(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
-		cfg.RoomMemberSendsPerSecond = 10 // bursts of 20
+		cfg.Room.MemberSendsPerSecond = 10 // bursts of 20
 	})
 	const room = "checked"
 	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey, `{"room":"`+room+`"}`, nil); code != http.StatusCreated {
@@ -237,13 +237,7 @@ func TestUploadBatchAnswersEach(t *testing.T) {
 func TestUploadAnsweredWhenRoomServiceFails(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		prev := cfg.ChatLink
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			if prev != nil {
-				prev(cc)
-			}
-			cc.RequestTimeout = 300 * time.Millisecond
-		}
+		cfg.ChatLink.RequestTimeout = 300 * time.Millisecond
 	})
 	const room = "slow"
 	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())

@@ -107,6 +107,8 @@ func TestCountersExactAcrossChatLinks(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
 		cfg.ServiceInstances = 2
+		// The members tap faster than a thumb (every 10 ms), to fill the windows.
+		cfg.ChatLink.Limits.CounterAddsPerConn = ratelimit.Unlimited
 	})
 	const (
 		perLink = 12
@@ -173,9 +175,7 @@ func TestCountersExactAcrossChatLinks(t *testing.T) {
 func TestCounterLimits(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Limits.CounterAddsPerConn = ratelimit.Limit{Rate: 1, Burst: 3}
-		}
+		cfg.ChatLink.Limits.CounterAddsPerConn = ratelimit.Limit{Rate: 1, Burst: 3}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/chatlink"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
@@ -394,7 +393,7 @@ func TestFanoutThroughJoinLimit(t *testing.T) {
 	oneLoad.Lock()
 	defer oneLoad.Unlock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 40, Burst: 5} }
+		cfg.ChatLink.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 40, Burst: 5}
 	})
 	for _, client := range []string{loadgen.ClientSDK, loadgen.ClientRaw} {
 		t.Run(client, func(t *testing.T) {
@@ -427,7 +426,7 @@ func TestRawMembersBeatAtTheServersInterval(t *testing.T) {
 	defer oneLoad.Unlock()
 	const interval = 400 * time.Millisecond
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.HeartbeatInterval, cc.HeartbeatMax = interval, interval }
+		cfg.ChatLink.HeartbeatInterval, cfg.ChatLink.HeartbeatMax = interval, interval
 	})
 	const n = 20
 	cfg := config(c, n)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
@@ -78,12 +79,13 @@ type rawClient struct {
 
 	isWS bool // WebSocket framing, else length-prefixed TCP
 
-	// Set when a poller reads the socket (rawPollers.add), which then owns fd, a duplicate of
-	// nc's descriptor (nc is closed); part is touched only by that poller's goroutine.
-	poll   *rawPoller
-	pollID uint64
-	fd     int    // -1 when not polled, or closed; written under wmu and poll.mu
-	part   []byte // an incomplete frame's bytes
+	// Set when a poller reads the socket (rawPollers.add), which then owns fd, the socket
+	// taken out of Go's runtime (nc is closed); part is touched only by that poller's reads.
+	poll    *rawPoller
+	pollID  uint64
+	fd      *netpoll.FD // nil when not polled
+	dropped bool        // the poller has let go of fd and closed it; guarded by poll.mu
+	part    []byte      // an incomplete frame's bytes
 
 	// The room's "like" total and its version, as the last CounterTotals frame (of a greater
 	// version than the one before) said, and the CounterTotals frames received. Written by
@@ -132,7 +134,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	if err != nil {
 		return nil, err
 	}
-	c := &rawClient{onMsg: onMsg, hooks: hooks, acked: make(chan struct{}), done: make(chan struct{}), fd: -1, isWS: transport != sdk.TransportTCP}
+	c := &rawClient{onMsg: onMsg, hooks: hooks, acked: make(chan struct{}), done: make(chan struct{}), isWS: transport != sdk.TransportTCP}
 	slow := onMsg == nil
 	if slow {
 		close(c.done) // no reader
