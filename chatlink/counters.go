@@ -45,6 +45,7 @@ type counterSums struct {
 	n       *Node
 	windows *prometheus.CounterVec // windows sent, by result
 	adds    *prometheus.CounterVec // adds, by result
+	counted prometheus.Counter     // adds's child "counted", resolved once: one a tap
 
 	mu    sync.Mutex // guards rooms and seq
 	rooms map[roomKey]*roomSums
@@ -60,7 +61,7 @@ type roomSums struct {
 }
 
 func newCounterSums(n *Node) *counterSums {
-	return &counterSums{
+	s := &counterSums{
 		n: n, rooms: make(map[roomKey]*roomSums),
 		windows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_counter_windows_total",
@@ -71,6 +72,8 @@ func newCounterSums(n *Node) *counterSums {
 			Help: "Members' CounterAdd frames, by result: counted, or the refusal's ERROR_CODE_* (bad request, over the rate, too many counters).",
 		}, []string{"result"}),
 	}
+	s.counted = s.adds.WithLabelValues("counted")
+	return s
 }
 
 // counterAdd checks a member's add and counts it, or tells the member why not.
@@ -113,7 +116,7 @@ func (c *conn) counterAdd(a *clientpb.CounterAdd) {
 		refuse(clientpb.ErrorCode_ERROR_CODE_TOO_MANY_COUNTERS, fmt.Sprintf("the room has %d counters", counterstore.MaxPerRoom), 0)
 		return
 	}
-	n.counters.adds.WithLabelValues("counted").Inc()
+	n.counters.counted.Inc()
 }
 
 // add adds amount to the room's counter name; false when name would be one counter more than the
