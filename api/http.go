@@ -69,6 +69,8 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/cdn", func() *apipb.GetCdnPolicyRequest { return new(apipb.GetCdnPolicyRequest) }, a.GetCdnPolicy),
 		handle("PUT", "/v1/limits", func() *apipb.AppLimits { return new(apipb.AppLimits) }, a.SetAppLimits),
 		handle("GET", "/v1/limits", func() *apipb.GetAppLimitsRequest { return new(apipb.GetAppLimitsRequest) }, a.GetAppLimits),
+		handle("GET", "/v1/rooms/{room}/counters", func() *apipb.GetCountersRequest { return new(apipb.GetCountersRequest) }, a.GetCounters),
+		handle("DELETE", "/v1/rooms/{room}/counters/{name}", func() *apipb.ResetCounterRequest { return new(apipb.ResetCounterRequest) }, a.ResetCounter),
 		handle("GET", "/v1/rooms/{room}/history", func() *apipb.GetHistoryRequest { return new(apipb.GetHistoryRequest) }, a.GetHistory),
 		handle("POST", "/v1/rooms/{room}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),
@@ -91,7 +93,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid", "key"}
+	pathParams := []string{"room", "uid", "key", "name"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,

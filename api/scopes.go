@@ -17,9 +17,9 @@ import (
 const (
 	// ScopeSend: send to rooms and users.
 	ScopeSend = "send"
-	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues.
+	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters.
 	ScopeModerate = "moderate"
-	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues.
+	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues, counters.
 	ScopeRead = "read"
 	// ScopeAdmin: create, change and close rooms, set CDN modes and policies, set the app's limits.
 	ScopeAdmin = "admin"
@@ -50,6 +50,7 @@ var callScopes = map[string]string{
 	"PollQueue":        ScopeModerate,
 	"RemoveQueueEntry": ScopeModerate,
 	"ClearQueue":       ScopeModerate,
+	"ResetCounter":     ScopeModerate,
 	"GetRoom":          ScopeRead,
 	"ListMembers":      ScopeRead,
 	"GetUserSessions":  ScopeRead,
@@ -59,6 +60,7 @@ var callScopes = map[string]string{
 	"GetCdnPolicy":     ScopeRead,
 	"GetAppLimits":     ScopeRead,
 	"GetHistory":       ScopeRead,
+	"GetCounters":      ScopeRead,
 	"PeekQueue":        ScopeRead,
 	"ListQueue":        ScopeRead,
 }

@@ -34,6 +34,7 @@ import (
 	"roomcast/proto/apipb"
 	"roomcast/store/applimits"
 	"roomcast/store/cdnstore"
+	"roomcast/store/counterstore"
 	"roomcast/store/inbox"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
@@ -168,16 +169,17 @@ func (c Config) withDefaults() (Config, error) {
 type API struct {
 	apipb.UnimplementedRoomcastAPIServer
 
-	cfg   Config
-	log   *slog.Logger // cfg.Log, naming the API in each record
-	audit *slog.Logger // cfg.Audit, naming the audit trail in each record
-	m     *metrics
-	store *roomstore.Store
-	cdn   *cdnstore.Store
-	inbox *inbox.Store // the at-least-once messages to users
-	ids   ids.Generator
-	exprs *tag.Cache // tag expressions checked, compiled once
-	calls *callLimiter
+	cfg      Config
+	log      *slog.Logger // cfg.Log, naming the API in each record
+	audit    *slog.Logger // cfg.Audit, naming the audit trail in each record
+	m        *metrics
+	store    *roomstore.Store
+	cdn      *cdnstore.Store
+	inbox    *inbox.Store        // the at-least-once messages to users
+	counters *counterstore.Store // the rooms' counters (counters.go)
+	ids      ids.Generator
+	exprs    *tag.Cache // tag expressions checked, compiled once
+	calls    *callLimiter
 	// The apps' own limits (limits.go): written by SetAppLimits, read through a cache.
 	limitStore *applimits.Store
 	appLimits  *applimits.Cache
@@ -213,7 +215,11 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
+	cs, err := counterstore.Open(ctx, cfg.Bus, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return &API{counters: cs, cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
 		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}, nil
 }
 

@@ -49,7 +49,8 @@ func (r *localRoom) setCdn(cfg *clientpb.CdnConfig) {
 }
 
 // afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn
-// tells c of changes, and a change that came between the LoginAck and now is sent at once.
+// tells c of changes, and a change that came between the LoginAck and now is sent at once; so
+// do the room's counters (writeCounters).
 // (Both may send the same config; a client applies it twice to no effect.)
 func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	r.mu.Lock()
@@ -61,5 +62,11 @@ func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 			now = &clientpb.CdnConfig{Mode: clientpb.CdnMode_CDN_MODE_OFF}
 		}
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: now}})
+	}
+	// The room's counters, as the node has them now; later changes come with everyone's
+	// (counters.go). One that comes between may arrive twice or before this one: a client keeps
+	// the greatest version.
+	if t := r.counters.Load(); len(t.GetCounters()) > 0 {
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_CounterTotals{CounterTotals: t}})
 	}
 }

@@ -136,6 +136,13 @@ type Config struct {
 	// flight at a time. Zero value means DefaultSendWindow (20ms); a negative one forwards
 	// each send as its own request.
 	SendWindow time.Duration
+	// CounterWindow is how long the node sums a room's counter adds before it sends them to the
+	// room service, one message per room and window (counters.go). Zero value means
+	// DefaultCounterWindow (200ms).
+	CounterWindow time.Duration
+	// CounterMaxAmount is the largest amount one CounterAdd may add; a larger one is refused
+	// with 100 (BAD_REQUEST). Zero value means DefaultCounterMaxAmount (100).
+	CounterMaxAmount int
 	// KVReplicas is the replication of the KV bucket of the nodes' name leases (NodesBucket),
 	// which the node creates or updates at start. Zero value means 1.
 	KVReplicas int
@@ -191,6 +198,8 @@ func DefaultConfig() Config {
 		GatherMessages:    defaultGatherMessages,
 		PhaseMembers:      defaultPhaseMembers,
 		SendWindow:        DefaultSendWindow,
+		CounterWindow:     DefaultCounterWindow,
+		CounterMaxAmount:  DefaultCounterMaxAmount,
 		DrainSpread:       10 * time.Second,
 		Limits:            DefaultLimits(),
 	}
@@ -240,6 +249,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 3 * time.Second
+	}
+	if c.CounterWindow <= 0 {
+		c.CounterWindow = d.CounterWindow
+	}
+	if c.CounterMaxAmount <= 0 {
+		c.CounterMaxAmount = d.CounterMaxAmount
 	}
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32

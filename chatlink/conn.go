@@ -86,7 +86,7 @@ type conn struct {
 	sending bool // sendLoop is running (next to state: the two share a word)
 	// History queries waiting for the room service (history.go); in the same word.
 	historyQ uint8
-	sends    *connSends // nil until the first Send
+	sends    *connSends // nil until the first Send or CounterAdd
 	acks     *inboxAcks // the Acks waiting for the store (inbox.go); nil until the first use
 }
 
@@ -108,6 +108,9 @@ type connSends struct {
 	q       []*clientpb.Send // oldest first, when each send is its own request (SendWindow < 0)
 	waiting int              // sends with its room's uploads (upload.go), not yet answered
 	rate    ratelimit.Bucket
+	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go):
+	// here rather than in conn, whose every byte each idle connection pays.
+	counterRate ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.
@@ -179,6 +182,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
+		}
+	case *clientpb.Frame_CounterAdd:
+		c.node.m.frameCounter.Inc()
+		if c.requireLive() {
+			c.counterAdd(k.CounterAdd) // counters.go
 		}
 	default:
 		c.node.m.frameBad.Inc()
@@ -321,7 +329,7 @@ func (c *conn) login(l *clientpb.Login) {
 	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
 	// the room can reach c before it. A login refused late (below) gets its Kick after it.
 	var ack *clientpb.LoginAck
-	r := n.rooms.join(c, rep.Settings, rep.Cdn, fresh, func(r *localRoom) {
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, fresh, func(r *localRoom) {
 		ack = &clientpb.LoginAck{
 			SessionId:           c.session,
 			ServerTimeMs:        n.now().UnixMilli(),

@@ -217,6 +217,12 @@ func (r *localRoom) receive(data []byte) {
 	if batch.Cdn != nil {
 		r.setCdn(batch.Cdn)
 	}
+	if batch.Counters != nil {
+		r.setCounters(batch.Counters) // counters.go
+		if len(batch.Messages) == 0 && batch.Settings == nil && batch.LastRoomSeq == 0 {
+			return
+		}
+	}
 	f := &r.fanout
 	f.mu.Lock()
 	if f.stopped {

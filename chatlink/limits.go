@@ -34,6 +34,9 @@ type Limits struct {
 	// (all its connections on this node) and into one room from this node; a Send over one
 	// is refused with Error 120 and a retry hint.
 	SendsPerConn, SendsPerUser, SendsPerRoom ratelimit.Limit
+	// CounterAddsPerConn bounds the CounterAdds (taps of a like, gifts) of one connection; one
+	// over it is refused with Error 120 and a retry hint (counters.go).
+	CounterAddsPerConn ratelimit.Limit
 	// ConnectionsPerIP bounds the connections open from one address.
 	ConnectionsPerIP int
 	// LoginRate paces the logins the node processes, from every address together: a login
@@ -75,16 +78,19 @@ type Limits struct {
 //   - logins per app and sends per room from a node: none (an app's own limits may set them).
 func DefaultLimits() Limits {
 	return Limits{
-		LoginsPerIP:      ratelimit.Limit{Rate: 50, Burst: 500},
-		LoginsPerApp:     ratelimit.Unlimited,
-		JoinsPerRoom:     ratelimit.Limit{Rate: 2000, Burst: 10000},
-		SendsPerConn:     ratelimit.Limit{Rate: 20, Burst: 40},
-		SendsPerUser:     ratelimit.Limit{Rate: 40, Burst: 80},
-		SendsPerRoom:     ratelimit.Unlimited,
-		ConnectionsPerIP: 5000,
-		LoginRate:        ratelimit.Limit{Rate: 3000, Burst: 300},
-		LoginConcurrency: 64,
-		TableSize:        65536,
+		LoginsPerIP:  ratelimit.Limit{Rate: 50, Burst: 500},
+		LoginsPerApp: ratelimit.Unlimited,
+		JoinsPerRoom: ratelimit.Limit{Rate: 2000, Burst: 10000},
+		SendsPerConn: ratelimit.Limit{Rate: 20, Burst: 40},
+		SendsPerUser: ratelimit.Limit{Rate: 40, Burst: 80},
+		SendsPerRoom: ratelimit.Unlimited,
+		// A thumb taps a like a few times a second; more is a script inflating the room's
+		// counters or loading its node.
+		CounterAddsPerConn: ratelimit.Limit{Rate: 5, Burst: 10},
+		ConnectionsPerIP:   5000,
+		LoginRate:          ratelimit.Limit{Rate: 3000, Burst: 300},
+		LoginConcurrency:   64,
+		TableSize:          65536,
 	}
 }
 
@@ -94,6 +100,7 @@ func (l Limits) withDefaults() Limits {
 	for _, f := range []struct{ l, d *ratelimit.Limit }{
 		{&l.LoginsPerIP, &d.LoginsPerIP}, {&l.LoginsPerApp, &d.LoginsPerApp}, {&l.JoinsPerRoom, &d.JoinsPerRoom},
 		{&l.SendsPerConn, &d.SendsPerConn}, {&l.SendsPerUser, &d.SendsPerUser}, {&l.SendsPerRoom, &d.SendsPerRoom},
+		{&l.CounterAddsPerConn, &d.CounterAddsPerConn},
 		{&l.LoginRate, &d.LoginRate},
 	} {
 		if *f.l == (ratelimit.Limit{}) {

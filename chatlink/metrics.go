@@ -31,10 +31,11 @@ const (
 	busSend
 	busHistory
 	busQueue
+	busCounters
 	numBusOps
 )
 
-var busOpNames = [numBusOps]string{"join", "send", "history", "queue"}
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.
@@ -46,6 +47,7 @@ type metrics struct {
 	frameSend          prometheus.Counter     // client frame counts in one
 	frameHeartbeat     prometheus.Counter
 	frameHistory       prometheus.Counter
+	frameCounter       prometheus.Counter
 	frameBad           prometheus.Counter
 	pushFrames         prometheus.Counter
 	ringSends          prometheus.Counter
@@ -144,6 +146,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	m.frameLogin, m.frameSend = m.framesIn.WithLabelValues("login"), m.framesIn.WithLabelValues("send")
 	m.frameHeartbeat, m.frameBad = m.framesIn.WithLabelValues("heartbeat"), m.framesIn.WithLabelValues("bad")
 	m.frameHistory = m.framesIn.WithLabelValues("history_query")
+	m.frameCounter = m.framesIn.WithLabelValues("counter_add")
 	order := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "roomcast_chatlink_order_total", Help: "Room_seq order (order.go), by event: held (batches held back behind a missing number), filled (missing messages taken from the history), skipped (missing numbers given up), late (messages delivered after a later number), duplicate (live copies of filled messages dropped).",
 	}, []string{"event"})
@@ -159,7 +162,8 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, m.recoveryReads, m.recoveryAskers, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order)
+			m.logins, m.loginSeconds, m.recoveryReads, m.recoveryAskers, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order,
+			n.counters.windows, n.counters.adds)
 		reg.MustRegister(n.pace.collectors()...)
 	}
 	return m

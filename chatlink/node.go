@@ -44,6 +44,7 @@ const wsReadBuffer = 256
 //	sessionStream.mu -> eventBatcher.mu
 //	sessionStream.mu -> roomShard.mu -> roomFanout.mu -> localRoom.mu -> a member's writer
 //	sessionStream.mu -> conn.mu -> the tag interner's lock
+//	roomShard.mu -> roomCounters.mu
 //
 // where a member's writer is sockWriter.mu, polled.sockMu and polled.mu, or tcpTransport.mu
 // (localRoom.write closes slow readers while it reads the room). Every other lock is taken
@@ -69,6 +70,7 @@ type Node struct {
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
 	pace       *loginPacer   // the node's login pace (loginpace.go)
 	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
+	counters   *counterSums  // the rooms' counter adds not yet answered (counters.go)
 	uploads    *uploads      // the rooms' members' sends, a window at a time (upload.go)
 
 	upgrader *gws.Upgrader
@@ -102,6 +104,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.pace = newLoginPacer(cfg.Limits)
+	n.counters = newCounterSums(n)
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
 	n.uploads = newUploads(n)
@@ -200,6 +203,7 @@ func (n *Node) start() error {
 	n.goAsync(n.acceptTCP)
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
+	n.goAsync(n.counters.loop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxLoop)
@@ -391,6 +395,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	if n.sse != nil {
 		n.sse.close()
+	}
+	// The members are gone: what they added goes to the room service before the node stops.
+	if cerr := n.counters.drain(ctx); cerr != nil {
+		n.log.Warn("counter adds lost at shutdown", "err", cerr)
 	}
 	n.cancel()
 	n.control.unsubscribe()

@@ -52,6 +52,9 @@ type localRoom struct {
 
 	cdn atomic.Pointer[clientpb.CdnConfig] // the room's CDN config (cdn.go); nil or mode off: none
 
+	counters    atomic.Pointer[clientpb.CounterTotals] // the room's counters as last broadcast (counters.go); nil: none known
+	countersOut roomCounters
+
 	fanout roomFanout
 }
 
@@ -94,12 +97,12 @@ func (t *roomTable) unclaimFresh(app, room string) {
 }
 
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member; settings and cdn are the room's, as the room service gave them at c's join, fresh
+// member; settings, cdn and counters are the room's, as the room service gave them at c's join, fresh
 // from its store if c claimed that (claimFresh): they then replace those of a room that another
 // login's answer, read from the cache, created meanwhile. It returns the room once the
 // subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
 // the room's lock, before any write of the room can include c: it writes the LoginAck.
-func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, fresh bool, welcome func(*localRoom)) *localRoom {
+func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, counters *clientpb.CounterTotals, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -112,9 +115,13 @@ func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.C
 		r.fanout.setSettings(settings)
 		r.cdn.Store(cdn)
 	}
+	if !first && counters != nil {
+		r.setCounters(counters)
+	}
 	if first {
 		r = &localRoom{t: t, app: c.app, room: c.room, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.cdn.Store(cdn)
+		r.counters.Store(counters)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
 		if err != nil {
@@ -161,6 +168,7 @@ func (t *roomTable) leave(c *conn) {
 			_ = r.sub.Unsubscribe()
 		}
 		r.fanout.stop()
+		r.stopCounters()
 		t.n.m.rooms.Dec()
 	}
 }

@@ -38,6 +38,10 @@ type metrics struct {
 	batches       prometheus.Counter  // room batches published
 	unsent        prometheus.Counter  // accepted messages whose publish failed
 	demoted       prometheus.Counter  // members' critical messages sent on a lower lane
+
+	counterWindows *prometheus.CounterVec // counter windows answered, by result
+	counterWrites  prometheus.Counter     // writes of rooms' counter records
+	counterDropped prometheus.Counter     // adds to new counters of rooms that had as many as they may
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,6 +69,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		batches:       c("batches_published_total", "Room batches published to the rooms' nodes (one per room and batch window)."),
 		unsent:        c("messages_unsent_total", "Accepted messages whose broadcast failed (bus down or closed): not delivered, not kept."),
 		demoted:       c("messages_demoted_total", "Members' messages sent on a lower lane than they named: critical ones their room does not allow them (demote_critical), and the lanes the app's send callback lowered."),
+		counterWindows: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_room_counter_windows_total",
+			Help: "Counter windows (a ChatLink's sums of a room's counter adds, or the server API's resets) answered, by result: applied, duplicate (applied before), refused (malformed), unavailable (the store did not take them; the node sends them again).",
+		}, []string{"result"})),
+		counterWrites:  c("counter_writes_total", "Writes of rooms' counter records: one per room, tick and instance that had windows to apply."),
+		counterDropped: c("counter_adds_dropped_total", "Sums of adds to a new counter of a room that already had as many counters as it may (ChatLinks that learned of each other's new names late)."),
 	}
 	for op, name := range opNames {
 		m.latency[op] = latency.WithLabelValues(name)

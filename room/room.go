@@ -114,24 +114,29 @@ type Config struct {
 	// MemberSendsPerSecond does, for rooms whose settings do not set member_critical_per_second.
 	// Zero value means DefaultMemberCriticalPerSecond (10); a negative one means no cap.
 	MemberCriticalPerSecond int
+	// CounterTick is how long the instance gathers a room's counter windows before it writes
+	// them to the store and broadcasts the room's totals (counters.go). Zero value means
+	// DefaultCounterTick (250ms).
+	CounterTick time.Duration
 }
 
 // Service is one instance of the room service.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger // cfg.Log, naming the service
-	ids     ids.Generator
-	subs    []*nats.Subscription
-	store   *roomstore.Store
-	cache   *cache
-	dist    *distribution
-	hist    *history
-	cdn     *cdnRoutes
-	exprs   *tag.Cache // tag expressions checked, compiled once
-	batch   *batcher   // nil when Config.BatchWindow is negative
-	bulk    *bulkCap
-	members memberRates
-	metrics *metrics
+	cfg      Config
+	log      *slog.Logger // cfg.Log, naming the service
+	ids      ids.Generator
+	subs     []*nats.Subscription
+	store    *roomstore.Store
+	cache    *cache
+	dist     *distribution
+	hist     *history
+	cdn      *cdnRoutes
+	exprs    *tag.Cache // tag expressions checked, compiled once
+	batch    *batcher   // nil when Config.BatchWindow is negative
+	bulk     *bulkCap
+	members  memberRates
+	metrics  *metrics
+	counters *counters
 
 	stop    chan struct{}
 	closing atomic.Bool    // Close has begun: SendLocalQueued takes no more sends
@@ -178,6 +183,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MemberCriticalPerSecond == 0 {
 		c.MemberCriticalPerSecond = DefaultMemberCriticalPerSecond
 	}
+	if c.CounterTick <= 0 {
+		c.CounterTick = DefaultCounterTick
+	}
 	return c, nil
 }
 
@@ -214,6 +222,11 @@ func (s *Service) Start() error {
 		s.cache.stop()
 		return err
 	}
+	if s.counters, err = s.openCounters(ctx); err != nil {
+		s.cache.stop()
+		s.cdn.stop()
+		return err
+	}
 	sub, err := s.cfg.Bus.Subscribe(bus.SubjectSessionsReport, s.dist.onReport)
 	if err != nil {
 		s.Close()
@@ -227,6 +240,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomSendBatch: s.onSendBatch,
 		bus.SubjectRoomInfo:      s.onInfo,
 		bus.SubjectRoomHistory:   s.onHistory,
+		bus.SubjectRoomCounters:  s.onCounters,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -236,8 +250,9 @@ func (s *Service) Start() error {
 		}
 		s.subs = append(s.subs, sub)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.expireLoop()
+	go s.countersLoop()
 	return s.cfg.Bus.Flush()
 }
 
@@ -340,6 +355,7 @@ func (s *Service) onJoin(msg *nats.Msg) {
 func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room, tags *roompb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
+	var counters *clientpb.CounterTotals
 	if req.FirstOnNode {
 		// The cache follows the store a little behind; the node's copy of the settings (and
 		// of the CDN config) is kept current from here on by the announcements of changes
@@ -354,12 +370,15 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		if route, err = s.cdn.fresh(ctx, req.App, req.Room); err != nil {
 			s.log.Warn("CDN route read from the cache", "app", req.App, "room", req.Room, "err", err)
 		}
+		// The node keeps the room's counters current from the broadcasts after each write.
+		counters = s.counterTotals(ctx, req.App, req.Room)
 		cancel()
 	}
 	s.respond(msg, opJoin, start, &buspb.Reply{
 		Settings:   settings,
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
+		Counters:   counters,
 	})
 }
 

@@ -54,6 +54,7 @@ type conn struct {
 	adopted bool                       // onLogin has the connection: connect no longer ends it
 	left    bool                       // a move left this connection: new requests go to the next one
 	settled chan struct{}              // closed when pending empties, while leave waits for it
+	adds    [counterRing]sentAdd       // the last CounterAdds sent, by seq % counterRing (counters.go)
 }
 
 // errLeft refuses a request on a connection a move has left, before any of it was written: the
@@ -393,7 +394,12 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 			c.d.historyFailed(c.gen, err)
 			return
 		}
+		if c.refusedAdd(e) { // counters.go
+			return
+		}
 		c.answer(e.GetSeq(), sendResult{err: sendError(e)})
+	case *clientpb.Frame_CounterTotals:
+		c.d.counters(k.CounterTotals)
 	case *clientpb.Frame_Push:
 		if !c.d.push(c.gen, k.Push) {
 			c.fail(ErrSlowConsumer)

@@ -53,20 +53,23 @@ type delivery struct {
 	limit  int           // messages queued at most before the consumer counts as slow
 	wait   time.Duration // how long a hold lasts without an answer
 
-	mu       sync.Mutex // guards the fields below
-	gen      uint64     // the connection listened to
-	seen     map[string]struct{}
-	order    []string // the ids in seen, as a ring: order[next] is forgotten first
-	next     int
-	lastID   string // the greatest id seen: where a reconnect recovers from
-	lastSeq  uint64 // the greatest room_seq seen
-	baseline string // the id floor of the first login's time: recovery's start before any message
-	hold     *hold  // set while a history answer is awaited
-	queue    []item
-	queued   int // messages in queue
-	closed   bool
-	wake     chan struct{} // one value: the queue changed
-	inbox    inboxSeen     // at-least-once messages taken (inbox.go)
+	mu  sync.Mutex // guards the fields below
+	gen uint64     // the connection listened to
+	// The room's counters as last handed to the app (counters.go), and their version.
+	counterMap     map[string]int64
+	counterVersion uint64
+	seen           map[string]struct{}
+	order          []string // the ids in seen, as a ring: order[next] is forgotten first
+	next           int
+	lastID         string // the greatest id seen: where a reconnect recovers from
+	lastSeq        uint64 // the greatest room_seq seen
+	baseline       string // the id floor of the first login's time: recovery's start before any message
+	hold           *hold  // set while a history answer is awaited
+	queue          []item
+	queued         int // messages in queue
+	closed         bool
+	wake           chan struct{} // one value: the queue changed
+	inbox          inboxSeen     // at-least-once messages taken (inbox.go)
 
 	playout // CDN mode: messages wait for their play time (playout.go)
 }

@@ -6,8 +6,9 @@
 // logs in with the token, and returns once the LoginAck arrived. From then on the Client sends
 // heartbeats, answers Send with the matching SendAck or Error, and hands every message of the
 // room to Config.OnMessage once, ordered by (server time, id), and its events (connected,
-// reconnecting, recovered, thinned, kicked, limited, error, closed) to Config.OnEvent, on one
-// goroutine.
+// reconnecting, recovered, thinned, kicked, limited, counters, error, closed) to Config.OnEvent,
+// on one goroutine. AddCounter taps the room's counters (likes, gifts), whose running totals come
+// as CounterEvents, never a message per tap.
 //
 // When the room is in CDN mode (docs/cdn.md), the Client also polls the room's segments from
 // the CDN vendors its config names, following live changes of the config, and hands their

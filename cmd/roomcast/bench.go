@@ -26,9 +26,10 @@ Scenarios:
   fanout   N members in one room, R messages/s through the server API; deliveries/s, losses,
            latency, deliveries per server CPU-second
   login    N logins paced at R/s; logins/s and login latency
-  upload   N members in one room, K of them sending a message every D themselves; what was
-           accepted, refused, delivered, thinned and sampled, bus requests per ChatLink,
-           latency from a member's send to the others' receipt, server CPU per upload
+  upload   N members in one room, K of them sending a message every D themselves (and with
+           --likes every member tapping likes); what was accepted, refused, delivered, thinned
+           and sampled, bus requests per ChatLink, latency from a member's send to the others'
+           receipt, server CPU per upload, like totals against the likes sent
   cdn      a room in CDN mode under R bulk messages/s, N virtual viewers polling its segments
            through a CDN edge (nginx); the pusher's rate, polls per viewer per window, origin
            requests per segment, bytes per viewer against the long link's
@@ -106,6 +107,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "upload":
 		fs.IntVar(&cfg.Uploaders, "uploaders", 10, "how many of the members send messages themselves")
 		fs.DurationVar(&cfg.Every, "every", 2*time.Second, "each uploader sends one message this often (the uploaders spread evenly over it)")
+		fs.Float64Var(&cfg.Likes, "likes", 0, "likes a second every member taps as well (CounterAdds of the room's counter \"like\", spread evenly); the run then checks that every member's total ends equal to the likes taken (0: none)")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to upload")
 		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
 		fs.StringVar(&cfg.Lane, "lane", "bulk", "lane of the uploads: bulk or normal")
@@ -294,8 +296,8 @@ Exit status: 0 when every member joined, every message was accepted, no critical
 was lost and none leaked; 1 otherwise; 2 for bad flags.
 
 `,
-	"upload": `Usage: roomcast bench upload [--n N] [--uploaders K] [--every D] [--duration T] [--tick T]
-                           [--lane bulk|normal] [--size B] [target flags]
+	"upload": `Usage: roomcast bench upload [--n N] [--uploaders K] [--every D] [--likes L] [--duration T]
+                           [--tick T] [--lane bulk|normal] [--size B] [target flags]
 
 Puts N raw members (the protocol spoken directly) in one fresh room with the server's default
 settings (budgets, bulk cap) and the flush tick --tick, lets them sit idle for --pause (3s), then
@@ -311,8 +313,16 @@ every other member), what the members' Pushes reported as thinned, and what is n
 per uploaded message (the whole server: give --pid for a dev's process). The members run in
 this process (at most --per-process).
 
-Exit status: 0 when every member joined, every send was answered and nothing was lost
-unaccounted; 1 otherwise; 2 for bad flags.
+With --likes L every member also taps the room's counter "like" L times a second (CounterAdds,
+spread evenly over the members; docs/protocol.md, "Counters"), and the run reports the likes
+sent and refused, how many members' last totals equal the likes taken (every member's, in a
+clean run: none lost, none counted twice), the counter windows the room service answered
+(roomcast_room_counter_windows_total) per ChatLink and second, and the totals frames a member
+received a second. The server CPU per uploaded message then includes the likes' work.
+
+Exit status: 0 when every member joined, every send was answered, nothing was lost
+unaccounted and (with --likes) every member's like total is the likes taken; 1 otherwise; 2
+for bad flags.
 
 `,
 	"login": `Usage: roomcast bench login [--n N] [--rate R] [--rooms K] [target flags]

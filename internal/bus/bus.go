@@ -36,6 +36,8 @@ const (
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
 	SubjectRoomHistory   = "rc.svc.room.history"
+	// SubjectRoomCounters takes a room's counter windows (CounterWindow, answered with a Reply).
+	SubjectRoomCounters = "rc.svc.room.counters"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

@@ -73,7 +73,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7, 0}
+	return file_bus_proto_rawDescGZIP(), []int{8, 0}
 }
 
 type NodeControl_Op int32
@@ -155,7 +155,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12, 0}
+	return file_bus_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -474,7 +474,9 @@ type Reply struct {
 	RetryAfterMs uint32 `protobuf:"varint,16,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// Set by a members' batch send (SendBatchRequest.members): one answer per send, in order,
 	// each as a single send's reply would be.
-	Answers       []*Reply `protobuf:"bytes,17,rep,name=answers,proto3" json:"answers,omitempty"`
+	Answers []*Reply `protobuf:"bytes,17,rep,name=answers,proto3" json:"answers,omitempty"`
+	// A join (first_on_node) and a counter window: the room's counters as last written.
+	Counters      *clientpb.CounterTotals `protobuf:"bytes,18,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +605,13 @@ func (x *Reply) GetRetryAfterMs() uint32 {
 func (x *Reply) GetAnswers() []*Reply {
 	if x != nil {
 		return x.Answers
+	}
+	return nil
+}
+
+func (x *Reply) GetCounters() *clientpb.CounterTotals {
+	if x != nil {
+		return x.Counters
 	}
 	return nil
 }
@@ -780,8 +789,12 @@ type RoomBatch struct {
 	// of messages that went to a CDN pusher instead; a window whose numbered messages all went
 	// there still sends its numbers, in a batch without messages. A ChatLink delivers a room's
 	// numbered messages in room_seq order and waits briefly for a missing number (chatlink/order.go).
-	FirstRoomSeq  uint64 `protobuf:"varint,8,opt,name=first_room_seq,json=firstRoomSeq,proto3" json:"first_room_seq,omitempty"`
-	LastRoomSeq   uint64 `protobuf:"varint,9,opt,name=last_room_seq,json=lastRoomSeq,proto3" json:"last_room_seq,omitempty"`
+	FirstRoomSeq uint64 `protobuf:"varint,8,opt,name=first_room_seq,json=firstRoomSeq,proto3" json:"first_room_seq,omitempty"`
+	LastRoomSeq  uint64 `protobuf:"varint,9,opt,name=last_room_seq,json=lastRoomSeq,proto3" json:"last_room_seq,omitempty"`
+	// When set, the room's counters changed (the room service, after a write of their record):
+	// ChatLinks keep the one with the greatest version and send it to their members, at most
+	// about four times a second (chatlink/counters.go).
+	Counters      *clientpb.CounterTotals `protobuf:"bytes,10,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +871,113 @@ func (x *RoomBatch) GetLastRoomSeq() uint64 {
 	return 0
 }
 
+func (x *RoomBatch) GetCounters() *clientpb.CounterTotals {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+// CounterWindow is what a ChatLink sends the room service (rc.svc.room.counters, answered with a
+// Reply) for one room and counting window: the sums of the adds its members made in the window.
+// The server API sends one with resets and no node. A node sends a room's windows one at a
+// time, numbered by one growing seq per boot (all its rooms' windows share it), and sends a
+// window again with the same seq until it is answered: the room service applies a node boot's
+// window only when its seq is greater than the last it applied (room/counters.go).
+type CounterWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room  string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Node  string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Boot  string                 `protobuf:"bytes,4,opt,name=boot,proto3" json:"boot,omitempty"`
+	Seq   uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Sums per counter name.
+	Adds []*clientpb.Counter `protobuf:"bytes,6,rep,name=adds,proto3" json:"adds,omitempty"`
+	// Counters to reset (take out) before the adds are applied.
+	Resets        []string `protobuf:"bytes,7,rep,name=resets,proto3" json:"resets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterWindow) Reset() {
+	*x = CounterWindow{}
+	mi := &file_bus_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterWindow) ProtoMessage() {}
+
+func (x *CounterWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterWindow.ProtoReflect.Descriptor instead.
+func (*CounterWindow) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CounterWindow) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CounterWindow) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *CounterWindow) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *CounterWindow) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
+func (x *CounterWindow) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CounterWindow) GetAdds() []*clientpb.Counter {
+	if x != nil {
+		return x.Adds
+	}
+	return nil
+}
+
+func (x *CounterWindow) GetResets() []string {
+	if x != nil {
+		return x.Resets
+	}
+	return nil
+}
+
 // SessionEvent: a session logged in or out. ChatLinks publish them in batches
 // (subject rc.svc.presence.events).
 type SessionEvent struct {
@@ -881,7 +1001,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1013,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1026,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -987,7 +1107,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1119,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1132,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -1058,7 +1178,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1190,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1203,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -1141,7 +1261,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1273,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1286,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1229,7 +1349,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1361,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1374,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1308,7 +1428,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1440,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1453,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1467,7 +1587,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1599,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1612,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1559,7 +1679,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1691,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1704,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Member) GetUid() string {
@@ -1640,7 +1760,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1772,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1785,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1697,7 +1817,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1829,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1842,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -1810,7 +1930,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1942,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1955,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -1996,7 +2116,7 @@ type LaneCounters struct {
 
 func (x *LaneCounters) Reset() {
 	*x = LaneCounters{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2128,7 @@ func (x *LaneCounters) String() string {
 func (*LaneCounters) ProtoMessage() {}
 
 func (x *LaneCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2141,7 @@ func (x *LaneCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
 func (*LaneCounters) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LaneCounters) GetLane() clientpb.Lane {
@@ -2073,7 +2193,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2205,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2218,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -2146,7 +2266,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2278,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2291,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2256,7 +2376,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2388,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2401,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2317,7 +2437,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2449,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2462,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2398,7 +2518,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2530,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2543,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{23}
+	return file_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2480,7 +2600,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2612,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2625,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{24}
+	return file_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -2554,7 +2674,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xba\x04\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xf2\x04\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2574,7 +2694,8 @@ const file_bus_proto_rawDesc = "" +
 	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\x120\n" +
 	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\x12$\n" +
 	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x12,\n" +
-	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\"\xaa\x01\n" +
+	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\x126\n" +
+	"\bcounters\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2590,14 +2711,24 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x91\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc9\x02\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
 	"\bsettings\x18\x03 \x01(\v2\x19.roomcast.v1.RoomSettingsR\bsettings\x12(\n" +
 	"\x03cdn\x18\x04 \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x12$\n" +
 	"\x0efirst_room_seq\x18\b \x01(\x04R\ffirstRoomSeq\x12\"\n" +
-	"\rlast_room_seq\x18\t \x01(\x04R\vlastRoomSeq\"\xb5\x02\n" +
+	"\rlast_room_seq\x18\t \x01(\x04R\vlastRoomSeq\x126\n" +
+	"\bcounters\x18\n" +
+	" \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xb1\x01\n" +
+	"\rCounterWindow\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
+	"\x04boot\x18\x04 \x01(\tR\x04boot\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12(\n" +
+	"\x04adds\x18\x06 \x03(\v2\x14.roomcast.v1.CounterR\x04adds\x12\x16\n" +
+	"\x06resets\x18\a \x03(\tR\x06resets\"\xb5\x02\n" +
 	"\fSessionEvent\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.roomcast.v1.SessionEvent.KindR\x04kind\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
@@ -2788,87 +2919,93 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0),        // 0: roomcast.v1.SessionEvent.Kind
-	(NodeControl_Op)(0),           // 1: roomcast.v1.NodeControl.Op
-	(*JoinRequest)(nil),           // 2: roomcast.v1.JoinRequest
-	(*SendRequest)(nil),           // 3: roomcast.v1.SendRequest
-	(*SendBatchRequest)(nil),      // 4: roomcast.v1.SendBatchRequest
-	(*Reply)(nil),                 // 5: roomcast.v1.Reply
-	(*HistoryRequest)(nil),        // 6: roomcast.v1.HistoryRequest
-	(*RoomInfo)(nil),              // 7: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),             // 8: roomcast.v1.RoomBatch
-	(*SessionEvent)(nil),          // 9: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),         // 10: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),          // 11: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),            // 12: roomcast.v1.NodeReport
-	(*RoomCount)(nil),             // 13: roomcast.v1.RoomCount
-	(*NodeControl)(nil),           // 14: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil),      // 15: roomcast.v1.NodeControlReply
-	(*Member)(nil),                // 16: roomcast.v1.Member
-	(*PresenceQuery)(nil),         // 17: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),         // 18: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),            // 19: roomcast.v1.LoadReport
-	(*LaneCounters)(nil),          // 20: roomcast.v1.LaneCounters
-	(*DrainRequest)(nil),          // 21: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),              // 22: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),              // 23: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),          // 24: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),       // 25: roomcast.v1.QueueBusRequest
-	(*HistoryRecord)(nil),         // 26: roomcast.v1.HistoryRecord
-	nil,                           // 27: roomcast.v1.RoomInfo.NodesEntry
-	nil,                           // 28: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),            // 29: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),   // 30: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),     // 31: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),    // 32: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),  // 33: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),  // 34: roomcast.v1.QueueResponse
-	(*clientpb.HistoryQuery)(nil), // 35: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),      // 36: roomcast.v1.Message
-	(clientpb.CdnMode)(0),         // 37: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),         // 38: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),   // 39: roomcast.v1.QueueRequest
+	(SessionEvent_Kind)(0),         // 0: roomcast.v1.SessionEvent.Kind
+	(NodeControl_Op)(0),            // 1: roomcast.v1.NodeControl.Op
+	(*JoinRequest)(nil),            // 2: roomcast.v1.JoinRequest
+	(*SendRequest)(nil),            // 3: roomcast.v1.SendRequest
+	(*SendBatchRequest)(nil),       // 4: roomcast.v1.SendBatchRequest
+	(*Reply)(nil),                  // 5: roomcast.v1.Reply
+	(*HistoryRequest)(nil),         // 6: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),               // 7: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),              // 8: roomcast.v1.RoomBatch
+	(*CounterWindow)(nil),          // 9: roomcast.v1.CounterWindow
+	(*SessionEvent)(nil),           // 10: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),          // 11: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),           // 12: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),             // 13: roomcast.v1.NodeReport
+	(*RoomCount)(nil),              // 14: roomcast.v1.RoomCount
+	(*NodeControl)(nil),            // 15: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil),       // 16: roomcast.v1.NodeControlReply
+	(*Member)(nil),                 // 17: roomcast.v1.Member
+	(*PresenceQuery)(nil),          // 18: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),          // 19: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),             // 20: roomcast.v1.LoadReport
+	(*LaneCounters)(nil),           // 21: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),           // 22: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),               // 23: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),               // 24: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),           // 25: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),        // 26: roomcast.v1.QueueBusRequest
+	(*HistoryRecord)(nil),          // 27: roomcast.v1.HistoryRecord
+	nil,                            // 28: roomcast.v1.RoomInfo.NodesEntry
+	nil,                            // 29: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),             // 30: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),    // 31: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),      // 32: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),     // 33: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),   // 34: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),   // 35: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil), // 36: roomcast.v1.CounterTotals
+	(*clientpb.HistoryQuery)(nil),  // 37: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),       // 38: roomcast.v1.Message
+	(*clientpb.Counter)(nil),       // 39: roomcast.v1.Counter
+	(clientpb.CdnMode)(0),          // 40: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),          // 41: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),    // 42: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	29, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	30, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	30, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	31, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	32, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	33, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	34, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	31, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	32, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	33, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	34, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	35, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	35, // 9: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	27, // 10: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	36, // 11: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	30, // 12: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	32, // 13: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 14: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	9,  // 15: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	9,  // 16: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	13, // 17: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 18: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	36, // 19: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	16, // 20: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	28, // 21: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	9,  // 22: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	13, // 23: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	20, // 24: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	29, // 25: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	37, // 26: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	32, // 27: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	36, // 28: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	38, // 29: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	39, // 30: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	36, // 31: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	37, // 10: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	28, // 11: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	38, // 12: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	31, // 13: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	33, // 14: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	36, // 15: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	39, // 16: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 17: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	10, // 18: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	10, // 19: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 20: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 21: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	38, // 22: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	17, // 23: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	29, // 24: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	10, // 25: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 26: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	21, // 27: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	30, // 28: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	40, // 29: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	33, // 30: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	38, // 31: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	41, // 32: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	42, // 33: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	38, // 34: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -2882,7 +3019,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2971,6 +2971,103 @@ func (x *GetHistoryRequest) GetTags() []string {
 	return nil
 }
 
+type GetCountersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCountersRequest) Reset() {
+	*x = GetCountersRequest{}
+	mi := &file_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCountersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCountersRequest) ProtoMessage() {}
+
+func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCountersRequest.ProtoReflect.Descriptor instead.
+func (*GetCountersRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetCountersRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+type ResetCounterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// The counter's name (1 to 32 characters of A-Z a-z 0-9 _ - : .).
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetCounterRequest) Reset() {
+	*x = ResetCounterRequest{}
+	mi := &file_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetCounterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetCounterRequest) ProtoMessage() {}
+
+func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetCounterRequest.ProtoReflect.Descriptor instead.
+func (*ResetCounterRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ResetCounterRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *ResetCounterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
@@ -3205,12 +3302,17 @@ const file_api_proto_rawDesc = "" +
 	"\x04lane\x18\x06 \x01(\tR\x04lane\x12\x1b\n" +
 	"\tas_member\x18\a \x01(\bR\basMember\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12\x12\n" +
-	"\x04tags\x18\t \x03(\tR\x04tags*W\n" +
+	"\x04tags\x18\t \x03(\tR\x04tags\"(\n" +
+	"\x12GetCountersRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"=\n" +
+	"\x13ResetCounterRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name*W\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x01\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x022\xb5\x11\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x022\xcf\x12\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3243,7 +3345,9 @@ const file_api_proto_rawDesc = "" +
 	"\fSetAppLimits\x12\x16.roomcast.v1.AppLimits\x1a\x16.roomcast.v1.AppLimits\x12H\n" +
 	"\fGetAppLimits\x12 .roomcast.v1.GetAppLimitsRequest\x1a\x16.roomcast.v1.AppLimits\x12F\n" +
 	"\n" +
-	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12C\n" +
+	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12J\n" +
+	"\vGetCounters\x12\x1f.roomcast.v1.GetCountersRequest\x1a\x1a.roomcast.v1.CounterTotals\x12L\n" +
+	"\fResetCounter\x12 .roomcast.v1.ResetCounterRequest\x1a\x1a.roomcast.v1.CounterTotals\x12C\n" +
 	"\n" +
 	"OfferQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
 	"\tPollQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
@@ -3266,7 +3370,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
 	(*Room)(nil),                    // 1: roomcast.v1.Room
@@ -3311,44 +3415,47 @@ var file_api_proto_goTypes = []any{
 	(*CdnPolicy)(nil),               // 40: roomcast.v1.CdnPolicy
 	(*GetCdnPolicyRequest)(nil),     // 41: roomcast.v1.GetCdnPolicyRequest
 	(*GetHistoryRequest)(nil),       // 42: roomcast.v1.GetHistoryRequest
-	nil,                             // 43: roomcast.v1.GetRoomResponse.NodesEntry
-	(*roompb.RoomSettings)(nil),     // 44: roomcast.v1.RoomSettings
-	(clientpb.ErrorCode)(0),         // 45: roomcast.v1.ErrorCode
-	(*roompb.MemberTags)(nil),       // 46: roomcast.v1.MemberTags
-	(clientpb.CdnMode)(0),           // 47: roomcast.v1.CdnMode
-	(*clientpb.CdnConfig)(nil),      // 48: roomcast.v1.CdnConfig
-	(*clientpb.CdnVendor)(nil),      // 49: roomcast.v1.CdnVendor
-	(*AppLimits)(nil),               // 50: roomcast.v1.AppLimits
-	(*GetAppLimitsRequest)(nil),     // 51: roomcast.v1.GetAppLimitsRequest
-	(*roompb.QueueRequest)(nil),     // 52: roomcast.v1.QueueRequest
-	(*clientpb.HistoryPage)(nil),    // 53: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),    // 54: roomcast.v1.QueueResponse
+	(*GetCountersRequest)(nil),      // 43: roomcast.v1.GetCountersRequest
+	(*ResetCounterRequest)(nil),     // 44: roomcast.v1.ResetCounterRequest
+	nil,                             // 45: roomcast.v1.GetRoomResponse.NodesEntry
+	(*roompb.RoomSettings)(nil),     // 46: roomcast.v1.RoomSettings
+	(clientpb.ErrorCode)(0),         // 47: roomcast.v1.ErrorCode
+	(*roompb.MemberTags)(nil),       // 48: roomcast.v1.MemberTags
+	(clientpb.CdnMode)(0),           // 49: roomcast.v1.CdnMode
+	(*clientpb.CdnConfig)(nil),      // 50: roomcast.v1.CdnConfig
+	(*clientpb.CdnVendor)(nil),      // 51: roomcast.v1.CdnVendor
+	(*AppLimits)(nil),               // 52: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),     // 53: roomcast.v1.GetAppLimitsRequest
+	(*roompb.QueueRequest)(nil),     // 54: roomcast.v1.QueueRequest
+	(*clientpb.HistoryPage)(nil),    // 55: roomcast.v1.HistoryPage
+	(*clientpb.CounterTotals)(nil),  // 56: roomcast.v1.CounterTotals
+	(*roompb.QueueResponse)(nil),    // 57: roomcast.v1.QueueResponse
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
-	44, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
+	46, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
 	2,  // 2: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
-	44, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	46, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	44, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	46, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	43, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	45, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	1,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	12, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	13, // 10: roomcast.v1.StreamSendRequest.send:type_name -> roomcast.v1.SendToRoomRequest
-	45, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
+	47, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
 	13, // 12: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
 	26, // 13: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	29, // 14: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
 	33, // 15: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
 	33, // 16: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
-	46, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	47, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	47, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	47, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	48, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	49, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	47, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	48, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	49, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	49, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	49, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	50, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	51, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	49, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
 	3,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	5,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	6,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3370,47 +3477,51 @@ var file_api_proto_depIdxs = []int32{
 	38, // 42: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	40, // 43: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	41, // 44: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	50, // 45: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
-	51, // 46: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	52, // 45: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	53, // 46: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
 	42, // 47: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	52, // 48: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	52, // 49: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	52, // 50: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	52, // 51: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	52, // 52: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	52, // 53: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	4,  // 54: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	1,  // 55: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	7,  // 56: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	9,  // 57: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	11, // 58: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	14, // 59: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 60: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	16, // 61: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
-	20, // 62: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 63: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	1,  // 64: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 65: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 66: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 67: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 68: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	35, // 69: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	46, // 70: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	39, // 71: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 72: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 73: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	40, // 74: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	50, // 75: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
-	50, // 76: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
-	53, // 77: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	54, // 78: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	54, // 79: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	54, // 80: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	54, // 81: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	54, // 82: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	54, // 83: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	54, // [54:84] is the sub-list for method output_type
-	24, // [24:54] is the sub-list for method input_type
+	43, // 48: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
+	44, // 49: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
+	54, // 50: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	54, // 51: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	54, // 52: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	54, // 53: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	54, // 54: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	54, // 55: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	4,  // 56: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	1,  // 57: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	7,  // 58: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	9,  // 59: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	11, // 60: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	14, // 61: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 62: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	16, // 63: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
+	20, // 64: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 65: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	1,  // 66: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 67: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 68: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 69: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 70: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	35, // 71: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	48, // 72: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	39, // 73: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	39, // 74: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 75: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	40, // 76: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	52, // 77: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	52, // 78: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	55, // 79: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	56, // 80: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
+	56, // 81: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
+	57, // 82: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	57, // 83: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	57, // 84: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	57, // 85: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	57, // 86: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	57, // 87: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	56, // [56:88] is the sub-list for method output_type
+	24, // [24:56] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3429,7 +3540,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

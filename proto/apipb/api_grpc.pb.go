@@ -49,6 +49,8 @@ const (
 	RoomcastAPI_SetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetAppLimits"
 	RoomcastAPI_GetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetAppLimits"
 	RoomcastAPI_GetHistory_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetHistory"
+	RoomcastAPI_GetCounters_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetCounters"
+	RoomcastAPI_ResetCounter_FullMethodName     = "/roomcast.v1.RoomcastAPI/ResetCounter"
 	RoomcastAPI_OfferQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/OfferQueue"
 	RoomcastAPI_PollQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PollQueue"
 	RoomcastAPI_PeekQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PeekQueue"
@@ -139,6 +141,12 @@ type RoomcastAPIClient interface {
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*clientpb.HistoryPage, error)
+	// GetCounters returns a room's counters (likes, gifts: what members add with CounterAdd) and
+	// their running totals, as last written.
+	GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error)
+	// ResetCounter takes a counter out of a room (its total back to 0, its name free); members
+	// see the change in their next CounterTotals frame.
+	ResetCounter(ctx context.Context, in *ResetCounterRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -407,6 +415,26 @@ func (c *roomcastAPIClient) GetHistory(ctx context.Context, in *GetHistoryReques
 	return out, nil
 }
 
+func (c *roomcastAPIClient) GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.CounterTotals)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetCounters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) ResetCounter(ctx context.Context, in *ResetCounterRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.CounterTotals)
+	err := c.cc.Invoke(ctx, RoomcastAPI_ResetCounter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *roomcastAPIClient) OfferQueue(ctx context.Context, in *roompb.QueueRequest, opts ...grpc.CallOption) (*roompb.QueueResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(roompb.QueueResponse)
@@ -549,6 +577,12 @@ type RoomcastAPIServer interface {
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
 	GetHistory(context.Context, *GetHistoryRequest) (*clientpb.HistoryPage, error)
+	// GetCounters returns a room's counters (likes, gifts: what members add with CounterAdd) and
+	// their running totals, as last written.
+	GetCounters(context.Context, *GetCountersRequest) (*clientpb.CounterTotals, error)
+	// ResetCounter takes a counter out of a room (its total back to 0, its name free); members
+	// see the change in their next CounterTotals frame.
+	ResetCounter(context.Context, *ResetCounterRequest) (*clientpb.CounterTotals, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -645,6 +679,12 @@ func (UnimplementedRoomcastAPIServer) GetAppLimits(context.Context, *GetAppLimit
 }
 func (UnimplementedRoomcastAPIServer) GetHistory(context.Context, *GetHistoryRequest) (*clientpb.HistoryPage, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetHistory not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetCounters(context.Context, *GetCountersRequest) (*clientpb.CounterTotals, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetCounters not implemented")
+}
+func (UnimplementedRoomcastAPIServer) ResetCounter(context.Context, *ResetCounterRequest) (*clientpb.CounterTotals, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResetCounter not implemented")
 }
 func (UnimplementedRoomcastAPIServer) OfferQueue(context.Context, *roompb.QueueRequest) (*roompb.QueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method OfferQueue not implemented")
@@ -1106,6 +1146,42 @@ func _RoomcastAPI_GetHistory_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_GetCounters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCountersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetCounters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetCounters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetCounters(ctx, req.(*GetCountersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_ResetCounter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetCounterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).ResetCounter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_ResetCounter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).ResetCounter(ctx, req.(*ResetCounterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RoomcastAPI_OfferQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(roompb.QueueRequest)
 	if err := dec(in); err != nil {
@@ -1312,6 +1388,14 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHistory",
 			Handler:    _RoomcastAPI_GetHistory_Handler,
+		},
+		{
+			MethodName: "GetCounters",
+			Handler:    _RoomcastAPI_GetCounters_Handler,
+		},
+		{
+			MethodName: "ResetCounter",
+			Handler:    _RoomcastAPI_ResetCounter_Handler,
 		},
 		{
 			MethodName: "OfferQueue",

@@ -88,6 +88,9 @@ const (
 	// do not allow (by default only the app server sends critical messages). Send it on another
 	// lane; the room may say to demote such sends instead (demote_critical).
 	ErrorCode_ERROR_CODE_LANE_NOT_ALLOWED ErrorCode = 123
+	// A CounterAdd named a counter the room does not have while the room has as many counters as
+	// it may (32): add to one of those, or have the app server reset one.
+	ErrorCode_ERROR_CODE_TOO_MANY_COUNTERS ErrorCode = 124
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -120,6 +123,7 @@ var (
 		121: "ERROR_CODE_LOGIN_RATE_LIMITED",
 		122: "ERROR_CODE_API_RATE_LIMITED",
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
+		124: "ERROR_CODE_TOO_MANY_COUNTERS",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -147,6 +151,7 @@ var (
 		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
 		"ERROR_CODE_API_RATE_LIMITED":   122,
 		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
+		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
 		"ERROR_CODE_INTERNAL":           500,
 		"ERROR_CODE_UNAVAILABLE":        503,
 	}
@@ -331,6 +336,8 @@ type Frame struct {
 	//	*Frame_Ack
 	//	*Frame_QueueRequest
 	//	*Frame_QueueReply
+	//	*Frame_CounterAdd
+	//	*Frame_CounterTotals
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -517,6 +524,24 @@ func (x *Frame) GetQueueReply() *RoomQueueReply {
 	return nil
 }
 
+func (x *Frame) GetCounterAdd() *CounterAdd {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_CounterAdd); ok {
+			return x.CounterAdd
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetCounterTotals() *CounterTotals {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_CounterTotals); ok {
+			return x.CounterTotals
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -585,6 +610,14 @@ type Frame_QueueReply struct {
 	QueueReply *RoomQueueReply `protobuf:"bytes,16,opt,name=queue_reply,json=queueReply,proto3,oneof"` // server -> client: answers a RoomQueueRequest
 }
 
+type Frame_CounterAdd struct {
+	CounterAdd *CounterAdd `protobuf:"bytes,17,opt,name=counter_add,json=counterAdd,proto3,oneof"` // client -> server: add to one of the room's counters (likes, gifts)
+}
+
+type Frame_CounterTotals struct {
+	CounterTotals *CounterTotals `protobuf:"bytes,18,opt,name=counter_totals,json=counterTotals,proto3,oneof"` // server -> client: the running totals of the room's counters
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -616,6 +649,10 @@ func (*Frame_Ack) isFrame_Kind() {}
 func (*Frame_QueueRequest) isFrame_Kind() {}
 
 func (*Frame_QueueReply) isFrame_Kind() {}
+
+func (*Frame_CounterAdd) isFrame_Kind() {}
+
+func (*Frame_CounterTotals) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1067,6 +1104,184 @@ func (x *Push) GetThinned() *Thinned {
 	return nil
 }
 
+// CounterAdd adds amount to one of the room's counters (a tap of a like, a gift). The ChatLink
+// sums a room's adds over a window and the room service sums the ChatLinks' windows: members see
+// the totals in CounterTotals frames, never a message per tap. An add that is taken gets no
+// answer; one that is refused gets an Error with its seq (docs/protocol.md, "Counters").
+type CounterAdd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed in the Error that refuses the add; 0 is allowed (then a refusal says seq 0).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 1 to 32 characters of A-Z a-z 0-9 _ - : . (like, gift:rose).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// 1 to the node's largest amount per add (100 by default). 0 means 1.
+	Amount        uint32 `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterAdd) Reset() {
+	*x = CounterAdd{}
+	mi := &file_client_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterAdd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterAdd) ProtoMessage() {}
+
+func (x *CounterAdd) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterAdd.ProtoReflect.Descriptor instead.
+func (*CounterAdd) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CounterAdd) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CounterAdd) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CounterAdd) GetAmount() uint32 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+// Counter is one named counter of a room and its running total.
+type Counter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Total         int64                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Counter) Reset() {
+	*x = Counter{}
+	mi := &file_client_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Counter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Counter) ProtoMessage() {}
+
+func (x *Counter) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Counter.ProtoReflect.Descriptor instead.
+func (*Counter) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Counter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Counter) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// CounterTotals carries every counter of the room with its running total, by name. It comes after
+// the LoginAck when the room has counters, and then whenever one changes, at most about four
+// times a second per room. Each frame is the whole state: a frame a client missed is healed by
+// the next. A reset counter is absent from the frames after it.
+type CounterTotals struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Counters []*Counter             `protobuf:"bytes,1,rep,name=counters,proto3" json:"counters,omitempty"`
+	// Grows with every change of the room's counters (a reset included): keep the frame with the
+	// greatest version and ignore one with a smaller version than the one applied.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterTotals) Reset() {
+	*x = CounterTotals{}
+	mi := &file_client_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterTotals) ProtoMessage() {}
+
+func (x *CounterTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterTotals.ProtoReflect.Descriptor instead.
+func (*CounterTotals) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CounterTotals) GetCounters() []*Counter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *CounterTotals) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // Recovery ends the history a login asked for.
 type Recovery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1084,7 +1299,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[6]
+	mi := &file_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1311,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[6]
+	mi := &file_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1324,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{6}
+	return file_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -1138,7 +1353,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[7]
+	mi := &file_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1365,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[7]
+	mi := &file_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1378,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{7}
+	return file_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -1189,7 +1404,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[8]
+	mi := &file_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1416,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[8]
+	mi := &file_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1429,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{8}
+	return file_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -1236,7 +1451,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1463,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1476,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{9}
+	return file_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -1303,7 +1518,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1530,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1543,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{10}
+	return file_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -1374,7 +1589,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1601,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1614,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{11}
+	return file_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetIds() []string {
@@ -1425,7 +1640,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1652,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1665,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -1498,7 +1713,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1725,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1738,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{13}
+	return file_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -1585,7 +1800,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1812,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1825,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{14}
+	return file_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -1645,7 +1860,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1872,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1885,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1709,7 +1924,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1936,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1949,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{16}
+	return file_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -1798,7 +2013,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2025,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2038,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -1865,7 +2080,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe3\x06\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe4\a\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -1885,7 +2100,10 @@ const file_client_proto_rawDesc = "" +
 	"\x03ack\x18\x0e \x01(\v2\x10.roomcast.v1.AckH\x00R\x03ack\x12D\n" +
 	"\rqueue_request\x18\x0f \x01(\v2\x1d.roomcast.v1.RoomQueueRequestH\x00R\fqueueRequest\x12>\n" +
 	"\vqueue_reply\x18\x10 \x01(\v2\x1b.roomcast.v1.RoomQueueReplyH\x00R\n" +
-	"queueReplyB\x06\n" +
+	"queueReply\x12:\n" +
+	"\vcounter_add\x18\x11 \x01(\v2\x17.roomcast.v1.CounterAddH\x00R\n" +
+	"counterAdd\x12C\n" +
+	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotalsB\x06\n" +
 	"\x04kind\"\x82\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -1922,7 +2140,18 @@ const file_client_proto_rawDesc = "" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12\x18\n" +
 	"\ahistory\x18\x02 \x01(\bR\ahistory\x121\n" +
 	"\brecovery\x18\x03 \x01(\v2\x15.roomcast.v1.RecoveryR\brecovery\x12.\n" +
-	"\athinned\x18\x04 \x01(\v2\x14.roomcast.v1.ThinnedR\athinned\"B\n" +
+	"\athinned\x18\x04 \x01(\v2\x14.roomcast.v1.ThinnedR\athinned\"J\n" +
+	"\n" +
+	"CounterAdd\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\rR\x06amount\"3\n" +
+	"\aCounter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\"[\n" +
+	"\rCounterTotals\x120\n" +
+	"\bcounters\x18\x01 \x03(\v2\x14.roomcast.v1.CounterR\bcounters\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
 	"\bRecovery\x12\x1c\n" +
 	"\trecovered\x18\x01 \x01(\bR\trecovered\x12\x18\n" +
 	"\amissing\x18\x02 \x01(\x04R\amissing\"5\n" +
@@ -1973,7 +2202,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xf3\x05\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\x95\x06\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -1997,7 +2226,8 @@ const file_client_proto_rawDesc = "" +
 	"\x1cERROR_CODE_SEND_RATE_LIMITED\x10x\x12!\n" +
 	"\x1dERROR_CODE_LOGIN_RATE_LIMITED\x10y\x12\x1f\n" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
-	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12\x18\n" +
+	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
+	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2035,7 +2265,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
@@ -2045,23 +2275,26 @@ var file_client_proto_goTypes = []any{
 	(*Send)(nil),             // 5: roomcast.v1.Send
 	(*SendAck)(nil),          // 6: roomcast.v1.SendAck
 	(*Push)(nil),             // 7: roomcast.v1.Push
-	(*Recovery)(nil),         // 8: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 9: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 10: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 11: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 12: roomcast.v1.Error
-	(*Ack)(nil),              // 13: roomcast.v1.Ack
-	(*Kick)(nil),             // 14: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 15: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 16: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 17: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 18: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 19: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 20: roomcast.v1.CdnConfig
-	(Lane)(0),                // 21: roomcast.v1.Lane
-	(*Message)(nil),          // 22: roomcast.v1.Message
-	(QueueOp)(0),             // 23: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 24: roomcast.v1.QueueEntry
+	(*CounterAdd)(nil),       // 8: roomcast.v1.CounterAdd
+	(*Counter)(nil),          // 9: roomcast.v1.Counter
+	(*CounterTotals)(nil),    // 10: roomcast.v1.CounterTotals
+	(*Recovery)(nil),         // 11: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 12: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 13: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 14: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 15: roomcast.v1.Error
+	(*Ack)(nil),              // 16: roomcast.v1.Ack
+	(*Kick)(nil),             // 17: roomcast.v1.Kick
+	(*HistoryQuery)(nil),     // 18: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),      // 19: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),        // 20: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 21: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 22: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 23: roomcast.v1.CdnConfig
+	(Lane)(0),                // 24: roomcast.v1.Lane
+	(*Message)(nil),          // 25: roomcast.v1.Message
+	(QueueOp)(0),             // 26: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 27: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -2069,31 +2302,34 @@ var file_client_proto_depIdxs = []int32{
 	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	10, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	11, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	12, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	14, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	17, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	20, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	15, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	16, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	13, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	18, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	19, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
-	20, // 16: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	21, // 17: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	22, // 18: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	8,  // 19: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	9,  // 20: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	21, // 21: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	22, // 22: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	23, // 23: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	24, // 24: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	13, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	14, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	15, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	17, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	20, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	23, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	18, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	19, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	16, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	21, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	22, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	8,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
+	10, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
+	23, // 18: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	24, // 19: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	25, // 20: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	11, // 21: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	12, // 22: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	9,  // 23: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	24, // 24: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	25, // 25: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	26, // 26: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	27, // 27: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -2120,6 +2356,8 @@ func file_client_proto_init() {
 		(*Frame_Ack)(nil),
 		(*Frame_QueueRequest)(nil),
 		(*Frame_QueueReply)(nil),
+		(*Frame_CounterAdd)(nil),
+		(*Frame_CounterTotals)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2127,7 +2365,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -547,6 +547,116 @@ func (x *QueueResponse) GetVersion() uint64 {
 	return 0
 }
 
+// CounterRecord is a room's counters as kept in the KV bucket rc_room_counters (store/counterstore)
+// under "<app>.<room>": their totals, and for each ChatLink boot that added to them the last
+// window applied, so that a window sent again is not counted twice.
+type CounterRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Totals map[string]int64       `protobuf:"bytes,1,rep,name=totals,proto3" json:"totals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Keyed "<node>/<boot>".
+	Sources       map[string]*CounterSource `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterRecord) Reset() {
+	*x = CounterRecord{}
+	mi := &file_room_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterRecord) ProtoMessage() {}
+
+func (x *CounterRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_room_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterRecord.ProtoReflect.Descriptor instead.
+func (*CounterRecord) Descriptor() ([]byte, []int) {
+	return file_room_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CounterRecord) GetTotals() map[string]int64 {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+func (x *CounterRecord) GetSources() map[string]*CounterSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+// CounterSource is one ChatLink boot's last window applied to a room's counters.
+type CounterSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Unix milliseconds of the write that applied it: sources silent for an hour are dropped.
+	UpdatedMs     int64 `protobuf:"varint,2,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterSource) Reset() {
+	*x = CounterSource{}
+	mi := &file_room_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterSource) ProtoMessage() {}
+
+func (x *CounterSource) ProtoReflect() protoreflect.Message {
+	mi := &file_room_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterSource.ProtoReflect.Descriptor instead.
+func (*CounterSource) Descriptor() ([]byte, []int) {
+	return file_room_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CounterSource) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CounterSource) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
 var File_room_proto protoreflect.FileDescriptor
 
 const file_room_proto_rawDesc = "" +
@@ -595,7 +705,20 @@ const file_room_proto_rawDesc = "" +
 	"\rdrop_on_leave\x18\a \x01(\bR\vdropOnLeave\"\\\n" +
 	"\rQueueResponse\x121\n" +
 	"\aentries\x18\x01 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion*Q\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa5\x02\n" +
+	"\rCounterRecord\x12>\n" +
+	"\x06totals\x18\x01 \x03(\v2&.roomcast.v1.CounterRecord.TotalsEntryR\x06totals\x12A\n" +
+	"\asources\x18\x02 \x03(\v2'.roomcast.v1.CounterRecord.SourcesEntryR\asources\x1a9\n" +
+	"\vTotalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aV\n" +
+	"\fSourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.roomcast.v1.CounterSourceR\x05value:\x028\x01\"@\n" +
+	"\rCounterSource\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\x02 \x01(\x03R\tupdatedMs*Q\n" +
 	"\n" +
 	"SendPolicy\x12\x17\n" +
 	"\x13SEND_POLICY_MEMBERS\x10\x00\x12\x15\n" +
@@ -615,23 +738,30 @@ func file_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_room_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_room_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_room_proto_goTypes = []any{
 	(SendPolicy)(0),             // 0: roomcast.v1.SendPolicy
 	(*RoomSettings)(nil),        // 1: roomcast.v1.RoomSettings
 	(*MemberTags)(nil),          // 2: roomcast.v1.MemberTags
 	(*QueueRequest)(nil),        // 3: roomcast.v1.QueueRequest
 	(*QueueResponse)(nil),       // 4: roomcast.v1.QueueResponse
-	(*clientpb.QueueEntry)(nil), // 5: roomcast.v1.QueueEntry
+	(*CounterRecord)(nil),       // 5: roomcast.v1.CounterRecord
+	(*CounterSource)(nil),       // 6: roomcast.v1.CounterSource
+	nil,                         // 7: roomcast.v1.CounterRecord.TotalsEntry
+	nil,                         // 8: roomcast.v1.CounterRecord.SourcesEntry
+	(*clientpb.QueueEntry)(nil), // 9: roomcast.v1.QueueEntry
 }
 var file_room_proto_depIdxs = []int32{
 	0, // 0: roomcast.v1.RoomSettings.who_may_send:type_name -> roomcast.v1.SendPolicy
-	5, // 1: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	9, // 1: roomcast.v1.QueueResponse.entries:type_name -> roomcast.v1.QueueEntry
+	7, // 2: roomcast.v1.CounterRecord.totals:type_name -> roomcast.v1.CounterRecord.TotalsEntry
+	8, // 3: roomcast.v1.CounterRecord.sources:type_name -> roomcast.v1.CounterRecord.SourcesEntry
+	6, // 4: roomcast.v1.CounterRecord.SourcesEntry.value:type_name -> roomcast.v1.CounterSource
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_room_proto_init() }
@@ -645,7 +775,7 @@ func file_room_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_proto_rawDesc), len(file_room_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

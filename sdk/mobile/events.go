@@ -22,6 +22,9 @@ const (
 	// ErrorLaneNotAllowed (123): the Send named LaneCritical, which the room and the member's
 	// token do not allow this member; send it on another lane.
 	ErrorLaneNotAllowed = 123
+	// ErrorTooManyCounters (124): an AddCounter named a new counter of a room that has as many
+	// as it may (32); add to one of those (EventCounterRefused).
+	ErrorTooManyCounters = 124
 )
 
 // Event kinds, for Event.Kind.
@@ -51,6 +54,13 @@ const (
 	// EventClosed: the Client stopped for good; the last event. Error ("roomcast: client
 	// closed" after Close), Code for a terminal close code.
 	EventClosed = "closed"
+	// EventCounters: the room's counters changed, or the login found some. Counters (every
+	// counter of the room, a reset one absent).
+	EventCounters = "counters"
+	// EventCounterRefused: the server refused an AddCounter; the amount was not counted.
+	// CounterName, Code (120 over the rate: RetryAfterMs; 124 too many counters; 100 an amount
+	// over the limit), Error.
+	EventCounterRefused = "counter_refused"
 )
 
 // Listener is what the app implements to receive a Client's messages and events. Both methods
@@ -123,6 +133,11 @@ type Event struct {
 	// reconnect following.
 	Terminal bool
 
+	// Counters are the room's counters of an EventCounters.
+	Counters *Counters
+	// CounterName names the counter of an EventCounterRefused.
+	CounterName string
+
 	// Error says what went wrong, or why the Client stopped; empty if nothing did.
 	Error string
 }
@@ -153,6 +168,11 @@ func newEvent(ev sdk.Event) *Event {
 		return &Event{Kind: EventLimited, Code: int32(e.Code), RetryAfterMs: e.RetryAfter.Milliseconds(), DelayMs: e.Delay.Milliseconds()}
 	case *sdk.ErrorEvent:
 		return &Event{Kind: EventError, Error: errorText(e.Err)}
+	case *sdk.CounterEvent:
+		return &Event{Kind: EventCounters, Counters: newCounters(e.Totals, e.Version)}
+	case *sdk.CounterRefusedEvent:
+		return &Event{Kind: EventCounterRefused, CounterName: e.Name, Code: int32(e.Err.Code),
+			RetryAfterMs: e.Err.RetryAfter.Milliseconds(), Error: e.Err.Message}
 	case *sdk.ClosedEvent:
 		out := &Event{Kind: EventClosed, Error: errorText(e.Err)}
 		if ce := (*sdk.CloseError)(nil); errors.As(e.Err, &ce) {

@@ -29,6 +29,7 @@ const ui = {
   stageNote: $("stage-note"), log: $<HTMLOListElement>("log"), sendForm: $<HTMLFormElement>("send-form"),
   text: $<HTMLInputElement>("text"), lane: $<HTMLSelectElement>("lane"), send: $<HTMLButtonElement>("send"),
   density: $<HTMLInputElement>("density"), densityName: $("density-name"), codes: $<HTMLTableElement>("codes"),
+  like: $<HTMLButtonElement>("like"), likes: $("likes"),
 };
 
 const params = new URLSearchParams(location.search);
@@ -264,7 +265,7 @@ function setState(state: string) {
   ui.status.className = `status state-${state}`;
   ui.state.textContent = state;
   const live = state === "connected";
-  ui.text.disabled = ui.lane.disabled = ui.send.disabled = !live;
+  ui.text.disabled = ui.lane.disabled = ui.send.disabled = ui.like.disabled = !live;
   ui.text.placeholder = live ? "Say something… (Enter sends)" : "Join a room first";
   ui.join.textContent = client ? "Leave" : "Join";
   ui.join.className = client ? "secondary" : "";
@@ -280,6 +281,7 @@ async function join() {
 
   const c = new Client({ token: answer.token, dispatcher: "", history: historyOnJoin });
   client = c;
+  ui.likes.textContent = "0";
   c.on("message", onMessage);
   c.on("connected", (ev) => {
     const a = ev.loginAck;
@@ -302,6 +304,9 @@ async function join() {
     } else note(`Recovered ${plural(ev.count, "message")} ${what}`);
   });
   c.on("thinned", (ev) => onThinned(ev.normal, ev.bulk));
+  // The room's likes: counted by the server, the running total a few times a second.
+  c.on("counters", (ev) => (ui.likes.textContent = (ev.totals.like ?? 0).toLocaleString()));
+  c.on("counterRefused", (ev) => note(`Like not counted: ${errorText(ev.error)}`, "warn"));
   c.on("kicked", (ev) => note(`Kicked: ${ev.code} ${ev.name}${ev.reason ? ` — ${ev.reason}` : ""}`, "error"));
   c.on("error", (err) => note(`Error: ${errorText(err)}`, "error"));
   c.on("closed", (err) => {
@@ -354,6 +359,23 @@ ui.sendForm.addEventListener("submit", (ev) => {
   );
   ui.text.value = "";
   ui.text.focus();
+});
+
+ui.like.addEventListener("click", () => {
+  if (!client) return;
+  try {
+    client.addCounter("like");
+  } catch (e) {
+    note(`Like not sent: ${errorText(e as Error)}`, "warn");
+    return;
+  }
+  // A heart floats from the button: the tap is on its way; the total follows from the server.
+  const pop = document.createElement("span");
+  pop.className = "pop";
+  pop.textContent = "♥";
+  ui.stage.append(pop);
+  pop.animate([{ transform: "translateY(0)", opacity: 1 }, { transform: "translateY(80px) scale(1.6)", opacity: 0 }],
+    { duration: 900, easing: "ease-out" }).onfinish = () => pop.remove();
 });
 
 setState("idle");

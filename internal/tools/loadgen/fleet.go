@@ -94,6 +94,9 @@ type fleet struct {
 	// uploads hears the answers to the members' own sends (bench upload); nil otherwise. Set
 	// before connect.
 	uploads *uploads
+	// likes hears the refusals of the members' likes (bench upload --likes); nil otherwise.
+	// Set before the members join.
+	likes *likes
 
 	mu         sync.Mutex // guards the fields below
 	errors     []string
@@ -514,6 +517,9 @@ func (f *fleet) dialRawLimited(ctx context.Context, tok string, m *member) (*raw
 	hooks := rawHooks{onThinned: func(n int64) { m.thinned += n }}
 	if f.uploads != nil {
 		hooks.onAnswer = f.uploads.answer
+	}
+	if f.likes != nil {
+		hooks.onLikeRefused = f.likes.refuse
 	}
 	for attempt := 1; ; attempt++ {
 		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(m.idx)), f.pollers, m.receiveBody, hooks)

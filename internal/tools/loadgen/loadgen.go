@@ -104,6 +104,9 @@ type Config struct {
 	// Every is how often each uploader sends one message (upload); the uploaders are spread
 	// evenly over it. Required for upload.
 	Every time.Duration
+	// Likes is how many likes a second every member taps (upload): CounterAdds of the room's
+	// counter "like", spread evenly over the members. Zero value means none.
+	Likes float64
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
 	// Pause is how long the members sit idle after they joined, before the server's CPU is

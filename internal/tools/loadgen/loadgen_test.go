@@ -471,3 +471,30 @@ func TestUpload(t *testing.T) {
 	requireFields(t, jsonFields(t, res), "sent", "accepted", "refused", "unanswered", "room_send_requests_per_node_sec",
 		"sampled", "thinned", "unaccounted", "p99_ms", "server_cpu_us_per_upload")
 }
+
+// Likes with the uploads (--likes): every member taps twice a second; every member ends with
+// the room's like total equal to the likes sent (none refused), and the likes reach the room
+// service as counter windows, far fewer than the taps.
+func TestUploadLikes(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
+	c := startCluster(t)
+	cfg := config(c, 20)
+	cfg.Uploaders, cfg.Every, cfg.Duration, cfg.Lane, cfg.Likes = 2, 500*time.Millisecond, publishFor(), "bulk", 2
+	res, err := loadgen.RunUpload(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.OK() || res.LikesRefused != 0 || res.LikeTotalExact != 20 || res.LikeTotalMin != res.LikesSent {
+		t.Errorf("likes on a healthy cluster: %+v", res)
+	}
+	if want := int64(20 * 2 * cfg.Duration.Seconds()); res.LikesSent != want {
+		t.Errorf("%d likes sent, want %d", res.LikesSent, want)
+	}
+	if res.CounterWindows <= 0 || res.CounterWindows >= float64(res.LikesSent) {
+		t.Errorf("%v counter windows for %d likes: want some, and fewer than the likes", res.CounterWindows, res.LikesSent)
+	}
+	requireFields(t, jsonFields(t, res), "likes_sent", "like_total_exact", "counter_windows_per_node_sec", "counter_frames_per_member_sec")
+}

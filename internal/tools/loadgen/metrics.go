@@ -146,6 +146,7 @@ const (
 	// rooms' caps left out.
 	metricRoomRequests    = "roomcast_room_requests_total"
 	metricRoomBulkSampled = "roomcast_room_bulk_sampled_out_total"
+	metricCounterWindows  = "roomcast_room_counter_windows_total"
 	metricHeapInuse       = "go_memstats_heap_inuse_bytes"
 	metricStackInuse      = "go_memstats_stack_inuse_bytes"
 )
@@ -160,6 +161,8 @@ type serverStats struct {
 	conns      float64
 	// The room service's send requests answered and bulk messages sampled out (bench upload).
 	roomSends, roomSampled float64
+	// The room service's counter windows answered (bench upload --likes).
+	counterWindows float64
 	// Go runtime figures, when the server is a Go program that exports them (0 otherwise).
 	goroutines, heapInuse, stackInuse float64
 	// procs are the server's processes read from /proc, in the order of --pid; rss and cpu
@@ -201,6 +204,7 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 			st.conns, _ = sum(samples, metricConns, nil)
 			st.roomSends, _ = sum(samples, metricRoomRequests, map[string]string{"op": "send"})
 			st.roomSampled, _ = sum(samples, metricRoomBulkSampled, nil)
+			st.counterWindows, _ = sum(samples, metricCounterWindows, nil)
 			st.slowCloses, _ = sum(samples, metricCloses, map[string]string{"code": "CLOSE_CODE_SLOW_READER"})
 			st.goroutines, _ = sum(samples, metricGoroutines, nil)
 			st.heapInuse, _ = sum(samples, metricHeapInuse, nil)

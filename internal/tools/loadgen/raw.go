@@ -42,6 +42,7 @@ const (
 	frameHbAck     = 7
 	frameError     = 8
 	frameKick      = 9
+	frameCounters  = 18 // CounterTotals
 	pushMessages   = 1
 	pushThinned    = 4
 	messageLane    = 5
@@ -86,6 +87,12 @@ type rawClient struct {
 	dropped bool        // the poller has let go of fd and closed it; guarded by poll.mu
 	part    []byte      // an incomplete frame's bytes
 
+	// The room's "like" total and its version, as the last CounterTotals frame (of a greater
+	// version than the one before) said, and the CounterTotals frames received. Written by
+	// the member's reader.
+	likes, likesVersion, counterFrames atomic.Int64
+	likeSeqs                           atomic.Uint64 // the member's likes sent
+
 	mu   sync.Mutex // guards err
 	err  error
 	done chan struct{} // closed when the reader ends
@@ -100,7 +107,12 @@ type rawHooks struct {
 	onAnswer func(seq uint64, code uint32)
 	// onThinned gets the messages a Push says were left out of the member's stream.
 	onThinned func(n int64)
+	// onLikeRefused gets the code of an Error refusing one of the member's likes (likeSeq).
+	onLikeRefused func(code uint32)
 }
+
+// likeSeq is the first seq of a member's likes (CounterAdds), above its Sends'.
+const likeSeq = 1 << 62
 
 // dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
 // slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
@@ -195,6 +207,16 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 func (c *rawClient) send(seq uint64, lane clientpb.Lane, body []byte) error {
 	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
 		Seq: seq, Type: "danmaku", Lane: lane, Body: body}}})
+	if err != nil {
+		return err
+	}
+	return c.write(b)
+}
+
+// like taps the room's counter "like" once; a refusal goes to hooks.onLikeRefused.
+func (c *rawClient) like() error {
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CounterAdd{CounterAdd: &clientpb.CounterAdd{
+		Seq: likeSeq + c.likeSeqs.Add(1), Name: "like", Amount: 1}}})
 	if err != nil {
 		return err
 	}
@@ -403,12 +425,29 @@ func (c *rawClient) frame(b []byte) {
 				c.hooks.onAnswer(ack.GetSeq(), 0)
 			}
 		case frameError:
-			if c.hooks.onAnswer != nil {
-				var e clientpb.Error
-				_ = proto.Unmarshal(v, &e)
-				if e.GetSeq() != 0 {
-					c.hooks.onAnswer(e.GetSeq(), max(e.GetCode(), 1))
+			var e clientpb.Error
+			_ = proto.Unmarshal(v, &e)
+			switch seq := e.GetSeq(); {
+			case seq > likeSeq:
+				if c.hooks.onLikeRefused != nil {
+					c.hooks.onLikeRefused(max(e.GetCode(), 1))
 				}
+			case seq != 0 && c.hooks.onAnswer != nil:
+				c.hooks.onAnswer(seq, max(e.GetCode(), 1))
+			}
+		case frameCounters:
+			var t clientpb.CounterTotals
+			_ = proto.Unmarshal(v, &t)
+			c.counterFrames.Add(1)
+			if v := int64(t.GetVersion()); v > c.likesVersion.Load() {
+				var like int64
+				for _, ct := range t.GetCounters() {
+					if ct.GetName() == "like" {
+						like = ct.GetTotal()
+					}
+				}
+				c.likes.Store(like)
+				c.likesVersion.Store(v)
 			}
 		case frameHbAck:
 			var ack clientpb.HeartbeatAck

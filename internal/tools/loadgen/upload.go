@@ -79,6 +79,26 @@ type UploadResult struct {
 	ServerCPUSeconds     float64 `json:"server_cpu_seconds"`
 	ServerCPUPerUploadUS float64 `json:"server_cpu_us_per_upload"`
 
+	// Likes is the likes a second every member taps (--likes); LikesSent the CounterAdds
+	// written, LikesRefused those the server refused (by code in LikesRefusedBy), LikesPerSec
+	// the achieved rate. LikeTotalExact counts the members whose last CounterTotals said "like"
+	// is LikesSent less LikesRefused (every member, in a clean run), LikeTotalMin and
+	// LikeTotalMax the totals they ended with. CounterWindows is the room service's counter
+	// windows answered over the run (all rooms), CounterWindowsPerNodeSec that a second per
+	// ChatLink: the bus messages the likes cost. CounterFramesPerMemberSec is the CounterTotals
+	// frames a member received a second.
+	Likes                     float64          `json:"likes_per_member_sec,omitempty"`
+	LikesSent                 int64            `json:"likes_sent,omitempty"`
+	LikesRefused              int64            `json:"likes_refused,omitempty"`
+	LikesRefusedBy            map[string]int64 `json:"likes_refused_by,omitempty"`
+	LikesPerSec               float64          `json:"likes_per_sec,omitempty"`
+	LikeTotalExact            int              `json:"like_total_exact,omitempty"`
+	LikeTotalMin              int64            `json:"like_total_min,omitempty"`
+	LikeTotalMax              int64            `json:"like_total_max,omitempty"`
+	CounterWindows            float64          `json:"counter_windows,omitempty"`
+	CounterWindowsPerNodeSec  float64          `json:"counter_windows_per_node_sec,omitempty"`
+	CounterFramesPerMemberSec float64          `json:"counter_frames_per_member_sec,omitempty"`
+
 	BenchCPUSeconds  float64  `json:"bench_cpu_seconds"`
 	BenchMaxRSSBytes int64    `json:"bench_max_rss_bytes"`
 	Errors           []string `json:"errors,omitempty"`
@@ -87,7 +107,8 @@ type UploadResult struct {
 // OK reports whether the run was clean where it must be: every member joined, every send was
 // answered, and nothing was lost unaccounted.
 func (r UploadResult) OK() bool {
-	return r.Connected == int64(r.N) && r.Failed == 0 && r.Sent > 0 && r.Unanswered == 0 && r.Unaccounted <= 0
+	return r.Connected == int64(r.N) && r.Failed == 0 && r.Sent > 0 && r.Unanswered == 0 && r.Unaccounted <= 0 &&
+		(r.Likes == 0 || int64(r.LikeTotalExact) == r.Connected)
 }
 
 // String is the human summary.
@@ -119,7 +140,13 @@ func (r UploadResult) String() string {
 	fmt.Fprintf(&b, "  delivered   %d of %d expected; thinned %d, sampled %d, unaccounted %d, dup %d\n",
 		r.Delivered, r.Expected, r.Thinned, r.SampledDeliveries, r.Unaccounted, r.Dup)
 	fmt.Fprintf(&b, "  latency     send to other members' receipt: p50 %.1fms  p99 %.1fms  max %.1fms\n", r.P50MS, r.P99MS, r.MaxMS)
-	fmt.Fprintf(&b, "  server      %.2f CPU-s, %.0f µs an uploaded message\n", r.ServerCPUSeconds, r.ServerCPUPerUploadUS)
+	if r.Likes > 0 {
+		fmt.Fprintf(&b, "  likes       %d sent (%.0f/s), %d refused %v; %d of %d members see the total %d (least %d, most %d)\n",
+			r.LikesSent, r.LikesPerSec, r.LikesRefused, r.LikesRefusedBy, r.LikeTotalExact, r.Connected, r.LikesSent-r.LikesRefused, r.LikeTotalMin, r.LikeTotalMax)
+		fmt.Fprintf(&b, "              %.0f counter windows into the room service, %.1f a second per ChatLink; %.1f totals frames a second per member\n",
+			r.CounterWindows, r.CounterWindowsPerNodeSec, r.CounterFramesPerMemberSec)
+	}
+	fmt.Fprintf(&b, "  server      %.2f CPU-s, %.0f µs an uploaded message (the likes' work included)\n", r.ServerCPUSeconds, r.ServerCPUPerUploadUS)
 	fmt.Fprintf(&b, "  bench       %.1f CPU-s, peak RSS %.0f MiB", r.BenchCPUSeconds, float64(r.BenchMaxRSSBytes)/(1<<20))
 	b.WriteString("\n" + r.Placement.summary())
 	return b.String()
@@ -141,6 +168,8 @@ func (c Config) validateUpload() error {
 		return fmt.Errorf("bench: a member uploads on the normal or bulk lane, not %q", c.Lane)
 	case c.Tick < 0 || c.Tick%time.Millisecond != 0:
 		return fmt.Errorf("bench: tick %v must be a whole number of milliseconds", c.Tick)
+	case c.Likes < 0:
+		return fmt.Errorf("bench: likes must be 0 or more a second, got %g", c.Likes)
 	}
 	return nil
 }
@@ -211,7 +240,7 @@ func RunUpload(ctx context.Context, cfg Config) (UploadResult, error) {
 	cfg, err := cfg.withDefaults()
 	res := UploadResult{
 		Scenario: "upload", N: cfg.N, Transport: cfg.Transport, Uploaders: cfg.Uploaders, EveryMS: cfg.Every.Milliseconds(),
-		Duration: cfg.Duration.Seconds(), TickMS: cfg.Tick.Milliseconds(), Lane: cfg.Lane, Size: cfg.Size,
+		Duration: cfg.Duration.Seconds(), TickMS: cfg.Tick.Milliseconds(), Lane: cfg.Lane, Size: cfg.Size, Likes: cfg.Likes,
 	}
 	if err != nil {
 		return res, err
@@ -235,15 +264,21 @@ func RunUpload(ctx context.Context, cfg Config) (UploadResult, error) {
 	f := r.workers[0].(*localWorker).f
 	up := newUploads()
 	f.uploads = up
+	var lk *likes
+	if cfg.Likes > 0 {
+		lk = newLikes()
+		f.likes = lk
+	}
 	if err := r.connect(ctx, "joined"); err != nil {
 		return res, err
 	}
-	var senders []*rawClient
+	var senders, tappers []*rawClient
 	nodes := map[string]bool{}
 	for i := range f.members {
 		if m := f.members[i].Load(); m != nil {
 			rc := m.c.(*rawClient)
 			nodes[rc.node] = true
+			tappers = append(tappers, rc)
 			if i < cfg.Uploaders {
 				senders = append(senders, rc)
 			}
@@ -277,7 +312,16 @@ func RunUpload(ctx context.Context, cfg Config) (UploadResult, error) {
 		r.progress("%s uploaded %d/%d (%d answered), delivered %d", bar(sent, total), sent, total, answered, f.status().Delivered)
 	})
 	start := time.Now()
+	var tapping sync.WaitGroup
+	if lk != nil {
+		tapping.Add(1)
+		go func() {
+			defer tapping.Done()
+			tapLikes(ctx, tappers, lk, cfg.Likes, cfg.Duration, start)
+		}()
+	}
 	sendUploads(ctx, senders, up, r.id, lane, cfg.Size, cfg.Every, total, start)
+	tapping.Wait()
 	end := time.Now()
 	stop()
 	// The answers, then the deliveries: done when nothing more arrives for a second (or two
@@ -290,7 +334,13 @@ func RunUpload(ctx context.Context, cfg Config) (UploadResult, error) {
 		if d != last {
 			last, lastChange = d, time.Now()
 		}
-		if up.pending() == 0 && time.Since(lastChange) >= quiet {
+		likesIn := true
+		if lk != nil {
+			sent, refused := lk.counted()
+			exact, _, _ := likesSeen(tappers, sent-refused)
+			likesIn = exact == len(tappers)
+		}
+		if up.pending() == 0 && time.Since(lastChange) >= quiet && likesIn {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -333,6 +383,28 @@ func RunUpload(ctx context.Context, cfg Config) (UploadResult, error) {
 	res.Placement = r.placement(before, after)
 	if res.Sent > 0 {
 		res.ServerCPUPerUploadUS = res.ServerCPUSeconds / float64(res.Sent) * 1e6
+	}
+	if lk != nil {
+		res.LikesSent, res.LikesRefused = lk.counted()
+		lk.mu.Lock()
+		for k, v := range lk.refused {
+			if res.LikesRefusedBy == nil {
+				res.LikesRefusedBy = map[string]int64{}
+			}
+			res.LikesRefusedBy[k] = v
+		}
+		lk.mu.Unlock()
+		res.LikeTotalExact, res.LikeTotalMin, res.LikeTotalMax = likesSeen(tappers, res.LikesSent-res.LikesRefused)
+		var frames int64
+		for _, m := range tappers {
+			frames += m.counterFrames.Load()
+		}
+		res.CounterWindows = after.counterWindows - before.counterWindows
+		if span := end.Sub(start).Seconds(); span > 0 {
+			res.LikesPerSec = float64(res.LikesSent) / span
+			res.CounterWindowsPerNodeSec = res.CounterWindows / span / float64(max(res.Nodes, 1))
+			res.CounterFramesPerMemberSec = float64(frames) / time.Since(start).Seconds() / float64(len(tappers))
+		}
 	}
 	res.BenchCPUSeconds, res.BenchMaxRSSBytes = rep.CPUSeconds, rep.MaxRSSBytes
 	res.Errors = rep.Errors

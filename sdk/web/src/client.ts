@@ -4,6 +4,7 @@
 import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
+import { CounterState, validCounterName } from "./counters.js";
 import { Delivery, idFloor } from "./delivery.js";
 import { InboxSeen } from "./inbox.js";
 import { dispatch } from "./dispatch.js";
@@ -145,8 +146,27 @@ export interface LimitedEvent {
 }
 
 /** The events of a Client, by name. */
+/** counters: the room's counters changed, or a login found some. */
+export interface CountersEvent {
+  /** Every counter of the room and its running total, by name; a reset counter is absent. */
+  totals: Record<string, number>;
+  /** Grows with every change; the client emits only totals newer than the last it emitted. */
+  version: bigint;
+}
+
+/** counterRefused: the server refused an addCounter; the amount was not counted. */
+export interface CounterRefusedEvent {
+  name: string;
+  amount: number;
+  /** code 120 SEND_RATE_LIMITED (with retryAfterMs), 124 TOO_MANY_COUNTERS, or 100 BAD_REQUEST (an amount over the limit). */
+  error: SendError;
+}
+
 export interface ClientEvents {
   connected: ConnectedEvent;
+  /** The room's counters (likes, gifts): a few times a second while they change. */
+  counters: CountersEvent;
+  counterRefused: CounterRefusedEvent;
   /** Every message of the room, once, in (server time, id) order. */
   message: Message;
   reconnecting: ReconnectingEvent;
@@ -188,6 +208,7 @@ export class Client {
   private dispatched: { endpoints: Endpoint[]; until: number } | undefined;
   private worked: "ws" | "sse" | undefined; // the transport of the last login
   private sink: SessionSink;
+  private readonly counterState = new CounterState();
 
   constructor(config: Config) {
     this.s = withDefaults(config);
@@ -208,6 +229,11 @@ export class Client {
         if (s === this.session) this.poller.configure(c);
       },
       historyFailed: (s, err) => this.onHistoryFailed(s, err),
+      counters: (s, t) => {
+        const totals = this.counterState.take(t);
+        if (totals && s === this.session) this.emit("counters", { totals, version: t.version });
+      },
+      counterRefused: (_s, add, error) => this.emit("counterRefused", { name: add.name, amount: add.amount, error }),
     };
   }
 
@@ -297,6 +323,27 @@ export class Client {
     const ack = await s.send(++this.seq, { type: m.type ?? "chat", lane: m.lane ?? Lane.NORMAL, body, tagExpr: m.tagExpr ?? "" });
     this.delivery.remember(ack.messageId);
     return ack;
+  }
+
+  /**
+   * addCounter adds amount (1 to the server's limit, 100 by default) to the room's counter name
+   * (1 to 32 characters of A-Z a-z 0-9 _ - : ., like "like" or "gift:rose"): a tap of a like or
+   * a gift. It returns once the frame is written; the server does not answer an add it counts,
+   * and tells of one it refuses with a counterRefused event. The totals come as counters
+   * events. Throws NotConnectedError while not connected, a RoomcastError for a bad name.
+   */
+  addCounter(name: string, amount = 1): void {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!validCounterName(name)) throw new RoomcastError(`roomcast: counter name must be 1 to 32 characters of A-Z a-z 0-9 _ - : ., not ${JSON.stringify(name)}`);
+    if (!Number.isInteger(amount) || amount < 1 || amount > 0xffffffff) throw new RoomcastError(`roomcast: counter amount must be a positive integer, not ${amount}`);
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    s.counterAdd(++this.seq, name, amount);
+  }
+
+  /** The room's counters as last received (a copy; empty before any), and their version. */
+  get counters(): CountersEvent {
+    return { totals: { ...this.counterState.totals }, version: this.counterState.version };
   }
 
   /**

@@ -11,6 +11,8 @@ export { Client } from "./client.js";
 export type {
   ClientEvents,
   ConnectedEvent,
+  CounterRefusedEvent,
+  CountersEvent,
   HistoryQuery,
   KickedEvent,
   LimitedEvent,
@@ -23,6 +25,7 @@ export type {
 export type { CdnStats } from "./cdn.js";
 export { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
 export type { Config, Endpoint, EventSourceConstructor, Logger, Transport, WebSocketConstructor } from "./config.js";
+export { MAX_COUNTER_NAME, MAX_ROOM_COUNTERS, validCounterName } from "./counters.js";
 export { compareMessages, idFloor } from "./delivery.js";
 export { decodeSegment, MAX_SEGMENT_BYTES, SegmentError, segmentIndex, segmentUrl } from "./segment.js";
 export type { WantSegment } from "./segment.js";
@@ -51,7 +54,7 @@ export {
 export { CdnMode } from "./gen/cdn_pb.js";
 export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
 export { CloseCode, ErrorCode } from "./gen/client_pb.js";
-export type { HistoryPage, LoginAck, SendAck } from "./gen/client_pb.js";
+export type { Counter, CounterTotals, HistoryPage, LoginAck, SendAck } from "./gen/client_pb.js";
 export { Lane, QueueOp } from "./gen/message_pb.js";
 export type { Message, QueueEntry, QueueEvent } from "./gen/message_pb.js";
 export { QUEUE_EVENT_TYPE, QueueError, queueEventOf, QueueView } from "./queue.js";

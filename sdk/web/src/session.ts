@@ -15,6 +15,7 @@ import {
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
+  type CounterTotals,
   ErrorCode,
   type Frame,
   FrameSchema,
@@ -27,6 +28,7 @@ import {
   type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
+import { COUNTER_RING, type SentAdd } from "./counters.js";
 import { MAX_ACK_IDS } from "./inbox.js";
 import { type ConnHandlers, dialSSE, dialWebSocket, type FrameConn } from "./transport.js";
 
@@ -41,6 +43,10 @@ export interface SessionSink {
   cdn(s: Session, c: CdnConfig): void;
   /** The server refused the login's history request (an Error with seq 0). */
   historyFailed(s: Session, err: SendError): void;
+  /** The room's counters (a CounterTotals frame). */
+  counters(s: Session, t: CounterTotals): void;
+  /** The server refused a CounterAdd; the amount was not counted. */
+  counterRefused(s: Session, add: SentAdd, err: SendError): void;
   /** A logged-in session ended; not called for one that failed before its LoginAck. */
   end(s: Session, err: RoomcastError): void;
 }
@@ -76,6 +82,7 @@ export class Session {
   private ended: RoomcastError | undefined;
   private hintMs = 0; // retry_after_ms of an Error before the LoginAck
   private readonly waiting = new Map<bigint, Waiting>();
+  private readonly adds: (SentAdd | undefined)[] = []; // the last CounterAdds, by seq % COUNTER_RING
   private intervalMs = defaultHeartbeatMs;
   private lastFrameAt = Date.now();
   private nextBeatAt = 0;
@@ -167,6 +174,13 @@ export class Session {
     }
   }
 
+  /** counterAdd writes a CounterAdd frame; the server answers only a refusal (sink.counterRefused). */
+  counterAdd(seq: bigint, name: string, amount: number): void {
+    if (this.ended) throw this.ended;
+    this.adds[Number(seq % BigInt(COUNTER_RING))] = { seq, name, amount };
+    this.write({ case: "counterAdd", value: { seq, name, amount } });
+  }
+
   /** queue writes a RoomQueueRequest and resolves with its RoomQueueReply (whatever its code), or rejects with the connection's end. */
   queue(seq: bigint, value: Omit<MessageInitShape<typeof RoomQueueRequestSchema>, "seq" | "$typeName">): Promise<RoomQueueReply> {
     if (this.ended) return Promise.reject(this.ended);
@@ -256,6 +270,11 @@ export class Session {
           this.s.logger?.warn(`roomcast: acknowledgement not applied: ${k.value.message}`);
           return;
         }
+        const add = this.adds[Number(k.value.seq % BigInt(COUNTER_RING))];
+        if (add && add.seq === k.value.seq && k.value.seq !== 0n) {
+          this.tell(() => this.sink.counterRefused(this, add, err));
+          return;
+        }
         // seq 0 answers no send: the login's history request was refused (109, 503).
         if (k.value.seq === 0n) this.tell(() => this.sink.historyFailed(this, err));
         else this.answer(k.value.seq, undefined, err);
@@ -269,6 +288,9 @@ export class Session {
         return;
       case "cdnConfig":
         this.tell(() => this.sink.cdn(this, k.value));
+        return;
+      case "counterTotals":
+        this.tell(() => this.sink.counters(this, k.value));
         return;
       case undefined:
         return; // a frame kind newer than this SDK

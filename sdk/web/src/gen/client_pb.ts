@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIscFCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSJLCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEEhYKDnJldHJ5X2FmdGVyX21zGAQgASgNIhIKA0FjaxILCgNpZHMYASADKAkiPAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCRIWCg5yZXRyeV9hZnRlcl9tcxgDIAEoDSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKHAQoQUm9vbVF1ZXVlUmVxdWVzdBILCgNzZXEYASABKAQSIAoCb3AYAiABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIRCglpZl9hYnNlbnQYBSABKAgSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJ3Cg5Sb29tUXVldWVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEigKB2VudHJpZXMYBCADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Eg8KB3ZlcnNpb24YBSABKAQq8wUKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIZChVFUlJPUl9DT0RFX0lOQk9YX0ZVTEwQcBIZChVFUlJPUl9DT0RFX0FDS19GQUlMRUQQcRIfChtFUlJPUl9DT0RFX1FVRVVFX0tFWV9FWElTVFMQchIeChpFUlJPUl9DT0RFX1FVRVVFX05PVF9GT1VORBBzEhkKFUVSUk9SX0NPREVfUVVFVUVfRlVMTBB0EhwKGEVSUk9SX0NPREVfREVOSUVEX0JZX0FQUBB2EiAKHEVSUk9SX0NPREVfU0VORF9SQVRFX0xJTUlURUQQeBIhCh1FUlJPUl9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBB5Eh8KG0VSUk9SX0NPREVfQVBJX1JBVEVfTElNSVRFRBB6Eh8KG0VSUk9SX0NPREVfTEFORV9OT1RfQUxMT1dFRBB7EhgKE0VSUk9SX0NPREVfSU5URVJOQUwQ9AMSGwoWRVJST1JfQ09ERV9VTkFWQUlMQUJMRRD3AyrdBAoJQ2xvc2VDb2RlEhoKFkNMT1NFX0NPREVfVU5TUEVDSUZJRUQQABIZChRDTE9TRV9DT0RFX0JBRF9UT0tFThChHxIdChhDTE9TRV9DT0RFX1RPS0VOX0VYUElSRUQQoh8SGQoUQ0xPU0VfQ09ERV9CQURfRlJBTUUQox8SHwoaQ0xPU0VfQ09ERV9GUkFNRV9UT09fTEFSR0UQpB8SHQoYQ0xPU0VfQ09ERV9OT1RfTE9HR0VEX0lOEKUfEhYKEUNMT1NFX0NPREVfS0lDS0VEEKcfEhYKEUNMT1NFX0NPREVfQkFOTkVEEKgfEhsKFkNMT1NFX0NPREVfUk9PTV9DTE9TRUQQqR8SGAoTQ0xPU0VfQ09ERV9SRVBMQUNFRBCqHxIdChhDTE9TRV9DT0RFX0RFTklFRF9CWV9BUFAQqx8SIgodQ0xPU0VfQ09ERV9MT0dJTl9SQVRFX0xJTUlURUQQrR8SHgoZQ0xPU0VfQ09ERV9BRERSRVNTX0RFTklFRBCuHxIkCh9DTE9TRV9DT0RFX1RPT19NQU5ZX0NPTk5FQ1RJT05TEK8fEhgKE0NMT1NFX0NPREVfU0hVVERPV04QlCMSHQoYQ0xPU0VfQ09ERV9MT0dJTl9USU1FT1VUEJUjEiEKHENMT1NFX0NPREVfSEVBUlRCRUFUX1RJTUVPVVQQliMSGwoWQ0xPU0VfQ09ERV9TTE9XX1JFQURFUhCXIxIbChZDTE9TRV9DT0RFX1VOQVZBSUxBQkxFEJgjEhkKFENMT1NFX0NPREVfUk9PTV9GVUxMEJkjQhlaF3Jvb21jYXN0L3Byb3RvL2NsaWVudHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIq0GCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiNwoKQ291bnRlckFkZBILCgNzZXEYASABKAQSDAoEbmFtZRgCIAEoCRIOCgZhbW91bnQYAyABKA0iJgoHQ291bnRlchIMCgRuYW1lGAEgASgJEg0KBXRvdGFsGAIgASgDIkgKDUNvdW50ZXJUb3RhbHMSJgoIY291bnRlcnMYASADKAsyFC5yb29tY2FzdC52MS5Db3VudGVyEg8KB3ZlcnNpb24YAiABKAQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSJLCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEEhYKDnJldHJ5X2FmdGVyX21zGAQgASgNIhIKA0FjaxILCgNpZHMYASADKAkiPAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCRIWCg5yZXRyeV9hZnRlcl9tcxgDIAEoDSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKHAQoQUm9vbVF1ZXVlUmVxdWVzdBILCgNzZXEYASABKAQSIAoCb3AYAiABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIRCglpZl9hYnNlbnQYBSABKAgSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJ3Cg5Sb29tUXVldWVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEigKB2VudHJpZXMYBCADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Eg8KB3ZlcnNpb24YBSABKAQqlQYKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIZChVFUlJPUl9DT0RFX0lOQk9YX0ZVTEwQcBIZChVFUlJPUl9DT0RFX0FDS19GQUlMRUQQcRIfChtFUlJPUl9DT0RFX1FVRVVFX0tFWV9FWElTVFMQchIeChpFUlJPUl9DT0RFX1FVRVVFX05PVF9GT1VORBBzEhkKFUVSUk9SX0NPREVfUVVFVUVfRlVMTBB0EhwKGEVSUk9SX0NPREVfREVOSUVEX0JZX0FQUBB2EiAKHEVSUk9SX0NPREVfU0VORF9SQVRFX0xJTUlURUQQeBIhCh1FUlJPUl9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBB5Eh8KG0VSUk9SX0NPREVfQVBJX1JBVEVfTElNSVRFRBB6Eh8KG0VSUk9SX0NPREVfTEFORV9OT1RfQUxMT1dFRBB7EiAKHEVSUk9SX0NPREVfVE9PX01BTllfQ09VTlRFUlMQfBIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IZWhdyb29tY2FzdC9wcm90by9jbGllbnRwYmIGcHJvdG8z", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -159,6 +159,22 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: RoomQueueReply;
     case: "queueReply";
+  } | {
+    /**
+     * client -> server: add to one of the room's counters (likes, gifts)
+     *
+     * @generated from field: roomcast.v1.CounterAdd counter_add = 17;
+     */
+    value: CounterAdd;
+    case: "counterAdd";
+  } | {
+    /**
+     * server -> client: the running totals of the room's counters
+     *
+     * @generated from field: roomcast.v1.CounterTotals counter_totals = 18;
+     */
+    value: CounterTotals;
+    case: "counterTotals";
   } | { case: undefined; value?: undefined };
 };
 
@@ -433,6 +449,98 @@ export const PushSchema: GenMessage<Push> = /*@__PURE__*/
   messageDesc(file_client, 5);
 
 /**
+ * CounterAdd adds amount to one of the room's counters (a tap of a like, a gift). The ChatLink
+ * sums a room's adds over a window and the room service sums the ChatLinks' windows: members see
+ * the totals in CounterTotals frames, never a message per tap. An add that is taken gets no
+ * answer; one that is refused gets an Error with its seq (docs/protocol.md, "Counters").
+ *
+ * @generated from message roomcast.v1.CounterAdd
+ */
+export type CounterAdd = Message<"roomcast.v1.CounterAdd"> & {
+  /**
+   * Echoed in the Error that refuses the add; 0 is allowed (then a refusal says seq 0).
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 1 to 32 characters of A-Z a-z 0-9 _ - : . (like, gift:rose).
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * 1 to the node's largest amount per add (100 by default). 0 means 1.
+   *
+   * @generated from field: uint32 amount = 3;
+   */
+  amount: number;
+};
+
+/**
+ * Describes the message roomcast.v1.CounterAdd.
+ * Use `create(CounterAddSchema)` to create a new message.
+ */
+export const CounterAddSchema: GenMessage<CounterAdd> = /*@__PURE__*/
+  messageDesc(file_client, 6);
+
+/**
+ * Counter is one named counter of a room and its running total.
+ *
+ * @generated from message roomcast.v1.Counter
+ */
+export type Counter = Message<"roomcast.v1.Counter"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: int64 total = 2;
+   */
+  total: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.Counter.
+ * Use `create(CounterSchema)` to create a new message.
+ */
+export const CounterSchema: GenMessage<Counter> = /*@__PURE__*/
+  messageDesc(file_client, 7);
+
+/**
+ * CounterTotals carries every counter of the room with its running total, by name. It comes after
+ * the LoginAck when the room has counters, and then whenever one changes, at most about four
+ * times a second per room. Each frame is the whole state: a frame a client missed is healed by
+ * the next. A reset counter is absent from the frames after it.
+ *
+ * @generated from message roomcast.v1.CounterTotals
+ */
+export type CounterTotals = Message<"roomcast.v1.CounterTotals"> & {
+  /**
+   * @generated from field: repeated roomcast.v1.Counter counters = 1;
+   */
+  counters: Counter[];
+
+  /**
+   * Grows with every change of the room's counters (a reset included): keep the frame with the
+   * greatest version and ignore one with a smaller version than the one applied.
+   *
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.CounterTotals.
+ * Use `create(CounterTotalsSchema)` to create a new message.
+ */
+export const CounterTotalsSchema: GenMessage<CounterTotals> = /*@__PURE__*/
+  messageDesc(file_client, 8);
+
+/**
  * Recovery ends the history a login asked for.
  *
  * @generated from message roomcast.v1.Recovery
@@ -462,7 +570,7 @@ export type Recovery = Message<"roomcast.v1.Recovery"> & {
  * Use `create(RecoverySchema)` to create a new message.
  */
 export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
-  messageDesc(file_client, 6);
+  messageDesc(file_client, 9);
 
 /**
  * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
@@ -487,7 +595,7 @@ export type Thinned = Message<"roomcast.v1.Thinned"> & {
  * Use `create(ThinnedSchema)` to create a new message.
  */
 export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
-  messageDesc(file_client, 7);
+  messageDesc(file_client, 10);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -504,7 +612,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 8);
+  messageDesc(file_client, 11);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -533,7 +641,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 9);
+  messageDesc(file_client, 12);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -574,7 +682,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 10);
+  messageDesc(file_client, 13);
 
 /**
  * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
@@ -598,7 +706,7 @@ export type Ack = Message<"roomcast.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_client, 11);
+  messageDesc(file_client, 14);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -632,7 +740,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 15);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -691,7 +799,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 13);
+  messageDesc(file_client, 16);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -728,7 +836,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 14);
+  messageDesc(file_client, 17);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -752,7 +860,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 15);
+  messageDesc(file_client, 18);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -808,7 +916,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 16);
+  messageDesc(file_client, 19);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -855,7 +963,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 17);
+  messageDesc(file_client, 20);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -1033,6 +1141,14 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_LANE_NOT_ALLOWED = 123;
    */
   LANE_NOT_ALLOWED = 123,
+
+  /**
+   * A CounterAdd named a counter the room does not have while the room has as many counters as
+   * it may (32): add to one of those, or have the app server reset one.
+   *
+   * @generated from enum value: ERROR_CODE_TOO_MANY_COUNTERS = 124;
+   */
+  TOO_MANY_COUNTERS = 124,
 
   /**
    * A bug on our side.

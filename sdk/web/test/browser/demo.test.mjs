@@ -78,6 +78,21 @@ test("two pages chat", async () => {
   await bob.close();
 });
 
+test("likes: taps on two pages add up to one live total on both stages", async () => {
+  const alice = await open("alice", "likes");
+  const bob = await open("bob", "likes");
+  for (let i = 0; i < 3; i++) await alice.click("#like");
+  for (let i = 0; i < 2; i++) await bob.click("#like");
+  for (const page of [alice, bob]) {
+    await waitFor("the total of 5 likes", async () => (await page.textContent("#likes")) === "5", 5000);
+  }
+  // A later page gets the total at its login.
+  const carol = await open("carol", "likes");
+  await waitFor("carol sees 5 likes", async () => (await carol.textContent("#likes")) === "5", 5000);
+  assert.deepEqual([...alice.problems, ...bob.problems, ...carol.problems], []);
+  for (const page of [alice, bob, carol]) await page.close();
+});
+
 test("danmaku fly across the stage, critical ones styled apart; a later page gets the history", async () => {
   // The room exists while someone is in it; what it kept is the viewer's history on join.
   const host = await open("host", "show");
