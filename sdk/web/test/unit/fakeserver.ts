@@ -60,14 +60,14 @@ export class Conn {
     this.buf = Buffer.concat([this.buf, d]);
     for (;;) {
       if (this.buf.length < 2) return;
-      const op = this.buf[0]! & 15;
-      let len = this.buf[1]! & 127, off = 2;
+      const op = this.buf[0] & 15;
+      let len = this.buf[1] & 127, off = 2;
       if (len === 126) { if (this.buf.length < 4) return; len = this.buf.readUInt16BE(2); off = 4; }
       else if (len === 127) { if (this.buf.length < 10) return; len = Number(this.buf.readBigUInt64BE(2)); off = 10; }
       if (this.buf.length < off + 4 + len) return;
       const mask = this.buf.subarray(off, off + 4);
       const payload = Buffer.from(this.buf.subarray(off + 4, off + 4 + len));
-      for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i & 3]!;
+      for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i & 3];
       this.buf = this.buf.subarray(off + 4 + len);
       if (op === 2) this.frames.push(fromBinary(FrameSchema, payload));
       if (op === 8) {
@@ -87,7 +87,7 @@ export class Conn {
     const end = Date.now() + timeoutMs;
     for (;;) {
       const i = this.frames.findIndex((f) => f.kind.case === kindCase);
-      if (i >= 0) return this.frames.splice(0, i + 1)[i]!.kind.value as FrameOf<K>;
+      if (i >= 0) return this.frames.splice(0, i + 1)[i].kind.value as FrameOf<K>;
       if (this.closed) throw new Error(`connection closed while waiting for ${kindCase}`);
       if (Date.now() > end) throw new Error(`no ${kindCase} within ${timeoutMs} ms`);
       await new Promise<void>((r) => {
@@ -178,7 +178,7 @@ export async function startServer(onConn: OnConn = () => {}): Promise<FakeServer
           setTimeout(r, 20);
         });
       }
-      return conns[n - 1]!;
+      return conns[n - 1];
     },
     close() {
       for (const c of conns) c.socket.destroy();
