@@ -190,8 +190,9 @@ HARNESS := internal/testkit/browser
 NPM_CI := npm ci --no-audit --no-fund --loglevel=error
 # Node 20 has a global WebSocket only behind a flag; later versions have it by default.
 NODE_WS := node $(shell node -e 'process.stdout.write(typeof WebSocket === "undefined" ? "--experimental-websocket" : "")' 2>/dev/null)
-# The SDK's tests are TypeScript, run as they are: test/register.mjs strips their types.
-NODE_TS := $(NODE_WS) --import ./test/register.mjs
+# The SDK's tests are TypeScript, run as they are: test/register.mjs strips their types (and
+# leaves a source map, so that a failure names the line in the .ts file).
+NODE_TS := $(NODE_WS) --enable-source-maps --import ./test/register.mjs
 
 ## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json.
 web-deps:
