@@ -188,23 +188,28 @@ WEB := sdk/web
 DEMO := cmd/roomcast/web
 HARNESS := internal/testkit/browser
 NPM_CI := npm ci --no-audit --no-fund --loglevel=error
+# The roomcast binary the browser tests start (built once by browser-deps, not once per test file).
+BROWSER_BIN := $(CURDIR)/$(HARNESS)/bin/roomcast
 # Node 20 has a global WebSocket only behind a flag; later versions have it by default.
 NODE_WS := node $(shell node -e 'process.stdout.write(typeof WebSocket === "undefined" ? "--experimental-websocket" : "")' 2>/dev/null)
 # The SDK's tests are TypeScript, run as they are: test/register.mjs strips their types (and
 # leaves a source map, so that a failure names the line in the .ts file).
 NODE_TS := $(NODE_WS) --enable-source-maps --import ./test/register.mjs
 
-## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json.
-web-deps:
-	cd $(WEB) && $(NPM_CI)
+# `npm ci` in a package whose node_modules is missing or older than its lock file (npm writes
+# node_modules/.package-lock.json last): a fresh clone installs, a second run does not.
+%/node_modules/.package-lock.json: %/package-lock.json
+	cd $* && $(NPM_CI)
 
-## browser-deps: the browser tests' harness (playwright-core, pinned by internal/testkit/browser/package-lock.json) and Debian's chromium.
-browser-deps: debs
-	cd $(HARNESS) && $(NPM_CI)
+## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json.
+web-deps: $(WEB)/node_modules/.package-lock.json
+
+## browser-deps: the browser tests' harness (playwright-core, pinned by internal/testkit/browser/package-lock.json), Debian's chromium and the roomcast binary they run.
+browser-deps: debs $(HARNESS)/node_modules/.package-lock.json
+	go build -o $(BROWSER_BIN) ./cmd/roomcast
 
 ## demo-deps: the demo page's toolchain, pinned by cmd/roomcast/web/package-lock.json, and its link to sdk/web.
-demo-deps:
-	cd $(DEMO) && $(NPM_CI)
+demo-deps: $(DEMO)/node_modules/.package-lock.json
 
 ## web-proto: regenerate sdk/web/src/gen from proto/client.proto, proto/cdn.proto and proto/message.proto.
 web-proto: tools web-deps
@@ -223,13 +228,14 @@ web-check: web-proto web-build
 	fi
 
 ## web-unit: type-check the web SDK's tests (tsc -p test), then run its unit tests (a fake ChatLink, a fake CDN).
-web-unit: web-deps browser-deps
+# (The type check reads the harness's types: its browser tests import it.)
+web-unit: web-deps $(HARNESS)/node_modules/.package-lock.json
 	cd $(WEB) && node node_modules/typescript/bin/tsc -p test
 	cd $(WEB) && $(NODE_TS) --test test/unit/*.test.ts
 
 ## web-browser: the SDK against a real `roomcast dev` (in node, and in chromium for its receive benchmark), and the packed tarball in a blank project.
 web-browser: web-deps browser-deps
-	cd $(WEB) && $(NODE_TS) --test --test-concurrency=1 test/browser/*.test.ts
+	cd $(WEB) && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_TS) --test --test-concurrency=1 test/browser/*.test.ts
 
 ## web-test: the web SDK: its generated code, build, typed unit tests and browser tests.
 web-test: web-check web-unit web-browser
@@ -244,11 +250,11 @@ demo-check: web-build demo-deps
 
 ## demo-test: the demo page in chromium against a real `roomcast dev`, over http and over https.
 demo-test: demo-check browser-deps
-	cd $(DEMO) && $(NODE_WS) --test --test-concurrency=1 *.test.mjs
+	cd $(DEMO) && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_WS) --test --test-concurrency=1 *.test.mjs
 
 ## console-test: the ops console's page (/console) in chromium against a real `roomcast dev` under load.
 console-test: browser-deps
-	cd console && $(NODE_WS) --test console.test.mjs
+	cd console && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_WS) --test console.test.mjs
 
 ## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
 web-bench: web-deps browser-deps

@@ -21,6 +21,8 @@ export async function load(url, context, nextLoad) {
   const path = fileURLToPath(url);
   const { code } = await transform(await readFile(path, "utf8"), {
     loader: "ts", format: "esm", target: "es2022", sourcefile: path, sourcemap: "inline",
+    // As tsc compiles for ES2022 (tsconfig.json): class fields with define semantics.
+    tsconfigRaw: { compilerOptions: { useDefineForClassFields: true } },
   });
   return { format: "module", source: code, shortCircuit: true };
 }
