@@ -360,7 +360,7 @@ func grpcErrorCode(err error) string {
 func TestAPIBadInputGRPC(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
+		cfg.API.Keys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
 	})
 	g := grpcClient(t, c)
 	ctx := devCtx()
@@ -448,7 +448,7 @@ func TestAPIBadInputGRPC(t *testing.T) {
 func TestAPIBadInputRooms(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
+		cfg.API.Keys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
 	})
 	mustHTTP(t, c, 201, "POST", "/v1/rooms", `{"room":"mine"}`)
 	cases := []struct {

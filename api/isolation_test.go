@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -61,10 +60,8 @@ func startVictim(t *testing.T) *victim {
 	t.Helper()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.LeaseInterval = 100 * time.Millisecond
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, attackerKey: {App: attackerApp}}
-		cfg.ChatLink = func(n *chatlink.Config) {
-			n.Keys = auth.Keyring{devcluster.App: []byte(devcluster.Secret), attackerApp: []byte(attackerSecret)}
-		}
+		cfg.API.Keys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, attackerKey: {App: attackerApp}}
+		cfg.ChatLink.Keys = auth.Keyring{devcluster.App: []byte(devcluster.Secret), attackerApp: []byte(attackerSecret)}
 	})
 	v := &victim{c: c, api: grpcClient(t, c)}
 	ctx := devCtx()

@@ -21,10 +21,26 @@ import (
 // The call rate of each API key: a key over it is answered 122 (API_RATE_LIMITED) with how
 // long to wait, HTTP 429 with Retry-After, or gRPC RESOURCE_EXHAUSTED with a RetryInfo.
 
-// CallLimits bound the server API's calls.
+// CallLimits bound the server API's calls. A zero field means DefaultCallLimits';
+// ratelimit.Unlimited limits nothing.
 type CallLimits struct {
-	// PerKey bounds the calls of one API key on this instance. Zero value limits nothing.
+	// PerKey bounds the calls of one API key on this instance.
 	PerKey ratelimit.Limit
+}
+
+// DefaultCallLimits returns the deployment's limits of the server API's calls, what a zero
+// CallLimits field means and the default of `roomcast services`' --limit-api-calls-per-key:
+// 5,000 calls a second per key, in bursts of 10,000, an app server's traffic, not a loop's.
+func DefaultCallLimits() CallLimits {
+	return CallLimits{PerKey: ratelimit.Limit{Rate: 5000, Burst: 10000}}
+}
+
+// withDefaults returns l with each zero field set to DefaultCallLimits'.
+func (l CallLimits) withDefaults() CallLimits {
+	if l.PerKey == (ratelimit.Limit{}) {
+		l.PerKey = DefaultCallLimits().PerKey
+	}
+	return l
 }
 
 // callLimiter holds each key's bucket.

@@ -27,8 +27,8 @@ import (
 func TestCallRatePerKey(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
-		cfg.APIKeys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
-		cfg.APILimits.PerKey = ratelimit.Limit{Rate: 0.5, Burst: 3} // a token every 2 s
+		cfg.API.Keys = auth.APIKeys{devcluster.APIKey: {App: devcluster.App}, "other-key": {App: "other"}}
+		cfg.API.Limits.PerKey = ratelimit.Limit{Rate: 0.5, Burst: 3} // a token every 2 s
 	})
 	for i := range 3 {
 		if status, out := httpCall(t, c, "GET", "/v1/online", devcluster.APIKey, ""); status != 200 {

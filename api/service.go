@@ -80,7 +80,8 @@ type Config struct {
 	// Audit receives a record of every call that changes something (observe.go). Zero value
 	// means Log.
 	Audit *slog.Logger
-	// Limits bound the calls of each API key (ratelimit.go).
+	// Limits bound the calls of each API key (ratelimit.go). Zero value means
+	// DefaultCallLimits.
 	Limits CallLimits
 	// Rooms is a room service instance in the same process, which takes the API's sends to
 	// rooms without the NATS round trip. Zero value means none: sends go over NATS.
@@ -158,6 +159,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Inbox.MaxPerUser <= 0 {
 		c.Inbox.MaxPerUser = inbox.DefaultMaxPerUser
 	}
+	c.Limits = c.Limits.withDefaults()
 	return c, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/ratelimit"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -22,11 +23,11 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Timeout != 3*time.Second || cfg.Log == nil || cfg.KVReplicas != 1 {
-		t.Fatalf("defaults: Timeout %v, Log %v, KVReplicas %d; want 3s, a logger, 1", cfg.Timeout, cfg.Log, cfg.KVReplicas)
+	if cfg.Timeout != 3*time.Second || cfg.Log == nil || cfg.KVReplicas != 1 || cfg.Limits != DefaultCallLimits() {
+		t.Fatalf("defaults: Timeout %v, Log %v, KVReplicas %d, Limits %v; want 3s, a logger, 1, %v", cfg.Timeout, cfg.Log, cfg.KVReplicas, cfg.Limits, DefaultCallLimits())
 	}
-	cfg, err = Config{Bus: &nats.Conn{}, Keys: keys, Timeout: time.Second, KVReplicas: 3}.withDefaults()
-	if err != nil || cfg.Timeout != time.Second || cfg.KVReplicas != 3 {
+	cfg, err = Config{Bus: &nats.Conn{}, Keys: keys, Timeout: time.Second, KVReplicas: 3, Limits: CallLimits{PerKey: ratelimit.Unlimited}}.withDefaults()
+	if err != nil || cfg.Timeout != time.Second || cfg.KVReplicas != 3 || !cfg.Limits.PerKey.Off() {
 		t.Fatalf("set values: %+v %v, want them kept", cfg, err)
 	}
 }

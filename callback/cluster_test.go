@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"roomcast/callback"
-	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -83,13 +82,11 @@ const (
 // withApps gives every ChatLink the keys of the test's apps too.
 func withApps(apps ...string) testcluster.Option {
 	return func(c *devcluster.Config) {
-		c.ChatLink = func(cc *chatlink.Config) {
-			keys := auth.Keyring{devcluster.App: []byte(devcluster.Secret)}
-			for _, a := range apps {
-				keys[a] = []byte(devcluster.Secret)
-			}
-			cc.Keys = keys
+		keys := auth.Keyring{devcluster.App: []byte(devcluster.Secret)}
+		for _, a := range apps {
+			keys[a] = []byte(devcluster.Secret)
 		}
+		c.ChatLink.Keys = keys
 	}
 }
 

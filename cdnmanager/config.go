@@ -23,7 +23,7 @@ type Config struct {
 	// for apps whose policy names none. Zero value means none: such apps get no CDN mode.
 	BaseURLs []string
 	// Window is the segments' window; it must be the pushers' (rooms go only to pushers that
-	// report this window). Zero value means 1s.
+	// report this window). Zero value means cdnstore.DefaultWindow (1s).
 	Window time.Duration
 	// PollInterval and PollJitter are what members poll with, for apps whose policy sets none.
 	// Zero values mean the window and a fifth of it.
@@ -81,7 +81,7 @@ func (c Config) withDefaults() (Config, error) {
 			*d = v
 		}
 	}
-	def(&c.Window, time.Second)
+	def(&c.Window, cdnstore.DefaultWindow)
 	def(&c.PollInterval, c.Window)
 	def(&c.PollJitter, c.Window/5)
 	def(&c.RuleHold, time.Minute)

@@ -7,7 +7,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"roomcast/store/cdnstore"
 )
+
+// DefaultMaxMessages is Config.MaxMessages's default, and --cdn-max-messages'.
+const DefaultMaxMessages = 200
 
 // Config configures a Pusher. Endpoint and Bucket are required; every other zero value means
 // the default its comment gives.
@@ -28,14 +33,14 @@ type Config struct {
 	Prefix string
 
 	// Window is the length of a segment's time window, a whole number of milliseconds. Zero value
-	// means 1s.
+	// means cdnstore.DefaultWindow (1s).
 	Window time.Duration
 	// Grace is how long after its end a window still takes messages (they travel from the room
 	// service for a few milliseconds) before it is written. Zero value means 100ms; a negative
 	// value means none.
 	Grace time.Duration
 	// MaxMessages caps a window's messages per room; beyond it messages are sampled, higher
-	// lanes kept first. Zero value means 200.
+	// lanes kept first. Zero value means DefaultMaxMessages.
 	MaxMessages int
 	// Idle is how long a room with no message keeps getting (empty) segments. Zero value means 5m.
 	Idle time.Duration
@@ -82,7 +87,7 @@ func (c Config) withDefaults() (Config, error) {
 			*d = v
 		}
 	}
-	def(&c.Window, time.Second)
+	def(&c.Window, cdnstore.DefaultWindow)
 	switch {
 	case c.Grace == 0:
 		c.Grace = 100 * time.Millisecond
@@ -98,7 +103,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.RetryMax = c.RetryMin
 	}
 	if c.MaxMessages == 0 {
-		c.MaxMessages = 200
+		c.MaxMessages = DefaultMaxMessages
 	}
 	if c.Queue == 0 {
 		c.Queue = 1024

@@ -12,7 +12,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -59,8 +58,8 @@ func TestBadInput(t *testing.T) {
 
 func testBadInput(t *testing.T, readerGoroutines bool) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.LoginTimeout = 300 * time.Millisecond
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.ReaderGoroutines = readerGoroutines }
+		cfg.ChatLink.LoginTimeout = 300 * time.Millisecond
+		cfg.ChatLink.ReaderGoroutines = readerGoroutines
 	})
 	node := c.Nodes[0]
 	wrongSecret, err := auth.Mint([]byte("not-the-secret"), devcluster.App, "mallory", "r1", nil, time.Hour)
@@ -230,7 +229,7 @@ func testBadInput(t *testing.T, readerGoroutines bool) {
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(time.Now())
-	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.ChatLink.HeartbeatInterval = 100 * time.Millisecond }, withClock(clock))
 	node := c.Nodes[0]
 	cl := testkit.DialWS(t, node.WSURL())
 	ack := cl.Login(testcluster.Token(t, "beat", "r1"))
@@ -307,7 +306,7 @@ func TestUpgradeRequests(t *testing.T) {
 // one within it logs in.
 func TestTokenMaxLifetime(t *testing.T) {
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour} }
+		cfg.ChatLink.MaxTokenLifetime = auth.Lifetimes{devcluster.App: 2 * time.Hour}
 	})
 	ok := testkit.DialWS(t, c.Nodes[0].WSURL())
 	ok.Login(testcluster.Token(t, "brief", "r1"))

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
-	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -23,13 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // withClock runs every ChatLink of a cluster on clock (Config.Now).
 func withClock(clock *testkit.Clock) testcluster.Option {
 	return func(cfg *devcluster.Config) {
-		prev := cfg.ChatLink
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			if prev != nil {
-				prev(cc)
-			}
-			cc.Now = clock.Now
-		}
+		cfg.ChatLink.Now = clock.Now
 	}
 }
 

@@ -128,10 +128,14 @@ type Config struct {
 	ThinAtPendingBytes, CriticalOnlyAtPendingBytes, MaxPendingBytes int
 	// RequestTimeout bounds each request to a service (join, send). Zero value means 3s.
 	RequestTimeout time.Duration
-	// MaxInflightSends bounds the sends one connection may have waiting for the room service
-	// (they are forwarded one at a time, in order); more are refused with RATE_LIMITED. Zero
-	// value means 32.
+	// MaxInflightSends bounds the sends one connection may have waiting for the room service;
+	// more are refused with RATE_LIMITED. Zero value means 32.
 	MaxInflightSends int
+	// SendWindow is how long a room's members' sends gather on the node before they go to the
+	// room service as one request (upload.go): at most one request per room and window, one in
+	// flight at a time. Zero value means DefaultSendWindow (20ms); a negative one forwards
+	// each send as its own request.
+	SendWindow time.Duration
 	// KVReplicas is the replication of the KV bucket of the nodes' name leases (NodesBucket),
 	// which the node creates or updates at start. Zero value means 1.
 	KVReplicas int
@@ -139,8 +143,8 @@ type Config struct {
 	// the dispatcher and refuses logins beyond it (4504 UNAVAILABLE: dispatch again). Zero
 	// value means the process's open-file limit less 256 for everything else.
 	MaxConnections int
-	// Limits are the rates and counts clients are held to (limits.go). Zero value limits
-	// nothing.
+	// Limits are the rates and counts clients are held to (limits.go). A zero field means
+	// DefaultLimits'; ratelimit.Unlimited (a negative count) turns one off.
 	Limits Limits
 	// TrustedProxies are the addresses and CIDRs of proxies in front of the node whose
 	// X-Forwarded-For and X-Real-IP headers (WebSocket upgrade, HTTP fallback) name the client
@@ -174,8 +178,27 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultConfig returns the node's defaults of its tunable settings, what their zero values
+// mean: `roomcast chatlink`'s and `roomcast dev`'s flags start from it. The fields it leaves
+// zero mean what their comments say (EgressCapacity: unlimited; LatencyBudget: off; the
+// pending-byte thresholds and the rest: fixed sizes, or derived from other fields).
+func DefaultConfig() Config {
+	return Config{
+		LoginTimeout:      10 * time.Second,
+		HeartbeatInterval: 25 * time.Second,
+		FlushTick:         defaultFlushTick,
+		OrderHold:         defaultOrderHold,
+		GatherMessages:    defaultGatherMessages,
+		PhaseMembers:      defaultPhaseMembers,
+		SendWindow:        DefaultSendWindow,
+		DrainSpread:       10 * time.Second,
+		Limits:            DefaultLimits(),
+	}
+}
+
 // withDefaults checks c and returns it with every zero field set to its default.
 func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
 	switch {
 	case !auth.ValidName(c.Node):
 		return c, fmt.Errorf("chatlink: node name %q must be 1-128 characters of A-Z a-z 0-9 _ -", c.Node)
@@ -210,16 +233,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxFrameBytes = 65536
 	}
 	if c.LoginTimeout <= 0 {
-		c.LoginTimeout = 10 * time.Second
+		c.LoginTimeout = d.LoginTimeout
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 25 * time.Second
+		c.HeartbeatInterval = d.HeartbeatInterval
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 3 * time.Second
 	}
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32
+	}
+	if c.SendWindow == 0 {
+		c.SendWindow = d.SendWindow
 	}
 	if c.HeartbeatMax <= 0 {
 		c.HeartbeatMax = c.HeartbeatInterval * 12 / 5
@@ -228,19 +254,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.HeartbeatStep = c.HeartbeatInterval / 5
 	}
 	if c.FlushTick <= 0 {
-		c.FlushTick = defaultFlushTick
+		c.FlushTick = d.FlushTick
 	}
 	if c.OrderHold == 0 {
-		c.OrderHold = defaultOrderHold
+		c.OrderHold = d.OrderHold
 	}
 	if c.LatencyBudget < 0 {
 		return c, fmt.Errorf("chatlink: latency budget %v must not be negative", c.LatencyBudget)
 	}
 	if c.GatherMessages <= 0 {
-		c.GatherMessages = defaultGatherMessages
+		c.GatherMessages = d.GatherMessages
 	}
 	if c.PhaseMembers <= 0 {
-		c.PhaseMembers = defaultPhaseMembers
+		c.PhaseMembers = d.PhaseMembers
 	}
 	if c.FlowT1 <= 0 {
 		c.FlowT1 = DefaultFlowT1
@@ -257,6 +283,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPendingBytes <= 0 {
 		c.MaxPendingBytes = 1 << 20
 	}
+	c.Limits = c.Limits.withDefaults()
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = FileLimit() - 256
 	}
@@ -264,7 +291,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ExprCacheSize = 1024
 	}
 	if c.DrainSpread <= 0 {
-		c.DrainSpread = 10 * time.Second
+		c.DrainSpread = d.DrainSpread
 	}
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = time.Second

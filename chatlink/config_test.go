@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/ratelimit"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -53,5 +54,32 @@ func TestConfigWithDefaults(t *testing.T) {
 	if cfg, _ = set.withDefaults(); cfg.HeartbeatInterval != 10*time.Second || cfg.HeartbeatMax != 24*time.Second ||
 		cfg.LoginTimeout != time.Second || !cfg.Now().Equal(time.Unix(1, 0)) {
 		t.Fatalf("set fields not kept: %+v", cfg)
+	}
+}
+
+// TestZeroLimitsAreTheDefaults: a Config that sets no limit gets DefaultLimits; a limit set
+// stays, and ratelimit.Unlimited or a negative count stays off.
+func TestZeroLimitsAreTheDefaults(t *testing.T) {
+	t.Parallel()
+	valid := Config{Node: "n1", Bus: new(nats.Conn), Keys: auth.Keyring{"app": []byte("k")}}
+	got, err := valid.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Limits != DefaultLimits() {
+		t.Fatalf("limits of a Config that sets none: %+v, want DefaultLimits %+v", got.Limits, DefaultLimits())
+	}
+	set := valid
+	set.Limits = Limits{SendsPerConn: ratelimit.Limit{Rate: 1, Burst: 1}, LoginsPerIP: ratelimit.Unlimited, ConnectionsPerIP: -1, LoginConcurrency: -1}
+	if got, err = set.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultLimits()
+	want.SendsPerConn, want.LoginsPerIP, want.ConnectionsPerIP, want.LoginConcurrency = set.Limits.SendsPerConn, ratelimit.Unlimited, -1, -1
+	if got.Limits != want {
+		t.Fatalf("limits %+v, want %+v", got.Limits, want)
+	}
+	if !got.Limits.LoginsPerIP.Off() {
+		t.Fatal("ratelimit.Unlimited limits")
 	}
 }

@@ -102,11 +102,12 @@ func (n *Node) newConn(t transport, addr netip.Addr) *conn {
 	return c
 }
 
-// connSends are a connection's sends waiting for the room service, oldest first, and its send
-// rate (limits.go). Guarded by the conn's mu.
+// connSends are a connection's sends waiting for the room service and its send rate
+// (limits.go). Guarded by the conn's mu.
 type connSends struct {
-	q    []*clientpb.Send
-	rate ratelimit.Bucket
+	q       []*clientpb.Send // oldest first, when each send is its own request (SendWindow < 0)
+	waiting int              // sends with its room's uploads (upload.go), not yet answered
+	rate    ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.
@@ -386,15 +387,17 @@ func (c *conn) heartbeat(h *clientpb.Heartbeat) {
 	}}})
 }
 
-// send queues a client's Send. One goroutine per connection, started when sends wait, forwards
-// them to the room service one at a time, so a client's messages keep the order it sent them in.
+// send queues a client's Send: with its room's sends on the node, which go to the room service
+// a window at a time (upload.go), or, with a negative SendWindow, on its own, forwarded by one
+// goroutine per connection, started when sends wait, one at a time. Either way a client's
+// messages keep the order it sent them in.
 func (c *conn) send(s *clientpb.Send) {
 	n := c.node
 	c.mu.Lock()
 	if c.sends == nil {
 		c.sends = new(connSends)
 	}
-	if len(c.sends.q) >= n.cfg.MaxInflightSends {
+	if len(c.sends.q)+c.sends.waiting >= n.cfg.MaxInflightSends {
 		c.mu.Unlock()
 		c.sendError(s.Seq, clientpb.ErrorCode_ERROR_CODE_RATE_LIMITED, "too many sends waiting for an answer")
 		return
@@ -407,6 +410,12 @@ func (c *conn) send(s *clientpb.Send) {
 			Seq: s.Seq, RetryAfterMs: ratelimit.Millis(retry),
 		}}})
 		n.m.sendErrors.WithLabelValues(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED.String()).Inc()
+		return
+	}
+	if n.cfg.SendWindow > 0 {
+		c.sends.waiting++
+		c.mu.Unlock()
+		n.uploads.add(c, s)
 		return
 	}
 	c.sends.q = append(c.sends.q, s)

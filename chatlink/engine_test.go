@@ -185,9 +185,7 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 func TestSlowReader(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.ThinAtPendingBytes, cc.CriticalOnlyAtPendingBytes, cc.MaxPendingBytes = 32<<10, 128<<10, 512<<10
-		}
+		cfg.ChatLink.ThinAtPendingBytes, cfg.ChatLink.CriticalOnlyAtPendingBytes, cfg.ChatLink.MaxPendingBytes = 32<<10, 128<<10, 512<<10
 	})
 	putSettings(t, c, "s", `{"flush_tick_ms":20,"normal_budget":-1,"critical_budget":-1}`)
 	node := c.Nodes[0]
@@ -259,9 +257,7 @@ func TestHeartbeatIntervalGrowsAndFallsBack(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(time.Now())
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.HeartbeatInterval, cc.HeartbeatStep, cc.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
-		}
+		cfg.ChatLink.HeartbeatInterval, cfg.ChatLink.HeartbeatStep, cfg.ChatLink.HeartbeatMax = 100*time.Millisecond, 20*time.Millisecond, 140*time.Millisecond
 	}, withClock(clock))
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
 	cl.Login(testcluster.Token(t, "beat", "r"))
@@ -476,10 +472,8 @@ func TestSendsBehindAFullSocket(t *testing.T) {
 		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
 			t.Parallel()
 			c := testcluster.Start(t, testcluster.ChatLinks(1), func(dc *devcluster.Config) {
-				dc.ChatLink = func(cc *chatlink.Config) {
-					cc.PlainWrites = plain
-					cc.MaxPendingBytes = 64 << 20 // the backlog may grow: this member is not to be closed
-				}
+				dc.ChatLink.PlainWrites = plain
+				dc.ChatLink.MaxPendingBytes = 64 << 20 // the backlog may grow: this member is not to be closed
 			})
 			putSettings(t, c, "f", `{"no_merge":true,"normal_budget":-1,"critical_budget":-1}`)
 			slow := testkit.DialTCP(t, c.Nodes[0].TCPAddr(), testkit.ReceiveBuffer(4096))

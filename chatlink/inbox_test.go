@@ -104,7 +104,7 @@ func TestInboxUnackedComesAgain(t *testing.T) {
 func TestInboxLimits(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.Inbox.MaxPerUser, cfg.Inbox.Expiry, cfg.Inbox.MaxExpiry = 2, time.Minute, time.Hour
+		cfg.API.Inbox.MaxPerUser, cfg.API.Inbox.Expiry, cfg.API.Inbox.MaxExpiry = 2, time.Minute, time.Hour
 	})
 	for i := range 2 {
 		if status, rep := sendToUser(t, c, "dave", fmt.Sprint(i), 0); status != http.StatusOK {

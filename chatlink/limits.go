@@ -23,9 +23,9 @@ import (
 )
 
 // Limits are the rates and counts a ChatLink holds its clients to (docs/security.md). A zero
-// Limit, or a zero ConnectionsPerIP, limits nothing; the command's flags carry the deployment's
-// defaults. IPv6 addresses are counted by their /64, which one subscriber usually holds whole;
-// loopback addresses are not counted.
+// field means DefaultLimits' value, the deployment's default; ratelimit.Unlimited, or a
+// negative ConnectionsPerIP or LoginConcurrency, limits nothing. IPv6 addresses are counted by
+// their /64, which one subscriber usually holds whole; loopback addresses are not counted.
 type Limits struct {
 	// LoginsPerIP, LoginsPerApp and JoinsPerRoom bound logins from one address, into one app
 	// and into one room on this node; a login over one is refused with Error 121 and Kick 4013.
@@ -45,12 +45,71 @@ type Limits struct {
 	// seconds of LoginRate.
 	LoginQueue int
 	// LoginConcurrency bounds the logins past LoginRate at once (their requests to the
-	// services, their join): one more waits, in arrival order, for one of them to finish. Zero
-	// value means no bound (roomcast's --login-concurrency defaults to 64).
+	// services, their join): one more waits, in arrival order, for one of them to finish.
 	LoginConcurrency int
-	// TableSize bounds the keys (addresses, users, rooms) each limit remembers. Zero value
-	// means 65536.
+	// TableSize bounds the keys (addresses, users, rooms) each limit remembers.
 	TableSize int
+}
+
+// DefaultLimits returns the deployment's limits: what a zero Limits field means, and the
+// defaults of `roomcast chatlink`'s and `roomcast dev`'s flags. A refused client waits the
+// server's hint and comes back (the SDKs and the load generator do), so a limit delays a crowd
+// rather than losing it; still, they are sized so that a big event does not meet them at all
+// (docs/security.md):
+//   - joins per room: a 60,000-member room joining over a minute is 1,000/s on average, in
+//     bursts; 2,000/s with a burst of 10,000 lets that in without a refusal.
+//   - logins and connections per address: carrier-grade NAT puts hundreds to thousands of
+//     mobile subscribers behind one public address, so the limits are a multiple of what one
+//     device needs: 50 logins/s with a burst of 500, and 5,000 connections. They stop one
+//     source from holding a node, not a shared address from watching.
+//   - sends per connection and per user: 20/s (bursts of 40) and 40/s (bursts of 80), more
+//     than a person types or taps; the room service caps a room's members together too.
+//   - logins per node (LoginRate): not a refusal but a pace, logins over it wait their turn
+//     (docs/edge.md). A TCP login that recovers its room's history costs the node 0.14-0.19
+//     ms of CPU, a WebSocket one through the dispatcher up to 0.43 ms: 3,000/s is at most
+//     0.4-1.3 cores, and 15,000 clients of a dead node are in within about 5 s.
+//   - logins in progress per node (LoginConcurrency): 64. It keeps a reconnect storm on a
+//     CPU-starved node from holding its members' messages, and a dead node's 2,000 WebSocket
+//     clients still come back through the dispatcher in 2.1-2.5 s, now that a room's
+//     recoveries share their history reads (docs/reliability.md).
+//   - logins per app and sends per room from a node: none (an app's own limits may set them).
+func DefaultLimits() Limits {
+	return Limits{
+		LoginsPerIP:      ratelimit.Limit{Rate: 50, Burst: 500},
+		LoginsPerApp:     ratelimit.Unlimited,
+		JoinsPerRoom:     ratelimit.Limit{Rate: 2000, Burst: 10000},
+		SendsPerConn:     ratelimit.Limit{Rate: 20, Burst: 40},
+		SendsPerUser:     ratelimit.Limit{Rate: 40, Burst: 80},
+		SendsPerRoom:     ratelimit.Unlimited,
+		ConnectionsPerIP: 5000,
+		LoginRate:        ratelimit.Limit{Rate: 3000, Burst: 300},
+		LoginConcurrency: 64,
+		TableSize:        65536,
+	}
+}
+
+// withDefaults returns l with each zero field set to DefaultLimits'.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	for _, f := range []struct{ l, d *ratelimit.Limit }{
+		{&l.LoginsPerIP, &d.LoginsPerIP}, {&l.LoginsPerApp, &d.LoginsPerApp}, {&l.JoinsPerRoom, &d.JoinsPerRoom},
+		{&l.SendsPerConn, &d.SendsPerConn}, {&l.SendsPerUser, &d.SendsPerUser}, {&l.SendsPerRoom, &d.SendsPerRoom},
+		{&l.LoginRate, &d.LoginRate},
+	} {
+		if *f.l == (ratelimit.Limit{}) {
+			*f.l = *f.d
+		}
+	}
+	if l.ConnectionsPerIP == 0 {
+		l.ConnectionsPerIP = d.ConnectionsPerIP
+	}
+	if l.LoginConcurrency == 0 {
+		l.LoginConcurrency = d.LoginConcurrency
+	}
+	if l.TableSize <= 0 {
+		l.TableSize = d.TableSize
+	}
+	return l
 }
 
 // Names of the limits, labelling roomcast_chatlink_limited_total.
@@ -106,12 +165,10 @@ func newLimiter(cfg Config) (*limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chatlink: trusted proxy: %w", err)
 	}
-	size := cfg.Limits.TableSize
-	if size <= 0 {
-		size = 65536
-	}
+	lim := cfg.Limits.withDefaults() // New has; a test's limiter may not
+	size := lim.TableSize
 	l := &limiter{
-		cfg: cfg.Limits, trusted: trusted,
+		cfg: lim, trusted: trusted,
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_limited_total",
 			Help: "Connections, logins and sends refused by a limit or an address list, by limit.",

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/chatlink"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -47,11 +46,9 @@ func TestSendRates(t *testing.T) {
 	t.Parallel()
 	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Now = clock.now
-			cc.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 3} // 200ms a token
-			cc.Limits.SendsPerRoom = ratelimit.Limit{Rate: 2, Burst: 5} // 500ms a token
-		}
+		cfg.ChatLink.Now = clock.now
+		cfg.ChatLink.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 3} // 200ms a token
+		cfg.ChatLink.Limits.SendsPerRoom = ratelimit.Limit{Rate: 2, Burst: 5} // 500ms a token
 	})
 	node := c.Nodes[0]
 	a := testkit.DialTCP(t, node.TCPAddr())
@@ -106,10 +103,8 @@ func TestJoinRate(t *testing.T) {
 	t.Parallel()
 	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Now = clock.now
-			cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 1, Burst: 2}
-		}
+		cfg.ChatLink.Now = clock.now
+		cfg.ChatLink.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 1, Burst: 2}
 	})
 	node := c.Nodes[0]
 	for i, uid := range []string{"u1", "u2"} {
@@ -178,11 +173,9 @@ func TestAddressLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.TrustedProxies = []string{"127.0.0.1"}
-			cc.IPListFile = list
-			cc.Limits.ConnectionsPerIP = 1
-		}
+		cfg.ChatLink.TrustedProxies = []string{"127.0.0.1"}
+		cfg.ChatLink.IPListFile = list
+		cfg.ChatLink.Limits.ConnectionsPerIP = 1
 	})
 	node := c.Nodes[0]
 	if s := upgradeStatus(t, node.WSURL(), "198.51.100.7"); s != http.StatusForbidden {
@@ -328,12 +321,10 @@ func TestLoginRates(t *testing.T) {
 	t.Parallel()
 	clock := newTestClock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Now = clock.now
-			cc.TrustedProxies = []string{"127.0.0.1", "::1"}
-			cc.Limits.LoginsPerIP = ratelimit.Limit{Rate: 1, Burst: 2}
-			cc.Limits.LoginsPerApp = ratelimit.Limit{Rate: 1, Burst: 4}
-		}
+		cfg.ChatLink.Now = clock.now
+		cfg.ChatLink.TrustedProxies = []string{"127.0.0.1", "::1"}
+		cfg.ChatLink.Limits.LoginsPerIP = ratelimit.Limit{Rate: 1, Burst: 2}
+		cfg.ChatLink.Limits.LoginsPerApp = ratelimit.Limit{Rate: 1, Burst: 4}
 	})
 	node := c.Nodes[0]
 	login := func(from, uid string) *clientpb.Frame {
@@ -383,10 +374,8 @@ func TestIPListSIGHUPAndBadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.TrustedProxies = []string{"127.0.0.1"}
-			cc.IPListFile = list
-		}
+		cfg.ChatLink.TrustedProxies = []string{"127.0.0.1"}
+		cfg.ChatLink.IPListFile = list
 	})
 	node := c.Nodes[0]
 	reloads := func(result string) int {

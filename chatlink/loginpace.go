@@ -128,7 +128,7 @@ func (p *loginPacer) wait(ctx context.Context) (ok bool, retry time.Duration) {
 // node: in TestReconnectStorm at 15,000 clients, 64 slots kept the survivor's members within 2x
 // of their quiet p99 in 7 of 7 runs, against 2 of 6 without. It also holds logins to the
 // bound's number in flight while they wait on the services, so logins take longer where those
-// answer slowly (docs/reliability.md). roomcast's --login-concurrency sets 64.
+// answer slowly (docs/reliability.md). DefaultLimits sets 64.
 func (p *loginPacer) enter(ctx context.Context, most time.Duration) bool {
 	if p.slots == nil {
 		return true

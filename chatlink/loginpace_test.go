@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/chatlink"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
@@ -27,10 +26,8 @@ func TestLoginPace(t *testing.T) {
 		crowd = 8 // logins sent at once: one takes the bucket's token, 6 wait, one is refused
 	)
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Limits.LoginRate = ratelimit.Limit{Rate: rate, Burst: 1}
-			cc.Limits.LoginQueue = queue
-		}
+		cfg.ChatLink.Limits.LoginRate = ratelimit.Limit{Rate: rate, Burst: 1}
+		cfg.ChatLink.Limits.LoginQueue = queue
 	})
 	node := c.Nodes[0]
 	sender, member := testkit.DialTCP(t, node.TCPAddr()), testkit.DialTCP(t, node.TCPAddr())

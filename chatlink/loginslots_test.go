@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"roomcast/internal/ratelimit"
 )
 
 // TestLoginSlots: with LoginConcurrency 2, a third and fourth login past the pace wait until
@@ -50,7 +52,7 @@ func TestLoginSlots(t *testing.T) {
 		t.Error("a login got a slot while every slot was taken, after its wait")
 	}
 
-	free := newLoginPacer(Limits{})
+	free := newLoginPacer(Limits{LoginRate: ratelimit.Unlimited, LoginConcurrency: -1})
 	for range 100 {
 		if !free.enter(ctx, time.Minute) {
 			t.Fatal("a login waited with no limit")

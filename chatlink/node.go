@@ -24,9 +24,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/uring"
 	"roomcast/internal/bus"
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 	"roomcast/store/inbox"
 	"roomcast/tag"
@@ -69,6 +69,7 @@ type Node struct {
 	limits     *limiter      // rates, connections per address, address lists (limits.go)
 	pace       *loginPacer   // the node's login pace (loginpace.go)
 	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
+	uploads    *uploads      // the rooms' members' sends, a window at a time (upload.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -103,6 +104,7 @@ func New(cfg Config) (*Node, error) {
 	n.pace = newLoginPacer(cfg.Limits)
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
+	n.uploads = newUploads(n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -171,7 +173,7 @@ func (n *Node) start() error {
 		return fmt.Errorf("chatlink: admin subject: %w", err)
 	}
 	if !n.cfg.ReaderGoroutines && netpoll.Supported {
-		if n.poll, err = netpoll.New(); err != nil {
+		if n.poll, err = netpoll.New(netpoll.Config{}); err != nil {
 			return err
 		}
 		n.goAsync(n.poll.Run)

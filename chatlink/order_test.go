@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
 	"roomcast/internal/roles/devcluster"
@@ -34,7 +33,7 @@ func TestRoomSeqOrderAcrossNodes(t *testing.T) {
 	const hold = 400 * time.Millisecond
 	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
 		cfg.ServiceInstances = 2
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.OrderHold = hold }
+		cfg.ChatLink.OrderHold = hold
 	})
 	const room = "ordered"
 	var members []*testkit.Client

@@ -9,8 +9,8 @@ import (
 
 	"github.com/lxzan/gws"
 
-	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/wsproto"
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 )
 
@@ -140,7 +140,12 @@ func (p *polled) start(early []byte) {
 	p.done(next)
 }
 
-// readable runs on a goroutine of its own when the poller reports the socket readable.
+// readSoon runs on the poller's goroutine when the socket is readable, and hands the read to
+// a goroutine of its own: a read handles the client's frames, which may wait (a full queue, a
+// lock), and the poller must not.
+func (p *polled) readSoon() { go p.readable() }
+
+// readable reads, on a goroutine of its own.
 func (p *polled) readable() {
 	p.mu.Lock()
 	if p.dead {
@@ -171,7 +176,7 @@ func (p *polled) done(next readNext) {
 	var err error
 	if !p.registered {
 		p.registered = true
-		err = p.n.poll.Add(p.rc, p.id, p.readable)
+		err = p.n.poll.Add(p.rc, p.id, p.readSoon, netpoll.OneShot)
 	} else {
 		err = p.n.poll.Arm(p.rc, p.id)
 	}

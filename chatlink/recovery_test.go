@@ -41,7 +41,7 @@ func historyAnswer(t *testing.T, c *devcluster.Cluster, uid string, login *clien
 // the first learns that 2 are gone; since the 4th, that it got everything; since the last, that
 // there was nothing to recover; with a recover_since that is not an id, an Error 109.
 func TestRecoverySaysWhatItDid(t *testing.T) {
-	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 5 })
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = 5 })
 	watcher := testkit.DialWS(t, c.Nodes[0].WSURL())
 	watcher.Login(testcluster.Token(t, "watcher", "rec"))
 	for i := 1; i <= 8; i++ {

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"roomcast/chatlink/internal/netpoll"
 	"roomcast/chatlink/internal/wsproto"
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 )
 

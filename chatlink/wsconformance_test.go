@@ -427,7 +427,7 @@ func TestWebSocketConformance(t *testing.T) {
 		{"reader goroutines", func(cc *chatlink.Config) { cc.ReaderGoroutines = true }, true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.ChatLink = v.cfg })
+			c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { v.cfg(&cfg.ChatLink) })
 			addr := strings.TrimSuffix(strings.TrimPrefix(c.Nodes[0].WSURL(), "ws://"), "/v1/ws")
 			for i, tc := range wsConfCases(65536, v.readerGoroutines) {
 				t.Run(tc.id, func(t *testing.T) {

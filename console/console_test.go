@@ -58,7 +58,7 @@ func TestConsoleEndpoints(t *testing.T) {
 		"send-key":    {App: devcluster.App, Scopes: []string{"send"}},
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
-		cfg.APIKeys = keys
+		cfg.API.Keys = keys
 		cfg.LeaseInterval = 200 * time.Millisecond
 	})
 

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/chatlink"
-	"roomcast/dispatcher"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
@@ -30,9 +28,9 @@ func TestRoomOverChatLinks(t *testing.T) {
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(4), func(cfg *devcluster.Config) {
 		cfg.LeaseInterval = 500 * time.Millisecond // several reports while the crowd arrives
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.MaxConnections = members }
+		cfg.ChatLink.MaxConnections = members
 		// Nodes that start a moment after the dispatcher are not new nodes to warm up.
-		cfg.Dispatcher = func(dc *dispatcher.Config) { dc.SlowStart = -1 }
+		cfg.Dispatcher.SlowStart = -1
 	})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: parallel}}
 	defer hc.CloseIdleConnections()

@@ -96,8 +96,8 @@ type Config struct {
 	LinkRTT time.Duration
 	// RoomShare is the share of a node's capacity (after slow start) one room may fill with
 	// the members the dispatcher steers to it before the room's next members open another
-	// node (docs/dispatch.md, "Room affinity"). Zero value means 0.5; negative means no room
-	// affinity: members are dispatched on locality and load alone.
+	// node (docs/dispatch.md, "Room affinity"). Zero value means DefaultRoomShare; negative
+	// means no room affinity: members are dispatched on locality and load alone.
 	RoomShare float64
 
 	// Now is the clock. Zero value means time.Now.
@@ -107,6 +107,9 @@ type Config struct {
 	// Log receives the dispatcher's logs. Zero value means none.
 	Log *slog.Logger
 }
+
+// DefaultRoomShare is Config.RoomShare's default, and `roomcast services`' --room-share's.
+const DefaultRoomShare = 0.5
 
 // Endpoint is one ChatLink as a client sees it.
 type Endpoint struct {
@@ -258,7 +261,7 @@ func (c Config) withDefaults() (Config, error) {
 	case math.IsNaN(c.RoomShare) || c.RoomShare > 1:
 		return c, fmt.Errorf("dispatcher: RoomShare %v must be at most 1", c.RoomShare)
 	case c.RoomShare == 0:
-		c.RoomShare = 0.5
+		c.RoomShare = DefaultRoomShare
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -49,6 +49,10 @@ type DevicePolicy struct {
 	OnePerDevice bool
 }
 
+// DefaultWebhookEvery is Config.WebhookEvery's default, and `roomcast services`'
+// --presence-webhook-every's.
+const DefaultWebhookEvery = time.Second
+
 // Config configures a presence service instance.
 type Config struct {
 	// Bus is the NATS connection. Required; its server must have JetStream (lease.go).
@@ -64,7 +68,8 @@ type Config struct {
 	// Webhooks maps an app to a URL that receives its online/offline events, batched, as a JSON
 	// POST. Zero value means none.
 	Webhooks map[string]string
-	// WebhookEvery is how often batched events are posted. Zero value means 1s.
+	// WebhookEvery is how often batched events are posted. Zero value means
+	// DefaultWebhookEvery.
 	WebhookEvery time.Duration
 	// HTTPClient posts to webhooks. Zero value means a client with a 5s timeout.
 	HTTPClient *http.Client
@@ -133,7 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LeaseTTL = 5 * time.Second
 	}
 	if c.WebhookEvery <= 0 {
-		c.WebhookEvery = time.Second
+		c.WebhookEvery = DefaultWebhookEvery
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 5 * time.Second}

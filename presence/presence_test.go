@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/chatlink"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
 	"roomcast/internal/roles/devcluster"
@@ -43,7 +42,7 @@ func TestDevicePolicyEventsWebhook(t *testing.T) {
 	clock := testkit.NewClock(time.Now())
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
 		cfg.ChatLinks, cfg.ServiceInstances = 2, 2
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.Now = clock.Now }
+		cfg.ChatLink.Now = clock.Now
 		cfg.Presence = presence.Config{
 			Policies:     map[string]presence.DevicePolicy{devcluster.App: {MaxSessions: 2, OnePerDevice: true}},
 			Webhooks:     map[string]string{devcluster.App: hook.URL},

@@ -45,7 +45,7 @@ func TestBusMessagesPerNodeStayFlat(t *testing.T) {
 	}
 	const rate = 1000
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.RoomBatchWindow = 20 * time.Millisecond
+		cfg.Room.BatchWindow = 20 * time.Millisecond
 	})
 	node := c.Nodes[0]
 	cl := testkit.DialTCP(t, node.TCPAddr())

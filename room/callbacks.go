@@ -40,11 +40,11 @@ func (s *Service) loginCallback(msg *nats.Msg, start time.Time, req *buspb.JoinR
 	})
 }
 
-// sendCallback hands a member's send to its app's send hook and answers the send when the hook
-// decided. checked is req as the room's checks left it (memberSend): the app is asked about the
-// lane the message would go on, and may lower it. The server API's sends are never called
-// back: they come from the app's own server.
-func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *buspb.SendRequest) {
+// sendCallback hands a member's send to its app's send hook and answers the send (answer, once)
+// when the hook decided. checked is req as the room's checks left it (memberSend): the app is
+// asked about the lane the message would go on, and may lower it. The server API's sends are
+// never called back: they come from the app's own server.
+func (s *Service) sendCallback(req, checked *buspb.SendRequest, answer func(*buspb.Reply)) {
 	lane := checked.Lane
 	if lane == clientpb.Lane_LANE_UNSPECIFIED {
 		lane = clientpb.Lane_LANE_NORMAL
@@ -55,10 +55,10 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *bus
 	}, func(d callback.Decision) {
 		switch {
 		case !d.Allow && d.Failure != "":
-			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
+			answer(refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the app's send check did not answer ("+d.Failure+")"))
 			return
 		case !d.Allow:
-			s.respond(msg, opSend, start, refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
+			answer(refuse(clientpb.ErrorCode_ERROR_CODE_DENIED_BY_APP, 0, denyReason(d, "message denied by the app")))
 			return
 		}
 		if d.Body != nil {
@@ -74,10 +74,10 @@ func (s *Service) sendCallback(msg *nats.Msg, start time.Time, req, checked *bus
 			req.Lane = clientpb.Lane(*d.Lane)
 			s.metrics.demoted.Inc()
 		}
-		s.sendAndRespond(context.Background(), msg, start, []*buspb.SendRequest{req})
+		s.sendThen(context.Background(), []*buspb.SendRequest{req}, answer)
 	})
 	if !called { // the hook is gone: configured hooks do not change, but do not leave it hanging
-		s.sendAndRespond(context.Background(), msg, start, []*buspb.SendRequest{req})
+		s.sendThen(context.Background(), []*buspb.SendRequest{req}, answer)
 	}
 }
 

@@ -2,6 +2,7 @@ package room
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,7 +77,8 @@ func (s *Service) memberSend(ctx context.Context, msg *nats.Msg, start time.Time
 	case rep != nil:
 		s.respond(msg, opSend, start, rep)
 	case hook:
-		s.sendCallback(msg, start, req, checked) // the app's backend decides, and callbacks.go answers
+		// The app's backend decides, and callbacks.go answers.
+		s.sendCallback(req, checked, func(rep *buspb.Reply) { s.respond(msg, opSend, start, rep) })
 	default:
 		rep, w := s.accept(ctx, []*buspb.SendRequest{req}, now)
 		s.respondSent(msg, start, rep, w)
@@ -126,4 +128,80 @@ func (s *Service) takeMemberRates(req *buspb.SendRequest, now time.Time) *buspb.
 // rateLimited refuses a send over a cap, with when to send it again.
 func rateLimited(limit string, retry time.Duration) *buspb.Reply {
 	return &buspb.Reply{Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), Message: "over " + limit, RetryAfterMs: ratelimit.Millis(retry)}
+}
+
+// memberBatch takes the sends a ChatLink's members made to one room over a window
+// (SendBatchRequest.members): each is checked, held to the room's caps and, for an app with a
+// send callback, called back on its own, as memberSend would; the admitted ones without a
+// callback are stamped and handed to the broadcast together. The reply carries one answer per
+// send, in order, and goes once every send has its answer: for a batch holding a critical
+// message, once its window is published; for one with callbacks, once the app decided on each.
+func (s *Service) memberBatch(ctx context.Context, msg *nats.Msg, start time.Time, reqs []*buspb.SendRequest) {
+	now := s.cfg.Now()
+	answers := make([]*buspb.Reply, len(reqs))
+	hook := s.cfg.Callbacks.Has(reqs[0].App, callback.HookSend)
+	var admitted []*buspb.SendRequest
+	var at []int // admitted[k] answers answers[at[k]]
+	var called []int
+	var calledChecked []*buspb.SendRequest // as the checks left called[k]
+	for i, req := range reqs {
+		if req.SessionId == "" {
+			answers[i] = refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a members' batch holds members' sends")
+			continue
+		}
+		checked := req
+		if hook {
+			checked = proto.CloneOf(req)
+		}
+		rep := s.check(checked, now)
+		if rep == nil {
+			rep = s.takeMemberRates(checked, now)
+		}
+		switch {
+		case rep != nil:
+			answers[i] = rep
+		case hook:
+			called, calledChecked = append(called, i), append(calledChecked, checked)
+		default:
+			admitted, at = append(admitted, req), append(at, i)
+		}
+	}
+	// left counts the answers still to come: the admitted ones' (one, for all of them) and each
+	// callback's. The last to arrive answers the request.
+	var mu sync.Mutex
+	left := len(called)
+	if len(admitted) > 0 {
+		left++
+	}
+	finish := func() {
+		mu.Lock()
+		left--
+		last := left == 0
+		mu.Unlock()
+		if last {
+			s.respond(msg, opSend, start, &buspb.Reply{Answers: answers})
+		}
+	}
+	if left == 0 {
+		s.respond(msg, opSend, start, &buspb.Reply{Answers: answers})
+		return
+	}
+	for k, i := range called {
+		s.sendCallback(reqs[i], calledChecked[k], func(rep *buspb.Reply) {
+			answers[i] = rep // each callback writes its own slot; finish orders them before the reply
+			finish()
+		})
+	}
+	if len(admitted) > 0 {
+		s.acceptThen(ctx, admitted, now, func(rep *buspb.Reply) {
+			for k, i := range at {
+				if rep.GetCode() != 0 {
+					answers[i] = rep
+					continue
+				}
+				answers[i] = &buspb.Reply{MessageId: rep.MessageIds[k], ServerTimeMs: rep.ServerTimeMs}
+			}
+			finish()
+		})
+	}
 }

@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "roomcast_room_requests_total",
 			Help: "Requests answered by the room service, by op (join, send, history) and answer code (OK, or the refusal's ERROR_CODE_*).",
 		}, []string{"op", "code"})),
-		sendBatch:     h("send_batch_messages", "Messages per send request the room service took (1 for a client's send or a single API send, up to 100 for an API batch).", sizes),
+		sendBatch:     h("send_batch_messages", "Messages per send request the room service stamped together (a ChatLink's members' sends of one room and window that were admitted, up to 1000; 1 for a single API send; up to 100 for an API batch).", sizes),
 		batchMessages: h("batch_window_messages", "Messages per room batch published to the rooms' nodes: what one batch window gathered.", sizes),
 		accepted:      c("messages_accepted_total", "Messages the room service accepted for broadcast."),
 		bulkSampled:   c("bulk_sampled_out_total", "Bulk messages left out by their room's bulk cap (RoomSettings.bulk_per_second) before the bus."),

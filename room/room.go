@@ -463,17 +463,27 @@ func (s *Service) onSendBatch(msg *nats.Msg) {
 		s.respond(msg, opSend, start, rep)
 		return
 	}
-	if rep := checkBatch(req.Sends); rep != nil {
+	limit := roomstore.MaxBatch
+	if req.Members {
+		limit = roomstore.MaxMemberBatch
+	}
+	if rep := checkBatch(req.Sends, limit); rep != nil {
 		s.respond(msg, opSend, start, rep)
+		return
+	}
+	if req.Members {
+		ctx, span := bus.StartServer(msg, "room send")
+		defer span.End()
+		s.memberBatch(ctx, msg, start, req.Sends) // membersend.go
 		return
 	}
 	s.sendAndRespond(context.Background(), msg, start, req.Sends)
 }
 
-// checkBatch refuses a batch send of no messages, too many, or to more than one room.
-func checkBatch(reqs []*buspb.SendRequest) *buspb.Reply {
-	if n := len(reqs); n == 0 || n > roomstore.MaxBatch {
-		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", roomstore.MaxBatch, n))
+// checkBatch refuses a batch send of no messages, more than limit, or to more than one room.
+func checkBatch(reqs []*buspb.SendRequest, limit int) *buspb.Reply {
+	if n := len(reqs); n == 0 || n > limit {
+		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("a batch holds 1 to %d messages, not %d", limit, n))
 	}
 	for _, r := range reqs[1:] {
 		if r.App != reqs[0].App || r.Room != reqs[0].Room {
@@ -498,7 +508,7 @@ func (s *Service) SendLocalQueued(ctx context.Context, reqs []*buspb.SendRequest
 		return nil, false
 	}
 	ctx, span := tracing.Start(ctx, "room send", trace.SpanKindInternal)
-	q = &Queued{s: s, traceparent: bus.TraceparentFrom(ctx), span: span, start: start, rep: checkBatch(reqs)}
+	q = &Queued{s: s, traceparent: bus.TraceparentFrom(ctx), span: span, start: start, rep: checkBatch(reqs, roomstore.MaxBatch)}
 	if q.rep == nil {
 		q.rep, q.w = s.send(ctx, reqs)
 	}
@@ -610,6 +620,32 @@ func (s *Service) respondSent(msg *nats.Msg, start time.Time, rep *buspb.Reply, 
 	go func() {
 		defer s.wg.Done()
 		s.respond(msg, opSend, start, w.reply(rep))
+	}()
+}
+
+// sendThen sends reqs and calls answer with the reply once it is known: at once, or, for a
+// send holding a critical message, from a goroutine once its window is published.
+func (s *Service) sendThen(ctx context.Context, reqs []*buspb.SendRequest, answer func(*buspb.Reply)) {
+	rep, w := s.send(ctx, reqs)
+	s.answerWhen(rep, w, answer)
+}
+
+// acceptThen is sendThen for checked requests (accept).
+func (s *Service) acceptThen(ctx context.Context, reqs []*buspb.SendRequest, now time.Time, answer func(*buspb.Reply)) {
+	rep, w := s.accept(ctx, reqs, now)
+	s.answerWhen(rep, w, answer)
+}
+
+// answerWhen calls answer with rep, at once or, when w is not nil, once w is published.
+func (s *Service) answerWhen(rep *buspb.Reply, w *windowDone, answer func(*buspb.Reply)) {
+	if w == nil {
+		answer(rep)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		answer(w.reply(rep))
 	}()
 }
 

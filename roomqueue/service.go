@@ -48,6 +48,12 @@ const (
 	LimitEntries = 1000
 )
 
+// The defaults of Config.MaxEntries and MaxValueBytes, and of `roomcast services`' flags.
+const (
+	DefaultMaxEntries    = 100
+	DefaultMaxValueBytes = 1024
+)
+
 // Config configures a room queue service instance.
 type Config struct {
 	// Bus is the NATS connection. Required; its server must have JetStream.
@@ -59,9 +65,10 @@ type Config struct {
 	// KVReplicas is the replication of the queues' KV bucket. Zero value means 1.
 	KVReplicas int
 	// MaxEntries is the most entries a room's queue holds (a room's queue_max_entries may set
-	// fewer). Zero value means 100; at most LimitEntries.
+	// fewer). Zero value means DefaultMaxEntries (100); at most LimitEntries.
 	MaxEntries int
-	// MaxValueBytes bounds an entry's value. Zero value means 1024; at most LimitValueBytes.
+	// MaxValueBytes bounds an entry's value. Zero value means DefaultMaxValueBytes (1024); at
+	// most LimitValueBytes.
 	MaxValueBytes int
 	// Timeout bounds the work of one request: reads and writes of KV, the broadcast. Zero
 	// value means 2s.
@@ -86,10 +93,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.Queue = "roomqueue"
 	}
 	if c.MaxEntries <= 0 {
-		c.MaxEntries = 100
+		c.MaxEntries = DefaultMaxEntries
 	}
 	if c.MaxValueBytes <= 0 {
-		c.MaxValueBytes = 1024
+		c.MaxValueBytes = DefaultMaxValueBytes
 	}
 	switch {
 	case c.MaxEntries > LimitEntries:

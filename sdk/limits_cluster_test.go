@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"roomcast/chatlink"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
@@ -24,9 +23,7 @@ import (
 func TestLimitedLoginsWaitAndRetry(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 5, Burst: 2}
-		}
+		cfg.ChatLink.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 5, Burst: 2}
 	})
 	forEachTransport(t, func(t *testing.T, transport string) {
 		const members = 10
@@ -91,7 +88,7 @@ func TestDeniedAddressStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.IPListFile = list }
+		cfg.ChatLink.IPListFile = list
 	})
 	forEachTransport(t, func(t *testing.T, transport string) {
 		tok, err := c.Mint("denied", "lobby", nil, time.Hour)
@@ -117,9 +114,7 @@ func TestDeniedAddressStops(t *testing.T) {
 func TestSendRateLimited(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) {
-			cc.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 1}
-		}
+		cfg.ChatLink.Limits.SendsPerConn = ratelimit.Limit{Rate: 5, Burst: 1}
 	})
 	cl := dialCluster(t, c, sdk.TransportWebSocket, "fast", "rated", sdk.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -177,7 +177,7 @@ func historyHas(t *testing.T, c *devcluster.Cluster, room string, seq uint64) {
 // TestClusterRecoveryGapLargerThanHistory: with 10 messages kept per room, a client cut off
 // while 30 are sent recovers the 10 kept and is told that 20 are missing.
 func TestClusterRecoveryGapLargerThanHistory(t *testing.T) {
-	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.HistoryPerRoom = 10 })
+	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = 10 })
 	const room = "short-memory"
 	var (
 		outage atomic.Bool

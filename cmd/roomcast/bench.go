@@ -26,6 +26,9 @@ Scenarios:
   fanout   N members in one room, R messages/s through the server API; deliveries/s, losses,
            latency, deliveries per server CPU-second
   login    N logins paced at R/s; logins/s and login latency
+  upload   N members in one room, K of them sending a message every D themselves; what was
+           accepted, refused, delivered, thinned and sampled, bus requests per ChatLink,
+           latency from a member's send to the others' receipt, server CPU per upload
   cdn      a room in CDN mode under R bulk messages/s, N virtual viewers polling its segments
            through a CDN edge (nginx); the pusher's rate, polls per viewer per window, origin
            requests per segment, bytes per viewer against the long link's
@@ -43,7 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// collect less often, so that the load generator leaves the shared cores to the server.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	switch scenario {
-	case "conns", "fanout", "login", "cdn":
+	case "conns", "fanout", "login", "cdn", "upload":
 	case "worker": // hidden: a worker process of a bigger run, started by the bench itself
 		if err := loadgen.ServeWorker(ctx, os.Stdin, stdout, nil); err != nil {
 			fmt.Fprintln(stderr, "roomcast bench worker:", err)
@@ -100,6 +103,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&cfg.APIStream, "api-stream", "", "publish over one SendStream of the server API's gRPC listener at this host:port (roomcast dev: 127.0.0.1:9090) instead of HTTP requests: one send per message on a long-lived stream")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
 		fs.DurationVar(&cfg.Pause, "pause", 3*time.Second, "idle time between the members' joining and the first message, so the logins' aftermath stays out of the figures (negative: none)")
+	case "upload":
+		fs.IntVar(&cfg.Uploaders, "uploaders", 10, "how many of the members send messages themselves")
+		fs.DurationVar(&cfg.Every, "every", 2*time.Second, "each uploader sends one message this often (the uploaders spread evenly over it)")
+		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to upload")
+		fs.DurationVar(&cfg.Tick, "tick", 0, "the room's flush tick (0: the server's default)")
+		fs.StringVar(&cfg.Lane, "lane", "bulk", "lane of the uploads: bulk or normal")
+		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
+		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for answers and stragglers after the last upload")
+		fs.DurationVar(&cfg.Pause, "pause", 3*time.Second, "idle time between the members' joining and the first upload (negative: none)")
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the logins over this many rooms")
@@ -164,6 +176,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "cdn":
 		var r loadgen.CDNResult
 		r, err = loadgen.RunCDN(ctx, cfg)
+		res, ok = r, r.OK()
+	case "upload":
+		var r loadgen.UploadResult
+		r, err = loadgen.RunUpload(ctx, cfg)
 		res, ok = r, r.OK()
 	}
 	if cfg.Progress != nil && terminal {
@@ -276,6 +292,27 @@ and --metrics names the /metrics to read the delivery counters from.
 
 Exit status: 0 when every member joined, every message was accepted, no critical message
 was lost and none leaked; 1 otherwise; 2 for bad flags.
+
+`,
+	"upload": `Usage: roomcast bench upload [--n N] [--uploaders K] [--every D] [--duration T] [--tick T]
+                           [--lane bulk|normal] [--size B] [target flags]
+
+Puts N raw members (the protocol spoken directly) in one fresh room with the server's default
+settings (budgets, bulk cap) and the flush tick --tick, lets them sit idle for --pause (3s), then
+has the first K of them send one message each every D for T (K/D messages a second, spread
+evenly), as viewers writing danmaku do. Each body carries its send time and sequence number.
+After the last upload it waits for every answer and for the deliveries to stop (within --wait),
+and reports: sends accepted (SendAck), refused (Error, by code) and unanswered; the send
+requests the room service answered over the run (roomcast_room_requests_total{op="send"}, so
+run it against a server with no other traffic) per ChatLink of the room and second; the bulk
+messages the room's cap sampled out; deliveries against expected (every accepted message to
+every other member), what the members' Pushes reported as thinned, and what is neither
+(unaccounted); latency from a member's send to the other members' receipt; and the server's CPU
+per uploaded message (the whole server: give --pid for a dev's process). The members run in
+this process (at most --per-process).
+
+Exit status: 0 when every member joined, every send was answered and nothing was lost
+unaccounted; 1 otherwise; 2 for bad flags.
 
 `,
 	"login": `Usage: roomcast bench login [--n N] [--rate R] [--rooms K] [target flags]

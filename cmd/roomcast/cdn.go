@@ -11,6 +11,7 @@ import (
 	"roomcast/cdnmanager"
 	"roomcast/cdnpusher"
 	"roomcast/internal/roles"
+	"roomcast/store/cdnstore"
 )
 
 // urls is a repeatable flag of strings: URLs, proxies.
@@ -30,12 +31,12 @@ func bindS3Flags(fs *flag.FlagSet, c *cdnpusher.Config) {
 	fs.StringVar(&c.SecretKey, "s3-secret-key", "", "S3 secret key; prefer the environment variable ($ROOMCAST_S3_SECRET_KEY)")
 	fs.BoolVar(&c.Secure, "s3-secure", false, "talk HTTPS to the S3 endpoint ($ROOMCAST_S3_SECURE=true)")
 	fs.StringVar(&c.Prefix, "s3-prefix", "", "key prefix of the segments, e.g. \"roomcast/\" ($ROOMCAST_S3_PREFIX)")
-	fs.IntVar(&c.MaxMessages, "cdn-max-messages", 0, "a segment's cap of messages per room and window; beyond it they are sampled (0: 200)")
+	fs.IntVar(&c.MaxMessages, "cdn-max-messages", cdnpusher.DefaultMaxMessages, "a segment's cap of messages per room and window; beyond it they are sampled")
 }
 
 // bindCDNWindowFlag binds --cdn-window, which the manager and the pushers must agree on.
 func bindCDNWindowFlag(fs *flag.FlagSet, window *time.Duration) {
-	fs.DurationVar(window, "cdn-window", 0, "the CDN segments' window, the same for the services and every pusher (0: 1s)")
+	fs.DurationVar(window, "cdn-window", cdnstore.DefaultWindow, "the CDN segments' window, the same for the services and every pusher")
 }
 
 // bindCDNManagerFlags binds the CDN manager's flags of the services role; after parsing, the

@@ -29,15 +29,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.StringVar(&cfg.DataDir, "data", "roomcast-data", "directory for JetStream's data, locked while dev runs (one dev per directory)")
 	flags.IntVar(&cfg.ChatLinks, "chatlinks", 2, "how many ChatLink nodes to run")
 	flags.IntVar(&cfg.NATSPort, "nats-port", 0, "embedded NATS port (0: a free port)")
-	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.CityDB, &cfg.ISPDB)
-	bindRoomShareFlag(flags, &cfg.RoomShare)
-	cfg.ChatLink = bindChatLinkFlags(flags)
+	bindServicesFlags(flags, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
+	bindRoomShareFlag(flags, &cfg.Dispatcher.RoomShare)
+	limits := bindChatLinkFlags(flags, &cfg.ChatLink)
 	labels := nodeLabels{}
 	flags.Var(labels, "node-label", "NODE=REGION[:ISP]: label dev's ChatLink NODE (cl-1, cl-2, ...) for the dispatcher and the ops console, e.g. cl-1=AS/CN/22:unicom (repeatable; default: unlabelled)")
-	bindHistoryFlags(flags, &cfg.HistoryPerRoom, &cfg.HistoryMaxAge)
-	bindRoomFlags(flags, &cfg.RoomBatchWindow, &cfg.RoomBulkPerSecond, &cfg.RoomMemberSendsPerSecond, &cfg.RoomMemberCriticalPerSecond)
-	bindInboxFlags(flags, &cfg.Inbox)
-	bindAPILimitFlag(flags, &cfg.APILimits.PerKey)
+	bindRoomFlags(flags, &cfg.Room)
+	bindInboxFlags(flags, &cfg.API.Inbox)
+	bindAPILimitFlag(flags, &cfg.API.Limits.PerKey)
 	bindQueueFlags(flags, &cfg.Queue)
 	callbacks := bindCallbacksFlag(flags)
 	bindTLSFlags(flags, &cfg.TLS, "every listener (the HTTP endpoint, gRPC, each ChatLink's wss:// and TCP)")
@@ -46,7 +45,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bindCDNWindowFlag(flags, &cfg.CDN.Window)
 	flags.Int64Var(&cfg.CDN.OnlineThreshold, "cdn-online-threshold", 0, "members online that put a room in CDN mode (0 or negative: never; clients that do not poll segments miss the moved lanes)")
 	presenceFlags := bindPresenceFlags(flags)
-	bindTrustedProxyFlag(flags, &cfg.TrustedProxies)
+	bindTrustedProxyFlag(flags, &cfg.Dispatcher.TrustedProxies)
 	keys := apiKeys{devcluster.APIKey: {App: devcluster.App}}
 	flags.Var(keys, "api-key", "KEY=APP:SCOPE,SCOPE: a server API key beside the dev key (which has every scope), e.g. a read-only one to try scopes: send, moderate, read, admin (repeatable)")
 	flags.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --listen, with block and mutex profiling on (costs some CPU; local use only)")
@@ -66,15 +65,15 @@ secret and API key are fixed and printed.
 		return code
 	}
 	cfg.CORSOrigins = corsOrigins()
-	if chatlinkFlags := cfg.ChatLink; len(labels) > 0 {
-		cfg.ChatLink = func(c *chatlink.Config) {
-			chatlinkFlags(c)
+	limits()
+	if len(labels) > 0 {
+		cfg.PerNode = func(c *chatlink.Config) {
 			if l, ok := labels[c.Node]; ok {
 				c.Region, c.ISP, _ = strings.Cut(l, ":")
 			}
 		}
 	}
-	cfg.APIKeys = auth.APIKeys(keys)
+	cfg.API.Keys = auth.APIKeys(keys)
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast dev:", err)
 		return 2

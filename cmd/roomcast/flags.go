@@ -12,6 +12,7 @@ import (
 	"roomcast/api"
 	"roomcast/callback"
 	"roomcast/chatlink"
+	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
 	"roomcast/presence"
@@ -111,32 +112,27 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 	fs.StringVar(ispDB, "geoip-isp", "", "GeoIP2 ISP or GeoLite2 ASN database for the dispatcher")
 }
 
-// bindHistoryFlags binds the room service's history retention (room.Config.HistoryPerRoom and
-// HistoryMaxAge): the deployment's defaults, which a room's settings may lower.
-func bindHistoryFlags(fs *flag.FlagSet, perRoom *int, maxAge *time.Duration) {
-	fs.IntVar(perRoom, "history-per-room", historystore.PerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
-	fs.DurationVar(maxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
-}
-
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
-	fs.Float64Var(share, "room-share", 0.5, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+	fs.Float64Var(share, "room-share", dispatcher.DefaultRoomShare, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
 }
 
 // bindQueueFlags binds the room queue service's limits (roomqueue.Config).
 func bindQueueFlags(fs *flag.FlagSet, cfg *roomqueue.Config) {
-	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", 100, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
-	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", 1024, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
+	fs.IntVar(&cfg.MaxEntries, "queue-max-entries", roomqueue.DefaultMaxEntries, fmt.Sprintf("the most entries a room's queue holds (a room's queue_max_entries may set fewer; at most %d)", roomqueue.LimitEntries))
+	fs.IntVar(&cfg.MaxValueBytes, "queue-max-value", roomqueue.DefaultMaxValueBytes, fmt.Sprintf("the most bytes of a room queue entry's value (at most %d)", roomqueue.LimitValueBytes))
 }
 
-// bindRoomFlags binds the room service's way-in settings (room.Config.BatchWindow,
-// BulkPerSecond, MemberSendsPerSecond and MemberCriticalPerSecond) that `roomcast services` and
-// `roomcast dev` share.
-func bindRoomFlags(fs *flag.FlagSet, window *time.Duration, bulkPerSecond, memberSends, memberCritical *int) {
-	fs.DurationVar(window, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
-	fs.IntVar(bulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
-	fs.IntVar(memberSends, "room-member-sends-per-second", room.DefaultMemberSendsPerSecond, "messages a room's members may send per second, all of them together, on every lane, in bursts of twice that, per room service instance; over it a send is refused with Error 120 and a retry hint (the app server's sends are not counted; negative: no cap)")
-	fs.IntVar(memberCritical, "room-member-critical-per-second", room.DefaultMemberCriticalPerSecond, "critical messages a room's members may send per second, all of them together, in bursts of twice that, per room service instance, when the room's settings set no member_critical_per_second; over it a send is refused with Error 120 and a retry hint (negative: no cap)")
+// bindRoomFlags binds the room service's settings that `roomcast services` and `roomcast dev`
+// share (room.Config's history retention, batch window and caps), their defaults the room
+// service's: the deployment's, which a room's settings may lower.
+func bindRoomFlags(fs *flag.FlagSet, c *room.Config) {
+	fs.IntVar(&c.HistoryPerRoom, "history-per-room", historystore.PerRoom, "how many critical and normal messages each room keeps (for --history-max-age at most) for the history API and for clients to recover after a reconnect; a room's settings may keep fewer")
+	fs.DurationVar(&c.HistoryMaxAge, "history-max-age", room.DefaultHistoryMaxAge, "how long each room's history keeps a message; a room's settings may keep them for less")
+	fs.DurationVar(&c.BatchWindow, "room-batch-window", room.DefaultBatchWindow, "how long the room service gathers a room's messages before it sends them to the room's nodes as one batch: adds up to this much latency, and keeps the bus at one message per room, node and window (negative: each request at once)")
+	fs.IntVar(&c.BulkPerSecond, "room-bulk-per-second", room.DefaultBulkPerSecond, "bulk messages a room passes to the bus per second when its settings set no bulk_per_second; past it they are sampled out and counted (negative: no cap)")
+	fs.IntVar(&c.MemberSendsPerSecond, "room-member-sends-per-second", room.DefaultMemberSendsPerSecond, "messages a room's members may send per second, all of them together, on every lane, in bursts of twice that, per room service instance; over it a send is refused with Error 120 and a retry hint (the app server's sends are not counted; negative: no cap)")
+	fs.IntVar(&c.MemberCriticalPerSecond, "room-member-critical-per-second", room.DefaultMemberCriticalPerSecond, "critical messages a room's members may send per second, all of them together, in bursts of twice that, per room service instance, when the room's settings set no member_critical_per_second; over it a send is refused with Error 120 and a retry hint (negative: no cap)")
 }
 
 // bindInboxFlags binds the server API's settings of the at-least-once messages to users
@@ -147,35 +143,19 @@ func bindInboxFlags(fs *flag.FlagSet, cfg *api.InboxConfig) {
 	fs.IntVar(&cfg.MaxPerUser, "inbox-max-per-user", inbox.DefaultMaxPerUser, "how many at-least-once messages a user may have stored; sends to a user with that many fail for that user (INBOX_FULL)")
 }
 
-// bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share;
-// after parsing, the returned function sets them in a node's config.
-func bindChatLinkFlags(fs *flag.FlagSet) func(*chatlink.Config) {
-	var (
-		egress           float64
-		flushTick        time.Duration
-		latencyBudget    time.Duration
-		gatherMessages   int
-		phaseMembers     int
-		plainWrites      bool
-		readerGoroutines bool
-		orderHold        time.Duration
-	)
-	fs.Float64Var(&egress, "egress-capacity", 0, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
-	fs.DurationVar(&flushTick, "flush-tick", 0, "how long a room's messages gather before they go out as one frame, for rooms without their own setting (0: 100ms)")
-	fs.DurationVar(&latencyBudget, "latency-budget", 0, "how long a normal or bulk message may wait so that a quiet room's frames carry several messages (less CPU per delivery, more latency), for rooms without their own latency_budget_ms: a member's frame goes at a tick once --gather-messages wait, a critical one waits, or another tick would pass this (0: off, every tick's messages go at that tick)")
-	fs.IntVar(&gatherMessages, "gather-messages", 0, "waiting messages that make a frame go at the next tick despite the latency budget, for rooms without their own gather_messages (0: 4)")
-	fs.IntVar(&phaseMembers, "phase-members", 0, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases (0: 1024)")
-	fs.BoolVar(&plainWrites, "plain-writes", false, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
-	fs.BoolVar(&readerGoroutines, "reader-goroutines", false, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
-	fs.DurationVar(&orderHold, "order-hold", 0, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (0: 100ms; negative: deliver in arrival order)")
-	limits := bindClientLimitFlags(fs)
-	return func(c *chatlink.Config) {
-		c.OrderHold = orderHold
-		limits(c)
-		c.EgressCapacity, c.FlushTick, c.PhaseMembers = egress, flushTick, phaseMembers
-		c.LatencyBudget, c.GatherMessages = latencyBudget, gatherMessages
-		c.PlainWrites, c.ReaderGoroutines = plainWrites, readerGoroutines
-	}
+// bindChatLinkFlags binds the ChatLink flags that `roomcast chatlink` and `roomcast dev` share
+// to c, their defaults chatlink.DefaultConfig's; call the returned function after parsing.
+func bindChatLinkFlags(fs *flag.FlagSet, c *chatlink.Config) func() {
+	d := chatlink.DefaultConfig()
+	fs.Float64Var(&c.EgressCapacity, "egress-capacity", d.EgressCapacity, "a ChatLink's egress capacity in bytes per second (in dev: each one's), the base of flow control (0: unlimited)")
+	fs.DurationVar(&c.FlushTick, "flush-tick", d.FlushTick, "how long a room's messages gather before they go out as one frame, for rooms without their own setting")
+	fs.DurationVar(&c.LatencyBudget, "latency-budget", d.LatencyBudget, "how long a normal or bulk message may wait so that a quiet room's frames carry several messages (less CPU per delivery, more latency), for rooms without their own latency_budget_ms: a member's frame goes at a tick once --gather-messages wait, a critical one waits, or another tick would pass this (0: off, every tick's messages go at that tick)")
+	fs.IntVar(&c.GatherMessages, "gather-messages", d.GatherMessages, "waiting messages that make a frame go at the next tick despite the latency budget, for rooms without their own gather_messages")
+	fs.IntVar(&c.PhaseMembers, "phase-members", d.PhaseMembers, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases")
+	fs.BoolVar(&c.PlainWrites, "plain-writes", d.PlainWrites, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
+	fs.BoolVar(&c.ReaderGoroutines, "reader-goroutines", d.ReaderGoroutines, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
+	fs.DurationVar(&c.OrderHold, "order-hold", d.OrderHold, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (negative: deliver in arrival order)")
+	return bindClientLimitFlags(fs, c)
 }
 
 // bindTLSFlags binds --tls-cert and --tls-key, the certificate files of the commands that
@@ -206,7 +186,7 @@ func bindPresenceFlags(fs *flag.FlagSet) func(*presence.Config) error {
 	webhooks, policies := pairs{}, pairs{}
 	var every time.Duration
 	fs.Var(webhooks, "presence-webhook", "APP=URL: where the app's online/offline events are POSTed, batched as JSON (repeatable; docs/api.md)")
-	fs.DurationVar(&every, "presence-webhook-every", 0, "how often the batched presence events are posted (0: 1s)")
+	fs.DurationVar(&every, "presence-webhook-every", presence.DefaultWebhookEvery, "how often the batched presence events are posted")
 	fs.Var(policies, "device-policy", "APP=RULES: the app's rule for users with several sessions, RULES a comma-separated list of max-sessions=N and one-per-device; a login that breaks it closes the user's older sessions with 4010 REPLACED (repeatable; default: no limits)")
 	return func(c *presence.Config) error {
 		c.WebhookEvery = every

@@ -20,8 +20,9 @@ Usage:
   roomcast drain     [flags]   ask a ChatLink to hand its clients to other nodes and stop
   roomcast token     [flags]   mint a login token for a client
   roomcast probe     [flags]   end-to-end check: clients join a room and exchange messages
-  roomcast bench     <conns|fanout|login|cdn> [flags]   load generator: memory per
-                               connection, room fan-out, login rate, the CDN path
+  roomcast bench     <conns|fanout|login|cdn|upload> [flags]   load generator: memory
+                               per connection, room fan-out, login rate, the CDN path,
+                               members' own sends
   roomcast config    check FILE   check a config file (docs/configuration.md)
   roomcast version             the build: module version, commit, Go version
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"roomcast/cdnpusher"
+	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
@@ -30,8 +31,8 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindTLSFlags(fs, &cfg.TLS, "--ws as wss:// and --tcp")
 	fs.StringVar(&node.Region, "region", "", "region label for the dispatcher: CONTINENT/COUNTRY/SUBDIVISION in MaxMind's codes or a prefix of it, e.g. AS/CN/22 or EU/GB (docs/dispatch.md)")
 	fs.StringVar(&node.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
-	fs.DurationVar(&node.DrainSpread, "drain-spread", 0, "spread of reconnect delays when draining (0: 10s)")
-	tune := bindChatLinkFlags(fs)
+	fs.DurationVar(&node.DrainSpread, "drain-spread", chatlink.DefaultConfig().DrainSpread, "spread of reconnect delays when draining")
+	limits := bindChatLinkFlags(fs, node)
 	bindKVReplicasFlag(fs, &node.KVReplicas)
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
@@ -50,7 +51,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "roomcast chatlink: --node and at least one --secret are required")
 		return 2
 	}
-	tune(node)
+	limits()
 	node.Keys = auth.Keyring{}
 	for app, s := range secrets {
 		node.Keys[app] = []byte(s)
@@ -100,8 +101,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
-	bindHistoryFlags(fs, &cfg.Room.HistoryPerRoom, &cfg.Room.HistoryMaxAge)
-	bindRoomFlags(fs, &cfg.Room.BatchWindow, &cfg.Room.BulkPerSecond, &cfg.Room.MemberSendsPerSecond, &cfg.Room.MemberCriticalPerSecond)
+	bindRoomFlags(fs, &cfg.Room)
 	bindInboxFlags(fs, &cfg.API.Inbox)
 	bindAPILimitFlag(fs, &cfg.API.Limits.PerKey)
 	bindQueueFlags(fs, &cfg.Queue)

@@ -387,11 +387,15 @@ func (x *SendRequest) GetCriticalGranted() bool {
 	return false
 }
 
-// SendBatchRequest: messages to one room from the server API, all or none
-// (subject rc.svc.room.sendbatch).
+// SendBatchRequest: messages to one room (subject rc.svc.room.sendbatch). From the server API,
+// all or none. From a ChatLink (members set), the sends its members made to the room over one
+// window, each checked and answered on its own (Reply.answers).
 type SendBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sends         []*SendRequest         `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Sends []*SendRequest         `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	// The sends are members' (each with its session), gathered by a ChatLink: each is admitted
+	// or refused by itself, and the reply's answers say which, in order.
+	Members       bool `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +437,13 @@ func (x *SendBatchRequest) GetSends() []*SendRequest {
 	return nil
 }
 
+func (x *SendBatchRequest) GetMembers() bool {
+	if x != nil {
+		return x.Members
+	}
+	return false
+}
+
 // Reply answers every bus request. code 0 is success; other codes are the client error codes of
 // docs/protocol.md.
 type Reply struct {
@@ -460,7 +471,10 @@ type Reply struct {
 	// Set by a successful room queue request (rc.svc.queue).
 	Queue *roompb.QueueResponse `protobuf:"bytes,15,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Set by a send refused with 120 (SEND_RATE_LIMITED): when the same send may be accepted.
-	RetryAfterMs  uint32 `protobuf:"varint,16,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	RetryAfterMs uint32 `protobuf:"varint,16,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// Set by a members' batch send (SendBatchRequest.members): one answer per send, in order,
+	// each as a single send's reply would be.
+	Answers       []*Reply `protobuf:"bytes,17,rep,name=answers,proto3" json:"answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,6 +598,13 @@ func (x *Reply) GetRetryAfterMs() uint32 {
 		return x.RetryAfterMs
 	}
 	return 0
+}
+
+func (x *Reply) GetAnswers() []*Reply {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
 }
 
 // HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
@@ -2530,9 +2551,10 @@ const file_bus_proto_rawDesc = "" +
 	"\vsender_tags\x18\t \x03(\tR\n" +
 	"senderTags\x12)\n" +
 	"\x10critical_granted\x18\n" +
-	" \x01(\bR\x0fcriticalGranted\"B\n" +
+	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
-	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\"\x8c\x04\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xba\x04\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2551,7 +2573,8 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\v2\x16.roomcast.v1.CdnConfigR\x03cdn\x122\n" +
 	"\ahistory\x18\v \x01(\v2\x18.roomcast.v1.HistoryPageR\ahistory\x120\n" +
 	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\x12$\n" +
-	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\"\xaa\x01\n" +
+	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x12,\n" +
+	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2817,34 +2840,35 @@ var file_bus_proto_depIdxs = []int32{
 	32, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
 	33, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
 	34, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
-	35, // 8: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	27, // 9: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	36, // 10: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	30, // 11: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	32, // 12: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	0,  // 13: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	9,  // 14: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	9,  // 15: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	13, // 16: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 17: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	36, // 18: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	16, // 19: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	28, // 20: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	9,  // 21: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	13, // 22: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	20, // 23: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	29, // 24: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	37, // 25: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	32, // 26: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	36, // 27: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	38, // 28: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	39, // 29: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	36, // 30: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
+	35, // 9: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	27, // 10: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	36, // 11: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	30, // 12: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	32, // 13: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	0,  // 14: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	9,  // 15: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	9,  // 16: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	13, // 17: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 18: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	36, // 19: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	16, // 20: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	28, // 21: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	9,  // 22: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	13, // 23: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	20, // 24: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	29, // 25: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	37, // 26: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	32, // 27: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	36, // 28: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	38, // 29: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	39, // 30: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	36, // 31: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }

@@ -19,6 +19,10 @@ type Limit struct {
 	Burst int
 }
 
+// Unlimited limits nothing, where a zero Limit stands for a default (chatlink.Limits,
+// api.CallLimits).
+var Unlimited = Limit{Rate: -1}
+
 // Off reports whether l limits nothing.
 func (l Limit) Off() bool { return l.Rate <= 0 }
 

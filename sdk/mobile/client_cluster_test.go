@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/chatlink"
 	"roomcast/internal/auth"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
@@ -412,7 +411,7 @@ func TestCloseEndsWaitingSend(t *testing.T) {
 func TestLimitedLogins(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 5, Burst: 2} }
+		cfg.ChatLink.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 5, Burst: 2}
 	})
 	const members = 6
 	recs := make([]*recorder, members)

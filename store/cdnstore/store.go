@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,10 @@ const BucketPolicy = "rc_cdn_policy"
 // BucketRoutes is the KV bucket of the rooms in CDN mode: one CdnRoute per room, under
 // RouteKey, written by the CDN manager, followed by the room service and the pushers.
 const BucketRoutes = "rc_cdn_rooms"
+
+// DefaultWindow is the segments' window when the CDN manager's and the pushers' configs set
+// none (cdnmanager.Config.Window, cdnpusher.Config.Window): the two must agree.
+const DefaultWindow = time.Second
 
 // RouteKey is a room's key in BucketRoutes.
 func RouteKey(app, room string) string { return app + "." + room }

@@ -17,6 +17,9 @@ const (
 	MaxTypeBytes = 32
 	// MaxBatch bounds the messages of one batch send.
 	MaxBatch = 100
+	// MaxMemberBatch bounds the members' sends a ChatLink carries to a room in one request
+	// (a window's; the rest wait for the next).
+	MaxMemberBatch = 1000
 	// MaxTagMutes bounds the tag mutes a room holds: each member's send is checked against all
 	// of them.
 	MaxTagMutes = 16

@@ -51,7 +51,12 @@ const (
 	APIKey = "roomcast-dev-key"
 )
 
-// Config configures a dev cluster.
+// Config configures a dev cluster. Its first fields shape the deployment; the rest are the
+// components' own configurations, whose zero values are each component's production defaults
+// (chatlink.DefaultLimits and the others' DefaultConfig or documented zero values), so a dev
+// deployment and the tests on it run what production runs unless they set a field. The
+// cluster sets what ties a component to it: its bus connection, logs and metrics, a ChatLink's
+// name and keys, the leases' timing.
 type Config struct {
 	// DataDir holds JetStream's data; the cluster locks it while it runs (ErrDataDirInUse).
 	// Required.
@@ -59,77 +64,20 @@ type Config struct {
 	// Listen is the address of the HTTP endpoint (dispatch, server API, health, metrics, demo
 	// page). Zero value means 127.0.0.1:0.
 	Listen string
-	// ChatLinks is how many ChatLink nodes to run, each on its own ports. Zero value means 2.
-	ChatLinks int
-	// NATSPort is the embedded NATS server's port. Zero value means a free port.
-	NATSPort int
-	// CityDB and ISPDB are the dispatcher's GeoIP databases (dispatcher.Config). Zero values
-	// mean none: clients are dispatched on load alone. With either, SIGHUP reloads them.
-	CityDB, ISPDB string
-	// TrustedProxies are the proxies whose forwarding headers the dispatcher believes
-	// (dispatcher.Config.TrustedProxies). Zero value means none.
-	TrustedProxies []string
-	// RoomShare is the dispatcher's room affinity (dispatcher.Config.RoomShare). Zero value
-	// means the dispatcher's default.
-	RoomShare float64
-	// Dispatcher, when set, adjusts the dispatcher's configuration before it starts.
-	Dispatcher func(*dispatcher.Config)
-	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
-	Home http.Handler
-	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
-	// for finding where time goes on a dev machine: never set it where others can reach
-	// the endpoint. Zero value means no profiles. Block and mutex profiles are empty unless
-	// the process sets runtime.SetBlockProfileRate and runtime.SetMutexProfileFraction.
-	Pprof bool
-	// LoginTimeout and HeartbeatInterval are passed to every ChatLink. Zero values mean the
-	// ChatLink defaults.
-	LoginTimeout, HeartbeatInterval time.Duration
-	// ChatLink, when set, adjusts each ChatLink's configuration before it starts.
-	ChatLink func(*chatlink.Config)
-	// ServiceInstances is how many instances of the room, presence and room queue services to run. Zero
-	// value means 1.
-	ServiceInstances int
-	// LeaseInterval is how often a ChatLink reports (its lease); the services drop a node silent
-	// for three intervals. Zero value means 1s.
-	LeaseInterval time.Duration
 	// GRPCListen is the address of the gRPC listener: the server API (roomcast.v1.RoomcastAPI)
 	// and the dispatcher. Zero value means 127.0.0.1:0.
 	GRPCListen string
-	// APIKeys maps server API keys to apps. Zero value means {APIKey: App}.
-	APIKeys auth.APIKeys
-	// Presence configures the presence instances; its Bus, Log and LeaseTTL are set here.
-	Presence presence.Config
-	// Queue configures the room queue instances; their Bus and Log are set here.
-	Queue roomqueue.Config
-	// RequireCreated refuses logins to rooms that were never created (room.Config). Zero value
-	// means rooms open implicitly, as the demo page needs.
-	RequireCreated bool
-	// CDN configures the CDN manager (its Bus, Log and Registerer are set by the services
-	// role). Its BaseURLs default to the HTTP endpoint's /cdn, the embedded store's origin.
-	CDN cdnmanager.Config
-	// NoPusher runs no CDN pusher in the services: a test starts its own against S3. Zero value
-	// means one pusher, writing to the embedded store with CDN.Window.
-	NoPusher bool
-	// HistoryPerRoom is how many messages a room keeps for recovery (room.Config). Zero value
-	// means the room service's default (100).
-	HistoryPerRoom int
-	// RoomBatchWindow and RoomBulkPerSecond are the room service's batch window and default
-	// bulk cap (room.Config.BatchWindow, BulkPerSecond). Zero values mean the room service's
-	// defaults.
-	RoomBatchWindow   time.Duration
-	RoomBulkPerSecond int
-	// RoomMemberSendsPerSecond and RoomMemberCriticalPerSecond are the room service's caps on
-	// a room's members' sends (room.Config.MemberSendsPerSecond, MemberCriticalPerSecond).
-	// Zero values mean the room service's defaults, which tests run too.
-	RoomMemberSendsPerSecond, RoomMemberCriticalPerSecond int
-	// HistoryMaxAge is how long a room's history keeps a message (room.Config). Zero value
-	// means 24h.
-	HistoryMaxAge time.Duration
-	// Inbox sets the expiry and limits of the at-least-once messages to users (api.Config).
-	// Zero value means the API's defaults.
-	Inbox api.InboxConfig
-	// APILimits bound the server API's calls per key (api.Config.Limits). Zero value limits nothing.
-	APILimits api.CallLimits
+	// NATSPort is the embedded NATS server's port. Zero value means a free port.
+	NATSPort int
+	// ChatLinks is how many ChatLink nodes to run, each on its own ports. Zero value means 2.
+	ChatLinks int
+	// ServiceInstances is how many instances of the room, presence and room queue services to
+	// run. Zero value means 1.
+	ServiceInstances int
+	// LeaseInterval is how often a ChatLink reports (its lease, ChatLink.ReportInterval); the
+	// services drop a node silent for three intervals (Room.LeaseTTL, Presence.LeaseTTL). Zero
+	// value means 1s.
+	LeaseInterval time.Duration
 	// TLS, when it names files, makes every listener TLS with that certificate: the HTTP
 	// endpoint (https://), the gRPC listener, and each ChatLink's (wss:// and TLS TCP). The
 	// files are re-read when they change (certfiles). Zero value means plaintext.
@@ -138,14 +86,47 @@ type Config struct {
 	// from another origin (roles.ServicesConfig.CORSOrigins: "*", "self" or origins). Zero
 	// value means none; `roomcast dev` passes "self".
 	CORSOrigins []string
-	// Callbacks are the apps' login and send callbacks (roles.ServicesConfig.Callbacks). Zero
-	// value means none.
-	Callbacks callback.Config
+	// Home serves GET / (the demo page) and GET /demo.js (its script). Zero value means 404.
+	Home http.Handler
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the HTTP endpoint. It is
+	// for finding where time goes on a dev machine: never set it where others can reach
+	// the endpoint. Zero value means no profiles. Block and mutex profiles are empty unless
+	// the process sets runtime.SetBlockProfileRate and runtime.SetMutexProfileFraction.
+	Pprof bool
+	// NoPusher runs no CDN pusher in the services: a test starts its own against S3. Zero value
+	// means one pusher, writing to the embedded store with CDN.Window.
+	NoPusher bool
 	// Log receives every component's logs. Zero value means none.
 	Log *slog.Logger
 	// Audit receives the audit trail of the server API and the ChatLinks. Zero value means
 	// Log.
 	Audit *slog.Logger
+
+	// ChatLink configures every ChatLink; the cluster sets its Node, Log, Audit and
+	// ReportInterval, zero Keys to the dev app's ({App: Secret}), and a zero MaxConnections
+	// to a share of the process's open files.
+	ChatLink chatlink.Config
+	// PerNode, when set, adjusts each ChatLink's configuration, its Node set, before it
+	// starts: what differs between the nodes (`roomcast dev --node-label`).
+	PerNode func(*chatlink.Config)
+	// Room configures the room service's instances; the cluster sets LeaseTTL. Its zero
+	// RequireCreated opens rooms implicitly, as the demo page needs.
+	Room room.Config
+	// Presence configures the presence instances; the cluster sets LeaseTTL.
+	Presence presence.Config
+	// Queue configures the room queue instances.
+	Queue roomqueue.Config
+	// Dispatcher configures the dispatcher. Zero CityDB and ISPDB mean clients are dispatched
+	// on load alone; with either, SIGHUP reloads them.
+	Dispatcher dispatcher.Config
+	// API configures the server API. Zero Keys mean {APIKey: App}.
+	API api.Config
+	// CDN configures the CDN manager. Its BaseURLs default to the HTTP endpoint's /cdn, the
+	// embedded store's origin.
+	CDN cdnmanager.Config
+	// Callbacks are the apps' login and send callbacks (roles.ServicesConfig.Callbacks). Zero
+	// value means none.
+	Callbacks callback.Config
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -158,8 +139,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseInterval <= 0 {
 		c.LeaseInterval = time.Second
 	}
-	if c.APIKeys == nil {
-		c.APIKeys = auth.APIKeys{APIKey: {App: App}}
+	if c.API.Keys == nil {
+		c.API.Keys = auth.APIKeys{APIKey: {App: App}}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -227,23 +208,16 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		pusher.Pusher.Window = cfg.CDN.Window
 	}
 	leaseTTL := 3 * cfg.LeaseInterval
-	presenceCfg := cfg.Presence
-	presenceCfg.LeaseTTL = leaseTTL
-	dcfg := dispatcher.Config{CityDB: cfg.CityDB, ISPDB: cfg.ISPDB, RoomShare: cfg.RoomShare, TrustedProxies: cfg.TrustedProxies}
-	if cfg.Dispatcher != nil {
-		cfg.Dispatcher(&dcfg)
-	}
+	cfg.Room.LeaseTTL, cfg.Presence.LeaseTTL = leaseTTL, leaseTTL
 	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
-		Instances: cfg.ServiceInstances,
-		Room: room.Config{LeaseTTL: leaseTTL, RequireCreated: cfg.RequireCreated, HistoryPerRoom: cfg.HistoryPerRoom, HistoryMaxAge: cfg.HistoryMaxAge,
-			BatchWindow: cfg.RoomBatchWindow, BulkPerSecond: cfg.RoomBulkPerSecond,
-			MemberSendsPerSecond: cfg.RoomMemberSendsPerSecond, MemberCriticalPerSecond: cfg.RoomMemberCriticalPerSecond},
-		Presence:   presenceCfg,
+		Instances:  cfg.ServiceInstances,
+		Room:       cfg.Room,
+		Presence:   cfg.Presence,
 		Queue:      cfg.Queue,
-		Dispatcher: dcfg,
-		API:        api.Config{Keys: cfg.APIKeys, Inbox: cfg.Inbox, Limits: cfg.APILimits},
+		Dispatcher: cfg.Dispatcher,
+		API:        cfg.API,
 		Pprof:      cfg.Pprof,
 		Callbacks:  cfg.Callbacks,
 		// One local endpoint for everything: the banner shows its /metrics and /v1/nodes.
@@ -268,15 +242,18 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 
 	keys := auth.Keyring{App: []byte(Secret)}
 	for i := 1; i <= cfg.ChatLinks; i++ {
-		ncfg := chatlink.Config{
-			Node: nodeName(i), Keys: keys, Log: log, Audit: cfg.Audit,
-			// The nodes share this process's open files.
-			MaxConnections: max(1000, (chatlink.FileLimit()-1024)/cfg.ChatLinks),
-			LoginTimeout:   cfg.LoginTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
-			ReportInterval: cfg.LeaseInterval,
+		ncfg := cfg.ChatLink
+		ncfg.Node, ncfg.Log, ncfg.Audit = nodeName(i), log, cfg.Audit
+		if ncfg.Keys == nil {
+			ncfg.Keys = keys
 		}
-		if cfg.ChatLink != nil {
-			cfg.ChatLink(&ncfg)
+		ncfg.ReportInterval = cfg.LeaseInterval
+		if ncfg.MaxConnections == 0 {
+			// The nodes share this process's open files.
+			ncfg.MaxConnections = max(1000, (chatlink.FileLimit()-1024)/cfg.ChatLinks)
+		}
+		if cfg.PerNode != nil {
+			cfg.PerNode(&ncfg)
 		}
 		cl, err := roles.StartChatLink(roles.ChatLinkConfig{
 			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry, TLS: cfg.TLS,

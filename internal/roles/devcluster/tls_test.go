@@ -176,8 +176,8 @@ func TestTLS(t *testing.T) {
 
 // A node behind a TLS-terminating proxy advertises the proxy's URLs, not its listeners'.
 func TestPublicURLs(t *testing.T) {
-	c := startCluster(t, devcluster.Config{ChatLinks: 1, ChatLink: func(n *chatlink.Config) {
-		n.PublicWSURL, n.PublicTCPAddr, n.PublicTCPTLS = "wss://edge.example.com/v1/ws", "edge.example.com:5443", true
+	c := startCluster(t, devcluster.Config{ChatLinks: 1, ChatLink: chatlink.Config{
+		PublicWSURL: "wss://edge.example.com/v1/ws", PublicTCPAddr: "edge.example.com:5443", PublicTCPTLS: true,
 	}})
 	var ans struct{ Nodes []sdk.Endpoint }
 	resp, err := http.Get(c.URL() + "/v1/dispatch?app=demo&room=r&uid=u")

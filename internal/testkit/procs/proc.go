@@ -85,8 +85,7 @@ func (p *Proc) Start() {
 	cmd := exec.Command(p.bin, p.args...)
 	fmt.Fprintf(&p.out, "---- start %s\n", time.Now().Format(time.TimeOnly))
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
-	// Its own group, so that a kill reaches its children; and dead with the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("%s: %v", p.Name, err)
 	}

@@ -128,8 +128,7 @@ func (s *Server) Restart() {
 	cmd := exec.Command(s.bin, "--port", s.Endpoint, "--quiet", "posix", s.Dir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+AccessKey, "ROOT_SECRET_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Dies with the test binary, whatever happens to it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("s3test: start %s: %v", s.bin, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/store/inbox"
@@ -58,7 +59,16 @@ func Start(t testing.TB, opts ...Option) *devcluster.Cluster {
 // (room.Config.MemberCriticalPerSecond), for a test whose members send critical messages in
 // bursts so that no budget thins them.
 func NoMemberCriticalCap() Option {
-	return func(c *devcluster.Config) { c.RoomMemberCriticalPerSecond = -1 }
+	return func(c *devcluster.Config) { c.Room.MemberCriticalPerSecond = -1 }
+}
+
+// NoSendLimits lifts the ChatLinks' limits on one connection's and one user's sends
+// (chatlink.Limits.SendsPerConn, SendsPerUser: bursts of 40 and 80 by default), for a test
+// whose one member sends faster than a person does to check what a stream of messages does.
+func NoSendLimits() Option {
+	return func(c *devcluster.Config) {
+		c.ChatLink.Limits.SendsPerConn, c.ChatLink.Limits.SendsPerUser = ratelimit.Unlimited, ratelimit.Unlimited
+	}
 }
 
 // Token returns a login token of the dev app (devcluster.App) for uid in room with tags, valid

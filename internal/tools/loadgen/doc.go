@@ -10,7 +10,8 @@
 //     message's audience only, and a receipt outside it is counted as leaked.
 //   - RunLogin paces N logins (dispatch, connect, LoginAck) and reports their rate and latency.
 //
-// Clients are sdk.Clients. Against a loopback target they dial from source addresses
+// Clients are sdk.Clients, or with Config.Client "raw" members that speak the protocol
+// themselves (raw.go), read on Linux by the ChatLink's poller, internal/netpoll (poll.go). Against a loopback target they dial from source addresses
 // 127.0.0.1, 127.0.0.2, … (one address runs out of ports near 28,000), and a run with more
 // clients than one process may hold (Config.PerProcess) spreads them over worker processes
 // that run ServeWorker and report to the parent over their standard output.

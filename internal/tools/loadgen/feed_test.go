@@ -76,7 +76,7 @@ func TestFeedSplitsFrames(t *testing.T) {
 		"fragmented": {0x02, 0x01, 0},
 		"close":      {0x88, 0x02, 0x03, 0xe8},
 	} {
-		c := &rawClient{isWS: true, fd: -1, onMsg: func(int32, []byte) {}}
+		c := &rawClient{isWS: true, onMsg: func(int32, []byte) {}}
 		if err := c.feed(b); err == nil {
 			t.Errorf("%s frame: no error", name)
 		}
@@ -89,7 +89,7 @@ func TestReadLoop(t *testing.T) {
 	t.Parallel()
 	srv, cl := net.Pipe()
 	var got []string
-	c := &rawClient{nc: cl, done: make(chan struct{}), fd: -1, onMsg: func(_ int32, body []byte) { got = append(got, string(body)) }}
+	c := &rawClient{nc: cl, done: make(chan struct{}), onMsg: func(_ int32, body []byte) { got = append(got, string(body)) }}
 	go c.readLoop()
 	for _, body := range []string{"a", "bc"} {
 		b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{
@@ -112,7 +112,7 @@ func TestReadLoop(t *testing.T) {
 // and then from each HeartbeatAck, as the SDK does, and keeps it when an answer names none.
 func TestBeatEveryFollowsTheServer(t *testing.T) {
 	t.Parallel()
-	c := &rawClient{acked: make(chan struct{}), fd: -1}
+	c := &rawClient{acked: make(chan struct{})}
 	for _, tc := range []struct {
 		f    *clientpb.Frame
 		want time.Duration

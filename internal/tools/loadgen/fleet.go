@@ -91,6 +91,9 @@ type fleet struct {
 
 	stop    chan struct{} // closed by close: ends the raw members' heartbeats
 	pollers *rawPollers   // read the raw members' sockets; nil: a reader goroutine each
+	// uploads hears the answers to the members' own sends (bench upload); nil otherwise. Set
+	// before connect.
+	uploads *uploads
 
 	mu         sync.Mutex // guards the fields below
 	errors     []string
@@ -111,6 +114,7 @@ type member struct {
 	lanes    [4]int64 // distinct deliveries by lane
 	dup      int64
 	leaked   int64 // receipts of messages whose audience the member is not in
+	thinned  int64 // messages its Pushes said were left out of its stream
 	first    int64 // first and last receive times, unix nanoseconds
 	last     int64
 }
@@ -219,7 +223,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 	m := &member{f: f, idx: i, group: f.spec.tagging().group(i)}
 	t0 := time.Now()
 	if f.spec.Client == ClientRaw {
-		c, err := f.dialRawLimited(ctx, tok, i, m.receiveBody)
+		c, err := f.dialRawLimited(ctx, tok, m)
 		f.joined(m, c, err, time.Since(t0))
 		return
 	}
@@ -366,6 +370,7 @@ type report struct {
 	Lanes      [4]int64 `json:"lanes"`
 	Dup        int64    `json:"dup"`
 	Leaked     int64    `json:"leaked"`     // receipts outside a message's audience
+	Thinned    int64    `json:"thinned"`    // messages the members' Pushes said were left out
 	Limited    int64    `json:"limited"`    // logins refused for now (4013, 4015), tried again after the server's hint
 	Incomplete int64    `json:"incomplete"` // members that missed some of the expected messages
 	// Groups counts the logged-in members by tag group (one group when untargeted), from
@@ -421,6 +426,7 @@ func (f *fleet) finish(expect []int64) report {
 		}
 		r.Dup += m.dup
 		r.Leaked += m.leaked
+		r.Thinned += m.thinned
 		r.Groups[m.group]++
 		if m.group < len(expect) && m.distinct.Load() < expect[m.group] {
 			r.Incomplete++
@@ -504,9 +510,13 @@ func (f *fleet) close() {
 // now (Kick 4013 or 4015, or a WebSocket upgrade refused with 429) is tried again after the
 // server's hint plus a random part that grows with the attempts (up to 5 s), so that a bench
 // through the node's login and join limits loses nobody; until ctx ends.
-func (f *fleet) dialRawLimited(ctx context.Context, tok string, i int, onMsg func(lane int32, body []byte)) (*rawClient, error) {
+func (f *fleet) dialRawLimited(ctx context.Context, tok string, m *member) (*rawClient, error) {
+	hooks := rawHooks{onThinned: func(n int64) { m.thinned += n }}
+	if f.uploads != nil {
+		hooks.onAnswer = f.uploads.answer
+	}
 	for attempt := 1; ; attempt++ {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(i)), f.pollers, onMsg)
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(m.idx)), f.pollers, m.receiveBody, hooks)
 		var ce *sdk.CloseError
 		if err == nil || !errors.As(err, &ce) || !ce.Limited() {
 			return c, err

@@ -99,6 +99,11 @@ type Config struct {
 	// over one SendStream there (one send per message on a long-lived stream) instead of HTTP
 	// requests. Zero value means HTTP.
 	APIStream string
+	// Uploaders is how many of the members send messages themselves (upload). Required there.
+	Uploaders int
+	// Every is how often each uploader sends one message (upload); the uploaders are spread
+	// evenly over it. Required for upload.
+	Every time.Duration
 	// Wait bounds the wait for stragglers after the last publish (fanout). Zero value means 10s.
 	Wait time.Duration
 	// Pause is how long the members sit idle after they joined, before the server's CPU is
@@ -272,8 +277,11 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
 		MessageBuffer: messageBuffer, Tags: r.cfg.Tags, CAPEM: r.cfg.caPEM,
 	}
-	if scenario == "fanout" {
+	switch scenario {
+	case "fanout":
 		base.Client = r.cfg.Client
+	case "upload":
+		base.Client = ClientRaw
 	}
 	if len(parts) == 1 {
 		sp := base
@@ -436,6 +444,7 @@ func merge(reps []report) report {
 		}
 		t.Dup += r.Dup
 		t.Leaked += r.Leaked
+		t.Thinned += r.Thinned
 		if len(t.Groups) < len(r.Groups) {
 			t.Groups = append(t.Groups, make([]int64, len(r.Groups)-len(t.Groups))...)
 		}

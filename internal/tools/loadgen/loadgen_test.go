@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"roomcast/chatlink"
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcluster"
@@ -394,7 +393,7 @@ func TestFanoutThroughJoinLimit(t *testing.T) {
 	oneLoad.Lock()
 	defer oneLoad.Unlock()
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 40, Burst: 5} }
+		cfg.ChatLink.Limits.JoinsPerRoom = ratelimit.Limit{Rate: 40, Burst: 5}
 	})
 	for _, client := range []string{loadgen.ClientSDK, loadgen.ClientRaw} {
 		t.Run(client, func(t *testing.T) {
@@ -427,7 +426,7 @@ func TestRawMembersBeatAtTheServersInterval(t *testing.T) {
 	defer oneLoad.Unlock()
 	const interval = 400 * time.Millisecond
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.ChatLink = func(cc *chatlink.Config) { cc.HeartbeatInterval, cc.HeartbeatMax = interval, interval }
+		cfg.ChatLink.HeartbeatInterval, cfg.ChatLink.HeartbeatMax = interval, interval
 	})
 	const n = 20
 	cfg := config(c, n)
@@ -442,4 +441,33 @@ func TestRawMembersBeatAtTheServersInterval(t *testing.T) {
 		t.Errorf("connected %d, disconnected %d, delivered %d of %d, lost %d: want %d, 0, all, 0",
 			res.Connected, res.Disconnected, res.Delivered, res.Expected, res.Lost, n)
 	}
+}
+
+// Members' own sends: every send answered and accepted, each delivered to every other member
+// or counted in the Pushes as thinned (the room's default budget, 20 a second, is below the 40
+// sent), the room service's send requests counted, and the bus carrying fewer requests than
+// sends (the ChatLink's windows).
+func TestUpload(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
+	c := startCluster(t)
+	cfg := config(c, 20)
+	cfg.Uploaders, cfg.Every, cfg.Duration, cfg.Lane = 10, 250*time.Millisecond, publishFor(), "normal"
+	res, err := loadgen.RunUpload(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.OK() || res.Accepted != res.Sent || res.Nodes != 1 {
+		t.Errorf("upload on a healthy cluster: %+v", res)
+	}
+	if want := res.Accepted * 19; res.Expected != want || res.Delivered+res.Thinned < want {
+		t.Errorf("delivered %d and thinned %d of %d expected, want all accounted for", res.Delivered, res.Thinned, want)
+	}
+	if res.RoomSendRequests <= 0 || res.RoomSendRequests >= float64(res.Sent) {
+		t.Errorf("%v send requests for %d sends: want some, and fewer than the sends", res.RoomSendRequests, res.Sent)
+	}
+	requireFields(t, jsonFields(t, res), "sent", "accepted", "refused", "unanswered", "room_send_requests_per_node_sec",
+		"sampled", "thinned", "unaccounted", "p99_ms", "server_cpu_us_per_upload")
 }

@@ -142,8 +142,12 @@ const (
 	metricConns      = "roomcast_chatlink_connections"
 	metricCloses     = "roomcast_chatlink_closes_total"
 	metricGoroutines = "go_goroutines"
-	metricHeapInuse  = "go_memstats_heap_inuse_bytes"
-	metricStackInuse = "go_memstats_stack_inuse_bytes"
+	// The room service's: send requests answered (op="send", every code), and bulk messages its
+	// rooms' caps left out.
+	metricRoomRequests    = "roomcast_room_requests_total"
+	metricRoomBulkSampled = "roomcast_room_bulk_sampled_out_total"
+	metricHeapInuse       = "go_memstats_heap_inuse_bytes"
+	metricStackInuse      = "go_memstats_stack_inuse_bytes"
 )
 
 // serverStats is what the bench reads of the server at one moment.
@@ -154,6 +158,8 @@ type serverStats struct {
 	drops      map[string]float64 // by "lane/reason"
 	slowCloses float64            // connections closed as slow readers
 	conns      float64
+	// The room service's send requests answered and bulk messages sampled out (bench upload).
+	roomSends, roomSampled float64
 	// Go runtime figures, when the server is a Go program that exports them (0 otherwise).
 	goroutines, heapInuse, stackInuse float64
 	// procs are the server's processes read from /proc, in the order of --pid; rss and cpu
@@ -193,6 +199,8 @@ func (p probeServer) read(ctx context.Context) (serverStats, error) {
 			}
 			st.deliveries, _ = sum(samples, metricDeliveries, nil)
 			st.conns, _ = sum(samples, metricConns, nil)
+			st.roomSends, _ = sum(samples, metricRoomRequests, map[string]string{"op": "send"})
+			st.roomSampled, _ = sum(samples, metricRoomBulkSampled, nil)
 			st.slowCloses, _ = sum(samples, metricCloses, map[string]string{"code": "CLOSE_CODE_SLOW_READER"})
 			st.goroutines, _ = sum(samples, metricGoroutines, nil)
 			st.heapInuse, _ = sum(samples, metricHeapInuse, nil)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
 )
@@ -36,10 +37,13 @@ type memberConn interface {
 // Field numbers of the frames rawClient reads (proto/client.proto, proto/message.proto).
 const (
 	frameLoginAck  = 2
+	frameSendAck   = 4
 	framePush      = 5
 	frameHbAck     = 7
+	frameError     = 8
 	frameKick      = 9
 	pushMessages   = 1
+	pushThinned    = 4
 	messageLane    = 5
 	messageBody    = 7
 	rawReadBuffer  = 16 << 10
@@ -60,7 +64,9 @@ type rawClient struct {
 	nc    net.Conn
 	ws    *gws.Conn // nil over TCP
 	onMsg func(lane int32, body []byte)
+	hooks rawHooks
 	acked chan struct{} // closed at the LoginAck
+	node  string        // the node the LoginAck named; written before acked is closed
 
 	// beatEvery is the heartbeat interval the server gave in the LoginAck and its latest
 	// HeartbeatAck, in nanoseconds. nextBeat (unix nanoseconds) is set at the login and then
@@ -72,12 +78,13 @@ type rawClient struct {
 
 	isWS bool // WebSocket framing, else length-prefixed TCP
 
-	// Set when a poller reads the socket (rawPollers.add), which then owns fd, a duplicate of
-	// nc's descriptor (nc is closed); part is touched only by that poller's goroutine.
-	poll   *rawPoller
-	pollID uint64
-	fd     int    // -1 when not polled, or closed; written under wmu and poll.mu
-	part   []byte // an incomplete frame's bytes
+	// Set when a poller reads the socket (rawPollers.add), which then owns fd, the socket
+	// taken out of Go's runtime (nc is closed); part is touched only by that poller's reads.
+	poll    *rawPoller
+	pollID  uint64
+	fd      *netpoll.FD // nil when not polled
+	dropped bool        // the poller has let go of fd and closed it; guarded by poll.mu
+	part    []byte      // an incomplete frame's bytes
 
 	mu   sync.Mutex // guards err
 	err  error
@@ -86,13 +93,22 @@ type rawClient struct {
 
 var errClosedByLoadgen = errors.New("bench: closed")
 
+// rawHooks are what a raw member hears besides messages (bench upload); nil fields are not
+// called. They run on the goroutine that reads the member's socket.
+type rawHooks struct {
+	// onAnswer gets the answer to a Send: code 0 for a SendAck, else the Error's code.
+	onAnswer func(seq uint64, code uint32)
+	// onThinned gets the messages a Push says were left out of the member's stream.
+	onThinned func(n int64)
+}
+
 // dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
 // slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
 // no LoginAck is waited for either). With pollers, one of them reads the socket; without, a
 // reader goroutine of the member's own.
 func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token string,
 	dial func(ctx context.Context, network, addr string) (net.Conn, error), pollers *rawPollers,
-	onMsg func(lane int32, body []byte)) (*rawClient, error) {
+	onMsg func(lane int32, body []byte), hooks rawHooks) (*rawClient, error) {
 	eps, err := sdk.Dispatch(ctx, hc, dispatcher, token)
 	if err != nil {
 		return nil, err
@@ -106,7 +122,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	if err != nil {
 		return nil, err
 	}
-	c := &rawClient{onMsg: onMsg, acked: make(chan struct{}), done: make(chan struct{}), fd: -1, isWS: transport != sdk.TransportTCP}
+	c := &rawClient{onMsg: onMsg, hooks: hooks, acked: make(chan struct{}), done: make(chan struct{}), isWS: transport != sdk.TransportTCP}
 	slow := onMsg == nil
 	if slow {
 		close(c.done) // no reader
@@ -173,6 +189,16 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	c.setBeatEvery(0) // the default, when no LoginAck was read (a slow member)
 	c.nextBeat = time.Now().UnixNano() + c.beatEvery.Load()
 	return c, nil
+}
+
+// send sends one Send frame; its answer goes to hooks.onAnswer.
+func (c *rawClient) send(seq uint64, lane clientpb.Lane, body []byte) error {
+	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
+		Seq: seq, Type: "danmaku", Lane: lane, Body: body}}})
+	if err != nil {
+		return err
+	}
+	return c.write(b)
 }
 
 // heartbeat sends one Heartbeat frame.
@@ -367,7 +393,22 @@ func (c *rawClient) frame(b []byte) {
 			select {
 			case <-c.acked:
 			default:
+				c.node = ack.GetNode()
 				close(c.acked)
+			}
+		case frameSendAck:
+			if c.hooks.onAnswer != nil {
+				var ack clientpb.SendAck
+				_ = proto.Unmarshal(v, &ack)
+				c.hooks.onAnswer(ack.GetSeq(), 0)
+			}
+		case frameError:
+			if c.hooks.onAnswer != nil {
+				var e clientpb.Error
+				_ = proto.Unmarshal(v, &e)
+				if e.GetSeq() != 0 {
+					c.hooks.onAnswer(e.GetSeq(), max(e.GetCode(), 1))
+				}
 			}
 		case frameHbAck:
 			var ack clientpb.HeartbeatAck
@@ -432,6 +473,11 @@ func (c *rawClient) push(b []byte) {
 			return
 		}
 		b = rest
+		if num == pushThinned && c.hooks.onThinned != nil {
+			var t clientpb.Thinned
+			_ = proto.Unmarshal(m, &t)
+			c.hooks.onThinned(int64(t.GetNormal()) + int64(t.GetBulk()))
+		}
 		if num != pushMessages {
 			continue
 		}

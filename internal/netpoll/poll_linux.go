@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,14 +17,15 @@ import (
 // Supported says whether this platform has the poller.
 const Supported = true
 
-// Poller tells which idle sockets have become readable, from one epoll instance. Sockets are
-// registered one-shot: after an event, nothing more comes for that socket until it is armed
-// again, so at most one read of a connection runs at a time.
+// Poller tells which registered sockets have become readable, from one epoll instance, and runs
+// each one's function on Run's goroutine, one at a time: a function must not wait (one that
+// reads, reads what is there with ReadNow; one that may wait hands the work to a goroutine).
 //
-// Go's runtime keeps its own epoll registration of every socket; this second one only says
-// when to look. The reads themselves go through syscall.RawConn (ReadNow), so they hold the
-// runtime's reference on the descriptor and never race its close.
+// Go's runtime keeps its own epoll registration of a socket it has not let go of (Detach); this
+// second one only says when to look. The reads themselves go through syscall.RawConn (ReadNow),
+// so they hold the runtime's reference on the descriptor and never race its close.
 type Poller struct {
+	cfg  Config
 	epfd int
 	// file is epfd as a non-blocking file in the runtime's own poller, which tells Run when
 	// events are waiting (an epoll instance is itself readable then). A goroutine blocked in
@@ -40,11 +42,44 @@ type Poller struct {
 	done chan struct{}
 }
 
+// Config is how a Poller waits.
+type Config struct {
+	// Nap is how long Run sleeps after a wait that brought back fewer than NapBelow events,
+	// so that the next wait finds more of them ready: fewer wake-ups when many sockets are
+	// busy, for up to Nap more latency. Zero value means no nap: each event is handled as
+	// soon as it comes.
+	Nap time.Duration
+	// NapBelow is the number of events below which Run naps. Zero value means 32.
+	NapBelow int
+}
+
+func (c Config) withDefaults() Config {
+	if c.NapBelow == 0 {
+		c.NapBelow = 32
+	}
+	return c
+}
+
+// Mode is how a registration reports readiness.
+type Mode int
+
+const (
+	// OneShot reports one event, then none until Arm: for an owner whose function hands the
+	// read to a goroutine, so that at most one read of a socket runs at a time.
+	OneShot Mode = iota
+	// Level reports the socket on every wait while it is readable, with no Arm: for an owner
+	// whose function reads in place, on Run's goroutine.
+	Level
+)
+
 // wakeID is the epoll data of the eventfd.
 const wakeID = 0
 
+// maxEvents is how many events one wait brings back at most.
+const maxEvents = 256
+
 // New returns a poller; Run waits for its events.
-func New() (*Poller, error) {
+func New(cfg Config) (*Poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
@@ -66,7 +101,8 @@ func New() (*Poller, error) {
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("netpoll: epoll: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "netpoll"), wake: wake, regs: map[uint64]func(){}, done: make(chan struct{})}
+	p := &Poller{cfg: cfg.withDefaults(), epfd: epfd, file: os.NewFile(uintptr(epfd), "netpoll"), wake: wake,
+		regs: map[uint64]func(){}, done: make(chan struct{})}
 	p.next.Store(wakeID)
 	return p, nil
 }
@@ -78,32 +114,39 @@ func setPollID(ev *unix.EpollEvent, id uint64) {
 func pollID(ev *unix.EpollEvent) uint64 { return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32 }
 
 // pollEvents are what a registration waits for: data, or the peer going away.
-const pollEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+const pollEvents = unix.EPOLLIN | unix.EPOLLRDHUP
+
+func (m Mode) events() uint32 {
+	if m == OneShot {
+		return pollEvents | unix.EPOLLONESHOT
+	}
+	return pollEvents
+}
 
 // NewID returns a registration id for Add.
 func (p *Poller) NewID() uint64 { return p.next.Add(1) }
 
-// Add registers a socket under id, armed: f runs, on a goroutine of its own, once the socket
-// is readable (or already is), and again after each Arm.
-func (p *Poller) Add(rc syscall.RawConn, id uint64, f func()) error {
+// Add registers a socket under id: f runs on Run's goroutine once the socket is readable (or
+// already is), and then as mode says. rc is a net.Conn's (SyscallConn) or a detached socket.
+func (p *Poller) Add(rc syscall.RawConn, id uint64, f func(), mode Mode) error {
 	p.mu.Lock()
 	p.regs[id] = f
 	p.mu.Unlock()
-	if err := p.ctl(rc, unix.EPOLL_CTL_ADD, id); err != nil {
+	if err := p.ctl(rc, unix.EPOLL_CTL_ADD, id, mode.events()); err != nil {
 		p.Remove(id)
 		return err
 	}
 	return nil
 }
 
-// Arm asks for one more readable event of a registered socket. It fails once the socket is
+// Arm asks for one more readable event of a OneShot registration. It fails once the socket is
 // closed.
 func (p *Poller) Arm(rc syscall.RawConn, id uint64) error {
-	return p.ctl(rc, unix.EPOLL_CTL_MOD, id)
+	return p.ctl(rc, unix.EPOLL_CTL_MOD, id, OneShot.events())
 }
 
-func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64) error {
-	ev := unix.EpollEvent{Events: pollEvents}
+func (p *Poller) ctl(rc syscall.RawConn, op int, id uint64, events uint32) error {
+	ev := unix.EpollEvent{Events: events}
 	setPollID(&ev, id)
 	var err error
 	if cerr := rc.Control(func(fd uintptr) {
@@ -123,14 +166,14 @@ func (p *Poller) Remove(id uint64) {
 	p.mu.Unlock()
 }
 
-// Run waits for events until Stop.
+// Run waits for events and runs the registrations' functions until Stop.
 func (p *Poller) Run() {
 	defer close(p.done)
 	rc, err := p.file.SyscallConn()
 	if err != nil {
 		panic(fmt.Sprintf("netpoll: %v", err)) // only a bug gets here: the file is open until Stop
 	}
-	events := make([]unix.EpollEvent, 128)
+	events := make([]unix.EpollEvent, maxEvents)
 	for {
 		var n int
 		var werr error
@@ -159,8 +202,11 @@ func (p *Poller) Run() {
 			f := p.regs[id]
 			p.mu.Unlock()
 			if f != nil {
-				go f()
+				f()
 			}
+		}
+		if p.cfg.Nap > 0 && n < p.cfg.NapBelow {
+			time.Sleep(p.cfg.Nap)
 		}
 	}
 }
@@ -172,82 +218,4 @@ func (p *Poller) Stop() {
 	<-p.done
 	_ = p.file.Close() // closes epfd
 	_ = unix.Close(p.wake)
-}
-
-// The system calls that never wait (epoll_ctl, epoll_wait with no timeout, and the reads and
-// writes of ReadNow and WritevNow on non-blocking sockets) are raw calls. An ordinary call
-// tells the runtime it may block: it wakes the runtime's monitor thread when the process was
-// idle (which then checks every 20 µs while the process is busy) and lets the monitor hand the
-// goroutine's P to another thread when the call takes longer than 20 µs, as a write on
-// loopback does (the kernel runs the receiver's side in it). A login made four such calls.
-
-// errnoErr is errno as an error, nil for 0.
-func errnoErr(errno unix.Errno) error {
-	if errno == 0 {
-		return nil
-	}
-	return errno
-}
-
-// ReadNow reads once from a socket without waiting. Nothing there yet (EAGAIN) is n == 0
-// with eof false and a nil error; the peer's end of the stream is eof. buf must not be empty.
-func ReadNow(rc syscall.RawConn, buf []byte) (n int, eof bool, err error) {
-	var rerr error
-	cerr := rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-			if errno != unix.EINTR {
-				n, rerr = int(r), errnoErr(errno)
-				return true // never wait in the runtime's poller: the Poller said when
-			}
-		}
-	})
-	switch {
-	case cerr != nil:
-		return 0, false, cerr
-	case rerr == unix.EAGAIN:
-		return 0, false, nil
-	case rerr != nil:
-		return 0, false, rerr
-	case n == 0:
-		return 0, true, nil
-	}
-	return n, false, nil
-}
-
-// WritevNow writes hdr and b to a socket without waiting: it returns how much the socket took
-// (0 when its buffer is full), and an error only for a broken or closed connection.
-func WritevNow(rc syscall.RawConn, hdr, b []byte) (int, error) {
-	var n int
-	var werr error
-	var iov [2]unix.Iovec
-	k := 0
-	for _, p := range [2][]byte{hdr, b} {
-		if len(p) > 0 {
-			iov[k].Base = &p[0]
-			iov[k].SetLen(len(p))
-			k++
-		}
-	}
-	if k == 0 {
-		return 0, nil
-	}
-	cerr := rc.Write(func(fd uintptr) bool {
-		for {
-			r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-			if errno != unix.EINTR {
-				n, werr = int(r), errnoErr(errno)
-				return true
-			}
-		}
-	})
-	switch {
-	case cerr != nil:
-		return 0, cerr
-	case werr == unix.EAGAIN:
-		return 0, nil
-	case werr != nil:
-		return 0, werr
-	}
-	return n, nil
 }

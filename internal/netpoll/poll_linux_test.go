@@ -10,23 +10,31 @@ import (
 	"roomcast/internal/testkit"
 )
 
-// pollPair starts a poller, stopped when the test ends, and registers the server side of a
-// loopback TCP connection with it under id; each event sends on readable.
-func pollPair(t *testing.T) (p *Poller, rc syscall.RawConn, id uint64, peer net.Conn, readable chan struct{}) {
+// startPoller starts a poller, stopped when the test ends.
+func startPoller(t testing.TB, cfg Config) *Poller {
 	t.Helper()
-	p, err := New()
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go p.Run()
 	t.Cleanup(p.Stop)
+	return p
+}
+
+// pollPair starts a poller and registers the server side of a loopback TCP connection with it
+// under id, one-shot; each event sends on readable.
+func pollPair(t *testing.T) (p *Poller, rc syscall.RawConn, id uint64, peer net.Conn, readable chan struct{}) {
+	t.Helper()
+	p = startPoller(t, Config{})
 	s, peer := testkit.TCPPair(t)
+	var err error
 	if rc, err = s.SyscallConn(); err != nil {
 		t.Fatal(err)
 	}
 	readable = make(chan struct{}, 4)
 	id = p.NewID()
-	if err := p.Add(rc, id, func() { readable <- struct{}{} }); err != nil {
+	if err := p.Add(rc, id, func() { readable <- struct{}{} }, OneShot); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Remove(id) })
