@@ -18,7 +18,8 @@ VERSITYGW_VERSION := v1.8.0
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
 .PHONY: all build test test-long tools debs gotools proto proto-check lint vet unit unit-long docs-check fuzz chaos chaos-ci
-.PHONY: web-deps web-proto web-build web-check web-unit web-browser web-test web-bench
+.PHONY: web-deps browser-deps demo-deps web-proto web-build web-check web-unit web-browser web-test web-bench \
+	demo-build demo-check demo-test console-test
 
 all: build
 
@@ -50,11 +51,12 @@ FUZZ_TARGETS := \
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, every
 ## test with -race (the load generator's at their -short sizes), every fuzz target for
-## TEST_FUZZTIME, and the chaos cases (chaos-ci).
-test: proto-check lint unit fuzz chaos-ci web-test
+## TEST_FUZZTIME, the chaos cases (chaos-ci), and the web: the SDK (web-test), the demo page
+## (demo-test) and the console's page (console-test).
+test: proto-check lint unit fuzz chaos-ci web-test demo-test console-test
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long fuzz chaos-ci web-test
+test-long: proto-check lint unit-long fuzz chaos-ci web-test demo-test console-test
 
 # How long `make test` fuzzes each target, after replaying its seed corpus (f.Add and
 # testdata/fuzz): bounded, so that CI's time stays bounded; `make fuzz` alone takes FUZZTIME.
@@ -175,43 +177,85 @@ fuzz:
 		else exit 1; fi; \
 	done
 
-# ---- the web SDK (sdk/web) and the demo page built on it ----
+# ---- the web: the SDK package, the demo page built on it, the console's page ----
+# Three npm packages, each with its own lock file: the web SDK (sdk/web, @roomcast/web), the demo
+# page (cmd/roomcast/web, which depends on the SDK as file:../../../sdk/web) and the harness the
+# browser tests share (internal/testkit/browser: `roomcast dev` on free ports, chromium through
+# playwright-core). The console's page (console/index.html) has no build; its browser test uses
+# the harness.
 
 WEB := sdk/web
+DEMO := cmd/roomcast/web
+HARNESS := internal/testkit/browser
+NPM_CI := npm ci --no-audit --no-fund --loglevel=error
+# The roomcast binary the browser tests start (built once by browser-deps, not once per test file).
+BROWSER_BIN := $(CURDIR)/$(HARNESS)/bin/roomcast
 # Node 20 has a global WebSocket only behind a flag; later versions have it by default.
 NODE_WS := node $(shell node -e 'process.stdout.write(typeof WebSocket === "undefined" ? "--experimental-websocket" : "")' 2>/dev/null)
+# The SDK's tests are TypeScript, run as they are: test/register.mjs strips their types (and
+# leaves a source map, so that a failure names the line in the .ts file).
+NODE_TS := $(NODE_WS) --enable-source-maps --import ./test/register.mjs
 
-## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json, and Debian's chromium.
-web-deps: debs
-	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+# `npm ci` in a package whose node_modules is missing or older than its lock file (npm writes
+# node_modules/.package-lock.json last): a fresh clone installs, a second run does not.
+%/node_modules/.package-lock.json: %/package-lock.json
+	cd $* && $(NPM_CI)
+
+## web-deps: the web SDK's toolchain, pinned by sdk/web/package-lock.json.
+web-deps: $(WEB)/node_modules/.package-lock.json
+
+## browser-deps: the browser tests' harness (playwright-core, pinned by internal/testkit/browser/package-lock.json), Debian's chromium and the roomcast binary they run.
+browser-deps: debs $(HARNESS)/node_modules/.package-lock.json
+	go build -o $(BROWSER_BIN) ./cmd/roomcast
+
+## demo-deps: the demo page's toolchain, pinned by cmd/roomcast/web/package-lock.json, and its link to sdk/web.
+demo-deps: $(DEMO)/node_modules/.package-lock.json
 
 ## web-proto: regenerate sdk/web/src/gen from proto/client.proto, proto/cdn.proto and proto/message.proto.
 web-proto: tools web-deps
 	protoc -I proto --plugin=protoc-gen-es=$(WEB)/node_modules/.bin/protoc-gen-es \
 		--es_out=$(WEB)/src/gen --es_opt=target=ts,import_extension=js client.proto cdn.proto message.proto
 
-## web-build: build the package (sdk/web/dist) and the demo's bundle (cmd/roomcast/web/demo.js, committed).
+## web-build: build the package (sdk/web/dist); fails if the SDK is over its size goal.
 web-build: web-deps
 	cd $(WEB) && node scripts/build.mjs
 
-## web-check: fail if the generated code or the committed demo bundle is not what the pinned tools produce.
-web-check: web-proto
+## web-check: fail if the generated code is not what the pinned tools produce, or the package does not build.
+web-check: web-proto web-build
 	@if [ -n "$$(git status --porcelain -- $(WEB)/src/gen)" ]; then \
 		echo "generated code in $(WEB)/src/gen is out of date; run 'make web-proto' and commit:"; \
 		git status --porcelain -- $(WEB)/src/gen; exit 1; \
 	fi
-	cd $(WEB) && node scripts/build.mjs --check
 
-## web-unit: the web SDK's unit tests (node's test runner, a fake ChatLink).
-web-unit: web-check
-	cd $(WEB) && $(NODE_WS) --test test/unit/*.test.mjs
+## web-unit: type-check the web SDK's tests (tsc -p test), then run its unit tests (a fake ChatLink, a fake CDN).
+# (The type check reads the harness's types: its browser tests import it.)
+web-unit: web-deps $(HARNESS)/node_modules/.package-lock.json
+	cd $(WEB) && node node_modules/typescript/bin/tsc -p test
+	cd $(WEB) && $(NODE_TS) --test test/unit/*.test.ts
 
-## web-browser: the demo and the SDK in chromium against a real `roomcast dev`, and the packed tarball in a blank project.
-web-browser: web-check
-	cd $(WEB) && $(NODE_WS) --test --test-concurrency=1 test/browser/*.test.mjs
+## web-browser: the SDK against a real `roomcast dev` (in node, and in chromium for its receive benchmark), and the packed tarball in a blank project.
+web-browser: web-deps browser-deps
+	cd $(WEB) && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_TS) --test --test-concurrency=1 test/browser/*.test.ts
 
-web-test: web-unit web-browser
+## web-test: the web SDK: its generated code, build, typed unit tests and browser tests.
+web-test: web-check web-unit web-browser
+
+## demo-build: build the SDK, then the demo page's bundle (cmd/roomcast/web/demo.js, committed: `roomcast dev` serves it without npm).
+demo-build: web-build demo-deps
+	cd $(DEMO) && node build.mjs
+
+## demo-check: fail if the committed demo bundle is not what the build produces.
+demo-check: web-build demo-deps
+	cd $(DEMO) && node build.mjs --check
+
+## demo-test: the demo page in chromium against a real `roomcast dev`, over http and over https.
+demo-test: demo-check browser-deps
+	cd $(DEMO) && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_WS) --test --test-concurrency=1 *.test.mjs
+
+## console-test: the ops console's page (/console) in chromium against a real `roomcast dev` under load.
+console-test: browser-deps
+	cd console && ROOMCAST_BIN=$(BROWSER_BIN) $(NODE_WS) --test console.test.mjs
 
 ## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
-web-bench: web-deps
+web-bench: web-deps browser-deps
 	cd $(WEB) && node bench/decode.mjs

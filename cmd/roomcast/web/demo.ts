@@ -1,6 +1,6 @@
 // The demo page of `roomcast dev`: a video-sized stage with the room's danmaku flying across it,
-// built on the web SDK (sdk/web). sdk/web's build bundles this file into demo.js, which is
-// committed so that `roomcast dev` runs without npm.
+// built on the web SDK (@roomcast/web, sdk/web). build.mjs bundles this file into demo.js, which
+// is committed so that `roomcast dev` runs without npm.
 //
 // URL parameters: uid, room, history (messages on join, default 50), density (1–4), join=1 to
 // join at once.
@@ -17,7 +17,7 @@ import {
   Lane,
   type Message,
   SendError,
-} from "../../../sdk/web/src/index.js";
+} from "@roomcast/web";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const ui = {

@@ -1,14 +1,17 @@
 // Web SDK messages received per second in Chromium: the SDK's receive path (protobuf decoding,
 // de-duplication by id, ordering, one event per message) over pre-encoded Push frames.
 //
-//   cd sdk/web && npm ci && node bench/decode.mjs [frames] [messages per frame] [body bytes]
+//   node bench/decode.mjs [frames] [messages per frame] [body bytes]
+//
+// `make web-bench` runs it after installing what it needs: this package's toolchain and the
+// browser harness (internal/testkit/browser, playwright-core and chromium).
 //
 // Defaults: 4000 frames of 50 messages with 32-byte bodies (200,000 messages), best of 3 runs.
 
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 import * as esbuild from "esbuild";
-import { launchChromium } from "../test/browser/dev.mjs";
+import { launchChromium } from "../../../internal/testkit/browser/dev.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 

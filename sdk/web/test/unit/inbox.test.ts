@@ -4,12 +4,14 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Client } from "../../dist/index.js";
-import { harness, message, token } from "./fakeserver.mjs";
+import { Client } from "../../src/index.js";
+import type { Login } from "../../src/gen/client_pb.js";
+import type { Message } from "../../src/index.js";
+import { type Conn, harness, message, token } from "./fakeserver.js";
 
 const { server, client, until, defer } = harness();
 
-function atLeastOnce(id, timeMs, body = id) {
+function atLeastOnce(id: string, timeMs: number, body: string = id): Message {
   const m = message(id, timeMs, body);
   m.room = "";
   m.atLeastOnce = true;
@@ -17,7 +19,7 @@ function atLeastOnce(id, timeMs, body = id) {
 }
 
 test("at-least-once messages: handed on once, acknowledged, copies acknowledged again", async () => {
-  let conn, login;
+  let conn!: Conn, login!: Login;
   const s = await server(async (c) => {
     conn = c;
     login = await c.acceptLogin();
@@ -40,7 +42,7 @@ test("at-least-once messages: handed on once, acknowledged, copies acknowledged 
 });
 
 test("without a message listener nothing is acknowledged", async () => {
-  let conn;
+  let conn!: Conn;
   const s = await server(async (c) => {
     conn = c;
     await c.acceptLogin();

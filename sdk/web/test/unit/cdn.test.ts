@@ -3,34 +3,34 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { CdnMode, compareMessages, idFloor } from "../../dist/index.js";
-import { harness, message } from "./fakeserver.mjs";
-import { cdnConfig, encodeSegment, startCdn } from "./fakecdn.mjs";
+import { type CdnConfig, CdnMode, compareMessages, type Config, idFloor, type Message } from "../../src/index.js";
+import { type Conn, harness, type Logged, message, type OnConn } from "./fakeserver.js";
+import { type Behaviour, type CdnOptions, cdnConfig, encodeSegment, startCdn } from "./fakecdn.js";
 
 const { server, client, until, defer } = harness();
-const text = (m) => new TextDecoder().decode(m.body);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const text = (m: Message) => new TextDecoder().decode(m.body);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** id makes a message id of server time ms; n orders ids of one millisecond. */
-const id = (ms, n) => idFloor(ms).slice(0, 10) + String(n).padStart(16, "0");
+const id = (ms: number, n: number) => idFloor(ms).slice(0, 10) + String(n).padStart(16, "0");
 
 /** inCdnMode starts a fake CDN and a fake ChatLink whose LoginAck puts room r1 in CDN mode. */
-async function inCdnMode(opts = {}, onConn = () => {}) {
+async function inCdnMode(opts: CdnOptions & { config?: CdnConfig; client?: Partial<Config> } = {}, onConn: OnConn = () => {}) {
   const cdn = startCdn(opts);
   defer(() => cdn.stop());
   const s = await server(async (c, n) => {
     await c.acceptLogin({ serverTimeMs: BigInt(cdn.serverNow()), cdn: opts.config ?? cdn.config() });
     await onConn(c, n);
   });
-  const warnings = [];
-  const logger = { warn: (m) => warnings.push(m), debug: () => {} };
+  const warnings: string[] = [];
+  const logger = { warn: (m: string) => warnings.push(m), debug: () => {} };
   const cl = client({ endpoints: [s.endpoint], fetch: cdn.fetch, logger, ...opts.client });
   await cl.c.connect();
   return { cdn, s, warnings, ...cl };
 }
 
 test("segments merge with the long connection: once each, in order, paced over the window", async () => {
-  let conn;
+  let conn!: Conn;
   const { cdn, c, log, of, s } = await inCdnMode({ windowMs: 200 }, (cn) => (conn = cn));
   const sent = [];
   let n = 0;
@@ -54,10 +54,10 @@ test("segments merge with the long connection: once each, in order, paced over t
   assert.deepEqual([...got].sort(), [...sent].sort());
 
   // The segments' messages come out in (server time, id) order, spread over their window.
-  const overLongLink = (m) => Number(text(m).split(" ")[1]) % 10 === 0;
-  const viaCdn = log.filter((e) => e.type === "message" && e.ev.lane === 3 && !overLongLink(e.ev));
+  const overLongLink = (m: Message) => Number(text(m).split(" ")[1]) % 10 === 0;
+  const viaCdn = log.filter((e): e is Logged<"message"> => e.type === "message" && e.ev.lane === 3 && !overLongLink(e.ev));
   for (let i = 1; i < viaCdn.length; i++) assert.ok(compareMessages(viaCdn[i - 1].ev, viaCdn[i].ev) < 0, `in order: ${viaCdn.map((e) => e.ev.id.slice(-3) + "@" + e.ev.serverTimeMs).join(" ")}`);
-  const byWindow = new Map();
+  const byWindow = new Map<number, Logged<"message">[]>();
   for (const e of viaCdn) {
     const w = Math.floor(Number(e.ev.serverTimeMs) / 200);
     byWindow.set(w, [...(byWindow.get(w) ?? []), e]);
@@ -66,7 +66,7 @@ test("segments merge with the long connection: once each, in order, paced over t
   // its first and last server times. (How many a window holds depends on how punctually the loop
   // above ran; a segment that comes very late is released at once, to catch up: on a loaded
   // machine, one may.)
-  const span = (ns) => Math.max(...ns) - Math.min(...ns);
+  const span = (ns: number[]) => Math.max(...ns) - Math.min(...ns);
   const windows = [...byWindow.values()].filter((es) => es.length >= 4);
   const spreads = windows.map((es) => `${span(es.map((e) => e.at))}/${span(es.map((e) => Number(e.ev.serverTimeMs)))}`);
   const paced = windows.filter((es) => 2 * span(es.map((e) => e.at)) >= span(es.map((e) => Number(e.ev.serverTimeMs))));
@@ -80,7 +80,7 @@ test("segments merge with the long connection: once each, in order, paced over t
   assert.equal(st.messages, 45);
   assert.ok(st.hits >= 5 && st.polls <= st.hits + 4, JSON.stringify(st));
   assert.equal(st.errors + st.invalid + st.late, 0, JSON.stringify(st));
-  assert.equal(c.cdnConfig.mode, CdnMode.BULK);
+  assert.equal(c.cdnConfig?.mode, CdnMode.BULK);
   assert.equal(s.conns.length, 1);
 });
 
@@ -103,8 +103,8 @@ for (const skewMs of [30000, -30000]) {
 }
 
 test("bad vendors and bad segments are counted and logged; the long link goes on", async () => {
-  let conn;
-  const vendors = { "http://five-hundred": "500", "http://down": "down", "http://good": "ok" };
+  let conn!: Conn;
+  const vendors: Record<string, Behaviour> = { "http://five-hundred": "500", "http://down": "down", "http://good": "ok" };
   // The good one as a fallback only, so that the bad ones are asked first.
   const config = cdnConfig(200, Object.keys(vendors).map((b) => ({ template: `${b}/{app}/{room}/{window_ms}/{index}`, weight: b === "http://good" ? 0 : 1 })));
   const { cdn, c, of, s, warnings } = await inCdnMode({ windowMs: 200, vendors, config }, (cn) => (conn = cn));
@@ -149,7 +149,7 @@ test("a room whose segments never come: misses and gaps counted, polls bounded",
 });
 
 test("vendors: by weight among those of the member's region, weight 0 only as a fallback", async () => {
-  const vendors = { "http://elsewhere": "ok", "http://spare": "ok", "http://flaky": "500" };
+  const vendors: Record<string, Behaviour> = { "http://elsewhere": "ok", "http://spare": "ok", "http://flaky": "500" };
   const config = cdnConfig(200, [
     { template: "http://elsewhere/{app}/{room}/{window_ms}/{index}", regions: ["asia"] },
     { template: "http://spare/{app}/{room}/{window_ms}/{index}", weight: 0 },
@@ -166,8 +166,8 @@ test("vendors: by weight among those of the member's region, weight 0 only as a 
 });
 
 test("a live CdnConfig: new vendors at the next poll, mode off stops polling, no reconnect", async () => {
-  let conn;
-  const vendors = { "http://old": "ok", "http://new": "ok" };
+  let conn!: Conn;
+  const vendors: Record<string, Behaviour> = { "http://old": "ok", "http://new": "ok" };
   const config = cdnConfig(200, [{ template: "http://old/{app}/{room}/{window_ms}/{index}" }]);
   const { cdn, c, s } = await inCdnMode({ windowMs: 200, vendors, config }, (cn) => (conn = cn));
   await until("a hit at the old vendor", () => c.cdnStats.hits >= 1, 2000);
@@ -184,7 +184,7 @@ test("a live CdnConfig: new vendors at the next poll, mode off stops polling, no
 });
 
 test("mode off with a last index: segments polled up to it, every message once, then no polling", async () => {
-  let conn;
+  let conn!: Conn;
   const w = 200;
   const { cdn, c, of } = await inCdnMode({ windowMs: w }, (cn) => (conn = cn));
   await until("a hit", () => c.cdnStats.hits >= 1, 2000);

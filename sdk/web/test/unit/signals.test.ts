@@ -3,13 +3,14 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ErrorCode, HistoryUnavailableError, idFloor, SendError, VersionError } from "../../dist/index.js";
-import { harness, message } from "./fakeserver.mjs";
+import { ErrorCode, HistoryUnavailableError, idFloor, SendError, VersionError } from "../../src/index.js";
+import type { Login } from "../../src/gen/client_pb.js";
+import { harness, message } from "./fakeserver.js";
 
 const { server, client, until } = harness();
 
 test("a login says its protocol version; a reconnect recovers from the last id and room_seq seen", async () => {
-  const logins = [];
+  const logins: Login[] = [];
   const s = await server(async (c, n) => {
     logins.push(await c.acceptLogin({ protocolVersion: 1 }));
     if (n === 1) {
@@ -106,7 +107,7 @@ test("a LoginAck of a newer protocol version: a clear error, and no tight reconn
     await c.acceptLogin({ protocolVersion: newer ? 2 : 1 });
   });
   const { c, of } = client({ endpoints: [s.endpoint], reconnectMinDelayMs: 100, reconnectMaxDelayMs: 800 });
-  await assert.rejects(c.connect(), (e) => /protocol version 2, this SDK 1/.test(e.message));
+  await assert.rejects(c.connect(), (e: Error) => /protocol version 2, this SDK 1/.test(e.message));
   assert.equal(c.state, "idle");
 
   // A node upgraded under a connected client: it reconnects with a growing backoff.
@@ -114,24 +115,24 @@ test("a LoginAck of a newer protocol version: a clear error, and no tight reconn
   await c.connect();
   newer = true;
   const before = s.conns.length;
-  s.conns.at(-1).close(4500, "upgrade");
+  s.conns.at(-1)!.close(4500, "upgrade");
   await new Promise((r) => setTimeout(r, 1200));
   const attempts = s.conns.length - before;
   assert.ok(attempts >= 2 && attempts <= 6, `${attempts} attempts in 1.2 s`);
   const errors = of("error").filter((e) => /protocol version 2/.test(e.message));
   assert.ok(errors.length >= 2, "each attempt is reported");
   const delays = of("reconnecting").map((e) => e.delayMs);
-  assert.ok(delays.at(-1) > delays[0], `delays ${delays} should grow`);
+  assert.ok(delays.at(-1)! > delays[0], `delays ${delays} should grow`);
   assert.ok(of("reconnecting").slice(1).every((e) => e.reason instanceof Error && /protocol version/.test(e.reason.message)));
   assert.ok(VersionError, "exported");
 });
 
 test("109 BAD_RECOVER_SINCE: the hold ends at once, and the bad id is not asked again", async () => {
-  const logins = [];
-  const ackTimes = [];
+  const logins: Login[] = [];
+  const ackTimes: number[] = [];
   const s = await server(async (c, n) => {
     ackTimes.push(Date.now() + 5000); // the server's clock, ahead of ours
-    logins.push(await c.acceptLogin({ serverTimeMs: BigInt(ackTimes.at(-1)) }));
+    logins.push(await c.acceptLogin({ serverTimeMs: BigInt(ackTimes.at(-1)!) }));
     if (n === 1) {
       c.send("error", { seq: 0n, code: ErrorCode.BAD_RECOVER_SINCE, message: "not a message id" });
       setTimeout(() => c.close(4500), 100);
@@ -154,7 +155,7 @@ test("109 BAD_RECOVER_SINCE: the hold ends at once, and the bad id is not asked 
 });
 
 test("a reconnect before any message recovers from the first login's time", async () => {
-  const logins = [];
+  const logins: Login[] = [];
   const serverTime = 1796140709675;
   const s = await server(async (c, n) => {
     logins.push(await c.acceptLogin({ serverTimeMs: BigInt(serverTime + n) }));

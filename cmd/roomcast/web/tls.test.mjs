@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { launchChromium, startDev, waitFor } from "./dev.mjs";
+import { launchChromium, startDev, waitFor } from "../../../internal/testkit/browser/dev.mjs";
 
 let dir, dev, browser;
 

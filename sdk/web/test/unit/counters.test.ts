@@ -3,8 +3,9 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ErrorCode, NotConnectedError, RoomcastError, SendError, validCounterName } from "../../dist/index.js";
-import { harness, until } from "./fakeserver.mjs";
+import { ErrorCode, NotConnectedError, RoomcastError, SendError, validCounterName } from "../../src/index.js";
+import type { CounterRefusedEvent, CountersEvent } from "../../src/index.js";
+import { harness, until } from "./fakeserver.js";
 
 const { server, client } = harness();
 
@@ -25,7 +26,7 @@ test("addCounter writes CounterAdds; a refusal comes as counterRefused with its 
   const { c } = client({ endpoints: [s.endpoint] });
   assert.throws(() => c.addCounter("like"), NotConnectedError);
   await c.connect();
-  const refused = [];
+  const refused: CounterRefusedEvent[] = [];
   c.on("counterRefused", (e) => refused.push(e));
   assert.throws(() => c.addCounter("no spaces"), RoomcastError);
   assert.throws(() => c.addCounter("like", 0), RoomcastError);
@@ -50,7 +51,7 @@ test("counters events carry every counter, and only newer versions", async () =>
     conn.send("counterTotals", { version: 7n, counters: [{ name: "like", total: 52n }] }); // the rose reset
   });
   const { c } = client({ endpoints: [s.endpoint] });
-  const seen = [];
+  const seen: CountersEvent[] = [];
   c.on("counters", (e) => seen.push(e));
   await c.connect();
   await until("two counters events", () => seen.length === 2);

@@ -5,10 +5,10 @@
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Client, CloseCode, ErrorCode, SendError } from "../../dist/index.js";
-import { mintToken, startDev } from "./dev.mjs";
+import { Client, CloseCode, ErrorCode, type LimitedEvent, SendError } from "../../src/index.js";
+import { type Dev, mintToken, startDev } from "../../../../internal/testkit/browser/dev.mjs";
 
-let dev;
+let dev: Dev;
 
 before(async () => {
   dev = await startDev(["--chatlinks", "1", "--limit-joins-per-room", "5/s:2", "--limit-sends-per-conn", "5/s:1"]);
@@ -20,7 +20,7 @@ after(async () => {
 
 test("a crowd over the room's join rate waits the hint and every member logs in", async () => {
   const members = 8;
-  const limited = [];
+  const limited: LimitedEvent[] = [];
   const clients = await Promise.all(Array.from({ length: members }, async (_, i) => {
     const c = new Client({ token: await mintToken(dev.url, `m${i}`, "crowd"), dispatcher: dev.url, transport: "ws" });
     c.on("limited", (e) => limited.push(e));

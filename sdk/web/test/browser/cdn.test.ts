@@ -5,10 +5,10 @@
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Client } from "../../dist/index.js";
-import { api, mintToken, startDev, waitFor } from "./dev.mjs";
+import { Client } from "../../src/index.js";
+import { api, type Dev, mintToken, startDev, waitFor } from "../../../../internal/testkit/browser/dev.mjs";
 
-let dev;
+let dev: Dev;
 
 before(async () => {
   dev = await startDev(["--chatlinks", "1"]);
@@ -18,7 +18,7 @@ after(async () => {
   await dev?.stop();
 });
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test("CDN mode off while bulk messages flow: each message once, then no polling", async () => {
   const room = "finale";
@@ -26,7 +26,7 @@ test("CDN mode off while bulk messages flow: each message once, then no polling"
   const members = [];
   try {
     for (let i = 0; i < 2; i++) {
-      const got = [];
+      const got: string[] = [];
       // The room is in CDN mode once the manager has a route for it: log in until the LoginAck says so.
       const c = await waitFor("a LoginAck in CDN mode", async () => {
         const c = new Client({ token: await mintToken(dev.url, `viewer${i}`, room), dispatcher: dev.url, transport: "ws" });
@@ -40,7 +40,7 @@ test("CDN mode off while bulk messages flow: each message once, then no polling"
     }
     // 10 bulk messages a second (under a member's budget on the connection: none is thinned)
     // for 5 s; the mode goes off 2 s in.
-    const sent = [];
+    const sent: string[] = [];
     const start = Date.now();
     let off = false;
     while (Date.now() - start < 5000) {

@@ -2,17 +2,36 @@
 // server clock that may be off ours, and a fetch that serves them from vendors that may fail.
 
 import { gzipSync } from "node:zlib";
-import { create, toBinary } from "@bufbuild/protobuf";
-import { CdnConfigSchema, SegmentSchema } from "../../dist/gen/cdn_pb.js";
-import { CdnMode } from "../../dist/index.js";
+import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { type CdnConfig, CdnConfigSchema, SegmentSchema } from "../../src/gen/cdn_pb.js";
+import type { Message } from "../../src/gen/message_pb.js";
+import { CdnMode } from "../../src/index.js";
+
+/** Vendor is a CDN vendor of a CdnConfig: its URL template, weight and regions. */
+export interface Vendor {
+  template: string;
+  weight?: number;
+  regions?: string[];
+}
+
+/** How a fake vendor answers: with the segment, HTTP 500, a network error, or bytes that are no segment. */
+export type Behaviour = "ok" | "500" | "down" | "garbage";
+
+/** CdnOptions configure startCdn. */
+export interface CdnOptions {
+  windowMs?: number;
+  offsetMs?: number;
+  graceMs?: number;
+  vendors?: Record<string, Behaviour>;
+}
 
 /** encodeSegment returns a segment as stored: protobuf, gzip-compressed. */
-export function encodeSegment(fields) {
+export function encodeSegment(fields: MessageInitShape<typeof SegmentSchema>): Uint8Array<ArrayBuffer> {
   return gzipSync(toBinary(SegmentSchema, create(SegmentSchema, fields)));
 }
 
 /** cdnConfig builds a CdnConfig in bulk mode for vendors ({url_template, weight}). */
-export function cdnConfig(windowMs, vendors, mode = CdnMode.BULK) {
+export function cdnConfig(windowMs: number, vendors: Vendor[], mode: CdnMode = CdnMode.BULK): CdnConfig {
   return create(CdnConfigSchema, {
     mode, windowMs, pollIntervalMs: windowMs, pollJitterMs: Math.round(windowMs / 10),
     vendors: vendors.map((v) => ({ urlTemplate: v.template, weight: v.weight ?? 1, regions: v.regions ?? [] })),
@@ -29,13 +48,13 @@ export function cdnConfig(windowMs, vendors, mode = CdnMode.BULK) {
  * fetch serves {base}/demo/r1/{window}/{index} for the bases in `vendors` (name -> behaviour:
  * "ok", "500", "down" for a network error, "garbage"); calls records every request.
  */
-export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors = { "http://cdn-a": "ok" } } = {}) {
+export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors = { "http://cdn-a": "ok" } }: CdnOptions = {}) {
   const serverNow = () => Date.now() + offsetMs;
-  const written = new Map(); // index -> body
-  const pending = new Map(); // index -> messages
-  const never = new Set();
-  const bodies = new Map();
-  const calls = [];
+  const written = new Map<number, Uint8Array<ArrayBuffer>>(); // index -> body
+  const pending = new Map<number, Message[]>(); // index -> messages
+  const never = new Set<number>();
+  const bodies = new Map<number, Uint8Array<ArrayBuffer>>();
+  const calls: { url: string; at: number }[] = [];
   let next = Math.floor(serverNow() / windowMs);
   const cdn = { lastIndex: Infinity };
   const timer = setInterval(() => {
@@ -48,10 +67,11 @@ export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors =
       next++;
     }
   }, 10);
-  const fetch = async (url) => {
+  const fetch = async (input: string | URL | Request): Promise<Response> => {
+    const url = String(input);
     calls.push({ url, at: Date.now() });
     const m = /^(https?:\/\/[^/]+)\/demo\/r1\/(\d+)\/(-?\d+)$/.exec(url);
-    const how = m && vendors[m[1]];
+    const how = m && vendors[m[1]!];
     if (!m || !how) return new Response("no such vendor", { status: 404 });
     if (how === "down") throw new TypeError("fetch failed");
     if (how === "500") return new Response("upstream broke", { status: 500 });
@@ -66,12 +86,12 @@ export function startCdn({ windowMs = 200, offsetMs = 0, graceMs = 30, vendors =
     fetch, calls, never, bodies, serverNow, windowMs,
     /** the indexes asked for, in order */
     indexes: () => calls.map((c) => Number(c.url.split("/").at(-1))),
-    add(msg) {
+    add(msg: Message) {
       const i = Math.floor(Number(msg.serverTimeMs) / windowMs);
       if (!pending.has(i)) pending.set(i, []);
-      pending.get(i).push(msg);
+      pending.get(i)!.push(msg);
     },
-    config(mode) {
+    config(mode?: CdnMode) {
       return cdnConfig(windowMs, Object.keys(vendors).map((b) => ({ template: `${b}/{app}/{room}/{window_ms}/{index}` })), mode);
     },
     stop: () => clearInterval(timer),

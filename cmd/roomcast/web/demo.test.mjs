@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { api, launchChromium, repo, sendAsApp, startDev, waitFor } from "./dev.mjs";
+import { api, launchChromium, repo, sendAsApp, startDev, waitFor } from "../../../internal/testkit/browser/dev.mjs";
 
 let dev, browser;
 

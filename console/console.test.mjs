@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { launchChromium, repo, roomcastBinary, startDev, waitFor } from "./dev.mjs";
+import { launchChromium, repo, roomcastBinary, startDev, waitFor } from "../internal/testkit/browser/dev.mjs";
 
 let dev, browser, bench;
 

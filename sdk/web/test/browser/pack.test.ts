@@ -8,11 +8,11 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
-import { mintToken, startDev } from "./dev.mjs";
+import { type Dev, mintToken, startDev } from "../../../../internal/testkit/browser/dev.mjs";
 
 const sdk = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const tsc = join(sdk, "node_modules/typescript/bin/tsc");
-let dev, dir;
+let dev: Dev, dir: string;
 
 before(async () => {
   dev = await startDev(["--chatlinks", "1"]);

@@ -4,12 +4,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { MessageSchema, QueueEntrySchema, QueueEventSchema } from "../../dist/gen/message_pb.js";
-import { Lane, QUEUE_EVENT_TYPE, QueueError, queueEventOf, QueueOp, QueueView } from "../../dist/index.js";
-import { harness } from "./fakeserver.mjs";
+import { MessageSchema, QueueEntrySchema, QueueEventSchema } from "../../src/gen/message_pb.js";
+import { Lane, QUEUE_EVENT_TYPE, QueueError, queueEventOf, QueueOp, QueueView } from "../../src/index.js";
+import { harness } from "./fakeserver.js";
 
 const { server, client } = harness();
-const entry = (key, uid = "u1") => create(QueueEntrySchema, { key, uid });
+const entry = (key: string, uid = "u1") => create(QueueEntrySchema, { key, uid });
 
 test("queue requests get their own replies; refusals are QueueErrors", async () => {
   const s = await server(async (conn) => {
@@ -41,7 +41,7 @@ test("queue requests get their own replies; refusals are QueueErrors", async () 
 });
 
 test("QueueView applies events in version order; queueEventOf takes only the server's", () => {
-  const ev = (version, op, ...keys) => create(QueueEventSchema, { version, op, entries: keys.map((k) => entry(k)) });
+  const ev = (version: bigint, op: QueueOp, ...keys: string[]) => create(QueueEventSchema, { version, op, entries: keys.map((k) => entry(k)) });
   const v = new QueueView();
   v.reset([entry("a")], 4n);
   assert.equal(v.apply(ev(6n, QueueOp.OFFER, "c")), true); // early: waits for 5
@@ -57,7 +57,7 @@ test("QueueView applies events in version order; queueEventOf takes only the ser
   assert.equal(v.version, 9n);
 
   const body = toBinary(QueueEventSchema, ev(3n, QueueOp.CLEAR));
-  const msg = (sender, type = QUEUE_EVENT_TYPE, lane = Lane.CRITICAL) => create(MessageSchema, { type, sender, lane, body });
+  const msg = (sender: string, type = QUEUE_EVENT_TYPE, lane = Lane.CRITICAL) => create(MessageSchema, { type, sender, lane, body });
   assert.equal(queueEventOf(msg(""))?.version, 3n);
   assert.equal(queueEventOf(msg("mallory")), undefined);
   assert.equal(queueEventOf(msg("", "chat")), undefined);
