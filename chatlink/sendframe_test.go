@@ -29,10 +29,10 @@ func sendFrameCases(t testing.TB) [][]byte {
 		send(&clientpb.Send{Body: make([]byte, 70000)}),
 		enc(&clientpb.Frame{Kind: &clientpb.Frame_Heartbeat{Heartbeat: &clientpb.Heartbeat{ClientTimeMs: 1}}}),
 		enc(&clientpb.Frame{Kind: &clientpb.Frame_SendAck{SendAck: &clientpb.SendAck{Seq: 1}}}),
-		append(append([]byte{}, full...), full...),                        // two Sends: proto merges them
-		append(append([]byte{}, full...), 0x22, 0),                        // then a Push
-		append(append([]byte{}, full...), 0x00),                           // a bad tag after
-		full[:len(full)-1],                                                // cut short
+		append(append([]byte{}, full...), full...), // two Sends: proto merges them
+		append(append([]byte{}, full...), 0x22, 0), // then a Push
+		append(append([]byte{}, full...), 0x00),    // a bad tag after
+		full[:len(full)-1],                         // cut short
 		nil,
 	}
 	// A Send whose fields repeat (the last wins), arrive out of order, carry an unknown field or
