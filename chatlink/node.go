@@ -82,6 +82,7 @@ type Node struct {
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup  // every goroutine the node starts
 	poll       *netpoll.Poller // tells when client sockets are readable; nil with Config.ReaderGoroutines
+	readers    chan *polled    // idle readers take a readable connection here (polled.go)
 	rings      *uring.Rings    // io_uring rings for batch sends (batch.go); nil when writes are plain
 	ringFailed atomic.Bool     // a batch found no ring and wrote plainly (logged once)
 
@@ -111,6 +112,7 @@ func New(cfg Config) (*Node, error) {
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.readers = make(chan *polled)
 	// Session numbers start from the boot time in milliseconds, shifted so a node can hand out
 	// 65536 sessions a millisecond: a restarted node never repeats an id it gave before.
 	n.sessionSeq.Store(uint64(time.Now().UnixMilli()) << 16)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/lxzan/gws"
 
@@ -142,8 +143,38 @@ func (p *polled) start(early []byte) {
 
 // readSoon runs on the poller's goroutine when the socket is readable, and hands the read to
 // a goroutine of its own: a read handles the client's frames, which may wait (a full queue, a
-// lock), and the poller must not.
-func (p *polled) readSoon() { go p.readable() }
+// lock), and the poller must not. An idle reader takes it if one waits, else a new one starts.
+func (p *polled) readSoon() {
+	select {
+	case p.n.readers <- p:
+	default:
+		go p.n.reader(p)
+	}
+}
+
+// readerIdle is how long a reader waits for another connection's read before it ends.
+const readerIdle = time.Second
+
+// reader reads for p, then for the connections handed to it on n.readers, until none comes for
+// readerIdle or the node stops. A goroutine started afresh for every read (a member's send is
+// often one read) starts on a small stack and grows it, copying, on the way down through the
+// frame's handling: a reader kept for the next read has grown it once. The readers idle at a
+// time are the most reads there were at once within readerIdle, not one a connection.
+func (n *Node) reader(p *polled) {
+	idle := time.NewTimer(readerIdle)
+	defer idle.Stop()
+	for {
+		p.readable()
+		idle.Reset(readerIdle)
+		select {
+		case p = <-n.readers:
+		case <-idle.C:
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
 
 // readable reads, on a goroutine of its own.
 func (p *polled) readable() {
