@@ -444,16 +444,18 @@ func TestRawMembersBeatAtTheServersInterval(t *testing.T) {
 }
 
 // Members' own sends: every send answered and accepted, each delivered to every other member
-// or counted in the Pushes as thinned (the room's default budget, 20 a second, is below the 40
+// or counted in the Pushes as thinned (the room's default budget, 20 a second, is below the 200
 // sent), the room service's send requests counted, and the bus carrying fewer requests than
-// sends (the ChatLink's windows).
+// sends (the ChatLink's windows). The uploaders' sends are spread evenly, one every 5 ms, so a
+// 20 ms window gathers several even on an idle machine (at one every 25 ms, as before, each
+// window held one send and the test passed only when a loaded machine bunched them).
 func TestUpload(t *testing.T) {
 	t.Parallel()
 	oneLoad.Lock()
 	defer oneLoad.Unlock()
 	c := startCluster(t)
 	cfg := config(c, 20)
-	cfg.Uploaders, cfg.Every, cfg.Duration, cfg.Lane = 10, 250*time.Millisecond, publishFor(), "normal"
+	cfg.Uploaders, cfg.Every, cfg.Duration, cfg.Lane = 20, 100*time.Millisecond, publishFor(), "normal"
 	res, err := loadgen.RunUpload(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
