@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	./chatlink/internal/wsproto:FuzzReadUpgrade \
 	./chatlink:FuzzTCPFrames \
 	./chatlink:FuzzClientFrame \
+	./chatlink:FuzzDecodeSendFrame \
 	./chatlink:FuzzSSE \
 	./internal/auth:FuzzVerify \
 	./internal/auth:FuzzDecodePlain \
