@@ -52,12 +52,12 @@ FUZZ_TARGETS := \
 
 ## test: everything CI checks: generated code up to date, formatting, vet, staticcheck, every
 ## test with -race (the load generator's at their -short sizes), every fuzz target for
-## TEST_FUZZTIME, the chaos cases (chaos-ci), and the web: the SDK (web-test), the demo page
-## (demo-test) and the console's page (console-test).
-test: proto-check lint unit fuzz chaos-ci web-test demo-test console-test
+## TEST_FUZZTIME, the chaos cases (chaos-ci), the web: the SDK (web-test), the demo page
+## (demo-test) and the console's page (console-test), and the files of deploy/ (deploy-check).
+test: proto-check lint unit fuzz chaos-ci web-test demo-test console-test deploy-check
 
 ## test-long: the same, with every test at full size (longer load-generator runs).
-test-long: proto-check lint unit-long fuzz chaos-ci web-test demo-test console-test
+test-long: proto-check lint unit-long fuzz chaos-ci web-test demo-test console-test deploy-check
 
 # How long `make test` fuzzes each target, after replaying its seed corpus (f.Add and
 # testdata/fuzz): bounded, so that CI's time stays bounded; `make fuzz` alone takes FUZZTIME.
@@ -72,13 +72,15 @@ installed = go version -m $(GOBIN)/$(1) 2>/dev/null | awk -v mod=$(2) -v ver=$(3
 go_install = $(call installed,$(1),$(2),$(3)) || { echo "go install $(4)@$(3)"; go install $(4)@$(3); }
 
 # debs installs the Debian packages the tests use, in one apt-get: protoc (protobuf-compiler),
-# nginx (the CDN edge of the CDN tests) and chromium (the browser tests). Each is looked for by
+# nginx (the CDN edge of the CDN tests), chromium (the browser tests) and promtool (prometheus:
+# rules-check). Each is looked for by
 # what the tests run, so a machine that has them another way installs nothing.
 debs:
 	@missing=""; \
 	protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)" || missing="$$missing protobuf-compiler"; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		echo "apt-get install$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -260,3 +262,16 @@ console-test: browser-deps
 ## web-bench: web SDK messages received per second in chromium (docs/benchmarks.md).
 web-bench: web-deps browser-deps
 	cd $(WEB) && node bench/decode.mjs
+
+# ---- deploy/: the files an operator loads ----
+
+.PHONY: deploy-check rules-check
+
+## rules-check: the Prometheus rules (deploy/prometheus/roomcast.rules.yml) load (promtool check
+## rules) and pass their unit tests (promtool test rules: each alert fires on the sample series
+## that should fire it, and stays quiet on the others).
+rules-check: debs
+	cd deploy/prometheus && promtool check rules roomcast.rules.yml && promtool test rules roomcast.rules.test.yml
+
+## deploy-check: every check of deploy/ that is not a Go test (those run in unit).
+deploy-check: rules-check
