@@ -265,7 +265,7 @@ web-bench: web-deps browser-deps
 
 # ---- deploy/: the files an operator loads ----
 
-.PHONY: deploy-check rules-check
+.PHONY: deploy-check rules-check kubernetes-check
 
 ## rules-check: the Prometheus rules (deploy/prometheus/roomcast.rules.yml) load (promtool check
 ## rules) and pass their unit tests (promtool test rules: each alert fires on the sample series
@@ -273,5 +273,13 @@ web-bench: web-deps browser-deps
 rules-check: debs
 	cd deploy/prometheus && promtool check rules roomcast.rules.yml && promtool test rules roomcast.rules.test.yml
 
-## deploy-check: every check of deploy/ that is not a Go test (those run in unit).
-deploy-check: rules-check
+## kubernetes-check: deploy/kubernetes/roomcast.yaml decodes strictly into the Kubernetes API's
+## types (k8s.io/api, pinned by the go.mod of deploy/kubernetes/check, a module of its own so
+## that roomcast's does not require the Kubernetes API; the module proxy serves it, no schema is
+## fetched), and its selectors, ports and disruption budgets hold together.
+kubernetes-check:
+	cd deploy/kubernetes/check && go vet ./... && go test -count=1 ./...
+
+## deploy-check: the checks of deploy/ outside the roomcast module's tests (those run in unit:
+## TestDeployKubernetes, TestDeployPrometheusRules, ...).
+deploy-check: rules-check kubernetes-check

@@ -214,6 +214,11 @@ func TestDeployKubernetes(t *testing.T) {
 		}
 		ReadinessProbe probe `yaml:"readinessProbe"`
 		LivenessProbe  probe `yaml:"livenessProbe"`
+		Lifecycle      struct {
+			PreStop struct {
+				Exec struct{ Command []string }
+			} `yaml:"preStop"`
+		}
 	}
 	type object struct {
 		Kind     string
@@ -324,9 +329,24 @@ func TestDeployKubernetes(t *testing.T) {
 				}
 			}
 			if fs.Name() == "chatlink" {
+				grace := time.Duration(o.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 				spread, _ := time.ParseDuration(fs.Lookup("drain-spread").Value.String())
-				if grace := time.Duration(o.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= spread {
+				if grace <= spread {
 					t.Errorf("terminationGracePeriodSeconds %v does not leave the drain its --drain-spread %v", grace, spread)
+				}
+				// The preStop hook drains this node (its name from the container's
+				// environment, set above) within the grace period.
+				hook := c.Lifecycle.PreStop.Exec.Command
+				if len(hook) < 2 || hook[0] != "roomcast" || hook[1] != "drain" {
+					t.Fatalf("preStop %q, want roomcast drain", hook)
+				}
+				drain := configured(t, hook[1], hook[2:]...)
+				if node := drain.Lookup("node").Value.String(); node == "" || node != env["ROOMCAST_NODE"] {
+					t.Errorf("preStop drains node %q, the container is node %q", node, env["ROOMCAST_NODE"])
+				}
+				hookSpread, _ := time.ParseDuration(drain.Lookup("spread").Value.String())
+				if hookSpread <= 0 || grace <= hookSpread {
+					t.Errorf("preStop drains over %v: want a spread within terminationGracePeriodSeconds %v", hookSpread, grace)
 				}
 			}
 		})
