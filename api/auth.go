@@ -42,7 +42,7 @@ func (a *API) authorizeScope(authorization, scope, call string) (string, error) 
 	if !ok {
 		return "", apiError(clientpb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "missing authorization: Bearer <API key>")
 	}
-	grant, ok := a.cfg.Keys.Lookup(key)
+	grant, ok := a.lookupKey(key)
 	if !ok {
 		return "", apiError(clientpb.ErrorCode_ERROR_CODE_UNAUTHORIZED, "unknown API key")
 	}

@@ -210,7 +210,7 @@ func (a *API) record(calls *callMetrics, start time.Time, code clientpb.ErrorCod
 // auditCaller is the start of an audit record: the call and the key that made it.
 func (a *API) auditCaller(calls *callMetrics, authz string) []slog.Attr {
 	key, _ := strings.CutPrefix(authz, "Bearer ")
-	k, _ := a.cfg.Keys.Lookup(key)
+	k, _ := a.lookupKey(key)
 	return []slog.Attr{
 		slog.String("transport", calls.transport), slog.String("method", calls.method),
 		slog.String("app", k.App), slog.String("key", keyFingerprint(key)),

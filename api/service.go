@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,7 +61,7 @@ type Config struct {
 	// Bus is the NATS connection to the services. Required; its server must have JetStream.
 	Bus *nats.Conn
 	// Keys maps API keys to their apps and scopes (Scopes; a key with none has every scope).
-	// Required.
+	// Required. API.SetKeys replaces them while the API runs.
 	Keys auth.APIKeys
 	// Timeout bounds each request to a service or a node. Zero value means 3s.
 	Timeout time.Duration
@@ -183,6 +184,8 @@ type API struct {
 	// The apps' own limits (limits.go): written by SetAppLimits, read through a cache.
 	limitStore *applimits.Store
 	appLimits  *applimits.Cache
+	// keys are the API keys in force: cfg.Keys, until SetKeys replaces them.
+	keys atomic.Pointer[auth.APIKeys]
 }
 
 var _ apipb.RoomcastAPIServer = (*API)(nil)
@@ -219,8 +222,34 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{counters: cs, cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
-		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}, nil
+	a := &API{counters: cs, cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
+		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}
+	a.keys.Store(&cfg.Keys)
+	return a, nil
+}
+
+// SetKeys replaces the API keys in force: calls that arrive after it returns are checked
+// against keys, so a key left out stops working and a new one starts. Keys that would not
+// pass New (none, an unknown scope) are refused and the keys in force stay.
+func (a *API) SetKeys(keys auth.APIKeys) error {
+	if len(keys) == 0 {
+		return errors.New("api: no API key")
+	}
+	for _, k := range keys {
+		if err := CheckScopes(k.Scopes); err != nil {
+			return fmt.Errorf("api: the key of app %q: %w", k.App, err)
+		}
+	}
+	a.keys.Store(&keys)
+	return nil
+}
+
+// lookupKey returns what an API key grants, among the keys in force.
+func (a *API) lookupKey(key string) (auth.APIKey, bool) {
+	if keys := a.keys.Load(); keys != nil {
+		return keys.Lookup(key)
+	}
+	return a.cfg.Keys.Lookup(key) // an API made without New (tests)
 }
 
 // NewGRPCServer returns a gRPC server serving the API (and the reflection service, for

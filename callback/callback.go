@@ -22,8 +22,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -121,7 +123,8 @@ func (c Config) withDefaults() (Config, error) {
 type Client struct {
 	cfg       Config
 	m         *metrics
-	endpoints map[endpointKey]*endpoint
+	endpoints atomic.Pointer[map[endpointKey]*endpoint] // the hooks in force: cfg.Apps's, until SetApps
+	setMu     sync.Mutex                                // serializes SetApps
 
 	ctx    context.Context // ends the calls in flight at Close
 	cancel context.CancelFunc
@@ -141,25 +144,64 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, endpoints: map[endpointKey]*endpoint{}}
+	c := &Client{cfg: cfg}
 	if c.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	apps := make([]string, 0, len(cfg.Apps))
-	for app := range cfg.Apps {
-		apps = append(apps, app)
+	c.endpoints.Store(c.buildEndpoints(cfg.Apps, nil))
+	return c, nil
+}
+
+// buildEndpoints returns the endpoints of apps (whose defaults are filled in), keeping those of
+// old whose app, hook and configuration did not change: their breakers and calls in flight go
+// on.
+func (c *Client) buildEndpoints(apps map[string]AppConfig, old map[endpointKey]*endpoint) *map[endpointKey]*endpoint {
+	names := make([]string, 0, len(apps))
+	for app := range apps {
+		names = append(names, app)
 	}
-	sort.Strings(apps)
-	for _, app := range apps {
-		a := cfg.Apps[app]
+	sort.Strings(names)
+	eps := map[endpointKey]*endpoint{}
+	for _, app := range names {
+		a := apps[app]
 		for hook, url := range map[Hook]string{HookLogin: a.LoginURL, HookSend: a.SendURL} {
-			if url != "" {
-				c.endpoints[endpointKey{app, hook}] = c.newEndpoint(app, hook, url, a)
+			if url == "" {
+				continue
+			}
+			key := endpointKey{app, hook}
+			if e := old[key]; e != nil && e.url == url && sameSettings(e.cfg, a) {
+				eps[key] = e
+			} else {
+				eps[key] = c.newEndpoint(app, hook, url, a)
 			}
 		}
 	}
-	return c, nil
+	return &eps
+}
+
+// sameSettings says whether two configurations of an app set a hook the same, whatever the
+// other hook's URL.
+func sameSettings(a, b AppConfig) bool {
+	a.LoginURL, a.SendURL, b.LoginURL, b.SendURL = "", "", "", ""
+	return reflect.DeepEqual(a, b)
+}
+
+// SetApps replaces the apps' callbacks: calls made after it returns go to the new hooks; calls
+// in flight finish where they went. A hook whose configuration did not change keeps its
+// breaker. A configuration that New would refuse is refused, and the callbacks in force stay.
+func (c *Client) SetApps(apps map[string]AppConfig) error {
+	filled := make(map[string]AppConfig, len(apps))
+	for app, a := range apps {
+		var err error
+		if filled[app], err = a.withDefaults(); err != nil {
+			return fmt.Errorf("callback: app %q: %w", app, err)
+		}
+	}
+	c.setMu.Lock()
+	defer c.setMu.Unlock()
+	c.endpoints.Store(c.buildEndpoints(filled, *c.endpoints.Load()))
+	return nil
 }
 
 // Has reports whether app has a hook.
@@ -167,7 +209,7 @@ func (c *Client) Has(app string, hook Hook) bool {
 	if c == nil {
 		return false
 	}
-	_, ok := c.endpoints[endpointKey{app, hook}]
+	_, ok := (*c.endpoints.Load())[endpointKey{app, hook}]
 	return ok
 }
 
@@ -266,7 +308,7 @@ func (c *Client) submit(app string, hook Hook, env *Envelope, payload any, lane 
 	if c == nil {
 		return false
 	}
-	e := c.endpoints[endpointKey{app, hook}]
+	e := (*c.endpoints.Load())[endpointKey{app, hook}]
 	if e == nil {
 		return false
 	}

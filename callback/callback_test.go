@@ -327,7 +327,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 			a.Breaker = BreakerConfig{Failures: 3, FailureRate: 2, OpenFor: 10 * time.Second, Probes: 2}
 		})(cfg)
 	})
-	e := c.endpoints[endpointKey{"a", HookLogin}]
+	e := (*c.endpoints.Load())[endpointKey{"a", HookLogin}]
 	state := func() float64 { return testutil.ToFloat64(c.m.state.WithLabelValues("a", "login")) }
 	expect := func(want breakerState, calls int64) {
 		t.Helper()
@@ -573,5 +573,43 @@ func TestLoadFile(t *testing.T) {
 	t.Setenv("RC_TEST_CB_SHORT", "short")
 	if _, err := LoadFile(write(`{"apps": {"x": {"login_url": "https://x/l", "secret_env": "RC_TEST_CB_SHORT"}}}`)); err == nil || !strings.Contains(err.Error(), "16 bytes") {
 		t.Errorf("short secret: %v", err)
+	}
+}
+
+// TestSetApps: new hooks take the calls made after SetApps; a hook whose configuration did not
+// change keeps its endpoint (and breaker); a configuration New would refuse changes nothing;
+// an app left out is no longer called.
+func TestSetApps(t *testing.T) {
+	first, second := newBackend(t), newBackend(t)
+	c := newClient(t, first, nil, nil)
+	if d := login(t, c); !d.Allow || first.calls.Load() != 1 {
+		t.Fatalf("before: %+v, %d calls", d, first.calls.Load())
+	}
+	sendBefore := (*c.endpoints.Load())[endpointKey{"a", HookSend}]
+	apps := map[string]AppConfig{"a": {
+		LoginURL: second.srv.URL + "/login", SendURL: first.srv.URL + "/send", Secret: secret,
+		Timeout: 2 * time.Second,
+	}}
+	if err := c.SetApps(apps); err != nil {
+		t.Fatal(err)
+	}
+	if d := login(t, c); !d.Allow || second.calls.Load() != 1 || first.calls.Load() != 1 {
+		t.Fatalf("after: %+v, calls %d to the old hook and %d to the new", d, first.calls.Load(), second.calls.Load())
+	}
+	if (*c.endpoints.Load())[endpointKey{"a", HookSend}] != sendBefore {
+		t.Error("the unchanged send hook got a new endpoint (and breaker)")
+	}
+	bad := map[string]AppConfig{"a": {LoginURL: first.srv.URL + "/login", Secret: []byte("short")}}
+	if err := c.SetApps(bad); err == nil {
+		t.Fatal("a 5-byte secret was taken")
+	}
+	if login(t, c); second.calls.Load() != 2 {
+		t.Errorf("after a refused configuration the login went elsewhere: %d calls to the hook in force", second.calls.Load())
+	}
+	if err := c.SetApps(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.Has("a", HookLogin) {
+		t.Error("app a still has a login hook after SetApps without it")
 	}
 }

@@ -31,7 +31,7 @@ type Config struct {
 	Node string
 	// Bus is the NATS connection. Required.
 	Bus *nats.Conn
-	// Keys verify login tokens, by app. Required.
+	// Keys verify login tokens, by app. Required. Node.SetKeys replaces them while it runs.
 	Keys auth.Keyring
 	// MaxTokenLifetime bounds, per app, how far ahead of now a login token's exp may be; a
 	// token that would stay valid longer is refused (4001 BAD_TOKEN). Its apps must be in

@@ -239,7 +239,7 @@ func (c *conn) login(l *clientpb.Login) {
 		c.refuseLogin(limit, retry, now)
 		return
 	}
-	claims, err := n.cfg.Keys.VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
+	claims, err := n.keys.Load().VerifyWithin(l.Token, n.cfg.MaxTokenLifetime)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
 		n.countLogin(c, start, "expired", clientpb.CloseCode_CLOSE_CODE_TOKEN_EXPIRED, "token expired")

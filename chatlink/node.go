@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"roomcast/chatlink/internal/uring"
+	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
@@ -92,6 +93,9 @@ type Node struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// keys are the token secrets in force: cfg.Keys until SetKeys replaces them.
+	keys atomic.Pointer[auth.Keyring]
 }
 
 // New checks cfg and returns a node; Start opens its listeners.
@@ -101,6 +105,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Log.With("node", cfg.Node), audit: cfg.Audit.With("node", cfg.Node, "audit", true)}
+	n.keys.Store(&cfg.Keys)
 	if n.limits, err = newLimiter(cfg); err != nil {
 		return nil, err
 	}
@@ -418,3 +423,15 @@ func (n *Node) shutdown(ctx context.Context) error {
 
 // now reads the node's clock (Config.Now).
 func (n *Node) now() time.Time { return n.cfg.Now() }
+
+// SetKeys replaces the token secrets logins are verified with: a login whose token arrives
+// after it returns is checked against keys, so a secret left out stops verifying and a new one
+// starts. Connections logged in already stay. An empty keyring is refused and the one in
+// force stays.
+func (n *Node) SetKeys(keys auth.Keyring) error {
+	if len(keys) == 0 {
+		return errors.New("chatlink: no token secret")
+	}
+	n.keys.Store(&keys)
+	return nil
+}

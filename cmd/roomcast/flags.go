@@ -230,7 +230,7 @@ func bindKVReplicasFlag(fs *flag.FlagSet, replicas *int) {
 // bindCallbacksFlag binds --callbacks, the file of the apps' login and send callbacks
 // (docs/callbacks.md); after parsing, the returned function loads it (nil without the flag).
 func bindCallbacksFlag(fs *flag.FlagSet) func() (map[string]callback.AppConfig, error) {
-	path := fs.String("callbacks", "", "JSON file of the apps' login and send callbacks: URLs, secret_file or secret_env, timeout, concurrency, breaker, fail-open or fail-closed (docs/callbacks.md; empty: none)")
+	path := fs.String("callbacks", "", "JSON file of the apps' login and send callbacks: URLs, secret_file or secret_env, timeout, concurrency, breaker, fail-open or fail-closed (docs/callbacks.md; empty: none; services read it again on SIGHUP and when it changes)")
 	return func() (map[string]callback.AppConfig, error) {
 		if *path == "" {
 			return nil, nil

@@ -16,6 +16,7 @@ import (
 // --otlp-endpoint and --trace-sample-ratio.
 type logFlags struct {
 	verbose  bool
+	level    slog.LevelVar // the handlers' level: -v's, changed by setVerbose
 	format   string
 	auditLog string
 	tracing  tracing.Config
@@ -37,15 +38,12 @@ func bindLogFlags(fs *flag.FlagSet) *logFlags {
 // It also starts exporting the process's traces when --otlp-endpoint is set. close sends the
 // spans still buffered and closes the audit file.
 func (f *logFlags) loggers(w io.Writer, role string) (log, audit *slog.Logger, close func(), err error) {
-	level := slog.LevelInfo
-	if f.verbose {
-		level = slog.LevelDebug
-	}
+	f.setVerbose(f.verbose)
 	newHandler, err := f.handler()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	h := newHandler(w, &slog.HandlerOptions{Level: level})
+	h := newHandler(w, &slog.HandlerOptions{Level: &f.level})
 	log = slog.New(h).With("role", role)
 	f.tracing.Service = "roomcast-" + role
 	stopTracing, err := tracing.Setup(f.tracing)
@@ -70,6 +68,16 @@ func (f *logFlags) loggers(w io.Writer, role string) (log, audit *slog.Logger, c
 	// Every audit record goes to the file whatever -v says: it is at info level or above.
 	audit = slog.New(slog.NewMultiHandler(h, newHandler(file, nil))).With("role", role)
 	return log, audit, func() { flush(); _ = file.Close() }, nil
+}
+
+// setVerbose sets the level of the loggers made by loggers: debug when verbose, else info (a
+// reload of -v).
+func (f *logFlags) setVerbose(verbose bool) {
+	if verbose {
+		f.level.Set(slog.LevelDebug)
+	} else {
+		f.level.Set(slog.LevelInfo)
+	}
 }
 
 // handler returns the constructor of --log-format's handler.

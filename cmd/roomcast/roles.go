@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"roomcast/api"
+	"roomcast/callback"
 	"roomcast/cdnpusher"
 	"roomcast/chatlink"
 	"roomcast/internal/auth"
@@ -36,7 +39,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindKVReplicasFlag(fs, &node.KVReplicas)
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9301", "address of /metrics, /healthz, /readyz, /livez and /debug/pprof/ (keep it private)")
 	secrets := pairs{}
-	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one)")
+	fs.Var(secrets, "secret", "APP=SECRET: token secret of an app (repeatable, at least one; read again on SIGHUP and when its file changes, docs/configuration.md)")
 	lifetimes := pairs{}
 	fs.Var(lifetimes, "token-max-lifetime", "APP=DURATION: how far ahead a login token of the app may expire; later is refused (repeatable; default 24h)")
 	logFlags := bindLogFlags(fs)
@@ -52,10 +55,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	limits()
-	node.Keys = auth.Keyring{}
-	for app, s := range secrets {
-		node.Keys[app] = []byte(s)
-	}
+	node.Keys = keyring(secrets)
 	node.MaxTokenLifetime = auth.Lifetimes{}
 	for app, s := range lifetimes {
 		d, err := time.ParseDuration(s)
@@ -81,6 +81,14 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	logs.release()
 	// After a drain the node is down already: this stops the ops endpoint and the connection.
 	defer func() { _ = cl.Shutdown(context.Background()) }()
+	reloader, err := startReload(fs, log, cl.Registry, func() error {
+		return reloadChatLink(fs, args, cl.Node, logFlags)
+	}, func() []string { return nil })
+	if err != nil {
+		log.Error("configuration reloads off", "err", err)
+	} else {
+		defer reloader.Stop()
+	}
 	select {
 	case <-ctx.Done():
 		dctx, cancel := context.WithTimeout(context.Background(), node.DrainSpread+30*time.Second)
@@ -113,7 +121,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	var pusher cdnpusher.ServiceConfig
 	bindS3Flags(fs, &pusher.Pusher)
 	keys := apiKeys{}
-	fs.Var(keys, "api-key", "KEY=APP or KEY=APP:SCOPE,SCOPE: a server API key, the app it acts for and the scopes of calls it may make, of send, moderate, read and admin (repeatable, at least one; without scopes: every scope)")
+	fs.Var(keys, "api-key", "KEY=APP or KEY=APP:SCOPE,SCOPE: a server API key, the app it acts for and the scopes of calls it may make, of send, moderate, read and admin (repeatable, at least one; without scopes: every scope; read again on SIGHUP and when its file changes, docs/configuration.md)")
 	fs.StringVar(&cfg.OpsListen, "ops", "127.0.0.1:9501", "address of the ops endpoint: /metrics, the admin /v1/nodes, /healthz, /readyz, /livez and /debug/pprof/ (keep it private; empty: none)")
 	fs.BoolVar(&cfg.PublicAdmin, "public-admin", false, "serve /metrics and the admin /v1/nodes on --listen too, as before --ops existed (compatibility only: they show anyone who reaches --listen your nodes)")
 	bindKVReplicasFlag(fs, &cfg.KVReplicas)
@@ -141,6 +149,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "roomcast services: --callbacks:", err)
 		return 2
 	}
+	callbacksFile := fs.Lookup("callbacks").Value.String()
 	if pusher.Pusher.Endpoint != "" {
 		pusher.Pusher.Window = cfg.CDN.Window
 		cfg.Pusher = &pusher
@@ -160,8 +169,85 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	logs.release()
 	defer s.Close()
+	reloader, err := startReload(fs, cfg.Log, s.Registry, func() error {
+		return reloadServices(fs, args, s, logFlags, &callbacksFile)
+	}, func() []string { return []string{callbacksFile} })
+	if err != nil {
+		cfg.Log.Error("configuration reloads off", "err", err)
+	} else {
+		defer reloader.Stop()
+	}
 	<-ctx.Done()
 	return 0
+}
+
+// reloadChatLink reads the ChatLink's configuration again and applies its token secrets and log
+// level, or nothing when they do not load.
+func reloadChatLink(fs *flag.FlagSet, args []string, node interface{ SetKeys(auth.Keyring) error }, logFlags *logFlags) error {
+	secrets, verbose := pairs{}, false
+	if err := rereadFlags(fs, args, func(fs *flag.FlagSet) {
+		fs.Var(secrets, "secret", "")
+		fs.BoolVar(&verbose, "v", false, "")
+	}); err != nil {
+		return err
+	}
+	if err := node.SetKeys(keyring(secrets)); err != nil {
+		return err
+	}
+	logFlags.setVerbose(verbose)
+	return nil
+}
+
+// reloadServices reads the services' configuration again and applies its API keys, callbacks
+// and log level, or nothing when any of them does not load. callbacksFile is the callbacks
+// file in force, which a reload may name anew.
+func reloadServices(fs *flag.FlagSet, args []string, s *roles.Services, logFlags *logFlags, callbacksFile *string) error {
+	keys, file, verbose := apiKeys{}, "", false
+	if err := rereadFlags(fs, args, func(fs *flag.FlagSet) {
+		fs.Var(keys, "api-key", "")
+		fs.StringVar(&file, "callbacks", "", "")
+		fs.BoolVar(&verbose, "v", false, "")
+	}); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return errors.New("no --api-key")
+	}
+	for _, k := range keys {
+		if err := api.CheckScopes(k.Scopes); err != nil {
+			return fmt.Errorf("--api-key of app %q: %w", k.App, err)
+		}
+	}
+	var apps map[string]callback.AppConfig
+	if file != "" {
+		if s.Callbacks == nil {
+			return errors.New("--callbacks: the process started without callbacks: restart it to add them")
+		}
+		var err error
+		if apps, err = callback.LoadFile(file); err != nil {
+			return fmt.Errorf("--callbacks: %w", err)
+		}
+	}
+	if s.Callbacks != nil {
+		if err := s.Callbacks.SetApps(apps); err != nil {
+			return fmt.Errorf("--callbacks: %w", err)
+		}
+	}
+	if err := s.API.SetKeys(auth.APIKeys(keys)); err != nil {
+		return err // not after the checks above
+	}
+	*callbacksFile = file
+	logFlags.setVerbose(verbose)
+	return nil
+}
+
+// keyring is the token secrets of --secret.
+func keyring(secrets pairs) auth.Keyring {
+	keys := auth.Keyring{}
+	for app, s := range secrets {
+		keys[app] = []byte(s)
+	}
+	return keys
 }
 
 func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"regexp"
 	"strings"
@@ -38,6 +39,12 @@ func TestDeployPrometheusRules(t *testing.T) {
 		t.Fatalf("roomcast.rules.yml: %v", err)
 	}
 	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	// What runChatLink and runServices add to their role's registry: the reload watcher's.
+	w, err := startReload(flag.NewFlagSet("chatlink", flag.ContinueOnError), nil, c.Registry, func() error { return nil }, func() []string { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	recorded, alerts := map[string]bool{}, map[string]bool{}
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {

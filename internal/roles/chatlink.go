@@ -53,6 +53,8 @@ func (c ChatLinkConfig) withDefaults() (ChatLinkConfig, error) {
 // ChatLink is a running ChatLink role.
 type ChatLink struct {
 	Node *chatlink.Node
+	// Registry is the one served on /metrics (ChatLinkConfig.Registry).
+	Registry *prometheus.Registry
 
 	bus          *busConns
 	ops          *opsEndpoint
@@ -105,7 +107,7 @@ func StartChatLink(cfg ChatLinkConfig) (_ *ChatLink, err error) {
 	if err = node.Start(); err != nil {
 		return nil, nodeListenError(ncfg, err)
 	}
-	c.Node = node
+	c.Node, c.Registry = node, cfg.Registry
 	c.ops.serve(newMux(cfg.Registry, c.health, c.ready, true), log)
 	return c, nil
 }

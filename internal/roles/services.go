@@ -64,7 +64,8 @@ type ServicesConfig struct {
 	API        api.Config
 	// Callbacks configures the apps' login and send callbacks (package callback), one client
 	// that every room instance of the process shares; its Log and Registerer are set here. Zero
-	// value means no app is called back.
+	// value (Apps nil) means no client: no app is called back, and none can be later. An empty,
+	// non-nil Apps starts a client with no hooks, to which Callbacks.SetApps may add some.
 	Callbacks callback.Config
 	// Registry receives the metrics and is served on /metrics. Zero value means a new registry
 	// with the Go runtime's and the process's collectors.
@@ -222,7 +223,7 @@ func StartServices(cfg ServicesConfig) (_ *Services, err error) {
 	if s.ops, err = listenOps(cfg.OpsListen); err != nil {
 		return nil, err
 	}
-	if len(cfg.Callbacks.Apps) > 0 {
+	if cfg.Callbacks.Apps != nil {
 		ccfg := cfg.Callbacks
 		ccfg.Log, ccfg.Registerer = cfg.Log, cfg.Registry
 		ccfg.MaxBodyBytes, ccfg.MaxTypeBytes = roomstore.MaxBodyBytes, roomstore.MaxTypeBytes
