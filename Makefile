@@ -265,7 +265,7 @@ web-bench: web-deps browser-deps
 
 # ---- deploy/: the files an operator loads ----
 
-.PHONY: deploy-check rules-check kubernetes-check
+.PHONY: deploy-check rules-check kubernetes-check image
 
 ## rules-check: the Prometheus rules (deploy/prometheus/roomcast.rules.yml) load (promtool check
 ## rules) and pass their unit tests (promtool test rules: each alert fires on the sample series
@@ -283,3 +283,25 @@ kubernetes-check:
 ## deploy-check: the checks of deploy/ outside the roomcast module's tests (those run in unit:
 ## TestDeployKubernetes, TestDeployPrometheusRules, ...).
 deploy-check: rules-check kubernetes-check
+
+# ---- the container image ----
+
+# The image's version: the tag of HEAD, or its commit; its time, the commit's (a reproducible
+# image: the same commit gives the same bytes).
+IMAGE_DIR ?= build/image
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_COMMIT = $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_CREATED = $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_ARCH ?= $(shell go env GOARCH)
+
+## image: the roomcast container image as an OCI image layout in IMAGE_DIR (build/image): a
+## static build of cmd/roomcast, stamped with IMAGE_VERSION and the commit, run as a user that
+## is not root (internal/tools/ociimage; no container runtime or daemon). Push it with
+## `skopeo copy oci:build/image docker://REGISTRY/roomcast:TAG` (or crane, or podman).
+image:
+	@mkdir -p build
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath \
+		-ldflags "-X main.stampedVersion=$(IMAGE_VERSION) -X main.stampedCommit=$(IMAGE_COMMIT)" -o build/roomcast ./cmd/roomcast
+	go run ./internal/tools/ociimage/mkimage -binary build/roomcast -out $(IMAGE_DIR) -version $(IMAGE_VERSION) \
+		-revision $(IMAGE_COMMIT) -created $(IMAGE_CREATED) -arch $(IMAGE_ARCH) \
+		$$([ -f /etc/ssl/certs/ca-certificates.crt ] && echo -ca-certs /etc/ssl/certs/ca-certificates.crt)

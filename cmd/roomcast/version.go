@@ -6,6 +6,11 @@ import (
 	"runtime/debug"
 )
 
+// stampedVersion and stampedCommit are the version and commit a build without Go's version
+// control stamping was given with -ldflags "-X main.stampedVersion=... -X main.stampedCommit=..."
+// (make image does so); the build information's win over them.
+var stampedVersion, stampedCommit string
+
 // runVersion prints what the binary was built from: the module's version (a tag, or
 // "(devel)" for a build from a checkout), the commit and whether the tree had changes, and the
 // Go version.
@@ -31,6 +36,13 @@ func versionText(info *debug.BuildInfo) string {
 	}
 	commit := settings["vcs.revision"]
 	if commit == "" {
+		commit = stampedCommit
+	}
+	version := info.Main.Version
+	if stampedVersion != "" && (version == "" || version == "(devel)") {
+		version = stampedVersion
+	}
+	if commit == "" {
 		commit = "unknown (built without version control information)"
 	} else {
 		if t := settings["vcs.time"]; t != "" {
@@ -40,5 +52,5 @@ func versionText(info *debug.BuildInfo) string {
 			commit += " (modified)"
 		}
 	}
-	return fmt.Sprintf("roomcast %s\ncommit   %s\ngo       %s %s/%s\n", info.Main.Version, commit, info.GoVersion, settings["GOOS"], settings["GOARCH"])
+	return fmt.Sprintf("roomcast %s\ncommit   %s\ngo       %s %s/%s\n", version, commit, info.GoVersion, settings["GOOS"], settings["GOARCH"])
 }
