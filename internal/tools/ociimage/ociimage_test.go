@@ -21,9 +21,7 @@ import (
 // it delivers every message. It also checks that the image runs as a user that is not root
 // and that writing it twice gives the same bytes.
 func TestImageRuns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary: not with -short")
-	}
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "roomcast")
 	const commit = "0123456789abcdef0123456789abcdef01234567"
