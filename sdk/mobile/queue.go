@@ -24,17 +24,6 @@ const (
 	QueueOpDrop   = "drop" // the owner's session ended (an entry offered with DropOnLeave)
 )
 
-// Error codes of QueueResult.ErrorCode (docs/protocol.md §4).
-const (
-	// ErrorQueueKeyExists (114): an offer with IfAbsent found its key taken, or the key is
-	// another member's.
-	ErrorQueueKeyExists = 114
-	// ErrorQueueNotFound (115): no entry with that key, or the queue is empty.
-	ErrorQueueNotFound = 115
-	// ErrorQueueFull (116): the queue holds as many entries as the room allows.
-	ErrorQueueFull = 116
-)
-
 // QueueEntry is an entry of a room's queue.
 type QueueEntry struct {
 	// Key is unique in the queue: 1 to 64 bytes of A-Z a-z 0-9 _ - . :
