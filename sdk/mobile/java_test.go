@@ -92,6 +92,17 @@ func TestJava(t *testing.T) {
 		}
 	}
 	t.Logf("cluster and java program: %v", time.Since(start).Round(time.Millisecond))
+
+	// The Kotlin sample compiles against the same classes.
+	t.Run("kotlin", func(t *testing.T) {
+		kotlinc := needTool(t, "kotlinc", "kotlinc (Debian's kotlin)")
+		start := time.Now()
+		cmd := exec.Command(kotlinc, "-nowarn", "-cp", b.classes, "-d", filepath.Join(t.TempDir(), "kotlin"), filepath.Join("testdata", "kotlin", "Room.kt"))
+		if out, err := cmd.CombinedOutput(); err != nil { // Debian's kotlinc warns of its JVM options: only a failure counts
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		t.Logf("kotlinc: %v", time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // javaBindings are the built bindings: the compiled classes (the generated ones, the stand-in
