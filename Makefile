@@ -18,6 +18,7 @@ VERSITYGW_VERSION := v1.8.0
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
 .PHONY: all build cross test test-long tools debs gotools proto proto-check lint vet unit unit-long docs-check fuzz chaos chaos-ci
+.PHONY: mobile-test
 .PHONY: web-deps browser-deps demo-deps web-proto web-build web-check web-unit web-browser web-test web-bench \
 	demo-build demo-check demo-test console-test
 
@@ -79,15 +80,18 @@ installed = go version -m $(GOBIN)/$(1) 2>/dev/null | awk -v mod=$(2) -v ver=$(3
 go_install = $(call installed,$(1),$(2),$(3)) || { echo "go install $(4)@$(3)"; go install $(4)@$(3); }
 
 # debs installs the Debian packages the tests use, in one apt-get: protoc (protobuf-compiler),
-# nginx (the CDN edge of the CDN tests), chromium (the browser tests) and promtool (prometheus:
-# rules-check). Each is looked for by
-# what the tests run, so a machine that has them another way installs nothing.
+# nginx (the CDN edge of the CDN tests), chromium (the browser tests), promtool (prometheus:
+# rules-check), a JDK (javac, java and jni.h: sdk/mobile's TestJava runs the Java bindings) and
+# kotlinc (TestJava compiles the Kotlin sample). Each is looked for by what the tests run, so a
+# machine that has them another way installs nothing.
 debs:
 	@missing=""; \
 	protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)" || missing="$$missing protobuf-compiler"; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	{ command -v javac && command -v java; } >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v kotlinc >/dev/null || missing="$$missing kotlin"; \
 	if [ -n "$$missing" ]; then \
 		echo "apt-get install$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -143,6 +147,13 @@ SLOW_TESTS := ./cdnmanager ./internal/tools/loadgen ./chatlink ./cmd/roomcast
 
 unit:
 	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
+
+## mobile-test: sdk/mobile's bindings (part of unit): gobind accepts the package (TestGobind), and
+## the generated Java classes, with the Go side built as a shared library for this machine's JDK,
+## log in to a cluster, send, receive, read history, offer to the room queue and recover after a
+## ChatLink is killed (TestJava).
+mobile-test: debs gotools
+	go test -race -count=1 -run 'TestGobind|TestJava' -v ./sdk/mobile
 
 ## docs-check: the docs check alone (part of unit): the flags, routes, metrics and codes that
 ## README.md and docs/*.md name exist in the code, and every flag and route is documented.

@@ -38,11 +38,14 @@ type Client struct {
 	done   chan struct{} // closed when the Client has stopped; err is set by then
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex    // guards the fields below
-	cur   *conn         // the live connection; nil while reconnecting
-	ready chan struct{} // closed when cur is set
-	last  *conn         // the latest connection that logged in
-	err   error
+	mu     sync.Mutex    // guards the fields below
+	cur    *conn         // the live connection; nil while reconnecting
+	ready  chan struct{} // closed when cur is set
+	last   *conn         // the latest connection that logged in
+	err    error
+	paused bool // Pause was called, Resume not yet
+
+	wake chan struct{} // one value: Reconnect, Pause or Resume was called (lifecycle.go)
 }
 
 // Dial finds a ChatLink, connects and logs in, and returns the Client once the LoginAck
@@ -61,7 +64,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), ready: make(chan struct{})}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), ready: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.d = newDelivery(&c.cfg)
 	c.cdn = newCdnPoller(&c.cfg, c.d)
 	login := c.newLogin(cfg.RecoverSince, 0, uint32(min(max(0, cfg.History), maxHistory)))
@@ -182,14 +185,14 @@ func (c *Client) run(cur *conn) {
 		c.lose()
 		if k := cur.kicked(); k != nil {
 			c.d.event(&KickedEvent{Code: k.GetCode(), Reason: k.GetReason(), Terminal: terminal(err)})
-		} else if ce := (*CloseError)(nil); !errors.As(err, &ce) {
+		} else if ce := (*CloseError)(nil); !errors.As(err, &ce) && !byApp(err) {
 			c.d.event(&ErrorEvent{Err: err})
 		}
 		if c.cfg.NoReconnect || terminal(err) {
 			c.finish(err)
 			return
 		}
-		if time.Since(cur.since) >= c.cfg.StableAfter {
+		if time.Since(cur.since) >= c.cfg.StableAfter || byApp(err) {
 			attempt = 0
 		}
 		next, err := c.reconnect(&attempt, err)
@@ -206,22 +209,48 @@ func (c *Client) run(cur *conn) {
 func (c *Client) reconnect(attempt *int, reason error) (*conn, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	select { // a wake before now is for this reconnect: it happened
+	case <-c.wake:
+	default:
+	}
 	for {
+		if c.Paused() {
+			c.d.event(&ReconnectingEvent{Attempt: 0, Err: ErrPaused})
+			if !c.waitResumed() {
+				return nil, ErrClosed
+			}
+			*attempt, reason = 0, ErrPaused
+		}
 		*attempt++
 		delay, limited := c.limitedDelay(reason, *attempt)
-		if !limited {
+		switch {
+		case limited:
+		case byApp(reason) && *attempt == 1:
+			delay = 0 // the app says the network is there (again)
+		default:
 			delay = c.backoff(*attempt)
 		}
-		c.d.event(&ReconnectingEvent{Attempt: *attempt, Delay: delay, Err: reason})
+		if !c.Paused() {
+			c.d.event(&ReconnectingEvent{Attempt: *attempt, Delay: delay, Err: reason})
+		}
 		timer.Reset(delay)
 		select {
 		case <-c.ctx.Done():
 			return nil, ErrClosed
 		case <-timer.C:
+		case <-c.wake: // the network changed, or a Pause or Resume: try now, or pause
+			timer.Stop()
+			if !c.Paused() {
+				reason, *attempt = ErrNetworkChanged, 0
+			}
+			continue
 		}
 		since, seq := c.d.recoverFrom()
 		next, err := c.establish(c.ctx, c.newLogin(since, seq, 0), true, "", nil)
 		switch {
+		case err == nil && c.Paused():
+			next.close(ErrPaused) // paused while it logged in
+			continue
 		case err == nil:
 			c.adopt(next)
 			return next, nil

@@ -129,6 +129,14 @@ type Config struct {
 	// endpoint gives way to the next. Zero value means 10s.
 	AttemptTimeout time.Duration
 
+	// HeartbeatInterval, when shorter than the interval the server asks for (its LoginAck's
+	// and HeartbeatAcks'), is how often the Client sends a Heartbeat instead; a connection
+	// from which nothing arrived for three intervals is given up (ErrServerTimeout). A mobile
+	// app on a network that drops idle connections (a carrier's NAT) shortens it to keep the
+	// connection and to notice a dead one sooner, at the cost of waking the radio more often.
+	// Zero value means the server's interval (25s by default).
+	HeartbeatInterval time.Duration
+
 	// WriteTimeout bounds each write to the connection; a write that takes longer ends the
 	// connection. Zero value means 10s.
 	WriteTimeout time.Duration

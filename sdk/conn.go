@@ -458,9 +458,16 @@ func (c *conn) setInterval(ms uint32) {
 			return // keep the interval we have
 		}
 		c.interval.Store(int64(defaultHeartbeatInterval))
+		if c.cfg.HeartbeatInterval > 0 {
+			c.interval.Store(int64(max(min(defaultHeartbeatInterval, c.cfg.HeartbeatInterval), minHeartbeatInterval)))
+		}
 		return
 	}
-	c.interval.Store(int64(max(time.Duration(ms)*time.Millisecond, minHeartbeatInterval)))
+	interval := time.Duration(ms) * time.Millisecond
+	if c.cfg.HeartbeatInterval > 0 {
+		interval = min(interval, c.cfg.HeartbeatInterval)
+	}
+	c.interval.Store(int64(max(interval, minHeartbeatInterval)))
 }
 
 // heartbeatLoop sends a Heartbeat every interval and ends the connection with ErrServerTimeout

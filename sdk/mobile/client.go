@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"roomcast/proto/clientpb"
 	"roomcast/sdk"
@@ -17,6 +19,9 @@ type Client struct {
 	c      *sdk.Client
 	ctx    context.Context // ends with Close: bounds every Send
 	cancel context.CancelFunc
+
+	mu         sync.Mutex  // guards the field below
+	background *time.Timer // pauses the Client after EnterBackground; nil in the foreground
 }
 
 // Outgoing is a message to Send.
@@ -68,7 +73,10 @@ func NewClient(config *Config, listener Listener) (*Client, error) {
 	if cfg.Dispatcher == "" {
 		return nil, errors.New("roomcast: Config needs Dispatcher")
 	}
-	sc := cfg.sdkConfig()
+	sc, err := cfg.sdkConfig()
+	if err != nil {
+		return nil, err
+	}
 	if listener != nil {
 		sc.OnMessage = func(m *clientpb.Message) { listener.OnMessage(newMessage(m)) }
 		sc.OnEvent = func(ev sdk.Event) {
@@ -137,6 +145,11 @@ func (c *Client) Closed() bool { return c.c.Err() != nil }
 // goroutines, a running Listener call included; the last event is "closed". It may be called
 // more than once, but not from a Listener method (it would wait for itself).
 func (c *Client) Close() {
+	c.mu.Lock()
+	if c.background != nil {
+		c.background.Stop()
+	}
+	c.mu.Unlock()
 	c.cancel()
 	c.c.Close()
 }

@@ -1,6 +1,10 @@
 package mobile
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
 	"time"
 
 	"roomcast/sdk"
@@ -55,6 +59,29 @@ type Config struct {
 	// SendTimeoutMs bounds each Send, waiting for a connection while the Client reconnects
 	// included, in milliseconds. Zero value means 10,000.
 	SendTimeoutMs int64
+	// HeartbeatIntervalMs, when shorter than the server's interval (25,000 by default), is
+	// how often the Client sends a heartbeat, in milliseconds; a connection silent for three
+	// intervals is given up and the Client reconnects. Shorter keeps a carrier's NAT from
+	// dropping an idle connection and notices a dead one sooner, but wakes the radio more
+	// often. Zero value means the server's.
+	HeartbeatIntervalMs int64
+	// BackgroundLingerMs is how long the Client keeps its connection after EnterBackground
+	// before it leaves it (and pauses until EnterForeground), in milliseconds. Zero value
+	// means 25,000; a negative one keeps the connection in the background (an Android app
+	// with a foreground service).
+	BackgroundLingerMs int64
+
+	// RootCAsPEM, if not empty, is the PEM of the certificates (one or more) the Client trusts
+	// for wss://, TLS over TCP and an https:// Dispatcher instead of the system's: a private
+	// CA's, or a test deployment's self-signed one. Zero value means the system's roots.
+	RootCAsPEM string
+
+	// Logger receives the Client's few log lines at LogLevel and above. Nil means none.
+	Logger Logger
+	// LogLevel is the least level passed to Logger: LogDebug, LogInfo, LogWarn or LogError.
+	// Zero value means LogInfo.
+	LogLevel int
+
 	// MessageBuffer is about how many messages may wait for Listener.OnMessage; past it the
 	// Client reconnects and recovers rather than stall. Zero value means 4096.
 	MessageBuffer int
@@ -72,12 +99,16 @@ func (c Config) withDefaults() Config {
 	if c.SendTimeoutMs <= 0 {
 		c.SendTimeoutMs = defaultSendTimeout.Milliseconds()
 	}
+	if c.BackgroundLingerMs == 0 {
+		c.BackgroundLingerMs = defaultBackgroundLinger.Milliseconds()
+	}
 	return c
 }
 
-// sdkConfig returns the Go SDK's Config for c, without the callbacks.
-func (c Config) sdkConfig() sdk.Config {
-	return sdk.Config{
+// sdkConfig returns the Go SDK's Config for c, without the callbacks, or an error for a
+// RootCAsPEM without a certificate.
+func (c Config) sdkConfig() (sdk.Config, error) {
+	sc := sdk.Config{
 		Token:             c.Token,
 		Dispatcher:        c.Dispatcher,
 		Transport:         c.Transport,
@@ -88,7 +119,19 @@ func (c Config) sdkConfig() sdk.Config {
 		ReconnectMinDelay: millis(c.ReconnectMinDelayMs),
 		ReconnectMaxDelay: millis(c.ReconnectMaxDelayMs),
 		MessageBuffer:     c.MessageBuffer,
+		HeartbeatInterval: millis(c.HeartbeatIntervalMs),
 	}
+	if c.RootCAsPEM != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(c.RootCAsPEM)) {
+			return sc, errors.New("roomcast: Config.RootCAsPEM holds no PEM certificate")
+		}
+		sc.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if c.Logger != nil {
+		sc.Logger = slog.New(&logHandler{l: c.Logger, min: slog.Level(c.LogLevel)})
+	}
+	return sc, nil
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

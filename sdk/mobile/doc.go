@@ -9,6 +9,9 @@
 // Config.SendTimeoutMs and by Close instead of a context.
 //
 // The package adds no behaviour of its own to the Go SDK's reconnecting, recovery,
-// de-duplication and ordering: it converts types. It keeps no global state, and every
-// goroutine it runs is the Go SDK's, which Close waits for.
+// de-duplication and ordering: it converts types. Its one addition is the app's lifecycle
+// (NetworkChanged, EnterBackground, EnterForeground), on top of the Go SDK's Reconnect, Pause
+// and Resume: a timer that pauses the Client after a linger in the background, which Close
+// stops. It keeps no global state, and every goroutine it runs is the Go SDK's, which Close
+// waits for.
 package mobile

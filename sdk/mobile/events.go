@@ -15,18 +15,6 @@ const (
 	LaneBulk     = "bulk"
 )
 
-// Error codes of SendResult.ErrorCode an app may want to act on (docs/protocol.md §4).
-const (
-	// ErrorSendRateLimited (120): over a send rate; send again after RetryAfterMs.
-	ErrorSendRateLimited = 120
-	// ErrorLaneNotAllowed (123): the Send named LaneCritical, which the room and the member's
-	// token do not allow this member; send it on another lane.
-	ErrorLaneNotAllowed = 123
-	// ErrorTooManyCounters (124): an AddCounter named a new counter of a room that has as many
-	// as it may (32); add to one of those (EventCounterRefused).
-	ErrorTooManyCounters = 124
-)
-
 // Event kinds, for Event.Kind.
 const (
 	// EventConnected: a login succeeded, the first (from NewClient) or after a reconnect
@@ -35,6 +23,9 @@ const (
 	// EventReconnecting: the connection ended, or the server asked the client to move; the
 	// Client connects again after DelayMs. Attempt, DelayMs, Error.
 	EventReconnecting = "reconnecting"
+	// EventPaused: the Client left its connection in the background (EnterBackground, after
+	// Config.BackgroundLingerMs) and connects again after EnterForeground.
+	EventPaused = "paused"
 	// EventRecovered: the history a login asked for (after a reconnect, or
 	// Config.RecoverSince or Config.History) has been handed to OnMessage. Since, Recovered,
 	// Missing, Count, Error.
@@ -157,6 +148,9 @@ func newEvent(ev sdk.Event) *Event {
 	case *sdk.ConnectedEvent:
 		return &Event{Kind: EventConnected, Node: e.LoginAck.GetNode(), SessionID: e.LoginAck.GetSessionId(), Reconnected: e.Reconnected}
 	case *sdk.ReconnectingEvent:
+		if errors.Is(e.Err, sdk.ErrPaused) && e.Attempt == 0 {
+			return &Event{Kind: EventPaused}
+		}
 		return &Event{Kind: EventReconnecting, Attempt: e.Attempt, DelayMs: e.Delay.Milliseconds(), Error: errorText(e.Err)}
 	case *sdk.RecoveredEvent:
 		return &Event{Kind: EventRecovered, Since: e.Since, Recovered: e.Recovered, Missing: toInt64(e.Missing), Count: e.Count, Error: errorText(e.Err)}
