@@ -97,25 +97,21 @@ type Service struct {
 	wg   sync.WaitGroup // the expiry loop and the webhook loop
 	once sync.Once
 
-	mu      sync.Mutex // guards the fields below
-	nodes   map[string]*nodeView
-	users   map[userKey]map[string]*buspb.SessionEvent // app/uid -> session id -> login
-	perApp  map[string]*appCount
-	applied chan struct{} // closed and replaced whenever a node's sequence advances
-	ended   []endedNode   // nodes dropped with their sessions, whose logouts are not emitted yet
-	total   int64         // sessions in every app
+	mu       sync.Mutex // guards the fields below
+	nodes    map[string]*nodeView
+	sessions *sessionTable // every node's sessions (sessions.go)
+	applied  chan struct{} // closed and replaced whenever a node's sequence advances
+	ended    []endedNode   // nodes dropped with their sessions, whose logouts are not emitted yet
 }
-
-type userKey struct{ app, uid string }
-
-type appCount struct{ sessions, users int64 }
 
 // nodeView is what this instance knows of one ChatLink.
 type nodeView struct {
+	name       string
+	id         uint32 // the node's number in s.sessions.names, which keys its sessions
 	boot       string
 	seq        uint64 // the last stream message applied
 	seen       time.Time
-	sessions   map[string]*buspb.SessionEvent
+	count      int64                 // its sessions
 	snap       []*buspb.SessionEvent // chunks of the snapshot being received
 	snapSeq    uint64
 	mismatches int // consecutive reports whose session count differs from ours
@@ -154,8 +150,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("svc", "presence"), stop: make(chan struct{}),
-		nodes: make(map[string]*nodeView), users: make(map[userKey]map[string]*buspb.SessionEvent),
-		perApp: make(map[string]*appCount), applied: make(chan struct{}), m: newMetrics(cfg.Registerer),
+		nodes: make(map[string]*nodeView), sessions: newSessionTable(), applied: make(chan struct{}), m: newMetrics(cfg.Registerer),
 	}
 	s.hook = &webhooks{s: s, pending: make(map[string][]*buspb.SessionEvent)}
 	return s, nil
@@ -228,7 +223,7 @@ func (s *Service) nodeLocked(node, boot string) *nodeView {
 		v = nil
 	}
 	if v == nil {
-		v = &nodeView{boot: boot, seen: time.Now(), sessions: make(map[string]*buspb.SessionEvent)}
+		v = &nodeView{name: node, id: s.sessions.names.acquire(node), boot: boot, seen: time.Now()}
 		s.nodes[node] = v
 	}
 	return v
@@ -241,60 +236,36 @@ func (s *Service) dropNodeLocked(node, reason string) {
 	if v == nil {
 		return
 	}
-	end := endedNode{node: node, boot: v.boot, reason: reason}
-	for id, ev := range v.sessions {
-		end.sessions = append(end.sessions, ev)
-		s.removeLocked(v, id)
-	}
+	end := endedNode{node: node, boot: v.boot, reason: reason, sessions: s.clearNodeLocked(v)}
 	if len(end.sessions) > 0 {
 		s.ended = append(s.ended, end)
 	}
+	s.sessions.names.release(v.id)
 	delete(s.nodes, node)
 }
 
+// clearNodeLocked forgets a node's sessions and returns their logins. Caller holds s.mu.
+func (s *Service) clearNodeLocked(v *nodeView) []*buspb.SessionEvent {
+	if v.count == 0 {
+		return nil
+	}
+	evs := s.sessions.removeNode(v.id)
+	v.count = 0
+	s.m.sessions.Set(float64(s.sessions.total))
+	return evs
+}
+
 func (s *Service) addLocked(v *nodeView, ev *buspb.SessionEvent) {
-	if _, ok := v.sessions[ev.SessionId]; ok {
-		return
+	if s.sessions.add(v.id, v.name, ev) {
+		v.count++
+		s.m.sessions.Set(float64(s.sessions.total))
 	}
-	v.sessions[ev.SessionId] = ev
-	k := userKey{ev.App, ev.Uid}
-	byID := s.users[k]
-	c := s.perApp[ev.App]
-	if c == nil {
-		c = &appCount{}
-		s.perApp[ev.App] = c
-	}
-	if byID == nil {
-		byID = make(map[string]*buspb.SessionEvent)
-		s.users[k] = byID
-		c.users++
-	}
-	byID[ev.SessionId] = ev
-	c.sessions++
-	s.total++
-	s.m.sessions.Set(float64(s.total))
 }
 
 func (s *Service) removeLocked(v *nodeView, id string) {
-	ev, ok := v.sessions[id]
-	if !ok {
-		return
-	}
-	delete(v.sessions, id)
-	k := userKey{ev.App, ev.Uid}
-	c := s.perApp[ev.App]
-	c.sessions--
-	s.total--
-	s.m.sessions.Set(float64(s.total))
-	if byID := s.users[k]; byID != nil {
-		delete(byID, id)
-		if len(byID) == 0 {
-			delete(s.users, k)
-			c.users--
-		}
-	}
-	if c.sessions == 0 {
-		delete(s.perApp, ev.App)
+	if s.sessions.remove(v.id, v.name, id) != nil {
+		v.count--
+		s.m.sessions.Set(float64(s.sessions.total))
 	}
 }
 
@@ -358,9 +329,7 @@ func (s *Service) onStream(msg *nats.Msg) {
 		if !snap.Last {
 			return
 		}
-		for id := range v.sessions {
-			s.removeLocked(v, id)
-		}
+		s.clearNodeLocked(v)
 		for _, ev := range v.snap {
 			s.addLocked(v, ev)
 		}
@@ -382,7 +351,7 @@ func (s *Service) onStream(msg *nats.Msg) {
 		if rep.Seq > v.seq {
 			// A count that differs twice running is drift (a lost message, a partition), not
 			// a login caught between its state change and its event: ask for a snapshot.
-			if int64(len(v.sessions)) != rep.Sessions {
+			if v.count != rep.Sessions {
 				v.mismatches++
 			} else {
 				v.mismatches = 0
@@ -416,7 +385,7 @@ func (s *Service) expireLoop() {
 			s.mu.Lock()
 			for name, v := range s.nodes {
 				if now.Sub(v.seen) > s.cfg.LeaseTTL {
-					s.log.Info("node lease expired, dropping its sessions", "node", name, "sessions", len(v.sessions))
+					s.log.Info("node lease expired, dropping its sessions", "node", name, "sessions", v.count)
 					s.dropNodeLocked(name, ReasonLeaseEnded)
 				}
 			}
@@ -508,13 +477,9 @@ func (s *Service) enforcePolicy(ctx context.Context, login *buspb.SessionEvent) 
 		return
 	}
 	s.mu.Lock()
-	sessions := s.users[userKey{login.App, login.Uid}]
-	_, live := sessions[login.SessionId]
-	all := make([]*buspb.SessionEvent, 0, len(sessions))
-	for _, ev := range sessions {
-		all = append(all, ev)
-	}
+	all := s.sessions.user(login.App, login.Uid)
 	s.mu.Unlock()
+	live := slices.ContainsFunc(all, func(ev *buspb.SessionEvent) bool { return ev.SessionId == login.SessionId })
 	if !live {
 		return // gone already
 	}
@@ -575,9 +540,7 @@ func (s *Service) onCount(msg *nats.Msg) {
 	}
 	rep := &buspb.PresenceReply{}
 	s.mu.Lock()
-	if c := s.perApp[q.App]; c != nil {
-		rep.SessionsOnline, rep.UsersOnline = c.sessions, c.users
-	}
+	rep.SessionsOnline, rep.UsersOnline = s.sessions.count(q.App)
 	s.mu.Unlock()
 	bus.Respond(s.log, msg, rep)
 }
@@ -592,9 +555,7 @@ func (s *Service) onSessions(msg *nats.Msg) {
 	rep := &buspb.PresenceReply{}
 	s.mu.Lock()
 	for _, uid := range q.Uids {
-		for _, ev := range s.users[userKey{q.App, uid}] {
-			rep.Sessions = append(rep.Sessions, ev)
-		}
+		rep.Sessions = append(rep.Sessions, s.sessions.user(q.App, uid)...)
 	}
 	s.mu.Unlock()
 	sortByTime(rep.Sessions)
@@ -605,11 +566,7 @@ func (s *Service) onSessions(msg *nats.Msg) {
 func (s *Service) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, v := range s.nodes {
-		n += len(v.sessions)
-	}
-	return n
+	return int(s.sessions.total)
 }
 
 // LeaseEndLogouts returns how many logouts of sessions whose node is gone this instance emitted,

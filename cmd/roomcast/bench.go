@@ -104,6 +104,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&cfg.APIStream, "api-stream", "", "publish over one SendStream of the server API's gRPC listener at this host:port (roomcast dev: 127.0.0.1:9090) instead of HTTP requests: one send per message on a long-lived stream")
 		fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "longest wait for stragglers after the last message")
 		fs.DurationVar(&cfg.Pause, "pause", 3*time.Second, "idle time between the members' joining and the first message, so the logins' aftermath stays out of the figures (negative: none)")
+		fs.Float64Var(&cfg.LoginRate, "login-rate", 0, "members' logins per second over all worker processes, paced like an audience arriving (0: --concurrency logins in flight)")
 	case "upload":
 		fs.IntVar(&cfg.Uploaders, "uploaders", 10, "how many of the members send messages themselves")
 		fs.DurationVar(&cfg.Every, "every", 2*time.Second, "each uploader sends one message this often (the uploaders spread evenly over it)")

@@ -61,6 +61,10 @@ type FanoutResult struct {
 	// Limited counts logins the server refused for now (4013, 4015) that were tried again
 	// after its hint (each member ends connected or failed as before).
 	Limited int64 `json:"limited"`
+	// JoinSec is how long the members took to log in, from the first login to the last
+	// answer; LoginsPerSec is Connected over it.
+	JoinSec      float64 `json:"join_sec"`
+	LoginsPerSec float64 `json:"logins_per_sec"`
 	// Slow is how many members logged in and then never read (--slow), on top of N;
 	// ServerSlowReaderCloses counts the server's slow-reader closes over the run window.
 	Slow                   int     `json:"slow"`
@@ -143,7 +147,8 @@ func (r FanoutResult) String() string {
 	}
 	fmt.Fprintf(&b, "fanout: n=%d rate=%g/s duration=%gs tick=%s %s %s lane=%s size=%dB transport=%s workers=%d\n",
 		r.N, r.Rate, r.Duration, tick, merge, tags, r.Lane, r.Size, r.Transport, r.Workers)
-	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d limited-and-retried=%d\n", r.Connected, r.Failed, r.Disconnected, r.Limited)
+	fmt.Fprintf(&b, "  members     connected=%d failed=%d disconnected=%d limited-and-retried=%d, joined in %.1fs (%.0f logins/s)\n",
+		r.Connected, r.Failed, r.Disconnected, r.Limited, r.JoinSec, r.LoginsPerSec)
 	if r.Slow > 0 {
 		fmt.Fprintf(&b, "  slow        %d members never read; the server closed %.0f as slow readers\n", r.Slow, r.ServerSlowReaderCloses)
 	}
@@ -196,6 +201,8 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: latency budget %v must be a whole number of milliseconds", c.LatencyBudget)
 	case c.Slow < 0 || c.Slow > 1000:
 		return fmt.Errorf("bench: slow must be 0 to 1000 members, got %d", c.Slow)
+	case c.LoginRate < 0:
+		return fmt.Errorf("bench: login rate must be 0 (paced by --concurrency) or positive, got %v", c.LoginRate)
 	}
 	return nil
 }
@@ -233,15 +240,19 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 
 	// Room for two seconds of messages between the reader and the recorder.
 	buffer := min(max(256, int(2*cfg.Rate)), 8192)
-	if err := r.start("fanout", 0, buffer); err != nil {
+	if err := r.start("fanout", cfg.LoginRate, buffer); err != nil {
 		return res, err
 	}
 	res.Workers = len(r.workers)
+	joinStart := time.Now()
 	if err := r.connect(ctx, "joined"); err != nil {
 		return res, err
 	}
 	st := r.status()
 	res.Connected, res.Failed = st.Connected, st.Failed
+	if res.JoinSec = time.Since(joinStart).Seconds(); res.JoinSec > 0 {
+		res.LoginsPerSec = float64(res.Connected) / res.JoinSec
+	}
 	if st.Connected == 0 {
 		return res, errors.New("bench: no member could join the room")
 	}

@@ -130,6 +130,10 @@ type Config struct {
 	// EdgeWorkers is how many worker processes the bench's nginx runs. Zero value means 1.
 	EdgeWorkers int
 
+	// LoginRate paces fanout's members' logins, per second over all worker processes, instead
+	// of Concurrency: a big room joins at the pace a real audience arrives, not as fast as the
+	// server takes it. Zero value means Concurrency logins in flight.
+	LoginRate float64
 	// Concurrency bounds the logins in flight while members join (conns, fanout). Zero value
 	// means 128.
 	Concurrency int
