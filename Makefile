@@ -31,6 +31,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := \
 	./chatlink/internal/wsproto:FuzzWSReader \
 	./chatlink/internal/wsproto:FuzzReadUpgrade \
+	./chatlink/internal/tlswire:FuzzWire \
 	./chatlink:FuzzTCPFrames \
 	./chatlink:FuzzClientFrame \
 	./chatlink:FuzzDecodeSendFrame \
