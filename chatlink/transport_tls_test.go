@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,7 +17,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"roomcast/internal/certfiles"
+	"roomcast/chatlink"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit/testcerts"
 	"roomcast/internal/testkit/testcluster"
@@ -29,7 +31,7 @@ func startTLSCluster(t *testing.T, opts ...testcluster.Option) (*devcluster.Clus
 	ca := testcerts.NewCA(t)
 	certFile, keyFile := ca.Issue(t).Write(t, t.TempDir())
 	opts = append([]testcluster.Option{testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.TLS = certfiles.Config{CertFile: certFile, KeyFile: keyFile}
+		cfg.TLS.CertFile, cfg.TLS.KeyFile = certFile, keyFile
 	}}, opts...)
 	cfg := ca.ClientConfig()
 	cfg.ServerName = "localhost"
@@ -40,6 +42,7 @@ func startTLSCluster(t *testing.T, opts ...testcluster.Option) (*devcluster.Clus
 // only when the test asks.
 type tlsMember struct {
 	conn net.Conn // the TLS connection
+	tls  *tls.Conn
 	br   *bufio.Reader
 	ws   bool
 }
@@ -48,7 +51,12 @@ type tlsMember struct {
 // upgrades to WebSocket when ws, and logs in as uid.
 func dialTLSMember(t *testing.T, c *devcluster.Cluster, cfg *tls.Config, ws bool, uid string, dial func(addr string) (net.Conn, error)) *tlsMember {
 	t.Helper()
-	node := c.Nodes[0]
+	return dialTLSMemberAt(t, c.Nodes[0], cfg, ws, uid, dial)
+}
+
+// dialTLSMemberAt is dialTLSMember to a node of the cluster's choosing.
+func dialTLSMemberAt(t *testing.T, node *chatlink.Node, cfg *tls.Config, ws bool, uid string, dial func(addr string) (net.Conn, error)) *tlsMember {
+	t.Helper()
 	addr := node.TCPAddr()
 	if ws {
 		u, err := url.Parse(node.WSURL())
@@ -64,7 +72,7 @@ func dialTLSMember(t *testing.T, c *devcluster.Cluster, cfg *tls.Config, ws bool
 	tc := tls.Client(raw, cfg)
 	t.Cleanup(func() { _ = raw.Close() })
 	_ = tc.SetDeadline(time.Now().Add(20 * time.Second))
-	m := &tlsMember{conn: tc, br: bufio.NewReader(tc), ws: ws}
+	m := &tlsMember{conn: tc, tls: tc, br: bufio.NewReader(tc), ws: ws}
 	if ws {
 		if _, err := io.WriteString(tc, "GET /v1/ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"); err != nil {
@@ -291,5 +299,40 @@ func TestSlowTLSClient(t *testing.T) {
 		if f := s.m.next(t); f.GetSendAck().GetSeq() != 7 {
 			t.Fatalf("client %d got %v, want the SendAck of the frame it sent a byte at a time", i, f)
 		}
+	}
+}
+
+// TestTLSResumesAcrossChatLinks: ChatLinks that share a ticket secret resume each other's TLS
+// sessions, over both transports; without the secret a session resumes only where it began.
+func TestTLSResumesAcrossChatLinks(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "tickets")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("a shared ticket secret. ", 2)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shared secret", false: "no secret"}[shared], func(t *testing.T) {
+			c, cfg := startTLSCluster(t, testcluster.ChatLinks(2), func(dc *devcluster.Config) {
+				if shared {
+					dc.TLS.TicketSecretFile = secret
+				}
+			})
+			for _, ws := range []bool{true, false} {
+				cfg := cfg.Clone()
+				cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+				first := dialTLSMemberAt(t, c.Nodes[0], cfg, ws, fmt.Sprintf("first-%v", ws), plainDial)
+				if first.tls.ConnectionState().DidResume {
+					t.Fatal("the first connection resumed a session")
+				}
+				// Its LoginAck has been read, and with it the tickets sent after the handshake.
+				again := dialTLSMemberAt(t, c.Nodes[0], cfg, ws, fmt.Sprintf("again-%v", ws), plainDial)
+				if !again.tls.ConnectionState().DidResume {
+					t.Fatal("a second connection to the same ChatLink did not resume")
+				}
+				other := dialTLSMemberAt(t, c.Nodes[1], cfg, ws, fmt.Sprintf("other-%v", ws), plainDial)
+				if got := other.tls.ConnectionState().DidResume; got != shared {
+					t.Fatalf("resumed on the other ChatLink: %v, want %v", got, shared)
+				}
+			}
+		})
 	}
 }
