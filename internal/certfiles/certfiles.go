@@ -75,7 +75,7 @@ func (c Config) withDefaults() (Config, error) {
 // Source hands out the certificate loaded from the files.
 type Source struct {
 	cfg       Config
-	tickets   *ticketKeys // nil without Config.TicketSecretFile
+	tickets   *ticketKeys                     // nil without Config.TicketSecretFile
 	cert      atomic.Pointer[tls.Certificate] // the one handshakes get
 	nextCheck atomic.Int64                    // unix nanoseconds: no check before
 

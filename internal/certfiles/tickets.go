@@ -30,7 +30,7 @@ type ticketKeys struct {
 	period time.Duration
 	now    func() time.Time
 
-	mu    sync.Mutex             // guards aeads
+	mu    sync.Mutex            // guards aeads
 	aeads map[int64]cipher.AEAD // by period; the three around now at most
 }
 
