@@ -148,7 +148,7 @@ func (p *polled) start(early []byte) {
 	}
 	if next == readOn && p.wire != nil { // records the client sent behind its handshake
 		next = p.openRecords()
-		p.wire.Settle()
+		p.settleTLS()
 	}
 	p.done(next)
 }

@@ -91,8 +91,15 @@ func (p *polled) readTLS() readNext {
 	}
 	p.wire.Append((*bp)[:n])
 	next := p.openRecords()
-	p.wire.Settle() // before the buffer goes back to the pool
+	p.settleTLS() // before the buffer goes back to the pool
 	return next
+}
+
+// settleTLS ends a read of a TLS connection: the Wire keeps only part of a record, if any, and
+// the tls.Conn gives back its read buffers (tlswire.Release), as the connection goes idle.
+func (p *polled) settleTLS() {
+	p.wire.Settle()
+	tlswire.Release(p.tls)
 }
 
 // openRecords decrypts the whole records the Wire holds and handles the frames in them; an
