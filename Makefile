@@ -39,6 +39,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := \
 	./chatlink/internal/wsproto:FuzzWSReader \
 	./chatlink/internal/wsproto:FuzzReadUpgrade \
+	./chatlink/internal/tlswire:FuzzWire \
 	./chatlink:FuzzTCPFrames \
 	./chatlink:FuzzClientFrame \
 	./chatlink:FuzzDecodeSendFrame \

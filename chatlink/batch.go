@@ -29,13 +29,21 @@ func (n *Node) writeOuts(outs []out) {
 	defer b.reset()
 	for _, o := range outs {
 		w, ok := o.c.t.(*sockWriter)
-		if !ok || !w.claim() {
+		switch {
+		case ok && w.tls != nil: // sealed for this member alone; queued if not claimed
+			sealed, claimed := w.claimSealed(wires.of(w.ws, o.fs))
+			if !claimed {
+				continue
+			}
+			b.add(w, sealed)
+		case !ok || !w.claim():
 			for _, f := range o.fs {
 				o.c.write(f)
 			}
 			continue
+		default:
+			b.add(w, wires.of(w.ws, o.fs))
 		}
-		b.add(w, wires.of(w.ws, o.fs))
 		if len(b.ws) == uring.Entries {
 			n.sendBatch(b)
 		}

@@ -47,11 +47,10 @@ type Config struct {
 	// dispatcher hands out. Zero value means the host of the listeners.
 	PublicHost string
 	// TLS, when set, makes both listeners TLS: the WebSocket one serves wss:// and the TCP
-	// one TLS, every handshake bounded by 5s. TLS connections are read by a reader goroutine
-	// each and written through plain writes (as with ReaderGoroutines and PlainWrites), since
-	// the poller and the io_uring batch sends move plaintext bytes to and from the socket; the
-	// certificate comes from the config's GetCertificate at each handshake (internal/certfiles
-	// re-reads changed files there). Zero value means plaintext: ws:// and plain TCP.
+	// one TLS, every handshake bounded by 5s. TLS connections are read by the poller and
+	// written by the node's writer as plain ones are (transport_tls.go); the certificate and
+	// the session tickets' keys come from the config (internal/certfiles re-reads changed
+	// certificate files at a handshake). Zero value means plaintext: ws:// and plain TCP.
 	TLS *tls.Config
 	// PublicWSURL is the WebSocket URL the node advertises instead of its listener's, for a
 	// node behind a proxy (often one that terminates TLS: wss://chat.example.com/v1/ws). Zero

@@ -1,6 +1,7 @@
 package chatlink
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"net"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lxzan/gws"
 
+	"roomcast/chatlink/internal/tlswire"
 	"roomcast/chatlink/internal/wsproto"
 	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
@@ -42,6 +44,12 @@ type polled struct {
 	// Touched only by the one read in progress.
 	registered bool   // added to the poller
 	pending    []byte // an incomplete frame
+
+	// Set for a TLS connection (overTLS, transport_tls.go): the socket's bytes go to wire, and
+	// the frames are read from tls; tlsW writes.
+	tls  *tls.Conn
+	wire *tlswire.Wire
+	tlsW *sockWriter
 
 	mu      sync.Mutex // guards the fields below
 	reading bool       // a read is in progress; it finishes the connection if it died meanwhile
@@ -138,6 +146,10 @@ func (p *polled) start(early []byte) {
 	if len(early) > 0 {
 		next = p.consume(early)
 	}
+	if next == readOn && p.wire != nil { // records the client sent behind its handshake
+		next = p.openRecords()
+		p.settleTLS()
+	}
 	p.done(next)
 }
 
@@ -218,6 +230,9 @@ func (p *polled) done(next readNext) {
 
 // read reads what the socket has and handles the complete frames in it.
 func (p *polled) read() readNext {
+	if p.wire != nil {
+		return p.readTLS()
+	}
 	var buf []byte // read into buf[len(buf):cap(buf)]
 	if p.pending != nil {
 		if len(p.pending) == cap(p.pending) { // consume leaves room; never read into nothing

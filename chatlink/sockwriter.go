@@ -1,6 +1,7 @@
 package chatlink
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -23,12 +24,16 @@ import (
 type sockWriter struct {
 	p  *polled
 	ws bool // WebSocket framing, else length-prefixed TCP
+	// tls seals the frames of a TLS connection into records (transport_tls.go); nil for a
+	// plain one. Set before the connection is shared.
+	tls *tls.Conn
 
 	mu         sync.Mutex // guards the fields below
 	queue      net.Buffers
 	flushing   bool // a write owns the socket: inline, a batch's claim, or the flusher
 	closeAfter bool // close the socket once the queue is written (a kick)
 	closed     bool
+	sealed     []byte // records sealed, not yet sent or queued (dispatchSealed)
 
 	backlog atomic.Int64 // bytes queued, not yet taken by the socket
 }
@@ -89,6 +94,10 @@ func (w *sockWriter) forceClose() {
 // send writes one frame of payload b; last closes the connection after it. b is not changed
 // and may be shared with other connections.
 func (w *sockWriter) send(op byte, b []byte, last bool) {
+	if w.tls != nil {
+		w.sendTLS(op, b, last)
+		return
+	}
 	var hdrBuf [14]byte
 	hdr := w.header(hdrBuf[:0], op, len(b))
 	w.mu.Lock()

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lxzan/gws"
 
+	"roomcast/chatlink/internal/tlswire"
 	"roomcast/chatlink/internal/wsproto"
 	"roomcast/proto/clientpb"
 )
@@ -106,15 +108,17 @@ func (n *Node) acceptWS() {
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, wsReadBuffer) }}
 
 // upgradeWS upgrades one connection (GET /v1/ws), on a short-lived goroutine, and hands it to
-// the node's poller (polled.go), or to a reader goroutine of its own without a poller or over
-// TLS (transport_tls.go).
+// the node's poller (polled.go), or to a reader goroutine of its own without a poller. Over TLS
+// the handshake comes first, on the same goroutine (transport_tls.go).
 func (n *Node) upgradeWS(nc net.Conn) {
+	sock, _ := nc.(*net.TCPConn)
+	var overTLS *tls.Conn
+	var wire *tlswire.Wire
 	if n.cfg.TLS != nil {
-		tc := n.handshakeTLS(nc)
-		if tc == nil {
+		if overTLS, wire = n.handshakeTLS(nc); overTLS == nil {
 			return
 		}
-		nc = tc // not a *net.TCPConn: served by serveWSReader, written by gws
+		nc = overTLS // the upgrade is read and answered through TLS
 	}
 	_ = nc.SetDeadline(time.Now().Add(wsHandshakeTimeout))
 	br := handshakeReaders.Get().(*bufio.Reader)
@@ -144,14 +148,13 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	tc, _ := nc.(*net.TCPConn)
-	if n.poll == nil || tc == nil {
+	if n.poll == nil || sock == nil {
 		n.serveWSReader(nc, br, req, addr) // gws keeps br
 		return
 	}
 	// Read by the poller. gws gets no reader: it answers the upgrade, and writes only where
-	// the node has no io_uring rings.
-	p, err := newPolled(n, tc)
+	// the node has no io_uring rings (and never over TLS: the node seals and writes).
+	p, err := newPolled(n, sock)
 	if err != nil {
 		n.limits.closed(addr)
 		_ = nc.Close()
@@ -164,7 +167,11 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	}
 	br.Reset(nil)
 	handshakeReaders.Put(br)
-	socket, err := n.upgrader.UpgradeFromConn(p, nil, req)
+	var up net.Conn = p
+	if overTLS != nil {
+		up = overTLS
+	}
+	socket, err := n.upgrader.UpgradeFromConn(up, nil, req)
 	if err != nil {
 		n.limits.closed(addr)
 		return // gws has answered 400 and closed
@@ -172,12 +179,17 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	_ = nc.SetDeadline(time.Time{})
 	f := &wsFrames{p: p, r: wsproto.Reader{Max: n.cfg.MaxFrameBytes}}
 	p.feed = f.feed
-	if n.rings != nil {
+	switch {
+	case overTLS != nil:
+		f.w = newSockWriter(p, true)
+		p.c = n.newConn(f.w, addr)
+		p.overTLS(overTLS, wire, f.w)
+	case n.rings != nil:
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
 		// only answered the upgrade, is not kept.
 		f.w = newSockWriter(p, true)
 		p.c = n.newConn(f.w, addr)
-	} else {
+	default:
 		f.s = socket
 		p.c = n.newConn(&wsTransport{s: socket}, addr)
 	}

@@ -76,6 +76,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.App, "app", devcluster.App, "app id")
 	fs.StringVar(&cfg.Transport, "transport", sdk.TransportWebSocket, "client transport: ws or tcp")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM file of the CA certificates to trust instead of the system's, for https://, wss:// and TLS TCP (a server started with --tls-cert)")
+	fs.BoolVar(&cfg.TLSNoResume, "tls-no-resume", false, "members over TLS never resume a session: every connection is a full handshake (default: they share a session cache and resume)")
 	fs.IntVar(&cfg.N, "n", 100, "how many clients")
 	fs.StringVar(&cfg.Room, "room", "", "room (default: a fresh room bench-<run id>)")
 	fs.IntVar(&cfg.PerProcess, "per-process", loadgen.DefaultPerProcess, "clients per process; more are spread over worker processes")
@@ -88,6 +89,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the members over this many rooms")
 		fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "longest wait for the server's RSS to settle")
 		fs.DurationVar(&cfg.Hold, "hold", 0, "keep the members connected this long after measuring, e.g. to profile the server")
+		fs.StringVar(&cfg.Client, "client", loadgen.ClientSDK, "members' client: sdk or raw (see fanout)")
 	case "fanout":
 		fs.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish")
@@ -118,6 +120,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "login":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "logins per second")
 		fs.IntVar(&cfg.Rooms, "rooms", 1, "spread the logins over this many rooms")
+		fs.StringVar(&cfg.Client, "client", loadgen.ClientSDK, "members' client: sdk or raw (see fanout)")
 	case "cdn":
 		fs.Float64Var(&cfg.Rate, "rate", 1000, "bulk messages per second")
 		fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to publish; the viewers poll its whole windows")

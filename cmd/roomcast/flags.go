@@ -159,10 +159,12 @@ func bindChatLinkFlags(fs *flag.FlagSet, c *chatlink.Config) func() {
 }
 
 // bindTLSFlags binds --tls-cert and --tls-key, the certificate files of the commands that
-// serve TLS.
+// serve TLS, and the session-ticket flags.
 func bindTLSFlags(fs *flag.FlagSet, files *certfiles.Config, what string) {
 	fs.StringVar(&files.CertFile, "tls-cert", "", "PEM certificate chain file: serve "+what+" over TLS; re-read when it changes (checked at a handshake, at most every 2s)")
 	fs.StringVar(&files.KeyFile, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.StringVar(&files.TicketSecretFile, "tls-ticket-secret", "", "file of at least 32 secret bytes, the same on every server of the deployment, from which TLS session-ticket keys are derived: a client resumes its session on any of them (default: keys random to this process)")
+	fs.DurationVar(&files.TicketRotate, "tls-ticket-rotate", certfiles.DefaultTicketRotate, "how long one session-ticket key seals new tickets; tickets of the key before still resume")
 }
 
 // bindCORSFlag binds --cors-origins: after parsing, the returned function lists them.

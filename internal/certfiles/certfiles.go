@@ -2,8 +2,10 @@
 // and takes up new files without a restart: a handshake checks, at most once per
 // Config.CheckEvery, whether the files' contents changed, and loads them if so. The roles use
 // it for the ChatLinks' wss:// and TLS TCP listeners and for the services' HTTP and gRPC
-// listeners. It only loads certificates: it never writes files, issues or verifies
-// certificates, and starts no goroutine.
+// listeners. With a ticket secret file it also seals the servers' TLS session tickets with
+// keys derived from the secret and rotated on a period (tickets.go), so that the servers of a
+// deployment resume each other's sessions. It only loads certificates and the secret: it never
+// writes files, issues or verifies certificates, and starts no goroutine.
 package certfiles
 
 import (
@@ -34,8 +36,18 @@ type Config struct {
 	CheckEvery time.Duration
 	// Log receives a line for each reload and each failed one. Zero value means none.
 	Log *slog.Logger
-	// Now is the clock the checks are timed by. Zero value means time.Now.
+	// Now is the clock the checks are timed by, and the ticket keys' periods. Zero value means
+	// time.Now.
 	Now func() time.Time
+	// TicketSecretFile names a file of at least 32 bytes, the same on every server of a
+	// deployment, from which the TLS session-ticket keys are derived (tickets.go): a client
+	// resumes its session on any of them. Zero value means crypto/tls's own keys, random to
+	// each process: a session resumes only on the server that made it.
+	TicketSecretFile string
+	// TicketRotate is how long one ticket key seals new tickets; a ticket sealed by the key
+	// before still resumes, so a ticket lives from one to two periods. Zero value means
+	// DefaultTicketRotate (24h).
+	TicketRotate time.Duration
 }
 
 // Enabled reports whether c names files: whether TLS is asked for.
@@ -54,12 +66,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.TicketRotate <= 0 {
+		c.TicketRotate = DefaultTicketRotate
+	}
 	return c, nil
 }
 
 // Source hands out the certificate loaded from the files.
 type Source struct {
 	cfg       Config
+	tickets   *ticketKeys                     // nil without Config.TicketSecretFile
 	cert      atomic.Pointer[tls.Certificate] // the one handshakes get
 	nextCheck atomic.Int64                    // unix nanoseconds: no check before
 
@@ -76,6 +92,11 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{cfg: cfg}
+	if cfg.TicketSecretFile != "" {
+		if s.tickets, err = newTicketKeys(cfg.TicketSecretFile, cfg.TicketRotate, cfg.Now); err != nil {
+			return nil, err
+		}
+	}
 	certPEM, keyPEM, err := s.read()
 	if err != nil {
 		return nil, err
@@ -88,9 +109,14 @@ func New(cfg Config) (*Source, error) {
 }
 
 // ServerConfig returns a TLS server config (TLS 1.2 at least) whose handshakes get the
-// current certificate.
+// current certificate, and whose session tickets are sealed with the keys derived from
+// Config.TicketSecretFile, if set.
 func (s *Source) ServerConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.GetCertificate}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.GetCertificate}
+	if s.tickets != nil {
+		cfg.WrapSession, cfg.UnwrapSession = s.tickets.wrap, s.tickets.unwrap
+	}
+	return cfg
 }
 
 // GetCertificate returns the current certificate, first reloading the files when the check

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,22 @@ type spec struct {
 	Client string `json:"client"`
 	// CAPEM holds the CA certificates the clients trust (Config.TLSCA); empty: the system's.
 	CAPEM []byte `json:"ca_pem,omitempty"`
+	// TLSNoResume makes every TLS connection a full handshake (Config.TLSNoResume).
+	TLSNoResume bool `json:"tls_no_resume,omitempty"`
+}
+
+// tlsConfig is the clients' TLS config: trusting CAPEM's certificates, with one session cache
+// for all of them unless TLSNoResume, so that a member's handshake resumes a session the
+// server gave another.
+func (s spec) tlsConfig() *tls.Config {
+	cfg := tlsConfig(s.CAPEM)
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if !s.TLSNoResume {
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	}
+	return cfg
 }
 
 func (s spec) tagging() tagging { return tagging{groups: s.Tags} }
@@ -77,6 +94,7 @@ type fleet struct {
 	spec spec
 	log  *slog.Logger
 	hc   *http.Client
+	tls  *tls.Config // the members' (spec.tlsConfig)
 
 	members   []atomic.Pointer[member] // by client index - First; nil for a client that did not log in
 	connected atomic.Int64
@@ -126,7 +144,7 @@ func newFleet(sp spec, log *slog.Logger) *fleet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count, tlsConfig(sp.CAPEM)), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
+	f := &fleet{spec: sp, log: log, hc: dispatchClient(sp.First, sp.Count, tlsConfig(sp.CAPEM)), tls: sp.tlsConfig(), members: make([]atomic.Pointer[member], sp.Count), loginLat: newLatencyHistogram(), stop: make(chan struct{})}
 	if sp.Client == ClientRaw {
 		go f.heartbeats()
 		p, err := newRawPollers()
@@ -237,7 +255,7 @@ func (f *fleet) dial(ctx context.Context, j int, tok string) {
 		Device:         "bench",
 		HTTPClient:     f.hc,
 		Dialer:         DialerFrom(sourceAddr(i)),
-		TLS:            tlsConfig(f.spec.CAPEM),
+		TLS:            f.tls,
 		AttemptTimeout: 15 * time.Second,
 		MessageBuffer:  f.spec.MessageBuffer,
 		NoReconnect:    true, // a member that dropped counts as one
@@ -522,7 +540,7 @@ func (f *fleet) dialRawLimited(ctx context.Context, tok string, m *member) (*raw
 		hooks.onLikeRefused = f.likes.refuse
 	}
 	for attempt := 1; ; attempt++ {
-		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(m.idx)), f.pollers, m.receiveBody, hooks)
+		c, err := dialRaw(ctx, f.hc, f.spec.Dispatcher, f.spec.Transport, tok, DialerFrom(sourceAddr(m.idx)), f.tls, f.pollers, m.receiveBody, hooks)
 		var ce *sdk.CloseError
 		if err == nil || !errors.As(err, &ce) || !ce.Limited() {
 			return c, err

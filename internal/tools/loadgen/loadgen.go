@@ -50,6 +50,9 @@ type Config struct {
 	// for https:// (dispatcher, API, metrics), wss:// and TLS TCP: the way to measure a
 	// server with a private or self-signed certificate. Zero value means the system's roots.
 	TLSCA string
+	// TLSNoResume makes every TLS connection of the members a full handshake; zero value (false)
+	// means the members share a session cache and resume the sessions the server gives them.
+	TLSNoResume bool
 
 	// N is how many clients. Required.
 	N int
@@ -83,10 +86,10 @@ type Config struct {
 	// at least 16 and at most 128: enough that a server API slowed down by the fan-out it
 	// serves (tens of milliseconds an answer) still gets the full rate.
 	Senders int
-	// Client is the kind of client of each fanout member: ClientSDK (sdk.Client, as apps use
-	// it) or ClientRaw (the protocol spoken directly, with far less CPU per delivery: the bench
-	// shares the machine with the server). Zero value means ClientSDK. Other scenarios always
-	// use the SDK.
+	// Client is the kind of client of each fanout, conns and login member: ClientSDK
+	// (sdk.Client, as apps use it) or ClientRaw (the protocol spoken directly, with far less CPU
+	// per delivery: the bench shares the machine with the server). Zero value means ClientSDK.
+	// Other scenarios always use the SDK, but upload, which uses raw members.
 	Client string
 	// Slow is how many extra members of the room (fanout) log in over a raw connection with
 	// a small receive buffer and then never read; they count in no delivery figure. Zero
@@ -282,10 +285,10 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 	base := spec{
 		Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
-		MessageBuffer: messageBuffer, Tags: r.cfg.Tags, CAPEM: r.cfg.caPEM,
+		MessageBuffer: messageBuffer, Tags: r.cfg.Tags, CAPEM: r.cfg.caPEM, TLSNoResume: r.cfg.TLSNoResume,
 	}
 	switch scenario {
-	case "fanout":
+	case "fanout", "conns", "login":
 		base.Client = r.cfg.Client
 	case "upload":
 		base.Client = ClientRaw

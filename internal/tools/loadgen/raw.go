@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -117,18 +118,17 @@ const likeSeq = 1 << 62
 // dialRaw dispatches, connects and logs in one raw member. With a nil onMsg the member is a
 // slow one (fanout --slow): a small receive buffer, the Login sent, and nothing ever read (so
 // no LoginAck is waited for either). With pollers, one of them reads the socket; without, a
-// reader goroutine of the member's own.
+// reader goroutine of the member's own. A node that serves TLS (wss://, tcp_tls) is spoken to
+// over TLS with tlsCfg, always by a reader goroutine: the pollers read plaintext sockets.
 func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token string,
-	dial func(ctx context.Context, network, addr string) (net.Conn, error), pollers *rawPollers,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config, pollers *rawPollers,
 	onMsg func(lane int32, body []byte), hooks rawHooks) (*rawClient, error) {
 	eps, err := sdk.Dispatch(ctx, hc, dispatcher, token)
 	if err != nil {
 		return nil, err
 	}
 	ep := eps[0] // a successful answer names at least one node
-	if ep.TCPTLS && transport == sdk.TransportTCP || strings.HasPrefix(ep.WSURL, "wss:") && transport != sdk.TransportTCP {
-		return nil, errors.New("raw clients speak plaintext only, and this node serves TLS: use sdk clients")
-	}
+	overTLS := ep.TCPTLS && transport == sdk.TransportTCP || strings.HasPrefix(ep.WSURL, "wss:") && transport != sdk.TransportTCP
 	login, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{
 		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
 	if err != nil {
@@ -154,6 +154,18 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	}
 	if slow {
 		_ = c.nc.(*net.TCPConn).SetReadBuffer(slowReceiveBuffer)
+	}
+	if overTLS {
+		cfg := tlsCfg.Clone() // the clones share the session cache
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c.nc, cfg)
+		if err = tc.HandshakeContext(ctx); err != nil {
+			_ = c.nc.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		c.nc, pollers = tc, nil
 	}
 	if c.isWS {
 		// gws upgrades and writes; the bench reads the frames itself.

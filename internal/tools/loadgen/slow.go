@@ -23,7 +23,7 @@ func dialSlow(ctx context.Context, cfg Config, hc *http.Client, room, uid string
 		return nil, err
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
-	c, err := dialRaw(ctx, hc, cfg.Dispatcher, cfg.Transport, tok, d.DialContext, nil, nil, rawHooks{})
+	c, err := dialRaw(ctx, hc, cfg.Dispatcher, cfg.Transport, tok, d.DialContext, spec{CAPEM: cfg.caPEM}.tlsConfig(), nil, nil, rawHooks{})
 	if err != nil {
 		return nil, fmt.Errorf("slow member: %w", err)
 	}
