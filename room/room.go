@@ -241,6 +241,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomInfo:      s.onInfo,
 		bus.SubjectRoomHistory:   s.onHistory,
 		bus.SubjectRoomCounters:  s.onCounters,
+		bus.SubjectRoomViewers:   s.onViewers,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -379,6 +380,7 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
 		Counters:   counters,
+		Viewers:    []*buspb.RoomCount{s.dist.viewers(req.App, req.Room)},
 	})
 }
 

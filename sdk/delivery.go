@@ -58,6 +58,7 @@ type delivery struct {
 	// The room's counters as last handed to the app (counters.go), and their version.
 	counterMap     map[string]int64
 	counterVersion uint64
+	viewers        ViewerCountEvent // the room's viewer count as last received (viewers.go)
 	seen           map[string]struct{}
 	order          []string // the ids in seen, as a ring: order[next] is forgotten first
 	next           int
