@@ -73,4 +73,8 @@ func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	if v := r.viewers.Load(); v != nil && c.liveState {
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_ViewerCount{ViewerCount: v}})
 	}
+	// And its attributes (attributes.go).
+	if a := r.attrs.Load(); len(a.GetAttributes()) > 0 && c.liveState {
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_RoomAttributes{RoomAttributes: a}})
+	}
 }

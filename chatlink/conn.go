@@ -340,7 +340,7 @@ func (c *conn) login(l *clientpb.Login) {
 	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
 	// the room can reach c before it. A login refused late (below) gets its Kick after it.
 	var ack *clientpb.LoginAck
-	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, viewerCountOf(rep.Viewers), fresh, func(r *localRoom) {
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, viewerCountOf(rep.Viewers), rep.Attributes, fresh, func(r *localRoom) {
 		ack = &clientpb.LoginAck{
 			SessionId:           c.session,
 			ServerTimeMs:        n.now().UnixMilli(),

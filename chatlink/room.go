@@ -55,7 +55,8 @@ type localRoom struct {
 	counters    atomic.Pointer[clientpb.CounterTotals] // the room's counters as last broadcast (counters.go); nil: none known
 	countersOut roomCounters
 
-	viewers atomic.Pointer[clientpb.ViewerCount] // the room's viewer count as last written (viewers.go); nil: none known
+	viewers atomic.Pointer[clientpb.ViewerCount]    // the room's viewer count as last written (viewers.go); nil: none known
+	attrs   atomic.Pointer[clientpb.RoomAttributes] // the room's attributes, the newest version heard (attributes.go); nil: none known
 
 	fanout roomFanout
 }
@@ -99,12 +100,12 @@ func (t *roomTable) unclaimFresh(app, room string) {
 }
 
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member; settings, cdn, counters and viewers are the room's, as the room service gave them at c's join, fresh
+// member; settings, cdn, counters, viewers and attrs are the room's, as the room service gave them at c's join, fresh
 // from its store if c claimed that (claimFresh): they then replace those of a room that another
 // login's answer, read from the cache, created meanwhile. It returns the room once the
 // subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
 // the room's lock, before any write of the room can include c: it writes the LoginAck.
-func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, counters *clientpb.CounterTotals, viewers *clientpb.ViewerCount, fresh bool, welcome func(*localRoom)) *localRoom {
+func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, counters *clientpb.CounterTotals, viewers *clientpb.ViewerCount, attrs *clientpb.RoomAttributes, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -120,10 +121,14 @@ func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.C
 	if !first && counters != nil {
 		r.setCounters(counters)
 	}
+	if !first && attrs != nil {
+		r.setAttributes(attrs) // attributes.go
+	}
 	if first {
 		r = &localRoom{t: t, app: c.app, room: c.room, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.cdn.Store(cdn)
 		r.viewers.Store(viewers)
+		r.attrs.Store(attrs)
 		r.counters.Store(counters)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })

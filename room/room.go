@@ -47,6 +47,7 @@ import (
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/roompb"
+	"roomcast/store/attrstore"
 	"roomcast/store/historystore"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
@@ -137,6 +138,7 @@ type Service struct {
 	members  memberRates
 	metrics  *metrics
 	counters *counters
+	attrs    *attrstore.Store // the rooms' attributes, read for a node's first login of a room
 
 	stop    chan struct{}
 	closing atomic.Bool    // Close has begun: SendLocalQueued takes no more sends
@@ -223,6 +225,11 @@ func (s *Service) Start() error {
 		return err
 	}
 	if s.counters, err = s.openCounters(ctx); err != nil {
+		s.cache.stop()
+		s.cdn.stop()
+		return err
+	}
+	if s.attrs, err = attrstore.Open(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
 		s.cache.stop()
 		s.cdn.stop()
 		return err
@@ -356,7 +363,10 @@ func (s *Service) onJoin(msg *nats.Msg) {
 func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room, tags *roompb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
-	var counters *clientpb.CounterTotals
+	var (
+		counters *clientpb.CounterTotals
+		attrs    *clientpb.RoomAttributes
+	)
 	if req.FirstOnNode {
 		// The cache follows the store a little behind; the node's copy of the settings (and
 		// of the CDN config) is kept current from here on by the announcements of changes
@@ -373,6 +383,10 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		}
 		// The node keeps the room's counters current from the broadcasts after each write.
 		counters = s.counterTotals(ctx, req.App, req.Room)
+		// And its attributes from the store, kept current by the API's broadcasts of changes.
+		if attrs, err = s.attrs.Get(ctx, req.App, req.Room); err != nil {
+			s.log.Warn("room attributes not read for a join", "app", req.App, "room", req.Room, "err", err)
+		}
 		cancel()
 	}
 	s.respond(msg, opJoin, start, &buspb.Reply{
@@ -381,6 +395,7 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		Cdn:        route.GetConfig(),
 		Counters:   counters,
 		Viewers:    []*buspb.RoomCount{s.dist.viewers(req.App, req.Room)},
+		Attributes: attrs,
 	})
 }
 

@@ -95,7 +95,7 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *client
 		Token: c.cfg.Token, Device: c.cfg.Device, Client: ClientName, ProtocolVersion: ProtocolVersion,
 		RecoverSince: since, RecoverSinceRoomSeq: sinceSeq, History: history,
 		Inbox:     true, // the callbacks acknowledge at-least-once messages (inbox.go)
-		LiveState: true, // viewer counts and member notices (viewers.go)
+		LiveState: true, // viewer counts, member notices, room attributes (viewers.go, attributes.go)
 	}
 }
 

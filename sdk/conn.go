@@ -404,6 +404,8 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 		c.d.viewerCount(k.ViewerCount) // viewers.go
 	case *clientpb.Frame_MemberNotice:
 		c.d.memberNotice(k.MemberNotice)
+	case *clientpb.Frame_RoomAttributes:
+		c.d.attributes(k.RoomAttributes) // attributes.go
 	case *clientpb.Frame_Push:
 		if !c.d.push(c.gen, k.Push) {
 			c.fail(ErrSlowConsumer)

@@ -479,7 +479,9 @@ type Reply struct {
 	Counters *clientpb.CounterTotals `protobuf:"bytes,18,opt,name=counters,proto3" json:"counters,omitempty"`
 	// A viewer window (rc.svc.room.viewers): each room's members over every node, in the
 	// window's order. A join: the room's, one.
-	Viewers       []*RoomCount `protobuf:"bytes,19,rep,name=viewers,proto3" json:"viewers,omitempty"`
+	Viewers []*RoomCount `protobuf:"bytes,19,rep,name=viewers,proto3" json:"viewers,omitempty"`
+	// A join (first_on_node): the room's attributes, when it has any.
+	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -622,6 +624,13 @@ func (x *Reply) GetCounters() *clientpb.CounterTotals {
 func (x *Reply) GetViewers() []*RoomCount {
 	if x != nil {
 		return x.Viewers
+	}
+	return nil
+}
+
+func (x *Reply) GetAttributes() *clientpb.RoomAttributes {
+	if x != nil {
+		return x.Attributes
 	}
 	return nil
 }
@@ -809,6 +818,9 @@ type RoomBatch struct {
 	// ChatLink of the member publishes it while the room is small; ChatLinks pass it to their
 	// members as a MemberNotice (chatlink/viewers.go).
 	MemberChanges []*clientpb.MemberChange `protobuf:"bytes,11,rep,name=member_changes,json=memberChanges,proto3" json:"member_changes,omitempty"`
+	// When set, the room's attributes changed (the server API, after their write): ChatLinks keep
+	// the one with the greatest version and send it to their members.
+	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -895,6 +907,13 @@ func (x *RoomBatch) GetCounters() *clientpb.CounterTotals {
 func (x *RoomBatch) GetMemberChanges() []*clientpb.MemberChange {
 	if x != nil {
 		return x.MemberChanges
+	}
+	return nil
+}
+
+func (x *RoomBatch) GetAttributes() *clientpb.RoomAttributes {
+	if x != nil {
+		return x.Attributes
 	}
 	return nil
 }
@@ -2768,7 +2787,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xa4\x05\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xe1\x05\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2790,7 +2809,10 @@ const file_bus_proto_rawDesc = "" +
 	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x12,\n" +
 	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\x126\n" +
 	"\bcounters\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\x120\n" +
-	"\aviewers\x18\x13 \x03(\v2\x16.roomcast.v1.RoomCountR\aviewers\"\xaa\x01\n" +
+	"\aviewers\x18\x13 \x03(\v2\x16.roomcast.v1.RoomCountR\aviewers\x12;\n" +
+	"\n" +
+	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
+	"attributes\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2806,7 +2828,7 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8b\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x03\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
@@ -2816,7 +2838,10 @@ const file_bus_proto_rawDesc = "" +
 	"\rlast_room_seq\x18\t \x01(\x04R\vlastRoomSeq\x126\n" +
 	"\bcounters\x18\n" +
 	" \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\x12@\n" +
-	"\x0emember_changes\x18\v \x03(\v2\x19.roomcast.v1.MemberChangeR\rmemberChanges\"\xb1\x01\n" +
+	"\x0emember_changes\x18\v \x03(\v2\x19.roomcast.v1.MemberChangeR\rmemberChanges\x12;\n" +
+	"\n" +
+	"attributes\x18\f \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
+	"attributes\"\xb1\x01\n" +
 	"\rCounterWindow\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x12\n" +
@@ -3060,14 +3085,15 @@ var file_bus_proto_goTypes = []any{
 	(*clientpb.HistoryPage)(nil),    // 35: roomcast.v1.HistoryPage
 	(*roompb.QueueResponse)(nil),    // 36: roomcast.v1.QueueResponse
 	(*clientpb.CounterTotals)(nil),  // 37: roomcast.v1.CounterTotals
-	(*clientpb.HistoryQuery)(nil),   // 38: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),        // 39: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),   // 40: roomcast.v1.MemberChange
-	(*clientpb.Counter)(nil),        // 41: roomcast.v1.Counter
-	(*clientpb.ViewerTagCount)(nil), // 42: roomcast.v1.ViewerTagCount
-	(clientpb.CdnMode)(0),           // 43: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),           // 44: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),     // 45: roomcast.v1.QueueRequest
+	(*clientpb.RoomAttributes)(nil), // 38: roomcast.v1.RoomAttributes
+	(*clientpb.HistoryQuery)(nil),   // 39: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),        // 40: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),   // 41: roomcast.v1.MemberChange
+	(*clientpb.Counter)(nil),        // 42: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil), // 43: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),           // 44: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),           // 45: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),     // 46: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
 	31, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
@@ -3081,39 +3107,41 @@ var file_bus_proto_depIdxs = []int32{
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
 	37, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
 	14, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
-	38, // 11: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	29, // 12: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	39, // 13: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	32, // 14: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	34, // 15: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	37, // 16: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	40, // 17: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	41, // 18: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 19: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	10, // 20: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	10, // 21: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 22: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	42, // 23: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	14, // 24: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 25: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	39, // 26: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	18, // 27: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	30, // 28: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	10, // 29: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 30: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	22, // 31: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	31, // 32: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	43, // 33: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	34, // 34: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	39, // 35: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	44, // 36: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	45, // 37: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	39, // 38: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	38, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	39, // 12: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	29, // 13: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	40, // 14: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	32, // 15: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	34, // 16: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	37, // 17: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	41, // 18: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	38, // 19: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	42, // 20: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 21: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	10, // 22: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	10, // 23: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 24: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	43, // 25: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	14, // 26: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 27: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	40, // 28: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	18, // 29: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	30, // 30: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	10, // 31: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 32: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	22, // 33: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	31, // 34: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	44, // 35: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	34, // 36: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	40, // 37: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	45, // 38: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	46, // 39: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	40, // 40: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
