@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"roomcast/internal/auth"
+	"roomcast/internal/osdep"
 )
 
 // The thresholds of node flow control when Config leaves them zero, as shares of the egress
@@ -334,9 +334,9 @@ func (c Config) withDefaults() (Config, error) {
 // FileLimit returns the process's soft limit on open files (at least 1280): what the
 // connections of every ChatLink in the process share.
 func FileLimit() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+	n, ok := osdep.FileLimit()
+	if !ok {
 		return 1 << 20
 	}
-	return max(int(rl.Cur), 1280)
+	return max(n, 1280)
 }

@@ -3,8 +3,9 @@ package chatlink
 import (
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
+
+	"roomcast/internal/osdep"
 )
 
 // cpuMeter measures the process's CPU use between two readings, as a share of all cores.
@@ -17,11 +18,10 @@ type cpuMeter struct {
 
 // usage returns the CPU share since the previous call (0 on the first).
 func (m *cpuMeter) usage() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	cpu, ok := osdep.CPU()
+	if !ok {
 		return 0
 	}
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()

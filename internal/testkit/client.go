@@ -13,6 +13,7 @@ import (
 	"github.com/lxzan/gws"
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/osdep"
 	"roomcast/proto/clientpb"
 )
 
@@ -125,7 +126,7 @@ func DialTCP(t testing.TB, addr string, opts ...DialOption) *Client {
 		d.Control = func(_, _ string, rc syscall.RawConn) error {
 			var serr error
 			if err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, o.rcvbuf)
+				serr = osdep.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, o.rcvbuf)
 			}); err != nil {
 				return err
 			}

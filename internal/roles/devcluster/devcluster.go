@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,6 +34,7 @@ import (
 	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/certfiles"
+	"roomcast/internal/osdep"
 	"roomcast/internal/roles"
 	"roomcast/internal/roles/devnats"
 	"roomcast/internal/roles/devs3"
@@ -421,9 +421,9 @@ func lockDataDir(dataDir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := osdep.LockFile(f); err != nil {
 		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, osdep.ErrLocked) {
 			return nil, fmt.Errorf("devcluster: %w: another roomcast dev runs on %s", ErrDataDirInUse, dataDir)
 		}
 		return nil, fmt.Errorf("devcluster: lock %s: %w", name, err)

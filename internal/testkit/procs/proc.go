@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package procs is the part of the test kit (internal/testkit) that runs a Roomcast deployment
 // as real processes on loopback: the roomcast binary and nats-server built once per test
 // binary, a NATS cluster from deploy/nats/, the roles from deploy/roomcast.yaml, each in its own

@@ -170,13 +170,6 @@ func (s *Server) Stop() {
 	s.transport.CloseIdleConnections()
 }
 
-// Freeze stops the server without closing its socket (SIGSTOP): requests hang instead of being
-// refused, like a storage service that stopped answering. Thaw lets it go on.
-func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
-
-// Thaw undoes Freeze.
-func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
-
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

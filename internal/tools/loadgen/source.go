@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"roomcast/internal/osdep"
 )
 
 // clientsPerSourceAddr is how many clients share one loopback source address. One address
@@ -49,7 +51,7 @@ const ipBindAddressNoPort = 24
 func bindAddressNoPort(network, address string, c syscall.RawConn) error {
 	var serr error
 	err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+		serr = osdep.SetsockoptInt(fd, syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
 	})
 	if err != nil {
 		return err

@@ -12,8 +12,9 @@ import (
 	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"roomcast/internal/osdep"
 )
 
 // DefaultPerProcess is how many clients one process holds at most. The open-file limit here is
@@ -283,12 +284,9 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer, log *slog.Log
 
 // selfUsage returns this process's CPU time (user+system) and peak RSS.
 func selfUsage() (cpuSeconds float64, maxRSSBytes int64) {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0, 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime), ru.Maxrss * 1024 // Linux reports kilobytes
+	cpu, _ := osdep.CPU()
+	rss, _ := osdep.MaxRSS()
+	return cpu.Seconds(), rss
 }
 
 // workerCommand is how a worker process is started by default: this binary with
