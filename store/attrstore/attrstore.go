@@ -101,7 +101,7 @@ func (s *Store) Get(ctx context.Context, app, room string) (*clientpb.RoomAttrib
 // written; ErrBadKey or ErrLimit (wrapped) when the change is refused.
 func (s *Store) Set(ctx context.Context, app, room, key, value string, remove bool, now time.Time) (*clientpb.RoomAttributes, error) {
 	if !ValidKey(key) {
-		return nil, fmt.Errorf("%w: %q must be 1 to %d characters of A-Z a-z 0-9 _ - : .", ErrBadKey, key, MaxKeyLen)
+		return nil, fmt.Errorf("%w: %q must be 1 to %d characters of A-Z a-z 0-9 _ - : . (dot included)", ErrBadKey, key, MaxKeyLen)
 	}
 	if len(value) > MaxValueBytes {
 		return nil, fmt.Errorf("%w: a value is at most %d bytes, not %d", ErrLimit, MaxValueBytes, len(value))
