@@ -71,6 +71,8 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/limits", func() *apipb.GetAppLimitsRequest { return new(apipb.GetAppLimitsRequest) }, a.GetAppLimits),
 		handle("GET", "/v1/rooms/{room}/counters", func() *apipb.GetCountersRequest { return new(apipb.GetCountersRequest) }, a.GetCounters),
 		handle("DELETE", "/v1/rooms/{room}/counters/{name}", func() *apipb.ResetCounterRequest { return new(apipb.ResetCounterRequest) }, a.ResetCounter),
+		handle("GET", "/v1/rooms/{room}/attributes", func() *apipb.GetRoomAttributesRequest { return new(apipb.GetRoomAttributesRequest) }, a.GetRoomAttributes),
+		handle("PUT", "/v1/rooms/{room}/attributes/{key}", func() *apipb.SetRoomAttributeRequest { return new(apipb.SetRoomAttributeRequest) }, a.SetRoomAttribute),
 		handle("GET", "/v1/rooms/{room}/history", func() *apipb.GetHistoryRequest { return new(apipb.GetHistoryRequest) }, a.GetHistory),
 		handle("POST", "/v1/rooms/{room}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),

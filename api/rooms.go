@@ -65,6 +65,10 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "member_critical_per_second must be -1 (no cap), 0 (the default) or positive")
 	case roompb.SendPolicy_name[int32(s.WhoMaySend)] == "":
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "unknown who_may_send %d", s.WhoMaySend)
+	case len(s.ViewerTags) > MaxViewerTags:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: at most %d tags", MaxViewerTags)
+	case tag.Validate(s.ViewerTags) != nil:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: %v", tag.Validate(s.ViewerTags))
 	}
 	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
 		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
@@ -77,6 +81,9 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 	}
 	return nil
 }
+
+// MaxViewerTags bounds the tags a room's viewer counts count on their own (viewer_tags).
+const MaxViewerTags = 16
 
 // MaxFlushTickMS bounds a room's flush tick.
 const MaxFlushTickMS = 1000

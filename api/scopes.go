@@ -17,9 +17,9 @@ import (
 const (
 	// ScopeSend: send to rooms and users.
 	ScopeSend = "send"
-	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters.
+	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters, set rooms' attributes.
 	ScopeModerate = "moderate"
-	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues, counters.
+	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues, counters, attributes.
 	ScopeRead = "read"
 	// ScopeAdmin: create, change and close rooms, set CDN modes and policies, set the app's limits.
 	ScopeAdmin = "admin"
@@ -31,38 +31,40 @@ var Scopes = []string{ScopeSend, ScopeModerate, ScopeRead, ScopeAdmin}
 // callScopes maps each call of roomcast.v1.RoomcastAPI (its RPC name; the HTTP routes call the
 // same methods) to the scope it needs.
 var callScopes = map[string]string{
-	"CreateRoom":       ScopeAdmin,
-	"UpdateRoom":       ScopeAdmin,
-	"CloseRoom":        ScopeAdmin,
-	"SetRoomCdn":       ScopeAdmin,
-	"SetCdnPolicy":     ScopeAdmin,
-	"SetAppLimits":     ScopeAdmin,
-	"SendToRoom":       ScopeSend,
-	"SendBatchToRoom":  ScopeSend,
-	"SendStream":       ScopeSend,
-	"SendToUsers":      ScopeSend,
-	"Kick":             ScopeModerate,
-	"MuteRoom":         ScopeModerate,
-	"MuteMember":       ScopeModerate,
-	"BanMember":        ScopeModerate,
-	"SetMemberTags":    ScopeModerate,
-	"OfferQueue":       ScopeModerate,
-	"PollQueue":        ScopeModerate,
-	"RemoveQueueEntry": ScopeModerate,
-	"ClearQueue":       ScopeModerate,
-	"ResetCounter":     ScopeModerate,
-	"GetRoom":          ScopeRead,
-	"ListMembers":      ScopeRead,
-	"GetUserSessions":  ScopeRead,
-	"CountOnline":      ScopeRead,
-	"GetMemberTags":    ScopeRead,
-	"GetRoomCdn":       ScopeRead,
-	"GetCdnPolicy":     ScopeRead,
-	"GetAppLimits":     ScopeRead,
-	"GetHistory":       ScopeRead,
-	"GetCounters":      ScopeRead,
-	"PeekQueue":        ScopeRead,
-	"ListQueue":        ScopeRead,
+	"CreateRoom":        ScopeAdmin,
+	"UpdateRoom":        ScopeAdmin,
+	"CloseRoom":         ScopeAdmin,
+	"SetRoomCdn":        ScopeAdmin,
+	"SetCdnPolicy":      ScopeAdmin,
+	"SetAppLimits":      ScopeAdmin,
+	"SendToRoom":        ScopeSend,
+	"SendBatchToRoom":   ScopeSend,
+	"SendStream":        ScopeSend,
+	"SendToUsers":       ScopeSend,
+	"Kick":              ScopeModerate,
+	"MuteRoom":          ScopeModerate,
+	"MuteMember":        ScopeModerate,
+	"BanMember":         ScopeModerate,
+	"SetMemberTags":     ScopeModerate,
+	"OfferQueue":        ScopeModerate,
+	"PollQueue":         ScopeModerate,
+	"RemoveQueueEntry":  ScopeModerate,
+	"ClearQueue":        ScopeModerate,
+	"ResetCounter":      ScopeModerate,
+	"SetRoomAttribute":  ScopeModerate,
+	"GetRoomAttributes": ScopeRead,
+	"GetRoom":           ScopeRead,
+	"ListMembers":       ScopeRead,
+	"GetUserSessions":   ScopeRead,
+	"CountOnline":       ScopeRead,
+	"GetMemberTags":     ScopeRead,
+	"GetRoomCdn":        ScopeRead,
+	"GetCdnPolicy":      ScopeRead,
+	"GetAppLimits":      ScopeRead,
+	"GetHistory":        ScopeRead,
+	"GetCounters":       ScopeRead,
+	"PeekQueue":         ScopeRead,
+	"ListQueue":         ScopeRead,
 }
 
 // scopeError refuses a call its key has no scope for: FORBIDDEN (HTTP 403, gRPC

@@ -34,6 +34,7 @@ import (
 	"roomcast/internal/ids"
 	"roomcast/proto/apipb"
 	"roomcast/store/applimits"
+	"roomcast/store/attrstore"
 	"roomcast/store/cdnstore"
 	"roomcast/store/counterstore"
 	"roomcast/store/inbox"
@@ -178,6 +179,7 @@ type API struct {
 	cdn      *cdnstore.Store
 	inbox    *inbox.Store        // the at-least-once messages to users
 	counters *counterstore.Store // the rooms' counters (counters.go)
+	attrs    *attrstore.Store    // the rooms' attributes (attributes.go)
 	ids      ids.Generator
 	exprs    *tag.Cache // tag expressions checked, compiled once
 	calls    *callLimiter
@@ -222,7 +224,11 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &API{counters: cs, cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
+	as, err := attrstore.Open(ctx, cfg.Bus, cfg.KVReplicas)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{counters: cs, attrs: as, cfg: cfg, log: cfg.Log.With("svc", "api"), audit: cfg.Audit.With("svc", "api", "audit", true), m: newMetrics(cfg.Registerer), store: st, cdn: cdn, inbox: in, exprs: tag.NewCache(exprCacheSize),
 		calls: newCallLimiter(cfg.Limits, cfg.Registerer), limitStore: ls, appLimits: applimits.NewCache(ls, appLimitsMaxAge)}
 	a.keys.Store(&cfg.Keys)
 	return a, nil

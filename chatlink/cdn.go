@@ -69,4 +69,12 @@ func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	if t := r.counters.Load(); len(t.GetCounters()) > 0 {
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_CounterTotals{CounterTotals: t}})
 	}
+	// And its viewer count as the node knows it (viewers.go).
+	if v := r.viewers.Load(); v != nil && c.liveState {
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_ViewerCount{ViewerCount: v}})
+	}
+	// And its attributes (attributes.go).
+	if a := r.attrs.Load(); len(a.GetAttributes()) > 0 && c.liveState {
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_RoomAttributes{RoomAttributes: a}})
+	}
 }

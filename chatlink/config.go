@@ -142,6 +142,10 @@ type Config struct {
 	// CounterMaxAmount is the largest amount one CounterAdd may add; a larger one is refused
 	// with 100 (BAD_REQUEST). Zero value means DefaultCounterMaxAmount (100).
 	CounterMaxAmount int
+	// ViewerInterval is how often the node sends its members per room to the room service and
+	// writes each room's viewer count to its members when it changed (viewers.go). Zero value
+	// means DefaultViewerInterval (3s).
+	ViewerInterval time.Duration
 	// KVReplicas is the replication of the KV bucket of the nodes' name leases (NodesBucket),
 	// which the node creates or updates at start. Zero value means 1.
 	KVReplicas int
@@ -199,6 +203,7 @@ func DefaultConfig() Config {
 		SendWindow:        DefaultSendWindow,
 		CounterWindow:     DefaultCounterWindow,
 		CounterMaxAmount:  DefaultCounterMaxAmount,
+		ViewerInterval:    DefaultViewerInterval,
 		DrainSpread:       10 * time.Second,
 		Limits:            DefaultLimits(),
 	}
@@ -254,6 +259,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CounterMaxAmount <= 0 {
 		c.CounterMaxAmount = d.CounterMaxAmount
+	}
+	if c.ViewerInterval <= 0 {
+		c.ViewerInterval = d.ViewerInterval
 	}
 	if c.MaxInflightSends <= 0 {
 		c.MaxInflightSends = 32

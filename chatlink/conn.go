@@ -72,6 +72,9 @@ type conn struct {
 	// critical: the member's token grants it the critical lane (the lanes claim). Set once by
 	// login before the conn joins its room, read-only afterwards.
 	critical bool
+	// liveState: the client asked for the room's live state frames (Login.live_state:
+	// viewers.go). Set once by login before the conn joins its room, read-only afterwards.
+	liveState bool
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -269,6 +272,7 @@ func (c *conn) login(l *clientpb.Login) {
 		return
 	}
 	c.app, c.room, c.uid, c.critical = claims.App, claims.Room, claims.UID, claims.Critical()
+	c.liveState = l.LiveState
 	if !n.limits.appAllows(c.app, c.addr()) {
 		n.m.logins.WithLabelValues("denied").Inc()
 		n.sampledLog(now, "address denied by the app's list", "addr", c.addr(), "app", c.app)
@@ -336,7 +340,7 @@ func (c *conn) login(l *clientpb.Login) {
 	// The LoginAck is written as c joins the room's fan-out, under the room's lock: no Push of
 	// the room can reach c before it. A login refused late (below) gets its Kick after it.
 	var ack *clientpb.LoginAck
-	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, fresh, func(r *localRoom) {
+	r := n.rooms.join(c, rep.Settings, rep.Cdn, rep.Counters, viewerCountOf(rep.Viewers), rep.Attributes, fresh, func(r *localRoom) {
 		ack = &clientpb.LoginAck{
 			SessionId:           c.session,
 			ServerTimeMs:        n.now().UnixMilli(),
@@ -366,6 +370,7 @@ func (c *conn) login(l *clientpb.Login) {
 	n.countLogin(c, start, "ok", 0, "")
 	now = n.now()
 	c.afterLoginAck(r, ack.Cdn)
+	n.memberNotice(c, r, false) // viewers.go
 	switch ask := askOf(l); {
 	case ask.since != "" && !checkSince(ask.since, now):
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Error{Error: &clientpb.Error{
@@ -562,7 +567,11 @@ func (c *conn) closed() {
 // closed, setTags no longer swaps the tags, so they are released here exactly once.
 func (c *conn) leave() {
 	n := c.node
+	r := n.rooms.lookup(c.app, c.room)
 	n.rooms.leave(c)
+	if r != nil {
+		n.memberNotice(c, r, true) // viewers.go
+	}
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}

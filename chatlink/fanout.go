@@ -223,6 +223,18 @@ func (r *localRoom) receive(data []byte) {
 			return
 		}
 	}
+	if batch.Attributes != nil {
+		r.setAttributes(batch.Attributes) // attributes.go
+		if len(batch.Messages) == 0 && batch.Settings == nil && batch.LastRoomSeq == 0 {
+			return
+		}
+	}
+	if len(batch.MemberChanges) > 0 {
+		r.writeMemberNotice(batch.MemberChanges) // viewers.go
+		if len(batch.Messages) == 0 && batch.Settings == nil && batch.LastRoomSeq == 0 {
+			return
+		}
+	}
 	f := &r.fanout
 	f.mu.Lock()
 	if f.stopped {

@@ -32,10 +32,11 @@ const (
 	busHistory
 	busQueue
 	busCounters
+	busViewers
 	numBusOps
 )
 
-var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters"}
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.

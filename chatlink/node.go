@@ -211,6 +211,7 @@ func (n *Node) start() error {
 	n.goAsync(n.loadReportLoop)
 	n.goAsync(n.sweepLoop)
 	n.goAsync(n.counters.loop)
+	n.goAsync(n.viewersLoop)
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxLoop)

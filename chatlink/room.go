@@ -55,6 +55,9 @@ type localRoom struct {
 	counters    atomic.Pointer[clientpb.CounterTotals] // the room's counters as last broadcast (counters.go); nil: none known
 	countersOut roomCounters
 
+	viewers atomic.Pointer[clientpb.ViewerCount]    // the room's viewer count as last written (viewers.go); nil: none known
+	attrs   atomic.Pointer[clientpb.RoomAttributes] // the room's attributes, the newest version heard (attributes.go); nil: none known
+
 	fanout roomFanout
 }
 
@@ -97,12 +100,12 @@ func (t *roomTable) unclaimFresh(app, room string) {
 }
 
 // join adds c to its room, subscribing to the room's broadcasts if c is the first local
-// member; settings, cdn and counters are the room's, as the room service gave them at c's join, fresh
+// member; settings, cdn, counters, viewers and attrs are the room's, as the room service gave them at c's join, fresh
 // from its store if c claimed that (claimFresh): they then replace those of a room that another
 // login's answer, read from the cache, created meanwhile. It returns the room once the
 // subscription is in place, so c misses nothing sent after. welcome runs as c is added, under
 // the room's lock, before any write of the room can include c: it writes the LoginAck.
-func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, counters *clientpb.CounterTotals, fresh bool, welcome func(*localRoom)) *localRoom {
+func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.CdnConfig, counters *clientpb.CounterTotals, viewers *clientpb.ViewerCount, attrs *clientpb.RoomAttributes, fresh bool, welcome func(*localRoom)) *localRoom {
 	key := c.app + "/" + c.room
 	sh := t.shard(key)
 	sh.mu.Lock()
@@ -118,9 +121,14 @@ func (t *roomTable) join(c *conn, settings *roompb.RoomSettings, cdn *clientpb.C
 	if !first && counters != nil {
 		r.setCounters(counters)
 	}
+	if !first && attrs != nil {
+		r.setAttributes(attrs) // attributes.go
+	}
 	if first {
 		r = &localRoom{t: t, app: c.app, room: c.room, subject: bus.RoomSubject(c.app, c.room), ready: make(chan struct{})}
 		r.cdn.Store(cdn)
+		r.viewers.Store(viewers)
+		r.attrs.Store(attrs)
 		r.counters.Store(counters)
 		r.fanout.init(r, settings, time.Now())
 		sub, err := t.n.cfg.Bus.Subscribe(r.subject, func(m *nats.Msg) { r.receive(m.Data) })
@@ -257,7 +265,8 @@ func (t *roomTable) count() int {
 	return total
 }
 
-// counts returns the number of local members of every room with members on this node.
+// counts returns the number of local members of every room with members on this node, and
+// of those with each of the room's viewer tags.
 func (t *roomTable) counts() []*buspb.RoomCount {
 	var out []*buspb.RoomCount
 	for i := range t.shards {
@@ -265,9 +274,7 @@ func (t *roomTable) counts() []*buspb.RoomCount {
 		sh.mu.Lock()
 		for key, r := range sh.rooms {
 			app, room, _ := strings.Cut(key, "/")
-			r.mu.RLock()
-			out = append(out, &buspb.RoomCount{App: app, Room: room, Members: int64(r.size())})
-			r.mu.RUnlock()
+			out = append(out, r.viewerCount(app, room)) // viewers.go
 		}
 		sh.mu.Unlock()
 	}

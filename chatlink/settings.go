@@ -24,6 +24,8 @@ type roomSettings struct {
 	criticalBudget float64       // counted only; negative: unlimited
 	historyKeep    int           // the room's history retention, where narrower than the stream's:
 	historyAge     time.Duration // newest messages kept (0: the stream's), and for how long (0: the stream's)
+	viewerTags     []string      // tags the room's viewer counts count on their own (viewers.go)
+	memberNotices  bool          // members are told of joins and leaves while the room is small
 }
 
 // resolveSettings applies the node's defaults (cfg) to the room's settings st.
@@ -51,6 +53,8 @@ func resolveSettings(st *roompb.RoomSettings, cfg *Config) roomSettings {
 	}
 	s.historyKeep = int(st.HistoryMaxMessages)
 	s.historyAge = time.Duration(st.HistoryMaxAgeS) * time.Second
+	s.viewerTags = st.ViewerTags
+	s.memberNotices = st.MemberNotices
 	return s
 }
 

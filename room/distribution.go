@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"roomcast/internal/buspb"
+	"roomcast/proto/clientpb"
 )
 
 // distribution is which nodes hold which rooms, and how many members each, as the ChatLinks'
@@ -30,7 +31,8 @@ type nodeRooms struct {
 
 type counted struct {
 	members int64
-	seq     uint64 // the report that said so
+	tags    []*clientpb.ViewerTagCount // for rooms with viewer_tags: members with each
+	seq     uint64                     // the report that said so
 }
 
 type roomKey struct{ app, room string }
@@ -55,7 +57,7 @@ func (d *distribution) onReport(msg *nats.Msg) {
 	n.seq = rep.Seq
 	n.seen = time.Now()
 	for _, rc := range rep.Rooms {
-		n.rooms[roomKey{rc.App, rc.Room}] = counted{members: rc.Members, seq: rep.Seq}
+		n.rooms[roomKey{rc.App, rc.Room}] = counted{members: rc.Members, tags: rc.Tags, seq: rep.Seq}
 	}
 	if rep.Last {
 		// Rooms the report did not name have no members on the node any more.

@@ -47,6 +47,7 @@ import (
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/roompb"
+	"roomcast/store/attrstore"
 	"roomcast/store/historystore"
 	"roomcast/store/roomstore"
 	"roomcast/tag"
@@ -137,6 +138,7 @@ type Service struct {
 	members  memberRates
 	metrics  *metrics
 	counters *counters
+	attrs    *attrstore.Store // the rooms' attributes, read for a node's first login of a room
 
 	stop    chan struct{}
 	closing atomic.Bool    // Close has begun: SendLocalQueued takes no more sends
@@ -227,6 +229,11 @@ func (s *Service) Start() error {
 		s.cdn.stop()
 		return err
 	}
+	if s.attrs, err = attrstore.Open(ctx, s.cfg.Bus, s.cfg.KVReplicas); err != nil {
+		s.cache.stop()
+		s.cdn.stop()
+		return err
+	}
 	sub, err := s.cfg.Bus.Subscribe(bus.SubjectSessionsReport, s.dist.onReport)
 	if err != nil {
 		s.Close()
@@ -241,6 +248,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomInfo:      s.onInfo,
 		bus.SubjectRoomHistory:   s.onHistory,
 		bus.SubjectRoomCounters:  s.onCounters,
+		bus.SubjectRoomViewers:   s.onViewers,
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -355,7 +363,10 @@ func (s *Service) onJoin(msg *nats.Msg) {
 func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequest, meta *apipb.Room, tags *roompb.MemberTags) {
 	settings := meta.GetSettings()
 	route := s.cdn.get(req.App, req.Room)
-	var counters *clientpb.CounterTotals
+	var (
+		counters *clientpb.CounterTotals
+		attrs    *clientpb.RoomAttributes
+	)
 	if req.FirstOnNode {
 		// The cache follows the store a little behind; the node's copy of the settings (and
 		// of the CDN config) is kept current from here on by the announcements of changes
@@ -372,6 +383,10 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		}
 		// The node keeps the room's counters current from the broadcasts after each write.
 		counters = s.counterTotals(ctx, req.App, req.Room)
+		// And its attributes from the store, kept current by the API's broadcasts of changes.
+		if attrs, err = s.attrs.Get(ctx, req.App, req.Room); err != nil {
+			s.log.Warn("room attributes not read for a join", "app", req.App, "room", req.Room, "err", err)
+		}
 		cancel()
 	}
 	s.respond(msg, opJoin, start, &buspb.Reply{
@@ -379,6 +394,8 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
 		Cdn:        route.GetConfig(),
 		Counters:   counters,
+		Viewers:    []*buspb.RoomCount{s.dist.viewers(req.App, req.Room)},
+		Attributes: attrs,
 	})
 }
 

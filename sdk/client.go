@@ -97,7 +97,8 @@ func (c *Client) newLogin(since string, sinceSeq uint64, history uint32) *client
 	return &clientpb.Login{
 		Token: c.cfg.Token, Device: c.cfg.Device, Client: ClientName, ProtocolVersion: ProtocolVersion,
 		RecoverSince: since, RecoverSinceRoomSeq: sinceSeq, History: history,
-		Inbox: true, // the callbacks acknowledge at-least-once messages (inbox.go)
+		Inbox:     true, // the callbacks acknowledge at-least-once messages (inbox.go)
+		LiveState: true, // viewer counts, member notices, room attributes (viewers.go, attributes.go)
 	}
 }
 

@@ -400,6 +400,12 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 		c.answer(e.GetSeq(), sendResult{err: sendError(e)})
 	case *clientpb.Frame_CounterTotals:
 		c.d.counters(k.CounterTotals)
+	case *clientpb.Frame_ViewerCount:
+		c.d.viewerCount(k.ViewerCount) // viewers.go
+	case *clientpb.Frame_MemberNotice:
+		c.d.memberNotice(k.MemberNotice)
+	case *clientpb.Frame_RoomAttributes:
+		c.d.attributes(k.RoomAttributes) // attributes.go
 	case *clientpb.Frame_Push:
 		if !c.d.push(c.gen, k.Push) {
 			c.fail(ErrSlowConsumer)

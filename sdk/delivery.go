@@ -58,6 +58,9 @@ type delivery struct {
 	// The room's counters as last handed to the app (counters.go), and their version.
 	counterMap     map[string]int64
 	counterVersion uint64
+	viewers        ViewerCountEvent  // the room's viewer count as last received (viewers.go)
+	attrs          map[string]string // the room's attributes as last handed over (attributes.go)
+	attrsVersion   uint64
 	seen           map[string]struct{}
 	order          []string // the ids in seen, as a ring: order[next] is forgotten first
 	next           int

@@ -38,6 +38,8 @@ const (
 	SubjectRoomHistory   = "rc.svc.room.history"
 	// SubjectRoomCounters takes a room's counter windows (CounterWindow, answered with a Reply).
 	SubjectRoomCounters = "rc.svc.room.counters"
+	// SubjectRoomViewers takes a ChatLink's viewer window (ViewerWindow, answered with a Reply).
+	SubjectRoomViewers = "rc.svc.room.viewers"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

@@ -155,7 +155,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13, 0}
+	return file_bus_proto_rawDescGZIP(), []int{14, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -476,7 +476,12 @@ type Reply struct {
 	// each as a single send's reply would be.
 	Answers []*Reply `protobuf:"bytes,17,rep,name=answers,proto3" json:"answers,omitempty"`
 	// A join (first_on_node) and a counter window: the room's counters as last written.
-	Counters      *clientpb.CounterTotals `protobuf:"bytes,18,opt,name=counters,proto3" json:"counters,omitempty"`
+	Counters *clientpb.CounterTotals `protobuf:"bytes,18,opt,name=counters,proto3" json:"counters,omitempty"`
+	// A viewer window (rc.svc.room.viewers): each room's members over every node, in the
+	// window's order. A join: the room's, one.
+	Viewers []*RoomCount `protobuf:"bytes,19,rep,name=viewers,proto3" json:"viewers,omitempty"`
+	// A join (first_on_node): the room's attributes, when it has any.
+	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +617,20 @@ func (x *Reply) GetAnswers() []*Reply {
 func (x *Reply) GetCounters() *clientpb.CounterTotals {
 	if x != nil {
 		return x.Counters
+	}
+	return nil
+}
+
+func (x *Reply) GetViewers() []*RoomCount {
+	if x != nil {
+		return x.Viewers
+	}
+	return nil
+}
+
+func (x *Reply) GetAttributes() *clientpb.RoomAttributes {
+	if x != nil {
+		return x.Attributes
 	}
 	return nil
 }
@@ -794,7 +813,14 @@ type RoomBatch struct {
 	// When set, the room's counters changed (the room service, after a write of their record):
 	// ChatLinks keep the one with the greatest version and send it to their members, at most
 	// about four times a second (chatlink/counters.go).
-	Counters      *clientpb.CounterTotals `protobuf:"bytes,10,opt,name=counters,proto3" json:"counters,omitempty"`
+	Counters *clientpb.CounterTotals `protobuf:"bytes,10,opt,name=counters,proto3" json:"counters,omitempty"`
+	// Members joined or left, for a room whose settings ask for notices (member_notices): the
+	// ChatLink of the member publishes it while the room is small; ChatLinks pass it to their
+	// members as a MemberNotice (chatlink/viewers.go).
+	MemberChanges []*clientpb.MemberChange `protobuf:"bytes,11,rep,name=member_changes,json=memberChanges,proto3" json:"member_changes,omitempty"`
+	// When set, the room's attributes changed (the server API, after their write): ChatLinks keep
+	// the one with the greatest version and send it to their members.
+	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +900,20 @@ func (x *RoomBatch) GetLastRoomSeq() uint64 {
 func (x *RoomBatch) GetCounters() *clientpb.CounterTotals {
 	if x != nil {
 		return x.Counters
+	}
+	return nil
+}
+
+func (x *RoomBatch) GetMemberChanges() []*clientpb.MemberChange {
+	if x != nil {
+		return x.MemberChanges
+	}
+	return nil
+}
+
+func (x *RoomBatch) GetAttributes() *clientpb.RoomAttributes {
+	if x != nil {
+		return x.Attributes
 	}
 	return nil
 }
@@ -1339,10 +1379,12 @@ func (x *NodeReport) GetLast() bool {
 }
 
 type RoomCount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
-	Members       int64                  `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	App     string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room    string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Members int64                  `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	// For a room whose settings name viewer_tags: how many of the members have each.
+	Tags          []*clientpb.ViewerTagCount `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1398,6 +1440,77 @@ func (x *RoomCount) GetMembers() int64 {
 	return 0
 }
 
+func (x *RoomCount) GetTags() []*clientpb.ViewerTagCount {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+// ViewerWindow is what a ChatLink sends the room service every viewer interval
+// (rc.svc.room.viewers, answered with a Reply's viewers): its members per room, to take into
+// the rooms' counts at once, for every room it holds (in chunks). The answer has each room's
+// members over every node, as the instance knows them (room/viewers.go, chatlink/viewers.go).
+type ViewerWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Boot          string                 `protobuf:"bytes,2,opt,name=boot,proto3" json:"boot,omitempty"`
+	Rooms         []*RoomCount           `protobuf:"bytes,3,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewerWindow) Reset() {
+	*x = ViewerWindow{}
+	mi := &file_bus_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewerWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewerWindow) ProtoMessage() {}
+
+func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewerWindow.ProtoReflect.Descriptor instead.
+func (*ViewerWindow) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ViewerWindow) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ViewerWindow) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
+func (x *ViewerWindow) GetRooms() []*RoomCount {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
 // NodeControl asks one ChatLink (subject rc.node.<node>, request/reply) or every ChatLink
 // (subject rc.nodes.control, no reply) to act on its connections.
 type NodeControl struct {
@@ -1428,7 +1541,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1553,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1566,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1587,7 +1700,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1712,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1725,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1679,7 +1792,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1804,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1817,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Member) GetUid() string {
@@ -1760,7 +1873,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1885,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1898,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1817,7 +1930,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1942,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1955,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -1930,7 +2043,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2055,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2068,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -2116,7 +2229,7 @@ type LaneCounters struct {
 
 func (x *LaneCounters) Reset() {
 	*x = LaneCounters{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2241,7 @@ func (x *LaneCounters) String() string {
 func (*LaneCounters) ProtoMessage() {}
 
 func (x *LaneCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2254,7 @@ func (x *LaneCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
 func (*LaneCounters) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LaneCounters) GetLane() clientpb.Lane {
@@ -2193,7 +2306,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2318,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2331,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -2266,7 +2379,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2391,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2404,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2376,7 +2489,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2501,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2514,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2437,7 +2550,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2562,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2575,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{23}
+	return file_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2518,7 +2631,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2643,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2656,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{24}
+	return file_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2600,7 +2713,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2725,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2738,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{25}
+	return file_bus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -2674,7 +2787,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xf2\x04\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xe1\x05\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2695,7 +2808,11 @@ const file_bus_proto_rawDesc = "" +
 	"\x05queue\x18\x0f \x01(\v2\x1a.roomcast.v1.QueueResponseR\x05queue\x12$\n" +
 	"\x0eretry_after_ms\x18\x10 \x01(\rR\fretryAfterMs\x12,\n" +
 	"\aanswers\x18\x11 \x03(\v2\x12.roomcast.v1.ReplyR\aanswers\x126\n" +
-	"\bcounters\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xaa\x01\n" +
+	"\bcounters\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\x120\n" +
+	"\aviewers\x18\x13 \x03(\v2\x16.roomcast.v1.RoomCountR\aviewers\x12;\n" +
+	"\n" +
+	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
+	"attributes\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2711,7 +2828,7 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc9\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x03\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
@@ -2720,7 +2837,11 @@ const file_bus_proto_rawDesc = "" +
 	"\x0efirst_room_seq\x18\b \x01(\x04R\ffirstRoomSeq\x12\"\n" +
 	"\rlast_room_seq\x18\t \x01(\x04R\vlastRoomSeq\x126\n" +
 	"\bcounters\x18\n" +
-	" \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\"\xb1\x01\n" +
+	" \x01(\v2\x1a.roomcast.v1.CounterTotalsR\bcounters\x12@\n" +
+	"\x0emember_changes\x18\v \x03(\v2\x19.roomcast.v1.MemberChangeR\rmemberChanges\x12;\n" +
+	"\n" +
+	"attributes\x18\f \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
+	"attributes\"\xb1\x01\n" +
 	"\rCounterWindow\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x12\n" +
@@ -2764,11 +2885,16 @@ const file_bus_proto_rawDesc = "" +
 	"\atime_ms\x18\x04 \x01(\x03R\x06timeMs\x12\x1a\n" +
 	"\bsessions\x18\x05 \x01(\x03R\bsessions\x12,\n" +
 	"\x05rooms\x18\x06 \x03(\v2\x16.roomcast.v1.RoomCountR\x05rooms\x12\x12\n" +
-	"\x04last\x18\a \x01(\bR\x04last\"K\n" +
+	"\x04last\x18\a \x01(\bR\x04last\"|\n" +
 	"\tRoomCount\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\x03R\amembers\"\xde\x04\n" +
+	"\amembers\x18\x03 \x01(\x03R\amembers\x12/\n" +
+	"\x04tags\x18\x04 \x03(\v2\x1b.roomcast.v1.ViewerTagCountR\x04tags\"d\n" +
+	"\fViewerWindow\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04boot\x18\x02 \x01(\tR\x04boot\x12,\n" +
+	"\x05rooms\x18\x03 \x03(\v2\x16.roomcast.v1.RoomCountR\x05rooms\"\xde\x04\n" +
 	"\vNodeControl\x12+\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
@@ -2919,93 +3045,103 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0),         // 0: roomcast.v1.SessionEvent.Kind
-	(NodeControl_Op)(0),            // 1: roomcast.v1.NodeControl.Op
-	(*JoinRequest)(nil),            // 2: roomcast.v1.JoinRequest
-	(*SendRequest)(nil),            // 3: roomcast.v1.SendRequest
-	(*SendBatchRequest)(nil),       // 4: roomcast.v1.SendBatchRequest
-	(*Reply)(nil),                  // 5: roomcast.v1.Reply
-	(*HistoryRequest)(nil),         // 6: roomcast.v1.HistoryRequest
-	(*RoomInfo)(nil),               // 7: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),              // 8: roomcast.v1.RoomBatch
-	(*CounterWindow)(nil),          // 9: roomcast.v1.CounterWindow
-	(*SessionEvent)(nil),           // 10: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),          // 11: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),           // 12: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),             // 13: roomcast.v1.NodeReport
-	(*RoomCount)(nil),              // 14: roomcast.v1.RoomCount
-	(*NodeControl)(nil),            // 15: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil),       // 16: roomcast.v1.NodeControlReply
-	(*Member)(nil),                 // 17: roomcast.v1.Member
-	(*PresenceQuery)(nil),          // 18: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),          // 19: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),             // 20: roomcast.v1.LoadReport
-	(*LaneCounters)(nil),           // 21: roomcast.v1.LaneCounters
-	(*DrainRequest)(nil),           // 22: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),               // 23: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),               // 24: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),           // 25: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),        // 26: roomcast.v1.QueueBusRequest
-	(*HistoryRecord)(nil),          // 27: roomcast.v1.HistoryRecord
-	nil,                            // 28: roomcast.v1.RoomInfo.NodesEntry
-	nil,                            // 29: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),             // 30: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),    // 31: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),      // 32: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),     // 33: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),   // 34: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),   // 35: roomcast.v1.QueueResponse
-	(*clientpb.CounterTotals)(nil), // 36: roomcast.v1.CounterTotals
-	(*clientpb.HistoryQuery)(nil),  // 37: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),       // 38: roomcast.v1.Message
-	(*clientpb.Counter)(nil),       // 39: roomcast.v1.Counter
-	(clientpb.CdnMode)(0),          // 40: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),          // 41: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),    // 42: roomcast.v1.QueueRequest
+	(SessionEvent_Kind)(0),          // 0: roomcast.v1.SessionEvent.Kind
+	(NodeControl_Op)(0),             // 1: roomcast.v1.NodeControl.Op
+	(*JoinRequest)(nil),             // 2: roomcast.v1.JoinRequest
+	(*SendRequest)(nil),             // 3: roomcast.v1.SendRequest
+	(*SendBatchRequest)(nil),        // 4: roomcast.v1.SendBatchRequest
+	(*Reply)(nil),                   // 5: roomcast.v1.Reply
+	(*HistoryRequest)(nil),          // 6: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),                // 7: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),               // 8: roomcast.v1.RoomBatch
+	(*CounterWindow)(nil),           // 9: roomcast.v1.CounterWindow
+	(*SessionEvent)(nil),            // 10: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),           // 11: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),            // 12: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),              // 13: roomcast.v1.NodeReport
+	(*RoomCount)(nil),               // 14: roomcast.v1.RoomCount
+	(*ViewerWindow)(nil),            // 15: roomcast.v1.ViewerWindow
+	(*NodeControl)(nil),             // 16: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil),        // 17: roomcast.v1.NodeControlReply
+	(*Member)(nil),                  // 18: roomcast.v1.Member
+	(*PresenceQuery)(nil),           // 19: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),           // 20: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),              // 21: roomcast.v1.LoadReport
+	(*LaneCounters)(nil),            // 22: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),            // 23: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),                // 24: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),                // 25: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),            // 26: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),         // 27: roomcast.v1.QueueBusRequest
+	(*HistoryRecord)(nil),           // 28: roomcast.v1.HistoryRecord
+	nil,                             // 29: roomcast.v1.RoomInfo.NodesEntry
+	nil,                             // 30: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),              // 31: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),     // 32: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),       // 33: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),      // 34: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),    // 35: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),    // 36: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil),  // 37: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil), // 38: roomcast.v1.RoomAttributes
+	(*clientpb.HistoryQuery)(nil),   // 39: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),        // 40: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),   // 41: roomcast.v1.MemberChange
+	(*clientpb.Counter)(nil),        // 42: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil), // 43: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),           // 44: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),           // 45: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),     // 46: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	30, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	31, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	31, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	32, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	33, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	34, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	35, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	32, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	33, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	34, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	35, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	36, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	36, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
-	37, // 10: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	28, // 11: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	38, // 12: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	31, // 13: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	33, // 14: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	36, // 15: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	39, // 16: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 17: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	10, // 18: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	10, // 19: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 20: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 21: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	38, // 22: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	17, // 23: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	29, // 24: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	10, // 25: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 26: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	21, // 27: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	30, // 28: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	40, // 29: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	33, // 30: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	38, // 31: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	41, // 32: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	42, // 33: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	38, // 34: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	37, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	14, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
+	38, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	39, // 12: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	29, // 13: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	40, // 14: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	32, // 15: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	34, // 16: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	37, // 17: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	41, // 18: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	38, // 19: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	42, // 20: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 21: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	10, // 22: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	10, // 23: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 24: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	43, // 25: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	14, // 26: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 27: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	40, // 28: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	18, // 29: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	30, // 30: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	10, // 31: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	14, // 32: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	22, // 33: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	31, // 34: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	44, // 35: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	34, // 36: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	40, // 37: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	45, // 38: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	46, // 39: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	40, // 40: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -3019,7 +3155,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3015,6 +3015,121 @@ func (x *GetCountersRequest) GetRoom() string {
 	return ""
 }
 
+type GetRoomAttributesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoomAttributesRequest) Reset() {
+	*x = GetRoomAttributesRequest{}
+	mi := &file_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoomAttributesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoomAttributesRequest) ProtoMessage() {}
+
+func (x *GetRoomAttributesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoomAttributesRequest.ProtoReflect.Descriptor instead.
+func (*GetRoomAttributesRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetRoomAttributesRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+type SetRoomAttributeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// 1 to 32 characters of A-Z a-z 0-9 _ - : . (e.g. "announcement", "pinned").
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// At most 4096 bytes; a room's values together at most 16384, and at most 16 keys.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Take the key out instead (no error when the room does not have it).
+	Remove        bool `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRoomAttributeRequest) Reset() {
+	*x = SetRoomAttributeRequest{}
+	mi := &file_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRoomAttributeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRoomAttributeRequest) ProtoMessage() {}
+
+func (x *SetRoomAttributeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRoomAttributeRequest.ProtoReflect.Descriptor instead.
+func (*SetRoomAttributeRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetRoomAttributeRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *SetRoomAttributeRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SetRoomAttributeRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *SetRoomAttributeRequest) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
 type ResetCounterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
@@ -3026,7 +3141,7 @@ type ResetCounterRequest struct {
 
 func (x *ResetCounterRequest) Reset() {
 	*x = ResetCounterRequest{}
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3153,7 @@ func (x *ResetCounterRequest) String() string {
 func (*ResetCounterRequest) ProtoMessage() {}
 
 func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3166,7 @@ func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetCounterRequest.ProtoReflect.Descriptor instead.
 func (*ResetCounterRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{43}
+	return file_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResetCounterRequest) GetRoom() string {
@@ -3304,7 +3419,14 @@ const file_api_proto_rawDesc = "" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12\x12\n" +
 	"\x04tags\x18\t \x03(\tR\x04tags\"(\n" +
 	"\x12GetCountersRequest\x12\x12\n" +
-	"\x04room\x18\x01 \x01(\tR\x04room\"=\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\".\n" +
+	"\x18GetRoomAttributesRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"m\n" +
+	"\x17SetRoomAttributeRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\"=\n" +
 	"\x13ResetCounterRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name*W\n" +
@@ -3312,7 +3434,7 @@ const file_api_proto_rawDesc = "" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x01\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x022\xcf\x12\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x022\xff\x13\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3347,7 +3469,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12J\n" +
 	"\vGetCounters\x12\x1f.roomcast.v1.GetCountersRequest\x1a\x1a.roomcast.v1.CounterTotals\x12L\n" +
-	"\fResetCounter\x12 .roomcast.v1.ResetCounterRequest\x1a\x1a.roomcast.v1.CounterTotals\x12C\n" +
+	"\fResetCounter\x12 .roomcast.v1.ResetCounterRequest\x1a\x1a.roomcast.v1.CounterTotals\x12W\n" +
+	"\x11GetRoomAttributes\x12%.roomcast.v1.GetRoomAttributesRequest\x1a\x1b.roomcast.v1.RoomAttributes\x12U\n" +
+	"\x10SetRoomAttribute\x12$.roomcast.v1.SetRoomAttributeRequest\x1a\x1b.roomcast.v1.RoomAttributes\x12C\n" +
 	"\n" +
 	"OfferQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
 	"\tPollQueue\x12\x19.roomcast.v1.QueueRequest\x1a\x1a.roomcast.v1.QueueResponse\x12B\n" +
@@ -3370,92 +3494,95 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_api_proto_goTypes = []any{
-	(RoomStatus)(0),                 // 0: roomcast.v1.RoomStatus
-	(*Room)(nil),                    // 1: roomcast.v1.Room
-	(*TagMute)(nil),                 // 2: roomcast.v1.TagMute
-	(*CreateRoomRequest)(nil),       // 3: roomcast.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),      // 4: roomcast.v1.CreateRoomResponse
-	(*UpdateRoomRequest)(nil),       // 5: roomcast.v1.UpdateRoomRequest
-	(*CloseRoomRequest)(nil),        // 6: roomcast.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),       // 7: roomcast.v1.CloseRoomResponse
-	(*GetRoomRequest)(nil),          // 8: roomcast.v1.GetRoomRequest
-	(*GetRoomResponse)(nil),         // 9: roomcast.v1.GetRoomResponse
-	(*ListMembersRequest)(nil),      // 10: roomcast.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),     // 11: roomcast.v1.ListMembersResponse
-	(*RoomMember)(nil),              // 12: roomcast.v1.RoomMember
-	(*SendToRoomRequest)(nil),       // 13: roomcast.v1.SendToRoomRequest
-	(*SendResponse)(nil),            // 14: roomcast.v1.SendResponse
-	(*StreamSendRequest)(nil),       // 15: roomcast.v1.StreamSendRequest
-	(*StreamSendResponse)(nil),      // 16: roomcast.v1.StreamSendResponse
-	(*SendBatchToRoomRequest)(nil),  // 17: roomcast.v1.SendBatchToRoomRequest
-	(*SendBatchResponse)(nil),       // 18: roomcast.v1.SendBatchResponse
-	(*SendToUsersRequest)(nil),      // 19: roomcast.v1.SendToUsersRequest
-	(*SendToUsersResponse)(nil),     // 20: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),             // 21: roomcast.v1.KickRequest
-	(*KickResponse)(nil),            // 22: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),         // 23: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),       // 24: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),        // 25: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),       // 26: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),       // 27: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),  // 28: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                 // 29: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil), // 30: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),      // 31: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),     // 32: roomcast.v1.CountOnlineResponse
-	(*TagCount)(nil),                // 33: roomcast.v1.TagCount
-	(*SetMemberTagsRequest)(nil),    // 34: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),   // 35: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),    // 36: roomcast.v1.GetMemberTagsRequest
-	(*SetRoomCdnRequest)(nil),       // 37: roomcast.v1.SetRoomCdnRequest
-	(*GetRoomCdnRequest)(nil),       // 38: roomcast.v1.GetRoomCdnRequest
-	(*RoomCdn)(nil),                 // 39: roomcast.v1.RoomCdn
-	(*CdnPolicy)(nil),               // 40: roomcast.v1.CdnPolicy
-	(*GetCdnPolicyRequest)(nil),     // 41: roomcast.v1.GetCdnPolicyRequest
-	(*GetHistoryRequest)(nil),       // 42: roomcast.v1.GetHistoryRequest
-	(*GetCountersRequest)(nil),      // 43: roomcast.v1.GetCountersRequest
-	(*ResetCounterRequest)(nil),     // 44: roomcast.v1.ResetCounterRequest
-	nil,                             // 45: roomcast.v1.GetRoomResponse.NodesEntry
-	(*roompb.RoomSettings)(nil),     // 46: roomcast.v1.RoomSettings
-	(clientpb.ErrorCode)(0),         // 47: roomcast.v1.ErrorCode
-	(*roompb.MemberTags)(nil),       // 48: roomcast.v1.MemberTags
-	(clientpb.CdnMode)(0),           // 49: roomcast.v1.CdnMode
-	(*clientpb.CdnConfig)(nil),      // 50: roomcast.v1.CdnConfig
-	(*clientpb.CdnVendor)(nil),      // 51: roomcast.v1.CdnVendor
-	(*AppLimits)(nil),               // 52: roomcast.v1.AppLimits
-	(*GetAppLimitsRequest)(nil),     // 53: roomcast.v1.GetAppLimitsRequest
-	(*roompb.QueueRequest)(nil),     // 54: roomcast.v1.QueueRequest
-	(*clientpb.HistoryPage)(nil),    // 55: roomcast.v1.HistoryPage
-	(*clientpb.CounterTotals)(nil),  // 56: roomcast.v1.CounterTotals
-	(*roompb.QueueResponse)(nil),    // 57: roomcast.v1.QueueResponse
+	(RoomStatus)(0),                  // 0: roomcast.v1.RoomStatus
+	(*Room)(nil),                     // 1: roomcast.v1.Room
+	(*TagMute)(nil),                  // 2: roomcast.v1.TagMute
+	(*CreateRoomRequest)(nil),        // 3: roomcast.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),       // 4: roomcast.v1.CreateRoomResponse
+	(*UpdateRoomRequest)(nil),        // 5: roomcast.v1.UpdateRoomRequest
+	(*CloseRoomRequest)(nil),         // 6: roomcast.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),        // 7: roomcast.v1.CloseRoomResponse
+	(*GetRoomRequest)(nil),           // 8: roomcast.v1.GetRoomRequest
+	(*GetRoomResponse)(nil),          // 9: roomcast.v1.GetRoomResponse
+	(*ListMembersRequest)(nil),       // 10: roomcast.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),      // 11: roomcast.v1.ListMembersResponse
+	(*RoomMember)(nil),               // 12: roomcast.v1.RoomMember
+	(*SendToRoomRequest)(nil),        // 13: roomcast.v1.SendToRoomRequest
+	(*SendResponse)(nil),             // 14: roomcast.v1.SendResponse
+	(*StreamSendRequest)(nil),        // 15: roomcast.v1.StreamSendRequest
+	(*StreamSendResponse)(nil),       // 16: roomcast.v1.StreamSendResponse
+	(*SendBatchToRoomRequest)(nil),   // 17: roomcast.v1.SendBatchToRoomRequest
+	(*SendBatchResponse)(nil),        // 18: roomcast.v1.SendBatchResponse
+	(*SendToUsersRequest)(nil),       // 19: roomcast.v1.SendToUsersRequest
+	(*SendToUsersResponse)(nil),      // 20: roomcast.v1.SendToUsersResponse
+	(*KickRequest)(nil),              // 21: roomcast.v1.KickRequest
+	(*KickResponse)(nil),             // 22: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),          // 23: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),        // 24: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),         // 25: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),        // 26: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),        // 27: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),   // 28: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                  // 29: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil),  // 30: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),       // 31: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),      // 32: roomcast.v1.CountOnlineResponse
+	(*TagCount)(nil),                 // 33: roomcast.v1.TagCount
+	(*SetMemberTagsRequest)(nil),     // 34: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),    // 35: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),     // 36: roomcast.v1.GetMemberTagsRequest
+	(*SetRoomCdnRequest)(nil),        // 37: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),        // 38: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                  // 39: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),                // 40: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),      // 41: roomcast.v1.GetCdnPolicyRequest
+	(*GetHistoryRequest)(nil),        // 42: roomcast.v1.GetHistoryRequest
+	(*GetCountersRequest)(nil),       // 43: roomcast.v1.GetCountersRequest
+	(*GetRoomAttributesRequest)(nil), // 44: roomcast.v1.GetRoomAttributesRequest
+	(*SetRoomAttributeRequest)(nil),  // 45: roomcast.v1.SetRoomAttributeRequest
+	(*ResetCounterRequest)(nil),      // 46: roomcast.v1.ResetCounterRequest
+	nil,                              // 47: roomcast.v1.GetRoomResponse.NodesEntry
+	(*roompb.RoomSettings)(nil),      // 48: roomcast.v1.RoomSettings
+	(clientpb.ErrorCode)(0),          // 49: roomcast.v1.ErrorCode
+	(*roompb.MemberTags)(nil),        // 50: roomcast.v1.MemberTags
+	(clientpb.CdnMode)(0),            // 51: roomcast.v1.CdnMode
+	(*clientpb.CdnConfig)(nil),       // 52: roomcast.v1.CdnConfig
+	(*clientpb.CdnVendor)(nil),       // 53: roomcast.v1.CdnVendor
+	(*AppLimits)(nil),                // 54: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),      // 55: roomcast.v1.GetAppLimitsRequest
+	(*roompb.QueueRequest)(nil),      // 56: roomcast.v1.QueueRequest
+	(*clientpb.HistoryPage)(nil),     // 57: roomcast.v1.HistoryPage
+	(*clientpb.CounterTotals)(nil),   // 58: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 59: roomcast.v1.RoomAttributes
+	(*roompb.QueueResponse)(nil),     // 60: roomcast.v1.QueueResponse
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
-	46, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
+	48, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
 	2,  // 2: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
-	46, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	48, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	46, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	48, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	45, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	47, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	1,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	12, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	13, // 10: roomcast.v1.StreamSendRequest.send:type_name -> roomcast.v1.SendToRoomRequest
-	47, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
+	49, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
 	13, // 12: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
 	26, // 13: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	29, // 14: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
 	33, // 15: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
 	33, // 16: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
-	48, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	49, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	49, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	49, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	50, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	51, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	49, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	50, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	51, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	51, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	51, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	52, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	53, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	51, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
 	3,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	5,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	6,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3477,51 +3604,55 @@ var file_api_proto_depIdxs = []int32{
 	38, // 42: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	40, // 43: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	41, // 44: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	52, // 45: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
-	53, // 46: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	54, // 45: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	55, // 46: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
 	42, // 47: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
 	43, // 48: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
-	44, // 49: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
-	54, // 50: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	54, // 51: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	54, // 52: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	54, // 53: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	54, // 54: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	54, // 55: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	4,  // 56: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	1,  // 57: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	7,  // 58: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	9,  // 59: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	11, // 60: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	14, // 61: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 62: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	16, // 63: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
-	20, // 64: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 65: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	1,  // 66: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 67: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 68: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 69: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 70: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	35, // 71: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	48, // 72: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	39, // 73: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 74: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 75: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	40, // 76: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	52, // 77: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
-	52, // 78: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
-	55, // 79: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	56, // 80: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
-	56, // 81: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
-	57, // 82: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	57, // 83: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	57, // 84: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	57, // 85: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	57, // 86: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	57, // 87: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	56, // [56:88] is the sub-list for method output_type
-	24, // [24:56] is the sub-list for method input_type
+	46, // 49: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
+	44, // 50: roomcast.v1.RoomcastAPI.GetRoomAttributes:input_type -> roomcast.v1.GetRoomAttributesRequest
+	45, // 51: roomcast.v1.RoomcastAPI.SetRoomAttribute:input_type -> roomcast.v1.SetRoomAttributeRequest
+	56, // 52: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	56, // 53: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	56, // 54: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	56, // 55: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	56, // 56: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	56, // 57: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	4,  // 58: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	1,  // 59: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	7,  // 60: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	9,  // 61: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	11, // 62: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	14, // 63: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 64: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	16, // 65: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
+	20, // 66: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	22, // 67: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	1,  // 68: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	26, // 69: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	27, // 70: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	30, // 71: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	32, // 72: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	35, // 73: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	50, // 74: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	39, // 75: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	39, // 76: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	40, // 77: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	40, // 78: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	54, // 79: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	54, // 80: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	57, // 81: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	58, // 82: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
+	58, // 83: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
+	59, // 84: roomcast.v1.RoomcastAPI.GetRoomAttributes:output_type -> roomcast.v1.RoomAttributes
+	59, // 85: roomcast.v1.RoomcastAPI.SetRoomAttribute:output_type -> roomcast.v1.RoomAttributes
+	60, // 86: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	60, // 87: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	60, // 88: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	60, // 89: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	60, // 90: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	60, // 91: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	58, // [58:92] is the sub-list for method output_type
+	24, // [24:58] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3540,7 +3671,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

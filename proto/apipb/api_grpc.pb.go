@@ -25,38 +25,40 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RoomcastAPI_CreateRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/CreateRoom"
-	RoomcastAPI_UpdateRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/UpdateRoom"
-	RoomcastAPI_CloseRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/CloseRoom"
-	RoomcastAPI_GetRoom_FullMethodName          = "/roomcast.v1.RoomcastAPI/GetRoom"
-	RoomcastAPI_ListMembers_FullMethodName      = "/roomcast.v1.RoomcastAPI/ListMembers"
-	RoomcastAPI_SendToRoom_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendToRoom"
-	RoomcastAPI_SendBatchToRoom_FullMethodName  = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
-	RoomcastAPI_SendStream_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendStream"
-	RoomcastAPI_SendToUsers_FullMethodName      = "/roomcast.v1.RoomcastAPI/SendToUsers"
-	RoomcastAPI_Kick_FullMethodName             = "/roomcast.v1.RoomcastAPI/Kick"
-	RoomcastAPI_MuteRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/MuteRoom"
-	RoomcastAPI_MuteMember_FullMethodName       = "/roomcast.v1.RoomcastAPI/MuteMember"
-	RoomcastAPI_BanMember_FullMethodName        = "/roomcast.v1.RoomcastAPI/BanMember"
-	RoomcastAPI_GetUserSessions_FullMethodName  = "/roomcast.v1.RoomcastAPI/GetUserSessions"
-	RoomcastAPI_CountOnline_FullMethodName      = "/roomcast.v1.RoomcastAPI/CountOnline"
-	RoomcastAPI_SetMemberTags_FullMethodName    = "/roomcast.v1.RoomcastAPI/SetMemberTags"
-	RoomcastAPI_GetMemberTags_FullMethodName    = "/roomcast.v1.RoomcastAPI/GetMemberTags"
-	RoomcastAPI_SetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/SetRoomCdn"
-	RoomcastAPI_GetRoomCdn_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
-	RoomcastAPI_SetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
-	RoomcastAPI_GetCdnPolicy_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
-	RoomcastAPI_SetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetAppLimits"
-	RoomcastAPI_GetAppLimits_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetAppLimits"
-	RoomcastAPI_GetHistory_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetHistory"
-	RoomcastAPI_GetCounters_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetCounters"
-	RoomcastAPI_ResetCounter_FullMethodName     = "/roomcast.v1.RoomcastAPI/ResetCounter"
-	RoomcastAPI_OfferQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/OfferQueue"
-	RoomcastAPI_PollQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PollQueue"
-	RoomcastAPI_PeekQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/PeekQueue"
-	RoomcastAPI_ListQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/ListQueue"
-	RoomcastAPI_RemoveQueueEntry_FullMethodName = "/roomcast.v1.RoomcastAPI/RemoveQueueEntry"
-	RoomcastAPI_ClearQueue_FullMethodName       = "/roomcast.v1.RoomcastAPI/ClearQueue"
+	RoomcastAPI_CreateRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/CreateRoom"
+	RoomcastAPI_UpdateRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/UpdateRoom"
+	RoomcastAPI_CloseRoom_FullMethodName         = "/roomcast.v1.RoomcastAPI/CloseRoom"
+	RoomcastAPI_GetRoom_FullMethodName           = "/roomcast.v1.RoomcastAPI/GetRoom"
+	RoomcastAPI_ListMembers_FullMethodName       = "/roomcast.v1.RoomcastAPI/ListMembers"
+	RoomcastAPI_SendToRoom_FullMethodName        = "/roomcast.v1.RoomcastAPI/SendToRoom"
+	RoomcastAPI_SendBatchToRoom_FullMethodName   = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
+	RoomcastAPI_SendStream_FullMethodName        = "/roomcast.v1.RoomcastAPI/SendStream"
+	RoomcastAPI_SendToUsers_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendToUsers"
+	RoomcastAPI_Kick_FullMethodName              = "/roomcast.v1.RoomcastAPI/Kick"
+	RoomcastAPI_MuteRoom_FullMethodName          = "/roomcast.v1.RoomcastAPI/MuteRoom"
+	RoomcastAPI_MuteMember_FullMethodName        = "/roomcast.v1.RoomcastAPI/MuteMember"
+	RoomcastAPI_BanMember_FullMethodName         = "/roomcast.v1.RoomcastAPI/BanMember"
+	RoomcastAPI_GetUserSessions_FullMethodName   = "/roomcast.v1.RoomcastAPI/GetUserSessions"
+	RoomcastAPI_CountOnline_FullMethodName       = "/roomcast.v1.RoomcastAPI/CountOnline"
+	RoomcastAPI_SetMemberTags_FullMethodName     = "/roomcast.v1.RoomcastAPI/SetMemberTags"
+	RoomcastAPI_GetMemberTags_FullMethodName     = "/roomcast.v1.RoomcastAPI/GetMemberTags"
+	RoomcastAPI_SetRoomCdn_FullMethodName        = "/roomcast.v1.RoomcastAPI/SetRoomCdn"
+	RoomcastAPI_GetRoomCdn_FullMethodName        = "/roomcast.v1.RoomcastAPI/GetRoomCdn"
+	RoomcastAPI_SetCdnPolicy_FullMethodName      = "/roomcast.v1.RoomcastAPI/SetCdnPolicy"
+	RoomcastAPI_GetCdnPolicy_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetCdnPolicy"
+	RoomcastAPI_SetAppLimits_FullMethodName      = "/roomcast.v1.RoomcastAPI/SetAppLimits"
+	RoomcastAPI_GetAppLimits_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetAppLimits"
+	RoomcastAPI_GetHistory_FullMethodName        = "/roomcast.v1.RoomcastAPI/GetHistory"
+	RoomcastAPI_GetCounters_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetCounters"
+	RoomcastAPI_ResetCounter_FullMethodName      = "/roomcast.v1.RoomcastAPI/ResetCounter"
+	RoomcastAPI_GetRoomAttributes_FullMethodName = "/roomcast.v1.RoomcastAPI/GetRoomAttributes"
+	RoomcastAPI_SetRoomAttribute_FullMethodName  = "/roomcast.v1.RoomcastAPI/SetRoomAttribute"
+	RoomcastAPI_OfferQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/OfferQueue"
+	RoomcastAPI_PollQueue_FullMethodName         = "/roomcast.v1.RoomcastAPI/PollQueue"
+	RoomcastAPI_PeekQueue_FullMethodName         = "/roomcast.v1.RoomcastAPI/PeekQueue"
+	RoomcastAPI_ListQueue_FullMethodName         = "/roomcast.v1.RoomcastAPI/ListQueue"
+	RoomcastAPI_RemoveQueueEntry_FullMethodName  = "/roomcast.v1.RoomcastAPI/RemoveQueueEntry"
+	RoomcastAPI_ClearQueue_FullMethodName        = "/roomcast.v1.RoomcastAPI/ClearQueue"
 )
 
 // RoomcastAPIClient is the client API for RoomcastAPI service.
@@ -147,6 +149,11 @@ type RoomcastAPIClient interface {
 	// ResetCounter takes a counter out of a room (its total back to 0, its name free); members
 	// see the change in their next CounterTotals frame.
 	ResetCounter(ctx context.Context, in *ResetCounterRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error)
+	// GetRoomAttributes returns a room's attributes (announcement, pinned message, app data).
+	GetRoomAttributes(ctx context.Context, in *GetRoomAttributesRequest, opts ...grpc.CallOption) (*clientpb.RoomAttributes, error)
+	// SetRoomAttribute sets (or, with remove, takes out) one of a room's attributes; members see
+	// the whole set in a RoomAttributes frame at once and later logins after their LoginAck.
+	SetRoomAttribute(ctx context.Context, in *SetRoomAttributeRequest, opts ...grpc.CallOption) (*clientpb.RoomAttributes, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -435,6 +442,26 @@ func (c *roomcastAPIClient) ResetCounter(ctx context.Context, in *ResetCounterRe
 	return out, nil
 }
 
+func (c *roomcastAPIClient) GetRoomAttributes(ctx context.Context, in *GetRoomAttributesRequest, opts ...grpc.CallOption) (*clientpb.RoomAttributes, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.RoomAttributes)
+	err := c.cc.Invoke(ctx, RoomcastAPI_GetRoomAttributes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) SetRoomAttribute(ctx context.Context, in *SetRoomAttributeRequest, opts ...grpc.CallOption) (*clientpb.RoomAttributes, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.RoomAttributes)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SetRoomAttribute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *roomcastAPIClient) OfferQueue(ctx context.Context, in *roompb.QueueRequest, opts ...grpc.CallOption) (*roompb.QueueResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(roompb.QueueResponse)
@@ -583,6 +610,11 @@ type RoomcastAPIServer interface {
 	// ResetCounter takes a counter out of a room (its total back to 0, its name free); members
 	// see the change in their next CounterTotals frame.
 	ResetCounter(context.Context, *ResetCounterRequest) (*clientpb.CounterTotals, error)
+	// GetRoomAttributes returns a room's attributes (announcement, pinned message, app data).
+	GetRoomAttributes(context.Context, *GetRoomAttributesRequest) (*clientpb.RoomAttributes, error)
+	// SetRoomAttribute sets (or, with remove, takes out) one of a room's attributes; members see
+	// the whole set in a RoomAttributes frame at once and later logins after their LoginAck.
+	SetRoomAttribute(context.Context, *SetRoomAttributeRequest) (*clientpb.RoomAttributes, error)
 	// Room queue (docs/api.md, "Room queue"): the room's ordered key/value queue. Every change is
 	// broadcast to the room as a critical "rc.queue" message. The app server is not held to the
 	// room's queue_expr and queue_admin_expr.
@@ -685,6 +717,12 @@ func (UnimplementedRoomcastAPIServer) GetCounters(context.Context, *GetCountersR
 }
 func (UnimplementedRoomcastAPIServer) ResetCounter(context.Context, *ResetCounterRequest) (*clientpb.CounterTotals, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ResetCounter not implemented")
+}
+func (UnimplementedRoomcastAPIServer) GetRoomAttributes(context.Context, *GetRoomAttributesRequest) (*clientpb.RoomAttributes, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetRoomAttributes not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SetRoomAttribute(context.Context, *SetRoomAttributeRequest) (*clientpb.RoomAttributes, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetRoomAttribute not implemented")
 }
 func (UnimplementedRoomcastAPIServer) OfferQueue(context.Context, *roompb.QueueRequest) (*roompb.QueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method OfferQueue not implemented")
@@ -1182,6 +1220,42 @@ func _RoomcastAPI_ResetCounter_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_GetRoomAttributes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRoomAttributesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).GetRoomAttributes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_GetRoomAttributes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).GetRoomAttributes(ctx, req.(*GetRoomAttributesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_SetRoomAttribute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRoomAttributeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SetRoomAttribute(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SetRoomAttribute_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SetRoomAttribute(ctx, req.(*SetRoomAttributeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RoomcastAPI_OfferQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(roompb.QueueRequest)
 	if err := dec(in); err != nil {
@@ -1396,6 +1470,14 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetCounter",
 			Handler:    _RoomcastAPI_ResetCounter_Handler,
+		},
+		{
+			MethodName: "GetRoomAttributes",
+			Handler:    _RoomcastAPI_GetRoomAttributes_Handler,
+		},
+		{
+			MethodName: "SetRoomAttribute",
+			Handler:    _RoomcastAPI_SetRoomAttribute_Handler,
 		},
 		{
 			MethodName: "OfferQueue",

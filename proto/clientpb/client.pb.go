@@ -91,6 +91,9 @@ const (
 	// A CounterAdd named a counter the room does not have while the room has as many counters as
 	// it may (32): add to one of those, or have the app server reset one.
 	ErrorCode_ERROR_CODE_TOO_MANY_COUNTERS ErrorCode = 124
+	// A room attribute change would take the room past its limits (16 attributes, a value of 4096
+	// bytes, 16384 bytes of values together): take one out, or shorten it.
+	ErrorCode_ERROR_CODE_ATTRIBUTES_FULL ErrorCode = 125
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -124,6 +127,7 @@ var (
 		122: "ERROR_CODE_API_RATE_LIMITED",
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		124: "ERROR_CODE_TOO_MANY_COUNTERS",
+		125: "ERROR_CODE_ATTRIBUTES_FULL",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -152,6 +156,7 @@ var (
 		"ERROR_CODE_API_RATE_LIMITED":   122,
 		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
 		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
+		"ERROR_CODE_ATTRIBUTES_FULL":    125,
 		"ERROR_CODE_INTERNAL":           500,
 		"ERROR_CODE_UNAVAILABLE":        503,
 	}
@@ -338,6 +343,9 @@ type Frame struct {
 	//	*Frame_QueueReply
 	//	*Frame_CounterAdd
 	//	*Frame_CounterTotals
+	//	*Frame_ViewerCount
+	//	*Frame_MemberNotice
+	//	*Frame_RoomAttributes
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -542,6 +550,33 @@ func (x *Frame) GetCounterTotals() *CounterTotals {
 	return nil
 }
 
+func (x *Frame) GetViewerCount() *ViewerCount {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_ViewerCount); ok {
+			return x.ViewerCount
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetMemberNotice() *MemberNotice {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_MemberNotice); ok {
+			return x.MemberNotice
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRoomAttributes() *RoomAttributes {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_RoomAttributes); ok {
+			return x.RoomAttributes
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -618,6 +653,18 @@ type Frame_CounterTotals struct {
 	CounterTotals *CounterTotals `protobuf:"bytes,18,opt,name=counter_totals,json=counterTotals,proto3,oneof"` // server -> client: the running totals of the room's counters
 }
 
+type Frame_ViewerCount struct {
+	ViewerCount *ViewerCount `protobuf:"bytes,19,opt,name=viewer_count,json=viewerCount,proto3,oneof"` // server -> client: how many members the room has online
+}
+
+type Frame_MemberNotice struct {
+	MemberNotice *MemberNotice `protobuf:"bytes,20,opt,name=member_notice,json=memberNotice,proto3,oneof"` // server -> client: members joined or left (small rooms that ask)
+}
+
+type Frame_RoomAttributes struct {
+	RoomAttributes *RoomAttributes `protobuf:"bytes,21,opt,name=room_attributes,json=roomAttributes,proto3,oneof"` // server -> client: the room's attributes (announcement, pinned message)
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -654,6 +701,12 @@ func (*Frame_CounterAdd) isFrame_Kind() {}
 
 func (*Frame_CounterTotals) isFrame_Kind() {}
 
+func (*Frame_ViewerCount) isFrame_Kind() {}
+
+func (*Frame_MemberNotice) isFrame_Kind() {}
+
+func (*Frame_RoomAttributes) isFrame_Kind() {}
+
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -682,7 +735,10 @@ type Login struct {
 	// LoginAck, in Push frames; the client promises to acknowledge each with an Ack frame once
 	// its app has it. Without it the client still receives those sent while it is online, but
 	// no stored ones at login.
-	Inbox         bool `protobuf:"varint,8,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	Inbox bool `protobuf:"varint,8,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	// Receive the room's live state frames: ViewerCount, MemberNotice and RoomAttributes. A client that does not
+	// ask gets none of them (a client written before they existed keeps working).
+	LiveState     bool `protobuf:"varint,9,opt,name=live_state,json=liveState,proto3" json:"live_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +825,13 @@ func (x *Login) GetProtocolVersion() uint32 {
 func (x *Login) GetInbox() bool {
 	if x != nil {
 		return x.Inbox
+	}
+	return false
+}
+
+func (x *Login) GetLiveState() bool {
+	if x != nil {
+		return x.LiveState
 	}
 	return false
 }
@@ -1282,6 +1345,334 @@ func (x *CounterTotals) GetVersion() uint64 {
 	return 0
 }
 
+// RoomAttributes is a room's small key/value set (an announcement, a pinned message, app
+// data), set by the app server. A ChatLink sends it after the LoginAck when the room has
+// attributes, then the whole set again whenever one changes. Keep the frame with the greatest
+// version.
+type RoomAttributes struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attributes []*RoomAttribute       `protobuf:"bytes,1,rep,name=attributes,proto3" json:"attributes,omitempty"`
+	// Grows with every change.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomAttributes) Reset() {
+	*x = RoomAttributes{}
+	mi := &file_client_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomAttributes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomAttributes) ProtoMessage() {}
+
+func (x *RoomAttributes) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomAttributes.ProtoReflect.Descriptor instead.
+func (*RoomAttributes) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RoomAttributes) GetAttributes() []*RoomAttribute {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *RoomAttributes) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type RoomAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// When it was last set, unix milliseconds.
+	UpdatedMs     int64 `protobuf:"varint,3,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomAttribute) Reset() {
+	*x = RoomAttribute{}
+	mi := &file_client_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomAttribute) ProtoMessage() {}
+
+func (x *RoomAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomAttribute.ProtoReflect.Descriptor instead.
+func (*RoomAttribute) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RoomAttribute) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RoomAttribute) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *RoomAttribute) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
+// ViewerCount is how many members the room has online, over every ChatLink, and for each tag
+// the room's settings name (viewer_tags, e.g. one per class) how many of them have it. A
+// ChatLink sends it after the LoginAck once it knows the count, and then when the count changed,
+// at most once per viewer interval (3 s by default): counts are as fresh as that interval plus
+// the ChatLinks' report interval (1 s). Each frame is the whole state.
+type ViewerCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Online        int64                  `protobuf:"varint,1,opt,name=online,proto3" json:"online,omitempty"`
+	Tags          []*ViewerTagCount      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewerCount) Reset() {
+	*x = ViewerCount{}
+	mi := &file_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewerCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewerCount) ProtoMessage() {}
+
+func (x *ViewerCount) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewerCount.ProtoReflect.Descriptor instead.
+func (*ViewerCount) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ViewerCount) GetOnline() int64 {
+	if x != nil {
+		return x.Online
+	}
+	return 0
+}
+
+func (x *ViewerCount) GetTags() []*ViewerTagCount {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+// ViewerTagCount is how many members online have one tag.
+type ViewerTagCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           string                 `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	Members       int64                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewerTagCount) Reset() {
+	*x = ViewerTagCount{}
+	mi := &file_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewerTagCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewerTagCount) ProtoMessage() {}
+
+func (x *ViewerTagCount) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewerTagCount.ProtoReflect.Descriptor instead.
+func (*ViewerTagCount) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ViewerTagCount) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *ViewerTagCount) GetMembers() int64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+// MemberNotice tells the members of a room whose settings ask for it (member_notices) that
+// members joined or left. Sent only while the room has at most 100 members online: a bigger
+// room's members get none, whatever its settings.
+type MemberNotice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*MemberChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberNotice) Reset() {
+	*x = MemberNotice{}
+	mi := &file_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberNotice) ProtoMessage() {}
+
+func (x *MemberNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberNotice.ProtoReflect.Descriptor instead.
+func (*MemberNotice) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MemberNotice) GetChanges() []*MemberChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type MemberChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// false: joined; true: left.
+	Left          bool `protobuf:"varint,2,opt,name=left,proto3" json:"left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberChange) Reset() {
+	*x = MemberChange{}
+	mi := &file_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberChange) ProtoMessage() {}
+
+func (x *MemberChange) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberChange.ProtoReflect.Descriptor instead.
+func (*MemberChange) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MemberChange) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *MemberChange) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
 // Recovery ends the history a login asked for.
 type Recovery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1299,7 +1690,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1702,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[9]
+	mi := &file_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1715,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{9}
+	return file_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -1353,7 +1744,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1756,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[10]
+	mi := &file_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1769,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{10}
+	return file_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -1404,7 +1795,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1807,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1820,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{11}
+	return file_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -1451,7 +1842,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1854,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1867,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -1518,7 +1909,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1921,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1934,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{13}
+	return file_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -1589,7 +1980,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1992,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +2005,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{14}
+	return file_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetIds() []string {
@@ -1640,7 +2031,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +2043,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +2056,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -1713,7 +2104,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +2116,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +2129,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{16}
+	return file_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -1800,7 +2191,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2203,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2216,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -1860,7 +2251,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2263,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2276,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{18}
+	return file_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -1924,7 +2315,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2327,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2340,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{19}
+	return file_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -2013,7 +2404,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2416,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2429,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{20}
+	return file_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -2080,7 +2471,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe4\a\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xad\t\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2103,8 +2494,11 @@ const file_client_proto_rawDesc = "" +
 	"queueReply\x12:\n" +
 	"\vcounter_add\x18\x11 \x01(\v2\x17.roomcast.v1.CounterAddH\x00R\n" +
 	"counterAdd\x12C\n" +
-	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotalsB\x06\n" +
-	"\x04kind\"\x82\x02\n" +
+	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotals\x12=\n" +
+	"\fviewer_count\x18\x13 \x01(\v2\x18.roomcast.v1.ViewerCountH\x00R\vviewerCount\x12@\n" +
+	"\rmember_notice\x18\x14 \x01(\v2\x19.roomcast.v1.MemberNoticeH\x00R\fmemberNotice\x12F\n" +
+	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributesB\x06\n" +
+	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x16\n" +
@@ -2113,7 +2507,9 @@ const file_client_proto_rawDesc = "" +
 	"\ahistory\x18\x05 \x01(\rR\ahistory\x123\n" +
 	"\x16recover_since_room_seq\x18\x06 \x01(\x04R\x13recoverSinceRoomSeq\x12)\n" +
 	"\x10protocol_version\x18\a \x01(\rR\x0fprotocolVersion\x12\x14\n" +
-	"\x05inbox\x18\b \x01(\bR\x05inbox\"\xa4\x02\n" +
+	"\x05inbox\x18\b \x01(\bR\x05inbox\x12\x1d\n" +
+	"\n" +
+	"live_state\x18\t \x01(\bR\tliveState\"\xa4\x02\n" +
 	"\bLoginAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -2151,7 +2547,28 @@ const file_client_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\"[\n" +
 	"\rCounterTotals\x120\n" +
 	"\bcounters\x18\x01 \x03(\v2\x14.roomcast.v1.CounterR\bcounters\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"f\n" +
+	"\x0eRoomAttributes\x12:\n" +
+	"\n" +
+	"attributes\x18\x01 \x03(\v2\x1a.roomcast.v1.RoomAttributeR\n" +
+	"attributes\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"V\n" +
+	"\rRoomAttribute\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"V\n" +
+	"\vViewerCount\x12\x16\n" +
+	"\x06online\x18\x01 \x01(\x03R\x06online\x12/\n" +
+	"\x04tags\x18\x02 \x03(\v2\x1b.roomcast.v1.ViewerTagCountR\x04tags\"<\n" +
+	"\x0eViewerTagCount\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x03R\amembers\"C\n" +
+	"\fMemberNotice\x123\n" +
+	"\achanges\x18\x01 \x03(\v2\x19.roomcast.v1.MemberChangeR\achanges\"4\n" +
+	"\fMemberChange\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04left\x18\x02 \x01(\bR\x04left\"B\n" +
 	"\bRecovery\x12\x1c\n" +
 	"\trecovered\x18\x01 \x01(\bR\trecovered\x12\x18\n" +
 	"\amissing\x18\x02 \x01(\x04R\amissing\"5\n" +
@@ -2202,7 +2619,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\x95\x06\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xb5\x06\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -2227,7 +2644,8 @@ const file_client_proto_rawDesc = "" +
 	"\x1dERROR_CODE_LOGIN_RATE_LIMITED\x10y\x12\x1f\n" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
 	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
-	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x18\n" +
+	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
+	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2265,7 +2683,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
@@ -2278,23 +2696,29 @@ var file_client_proto_goTypes = []any{
 	(*CounterAdd)(nil),       // 8: roomcast.v1.CounterAdd
 	(*Counter)(nil),          // 9: roomcast.v1.Counter
 	(*CounterTotals)(nil),    // 10: roomcast.v1.CounterTotals
-	(*Recovery)(nil),         // 11: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 12: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 13: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 14: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 15: roomcast.v1.Error
-	(*Ack)(nil),              // 16: roomcast.v1.Ack
-	(*Kick)(nil),             // 17: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 18: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 19: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 20: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 21: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 22: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 23: roomcast.v1.CdnConfig
-	(Lane)(0),                // 24: roomcast.v1.Lane
-	(*Message)(nil),          // 25: roomcast.v1.Message
-	(QueueOp)(0),             // 26: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 27: roomcast.v1.QueueEntry
+	(*RoomAttributes)(nil),   // 11: roomcast.v1.RoomAttributes
+	(*RoomAttribute)(nil),    // 12: roomcast.v1.RoomAttribute
+	(*ViewerCount)(nil),      // 13: roomcast.v1.ViewerCount
+	(*ViewerTagCount)(nil),   // 14: roomcast.v1.ViewerTagCount
+	(*MemberNotice)(nil),     // 15: roomcast.v1.MemberNotice
+	(*MemberChange)(nil),     // 16: roomcast.v1.MemberChange
+	(*Recovery)(nil),         // 17: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 18: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 19: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 20: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 21: roomcast.v1.Error
+	(*Ack)(nil),              // 22: roomcast.v1.Ack
+	(*Kick)(nil),             // 23: roomcast.v1.Kick
+	(*HistoryQuery)(nil),     // 24: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),      // 25: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),        // 26: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 27: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 28: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
+	(Lane)(0),                // 30: roomcast.v1.Lane
+	(*Message)(nil),          // 31: roomcast.v1.Message
+	(QueueOp)(0),             // 32: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 33: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -2302,34 +2726,40 @@ var file_client_proto_depIdxs = []int32{
 	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	13, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	14, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	15, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	17, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	20, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	23, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	18, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	19, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	16, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	21, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	22, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	19, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	20, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	21, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	23, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	26, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	29, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	24, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	25, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	22, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	27, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	28, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
 	8,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
 	10, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
-	23, // 18: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	24, // 19: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	25, // 20: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	11, // 21: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	12, // 22: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	9,  // 23: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	24, // 24: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	25, // 25: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	26, // 26: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	27, // 27: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	13, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
+	15, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
+	11, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
+	29, // 21: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	30, // 22: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	31, // 23: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	17, // 24: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	18, // 25: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	9,  // 26: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	12, // 27: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	14, // 28: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	16, // 29: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	30, // 30: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	31, // 31: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	32, // 32: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	33, // 33: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -2358,6 +2788,9 @@ func file_client_proto_init() {
 		(*Frame_QueueReply)(nil),
 		(*Frame_CounterAdd)(nil),
 		(*Frame_CounterTotals)(nil),
+		(*Frame_ViewerCount)(nil),
+		(*Frame_MemberNotice)(nil),
+		(*Frame_RoomAttributes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2365,7 +2798,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

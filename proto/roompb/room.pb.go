@@ -155,8 +155,14 @@ type RoomSettings struct {
 	// (SEND_RATE_LIMITED) and a retry hint. The app server's sends are not counted. 0: the room
 	// service's default (10, --room-member-critical-per-second); -1: no cap.
 	MemberCriticalPerSecond int32 `protobuf:"varint,31,opt,name=member_critical_per_second,json=memberCriticalPerSecond,proto3" json:"member_critical_per_second,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Tags whose members the room's viewer counts also count, each on its own (ViewerCount.tags):
+	// e.g. ["class:1", "class:2"]. At most 16.
+	ViewerTags []string `protobuf:"bytes,32,rep,name=viewer_tags,json=viewerTags,proto3" json:"viewer_tags,omitempty"`
+	// Tell members when members join or leave (MemberNotice frames), while the room has at most
+	// 100 members online; a bigger room's members get none.
+	MemberNotices bool `protobuf:"varint,33,opt,name=member_notices,json=memberNotices,proto3" json:"member_notices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -327,6 +333,20 @@ func (x *RoomSettings) GetMemberCriticalPerSecond() int32 {
 		return x.MemberCriticalPerSecond
 	}
 	return 0
+}
+
+func (x *RoomSettings) GetViewerTags() []string {
+	if x != nil {
+		return x.ViewerTags
+	}
+	return nil
+}
+
+func (x *RoomSettings) GetMemberNotices() bool {
+	if x != nil {
+		return x.MemberNotices
+	}
+	return false
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -662,7 +682,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xc8\x06\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\x90\a\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -687,7 +707,10 @@ const file_room_proto_rawDesc = "" +
 	"\x0fgather_messages\x18\x1c \x01(\rR\x0egatherMessages\x12#\n" +
 	"\rcritical_expr\x18\x1d \x01(\tR\fcriticalExpr\x12'\n" +
 	"\x0fdemote_critical\x18\x1e \x01(\bR\x0edemoteCritical\x12;\n" +
-	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecondJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecond\x12\x1f\n" +
+	"\vviewer_tags\x18  \x03(\tR\n" +
+	"viewerTags\x12%\n" +
+	"\x0emember_notices\x18! \x01(\bR\rmemberNoticesJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +

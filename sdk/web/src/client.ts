@@ -5,6 +5,7 @@ import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
 import { CounterState, validCounterName } from "./counters.js";
+import { AttributeState, type AttributesEvent, type MemberNoticeEvent, type ViewersEvent, viewersOf } from "./live.js";
 import { Delivery, idFloor } from "./delivery.js";
 import { InboxSeen } from "./inbox.js";
 import { dispatch } from "./dispatch.js";
@@ -167,6 +168,12 @@ export interface ClientEvents {
   /** The room's counters (likes, gifts): a few times a second while they change. */
   counters: CountersEvent;
   counterRefused: CounterRefusedEvent;
+  /** The room's members online, over every ChatLink: a few seconds apart, when it changes. */
+  viewers: ViewersEvent;
+  /** A member joined or left (rooms whose settings ask for it, while small). */
+  memberNotice: MemberNoticeEvent;
+  /** The room's attributes (announcement, pinned message): at login and at every change. */
+  attributes: AttributesEvent;
   /** Every message of the room, once, in (server time, id) order. */
   message: Message;
   reconnecting: ReconnectingEvent;
@@ -209,6 +216,8 @@ export class Client {
   private worked: "ws" | "sse" | undefined; // the transport of the last login
   private sink: SessionSink;
   private readonly counterState = new CounterState();
+  private readonly attrState = new AttributeState();
+  private viewerState: ViewersEvent = { online: 0, tags: {} };
 
   constructor(config: Config) {
     this.s = withDefaults(config);
@@ -234,6 +243,19 @@ export class Client {
         if (totals && s === this.session) this.emit("counters", { totals, version: t.version });
       },
       counterRefused: (_s, add, error) => this.emit("counterRefused", { name: add.name, amount: add.amount, error }),
+      viewers: (s, v) => {
+        if (s !== this.session) return;
+        this.viewerState = viewersOf(v);
+        this.emit("viewers", { online: this.viewerState.online, tags: { ...this.viewerState.tags } });
+      },
+      memberNotice: (s, n) => {
+        if (s !== this.session) return;
+        for (const ch of n.changes) this.emit("memberNotice", { uid: ch.uid, left: ch.left });
+      },
+      attributes: (s, a) => {
+        const ev = this.attrState.take(a);
+        if (ev && s === this.session) this.emit("attributes", ev);
+      },
     };
   }
 
@@ -339,6 +361,16 @@ export class Client {
     if (!Number.isInteger(amount) || amount < 1 || amount > 0xffffffff) throw new RoomcastError(`roomcast: counter amount must be a positive integer, not ${amount}`);
     if (!s || this._state !== "connected") throw new NotConnectedError();
     s.counterAdd(++this.seq, name, amount);
+  }
+
+  /** The room's members online as last received (0 before any), and per viewer tag. */
+  get viewers(): ViewersEvent {
+    return { online: this.viewerState.online, tags: { ...this.viewerState.tags } };
+  }
+
+  /** The room's attributes as last received (a copy; empty before any), and their version. */
+  get attributes(): AttributesEvent {
+    return { attrs: { ...this.attrState.attrs }, version: this.attrState.version };
   }
 
   /** The room's counters as last received (a copy; empty before any), and their version. */

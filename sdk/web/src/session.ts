@@ -16,6 +16,9 @@ import {
 import type { CdnConfig } from "./gen/cdn_pb.js";
 import {
   type CounterTotals,
+  type MemberNotice,
+  type RoomAttributes,
+  type ViewerCount,
   ErrorCode,
   type Frame,
   FrameSchema,
@@ -45,6 +48,12 @@ export interface SessionSink {
   historyFailed(s: Session, err: SendError): void;
   /** The room's counters (a CounterTotals frame). */
   counters(s: Session, t: CounterTotals): void;
+  /** The room's members online (a ViewerCount frame). */
+  viewers(s: Session, v: ViewerCount): void;
+  /** Members joined or left (a MemberNotice frame). */
+  memberNotice(s: Session, n: MemberNotice): void;
+  /** The room's attributes (a RoomAttributes frame). */
+  attributes(s: Session, a: RoomAttributes): void;
   /** The server refused a CounterAdd; the amount was not counted. */
   counterRefused(s: Session, add: SentAdd, err: SendError): void;
   /** A logged-in session ended; not called for one that failed before its LoginAck. */
@@ -126,6 +135,7 @@ export class Session {
             recoverSince: this.login.recoverSince, recoverSinceRoomSeq: this.login.recoverSince ? this.login.recoverSinceRoomSeq : 0n,
             history: this.login.recoverSince ? 0 : this.login.history,
             inbox: true, // the client acknowledges at-least-once messages (inbox.ts)
+            liveState: true, // viewer counts, member notices, room attributes (live.ts)
           },
         }),
         frame: (data) => this.onFrame(data),
@@ -291,6 +301,15 @@ export class Session {
         return;
       case "counterTotals":
         this.tell(() => this.sink.counters(this, k.value));
+        return;
+      case "viewerCount":
+        this.tell(() => this.sink.viewers(this, k.value));
+        return;
+      case "memberNotice":
+        this.tell(() => this.sink.memberNotice(this, k.value));
+        return;
+      case "roomAttributes":
+        this.tell(() => this.sink.attributes(this, k.value));
         return;
       case undefined:
         return; // a frame kind newer than this SDK

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIq0GCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIAEIGCgRraW5kIqcBCgVMb2dpbhINCgV0b2tlbhgBIAEoCRIOCgZkZXZpY2UYAiABKAkSDgoGY2xpZW50GAMgASgJEhUKDXJlY292ZXJfc2luY2UYBCABKAkSDwoHaGlzdG9yeRgFIAEoDRIeChZyZWNvdmVyX3NpbmNlX3Jvb21fc2VxGAYgASgEEhgKEHByb3RvY29sX3ZlcnNpb24YByABKA0SDQoFaW5ib3gYCCABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiNwoKQ291bnRlckFkZBILCgNzZXEYASABKAQSDAoEbmFtZRgCIAEoCRIOCgZhbW91bnQYAyABKA0iJgoHQ291bnRlchIMCgRuYW1lGAEgASgJEg0KBXRvdGFsGAIgASgDIkgKDUNvdW50ZXJUb3RhbHMSJgoIY291bnRlcnMYASADKAsyFC5yb29tY2FzdC52MS5Db3VudGVyEg8KB3ZlcnNpb24YAiABKAQiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSJLCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEEhYKDnJldHJ5X2FmdGVyX21zGAQgASgNIhIKA0FjaxILCgNpZHMYASADKAkiPAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCRIWCg5yZXRyeV9hZnRlcl9tcxgDIAEoDSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKHAQoQUm9vbVF1ZXVlUmVxdWVzdBILCgNzZXEYASABKAQSIAoCb3AYAiABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIRCglpZl9hYnNlbnQYBSABKAgSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJ3Cg5Sb29tUXVldWVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEigKB2VudHJpZXMYBCADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Eg8KB3ZlcnNpb24YBSABKAQqlQYKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIZChVFUlJPUl9DT0RFX0lOQk9YX0ZVTEwQcBIZChVFUlJPUl9DT0RFX0FDS19GQUlMRUQQcRIfChtFUlJPUl9DT0RFX1FVRVVFX0tFWV9FWElTVFMQchIeChpFUlJPUl9DT0RFX1FVRVVFX05PVF9GT1VORBBzEhkKFUVSUk9SX0NPREVfUVVFVUVfRlVMTBB0EhwKGEVSUk9SX0NPREVfREVOSUVEX0JZX0FQUBB2EiAKHEVSUk9SX0NPREVfU0VORF9SQVRFX0xJTUlURUQQeBIhCh1FUlJPUl9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBB5Eh8KG0VSUk9SX0NPREVfQVBJX1JBVEVfTElNSVRFRBB6Eh8KG0VSUk9SX0NPREVfTEFORV9OT1RfQUxMT1dFRBB7EiAKHEVSUk9SX0NPREVfVE9PX01BTllfQ09VTlRFUlMQfBIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZI0IZWhdyb29tY2FzdC9wcm90by9jbGllbnRwYmIGcHJvdG8z", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIssHCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAQgYKBGtpbmQiuwEKBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNEh4KFnJlY292ZXJfc2luY2Vfcm9vbV9zZXEYBiABKAQSGAoQcHJvdG9jb2xfdmVyc2lvbhgHIAEoDRINCgVpbmJveBgIIAEoCBISCgpsaXZlX3N0YXRlGAkgASgIIsoBCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWcSGAoQcHJvdG9jb2xfdmVyc2lvbhgJIAEoDSJiCgRTZW5kEgsKA3NlcRgBIAEoBBIMCgR0eXBlGAIgASgJEh8KBGxhbmUYAyABKA4yES5yb29tY2FzdC52MS5MYW5lEgwKBGJvZHkYBCABKAwSEAoIdGFnX2V4cHIYBSABKAkiQgoHU2VuZEFjaxILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCRIWCg5zZXJ2ZXJfdGltZV9tcxgDIAEoAyKPAQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHaGlzdG9yeRgCIAEoCBInCghyZWNvdmVyeRgDIAEoCzIVLnJvb21jYXN0LnYxLlJlY292ZXJ5EiUKB3RoaW5uZWQYBCABKAsyFC5yb29tY2FzdC52MS5UaGlubmVkIjcKCkNvdW50ZXJBZGQSCwoDc2VxGAEgASgEEgwKBG5hbWUYAiABKAkSDgoGYW1vdW50GAMgASgNIiYKB0NvdW50ZXISDAoEbmFtZRgBIAEoCRINCgV0b3RhbBgCIAEoAyJICg1Db3VudGVyVG90YWxzEiYKCGNvdW50ZXJzGAEgAygLMhQucm9vbWNhc3QudjEuQ291bnRlchIPCgd2ZXJzaW9uGAIgASgEIlEKDlJvb21BdHRyaWJ1dGVzEi4KCmF0dHJpYnV0ZXMYASADKAsyGi5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlEg8KB3ZlcnNpb24YAiABKAQiPwoNUm9vbUF0dHJpYnV0ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSEgoKdXBkYXRlZF9tcxgDIAEoAyJICgtWaWV3ZXJDb3VudBIOCgZvbmxpbmUYASABKAMSKQoEdGFncxgCIAMoCzIbLnJvb21jYXN0LnYxLlZpZXdlclRhZ0NvdW50Ii4KDlZpZXdlclRhZ0NvdW50EgsKA3RhZxgBIAEoCRIPCgdtZW1iZXJzGAIgASgDIjoKDE1lbWJlck5vdGljZRIqCgdjaGFuZ2VzGAEgAygLMhkucm9vbWNhc3QudjEuTWVtYmVyQ2hhbmdlIikKDE1lbWJlckNoYW5nZRILCgN1aWQYASABKAkSDAoEbGVmdBgCIAEoCCIuCghSZWNvdmVyeRIRCglyZWNvdmVyZWQYASABKAgSDwoHbWlzc2luZxgCIAEoBCInCgdUaGlubmVkEg4KBm5vcm1hbBgBIAEoDRIMCgRidWxrGAIgASgNIiMKCUhlYXJ0YmVhdBIWCg5jbGllbnRfdGltZV9tcxgBIAEoAyJdCgxIZWFydGJlYXRBY2sSFgoOY2xpZW50X3RpbWVfbXMYASABKAMSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIksKBUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRILCgNzZXEYAyABKAQSFgoOcmV0cnlfYWZ0ZXJfbXMYBCABKA0iEgoDQWNrEgsKA2lkcxgBIAMoCSI8CgRLaWNrEgwKBGNvZGUYASABKA0SDgoGcmVhc29uGAIgASgJEhYKDnJldHJ5X2FmdGVyX21zGAMgASgNIoABCgxIaXN0b3J5UXVlcnkSCwoDc2VxGAEgASgEEg0KBWxpbWl0GAIgASgNEhEKCWJlZm9yZV9pZBgDIAEoCRIQCghhZnRlcl9pZBgEIAEoCRIOCgZjdXJzb3IYBSABKAkSHwoEbGFuZRgGIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUiVwoLSGlzdG9yeVBhZ2USCwoDc2VxGAEgASgEEiYKCG1lc3NhZ2VzGAIgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRITCgtuZXh0X2N1cnNvchgDIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCq1BgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEiAKHEVSUk9SX0NPREVfQkFEX0hJU1RPUllfUVVFUlkQbhIbChdFUlJPUl9DT0RFX0hJU1RPUllfQlVTWRBvEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSHAoYRVJST1JfQ09ERV9ERU5JRURfQllfQVBQEHYSIAocRVJST1JfQ09ERV9TRU5EX1JBVEVfTElNSVRFRBB4EiEKHUVSUk9SX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEHkSHwobRVJST1JfQ09ERV9BUElfUkFURV9MSU1JVEVEEHoSHwobRVJST1JfQ09ERV9MQU5FX05PVF9BTExPV0VEEHsSIAocRVJST1JfQ09ERV9UT09fTUFOWV9DT1VOVEVSUxB8Eh4KGkVSUk9SX0NPREVfQVRUUklCVVRFU19GVUxMEH0SGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKt0ECglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEh0KGENMT1NFX0NPREVfREVOSUVEX0JZX0FQUBCrHxIiCh1DTE9TRV9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBCtHxIeChlDTE9TRV9DT0RFX0FERFJFU1NfREVOSUVEEK4fEiQKH0NMT1NFX0NPREVfVE9PX01BTllfQ09OTkVDVElPTlMQrx8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCGVoXcm9vbWNhc3QvcHJvdG8vY2xpZW50cGJiBnByb3RvMw", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -175,6 +175,30 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: CounterTotals;
     case: "counterTotals";
+  } | {
+    /**
+     * server -> client: how many members the room has online
+     *
+     * @generated from field: roomcast.v1.ViewerCount viewer_count = 19;
+     */
+    value: ViewerCount;
+    case: "viewerCount";
+  } | {
+    /**
+     * server -> client: members joined or left (small rooms that ask)
+     *
+     * @generated from field: roomcast.v1.MemberNotice member_notice = 20;
+     */
+    value: MemberNotice;
+    case: "memberNotice";
+  } | {
+    /**
+     * server -> client: the room's attributes (announcement, pinned message)
+     *
+     * @generated from field: roomcast.v1.RoomAttributes room_attributes = 21;
+     */
+    value: RoomAttributes;
+    case: "roomAttributes";
   } | { case: undefined; value?: undefined };
 };
 
@@ -255,6 +279,14 @@ export type Login = Message<"roomcast.v1.Login"> & {
    * @generated from field: bool inbox = 8;
    */
   inbox: boolean;
+
+  /**
+   * Receive the room's live state frames: ViewerCount, MemberNotice and RoomAttributes. A client that does not
+   * ask gets none of them (a client written before they existed keeps working).
+   *
+   * @generated from field: bool live_state = 9;
+   */
+  liveState: boolean;
 };
 
 /**
@@ -541,6 +573,161 @@ export const CounterTotalsSchema: GenMessage<CounterTotals> = /*@__PURE__*/
   messageDesc(file_client, 8);
 
 /**
+ * RoomAttributes is a room's small key/value set (an announcement, a pinned message, app
+ * data), set by the app server. A ChatLink sends it after the LoginAck when the room has
+ * attributes, then the whole set again whenever one changes. Keep the frame with the greatest
+ * version.
+ *
+ * @generated from message roomcast.v1.RoomAttributes
+ */
+export type RoomAttributes = Message<"roomcast.v1.RoomAttributes"> & {
+  /**
+   * @generated from field: repeated roomcast.v1.RoomAttribute attributes = 1;
+   */
+  attributes: RoomAttribute[];
+
+  /**
+   * Grows with every change.
+   *
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomAttributes.
+ * Use `create(RoomAttributesSchema)` to create a new message.
+ */
+export const RoomAttributesSchema: GenMessage<RoomAttributes> = /*@__PURE__*/
+  messageDesc(file_client, 9);
+
+/**
+ * @generated from message roomcast.v1.RoomAttribute
+ */
+export type RoomAttribute = Message<"roomcast.v1.RoomAttribute"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * @generated from field: string value = 2;
+   */
+  value: string;
+
+  /**
+   * When it was last set, unix milliseconds.
+   *
+   * @generated from field: int64 updated_ms = 3;
+   */
+  updatedMs: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.RoomAttribute.
+ * Use `create(RoomAttributeSchema)` to create a new message.
+ */
+export const RoomAttributeSchema: GenMessage<RoomAttribute> = /*@__PURE__*/
+  messageDesc(file_client, 10);
+
+/**
+ * ViewerCount is how many members the room has online, over every ChatLink, and for each tag
+ * the room's settings name (viewer_tags, e.g. one per class) how many of them have it. A
+ * ChatLink sends it after the LoginAck once it knows the count, and then when the count changed,
+ * at most once per viewer interval (3 s by default): counts are as fresh as that interval plus
+ * the ChatLinks' report interval (1 s). Each frame is the whole state.
+ *
+ * @generated from message roomcast.v1.ViewerCount
+ */
+export type ViewerCount = Message<"roomcast.v1.ViewerCount"> & {
+  /**
+   * @generated from field: int64 online = 1;
+   */
+  online: bigint;
+
+  /**
+   * @generated from field: repeated roomcast.v1.ViewerTagCount tags = 2;
+   */
+  tags: ViewerTagCount[];
+};
+
+/**
+ * Describes the message roomcast.v1.ViewerCount.
+ * Use `create(ViewerCountSchema)` to create a new message.
+ */
+export const ViewerCountSchema: GenMessage<ViewerCount> = /*@__PURE__*/
+  messageDesc(file_client, 11);
+
+/**
+ * ViewerTagCount is how many members online have one tag.
+ *
+ * @generated from message roomcast.v1.ViewerTagCount
+ */
+export type ViewerTagCount = Message<"roomcast.v1.ViewerTagCount"> & {
+  /**
+   * @generated from field: string tag = 1;
+   */
+  tag: string;
+
+  /**
+   * @generated from field: int64 members = 2;
+   */
+  members: bigint;
+};
+
+/**
+ * Describes the message roomcast.v1.ViewerTagCount.
+ * Use `create(ViewerTagCountSchema)` to create a new message.
+ */
+export const ViewerTagCountSchema: GenMessage<ViewerTagCount> = /*@__PURE__*/
+  messageDesc(file_client, 12);
+
+/**
+ * MemberNotice tells the members of a room whose settings ask for it (member_notices) that
+ * members joined or left. Sent only while the room has at most 100 members online: a bigger
+ * room's members get none, whatever its settings.
+ *
+ * @generated from message roomcast.v1.MemberNotice
+ */
+export type MemberNotice = Message<"roomcast.v1.MemberNotice"> & {
+  /**
+   * @generated from field: repeated roomcast.v1.MemberChange changes = 1;
+   */
+  changes: MemberChange[];
+};
+
+/**
+ * Describes the message roomcast.v1.MemberNotice.
+ * Use `create(MemberNoticeSchema)` to create a new message.
+ */
+export const MemberNoticeSchema: GenMessage<MemberNotice> = /*@__PURE__*/
+  messageDesc(file_client, 13);
+
+/**
+ * @generated from message roomcast.v1.MemberChange
+ */
+export type MemberChange = Message<"roomcast.v1.MemberChange"> & {
+  /**
+   * @generated from field: string uid = 1;
+   */
+  uid: string;
+
+  /**
+   * false: joined; true: left.
+   *
+   * @generated from field: bool left = 2;
+   */
+  left: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.MemberChange.
+ * Use `create(MemberChangeSchema)` to create a new message.
+ */
+export const MemberChangeSchema: GenMessage<MemberChange> = /*@__PURE__*/
+  messageDesc(file_client, 14);
+
+/**
  * Recovery ends the history a login asked for.
  *
  * @generated from message roomcast.v1.Recovery
@@ -570,7 +757,7 @@ export type Recovery = Message<"roomcast.v1.Recovery"> & {
  * Use `create(RecoverySchema)` to create a new message.
  */
 export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
-  messageDesc(file_client, 9);
+  messageDesc(file_client, 15);
 
 /**
  * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
@@ -595,7 +782,7 @@ export type Thinned = Message<"roomcast.v1.Thinned"> & {
  * Use `create(ThinnedSchema)` to create a new message.
  */
 export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
-  messageDesc(file_client, 10);
+  messageDesc(file_client, 16);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -612,7 +799,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 11);
+  messageDesc(file_client, 17);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -641,7 +828,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 18);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -682,7 +869,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 13);
+  messageDesc(file_client, 19);
 
 /**
  * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
@@ -706,7 +893,7 @@ export type Ack = Message<"roomcast.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_client, 14);
+  messageDesc(file_client, 20);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -740,7 +927,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 15);
+  messageDesc(file_client, 21);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -799,7 +986,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 16);
+  messageDesc(file_client, 22);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -836,7 +1023,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 17);
+  messageDesc(file_client, 23);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -860,7 +1047,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 18);
+  messageDesc(file_client, 24);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -916,7 +1103,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 19);
+  messageDesc(file_client, 25);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -963,7 +1150,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 20);
+  messageDesc(file_client, 26);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -1149,6 +1336,14 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_TOO_MANY_COUNTERS = 124;
    */
   TOO_MANY_COUNTERS = 124,
+
+  /**
+   * A room attribute change would take the room past its limits (16 attributes, a value of 4096
+   * bytes, 16384 bytes of values together): take one out, or shorten it.
+   *
+   * @generated from enum value: ERROR_CODE_ATTRIBUTES_FULL = 125;
+   */
+  ATTRIBUTES_FULL = 125,
 
   /**
    * A bug on our side.

@@ -1,0 +1,36 @@
+// The room's live state in the web SDK: the Login asks for it; viewer counts, member notices
+// and room attributes come as events (attributes only when newer) and stay readable.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { AttributesEvent, MemberNoticeEvent, ViewersEvent } from "../../src/index.js";
+import { harness, until } from "./fakeserver.js";
+
+const { server, client } = harness();
+
+test("viewers, member notices and attributes come as events; attributes only when newer", async () => {
+  let asked = false;
+  const s = await server(async (conn) => {
+    const login = await conn.acceptLogin();
+    asked = login.liveState;
+    conn.send("viewerCount", { online: 12n, tags: [{ tag: "class:1", members: 4n }] });
+    conn.send("memberNotice", { changes: [{ uid: "ann" }, { uid: "bob", left: true }] });
+    conn.send("roomAttributes", { version: 3n, attributes: [{ key: "pinned", value: "welcome" }] });
+    conn.send("roomAttributes", { version: 2n, attributes: [] }); // crossed: older
+    conn.send("roomAttributes", { version: 4n, attributes: [{ key: "announcement", value: "at 8" }, { key: "pinned", value: "welcome" }] });
+  });
+  const { c } = client({ endpoints: [s.endpoint] });
+  const viewers: ViewersEvent[] = [], notices: MemberNoticeEvent[] = [], attrs: AttributesEvent[] = [];
+  c.on("viewers", (e) => viewers.push(e));
+  c.on("memberNotice", (e) => notices.push(e));
+  c.on("attributes", (e) => attrs.push(e));
+  await c.connect();
+  await until("two attributes events", () => attrs.length === 2);
+  assert.ok(asked, "the Login asks for the live state");
+  assert.deepEqual(viewers, [{ online: 12, tags: { "class:1": 4 } }]);
+  assert.deepEqual(notices, [{ uid: "ann", left: false }, { uid: "bob", left: true }]);
+  assert.deepEqual(attrs[0].attrs, { pinned: "welcome" });
+  assert.deepEqual(attrs[1], { attrs: { announcement: "at 8", pinned: "welcome" }, version: 4n });
+  assert.deepEqual(c.viewers, { online: 12, tags: { "class:1": 4 } });
+  assert.deepEqual(c.attributes.attrs, { announcement: "at 8", pinned: "welcome" });
+});
