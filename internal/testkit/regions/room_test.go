@@ -1,0 +1,242 @@
+package regions_test
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"roomcast/chatlink"
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/regions"
+	"roomcast/internal/testkit/testcluster"
+	"roomcast/proto/clientpb"
+)
+
+// Three regions on three continents: the home region, where the services and JetStream
+// stand, and two far ones, one 40 ms away and one 150 ms.
+var (
+	threeRegions = []string{"eu", "na", "as"}
+	oneWay       = map[[2]string]time.Duration{
+		{"eu", "na"}: 40 * time.Millisecond,
+		{"eu", "as"}: 150 * time.Millisecond,
+		{"na", "as"}: 100 * time.Millisecond,
+	}
+	dispatchRegion = map[string]string{"eu": "EU/DE", "na": "NA/US", "as": "AS/SG"}
+)
+
+func delay(a, b string) time.Duration {
+	if d, ok := oneWay[[2]string{a, b}]; ok {
+		return d
+	}
+	return oneWay[[2]string{b, a}]
+}
+
+// TestRoomAcrossRegions is the wide-area must-show at a small size (docs/regions.md): three
+// regions, two ChatLinks in each, one room with members on every ChatLink, one member of the
+// home region sending 20 messages a second. The room's broadcast crosses each gateway once per
+// room batch, not once per ChatLink that holds members there (NATS's own gateway counts); every
+// member gets every message; and the far region's p99 from send to receipt is within the link's
+// delay plus 250 ms of the home region's.
+func TestRoomAcrossRegions(t *testing.T) {
+	t.Parallel()
+	duration := 60 * time.Second
+	if testing.Short() {
+		duration = 3 * time.Second
+	}
+	const (
+		perRegion = 2  // ChatLinks
+		perNode   = 3  // members on each ChatLink
+		rate      = 20 // messages a second
+		room      = "world"
+	)
+	sc := regions.Start(t, regions.Config{Regions: threeRegions, Delay: delay})
+	home := sc.Home()
+	// One member sends the whole room's 20 a second: faster than the send limits let a person.
+	c := testcluster.Regions(t, sc, perRegion, testcluster.NoSendLimits(), func(cfg *devcluster.Config) {
+		cfg.PerNode = func(n *chatlink.Config) {
+			i, _ := strconv.Atoi(n.Node[len("cl-"):])
+			n.Region = dispatchRegion[threeRegions[(i-1)/perRegion]]
+		}
+	})
+
+	// The room passes every message: 20 a second is the members' default budget exactly, and at
+	// that edge flow control thins some (docs/edge.md).
+	if code := testcluster.Call(t, c, "POST", "/v1/rooms", devcluster.APIKey,
+		`{"room":"`+room+`","settings":{"normal_budget":-1}}`, nil); code != 201 {
+		t.Fatalf("create the room: HTTP %d", code)
+	}
+
+	type member struct {
+		region string
+		client *testkit.Client
+	}
+	var members []member
+	for i, node := range c.Nodes {
+		region := threeRegions[i/perRegion]
+		for j := range perNode {
+			cl := testkit.DialTCP(t, node.TCPAddr())
+			cl.Login(testcluster.Token(t, fmt.Sprintf("%s-%s-%d", region, node.Name(), j), room))
+			members = append(members, member{region, cl})
+		}
+	}
+	sender := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
+	sender.Login(testcluster.Token(t, "sender", room))
+
+	// The room's batches, counted where they are made: the home region.
+	nc, err := nats.Connect(sc.URL(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var batches atomic.Int64
+	if _, err := nc.Subscribe("rc.room."+devcluster.App+"."+room, func(*nats.Msg) { batches.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	gateways := func() map[[2]string]int64 {
+		out := make(map[[2]string]int64)
+		for _, a := range threeRegions {
+			for _, b := range threeRegions {
+				if a != b {
+					st, err := sc.Gateway(a, b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out[[2]string{a, b}] = st.Msgs
+				}
+			}
+		}
+		return out
+	}
+	// What crosses the gateways with no room traffic: leases, load reports, presence.
+	idleFrom, idleStart := gateways(), time.Now()
+	time.Sleep(time.Second)
+	idleTo, idle := gateways(), time.Since(idleStart)
+
+	// Every member reads until it has every message, noting when each came.
+	total := int(duration.Seconds()) * rate
+	type receipt struct {
+		region string
+		got    int
+		lat    []time.Duration
+	}
+	receipts := make([]receipt, len(members))
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(duration + 30*time.Second)
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := make(map[string]bool)
+			r := receipt{region: m.region}
+			defer func() { receipts[i] = r }()
+			for len(seen) < total {
+				var f *clientpb.Frame
+				select {
+				case f = <-m.client.Frames():
+				case <-time.After(time.Until(deadline)):
+					return
+				}
+				for _, msg := range f.GetPush().GetMessages() {
+					sent, err := strconv.ParseInt(string(msg.Body), 10, 64)
+					if err != nil || seen[msg.Id] {
+						continue
+					}
+					seen[msg.Id] = true
+					r.lat = append(r.lat, time.Since(time.Unix(0, sent)))
+				}
+				r.got = len(seen)
+			}
+		}()
+	}
+	// The sender's acks are drained so its buffer never fills.
+	go func() {
+		for f := range sender.Frames() {
+			if f.GetSendAck() == nil {
+				t.Logf("sender got %v", f)
+			}
+		}
+	}()
+
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	var from, to map[[2]string]int64
+	var batchesFrom, batchesTo int64
+	var measured time.Duration
+	var measureStart time.Time
+	for seq := 1; seq <= total; seq++ {
+		<-tick.C
+		// Measure the steady part: from the first second to the last.
+		if seq == rate+1 {
+			from, batchesFrom, measureStart = gateways(), batches.Load(), time.Now()
+		}
+		sender.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
+			Seq: uint64(seq), Type: "chat", Body: []byte(strconv.FormatInt(time.Now().UnixNano(), 10)),
+		}}})
+		if seq == total-rate/2 {
+			to, batchesTo, measured = gateways(), batches.Load(), time.Since(measureStart)
+		}
+	}
+	wg.Wait()
+
+	windowsPerSecond := float64(batchesTo-batchesFrom) / measured.Seconds()
+	t.Logf("the room's batches: %.1f/s over %v", windowsPerSecond, measured.Round(time.Millisecond))
+	for _, a := range threeRegions {
+		for _, b := range threeRegions {
+			if a == b {
+				continue
+			}
+			k := [2]string{a, b}
+			idleRate := float64(idleTo[k]-idleFrom[k]) / idle.Seconds()
+			rate := float64(to[k]-from[k]) / measured.Seconds()
+			t.Logf("gateway %s->%s: %.1f msgs/s in the broadcast, %.1f/s idle", a, b, rate, idleRate)
+			if a != home {
+				continue
+			}
+			// The broadcast adds one message per batch to each link, whatever the number of
+			// ChatLinks with members there; the idle traffic is allowed beside it, with a
+			// little for what changes between the two periods.
+			if limit := windowsPerSecond + idleRate + 3; rate > limit {
+				t.Errorf("gateway %s->%s carried %.1f msgs/s, want at most the room's %.1f batches/s (+ %.1f/s idle): once per batch, not per ChatLink",
+					a, b, rate, windowsPerSecond, idleRate)
+			}
+		}
+	}
+
+	p99 := make(map[string]time.Duration)
+	for _, region := range threeRegions {
+		var lat []time.Duration
+		for _, r := range receipts {
+			if r.region != region {
+				continue
+			}
+			if r.got != total {
+				t.Errorf("a member in %s got %d of %d messages", region, r.got, total)
+			}
+			lat = append(lat, r.lat...)
+		}
+		slices.Sort(lat)
+		if len(lat) == 0 {
+			continue
+		}
+		p99[region] = lat[len(lat)*99/100]
+		t.Logf("%s (%v from %s): send to receipt p50 %v, p99 %v over %d receipts", region, delay(home, region), home,
+			lat[len(lat)/2].Round(time.Millisecond), p99[region].Round(time.Millisecond), len(lat))
+	}
+	for _, region := range threeRegions[1:] {
+		if limit := p99[home] + delay(home, region) + 250*time.Millisecond; p99[region] > limit {
+			t.Errorf("p99 in %s is %v, want within %v (home's p99 %v + the link's %v + 250ms)",
+				region, p99[region], limit, p99[home], delay(home, region))
+		}
+	}
+}
