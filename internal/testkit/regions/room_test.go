@@ -178,9 +178,11 @@ func TestRoomAcrossRegions(t *testing.T) {
 				continue
 			}
 			// The broadcast adds one message per batch to each link, whatever the number of
-			// ChatLinks with members there; the idle traffic is allowed beside it, with a
-			// little for what changes between the two periods.
-			if limit := windowsPerSecond + idleRate + 3; rate > limit {
+			// ChatLinks with members there; the idle traffic is allowed beside it, with 5 a
+			// second for what the short idle sample missed (answers to the far ChatLinks'
+			// requests: 1-2 a second). A copy per ChatLink would be windows x perRegion,
+			// 30 a second and more.
+			if limit := windowsPerSecond + idleRate + 5; rate > limit {
 				t.Errorf("gateway %s->%s carried %.1f msgs/s, want at most the room's %.1f batches/s (+ %.1f/s idle): once per batch, not per ChatLink",
 					a, b, rate, windowsPerSecond, idleRate)
 			}
