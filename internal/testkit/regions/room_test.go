@@ -136,7 +136,7 @@ func TestRoomAcrossRegions(t *testing.T) {
 	// The sender's acks are drained so its buffer never fills.
 	go func() {
 		for f := range sender.Frames() {
-			if f.GetSendAck() == nil {
+			if f.GetSendAck() == nil && f.GetPush() == nil {
 				t.Logf("sender got %v", f)
 			}
 		}
@@ -162,6 +162,7 @@ func TestRoomAcrossRegions(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	farSend(t, members, delay(home, threeRegions[2]))
 
 	windowsPerSecond := float64(batchesTo-batchesFrom) / measured.Seconds()
 	t.Logf("the room's batches: %.1f/s over %v", windowsPerSecond, measured.Round(time.Millisecond))
@@ -250,13 +251,19 @@ func startWorld(t *testing.T, perRegion, perNode int, room string) world {
 	}
 
 	var members []member
+	loginTime := make(map[string]time.Duration) // the slowest login, by region
 	for i, node := range c.Nodes {
 		region := threeRegions[i/perRegion]
 		for j := range perNode {
 			cl := testkit.DialTCP(t, node.TCPAddr())
+			start := time.Now()
 			cl.Login(testcluster.Token(t, fmt.Sprintf("%s-%s-%d", region, node.Name(), j), room))
+			loginTime[region] = max(loginTime[region], time.Since(start))
 			members = append(members, member{region, cl})
 		}
+	}
+	for _, region := range threeRegions {
+		t.Logf("%s: the slowest login took %v", region, loginTime[region].Round(time.Millisecond))
 	}
 	sender := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
 	sender.Login(testcluster.Token(t, "sender", room))
@@ -411,6 +418,85 @@ func TestRegionCut(t *testing.T) {
 	for _, line := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(line, "roomcast_chatlink_order_total") || strings.HasPrefix(line, "roomcast_presence_lease_end_logouts_total") {
 			t.Log(line)
+		}
+	}
+}
+
+// farSend measures what a member in the far region (the last of members) pays to send: it sends
+// 10 messages, one every 100 ms, and the test logs its SendAcks' round trip and the members'
+// receipts by region. A far member's message goes to the room service in the home region and
+// comes back in the room's batch: it crosses the link twice before its own region sees it.
+func farSend(t *testing.T, members []member, oneWay time.Duration) {
+	t.Helper()
+	const n = 10
+	far := members[len(members)-1]
+	acks := make(chan time.Duration, n)
+	sentAt := make([]time.Time, n+1)
+	var mu sync.Mutex
+	go func() {
+		for f := range far.client.Frames() {
+			if ack := f.GetSendAck(); ack != nil {
+				mu.Lock()
+				acks <- time.Since(sentAt[ack.Seq])
+				mu.Unlock()
+			}
+		}
+	}()
+	// Every other member reads as the messages come.
+	lats := make([][]time.Duration, len(members)-1)
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(15 * time.Second)
+	for i, m := range members[:len(members)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(lats[i]) < n {
+				var f *clientpb.Frame
+				select {
+				case f = <-m.client.Frames():
+				case <-time.After(time.Until(deadline)):
+					return
+				}
+				for _, msg := range f.GetPush().GetMessages() {
+					if sent, err := strconv.ParseInt(string(msg.Body), 10, 64); err == nil {
+						lats[i] = append(lats[i], time.Since(time.Unix(0, sent)))
+					}
+				}
+			}
+		}()
+	}
+	for seq := 1; seq <= n; seq++ {
+		mu.Lock()
+		sentAt[seq] = time.Now()
+		mu.Unlock()
+		far.client.Send(&clientpb.Frame{Kind: &clientpb.Frame_Send{Send: &clientpb.Send{
+			Seq: uint64(seq), Type: "chat", Body: []byte(strconv.FormatInt(time.Now().UnixNano(), 10)),
+		}}})
+		time.Sleep(100 * time.Millisecond)
+	}
+	var ackMax time.Duration
+	for range n {
+		select {
+		case d := <-acks:
+			ackMax = max(ackMax, d)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the far member's sends were not all acknowledged")
+		}
+	}
+	t.Logf("a member in %s (%v from home) sending: SendAck at most %v after the send", far.region, oneWay, ackMax.Round(time.Millisecond))
+	wg.Wait()
+	byRegion := make(map[string][]time.Duration)
+	for i, m := range members[:len(members)-1] {
+		if len(lats[i]) < n {
+			t.Errorf("a member in %s got %d of the far member's %d messages", m.region, len(lats[i]), n)
+		}
+		byRegion[m.region] = append(byRegion[m.region], lats[i]...)
+	}
+	for _, region := range threeRegions {
+		lat := byRegion[region]
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			t.Logf("  received in %s: p50 %v, max %v", region, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 		}
 	}
 }
