@@ -366,6 +366,7 @@ func TestRegionCut(t *testing.T) {
 	}
 	cutAt := sent
 	send(time.Now().Add(cut), true)
+	logMetrics(t, w.c, "before the heal: ", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
 	healStart := time.Now()
 	if err := w.sc.Heal(far); err != nil {
 		t.Fatal(err)
@@ -409,15 +410,23 @@ func TestRegionCut(t *testing.T) {
 	farMu.Lock()
 	t.Logf("the far member's %d sends during the cut got: %v", farSent, farAnswers)
 	farMu.Unlock()
-	metrics, err := http.Get(w.c.URL() + "/metrics")
+	logMetrics(t, w.c, "at the end: ", "roomcast_chatlink_order_total", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
+}
+
+// logMetrics logs the series of c's metrics whose names start with one of names.
+func logMetrics(t *testing.T, c *devcluster.Cluster, prefix string, names ...string) {
+	t.Helper()
+	resp, err := http.Get(c.URL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer metrics.Body.Close()
-	body, _ := io.ReadAll(metrics.Body)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "roomcast_chatlink_order_total") || strings.HasPrefix(line, "roomcast_presence_lease_end_logouts_total") {
-			t.Log(line)
+		for _, name := range names {
+			if strings.HasPrefix(line, name) && !strings.HasSuffix(line, " 0") {
+				t.Log(prefix + line)
+			}
 		}
 	}
 }
