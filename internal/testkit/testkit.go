@@ -3,7 +3,8 @@
 // CPU time, table tests of
 // a Config's withDefaults, and a wire client that speaks the client protocol (docs/protocol.md)
 // by hand over WebSocket and TCP. Its sub-packages: testcluster starts an in-process cluster per
-// test, procs the deployment as real processes, s3test versitygw as the S3 server, testcerts a
+// test, regions NATS clusters joined by gateways through latency-adding proxies, procs the
+// deployment as real processes, s3test versitygw as the S3 server, testcerts a
 // throwaway CA. Only tests import it, components' in-package tests included, so it imports no
 // component. It holds plumbing, never a test's logic.
 package testkit

@@ -69,6 +69,15 @@ type Config struct {
 	GRPCListen string
 	// NATSPort is the embedded NATS server's port. Zero value means a free port.
 	NATSPort int
+	// NATSURL, when set, is a NATS deployment with JetStream (URLs, comma-separated) the
+	// cluster connects to instead of starting one of its own: the services connect there, and
+	// the ChatLinks unless NodeNATSURL says otherwise. NATSPort is ignored then, and Cluster.NATS
+	// is nil. Zero value means the embedded server.
+	NATSURL string
+	// NodeNATSURL, when set, returns the NATS URLs ChatLink i (from 1) connects to: in a
+	// multi-region test (internal/testkit/regions) its region's servers. Zero value means the
+	// services' NATS.
+	NodeNATSURL func(i int) string
 	// ChatLinks is how many ChatLink nodes to run, each on its own ports. Zero value means 2.
 	ChatLinks int
 	// ServiceInstances is how many instances of the room, presence and room queue services to
@@ -153,12 +162,14 @@ func (c Config) withDefaults() (Config, error) {
 // ChatLinks.
 type Cluster struct {
 	*roles.Services
+	// NATS is the embedded NATS server; nil with Config.NATSURL.
 	NATS  *server.Server
 	Nodes []*chatlink.Node
 	// S3 is the embedded object store the CDN pushers write to.
 	S3 *devs3.Server
 
 	log       *slog.Logger
+	natsURL   string   // the services' NATS
 	dataLock  *os.File // holds DataDir's lock (lockDataDir) until Close
 	chatlinks []*roles.ChatLink
 	closed    bool
@@ -180,7 +191,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 
-	if cfg.NATSPort != 0 {
+	if cfg.NATSPort != 0 && cfg.NATSURL == "" {
 		// The embedded server would only log that it cannot listen, and never become ready.
 		if err = checkFree("NATS", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.NATSPort))); err != nil {
 			return nil, err
@@ -189,15 +200,20 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if c.dataLock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	natsStarted := time.Now()
-	if c.NATS, err = devnats.Start(devnats.Config{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")}); err != nil {
-		return nil, err
-	}
-	// In the server's own process: a pipe instead of a loopback TCP connection, so what a dev
-	// deployment spends on its bus is not the kernel's loopback round trips.
-	inProcess := []nats.Option{nats.InProcessServer(c.NATS)}
-	if err = releaseStaleNames(ctx, c.NATS, cfg.ChatLinks, natsStarted); err != nil {
-		return nil, err
+	var inProcess []nats.Option
+	c.natsURL = cfg.NATSURL
+	if c.natsURL == "" {
+		natsStarted := time.Now()
+		if c.NATS, err = devnats.Start(devnats.Config{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats")}); err != nil {
+			return nil, err
+		}
+		c.natsURL = c.NATS.ClientURL()
+		// In the server's own process: a pipe instead of a loopback TCP connection, so what a dev
+		// deployment spends on its bus is not the kernel's loopback round trips.
+		inProcess = []nats.Option{nats.InProcessServer(c.NATS)}
+		if err = releaseStaleNames(ctx, c.NATS, cfg.ChatLinks, natsStarted); err != nil {
+			return nil, err
+		}
 	}
 	if c.S3, err = devs3.Start(devs3.Config{Log: log}); err != nil {
 		return nil, err
@@ -210,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	leaseTTL := 3 * cfg.LeaseInterval
 	cfg.Room.LeaseTTL, cfg.Presence.LeaseTTL = leaseTTL, leaseTTL
 	c.servicesCfg = roles.ServicesConfig{
-		NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess,
+		NATSURL: c.natsURL, NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
 		Instances:  cfg.ServiceInstances,
 		Room:       cfg.Room,
@@ -255,8 +271,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if cfg.PerNode != nil {
 			cfg.PerNode(&ncfg)
 		}
+		natsURL, natsOptions := c.natsURL, inProcess
+		if cfg.NodeNATSURL != nil {
+			natsURL, natsOptions = cfg.NodeNATSURL(i), nil
+		}
 		cl, err := roles.StartChatLink(roles.ChatLinkConfig{
-			NATSURL: c.NATS.ClientURL(), NATSOptions: inProcess, Node: ncfg, Registry: c.Registry, TLS: cfg.TLS,
+			NATSURL: natsURL, NATSOptions: natsOptions, Node: ncfg, Registry: c.Registry, TLS: cfg.TLS,
 		})
 		if err != nil {
 			return nil, err
@@ -368,8 +388,9 @@ func (c *Cluster) PusherStorage() cdnpusher.Config {
 // CDNOrigin returns the base URL under which the HTTP endpoint serves the segments.
 func (c *Cluster) CDNOrigin() string { return c.URL() + "/cdn" }
 
-// NATSURL returns the embedded NATS server's client URL.
-func (c *Cluster) NATSURL() string { return c.NATS.ClientURL() }
+// NATSURL returns the URL of the NATS the services connect to: the embedded server's, or
+// Config.NATSURL.
+func (c *Cluster) NATSURL() string { return c.natsURL }
 
 // Mint returns a login token for uid in room of the dev app, with opts' claims (a lane the
 // member may send on: auth.WithLanes).

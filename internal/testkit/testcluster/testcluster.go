@@ -23,6 +23,7 @@ import (
 	"roomcast/internal/ratelimit"
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/regions"
 	"roomcast/store/inbox"
 )
 
@@ -53,6 +54,20 @@ func Start(t testing.TB, opts ...Option) *devcluster.Cluster {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// Regions starts a cluster over the supercluster sc (internal/testkit/regions): the services
+// connect to its home region's servers, and perRegion ChatLinks to each region's, the home
+// region's first, so c.Nodes[i] stands in region sc.Regions()[i/perRegion]. Each option adjusts
+// the configuration first, as with Start.
+func Regions(t testing.TB, sc *regions.Supercluster, perRegion int, opts ...Option) *devcluster.Cluster {
+	t.Helper()
+	where := sc.Regions()
+	return Start(t, append(opts, func(c *devcluster.Config) {
+		c.NATSURL = sc.URL(sc.Home())
+		c.ChatLinks = perRegion * len(where)
+		c.NodeNATSURL = func(i int) string { return sc.URL(where[(i-1)/perRegion]) }
+	})...)
 }
 
 // NoMemberCriticalCap lifts the room service's cap on a room's members' critical messages
@@ -93,7 +108,11 @@ func TokenWith(t testing.TB, uid, room string, tags []string, opts ...auth.MintO
 // first, read from JetStream.
 func Stored(t testing.TB, c *devcluster.Cluster, uid string) []string {
 	t.Helper()
-	nc, err := nats.Connect(c.NATSURL(), nats.InProcessServer(c.NATS))
+	var opts []nats.Option
+	if c.NATS != nil {
+		opts = append(opts, nats.InProcessServer(c.NATS))
+	}
+	nc, err := nats.Connect(c.NATSURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
