@@ -144,7 +144,8 @@ lint: tools
 
 # The longest test packages, named first: go test starts packages in the order given, so these
 # run beside the many short ones rather than after them.
-SLOW_TESTS := ./cdnmanager ./internal/tools/loadgen ./chatlink ./cmd/roomcast
+SLOW_TESTS := ./cdnmanager ./internal/tools/loadgen ./chatlink ./cmd/roomcast ./sdk/mobile \
+	./internal/testkit/regions ./test/bigroom ./internal/tools/ociimage
 
 unit:
 	go test -race -short -count=1 -timeout 20m $(SLOW_TESTS) ./...
