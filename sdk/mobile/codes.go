@@ -74,6 +74,10 @@ const (
 	// room has as many counters as it may (32): add to one of those, or have the app server reset
 	// one.
 	ErrorTooManyCounters = 124
+	// ErrorAttributesFull (125): A room attribute change would take the room past its limits
+	// (16 attributes, a value of 4096 bytes, 16384 bytes of values together): take one out, or
+	// shorten it.
+	ErrorAttributesFull = 125
 	// ErrorInternal (500): A bug on our side.
 	ErrorInternal = 500
 	// ErrorUnavailable (503): A service needed for the request did not answer in time.
