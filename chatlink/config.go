@@ -96,10 +96,14 @@ type Config struct {
 	FlushTick time.Duration
 	// OrderHold is how long a room's numbered messages that arrive ahead of a missing room_seq
 	// wait for it before the node reads the missing ones from the room's history; the read
-	// gets as long again, then what is still missing is given up (counted in
+	// gets OrderFillTimeout, then what is still missing is given up (counted in
 	// roomcast_chatlink_order_total{event="skipped"} and logged) and the held messages go out
 	// (order.go). Zero value means 100ms; negative delivers in arrival order.
 	OrderHold time.Duration
+	// OrderFillTimeout bounds the history read for a gap: the round trip to the room's history
+	// (JetStream) and the read. A node in a region far from the history needs more than one
+	// round trip of the wide-area link. Zero value means 1s.
+	OrderFillTimeout time.Duration
 	// LatencyBudget is how long a normal or bulk message may wait for the next ones to share
 	// its frame, for rooms whose settings name none (latency_budget_ms): a quiet room's member
 	// gets a frame once GatherMessages messages wait for it, a critical one waits, or waiting
@@ -198,6 +202,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 25 * time.Second,
 		FlushTick:         defaultFlushTick,
 		OrderHold:         defaultOrderHold,
+		OrderFillTimeout:  defaultOrderFillTimeout,
 		GatherMessages:    defaultGatherMessages,
 		PhaseMembers:      defaultPhaseMembers,
 		SendWindow:        DefaultSendWindow,
@@ -280,6 +285,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OrderHold == 0 {
 		c.OrderHold = d.OrderHold
+	}
+	if c.OrderFillTimeout <= 0 {
+		c.OrderFillTimeout = d.OrderFillTimeout
 	}
 	if c.LatencyBudget < 0 {
 		return c, fmt.Errorf("chatlink: latency budget %v must not be negative", c.LatencyBudget)

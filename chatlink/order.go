@@ -16,7 +16,7 @@ import (
 // a room's numbered messages in room_seq order: a batch that arrives ahead of a missing number
 // is held back (its unnumbered messages, the bulk lane, are not) until the missing one arrives;
 // after Config.OrderHold the node reads the missing numbers from the room's history, and
-// after as long again it gives up on what is still missing, counts it and logs it, and
+// when that read ends (Config.OrderFillTimeout at most) it gives up on what is still missing, counts it and logs it, and
 // delivers what it holds. The numbers a batch took are its first_room_seq..last_room_seq, so
 // numbers that went elsewhere (to a CDN pusher) are not missing.
 //
@@ -26,6 +26,9 @@ import (
 
 const (
 	defaultOrderHold = 100 * time.Millisecond // Config.OrderHold
+	// defaultOrderFillTimeout is Config.OrderFillTimeout: a read of the home region's history
+	// from a region 150 ms away takes a 300 ms round trip and more.
+	defaultOrderFillTimeout = time.Second
 	// maxHeldMessages bounds what a room holds behind a gap: past it the node reads the
 	// history at once instead of waiting out OrderHold.
 	maxHeldMessages = 4096
@@ -255,14 +258,14 @@ func (r *localRoom) orderTimeout() {
 }
 
 // startFillLocked reads the numbers missing before the oldest held batch from the room's
-// history, within OrderHold, in a goroutine of the node's. Caller holds f.mu.
+// history, within OrderFillTimeout, in a goroutine of the node's. Caller holds f.mu.
 func (f *roomFanout) startFillLocked() {
 	o := &f.order
 	o.filling = true
 	r, n := f.r, f.r.t.n
 	before := o.held[0].first
 	n.goAsync(func() {
-		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.OrderHold)
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.OrderFillTimeout)
 		kept, _, err := historystore.Read(ctx, n.js, r.app, r.room, historystore.Range{Since: n.now().Add(-fillLookback)})
 		cancel()
 		f.mu.Lock()

@@ -154,7 +154,8 @@ func bindChatLinkFlags(fs *flag.FlagSet, c *chatlink.Config) func() {
 	fs.IntVar(&c.PhaseMembers, "phase-members", d.PhaseMembers, "members of a room per flush phase on a ChatLink: a bigger room's flushes are spread over the tick in up to 16 phases")
 	fs.BoolVar(&c.PlainWrites, "plain-writes", d.PlainWrites, "keep the writers from before io_uring batch sends: gws for WebSocket, a system call per frame (for comparison; also what a node without io_uring does)")
 	fs.BoolVar(&c.ReaderGoroutines, "reader-goroutines", d.ReaderGoroutines, "give every WebSocket connection a reader goroutine instead of reading from the ChatLink's epoll poller (for comparison; more memory per idle connection)")
-	fs.DurationVar(&c.OrderHold, "order-hold", d.OrderHold, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (as long again), then gives up on them, counted and logged (negative: deliver in arrival order)")
+	fs.DurationVar(&c.OrderHold, "order-hold", d.OrderHold, "how long a ChatLink holds a room's numbered messages that arrive ahead of a missing room_seq before it reads the missing ones from the room's history (within --order-fill-timeout), then gives up on what is still missing, counted and logged (negative: deliver in arrival order)")
+	fs.DurationVar(&c.OrderFillTimeout, "order-fill-timeout", d.OrderFillTimeout, "how long the history read for a room's missing numbered messages may take before they are given up (a ChatLink in a region far from the history needs a wide-area round trip)")
 	return bindClientLimitFlags(fs, c)
 }
 

@@ -38,6 +38,7 @@ func TestFlagDefaultsAreTheComponents(t *testing.T) {
 		"limit-table-size":         lim.TableSize,
 		"flush-tick":               cl.FlushTick,
 		"order-hold":               cl.OrderHold,
+		"order-fill-timeout":       cl.OrderFillTimeout,
 		"gather-messages":          cl.GatherMessages,
 		"phase-members":            cl.PhaseMembers,
 		"latency-budget":           cl.LatencyBudget,
