@@ -60,7 +60,17 @@ type Config struct {
 	// dropped and counted as a gap. Zero value means 1m.
 	GiveUpAfter time.Duration
 
-	// Now is the clock that closes windows. Zero value means time.Now. (Retry backoff runs on
+	// SegmentTTL is how long a segment stays on storage after its window ends: then a sweep of
+	// the bucket under Prefix deletes it, whoever wrote it. Zero value means DefaultSegmentTTL
+	// (24h); a negative value means segments are never deleted (the bucket's own lifecycle rule,
+	// or nothing, removes them).
+	SegmentTTL time.Duration
+	// SweepInterval is how often the pusher looks for expired segments (jittered by a quarter
+	// either way; the first sweep comes within 30s of New). Zero value means an eighth of
+	// SegmentTTL, at most 1h and at least 100ms.
+	SweepInterval time.Duration
+
+	// Now is the clock that closes windows and ages segments. Zero value means time.Now. (Retry backoff runs on
 	// real time.)
 	Now func() time.Time
 	// Logger receives storage outages, recoveries and gaps. Zero value means no logs.
@@ -110,6 +120,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Writers == 0 {
 		c.Writers = 4
+	}
+	if c.SegmentTTL == 0 {
+		c.SegmentTTL = DefaultSegmentTTL
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = min(max(c.SegmentTTL/8, 100*time.Millisecond), time.Hour)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

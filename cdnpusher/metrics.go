@@ -13,6 +13,12 @@ const (
 	gapShutdown  = "shutdown"   // Close's context ended before storage took it
 )
 
+// What failed when expired segments were not deleted (the delete errors metric's label).
+const (
+	deleteErrList   = "list"   // a listing request: the folder's segments wait for the next sweep
+	deleteErrDelete = "delete" // a segment's deletion
+)
+
 // Reasons a message was refused (the refused metric's label).
 const (
 	refusedReleased = "released" // its window is another pusher's (ErrReleased)
@@ -47,6 +53,8 @@ type metrics struct {
 	retries      prometheus.Counter
 	gaps         map[string]prometheus.Counter
 	refused      map[string]prometheus.Counter
+	deleted      prometheus.Counter
+	deleteErrs   map[string]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metrics {
@@ -63,6 +71,11 @@ func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metric
 		Help: "Messages Add refused, in no segment, by reason (released: their window is another " +
 			"pusher's after a handoff; targeted, invalid, closed).",
 	}, []string{"reason"})
+	deleteErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "roomcast_cdnpusher_delete_errors_total",
+		Help: "Failures of the sweep that deletes expired segments, by what failed (list: a listing " +
+			"request; delete: one segment's deletion). What was not deleted is tried again at the next sweep.",
+	}, []string{"op"})
 	m := &metrics{
 		messages: counter("messages_total", "Messages handed to the pusher."),
 		late:     counter("late_messages_total", "Messages that arrived after their window was written; they went into the next one."),
@@ -80,6 +93,12 @@ func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metric
 		retries:  counter("write_retries_total", "Segment write attempts made again after a failure."),
 		gaps:     map[string]prometheus.Counter{},
 		refused:  map[string]prometheus.Counter{},
+		deleted: counter("segments_deleted_total",
+			"Expired segments deleted from storage (older than the segment TTL). Pushers sweeping the same prefix at once may each count one."),
+		deleteErrs: map[string]prometheus.Counter{},
+	}
+	for _, op := range []string{deleteErrList, deleteErrDelete} {
+		m.deleteErrs[op] = deleteErrs.WithLabelValues(op)
 	}
 	for _, r := range []string{gapQueueFull, gapGaveUp, gapShutdown} {
 		m.gaps[r] = gaps.WithLabelValues(r)
@@ -89,7 +108,7 @@ func newMetrics(reg prometheus.Registerer, queued, rooms func() float64) *metric
 	}
 	if reg != nil {
 		reg.MustRegister(m.messages, m.late, m.sampled, m.segments, m.emptySegs, m.bytes, m.writeSeconds,
-			m.failures, m.retries, gaps, refused,
+			m.failures, m.retries, gaps, refused, m.deleted, deleteErrs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "roomcast_cdnpusher_queued_segments",
 				Help: "Segments waiting for storage.",

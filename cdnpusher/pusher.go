@@ -62,6 +62,10 @@ type Pusher struct {
 
 	storageDown atomic.Bool // the last write failed; logs the outage once and the recovery once
 
+	sweeper   *sweeper           // nil when segments never expire
+	stopSweep context.CancelFunc // called by Close: the sweeper stops
+	sweeps    sync.WaitGroup     // the sweeper goroutine
+
 	stopSealer chan struct{}      // closed by Close: the sealer stops
 	abort      context.Context    // ended when Close's context ends: writers give up
 	cancel     context.CancelFunc // ends abort
@@ -141,6 +145,19 @@ func New(cfg Config) (*Pusher, error) {
 		func() float64 { return float64(p.queue.len()) },
 		func() float64 { return float64(p.rooms.Load()) })
 	p.abort, p.cancel = context.WithCancel(context.Background())
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	p.stopSweep = stopSweep
+	if cfg.SegmentTTL > 0 {
+		p.sweeper = &sweeper{
+			client: client, bucket: cfg.Bucket, prefix: cfg.Prefix, ttl: cfg.SegmentTTL,
+			interval: cfg.SweepInterval, now: cfg.Now, metrics: p.metrics, log: cfg.Logger,
+		}
+		p.sweeps.Add(1)
+		go func() {
+			defer p.sweeps.Done()
+			p.sweeper.run(sweepCtx)
+		}()
+	}
 	p.sealer.Add(1)
 	go p.runSealer()
 	p.writers.Add(cfg.Writers)
@@ -288,6 +305,9 @@ func (p *Pusher) Rooms() int { return int(p.rooms.Load()) }
 // called more than once; later calls return the first one's result.
 func (p *Pusher) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
+		// Deleting expired segments is never urgent: what this sweep leaves, the next run's takes.
+		p.stopSweep()
+		p.sweeps.Wait()
 		close(p.stopSealer)
 		p.sealer.Wait()
 		p.seal(true)

@@ -32,6 +32,7 @@ func bindS3Flags(fs *flag.FlagSet, c *cdnpusher.Config) {
 	fs.BoolVar(&c.Secure, "s3-secure", false, "talk HTTPS to the S3 endpoint ($ROOMCAST_S3_SECURE=true)")
 	fs.StringVar(&c.Prefix, "s3-prefix", "", "key prefix of the segments, e.g. \"roomcast/\" ($ROOMCAST_S3_PREFIX)")
 	fs.IntVar(&c.MaxMessages, "cdn-max-messages", cdnpusher.DefaultMaxMessages, "a segment's cap of messages per room and window; beyond it they are sampled")
+	fs.DurationVar(&c.SegmentTTL, "segment-ttl", cdnpusher.DefaultSegmentTTL, "how long a segment stays in the bucket after its window ends; then the pusher deletes it (0: the default; negative: never delete)")
 }
 
 // bindCDNWindowFlag binds --cdn-window, which the manager and the pushers must agree on.

@@ -64,6 +64,7 @@ func TestFlagDefaultsAreTheComponents(t *testing.T) {
 	pusherFlags := map[string]any{
 		"cdn-window":       cdnstore.DefaultWindow,
 		"cdn-max-messages": cdnpusher.DefaultMaxMessages,
+		"segment-ttl":      cdnpusher.DefaultSegmentTTL,
 	}
 	want := map[string]map[string]any{
 		"chatlink":  with(chatlinkFlags, map[string]any{"drain-spread": cl.DrainSpread}),
