@@ -10,7 +10,9 @@
 // the node that looked emptiest. Rankings are cached per (region, ISP) bucket; the cache keeps
 // the candidates, not the choice, so cached decisions still see every assignment. Members of
 // a room go to the nodes that hold it, up to a share of each node's capacity (room affinity,
-// rooms.go), after capacity and locality.
+// rooms.go), after capacity and locality. A near-region list orders other continents' nodes
+// for a region's clients (labels.go), and event pools keep a reserved app's or room's clients
+// on the pool's nodes and everyone else off them (pools.go).
 //
 // It keeps no state that must survive it: everything it knows comes back with the next round
 // of load reports. It must not talk to clients beyond answering where to go.
