@@ -66,6 +66,10 @@ type Config struct {
 	PublicTCPTLS bool
 	// Region and ISP label this node for the dispatcher. Zero values mean unlabelled.
 	Region, ISP string
+	// Pool puts the node in an event pool: while the dispatcher reserves the pool for an app or
+	// a room, it sends only that app's or room's clients here (docs/dispatch.md, "Event
+	// pools"). The node itself serves any valid login. Zero value means none.
+	Pool string
 	// MaxFrameBytes limits a client frame. Zero value means 65536.
 	MaxFrameBytes int
 	// ReaderGoroutines gives every WebSocket connection a reader goroutine of its own, as
@@ -224,6 +228,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("chatlink: Config.Bus is required")
 	case len(c.Keys) == 0:
 		return c, errors.New("chatlink: Config.Keys needs at least one app")
+	case c.Pool != "" && !auth.ValidName(c.Pool):
+		return c, fmt.Errorf("chatlink: pool %q must be 1-128 characters of A-Z a-z 0-9 _ -", c.Pool)
 	}
 	for app, d := range c.MaxTokenLifetime {
 		if _, ok := c.Keys[app]; !ok || d < 0 {

@@ -34,6 +34,7 @@ func (n *Node) loadReport(busRTT time.Duration) *buspb.LoadReport {
 		TcpTls:                    n.TCPTLS(),
 		Region:                    n.cfg.Region,
 		Isp:                       n.cfg.ISP,
+		Pool:                      n.cfg.Pool,
 		Connections:               int64(n.conns.len()),
 		MaxConnections:            int64(n.cfg.MaxConnections),
 		Rooms:                     int64(n.rooms.count()),

@@ -10,7 +10,9 @@
 // the node that looked emptiest. Rankings are cached per (region, ISP) bucket; the cache keeps
 // the candidates, not the choice, so cached decisions still see every assignment. Members of
 // a room go to the nodes that hold it, up to a share of each node's capacity (room affinity,
-// rooms.go), after capacity and locality.
+// rooms.go), after capacity and locality. A near-region list orders other continents' nodes
+// for a region's clients (labels.go), and event pools keep a reserved app's or room's clients
+// on the pool's nodes and everyone else off them (pools.go).
 //
 // It keeps no state that must survive it: everything it knows comes back with the next round
 // of load reports. It must not talk to clients beyond answering where to go.
@@ -99,6 +101,18 @@ type Config struct {
 	// node (docs/dispatch.md, "Room affinity"). Zero value means DefaultRoomShare; negative
 	// means no room affinity: members are dispatched on locality and load alone.
 	RoomShare float64
+	// NearRegions orders, for clients of a region, the regions of other continents nearest
+	// first: key and entries are region labels or prefixes ("AS", "AS/CN", "NA/US"), at most
+	// maxNear (8) entries, none on the key's continent. A client takes the list of the most
+	// specific key containing its region. Its own continent's nodes come first as always, then
+	// the list's regions in order, then every other node (docs/dispatch.md, "Near regions").
+	// Zero value means none: nodes on other continents are all "elsewhere", equally far.
+	NearRegions map[string][]string
+	// Pools reserves pools of ChatLinks (nodes whose load report carries the pool's label,
+	// `roomcast chatlink --pool`) for one app or one room: its clients go only to the pool's
+	// nodes and nobody else's ever do (docs/dispatch.md, "Event pools"). SetPools replaces them.
+	// Zero value means none: a node's pool label changes nothing.
+	Pools []PoolReservation
 
 	// Now is the clock. Zero value means time.Now.
 	Now func() time.Time
@@ -156,6 +170,11 @@ var (
 	ErrBadRequest = errors.New("dispatcher: bad request")
 )
 
+// errNoPoolNodes is ErrNoNodes for a client of a reserved pool: it is never sent outside it.
+func errNoPoolNodes(pool string) error {
+	return fmt.Errorf("%w: no node of pool %q, reserved for this room, is live and not draining", ErrNoNodes, pool)
+}
+
 const (
 	maxTopK       = 16
 	maxCandidates = 64
@@ -176,6 +195,7 @@ type Dispatcher struct {
 	maxQuality   float64           // the most a node's quality terms can add
 	trusted      trustedProxies
 	isps         *ispTable
+	near         nearTable
 
 	scratch sync.Pool // *[]uint8 for rank
 	in      *interner
@@ -192,6 +212,7 @@ type Dispatcher struct {
 
 	cache rankCache
 	rooms roomTable
+	pools atomic.Pointer[poolTable] // Config.Pools, replaced whole by SetPools
 
 	sub       *nats.Subscription
 	stop      chan struct{}
@@ -304,6 +325,9 @@ func New(cfg Config) (*Dispatcher, error) {
 	if d.isps, err = newISPTable(cfg.ISPGroups); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	if d.near, err = newNearTable(d.in, cfg.NearRegions); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	d.started = d.now()
 	if cfg.CityDB != "" || cfg.ISPDB != "" {
 		if d.geo, err = newGeoLoader(cfg.CityDB, cfg.ISPDB, d.in, d.isps, cfg.Now()); err != nil {
@@ -312,6 +336,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d.live.Store(&liveSet{})
 	d.m = newMetrics(cfg.Registry, func() float64 { return float64(d.LiveNodes()) })
+	pools, err := d.newPoolTable(cfg.Pools)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	d.pools.Store(pools)
 	return d, nil
 }
 
@@ -467,7 +496,9 @@ func (d *Dispatcher) locate(ip netip.Addr) location {
 	if d.geo == nil {
 		return location{}
 	}
-	return d.geo.state.Load().locate(ip)
+	loc := d.geo.state.Load().locate(ip)
+	loc.near = d.near.lookup(loc.region)
+	return loc
 }
 
 // Dispatch ranks the live nodes for a client and returns the best TopK, counting the client
@@ -479,7 +510,9 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 	}
 	now := d.now()
 	loc := d.locate(req.Client)
+	pool := d.pools.Load().forRoom(req.App, req.Room)
 	key := loc.bucket()
+	key.pool = pool.id()
 	var buf [maxCandidates]scored
 	var sc []scored
 	r, hit := d.cache.get(key, d.gen.Load(), now, d.cacheTTL())
@@ -490,7 +523,7 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 		}
 	}
 	if r == nil {
-		r = d.rank(loc, now)
+		r = d.rank(loc, pool.id(), now)
 		if d.cacheTTL() > 0 {
 			d.cache.put(key, r)
 		}
@@ -503,13 +536,20 @@ func (d *Dispatcher) Dispatch(req Request) (Answer, error) {
 	}
 	if len(sc) == 0 {
 		d.m.noNodes.Inc()
+		if pool != nil {
+			pool.noNodes.Inc()
+			return Answer{}, errNoPoolNodes(pool.name)
+		}
 		return Answer{}, ErrNoNodes
+	}
+	if pool != nil {
+		pool.ok.Inc()
 	}
 	var first pick
 	var k int
 	var holder bool
 	if req.Room != "" && d.roomAffinity() {
-		first, k, holder = d.placeInRoom(roomKey{req.App, req.Room}, loc, r, sc, now)
+		first, k, holder = d.placeInRoom(roomKey{req.App, req.Room}, loc, pool.id(), r, sc, now)
 	} else {
 		k = d.choose(sc)
 		c := &r.cands[sc[0].i]
@@ -590,13 +630,18 @@ type scored struct {
 
 // Locality classes: a node's match level with a client and whether it shares the client's
 // ISP, class = level*2 + sameISP. Every node of a class has the same locality points.
-const numClasses = int(matchSubdivision+1) * 2
+const numClasses = int(matchLevels) * 2
 
-// rank scores the live nodes for a client at loc and keeps the best d.candidates. It visits
+// classOut is the class of a node that may not take the client: in another pool than the
+// client's (Config.Pools). It has no points; rankings and room decisions pass it over.
+const classOut = uint8(255)
+
+// rank scores the live nodes of pool (0: the nodes of no reserved pool) for a client at loc
+// and keeps the best d.candidates. It visits
 // the locality classes best first and stops at the first class whose best possible score
 // (its points plus every quality weight) cannot beat the candidates it already has, so a
 // located client costs one cheap pass over the nodes plus full scoring of the near ones.
-func (d *Dispatcher) rank(loc location, now int64) *ranking {
+func (d *Dispatcher) rank(loc location, pool uint32, now int64) *ranking {
 	r := &ranking{gen: d.gen.Load(), built: now, cutoff: math.Inf(-1), cands: make([]candidate, 0, d.candidates)}
 	live := d.liveNodes()
 	var classes []uint8
@@ -612,10 +657,11 @@ func (d *Dispatcher) rank(loc location, now int64) *ranking {
 	var count [numClasses]int
 	for i := range live.labels {
 		nl := &live.labels[i]
-		c := uint8(loc.region.match(nl.region)) * 2
-		if loc.matchesLabels(nl, nl.snapForMore(live.nodes[i])) {
-			c++
+		if nl.pool != pool {
+			classes = append(classes, classOut)
+			continue
 		}
+		c := loc.class(nl, nl.snapForMore(live.nodes[i]))
 		count[c]++
 		classes = append(classes, c)
 	}
@@ -768,6 +814,7 @@ func (d *Dispatcher) choose(sc []scored) int {
 // bucketKey identifies clients that share a ranking: same region, same ISP.
 type bucketKey struct {
 	continent, country, subdivision, ispA, ispB uint32
+	pool                                        uint32 // the client's reserved pool, 0 for none
 }
 
 // rankCache holds a ranking per bucket, sharded so that concurrent decisions rarely meet on a
@@ -789,7 +836,7 @@ func (c *rankCache) init(buckets int) {
 }
 
 func (c *rankCache) shard(k bucketKey) int {
-	h := k.continent*0x9e3779b1 ^ k.country*0x85ebca6b ^ k.subdivision*0xc2b2ae35 ^ k.ispA*0x27d4eb2f ^ k.ispB*0x165667b1
+	h := k.continent*0x9e3779b1 ^ k.country*0x85ebca6b ^ k.subdivision*0xc2b2ae35 ^ k.ispA*0x27d4eb2f ^ k.ispB*0x165667b1 ^ k.pool*0x9e3779b9
 	return int((h ^ h>>15) % uint32(len(c.shards)))
 }
 

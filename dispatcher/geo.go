@@ -19,12 +19,15 @@ import (
 type location struct {
 	region     region
 	ispA, ispB uint32
+	// near is the client's region's near-region list (Config.NearRegions), nil without one;
+	// it follows from region, so it is not part of the bucket.
+	near *nearList
 }
 
 // bucket is the ranking-cache key: clients with the same bucket get rankings from the same
 // candidate list.
 func (l location) bucket() bucketKey {
-	return bucketKey{l.region.continent, l.region.country, l.region.subdivision, l.ispA, l.ispB}
+	return bucketKey{continent: l.region.continent, country: l.region.country, subdivision: l.region.subdivision, ispA: l.ispA, ispB: l.ispB}
 }
 
 // geoKind is the role of a database file.

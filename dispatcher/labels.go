@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -61,11 +62,117 @@ const (
 	matchContinent                     // same continent
 	matchCountry                       // same country
 	matchSubdivision                   // same subdivision (province, state)
+	// With a near-region list for the client's region (Config.NearRegions), the nodes of other
+	// continents are matchNear+i, the i-th region of the list, or matchFar, on none of it.
+	matchFar
+	matchNear
+	matchLevels = matchNear + maxNear
 )
 
-var matchNames = [...]string{"unknown", "elsewhere", "continent", "country", "subdivision"}
+// maxNear bounds a near-region list: the other continents fit, with room for a country or two.
+const maxNear = 8
+
+var matchNames = func() [matchLevels]string {
+	names := [matchLevels]string{"unknown", "elsewhere", "continent", "country", "subdivision", "elsewhere"}
+	for i := matchNear; i < matchLevels; i++ {
+		names[i] = "near"
+	}
+	return names
+}()
 
 func (m matchLevel) String() string { return matchNames[m] }
+
+// level is how near a node in region node is to the client at l: region.match, refined by the
+// client's near-region list for nodes on other continents.
+func (l location) level(node region) matchLevel {
+	m := l.region.match(node)
+	if m != matchNone || l.near == nil {
+		return m
+	}
+	for i, r := range l.near.regions {
+		if r.contains(node) {
+			return matchNear + matchLevel(i)
+		}
+	}
+	return matchFar
+}
+
+// contains says whether node is within the region prefix r (r's unset parts match anything).
+func (r region) contains(node region) bool {
+	return r.continent != 0 && r.continent == node.continent &&
+		(r.country == 0 || r.country == node.country) &&
+		(r.subdivision == 0 || r.subdivision == node.subdivision)
+}
+
+// nearList is the regions a client's region falls back to after its own continent, nearest
+// first (Config.NearRegions).
+type nearList struct {
+	key     string // the table's key that matched, for the admin view
+	regions []region
+}
+
+// nearTable is Config.NearRegions parsed: client region prefix -> its near list.
+type nearTable map[region]*nearList
+
+// newNearTable checks and parses Config.NearRegions.
+func newNearTable(in *interner, table map[string][]string) (nearTable, error) {
+	t := make(nearTable, len(table))
+	for key, entries := range table {
+		from, err := parseRegion(in, key)
+		if err != nil {
+			return nil, fmt.Errorf("near regions of %q: %w", key, err)
+		}
+		if from.continent == 0 {
+			return nil, errors.New("near regions: a key must name a region")
+		}
+		if _, dup := t[from]; dup {
+			return nil, fmt.Errorf("near regions: %q is given twice", key)
+		}
+		if len(entries) == 0 || len(entries) > maxNear {
+			return nil, fmt.Errorf("near regions of %q: want 1 to %d regions, got %d", key, maxNear, len(entries))
+		}
+		l := &nearList{key: regionLabel(in, from)}
+		for _, e := range entries {
+			r, err := parseRegion(in, e)
+			if err != nil {
+				return nil, fmt.Errorf("near regions of %q: %w", key, err)
+			}
+			if r.continent == 0 {
+				return nil, fmt.Errorf("near regions of %q: an empty region", key)
+			}
+			if r.continent == from.continent {
+				// Nodes of the client's own continent already rank above every other
+				// continent's (the continent tier); the list orders the others.
+				return nil, fmt.Errorf("near regions of %q: %q is on the same continent; the list orders other continents", key, e)
+			}
+			if slices.Contains(l.regions, r) {
+				return nil, fmt.Errorf("near regions of %q: %q is listed twice", key, e)
+			}
+			l.regions = append(l.regions, r)
+		}
+		t[from] = l
+	}
+	return t, nil
+}
+
+// lookup returns the near list of a client's region: the most specific key that contains it
+// (subdivision, then country, then continent), or nil.
+func (t nearTable) lookup(client region) *nearList {
+	if len(t) == 0 || client.continent == 0 {
+		return nil
+	}
+	if client.subdivision != 0 {
+		if l := t[client]; l != nil {
+			return l
+		}
+	}
+	if client.country != 0 {
+		if l := t[region{continent: client.continent, country: client.country}]; l != nil {
+			return l
+		}
+	}
+	return t[region{continent: client.continent}]
+}
 
 func (client region) match(node region) matchLevel {
 	switch {

@@ -18,6 +18,7 @@ type metrics struct {
 	reports       *prometheus.CounterVec // by result: ok or why it was rejected
 	geoReloads    *prometheus.CounterVec // by db and result
 	roomDecisions [numRoomResults]prometheus.Counter
+	poolDecisions *prometheus.CounterVec // by pool and result, resolved per reservation
 }
 
 const (
@@ -38,7 +39,8 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 	region := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "roomcast_dispatcher_region_match_total",
 		Help: "Decisions by how near the first node is to the client " +
-			"(subdivision, country, continent, elsewhere; unknown: the client could not be located).",
+			"(subdivision, country, continent, near: a region of the client's near-region list, elsewhere; " +
+			"unknown: the client could not be located).",
 	}, []string{"match"})
 	isp := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "roomcast_dispatcher_isp_match_total",
@@ -67,6 +69,10 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 			Name: "roomcast_dispatcher_reports_total",
 			Help: "Load reports received, by result (ok, or why they were dropped).",
 		}, []string{"result"}),
+		poolDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_dispatcher_pool_decisions_total",
+			Help: "Decisions for clients of a room reserved for a pool, by pool and result (ok; no_nodes: no node of the pool was live and not draining, the client was refused).",
+		}, []string{"pool", "result"}),
 		geoReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_dispatcher_geo_reloads_total",
 			Help: "GeoIP database reloads, by database (city, isp) and result (ok, error).",
@@ -85,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, liveNodes func() float64) *metrics {
 		m.roomDecisions[i] = rooms.WithLabelValues(name)
 	}
 	if reg != nil {
-		reg.MustRegister(decisions, cache, region, isp, addr, rooms, m.nodeDecisions, m.reports, m.geoReloads,
+		reg.MustRegister(decisions, cache, region, isp, addr, rooms, m.nodeDecisions, m.reports, m.geoReloads, m.poolDecisions,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "roomcast_dispatcher_nodes",
 				Help: "Live ChatLinks known to the dispatcher (draining ones included).",

@@ -56,6 +56,7 @@ const (
 	rejectNegative    errReport = "negative"
 	rejectNotFinite   errReport = "not_finite"
 	rejectRooms       errReport = "bad_rooms" // a room name that is not valid, or too many rooms
+	rejectPool        errReport = "bad_pool"  // a pool label that is not a valid name
 )
 
 // maxRoomsHeld bounds the rooms a report may list: ChatLinks list at most 1,000; more is a
@@ -67,6 +68,10 @@ const maxRoomsHeld = 10_000
 func checkReport(r *buspb.LoadReport) error {
 	if !auth.ValidName(r.Node) {
 		return rejectName
+	}
+	if r.Pool != "" && !auth.ValidName(r.Pool) {
+		// Refused rather than ignored: a node meant for a pool must not serve everyone.
+		return rejectPool
 	}
 	u, err := url.Parse(r.WsUrl)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
@@ -149,7 +154,7 @@ func (d *Dispatcher) accept(r *buspb.LoadReport) {
 		d.log.Warn("node region label ignored", "node", r.Node, "err", s.regionErr)
 	}
 	membership := prev == nil || returning || prev.draining != r.Draining ||
-		prev.region != s.region || !slices.Equal(prev.isps, s.isps)
+		prev.region != s.region || !slices.Equal(prev.isps, s.isps) || prev.pool != s.pool
 	n.snap.Store(s)
 	n.assigned.Store(0)
 	n.seen.Store(now)
@@ -168,7 +173,7 @@ func (d *Dispatcher) snapOf(r *buspb.LoadReport, now int64) *nodeSnap {
 			Connections: r.Connections, MaxConnections: r.MaxConnections, Rooms: r.Rooms,
 			EgressBytesPerSec: r.EgressBytesPerSec, EgressCapacity: r.EgressCapacityBytesPerSec,
 			FlowControl: r.FlowControlStrength, CPU: r.Cpu, BusRTTUs: r.BusRttUs,
-			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp,
+			ReportIntervalMs: r.ReportIntervalMs, Draining: r.Draining, Region: r.Region, ISP: r.Isp, Pool: r.Pool,
 			Lanes: lanesView(r.Lanes),
 		},
 		endpoint:         Endpoint{Node: r.Node, WSURL: r.WsUrl, TCPAddr: r.TcpAddr, TCPTLS: r.TcpTls},
@@ -208,6 +213,9 @@ func (d *Dispatcher) snapOf(r *buspb.LoadReport, now int64) *nodeSnap {
 		s.regionErr = err.Error()
 	}
 	s.region = reg
+	if r.Pool != "" {
+		s.pool = d.in.id(poolPrefix + r.Pool)
+	}
 	for _, k := range d.isps.nodeKeys(r.Isp) {
 		s.isps = append(s.isps, d.in.id(k))
 	}
@@ -252,7 +260,8 @@ type liveSet struct {
 type nodeLabels struct {
 	region     region
 	isp0, isp1 uint32
-	moreISPs   bool // the snapshot has more than two ISP keys
+	moreISPs   bool   // the snapshot has more than two ISP keys
+	pool       uint32 // the reserved pool the node is in (its label, when reserved), 0 for none
 }
 
 // liveNodes returns the current live set, rebuilding it after a membership change.
@@ -268,6 +277,7 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			}
 			slices.SortFunc(live.nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 			live.labels = make([]nodeLabels, len(live.nodes))
+			pools := d.pools.Load()
 			live.index = make([]int32, d.slots.Load())
 			for i := range live.index {
 				live.index[i] = -1
@@ -275,6 +285,7 @@ func (d *Dispatcher) liveNodes() *liveSet {
 			for i, n := range live.nodes {
 				s := n.snap.Load()
 				live.labels[i] = s.labels()
+				live.labels[i].pool = pools.nodePool(s.pool)
 				live.index[n.slot] = int32(i)
 			}
 			d.live.Store(live)
@@ -343,11 +354,15 @@ func lanesView(lanes []*buspb.LaneCounters) []laneView {
 // NodeInfo is one node in the admin view: its labels, its last report and the inputs of its
 // score.
 type NodeInfo struct {
-	Node         string      `json:"node"`
-	WSURL        string      `json:"ws_url"`
-	TCPAddr      string      `json:"tcp_addr"`
-	Region       string      `json:"region"`
-	RegionError  string      `json:"region_error,omitempty"`
+	Node        string `json:"node"`
+	WSURL       string `json:"ws_url"`
+	TCPAddr     string `json:"tcp_addr"`
+	Region      string `json:"region"`
+	RegionError string `json:"region_error,omitempty"`
+	// Pool is the node's pool label; Reserved says a reservation names it (Config.Pools), so
+	// the node takes that app's or room's clients and no one else's.
+	Pool         string      `json:"pool,omitempty"`
+	Reserved     bool        `json:"reserved,omitempty"`
 	ISPs         []string    `json:"isps"`
 	Draining     bool        `json:"draining"`
 	Stale        bool        `json:"stale"`
@@ -376,6 +391,7 @@ type NodeInfo struct {
 func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 	now := d.now()
 	loc := d.locate(client)
+	pools := d.pools.Load()
 	d.mu.Lock()
 	nodes := make([]*node, 0, len(d.nodes))
 	for _, n := range d.nodes {
@@ -395,6 +411,9 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 			SlowStartShare: l.share, SpareConns: l.spareConns, SpareEgress: l.spareEgress, Link: s.link,
 			Full: l.full, Quality: l.quality,
 		}
+		if s.pool != 0 {
+			info.Pool, info.Reserved = s.report.Pool, pools.nodePool(s.pool) != 0
+		}
 		if !s.capacityReported {
 			info.CapacityNote = "not reported: the dispatcher's default capacity"
 		}
@@ -402,7 +421,7 @@ func (d *Dispatcher) Nodes(client netip.Addr) []NodeInfo {
 			info.ISPs = append(info.ISPs, d.in.name(id))
 		}
 		if client.IsValid() {
-			level, same := loc.region.match(s.region), loc.matchesISP(s)
+			level, same := loc.level(s.region), loc.matchesISP(s)
 			score := l.score(d.cfg.Weights.locality(level, same))
 			info.Match, info.SameISP, info.Score = level.String(), &same, &score
 		}
@@ -453,7 +472,7 @@ func (l location) matchesLabels(nl *nodeLabels, s *nodeSnap) bool {
 // class is a node's locality class for a client at l (numClasses): its match level times two,
 // plus one when it shares the client's ISP. s is read only for nodes with more than two ISP keys.
 func (l location) class(nl *nodeLabels, s *nodeSnap) uint8 {
-	c := uint8(l.region.match(nl.region)) * 2
+	c := uint8(l.level(nl.region)) * 2
 	if l.matchesLabels(nl, s) {
 		c++
 	}

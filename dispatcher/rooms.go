@@ -216,12 +216,13 @@ var roomResultNames = [numRoomResults]string{"joined", "opened", "overflow"}
 
 // placeInRoom picks the first node of the answer for a member of room k, counts the member
 // against it, and puts the answer's nodes first in sc or returns the holder to put before
-// them. sc is r's candidates scored for the client, best first, and not empty.
+// them. sc is r's candidates scored for the client, best first, and not empty; pool is the
+// client's reserved pool (0: none), and holders outside it are passed over.
 //
 // The order is: capacity (a full node only when no node has room), then locality (the best
 // region and ISP points among the nodes with capacity: the tier), then room affinity within
 // the tier (the holder with the most members below its limit), then score.
-func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []scored, now int64) (first pick, k2 int, holder bool) {
+func (d *Dispatcher) placeInRoom(k roomKey, loc location, pool uint32, r *ranking, sc []scored, now int64) (first pick, k2 int, holder bool) {
 	tier := math.Inf(-1)
 	for _, s := range sc {
 		if s.score > -fullPenalty/2 {
@@ -254,10 +255,12 @@ func (d *Dispatcher) placeInRoom(k roomKey, loc location, r *ranking, sc []score
 		var class uint8
 		var s *nodeSnap
 		if j >= 0 {
-			class = r.classes[j]
+			if class = r.classes[j]; class == classOut {
+				continue
+			}
 		} else {
 			// Not live when the ranking was built: draining, or new since.
-			if s = h.on[i].n.snap.Load(); s.draining {
+			if s = h.on[i].n.snap.Load(); s.draining || d.pools.Load().nodePool(s.pool) != pool {
 				continue
 			}
 			nl := s.labels()

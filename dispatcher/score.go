@@ -66,11 +66,25 @@ func (w Weights) locality(level matchLevel, sameISP bool) float64 {
 		p = w.SameCountry
 	case matchContinent:
 		p = w.SameContinent
+	case matchFar:
+		p = -maxNear * w.nearGap()
+	default:
+		if level >= matchNear {
+			p = -float64(level-matchNear) * w.nearGap()
+		}
 	}
 	if sameISP {
 		p += w.SameISP
 	}
 	return p
+}
+
+// nearGap is the points between two regions of a near-region list (Config.NearRegions): the
+// first scores as "elsewhere" (0), each next one nearGap less, and the nodes on none of it
+// maxNear gaps less. It is the continent tier's points, or more when the same ISP and every
+// load term together are worth more, so a nearer region of the list always ranks first.
+func (w Weights) nearGap() float64 {
+	return max(w.SameContinent, w.SameISP+w.SpareConnections+w.SpareEgress+w.FlowControl+w.CPU+w.Link)
 }
 
 // fullPenalty is subtracted from the score of a node without capacity, so that every node with
@@ -90,6 +104,7 @@ type nodeSnap struct {
 	isps      []uint32 // canonical ISP keys, interned
 	isp0      uint32   // isps[0], or 0
 	isp1      uint32   // isps[1], or 0
+	pool      uint32   // the pool label, interned with poolPrefix; 0: none
 	regionErr string   // why the region label was ignored
 
 	capacity         float64 // max connections; Config.DefaultCapacity when not reported
@@ -125,6 +140,7 @@ type reportView struct {
 	Draining          bool    `json:"draining"`
 	Region            string  `json:"region"`
 	ISP               string  `json:"isp"`
+	Pool              string  `json:"pool,omitempty"`
 	// The node's deliveries and drops per lane since it started; not scored.
 	Lanes []laneView `json:"lanes,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +116,70 @@ func bindServicesFlags(fs *flag.FlagSet, listen, grpcListen, cityDB, ispDB *stri
 // bindRoomShareFlag binds the dispatcher's room affinity (dispatcher.Config.RoomShare).
 func bindRoomShareFlag(fs *flag.FlagSet, share *float64) {
 	fs.Float64Var(share, "room-share", dispatcher.DefaultRoomShare, "the dispatcher's room affinity: the share of a ChatLink's capacity one room fills before its next members open another node (negative: no room affinity, dispatch on locality and load alone)")
+}
+
+// nearRegions is the repeatable --near-region flag: REGION=REGION,REGION,... (the dispatcher's
+// Config.NearRegions); the dispatcher checks the regions.
+type nearRegions map[string][]string
+
+func (n nearRegions) String() string {
+	out := make([]string, 0, len(n))
+	for k, v := range n {
+		out = append(out, k+"="+strings.Join(v, ","))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+func (n nearRegions) Set(s string) error {
+	from, list, ok := strings.Cut(s, "=")
+	if !ok || from == "" || list == "" {
+		return fmt.Errorf("want REGION=REGION,REGION,..., e.g. AS=NA,EU; got %q", s)
+	}
+	if _, dup := n[from]; dup {
+		return fmt.Errorf("%s is given twice", from)
+	}
+	n[from] = strings.Split(list, ",")
+	return nil
+}
+
+func (nearRegions) repeatable() {}
+
+// bindNearRegionFlag binds the dispatcher's near-region table (dispatcher.Config.NearRegions).
+func bindNearRegionFlag(fs *flag.FlagSet, table *map[string][]string) {
+	n := nearRegions{}
+	*table = n
+	fs.Var(n, "near-region", "REGION=REGION,REGION,...: for the dispatcher, the regions of other continents a client of REGION is sent to, nearest first, when its own continent's ChatLinks are drained, out or full, e.g. AS=NA,EU (region labels as --region's; repeatable; default: other continents are equally far)")
+}
+
+// poolReservations is the repeatable --reserve-pool flag: POOL=APP or POOL=APP/ROOM.
+type poolReservations []dispatcher.PoolReservation
+
+func (p *poolReservations) String() string {
+	out := make([]string, 0, len(*p))
+	for _, r := range *p {
+		out = append(out, r.String())
+	}
+	return strings.Join(out, " ")
+}
+
+func (p *poolReservations) Set(s string) error {
+	r, err := dispatcher.ParsePoolReservation(s)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, r)
+	return nil
+}
+
+func (*poolReservations) repeatable() {}
+
+// bindReservePoolFlag binds --reserve-pool, the dispatcher's pool reservations
+// (dispatcher.Config.Pools), read again by a reload.
+func bindReservePoolFlag(fs *flag.FlagSet) *poolReservations {
+	p := &poolReservations{}
+	fs.Var(p, "reserve-pool", "POOL=APP or POOL=APP/ROOM: the dispatcher sends the app's (or room's) clients only to the ChatLinks labelled --pool POOL, and nobody else's to them; with none of them live it refuses those clients (repeatable; read again on SIGHUP and when its file changes; default: none)")
+	return p
 }
 
 // bindQueueFlags binds the room queue service's limits (roomqueue.Config).

@@ -14,12 +14,13 @@ import (
 
 // What a running role takes up without a restart, on SIGHUP and when one of the files it was
 // read from changes (internal/reload): the token secrets (--secret), the API keys (--api-key),
-// the callbacks file (--callbacks) and the log level (-v). The command's configuration is read
+// the callbacks file (--callbacks), the dispatcher's pool reservations (--reserve-pool) and the
+// log level (-v). The command's configuration is read
 // again as at start (command line, environment, --config and the -file / _FILE files); a
 // configuration that does not parse, or that the role refuses, changes nothing.
 
 // liveFlagNames are the flags a reload reads again; a role takes those it has.
-var liveFlagNames = []string{"secret", "api-key", "callbacks", "v"}
+var liveFlagNames = []string{"secret", "api-key", "callbacks", "reserve-pool", "v"}
 
 // rereadFlags parses the command's configuration again, as parseFlags did at start with args,
 // the environment and the --config file, into the flags bind binds on a new flag set; the

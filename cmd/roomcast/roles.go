@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"roomcast/api"
 	"roomcast/callback"
 	"roomcast/cdnpusher"
 	"roomcast/chatlink"
+	"roomcast/dispatcher"
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
@@ -34,6 +36,7 @@ func runChatLink(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindTLSFlags(fs, &cfg.TLS, "--ws as wss:// and --tcp")
 	fs.StringVar(&node.Region, "region", "", "region label for the dispatcher: CONTINENT/COUNTRY/SUBDIVISION in MaxMind's codes or a prefix of it, e.g. AS/CN/22 or EU/GB (docs/dispatch.md)")
 	fs.StringVar(&node.ISP, "isp", "", "ISP label for the dispatcher, e.g. China Unicom")
+	fs.StringVar(&node.Pool, "pool", "", "event pool label for the dispatcher: while its --reserve-pool names the pool, only that app's or room's clients are sent here (docs/dispatch.md)")
 	fs.DurationVar(&node.DrainSpread, "drain-spread", chatlink.DefaultConfig().DrainSpread, "spread of reconnect delays when draining")
 	limits := bindChatLinkFlags(fs, node)
 	bindKVReplicasFlag(fs, &node.KVReplicas)
@@ -108,6 +111,8 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 	bindNATSFlag(fs, &cfg.NATSURL)
 	bindServicesFlags(fs, &cfg.Listen, &cfg.GRPCListen, &cfg.Dispatcher.CityDB, &cfg.Dispatcher.ISPDB)
 	bindRoomShareFlag(fs, &cfg.Dispatcher.RoomShare)
+	bindNearRegionFlag(fs, &cfg.Dispatcher.NearRegions)
+	reservations := bindReservePoolFlag(fs)
 	fs.BoolVar(&cfg.Room.RequireCreated, "require-created", false, "refuse logins and sends to rooms never created through the API")
 	bindRoomFlags(fs, &cfg.Room)
 	bindInboxFlags(fs, &cfg.API.Inbox)
@@ -140,6 +145,7 @@ func runServices(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	cfg.API.Keys = auth.APIKeys(keys)
+	cfg.Dispatcher.Pools = *reservations
 	if err := presenceFlags(&cfg.Presence); err != nil {
 		fmt.Fprintln(stderr, "roomcast services:", err)
 		return 2
@@ -198,13 +204,15 @@ func reloadChatLink(fs *flag.FlagSet, args []string, node interface{ SetKeys(aut
 	return nil
 }
 
-// reloadServices reads the services' configuration again and applies its API keys, callbacks
-// and log level, or nothing when any of them does not load. callbacksFile is the callbacks
+// reloadServices reads the services' configuration again and applies its API keys, callbacks,
+// pool reservations and log level, or nothing when any of them does not load. callbacksFile is the callbacks
 // file in force, which a reload may name anew.
 func reloadServices(fs *flag.FlagSet, args []string, s *roles.Services, logFlags *logFlags, callbacksFile *string) error {
 	keys, file, verbose := apiKeys{}, "", false
+	var pools poolReservations
 	if err := rereadFlags(fs, args, func(fs *flag.FlagSet) {
 		fs.Var(keys, "api-key", "")
+		fs.Var(&pools, "reserve-pool", "")
 		fs.StringVar(&file, "callbacks", "", "")
 		fs.BoolVar(&verbose, "v", false, "")
 	}); err != nil {
@@ -212,6 +220,9 @@ func reloadServices(fs *flag.FlagSet, args []string, s *roles.Services, logFlags
 	}
 	if len(keys) == 0 {
 		return errors.New("no --api-key")
+	}
+	if err := dispatcher.CheckPools(pools); err != nil {
+		return fmt.Errorf("--reserve-pool: %w", err)
 	}
 	for _, k := range keys {
 		if err := api.CheckScopes(k.Scopes); err != nil {
@@ -235,6 +246,11 @@ func reloadServices(fs *flag.FlagSet, args []string, s *roles.Services, logFlags
 	}
 	if err := s.API.SetKeys(auth.APIKeys(keys)); err != nil {
 		return err // not after the checks above
+	}
+	if !slices.Equal(pools, s.Dispatcher.Pools()) {
+		if err := s.Dispatcher.SetPools(pools); err != nil {
+			return fmt.Errorf("--reserve-pool: %w", err) // not after CheckPools above
+		}
 	}
 	*callbacksFile = file
 	logFlags.setVerbose(verbose)

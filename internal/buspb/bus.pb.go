@@ -2036,7 +2036,11 @@ type LoadReport struct {
 	// What the node delivered and dropped per lane since it started (critical, normal, bulk; the
 	// same counts as its roomcast_chatlink_deliveries_total and roomcast_chatlink_drops_total):
 	// for operators (the ops console charts their rates); the dispatcher does not score them.
-	Lanes         []*LaneCounters `protobuf:"bytes,22,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	Lanes []*LaneCounters `protobuf:"bytes,22,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	// The event pool the node is in (`roomcast chatlink --pool`), empty for none. While the
+	// dispatcher reserves the pool for an app or a room, it sends that app's or room's clients
+	// only to the pool's nodes and nobody else's to them (docs/dispatch.md, "Event pools").
+	Pool          string `protobuf:"bytes,23,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2209,6 +2213,13 @@ func (x *LoadReport) GetLanes() []*LaneCounters {
 		return x.Lanes
 	}
 	return nil
+}
+
+func (x *LoadReport) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // LaneCounters are a node's counts of one lane's messages since the node started: messages
@@ -2958,7 +2969,7 @@ const file_bus_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bsessions\x18\x03 \x03(\v2\x19.roomcast.v1.SessionEventR\bsessions\x12'\n" +
 	"\x0fsessions_online\x18\x04 \x01(\x03R\x0esessionsOnline\x12!\n" +
-	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xc6\x05\n" +
+	"\fusers_online\x18\x05 \x01(\x03R\vusersOnline\"\xda\x05\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x15\n" +
@@ -2983,7 +2994,8 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"rooms_held\x18\x12 \x03(\v2\x16.roomcast.v1.RoomCountR\troomsHeld\x12,\n" +
 	"\x12rooms_held_partial\x18\x13 \x01(\bR\x10roomsHeldPartial\x12/\n" +
-	"\x05lanes\x18\x16 \x03(\v2\x19.roomcast.v1.LaneCountersR\x05lanes\"\xd2\x01\n" +
+	"\x05lanes\x18\x16 \x03(\v2\x19.roomcast.v1.LaneCountersR\x05lanes\x12\x12\n" +
+	"\x04pool\x18\x17 \x01(\tR\x04pool\"\xd2\x01\n" +
 	"\fLaneCounters\x12%\n" +
 	"\x04lane\x18\x01 \x01(\x0e2\x11.roomcast.v1.LaneR\x04lane\x12\x1e\n" +
 	"\n" +
