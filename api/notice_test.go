@@ -86,7 +86,9 @@ func TestSendToAllRooms(t *testing.T) {
 			t.Errorf("member %d of %s got %v", i, s.room, m)
 		}
 	}
-	outsider.ExpectSilence(300 * time.Millisecond)
+	if p := nextPush(outsider, 300*time.Millisecond); p != nil {
+		t.Errorf("the other app's member of a room r1 got %v", p)
+	}
 	for _, s := range seats {
 		if p := nextPush(s.cl, 50*time.Millisecond); p != nil {
 			t.Errorf("a member of %s got a second push: %v", s.room, p)
