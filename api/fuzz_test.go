@@ -35,6 +35,7 @@ var fuzzRoutes = []struct{ route, body string }{
 	{"GET /v1/rooms/{room}/cdn", ``},
 	{"PUT /v1/cdn", `{"vendors":[{"url_template":"https://cdn-a.example.com/rc/{app}/{room}/{window_ms}/{index}","weight":3,"regions":["AS/CN"]}],"online_threshold":5000}`},
 	{"GET /v1/cdn", ``},
+	{"POST /v1/rooms/messages", `{"type":"notice","lane":"critical","body":"maintenance at 2","spread_ms":2000}`},
 }
 
 // FuzzAPIRequest sends the server API (served by a real services role) requests with any

@@ -58,6 +58,8 @@ func (a *API) routes() []route {
 		handle("POST", "/v1/rooms/{room}/members/{uid}/mute", func() *apipb.MuteMemberRequest { return new(apipb.MuteMemberRequest) }, a.MuteMember),
 		handle("POST", "/v1/rooms/{room}/members/{uid}/ban", func() *apipb.BanMemberRequest { return new(apipb.BanMemberRequest) }, a.BanMember),
 		handle("POST", "/v1/users/messages", func() *apipb.SendToUsersRequest { return new(apipb.SendToUsersRequest) }, a.SendToUsers),
+		handle("POST", "/v1/users/{uid}/sessions/{session_id}/messages", func() *apipb.SendToSessionRequest { return new(apipb.SendToSessionRequest) }, a.SendToSession),
+		handle("POST", "/v1/rooms/messages", func() *apipb.SendToAllRoomsRequest { return new(apipb.SendToAllRoomsRequest) }, a.SendToAllRooms),
 		handle("POST", "/v1/users/{uid}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/users/{uid}/sessions", func() *apipb.GetUserSessionsRequest { return new(apipb.GetUserSessionsRequest) }, a.GetUserSessions),
 		handle("GET", "/v1/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),
@@ -95,7 +97,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid", "key", "name"}
+	pathParams := []string{"room", "uid", "key", "name", "session_id"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,

@@ -311,6 +311,8 @@ func (v *victim) aimAt(m protoreflect.Message, optional protoreflect.Name, depth
 			m.Set(fd, protoreflect.ValueOfBool(true))
 		case (fd.Kind() == protoreflect.Int64Kind || fd.Kind() == protoreflect.Int32Kind) && name == "duration_ms":
 			m.Set(fd, protoreflect.ValueOf(int64OrInt32(fd.Kind(), 60_000)))
+		case fd.Kind() == protoreflect.Int32Kind && name == "spread_ms":
+			m.Set(fd, protoreflect.ValueOfInt32(-1)) // a notice at once, which checkBob would see
 		case fd.Kind() == protoreflect.Uint32Kind && name == "weight":
 			m.Set(fd, protoreflect.ValueOfUint32(1))
 		case fd.Kind() == protoreflect.EnumKind && !fd.IsList() && fd.Enum().Values().Len() > 1:

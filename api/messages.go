@@ -2,21 +2,25 @@ package api
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
+	"roomcast/internal/ids"
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 	"roomcast/store/roomstore"
 )
 
-// Sends: to a room, a batch to a room, and to users' sessions wherever they are.
+// Sends: to a room, a batch to a room, to users' sessions wherever they are, to one session,
+// and a notice to every room of the app.
 
 // message checks the parts of a message common to sends to a room and to users.
 func message(typ, laneName, text string, binary []byte, sender string) (clientpb.Lane, []byte, error) {
@@ -184,4 +188,69 @@ func (a *API) SendToUsers(ctx context.Context, req *apipb.SendToUsersRequest) (*
 		}
 	}
 	return out, nil
+}
+
+// SendToSession implements RoomcastAPI. It asks the session's ChatLink, which its id names,
+// rather than presence: the node knows its connections at once (presence learns of a login up
+// to a batch later), and it answers whether the session took the message.
+func (a *API) SendToSession(ctx context.Context, req *apipb.SendToSessionRequest) (*apipb.SendResponse, error) {
+	app := appOf(ctx)
+	if !auth.ValidName(req.Uid) {
+		return nil, badName("uid", req.Uid)
+	}
+	node, ok := ids.SessionNode(req.SessionId)
+	if !ok || !auth.ValidName(req.SessionId) {
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "session_id %q is not a session id (<node>-<n>, as LoginAck and GetUserSessions give it)", req.SessionId)
+	}
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	m := &clientpb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
+	var rep buspb.NodeControlReply
+	ctrl := &buspb.NodeControl{Op: buspb.NodeControl_OP_DELIVER, App: app, Uid: req.Uid, Sessions: []string{req.SessionId}, Message: m}
+	switch err := a.request(ctx, bus.NodeSubject(node), ctrl, &rep); {
+	case errors.Is(err, nats.ErrNoResponders):
+		// No ChatLink of that name is on the bus: the session ended with its node.
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "session %q of user %q is not online: its ChatLink %q is not running", req.SessionId, req.Uid, node)
+	case err != nil:
+		return nil, a.internal("deliver to session", err)
+	}
+	if err := refusal(&rep); err != nil {
+		return nil, err
+	}
+	if rep.Affected == 0 {
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_USER_NOT_FOUND, "session %q of user %q is not online", req.SessionId, req.Uid)
+	}
+	return &apipb.SendResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs}, nil
+}
+
+// maxNoticeSpread bounds SendToAllRooms' spread_ms.
+const maxNoticeSpread = time.Minute
+
+// SendToAllRooms implements RoomcastAPI. The notice is published once to every ChatLink
+// (rc.nodes.control), not once per room: each node writes it to the rooms of the app it holds,
+// spreading them over the spread (chatlink/notice.go). Nothing is asked of the room service:
+// the notice has no room_seq and stays out of the rooms' history.
+func (a *API) SendToAllRooms(ctx context.Context, req *apipb.SendToAllRoomsRequest) (*apipb.SendToAllRoomsResponse, error) {
+	lane, body, err := message(req.Type, req.Lane, req.Body, req.BodyBase64, req.Sender)
+	if err != nil {
+		return nil, err
+	}
+	spread := time.Duration(req.SpreadMs) * time.Millisecond
+	switch {
+	case spread > maxNoticeSpread:
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "spread_ms %d is over %d", req.SpreadMs, maxNoticeSpread.Milliseconds())
+	case spread == 0:
+		spread = a.cfg.NoticeSpread
+	case spread < 0:
+		spread = 0
+	}
+	now := time.Now()
+	m := &clientpb.Message{Id: a.ids.New(now), Sender: req.Sender, Type: req.Type, Lane: lane, Body: body, ServerTimeMs: now.UnixMilli()}
+	if err := a.broadcast(&buspb.NodeControl{Op: buspb.NodeControl_OP_NOTICE, App: appOf(ctx), Message: m, SpreadMs: int32(spread.Milliseconds())}); err != nil {
+		return nil, err
+	}
+	return &apipb.SendToAllRoomsResponse{Id: m.Id, ServerTimeMs: m.ServerTimeMs, SpreadMs: int32(spread.Milliseconds())}, nil
 }

@@ -39,6 +39,7 @@ func TestRegister(t *testing.T) {
 		"GET /v1/rooms/r/members", "POST /v1/rooms/r/messages", "POST /v1/rooms/r/messages/batch",
 		"POST /v1/rooms/r/mute", "POST /v1/rooms/r/members/u/mute", "POST /v1/rooms/r/members/u/ban",
 		"POST /v1/users/messages", "POST /v1/users/u/kick", "GET /v1/users/u/sessions",
+		"POST /v1/users/u/sessions/cl-1-1/messages", "POST /v1/rooms/messages",
 		"GET /v1/online", "PUT /v1/users/u/tags", "GET /v1/users/u/tags",
 		"PUT /v1/rooms/r/cdn", "GET /v1/rooms/r/cdn", "PUT /v1/cdn", "GET /v1/cdn", "PUT /v1/limits", "GET /v1/limits",
 		"POST /v1/rooms/r/kick", "GET /v1/rooms/r/online",

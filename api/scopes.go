@@ -15,7 +15,7 @@ import (
 
 // The scopes a key may be given.
 const (
-	// ScopeSend: send to rooms and users.
+	// ScopeSend: send to rooms, users and sessions, and notices to every room.
 	ScopeSend = "send"
 	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters, set rooms' attributes.
 	ScopeModerate = "moderate"
@@ -41,6 +41,8 @@ var callScopes = map[string]string{
 	"SendBatchToRoom":   ScopeSend,
 	"SendStream":        ScopeSend,
 	"SendToUsers":       ScopeSend,
+	"SendToSession":     ScopeSend,
+	"SendToAllRooms":    ScopeSend,
 	"Kick":              ScopeModerate,
 	"MuteRoom":          ScopeModerate,
 	"MuteMember":        ScopeModerate,

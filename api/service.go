@@ -1,6 +1,6 @@
 // Package api is the server API for app backends: the gRPC service roomcast.v1.RoomcastAPI
 // (proto/api.proto) and the same calls over HTTP/JSON (http.go). It manages rooms (rooms.go),
-// lists their members (members.go), sends to rooms and users (messages.go), kicks, mutes and bans
+// lists their members (members.go), sends to rooms, users, sessions and every room (messages.go), kicks, mutes and bans
 // (moderation.go), counts who is online (online.go), answers about users, their sessions and
 // tags (users.go), sets rooms' CDN modes and apps' CDN policies (cdn.go), and pages rooms'
 // history (history.go). The kicks, mutes, member lists and counts by tag expression share
@@ -53,6 +53,8 @@ const (
 	// defaultPageSize and maxPageSize bound a member list page.
 	defaultPageSize = 100
 	maxPageSize     = 1000
+	// DefaultNoticeSpread is Config.NoticeSpread's default.
+	DefaultNoticeSpread = 5 * time.Second
 	// exprCacheSize bounds the compiled tag expressions an API instance keeps.
 	exprCacheSize = 4096
 )
@@ -86,6 +88,10 @@ type Config struct {
 	// Limits bound the calls of each API key (ratelimit.go). Zero value means
 	// DefaultCallLimits.
 	Limits CallLimits
+	// NoticeSpread is how long the ChatLinks take to write a SendToAllRooms notice to all
+	// their rooms when the call does not say (each room at its own moment within it). Zero
+	// value means 5s.
+	NoticeSpread time.Duration
 	// Rooms is a room service instance in the same process, which takes the API's sends to
 	// rooms without the NATS round trip. Zero value means none: sends go over NATS.
 	Rooms RoomSender
@@ -162,6 +168,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Inbox.MaxPerUser <= 0 {
 		c.Inbox.MaxPerUser = inbox.DefaultMaxPerUser
 	}
+	if c.NoticeSpread <= 0 {
+		c.NoticeSpread = DefaultNoticeSpread
+	}
+	c.NoticeSpread = min(c.NoticeSpread, maxNoticeSpread)
 	c.Limits = c.Limits.withDefaults()
 	return c, nil
 }

@@ -21,7 +21,7 @@ import (
 // node arrives on rc.node.<node> (request/reply: kick, deliver, member lists, resync, and the
 // requests by tag expression: kick, list and count a room's members whose tags satisfy one); a
 // request for every node arrives on rc.nodes.control (bans, room closes, resync after a service
-// restart).
+// restart, app-wide notices).
 
 // tombstoneTTL is how long a node remembers a ban or a room close, to refuse logins that passed
 // the room service's check just before it learned of the change. It must outlast a join
@@ -98,6 +98,8 @@ func (n *Node) onControl(msg *nats.Msg) {
 		rep.Affected = n.kick(&req)
 	case buspb.NodeControl_OP_DELIVER:
 		rep.Affected = n.deliverTo(&req)
+	case buspb.NodeControl_OP_NOTICE:
+		n.notices.take(&req) // notice.go
 	case buspb.NodeControl_OP_MEMBERS:
 		rep.Members, rep.More = n.listMembers(&req, e)
 	case buspb.NodeControl_OP_KICK_EXPR:
@@ -143,15 +145,15 @@ func (n *Node) onControl(msg *nats.Msg) {
 	bus.Respond(n.log, msg, &rep)
 }
 
-// targets returns the live connections a control request names: the sessions listed, or, with
-// none listed, the room's members (of uid, when set), or every session of uid in the app.
+// targets returns the live connections a control request names: the sessions listed (of uid,
+// when set), or, with none listed, the room's members (of uid, when set), or every session of uid in the app.
 func (n *Node) targets(req *buspb.NodeControl) []*conn {
 	var out []*conn
 	match := func(c *conn) {
 		switch {
 		case c.getState() != stateLive || c.app != req.App:
 		case len(req.Sessions) > 0:
-			if slices.Contains(req.Sessions, c.session) {
+			if slices.Contains(req.Sessions, c.session) && (req.Uid == "" || c.uid == req.Uid) {
 				out = append(out, c)
 			}
 		case (req.Room == "" || c.room == req.Room) && (req.Uid == "" || c.uid == req.Uid):

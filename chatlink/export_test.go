@@ -6,3 +6,6 @@ func (n *Node) Sweep() { n.sweep() }
 
 // IsSSERequest is isSSERequest, for the external tests.
 var IsSSERequest = isSSERequest
+
+// NoticeOffset is noticeOffset: a room's moment within an app-wide notice's spread.
+var NoticeOffset = noticeOffset

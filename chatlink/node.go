@@ -65,14 +65,15 @@ type Node struct {
 	egress     atomic.Uint64 // bytes of push frames handed to connections
 	flow       *flowController
 	cpu        cpuMeter
-	tags       *tag.Interner // members' tag sets, shared by identical sets
-	exprs      *tag.Cache    // compiled tag expressions
-	inbox      *inboxState   // users' stored at-least-once messages (inbox.go)
-	limits     *limiter      // rates, connections per address, address lists (limits.go)
-	pace       *loginPacer   // the node's login pace (loginpace.go)
-	histReads  *historyReads // recoveries' reads of their rooms' history, shared (historyread.go)
-	counters   *counterSums  // the rooms' counter adds not yet answered (counters.go)
-	uploads    *uploads      // the rooms' members' sends, a window at a time (upload.go)
+	tags       *tag.Interner  // members' tag sets, shared by identical sets
+	exprs      *tag.Cache     // compiled tag expressions
+	inbox      *inboxState    // users' stored at-least-once messages (inbox.go)
+	limits     *limiter       // rates, connections per address, address lists (limits.go)
+	pace       *loginPacer    // the node's login pace (loginpace.go)
+	histReads  *historyReads  // recoveries' reads of their rooms' history, shared (historyread.go)
+	counters   *counterSums   // the rooms' counter adds not yet answered (counters.go)
+	uploads    *uploads       // the rooms' members' sends, a window at a time (upload.go)
+	notices    *noticeSpreads // app-wide notices being spread over the rooms (notice.go)
 
 	upgrader *gws.Upgrader
 	wsLn     net.Listener
@@ -114,6 +115,7 @@ func New(cfg Config) (*Node, error) {
 	n.m = newMetrics(cfg.Registry, n)
 	n.histReads = n.newHistoryReads()
 	n.uploads = newUploads(n)
+	n.notices = newNoticeSpreads(n)
 	n.inbox = newInboxState(n)
 	n.flow = newFlowController(cfg.EgressCapacity, cfg.FlowT1, cfg.FlowT2)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -215,6 +217,7 @@ func (n *Node) start() error {
 	n.goAsync(n.presence.loop)
 	n.goAsync(n.flowLoop)
 	n.goAsync(n.inboxLoop)
+	n.goAsync(n.noticeLoop)
 	if n.cfg.IPListFile != "" {
 		// Wired before Start returns, so that a SIGHUP right after it is not lost.
 		hup := make(chan os.Signal, 1)

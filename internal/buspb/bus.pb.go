@@ -82,7 +82,7 @@ const (
 	NodeControl_OP_UNSPECIFIED NodeControl_Op = 0
 	// Close the sessions listed, or every session of uid (in room, when set).
 	NodeControl_OP_KICK NodeControl_Op = 1
-	// Push message to the sessions listed.
+	// Push message to the sessions listed (of uid, when set).
 	NodeControl_OP_DELIVER NodeControl_Op = 2
 	// List the members of room (with tag and satisfying tag_expr, when set) after the session
 	// id after, at most limit.
@@ -101,21 +101,25 @@ const (
 	// Count room's members: affected is all of them, expr_counts those satisfying each of
 	// tag_exprs, tag_counts those carrying each tag starting with tag_prefix (when set).
 	NodeControl_OP_COUNT_TAGS NodeControl_Op = 9
+	// On rc.nodes.control: write message to the members of every room of app the node holds,
+	// each room at its own moment within spread_ms (message.room set to the room).
+	NodeControl_OP_NOTICE NodeControl_Op = 10
 )
 
 // Enum value maps for NodeControl_Op.
 var (
 	NodeControl_Op_name = map[int32]string{
-		0: "OP_UNSPECIFIED",
-		1: "OP_KICK",
-		2: "OP_DELIVER",
-		3: "OP_MEMBERS",
-		4: "OP_BAN",
-		5: "OP_CLOSE_ROOM",
-		6: "OP_RESYNC",
-		7: "OP_SET_TAGS",
-		8: "OP_KICK_EXPR",
-		9: "OP_COUNT_TAGS",
+		0:  "OP_UNSPECIFIED",
+		1:  "OP_KICK",
+		2:  "OP_DELIVER",
+		3:  "OP_MEMBERS",
+		4:  "OP_BAN",
+		5:  "OP_CLOSE_ROOM",
+		6:  "OP_RESYNC",
+		7:  "OP_SET_TAGS",
+		8:  "OP_KICK_EXPR",
+		9:  "OP_COUNT_TAGS",
+		10: "OP_NOTICE",
 	}
 	NodeControl_Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -128,6 +132,7 @@ var (
 		"OP_SET_TAGS":    7,
 		"OP_KICK_EXPR":   8,
 		"OP_COUNT_TAGS":  9,
+		"OP_NOTICE":      10,
 	}
 )
 
@@ -1533,8 +1538,10 @@ type NodeControl struct {
 	// OP_KICK_EXPR, OP_MEMBERS: only members whose tags satisfy this tag expression.
 	TagExpr string `protobuf:"bytes,14,opt,name=tag_expr,json=tagExpr,proto3" json:"tag_expr,omitempty"`
 	// OP_COUNT_TAGS: what to count.
-	TagExprs      []string `protobuf:"bytes,15,rep,name=tag_exprs,json=tagExprs,proto3" json:"tag_exprs,omitempty"`
-	TagPrefix     string   `protobuf:"bytes,16,opt,name=tag_prefix,json=tagPrefix,proto3" json:"tag_prefix,omitempty"`
+	TagExprs  []string `protobuf:"bytes,15,rep,name=tag_exprs,json=tagExprs,proto3" json:"tag_exprs,omitempty"`
+	TagPrefix string   `protobuf:"bytes,16,opt,name=tag_prefix,json=tagPrefix,proto3" json:"tag_prefix,omitempty"`
+	// OP_NOTICE: how long the node takes to reach all its rooms, in milliseconds (0: at once).
+	SpreadMs      int32 `protobuf:"varint,17,opt,name=spread_ms,json=spreadMs,proto3" json:"spread_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1679,6 +1686,13 @@ func (x *NodeControl) GetTagPrefix() string {
 		return x.TagPrefix
 	}
 	return ""
+}
+
+func (x *NodeControl) GetSpreadMs() int32 {
+	if x != nil {
+		return x.SpreadMs
+	}
+	return 0
 }
 
 type NodeControlReply struct {
@@ -2905,7 +2919,7 @@ const file_bus_proto_rawDesc = "" +
 	"\fViewerWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04boot\x18\x02 \x01(\tR\x04boot\x12,\n" +
-	"\x05rooms\x18\x03 \x03(\v2\x16.roomcast.v1.RoomCountR\x05rooms\"\xde\x04\n" +
+	"\x05rooms\x18\x03 \x03(\v2\x16.roomcast.v1.RoomCountR\x05rooms\"\x8a\x05\n" +
 	"\vNodeControl\x12+\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1b.roomcast.v1.NodeControl.OpR\x02op\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
@@ -2925,7 +2939,8 @@ const file_bus_proto_rawDesc = "" +
 	"\btag_expr\x18\x0e \x01(\tR\atagExpr\x12\x1b\n" +
 	"\ttag_exprs\x18\x0f \x03(\tR\btagExprs\x12\x1d\n" +
 	"\n" +
-	"tag_prefix\x18\x10 \x01(\tR\ttagPrefix\"\xa9\x01\n" +
+	"tag_prefix\x18\x10 \x01(\tR\ttagPrefix\x12\x1b\n" +
+	"\tspread_ms\x18\x11 \x01(\x05R\bspreadMs\"\xb8\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_KICK\x10\x01\x12\x0e\n" +
@@ -2939,7 +2954,9 @@ const file_bus_proto_rawDesc = "" +
 	"\tOP_RESYNC\x10\x06\x12\x0f\n" +
 	"\vOP_SET_TAGS\x10\a\x12\x10\n" +
 	"\fOP_KICK_EXPR\x10\b\x12\x11\n" +
-	"\rOP_COUNT_TAGS\x10\t\"\xcb\x02\n" +
+	"\rOP_COUNT_TAGS\x10\t\x12\r\n" +
+	"\tOP_NOTICE\x10\n" +
+	"\"\xcb\x02\n" +
 	"\x10NodeControlReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1a\n" +

@@ -1486,6 +1486,250 @@ func (x *SendToUsersResponse) GetInboxFull() []string {
 	return nil
 }
 
+type SendToSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's user: the session must be this user's.
+	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The session, as LoginAck.session_id, GetUserSessions, ListMembers and the presence events
+	// name it ("<node>-<n>").
+	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Lane          string `protobuf:"bytes,4,opt,name=lane,proto3" json:"lane,omitempty"`
+	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBase64    []byte `protobuf:"bytes,6,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
+	Sender        string `protobuf:"bytes,7,opt,name=sender,proto3" json:"sender,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendToSessionRequest) Reset() {
+	*x = SendToSessionRequest{}
+	mi := &file_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendToSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendToSessionRequest) ProtoMessage() {}
+
+func (x *SendToSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendToSessionRequest.ProtoReflect.Descriptor instead.
+func (*SendToSessionRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SendToSessionRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *SendToSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SendToSessionRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SendToSessionRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *SendToSessionRequest) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *SendToSessionRequest) GetBodyBase64() []byte {
+	if x != nil {
+		return x.BodyBase64
+	}
+	return nil
+}
+
+func (x *SendToSessionRequest) GetSender() string {
+	if x != nil {
+		return x.Sender
+	}
+	return ""
+}
+
+type SendToAllRoomsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Type       string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Lane       string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	Body       string                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBase64 []byte                 `protobuf:"bytes,4,opt,name=body_base64,json=bodyBase64,proto3" json:"body_base64,omitempty"`
+	Sender     string                 `protobuf:"bytes,5,opt,name=sender,proto3" json:"sender,omitempty"`
+	// How long each ChatLink takes to write the notice to all its rooms of the app, in
+	// milliseconds: each room gets it at its own moment within it, the same on every ChatLink.
+	// 0 means the deployment's default (5000); negative: every room at once; at most 60000.
+	SpreadMs      int32 `protobuf:"varint,6,opt,name=spread_ms,json=spreadMs,proto3" json:"spread_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendToAllRoomsRequest) Reset() {
+	*x = SendToAllRoomsRequest{}
+	mi := &file_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendToAllRoomsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendToAllRoomsRequest) ProtoMessage() {}
+
+func (x *SendToAllRoomsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendToAllRoomsRequest.ProtoReflect.Descriptor instead.
+func (*SendToAllRoomsRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SendToAllRoomsRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SendToAllRoomsRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *SendToAllRoomsRequest) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *SendToAllRoomsRequest) GetBodyBase64() []byte {
+	if x != nil {
+		return x.BodyBase64
+	}
+	return nil
+}
+
+func (x *SendToAllRoomsRequest) GetSender() string {
+	if x != nil {
+		return x.Sender
+	}
+	return ""
+}
+
+func (x *SendToAllRoomsRequest) GetSpreadMs() int32 {
+	if x != nil {
+		return x.SpreadMs
+	}
+	return 0
+}
+
+type SendToAllRoomsResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ServerTimeMs int64                  `protobuf:"varint,2,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	// The spread the ChatLinks apply: the last rooms get the notice about this long after the
+	// answer.
+	SpreadMs      int32 `protobuf:"varint,3,opt,name=spread_ms,json=spreadMs,proto3" json:"spread_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendToAllRoomsResponse) Reset() {
+	*x = SendToAllRoomsResponse{}
+	mi := &file_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendToAllRoomsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendToAllRoomsResponse) ProtoMessage() {}
+
+func (x *SendToAllRoomsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendToAllRoomsResponse.ProtoReflect.Descriptor instead.
+func (*SendToAllRoomsResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SendToAllRoomsResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SendToAllRoomsResponse) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
+}
+
+func (x *SendToAllRoomsResponse) GetSpreadMs() int32 {
+	if x != nil {
+		return x.SpreadMs
+	}
+	return 0
+}
+
 type KickRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -1504,7 +1748,7 @@ type KickRequest struct {
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1760,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1773,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KickRequest) GetUid() string {
@@ -1576,7 +1820,7 @@ type KickResponse struct {
 
 func (x *KickResponse) Reset() {
 	*x = KickResponse{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1832,7 @@ func (x *KickResponse) String() string {
 func (*KickResponse) ProtoMessage() {}
 
 func (x *KickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1845,7 @@ func (x *KickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickResponse.ProtoReflect.Descriptor instead.
 func (*KickResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KickResponse) GetKicked() int64 {
@@ -1627,7 +1871,7 @@ type MuteRoomRequest struct {
 
 func (x *MuteRoomRequest) Reset() {
 	*x = MuteRoomRequest{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1883,7 @@ func (x *MuteRoomRequest) String() string {
 func (*MuteRoomRequest) ProtoMessage() {}
 
 func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1896,7 @@ func (x *MuteRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteRoomRequest.ProtoReflect.Descriptor instead.
 func (*MuteRoomRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MuteRoomRequest) GetRoom() string {
@@ -1697,7 +1941,7 @@ type MuteMemberRequest struct {
 
 func (x *MuteMemberRequest) Reset() {
 	*x = MuteMemberRequest{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1953,7 @@ func (x *MuteMemberRequest) String() string {
 func (*MuteMemberRequest) ProtoMessage() {}
 
 func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1966,7 @@ func (x *MuteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MuteMemberRequest) GetRoom() string {
@@ -1769,7 +2013,7 @@ type BanMemberRequest struct {
 
 func (x *BanMemberRequest) Reset() {
 	*x = BanMemberRequest{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2025,7 @@ func (x *BanMemberRequest) String() string {
 func (*BanMemberRequest) ProtoMessage() {}
 
 func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2038,7 @@ func (x *BanMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberRequest.ProtoReflect.Descriptor instead.
 func (*BanMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BanMemberRequest) GetRoom() string {
@@ -1850,7 +2094,7 @@ type MemberRestriction struct {
 
 func (x *MemberRestriction) Reset() {
 	*x = MemberRestriction{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2106,7 @@ func (x *MemberRestriction) String() string {
 func (*MemberRestriction) ProtoMessage() {}
 
 func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2119,7 @@ func (x *MemberRestriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRestriction.ProtoReflect.Descriptor instead.
 func (*MemberRestriction) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MemberRestriction) GetRoom() string {
@@ -1938,7 +2182,7 @@ type BanMemberResponse struct {
 
 func (x *BanMemberResponse) Reset() {
 	*x = BanMemberResponse{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2194,7 @@ func (x *BanMemberResponse) String() string {
 func (*BanMemberResponse) ProtoMessage() {}
 
 func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2207,7 @@ func (x *BanMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BanMemberResponse.ProtoReflect.Descriptor instead.
 func (*BanMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BanMemberResponse) GetRestriction() *MemberRestriction {
@@ -1989,7 +2233,7 @@ type GetUserSessionsRequest struct {
 
 func (x *GetUserSessionsRequest) Reset() {
 	*x = GetUserSessionsRequest{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2245,7 @@ func (x *GetUserSessionsRequest) String() string {
 func (*GetUserSessionsRequest) ProtoMessage() {}
 
 func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2258,7 @@ func (x *GetUserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetUserSessionsRequest) GetUid() string {
@@ -2038,7 +2282,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2294,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2307,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2119,7 +2363,7 @@ type GetUserSessionsResponse struct {
 
 func (x *GetUserSessionsResponse) Reset() {
 	*x = GetUserSessionsResponse{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2375,7 @@ func (x *GetUserSessionsResponse) String() string {
 func (*GetUserSessionsResponse) ProtoMessage() {}
 
 func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2388,7 @@ func (x *GetUserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*GetUserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetUserSessionsResponse) GetUid() string {
@@ -2182,7 +2426,7 @@ type CountOnlineRequest struct {
 
 func (x *CountOnlineRequest) Reset() {
 	*x = CountOnlineRequest{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2438,7 @@ func (x *CountOnlineRequest) String() string {
 func (*CountOnlineRequest) ProtoMessage() {}
 
 func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2451,7 @@ func (x *CountOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineRequest.ProtoReflect.Descriptor instead.
 func (*CountOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CountOnlineRequest) GetRoom() string {
@@ -2248,7 +2492,7 @@ type CountOnlineResponse struct {
 
 func (x *CountOnlineResponse) Reset() {
 	*x = CountOnlineResponse{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2504,7 @@ func (x *CountOnlineResponse) String() string {
 func (*CountOnlineResponse) ProtoMessage() {}
 
 func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2517,7 @@ func (x *CountOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOnlineResponse.ProtoReflect.Descriptor instead.
 func (*CountOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CountOnlineResponse) GetSessions() int64 {
@@ -2323,7 +2567,7 @@ type TagCount struct {
 
 func (x *TagCount) Reset() {
 	*x = TagCount{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2579,7 @@ func (x *TagCount) String() string {
 func (*TagCount) ProtoMessage() {}
 
 func (x *TagCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2592,7 @@ func (x *TagCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagCount.ProtoReflect.Descriptor instead.
 func (*TagCount) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TagCount) GetTagExpr() string {
@@ -2383,7 +2627,7 @@ type SetMemberTagsRequest struct {
 
 func (x *SetMemberTagsRequest) Reset() {
 	*x = SetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2639,7 @@ func (x *SetMemberTagsRequest) String() string {
 func (*SetMemberTagsRequest) ProtoMessage() {}
 
 func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2652,7 @@ func (x *SetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetMemberTagsRequest) GetUid() string {
@@ -2436,7 +2680,7 @@ type SetMemberTagsResponse struct {
 
 func (x *SetMemberTagsResponse) Reset() {
 	*x = SetMemberTagsResponse{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2692,7 @@ func (x *SetMemberTagsResponse) String() string {
 func (*SetMemberTagsResponse) ProtoMessage() {}
 
 func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2705,7 @@ func (x *SetMemberTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetMemberTagsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetMemberTagsResponse) GetTags() *roompb.MemberTags {
@@ -2487,7 +2731,7 @@ type GetMemberTagsRequest struct {
 
 func (x *GetMemberTagsRequest) Reset() {
 	*x = GetMemberTagsRequest{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2743,7 @@ func (x *GetMemberTagsRequest) String() string {
 func (*GetMemberTagsRequest) ProtoMessage() {}
 
 func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2756,7 @@ func (x *GetMemberTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberTagsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberTagsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetMemberTagsRequest) GetUid() string {
@@ -2535,7 +2779,7 @@ type SetRoomCdnRequest struct {
 
 func (x *SetRoomCdnRequest) Reset() {
 	*x = SetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2791,7 @@ func (x *SetRoomCdnRequest) String() string {
 func (*SetRoomCdnRequest) ProtoMessage() {}
 
 func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2804,7 @@ func (x *SetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetRoomCdnRequest) GetRoom() string {
@@ -2593,7 +2837,7 @@ type GetRoomCdnRequest struct {
 
 func (x *GetRoomCdnRequest) Reset() {
 	*x = GetRoomCdnRequest{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2849,7 @@ func (x *GetRoomCdnRequest) String() string {
 func (*GetRoomCdnRequest) ProtoMessage() {}
 
 func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2862,7 @@ func (x *GetRoomCdnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomCdnRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomCdnRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetRoomCdnRequest) GetRoom() string {
@@ -2649,7 +2893,7 @@ type RoomCdn struct {
 
 func (x *RoomCdn) Reset() {
 	*x = RoomCdn{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2905,7 @@ func (x *RoomCdn) String() string {
 func (*RoomCdn) ProtoMessage() {}
 
 func (x *RoomCdn) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2918,7 @@ func (x *RoomCdn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCdn.ProtoReflect.Descriptor instead.
 func (*RoomCdn) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RoomCdn) GetRoom() string {
@@ -2744,7 +2988,7 @@ type CdnPolicy struct {
 
 func (x *CdnPolicy) Reset() {
 	*x = CdnPolicy{}
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +3000,7 @@ func (x *CdnPolicy) String() string {
 func (*CdnPolicy) ProtoMessage() {}
 
 func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3013,7 @@ func (x *CdnPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnPolicy.ProtoReflect.Descriptor instead.
 func (*CdnPolicy) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{39}
+	return file_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CdnPolicy) GetVendors() []*clientpb.CdnVendor {
@@ -2829,7 +3073,7 @@ type GetCdnPolicyRequest struct {
 
 func (x *GetCdnPolicyRequest) Reset() {
 	*x = GetCdnPolicyRequest{}
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +3085,7 @@ func (x *GetCdnPolicyRequest) String() string {
 func (*GetCdnPolicyRequest) ProtoMessage() {}
 
 func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3098,7 @@ func (x *GetCdnPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCdnPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCdnPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{40}
+	return file_api_proto_rawDescGZIP(), []int{43}
 }
 
 type GetHistoryRequest struct {
@@ -2880,7 +3124,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3136,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3149,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{41}
+	return file_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetHistoryRequest) GetRoom() string {
@@ -2980,7 +3224,7 @@ type GetCountersRequest struct {
 
 func (x *GetCountersRequest) Reset() {
 	*x = GetCountersRequest{}
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3236,7 @@ func (x *GetCountersRequest) String() string {
 func (*GetCountersRequest) ProtoMessage() {}
 
 func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3249,7 @@ func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCountersRequest.ProtoReflect.Descriptor instead.
 func (*GetCountersRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{42}
+	return file_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetCountersRequest) GetRoom() string {
@@ -3024,7 +3268,7 @@ type GetRoomAttributesRequest struct {
 
 func (x *GetRoomAttributesRequest) Reset() {
 	*x = GetRoomAttributesRequest{}
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3280,7 @@ func (x *GetRoomAttributesRequest) String() string {
 func (*GetRoomAttributesRequest) ProtoMessage() {}
 
 func (x *GetRoomAttributesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3293,7 @@ func (x *GetRoomAttributesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomAttributesRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomAttributesRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{43}
+	return file_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetRoomAttributesRequest) GetRoom() string {
@@ -3074,7 +3318,7 @@ type SetRoomAttributeRequest struct {
 
 func (x *SetRoomAttributeRequest) Reset() {
 	*x = SetRoomAttributeRequest{}
-	mi := &file_api_proto_msgTypes[44]
+	mi := &file_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3330,7 @@ func (x *SetRoomAttributeRequest) String() string {
 func (*SetRoomAttributeRequest) ProtoMessage() {}
 
 func (x *SetRoomAttributeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[44]
+	mi := &file_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3343,7 @@ func (x *SetRoomAttributeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomAttributeRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomAttributeRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{44}
+	return file_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetRoomAttributeRequest) GetRoom() string {
@@ -3141,7 +3385,7 @@ type ResetCounterRequest struct {
 
 func (x *ResetCounterRequest) Reset() {
 	*x = ResetCounterRequest{}
-	mi := &file_api_proto_msgTypes[45]
+	mi := &file_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3397,7 @@ func (x *ResetCounterRequest) String() string {
 func (*ResetCounterRequest) ProtoMessage() {}
 
 func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[45]
+	mi := &file_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3410,7 @@ func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetCounterRequest.ProtoReflect.Descriptor instead.
 func (*ResetCounterRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{45}
+	return file_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResetCounterRequest) GetRoom() string {
@@ -3304,7 +3548,29 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"expires_ms\x18\x05 \x01(\x03R\texpiresMs\x12\x1d\n" +
 	"\n" +
-	"inbox_full\x18\x06 \x03(\tR\tinboxFull\"\x85\x01\n" +
+	"inbox_full\x18\x06 \x03(\tR\tinboxFull\"\xbc\x01\n" +
+	"\x14SendToSessionRequest\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04lane\x18\x04 \x01(\tR\x04lane\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\x12\x1f\n" +
+	"\vbody_base64\x18\x06 \x01(\fR\n" +
+	"bodyBase64\x12\x16\n" +
+	"\x06sender\x18\a \x01(\tR\x06sender\"\xa9\x01\n" +
+	"\x15SendToAllRoomsRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\tR\x04body\x12\x1f\n" +
+	"\vbody_base64\x18\x04 \x01(\fR\n" +
+	"bodyBase64\x12\x16\n" +
+	"\x06sender\x18\x05 \x01(\tR\x06sender\x12\x1b\n" +
+	"\tspread_ms\x18\x06 \x01(\x05R\bspreadMs\"k\n" +
+	"\x16SendToAllRoomsResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
+	"\x0eserver_time_ms\x18\x02 \x01(\x03R\fserverTimeMs\x12\x1b\n" +
+	"\tspread_ms\x18\x03 \x01(\x05R\bspreadMs\"\x85\x01\n" +
 	"\vKickRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
@@ -3434,7 +3700,7 @@ const file_api_proto_rawDesc = "" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x01\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x022\xff\x13\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x022\xa9\x15\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3448,7 +3714,9 @@ const file_api_proto_rawDesc = "" +
 	"\x0fSendBatchToRoom\x12#.roomcast.v1.SendBatchToRoomRequest\x1a\x1e.roomcast.v1.SendBatchResponse\x12Q\n" +
 	"\n" +
 	"SendStream\x12\x1e.roomcast.v1.StreamSendRequest\x1a\x1f.roomcast.v1.StreamSendResponse(\x010\x01\x12P\n" +
-	"\vSendToUsers\x12\x1f.roomcast.v1.SendToUsersRequest\x1a .roomcast.v1.SendToUsersResponse\x12;\n" +
+	"\vSendToUsers\x12\x1f.roomcast.v1.SendToUsersRequest\x1a .roomcast.v1.SendToUsersResponse\x12M\n" +
+	"\rSendToSession\x12!.roomcast.v1.SendToSessionRequest\x1a\x19.roomcast.v1.SendResponse\x12Y\n" +
+	"\x0eSendToAllRooms\x12\".roomcast.v1.SendToAllRoomsRequest\x1a#.roomcast.v1.SendToAllRoomsResponse\x12;\n" +
 	"\x04Kick\x12\x18.roomcast.v1.KickRequest\x1a\x19.roomcast.v1.KickResponse\x12;\n" +
 	"\bMuteRoom\x12\x1c.roomcast.v1.MuteRoomRequest\x1a\x11.roomcast.v1.Room\x12L\n" +
 	"\n" +
@@ -3494,7 +3762,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                  // 0: roomcast.v1.RoomStatus
 	(*Room)(nil),                     // 1: roomcast.v1.Room
@@ -3517,72 +3785,75 @@ var file_api_proto_goTypes = []any{
 	(*SendBatchResponse)(nil),        // 18: roomcast.v1.SendBatchResponse
 	(*SendToUsersRequest)(nil),       // 19: roomcast.v1.SendToUsersRequest
 	(*SendToUsersResponse)(nil),      // 20: roomcast.v1.SendToUsersResponse
-	(*KickRequest)(nil),              // 21: roomcast.v1.KickRequest
-	(*KickResponse)(nil),             // 22: roomcast.v1.KickResponse
-	(*MuteRoomRequest)(nil),          // 23: roomcast.v1.MuteRoomRequest
-	(*MuteMemberRequest)(nil),        // 24: roomcast.v1.MuteMemberRequest
-	(*BanMemberRequest)(nil),         // 25: roomcast.v1.BanMemberRequest
-	(*MemberRestriction)(nil),        // 26: roomcast.v1.MemberRestriction
-	(*BanMemberResponse)(nil),        // 27: roomcast.v1.BanMemberResponse
-	(*GetUserSessionsRequest)(nil),   // 28: roomcast.v1.GetUserSessionsRequest
-	(*Session)(nil),                  // 29: roomcast.v1.Session
-	(*GetUserSessionsResponse)(nil),  // 30: roomcast.v1.GetUserSessionsResponse
-	(*CountOnlineRequest)(nil),       // 31: roomcast.v1.CountOnlineRequest
-	(*CountOnlineResponse)(nil),      // 32: roomcast.v1.CountOnlineResponse
-	(*TagCount)(nil),                 // 33: roomcast.v1.TagCount
-	(*SetMemberTagsRequest)(nil),     // 34: roomcast.v1.SetMemberTagsRequest
-	(*SetMemberTagsResponse)(nil),    // 35: roomcast.v1.SetMemberTagsResponse
-	(*GetMemberTagsRequest)(nil),     // 36: roomcast.v1.GetMemberTagsRequest
-	(*SetRoomCdnRequest)(nil),        // 37: roomcast.v1.SetRoomCdnRequest
-	(*GetRoomCdnRequest)(nil),        // 38: roomcast.v1.GetRoomCdnRequest
-	(*RoomCdn)(nil),                  // 39: roomcast.v1.RoomCdn
-	(*CdnPolicy)(nil),                // 40: roomcast.v1.CdnPolicy
-	(*GetCdnPolicyRequest)(nil),      // 41: roomcast.v1.GetCdnPolicyRequest
-	(*GetHistoryRequest)(nil),        // 42: roomcast.v1.GetHistoryRequest
-	(*GetCountersRequest)(nil),       // 43: roomcast.v1.GetCountersRequest
-	(*GetRoomAttributesRequest)(nil), // 44: roomcast.v1.GetRoomAttributesRequest
-	(*SetRoomAttributeRequest)(nil),  // 45: roomcast.v1.SetRoomAttributeRequest
-	(*ResetCounterRequest)(nil),      // 46: roomcast.v1.ResetCounterRequest
-	nil,                              // 47: roomcast.v1.GetRoomResponse.NodesEntry
-	(*roompb.RoomSettings)(nil),      // 48: roomcast.v1.RoomSettings
-	(clientpb.ErrorCode)(0),          // 49: roomcast.v1.ErrorCode
-	(*roompb.MemberTags)(nil),        // 50: roomcast.v1.MemberTags
-	(clientpb.CdnMode)(0),            // 51: roomcast.v1.CdnMode
-	(*clientpb.CdnConfig)(nil),       // 52: roomcast.v1.CdnConfig
-	(*clientpb.CdnVendor)(nil),       // 53: roomcast.v1.CdnVendor
-	(*AppLimits)(nil),                // 54: roomcast.v1.AppLimits
-	(*GetAppLimitsRequest)(nil),      // 55: roomcast.v1.GetAppLimitsRequest
-	(*roompb.QueueRequest)(nil),      // 56: roomcast.v1.QueueRequest
-	(*clientpb.HistoryPage)(nil),     // 57: roomcast.v1.HistoryPage
-	(*clientpb.CounterTotals)(nil),   // 58: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil),  // 59: roomcast.v1.RoomAttributes
-	(*roompb.QueueResponse)(nil),     // 60: roomcast.v1.QueueResponse
+	(*SendToSessionRequest)(nil),     // 21: roomcast.v1.SendToSessionRequest
+	(*SendToAllRoomsRequest)(nil),    // 22: roomcast.v1.SendToAllRoomsRequest
+	(*SendToAllRoomsResponse)(nil),   // 23: roomcast.v1.SendToAllRoomsResponse
+	(*KickRequest)(nil),              // 24: roomcast.v1.KickRequest
+	(*KickResponse)(nil),             // 25: roomcast.v1.KickResponse
+	(*MuteRoomRequest)(nil),          // 26: roomcast.v1.MuteRoomRequest
+	(*MuteMemberRequest)(nil),        // 27: roomcast.v1.MuteMemberRequest
+	(*BanMemberRequest)(nil),         // 28: roomcast.v1.BanMemberRequest
+	(*MemberRestriction)(nil),        // 29: roomcast.v1.MemberRestriction
+	(*BanMemberResponse)(nil),        // 30: roomcast.v1.BanMemberResponse
+	(*GetUserSessionsRequest)(nil),   // 31: roomcast.v1.GetUserSessionsRequest
+	(*Session)(nil),                  // 32: roomcast.v1.Session
+	(*GetUserSessionsResponse)(nil),  // 33: roomcast.v1.GetUserSessionsResponse
+	(*CountOnlineRequest)(nil),       // 34: roomcast.v1.CountOnlineRequest
+	(*CountOnlineResponse)(nil),      // 35: roomcast.v1.CountOnlineResponse
+	(*TagCount)(nil),                 // 36: roomcast.v1.TagCount
+	(*SetMemberTagsRequest)(nil),     // 37: roomcast.v1.SetMemberTagsRequest
+	(*SetMemberTagsResponse)(nil),    // 38: roomcast.v1.SetMemberTagsResponse
+	(*GetMemberTagsRequest)(nil),     // 39: roomcast.v1.GetMemberTagsRequest
+	(*SetRoomCdnRequest)(nil),        // 40: roomcast.v1.SetRoomCdnRequest
+	(*GetRoomCdnRequest)(nil),        // 41: roomcast.v1.GetRoomCdnRequest
+	(*RoomCdn)(nil),                  // 42: roomcast.v1.RoomCdn
+	(*CdnPolicy)(nil),                // 43: roomcast.v1.CdnPolicy
+	(*GetCdnPolicyRequest)(nil),      // 44: roomcast.v1.GetCdnPolicyRequest
+	(*GetHistoryRequest)(nil),        // 45: roomcast.v1.GetHistoryRequest
+	(*GetCountersRequest)(nil),       // 46: roomcast.v1.GetCountersRequest
+	(*GetRoomAttributesRequest)(nil), // 47: roomcast.v1.GetRoomAttributesRequest
+	(*SetRoomAttributeRequest)(nil),  // 48: roomcast.v1.SetRoomAttributeRequest
+	(*ResetCounterRequest)(nil),      // 49: roomcast.v1.ResetCounterRequest
+	nil,                              // 50: roomcast.v1.GetRoomResponse.NodesEntry
+	(*roompb.RoomSettings)(nil),      // 51: roomcast.v1.RoomSettings
+	(clientpb.ErrorCode)(0),          // 52: roomcast.v1.ErrorCode
+	(*roompb.MemberTags)(nil),        // 53: roomcast.v1.MemberTags
+	(clientpb.CdnMode)(0),            // 54: roomcast.v1.CdnMode
+	(*clientpb.CdnConfig)(nil),       // 55: roomcast.v1.CdnConfig
+	(*clientpb.CdnVendor)(nil),       // 56: roomcast.v1.CdnVendor
+	(*AppLimits)(nil),                // 57: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),      // 58: roomcast.v1.GetAppLimitsRequest
+	(*roompb.QueueRequest)(nil),      // 59: roomcast.v1.QueueRequest
+	(*clientpb.HistoryPage)(nil),     // 60: roomcast.v1.HistoryPage
+	(*clientpb.CounterTotals)(nil),   // 61: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 62: roomcast.v1.RoomAttributes
+	(*roompb.QueueResponse)(nil),     // 63: roomcast.v1.QueueResponse
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
-	48, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
+	51, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
 	2,  // 2: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
-	48, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	51, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	48, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	51, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	47, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	50, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	1,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	12, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	13, // 10: roomcast.v1.StreamSendRequest.send:type_name -> roomcast.v1.SendToRoomRequest
-	49, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
+	52, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
 	13, // 12: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
-	26, // 13: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
-	29, // 14: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
-	33, // 15: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
-	33, // 16: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
-	50, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	51, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	51, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	51, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	52, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	53, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	51, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	29, // 13: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
+	32, // 14: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
+	36, // 15: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
+	36, // 16: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
+	53, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	54, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	54, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	54, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	55, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	56, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	54, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
 	3,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	5,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	6,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3592,67 +3863,71 @@ var file_api_proto_depIdxs = []int32{
 	17, // 30: roomcast.v1.RoomcastAPI.SendBatchToRoom:input_type -> roomcast.v1.SendBatchToRoomRequest
 	15, // 31: roomcast.v1.RoomcastAPI.SendStream:input_type -> roomcast.v1.StreamSendRequest
 	19, // 32: roomcast.v1.RoomcastAPI.SendToUsers:input_type -> roomcast.v1.SendToUsersRequest
-	21, // 33: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
-	23, // 34: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
-	24, // 35: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
-	25, // 36: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
-	28, // 37: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
-	31, // 38: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
-	34, // 39: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
-	36, // 40: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
-	37, // 41: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
-	38, // 42: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
-	40, // 43: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
-	41, // 44: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	54, // 45: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
-	55, // 46: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
-	42, // 47: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	43, // 48: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
-	46, // 49: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
-	44, // 50: roomcast.v1.RoomcastAPI.GetRoomAttributes:input_type -> roomcast.v1.GetRoomAttributesRequest
-	45, // 51: roomcast.v1.RoomcastAPI.SetRoomAttribute:input_type -> roomcast.v1.SetRoomAttributeRequest
-	56, // 52: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	56, // 53: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	56, // 54: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	56, // 55: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	56, // 56: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	56, // 57: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	4,  // 58: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	1,  // 59: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	7,  // 60: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	9,  // 61: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	11, // 62: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	14, // 63: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 64: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	16, // 65: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
-	20, // 66: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	22, // 67: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	1,  // 68: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	26, // 69: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	27, // 70: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	30, // 71: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	32, // 72: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	35, // 73: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	50, // 74: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	39, // 75: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	39, // 76: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	40, // 77: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	40, // 78: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	54, // 79: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
-	54, // 80: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
-	57, // 81: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	58, // 82: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
-	58, // 83: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
-	59, // 84: roomcast.v1.RoomcastAPI.GetRoomAttributes:output_type -> roomcast.v1.RoomAttributes
-	59, // 85: roomcast.v1.RoomcastAPI.SetRoomAttribute:output_type -> roomcast.v1.RoomAttributes
-	60, // 86: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	60, // 87: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	60, // 88: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	60, // 89: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	60, // 90: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	60, // 91: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	58, // [58:92] is the sub-list for method output_type
-	24, // [24:58] is the sub-list for method input_type
+	21, // 33: roomcast.v1.RoomcastAPI.SendToSession:input_type -> roomcast.v1.SendToSessionRequest
+	22, // 34: roomcast.v1.RoomcastAPI.SendToAllRooms:input_type -> roomcast.v1.SendToAllRoomsRequest
+	24, // 35: roomcast.v1.RoomcastAPI.Kick:input_type -> roomcast.v1.KickRequest
+	26, // 36: roomcast.v1.RoomcastAPI.MuteRoom:input_type -> roomcast.v1.MuteRoomRequest
+	27, // 37: roomcast.v1.RoomcastAPI.MuteMember:input_type -> roomcast.v1.MuteMemberRequest
+	28, // 38: roomcast.v1.RoomcastAPI.BanMember:input_type -> roomcast.v1.BanMemberRequest
+	31, // 39: roomcast.v1.RoomcastAPI.GetUserSessions:input_type -> roomcast.v1.GetUserSessionsRequest
+	34, // 40: roomcast.v1.RoomcastAPI.CountOnline:input_type -> roomcast.v1.CountOnlineRequest
+	37, // 41: roomcast.v1.RoomcastAPI.SetMemberTags:input_type -> roomcast.v1.SetMemberTagsRequest
+	39, // 42: roomcast.v1.RoomcastAPI.GetMemberTags:input_type -> roomcast.v1.GetMemberTagsRequest
+	40, // 43: roomcast.v1.RoomcastAPI.SetRoomCdn:input_type -> roomcast.v1.SetRoomCdnRequest
+	41, // 44: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
+	43, // 45: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
+	44, // 46: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
+	57, // 47: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	58, // 48: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	45, // 49: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
+	46, // 50: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
+	49, // 51: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
+	47, // 52: roomcast.v1.RoomcastAPI.GetRoomAttributes:input_type -> roomcast.v1.GetRoomAttributesRequest
+	48, // 53: roomcast.v1.RoomcastAPI.SetRoomAttribute:input_type -> roomcast.v1.SetRoomAttributeRequest
+	59, // 54: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	59, // 55: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	59, // 56: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	59, // 57: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	59, // 58: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	59, // 59: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	4,  // 60: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	1,  // 61: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	7,  // 62: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	9,  // 63: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	11, // 64: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	14, // 65: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 66: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	16, // 67: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
+	20, // 68: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	14, // 69: roomcast.v1.RoomcastAPI.SendToSession:output_type -> roomcast.v1.SendResponse
+	23, // 70: roomcast.v1.RoomcastAPI.SendToAllRooms:output_type -> roomcast.v1.SendToAllRoomsResponse
+	25, // 71: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	1,  // 72: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	29, // 73: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	30, // 74: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	33, // 75: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	35, // 76: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	38, // 77: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	53, // 78: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	42, // 79: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	42, // 80: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	43, // 81: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	43, // 82: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	57, // 83: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	57, // 84: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	60, // 85: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	61, // 86: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
+	61, // 87: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
+	62, // 88: roomcast.v1.RoomcastAPI.GetRoomAttributes:output_type -> roomcast.v1.RoomAttributes
+	62, // 89: roomcast.v1.RoomcastAPI.SetRoomAttribute:output_type -> roomcast.v1.RoomAttributes
+	63, // 90: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	63, // 91: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	63, // 92: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	63, // 93: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	63, // 94: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	63, // 95: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	60, // [60:96] is the sub-list for method output_type
+	24, // [24:60] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3671,7 +3946,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

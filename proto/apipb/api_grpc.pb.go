@@ -34,6 +34,8 @@ const (
 	RoomcastAPI_SendBatchToRoom_FullMethodName   = "/roomcast.v1.RoomcastAPI/SendBatchToRoom"
 	RoomcastAPI_SendStream_FullMethodName        = "/roomcast.v1.RoomcastAPI/SendStream"
 	RoomcastAPI_SendToUsers_FullMethodName       = "/roomcast.v1.RoomcastAPI/SendToUsers"
+	RoomcastAPI_SendToSession_FullMethodName     = "/roomcast.v1.RoomcastAPI/SendToSession"
+	RoomcastAPI_SendToAllRooms_FullMethodName    = "/roomcast.v1.RoomcastAPI/SendToAllRooms"
 	RoomcastAPI_Kick_FullMethodName              = "/roomcast.v1.RoomcastAPI/Kick"
 	RoomcastAPI_MuteRoom_FullMethodName          = "/roomcast.v1.RoomcastAPI/MuteRoom"
 	RoomcastAPI_MuteMember_FullMethodName        = "/roomcast.v1.RoomcastAPI/MuteMember"
@@ -102,6 +104,14 @@ type RoomcastAPIClient interface {
 	SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamSendRequest, StreamSendResponse], error)
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(ctx context.Context, in *SendToUsersRequest, opts ...grpc.CallOption) (*SendToUsersResponse, error)
+	// SendToSession sends a message to one session (one device) of a user, on the session's
+	// ChatLink; a session that is not online there (or is another user's) is USER_NOT_FOUND.
+	SendToSession(ctx context.Context, in *SendToSessionRequest, opts ...grpc.CallOption) (*SendResponse, error)
+	// SendToAllRooms sends a notice to the members of every room of the app that has members
+	// online: every ChatLink writes it to its rooms' members, each room at its own moment within
+	// spread_ms, so the notice does not reach every connection at once. It is not kept in the
+	// rooms' history; the call answers once the ChatLinks have been told, not delivered.
+	SendToAllRooms(ctx context.Context, in *SendToAllRoomsRequest, opts ...grpc.CallOption) (*SendToAllRoomsResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
 	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(ctx context.Context, in *KickRequest, opts ...grpc.CallOption) (*KickResponse, error)
@@ -266,6 +276,26 @@ func (c *roomcastAPIClient) SendToUsers(ctx context.Context, in *SendToUsersRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SendToUsersResponse)
 	err := c.cc.Invoke(ctx, RoomcastAPI_SendToUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) SendToSession(ctx context.Context, in *SendToSessionRequest, opts ...grpc.CallOption) (*SendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SendToSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *roomcastAPIClient) SendToAllRooms(ctx context.Context, in *SendToAllRoomsRequest, opts ...grpc.CallOption) (*SendToAllRoomsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendToAllRoomsResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_SendToAllRooms_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -563,6 +593,14 @@ type RoomcastAPIServer interface {
 	SendStream(grpc.BidiStreamingServer[StreamSendRequest, StreamSendResponse]) error
 	// SendToUsers sends a message to every session of the users listed, whatever room they are in.
 	SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error)
+	// SendToSession sends a message to one session (one device) of a user, on the session's
+	// ChatLink; a session that is not online there (or is another user's) is USER_NOT_FOUND.
+	SendToSession(context.Context, *SendToSessionRequest) (*SendResponse, error)
+	// SendToAllRooms sends a notice to the members of every room of the app that has members
+	// online: every ChatLink writes it to its rooms' members, each room at its own moment within
+	// spread_ms, so the notice does not reach every connection at once. It is not kept in the
+	// rooms' history; the call answers once the ChatLinks have been told, not delivered.
+	SendToAllRooms(context.Context, *SendToAllRoomsRequest) (*SendToAllRoomsResponse, error)
 	// Kick disconnects a user's sessions (all, one room's, or one session) with close code 4007,
 	// or, with room and tag_expr, every member of the room whose tags satisfy the expression.
 	Kick(context.Context, *KickRequest) (*KickResponse, error)
@@ -666,6 +704,12 @@ func (UnimplementedRoomcastAPIServer) SendStream(grpc.BidiStreamingServer[Stream
 }
 func (UnimplementedRoomcastAPIServer) SendToUsers(context.Context, *SendToUsersRequest) (*SendToUsersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SendToUsers not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SendToSession(context.Context, *SendToSessionRequest) (*SendResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SendToSession not implemented")
+}
+func (UnimplementedRoomcastAPIServer) SendToAllRooms(context.Context, *SendToAllRoomsRequest) (*SendToAllRoomsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SendToAllRooms not implemented")
 }
 func (UnimplementedRoomcastAPIServer) Kick(context.Context, *KickRequest) (*KickResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Kick not implemented")
@@ -910,6 +954,42 @@ func _RoomcastAPI_SendToUsers_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RoomcastAPIServer).SendToUsers(ctx, req.(*SendToUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_SendToSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendToSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SendToSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SendToSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SendToSession(ctx, req.(*SendToSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RoomcastAPI_SendToAllRooms_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendToAllRoomsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).SendToAllRooms(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_SendToAllRooms_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).SendToAllRooms(ctx, req.(*SendToAllRoomsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1402,6 +1482,14 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendToUsers",
 			Handler:    _RoomcastAPI_SendToUsers_Handler,
+		},
+		{
+			MethodName: "SendToSession",
+			Handler:    _RoomcastAPI_SendToSession_Handler,
+		},
+		{
+			MethodName: "SendToAllRooms",
+			Handler:    _RoomcastAPI_SendToAllRooms_Handler,
 		},
 		{
 			MethodName: "Kick",
