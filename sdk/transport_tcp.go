@@ -118,6 +118,9 @@ func (t *tcpConn) write(f *clientpb.Frame) error {
 		return err
 	}
 	_, err = t.nc.Write(b)
+	// A deadline left set is a runtime timer that wakes the process when it expires: an idle
+	// client would wake WriteTimeout after every heartbeat.
+	_ = t.nc.SetWriteDeadline(time.Time{})
 	if cap(t.wbuf) > 2*MaxFrameSize {
 		t.wbuf = nil // do not pin a large buffer after one big message
 	}

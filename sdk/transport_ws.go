@@ -34,6 +34,7 @@ type wsConn struct {
 	closeErr error // why the read loop ended
 
 	wmu sync.Mutex // serializes a write with its deadline
+	dmu sync.Mutex // orders a write's deadlines with closeWith's, so a write never undoes it
 }
 
 var _ frameConn = (*wsConn)(nil)
@@ -154,13 +155,25 @@ func (w *wsConn) write(f *clientpb.Frame) error {
 	}
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
-	if w.closed.Load() {
-		return net.ErrClosed // and do not undo closeWith's short deadline
-	}
-	if err := w.socket.SetWriteDeadline(time.Now().Add(w.writeTimeout)); err != nil {
+	if err := w.writeDeadline(time.Now().Add(w.writeTimeout)); err != nil {
 		return err
 	}
-	return w.socket.WriteMessage(gws.OpcodeBinary, b)
+	err = w.socket.WriteMessage(gws.OpcodeBinary, b)
+	// A deadline left set is a runtime timer that wakes the process when it expires: an idle
+	// client would wake WriteTimeout after every heartbeat.
+	_ = w.writeDeadline(time.Time{})
+	return err
+}
+
+// writeDeadline sets the write deadline unless the connection is closing (and does not undo
+// closeWith's short deadline).
+func (w *wsConn) writeDeadline(t time.Time) error {
+	w.dmu.Lock()
+	defer w.dmu.Unlock()
+	if w.closed.Load() {
+		return net.ErrClosed
+	}
+	return w.socket.SetWriteDeadline(t)
 }
 
 func (w *wsConn) close() {
@@ -177,7 +190,10 @@ const closeLinger = 250 * time.Millisecond
 // closeWith sends a close frame with code, then closes the connection. The short write deadline
 // also cuts short a write blocked on a server that does not read, which holds gws's write lock.
 func (w *wsConn) closeWith(code uint16) {
+	w.dmu.Lock()
+	w.closed.Store(true)
 	_ = w.socket.SetWriteDeadline(time.Now().Add(closeLinger))
+	w.dmu.Unlock()
 	_ = w.socket.WriteClose(code, nil)
 	// WriteClose does nothing if gws already closed the connection; make sure serve returns.
 	_ = w.socket.NetConn().Close()

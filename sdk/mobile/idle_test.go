@@ -61,7 +61,8 @@ func TestIdleWakeups(t *testing.T) {
 			}
 			heap := strings.TrimPrefix(sc.Text(), "ready ")
 			time.Sleep(2 * time.Second) // let the login's work settle
-			n, wakes := watch(t, cmd.Process.Pid, tc.window)
+			n, at := watch(t, cmd.Process.Pid, tc.window)
+			wakes := int64(len(at))
 			rss := status(t, cmd.Process.Pid, "VmRSS")
 			interval := time.Duration(tc.heartbeatMs) * time.Millisecond
 			if interval <= 0 {
@@ -69,8 +70,8 @@ func TestIdleWakeups(t *testing.T) {
 			}
 			beats := float64(tc.window) / float64(interval)
 			perMinute := float64(n) * float64(time.Minute) / float64(tc.window)
-			t.Logf("%s (heartbeat %v): woke %d times in %v (%.2f a heartbeat): %d thread wake-ups (%.1f a minute, %.2f a heartbeat); RSS %s; Go heap in use %s bytes",
-				name, interval, wakes, tc.window, float64(wakes)/beats, n, perMinute, float64(n)/beats, rss, heap)
+			t.Logf("%s (heartbeat %v): woke %d times in %v (%.2f a heartbeat): %d thread wake-ups (%.1f a minute, %.2f a heartbeat); RSS %s; Go heap in use %s bytes; woke at %v",
+				name, interval, wakes, tc.window, float64(wakes)/beats, n, perMinute, float64(n)/beats, rss, heap, at)
 			// A window holds at most ceil(beats) heartbeats; one more wake is allowed for a
 			// heartbeat whose answer came more than wakeGap after it on a busy machine.
 			maxWakes := int64(math.Ceil(beats)) + 1
@@ -94,19 +95,21 @@ func TestIdleWakeups(t *testing.T) {
 const wakeGap = 200 * time.Millisecond
 
 // watch samples the process's thread wake-ups every 2 ms for window and returns how many there
-// were and in how many bursts: the times the process woke.
-func watch(t *testing.T, pid int, window time.Duration) (n, wakes int64) {
+// were, and when each burst of them began (from the window's start): the times the process
+// woke.
+func watch(t *testing.T, pid int, window time.Duration) (n int64, wakes []time.Duration) {
 	t.Helper()
 	first := switches(t, pid)
 	last, lastRise := first, time.Time{}
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for end := time.Now().Add(window); time.Now().Before(end); {
+	start := time.Now()
+	for end := start.Add(window); time.Now().Before(end); {
 		now := <-tick.C
 		n := switches(t, pid)
 		if n > last {
 			if now.Sub(lastRise) > wakeGap {
-				wakes++
+				wakes = append(wakes, now.Sub(start).Round(time.Millisecond))
 			}
 			lastRise = now
 		}
