@@ -98,6 +98,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.BoolVar(&cfg.NoMerge, "no-merge", false, "switch merging off for the room: one frame per message")
 		fs.StringVar(&cfg.Client, "client", loadgen.ClientSDK, "members' client: sdk (sdk.Client, as apps use it) or raw (the protocol spoken directly: far less bench CPU per delivery, for big runs on a shared machine)")
 		fs.IntVar(&cfg.Slow, "slow", 0, "extra members that log in and never read again (a small receive buffer), to show they delay no one")
+		fs.BoolVar(&cfg.LiveState, "live-state", false, "raw members ask for the room's live state (viewer counts, member notices, attributes) as the SDKs do, and count those frames (--client raw)")
+		fs.Float64Var(&cfg.Churn, "churn", 0, "extra members a second that log in while the bench publishes, each leaving 2 s later, so that the room's viewer count changes every interval (0 to 200)")
 		fs.IntVar(&cfg.Tags, "tags", 0, "tag-targeted fanout with this many distinct member tag sets in 10 classes (0: untargeted)")
 		fs.StringVar(&cfg.Lane, "lane", "critical", "lane of the messages: critical, normal, bulk or mix (round robin)")
 		fs.IntVar(&cfg.Size, "size", 64, "message body size in bytes (24 to 16384)")
@@ -290,6 +292,13 @@ audience of each message; a receipt outside it is counted as leaked.
 --slow K adds K members that log in over a raw connection with a 4 KiB receive buffer and then
 never read; they count in no delivery figure, and the server's slow-reader closes over the run
 are reported (server_slow_reader_closes). Compare the others' p99 with and without them.
+
+--live-state has the raw members ask for the room's live state as the SDKs do (viewer counts,
+member notices, attributes; docs/protocol.md) and count those frames (live_frames). --churn C
+logs C extra members a second into the room while the bench publishes, each leaving 2 s later,
+so that the room's count changes every viewer interval: the viewer counts' worst case (a count
+that holds still sends nothing). The churning members count in no delivery figure. Compare
+deliveries per server CPU-second with and without --live-state, both with the same --churn.
 
 --client raw makes the members speak the protocol directly instead of through the SDK: the
 same deliveries for far less of the bench's CPU, for big runs on a machine the bench shares

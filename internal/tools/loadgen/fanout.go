@@ -69,6 +69,19 @@ type FanoutResult struct {
 	// ServerSlowReaderCloses counts the server's slow-reader closes over the run window.
 	Slow                   int     `json:"slow"`
 	ServerSlowReaderCloses float64 `json:"server_slow_reader_closes"`
+	// LiveState says the members asked for the room's live state (--live-state); LiveFrames
+	// counts the live state frames (viewer counts, member notices, attributes) they received
+	// from their login to the end, LiveFramesPerMemberMin that per member and minute of the
+	// run window.
+	LiveState              bool    `json:"live_state"`
+	LiveFrames             int64   `json:"live_frames"`
+	LiveFramesPerMemberMin float64 `json:"live_frames_per_member_min"`
+	// Churn is the extra members a second that logged in while the bench published, each
+	// staying churnLife (--churn); ChurnLogins counts those that did, ChurnFailed those that
+	// could not.
+	Churn       float64 `json:"churn"`
+	ChurnLogins int64   `json:"churn_logins"`
+	ChurnFailed int64   `json:"churn_failed"`
 
 	// Published counts messages the server API accepted, PublishFailed those it refused or
 	// did not answer; PublishedPerSec is the achieved publish rate.
@@ -152,6 +165,10 @@ func (r FanoutResult) String() string {
 	if r.Slow > 0 {
 		fmt.Fprintf(&b, "  slow        %d members never read; the server closed %.0f as slow readers\n", r.Slow, r.ServerSlowReaderCloses)
 	}
+	if r.LiveState || r.Churn > 0 {
+		fmt.Fprintf(&b, "  live state  asked=%v: %d frames (%.2f a member a minute); churn %g/s: %d extra logins, %d failed\n",
+			r.LiveState, r.LiveFrames, r.LiveFramesPerMemberMin, r.Churn, r.ChurnLogins, r.ChurnFailed)
+	}
 	fmt.Fprintf(&b, "  published   %d accepted, %d failed, %.1f/s, API answer p50 %.1fms p99 %.1fms\n",
 		r.Published, r.PublishFailed, r.PublishedPerSec, r.PublishP50MS, r.PublishP99MS)
 	fmt.Fprintf(&b, "  delivered   %d/%d (lost %d, lost_critical %d, dup %d, leaked %d, incomplete members %d), mean audience %.1f\n",
@@ -201,6 +218,10 @@ func (c Config) validateFanout() error {
 		return fmt.Errorf("bench: latency budget %v must be a whole number of milliseconds", c.LatencyBudget)
 	case c.Slow < 0 || c.Slow > 1000:
 		return fmt.Errorf("bench: slow must be 0 to 1000 members, got %d", c.Slow)
+	case c.LiveState && c.Client != ClientRaw:
+		return errors.New("bench: --live-state is for raw members (--client raw); the SDK always asks for the live state")
+	case c.Churn < 0 || c.Churn > 200:
+		return fmt.Errorf("bench: churn must be 0 to 200 logins a second, got %v", c.Churn)
 	case c.LoginRate < 0:
 		return fmt.Errorf("bench: login rate must be 0 (paced by --concurrency) or positive, got %v", c.LoginRate)
 	}
@@ -216,6 +237,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	res := FanoutResult{
 		Scenario: "fanout", N: cfg.N, Transport: cfg.Transport, Rate: cfg.Rate, Duration: cfg.Duration.Seconds(),
 		TickMS: cfg.Tick.Milliseconds(), LatencyBudgetMS: cfg.LatencyBudget.Milliseconds(), NoMerge: cfg.NoMerge, Lane: cfg.Lane, Size: cfg.Size, Tags: cfg.Tags,
+		LiveState: cfg.LiveState, Churn: cfg.Churn,
 	}
 	if err != nil {
 		return res, err
@@ -287,11 +309,17 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 		d := r.status().Delivered
 		r.progress("%s published %d/%d (%d failed), delivered %d", bar(sent, total), sent, total, failed, d)
 	})
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	churned := make(chan churnCounts, 1)
+	go func() { churned <- churn(churnCtx, cfg, r.hc, r.room, r.id) }()
 	if cfg.APIStream != "" {
 		pub.runStream(ctx, cfg.APIStream, tlsConfig(cfg.caPEM), cfg.Rate, cfg.Duration)
 	} else {
 		pub.run(ctx, cfg.Rate, cfg.Duration, cfg.Senders)
 	}
+	stopChurn()
+	cc := <-churned
+	res.ChurnLogins, res.ChurnFailed = cc.logins, cc.failed
 	stop()
 
 	stop = r.everySecond(func() {
@@ -324,6 +352,12 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	res.Lost = res.Expected - res.Delivered
 	res.LostCritical = res.ExpectedByLane.Critical - res.DeliveredByLane.Critical
 	res.Dup, res.Leaked, res.IncompleteMembers = rep.Dup, rep.Leaked, rep.Incomplete
+	res.LiveFrames = rep.LiveFrames
+	if rep.LastRecv > 0 && rep.LoginStart > 0 && res.Connected > 0 {
+		if mins := time.Duration(rep.LastRecv - rep.LoginStart).Minutes(); mins > 0 {
+			res.LiveFramesPerMemberMin = float64(rep.LiveFrames) / float64(res.Connected) / mins
+		}
+	}
 	if res.Published > 0 {
 		res.MeanAudience = float64(res.Expected) / float64(res.Published)
 	}
@@ -352,7 +386,7 @@ func RunFanout(ctx context.Context, cfg Config) (FanoutResult, error) {
 	}
 	res.P50MS, res.P99MS, res.MaxMS = quantiles(rep.Latency)
 	res.BenchCPUSeconds, res.BenchMaxRSSBytes = rep.CPUSeconds, rep.MaxRSSBytes
-	res.Errors = append(rep.Errors, pub.errors...)
+	res.Errors = append(append(rep.Errors, pub.errors...), cc.errs...)
 	if len(res.Errors) > maxErrors {
 		res.Errors = res.Errors[:maxErrors]
 	}

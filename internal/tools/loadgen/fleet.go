@@ -47,6 +47,8 @@ type spec struct {
 	CAPEM []byte `json:"ca_pem,omitempty"`
 	// TLSNoResume makes every TLS connection a full handshake (Config.TLSNoResume).
 	TLSNoResume bool `json:"tls_no_resume,omitempty"`
+	// LiveState has raw members ask for the room's live state (Config.LiveState).
+	LiveState bool `json:"live_state,omitempty"`
 }
 
 // tlsConfig is the clients' TLS config: trusting CAPEM's certificates, with one session cache
@@ -390,10 +392,11 @@ type report struct {
 	// Lanes counts distinct deliveries by clientpb.Lane.
 	Lanes      [4]int64 `json:"lanes"`
 	Dup        int64    `json:"dup"`
-	Leaked     int64    `json:"leaked"`     // receipts outside a message's audience
-	Thinned    int64    `json:"thinned"`    // messages the members' Pushes said were left out
-	Limited    int64    `json:"limited"`    // logins refused for now (4013, 4015), tried again after the server's hint
-	Incomplete int64    `json:"incomplete"` // members that missed some of the expected messages
+	Leaked     int64    `json:"leaked"`      // receipts outside a message's audience
+	Thinned    int64    `json:"thinned"`     // messages the members' Pushes said were left out
+	LiveFrames int64    `json:"live_frames"` // live state frames the raw members received
+	Limited    int64    `json:"limited"`     // logins refused for now (4013, 4015), tried again after the server's hint
+	Incomplete int64    `json:"incomplete"`  // members that missed some of the expected messages
 	// Groups counts the logged-in members by tag group (one group when untargeted), from
 	// which the parent computes each message's expected deliveries.
 	Groups     []int64 `json:"groups"`
@@ -448,6 +451,9 @@ func (f *fleet) finish(expect []int64) report {
 		r.Dup += m.dup
 		r.Leaked += m.leaked
 		r.Thinned += m.thinned
+		if rc, ok := m.c.(*rawClient); ok {
+			r.LiveFrames += rc.liveFrames.Load()
+		}
 		r.Groups[m.group]++
 		if m.group < len(expect) && m.distinct.Load() < expect[m.group] {
 			r.Incomplete++
@@ -532,7 +538,7 @@ func (f *fleet) close() {
 // server's hint plus a random part that grows with the attempts (up to 5 s), so that a bench
 // through the node's login and join limits loses nobody; until ctx ends.
 func (f *fleet) dialRawLimited(ctx context.Context, tok string, m *member) (*rawClient, error) {
-	hooks := rawHooks{onThinned: func(n int64) { m.thinned += n }}
+	hooks := rawHooks{liveState: f.spec.LiveState, onThinned: func(n int64) { m.thinned += n }}
 	if f.uploads != nil {
 		hooks.onAnswer = f.uploads.answer
 	}

@@ -95,6 +95,14 @@ type Config struct {
 	// a small receive buffer and then never read; they count in no delivery figure. Zero
 	// value means none.
 	Slow int
+	// LiveState has the raw members of fanout ask for the room's live state (viewer counts,
+	// member notices, attributes), as the SDKs do, and count the frames. Zero value means
+	// they do not (as clients before the live state).
+	LiveState bool
+	// Churn is how many extra members a second log in to the room (fanout) while it publishes,
+	// each leaving ChurnLife later, so that the room's count changes every viewer interval;
+	// they count in no delivery figure. Zero value means none.
+	Churn float64
 	// Batch is how many messages each server API request carries (fanout): more than 1 uses
 	// the batch send. Zero value means 1.
 	Batch int
@@ -286,6 +294,7 @@ func (r *runner) start(scenario string, rate float64, messageBuffer int) error {
 		Dispatcher: r.cfg.Dispatcher, App: r.cfg.App, Secret: r.cfg.Secret,
 		Transport: r.cfg.Transport, Room: r.room, Rooms: r.cfg.Rooms, Run: r.id, Concurrency: r.cfg.Concurrency,
 		MessageBuffer: messageBuffer, Tags: r.cfg.Tags, CAPEM: r.cfg.caPEM, TLSNoResume: r.cfg.TLSNoResume,
+		LiveState: r.cfg.LiveState,
 	}
 	switch scenario {
 	case "fanout", "conns", "login":
@@ -455,6 +464,7 @@ func merge(reps []report) report {
 		t.Dup += r.Dup
 		t.Leaked += r.Leaked
 		t.Thinned += r.Thinned
+		t.LiveFrames += r.LiveFrames
 		if len(t.Groups) < len(r.Groups) {
 			t.Groups = append(t.Groups, make([]int64, len(r.Groups)-len(t.Groups))...)
 		}

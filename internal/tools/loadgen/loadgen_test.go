@@ -370,6 +370,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad transport", func(c *loadgen.Config) { c.Transport = "udp" }, nil},
 		{"bad client", func(c *loadgen.Config) { c.Client = "curl" }, nil},
 		{"negative slow", func(c *loadgen.Config) { c.Slow = -1 }, nil},
+		{"live state from the SDK", func(c *loadgen.Config) { c.LiveState = true }, nil},
+		{"negative churn", func(c *loadgen.Config) { c.Churn = -1 }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok
@@ -499,4 +501,37 @@ func TestUploadLikes(t *testing.T) {
 		t.Errorf("%v counter windows for %d likes: want some, and fewer than the likes", res.CounterWindows, res.LikesSent)
 	}
 	requireFields(t, jsonFields(t, res), "likes_sent", "like_total_exact", "counter_windows_per_node_sec", "counter_frames_per_member_sec")
+}
+
+// TestFanoutLiveState: raw members that ask for the live state (--live-state) get the room's
+// viewer count, at least once each at login, while members come and go (--churn); the churning
+// members count in no delivery figure; members that do not ask get no live state frame.
+func TestFanoutLiveState(t *testing.T) {
+	t.Parallel()
+	oneLoad.Lock()
+	defer oneLoad.Unlock()
+	c := startCluster(t)
+	for _, live := range []bool{true, false} {
+		cfg := config(c, 20)
+		cfg.Client, cfg.LiveState, cfg.Churn = loadgen.ClientRaw, live, 20
+		cfg.Rate, cfg.Duration, cfg.Tick = 20, publishFor(), 50*time.Millisecond
+		res, err := loadgen.RunFanout(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(res)
+		if !res.OK() || res.Delivered != res.Expected || res.Dup != 0 {
+			t.Errorf("live state %v: %+v", live, res)
+		}
+		if res.ChurnLogins == 0 || res.ChurnFailed != 0 {
+			t.Errorf("live state %v: %d churning members logged in, %d failed (%v): want some, none failed", live, res.ChurnLogins, res.ChurnFailed, res.Errors)
+		}
+		switch {
+		case live && res.LiveFrames < 20:
+			t.Errorf("%d live state frames for 20 members that asked: want one each at least", res.LiveFrames)
+		case !live && res.LiveFrames != 0:
+			t.Errorf("%d live state frames for members that did not ask", res.LiveFrames)
+		}
+		requireFields(t, jsonFields(t, res), "live_state", "live_frames", "live_frames_per_member_min", "churn", "churn_logins")
+	}
 }

@@ -44,6 +44,9 @@ const (
 	frameError     = 8
 	frameKick      = 9
 	frameCounters  = 18 // CounterTotals
+	frameViewers   = 19 // ViewerCount
+	frameNotice    = 20 // MemberNotice
+	frameAttrs     = 21 // RoomAttributes
 	pushMessages   = 1
 	pushThinned    = 4
 	messageLane    = 5
@@ -93,6 +96,9 @@ type rawClient struct {
 	// the member's reader.
 	likes, likesVersion, counterFrames atomic.Int64
 	likeSeqs                           atomic.Uint64 // the member's likes sent
+	// liveFrames counts the live state frames received (ViewerCount, MemberNotice,
+	// RoomAttributes: a Login with live_state, fanout --live-state).
+	liveFrames atomic.Int64
 
 	mu   sync.Mutex // guards err
 	err  error
@@ -101,9 +107,13 @@ type rawClient struct {
 
 var errClosedByLoadgen = errors.New("bench: closed")
 
-// rawHooks are what a raw member hears besides messages (bench upload); nil fields are not
-// called. They run on the goroutine that reads the member's socket.
+// rawHooks are what a raw member asks for and hears besides messages (bench upload, fanout
+// --live-state); nil fields are not called. They run on the goroutine that reads the member's
+// socket.
 type rawHooks struct {
+	// liveState sets the Login's live_state: the member receives the room's viewer counts,
+	// member notices and attributes (counted in rawClient.liveFrames).
+	liveState bool
 	// onAnswer gets the answer to a Send: code 0 for a SendAck, else the Error's code.
 	onAnswer func(seq uint64, code uint32)
 	// onThinned gets the messages a Push says were left out of the member's stream.
@@ -130,7 +140,7 @@ func dialRaw(ctx context.Context, hc *http.Client, dispatcher, transport, token 
 	ep := eps[0] // a successful answer names at least one node
 	overTLS := ep.TCPTLS && transport == sdk.TransportTCP || strings.HasPrefix(ep.WSURL, "wss:") && transport != sdk.TransportTCP
 	login, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{
-		Token: token, Device: "bench", Client: "roomcast-bench-raw"}}})
+		Token: token, Device: "bench", Client: "roomcast-bench-raw", LiveState: hooks.liveState}}})
 	if err != nil {
 		return nil, err
 	}
@@ -461,6 +471,8 @@ func (c *rawClient) frame(b []byte) {
 				c.likes.Store(like)
 				c.likesVersion.Store(v)
 			}
+		case frameViewers, frameNotice, frameAttrs:
+			c.liveFrames.Add(1)
 		case frameHbAck:
 			var ack clientpb.HeartbeatAck
 			_ = proto.Unmarshal(v, &ack)
