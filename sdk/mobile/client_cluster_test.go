@@ -369,7 +369,10 @@ func TestCloseWithoutLeaks(t *testing.T) {
 				t.Error("Send succeeded after Close")
 			}
 			// Both the client's goroutines and the ChatLink's for this connection must be gone.
-			goleak.VerifyNone(t, before)
+			// A ChatLink reader that read for it and now waits for another connection's read is not
+			// the connection's: the node keeps it for up to a second (chatlink/polled.go), longer on
+			// a busy machine; one still reading has another function on top.
+			goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("roomcast/chatlink.(*Node).reader"))
 		})
 	}
 }
