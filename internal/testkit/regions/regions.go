@@ -120,6 +120,11 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 				if err := p.Start(); err != nil {
 					t.Fatalf("regions: proxy %s->%s: %v", from, to, err)
 				}
+				// Only from's servers may dial it (gatewayFromToxic), first in the upstream chain.
+				check := fmt.Sprintf(`{"type":"gateway_from","stream":"upstream","attributes":{"gateway":%q}}`, from)
+				if _, err := p.Toxics.AddToxicJson(strings.NewReader(check)); err != nil {
+					t.Fatalf("regions: gateway check on %s->%s: %v", from, to, err)
+				}
 				// Upstream is what from sends to, downstream what comes back on the connection.
 				for _, d := range []struct {
 					stream string

@@ -369,6 +369,23 @@ func TestRegionCut(t *testing.T) {
 	}
 	cutAt := sent
 	send(time.Now().Add(cut), true)
+	// Presence, in the home region, heard nothing from the cut region's ChatLinks for longer than
+	// their lease (3 s in the test cluster): it has dropped their sessions, and emitted a logout
+	// for each.
+	all, farMembers := float64(len(w.members)+1), 0.0 // the members and the sender
+	for _, m := range w.members {
+		if m.region == far {
+			farMembers++
+		}
+	}
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		sessions, logouts := metric(t, w.c, "roomcast_presence_sessions"), metric(t, w.c, `roomcast_presence_lease_end_logouts_total{result="emitted"}`)
+		if sessions != all-farMembers || logouts != farMembers {
+			return fmt.Errorf("presence counts %v sessions and emitted %v lease-end logouts at the end of the cut; want %v and %v (the cut region's dropped)",
+				sessions, logouts, all-farMembers, farMembers)
+		}
+		return nil
+	})
 	logMetrics(t, w.c, "before the heal: ", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
 	healStart := time.Now()
 	if err := w.sc.Heal(far); err != nil {
@@ -405,6 +422,14 @@ func TestRegionCut(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	// Once the cut region's reports arrive again, presence finds its counts short of theirs
+	// and asks those ChatLinks for a snapshot: their sessions are back.
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if sessions := metric(t, w.c, "roomcast_presence_sessions"); sessions != all {
+			return fmt.Errorf("presence counts %v sessions after the heal, want %v", sessions, all)
+		}
+		return nil
+	})
 
 	for _, region := range threeRegions {
 		least, most, gaps := sent, 0, 0
@@ -427,6 +452,28 @@ func TestRegionCut(t *testing.T) {
 	t.Logf("the far member's %d sends during the cut got: %v", farSent, farAnswers)
 	farMu.Unlock()
 	logMetrics(t, w.c, "at the end: ", "roomcast_chatlink_order_total", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
+}
+
+// metric returns the value of the series of c's metrics named series (with its labels), 0 if
+// it has none.
+func metric(t *testing.T, c *devcluster.Cluster, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", series, line)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // logMetrics logs the series of c's metrics whose names start with one of names.
