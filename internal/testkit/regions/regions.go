@@ -290,7 +290,8 @@ func (s *Supercluster) Gateway(from, to string) (GatewayStats, error) {
 // Cut breaks every gateway connection between region r and the others: the proxies close
 // the connections and refuse new ones until Heal, so the servers see their peers gone (as at a
 // link failure that resets connections, not one that drops packets silently) and keep trying
-// to reconnect. Clients of r's server stay connected to it.
+// to reconnect, in vain both ways: a proxy lets through only its own region's servers
+// (gatewayFromToxic). Clients of r's server stay connected to it.
 func (s *Supercluster) Cut(r string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
