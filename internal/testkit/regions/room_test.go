@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,33 @@ var (
 	dispatchRegion = map[string]string{"eu": "EU/DE", "na": "NA/US", "as": "AS/SG"}
 )
 
+// The harness's size: `make test` runs the tests at their short size (-short), `make chaos`
+// at the issue's (docs/regions.md), which is also their size without -short. Either is
+// overridden by the environment: sendEnv, how long TestRoomAcrossRegions's member sends, and
+// cutEnv, how long TestRegionCut cuts the far region (Go durations). A cut much longer than
+// 25 s fails TestRegionCut as it should: the ChatLinks' gap reads look 30 s back at most, and
+// the cut's first messages are lost (docs/regions.md).
+const (
+	sendEnv = "ROOMCAST_REGIONS_SEND"
+	cutEnv  = "ROOMCAST_REGIONS_CUT"
+)
+
+// size returns the duration env gives, or short with -short, or full.
+func size(t *testing.T, env string, short, full time.Duration) time.Duration {
+	t.Helper()
+	if v := os.Getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			t.Fatalf("%s=%q: want a duration of a second or more", env, v)
+		}
+		return d
+	}
+	if testing.Short() {
+		return short
+	}
+	return full
+}
+
 func delay(a, b string) time.Duration {
 	if d, ok := oneWay[[2]string{a, b}]; ok {
 		return d
@@ -49,10 +77,7 @@ func delay(a, b string) time.Duration {
 // delay plus 250 ms of the home region's.
 func TestRoomAcrossRegions(t *testing.T) {
 	t.Parallel()
-	duration := 60 * time.Second
-	if testing.Short() {
-		duration = 3 * time.Second
-	}
+	duration := size(t, sendEnv, 3*time.Second, 60*time.Second)
 	const (
 		perRegion = 2  // ChatLinks
 		perNode   = 3  // members on each ChatLink
@@ -279,10 +304,7 @@ func startWorld(t *testing.T, perRegion, perNode int, room string, opts ...testc
 // have every message, the room's history holding the whole cut.
 func TestRegionCut(t *testing.T) {
 	t.Parallel()
-	cut := 20 * time.Second
-	if testing.Short() {
-		cut = 5 * time.Second
-	}
+	cut := size(t, cutEnv, 5*time.Second, 20*time.Second)
 	const (
 		perRegion = 2
 		perNode   = 2
@@ -290,9 +312,10 @@ func TestRegionCut(t *testing.T) {
 		room      = "cut"
 		far       = "as"
 	)
-	// The room's history holds the whole run (20 a second for at most 25 s; the default keeps
-	// 100), so that the far ChatLinks can fill the cut's gap from it.
-	w := startWorld(t, perRegion, perNode, room, func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = 1000 })
+	// The room's history holds the whole run (20 a second for the cut and 5 s around it, 10 s
+	// to spare; the default keeps 100), so that the far ChatLinks can fill the cut's gap from it.
+	history := max(1000, rate*int((cut+15*time.Second).Seconds()))
+	w := startWorld(t, perRegion, perNode, room, func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = history })
 	farSender := w.members[len(w.members)-1].client // a member of the far region's last ChatLink
 
 	type tally struct {
