@@ -303,10 +303,11 @@ web-bench: web-deps browser-deps
 rules-check: debs
 	cd deploy/prometheus && promtool check rules roomcast.rules.yml && promtool test rules roomcast.rules.test.yml
 
-## kubernetes-check: deploy/kubernetes/roomcast.yaml decodes strictly into the Kubernetes API's
-## types (k8s.io/api, pinned by the go.mod of deploy/kubernetes/check, a module of its own so
-## that roomcast's does not require the Kubernetes API; the module proxy serves it, no schema is
-## fetched), and its selectors, ports and disruption budgets hold together.
+## kubernetes-check: deploy/kubernetes/roomcast.yaml and deploy/regions/kubernetes/*.yaml
+## decode strictly into the Kubernetes API's types (k8s.io/api, pinned by the go.mod of
+## deploy/kubernetes/check, a module of its own so that roomcast's does not require the
+## Kubernetes API; the module proxy serves it, no schema is fetched), and their selectors, ports
+## and disruption budgets hold together.
 kubernetes-check:
 	cd deploy/kubernetes/check && go vet ./... && go test -count=1 ./...
 
