@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -46,7 +47,10 @@ type k8sSet struct {
 						Name  string
 						Value string
 					}
-					Lifecycle struct {
+					ReadinessProbe k8sProbe `yaml:"readinessProbe"`
+					LivenessProbe  k8sProbe `yaml:"livenessProbe"`
+					StartupProbe   k8sProbe `yaml:"startupProbe"`
+					Lifecycle      struct {
 						PreStop struct {
 							Exec struct{ Command []string }
 						} `yaml:"preStop"`
@@ -55,6 +59,10 @@ type k8sSet struct {
 			}
 		}
 	}
+}
+
+type k8sProbe struct {
+	HTTPGet struct{ Path, Port string } `yaml:"httpGet"`
 }
 
 func readRegionManifest(t *testing.T, region string) regionManifest {
@@ -183,11 +191,25 @@ func TestDeployRegionsNATS(t *testing.T) {
 	}
 }
 
+// probePaths returns the HTTP paths of the probes of a region's NATS StatefulSet.
+func probePaths(t *testing.T, region string) []string {
+	t.Helper()
+	c := readRegionManifest(t, region).statefulSets["nats"].Spec.Template.Spec.Containers[0]
+	var paths []string
+	for _, p := range []k8sProbe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+		if p.HTTPGet.Port != "monitor" || p.HTTPGet.Path == "" {
+			t.Errorf("%s: a NATS probe asks %q on port %q, want the monitoring port", region, p.HTTPGet.Path, p.HTTPGet.Port)
+		}
+		paths = append(paths, p.HTTPGet.Path)
+	}
+	return paths
+}
+
 // startDeployRegions runs the regions' NATS configs as one supercluster in this process, three
 // servers a region as the StatefulSets run them, each config with only its addresses moved to
 // free local ports (a region's gateway address, its load balancer's, is its first server's
 // here) and its store to a temporary directory. It checks that every server has a gateway to
-// each other region, and that a client of a far region reaches JetStream in the home region: it
+// each other region, that its StatefulSet's probes answer 200 on its monitoring port, and that a client of a far region reaches JetStream in the home region: it
 // creates a KV bucket of 3 replicas, as the roles do with kv-replicas 3.
 func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 	t.Helper()
@@ -208,6 +230,8 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 		return host, mustAtoi(t, port)
 	}
 	var servers []*server.Server
+	monitor := map[*server.Server]string{} // the monitoring port's address
+	region := map[*server.Server]string{}
 	for _, r := range deployRegions {
 		a := at[r.name]
 		for i := range perRegion {
@@ -224,7 +248,9 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 			for _, g := range o.Gateway.Gateways {
 				g.URLs = []*url.URL{{Scheme: "nats", Host: at[g.Name].gateway[0]}}
 			}
-			o.HTTPPort, o.PidFile = 0, ""
+			mon := testkit.FreeAddr(t)
+			o.HTTPHost, o.HTTPPort = hostPort(mon)
+			o.PidFile = ""
 			o.StoreDir = t.TempDir()
 			o.NoLog, o.NoSigs = true, true
 			s, err := server.NewServer(o)
@@ -234,6 +260,7 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 			go s.Start()
 			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 			servers = append(servers, s)
+			monitor[s], region[s] = mon, r.name
 		}
 	}
 	testkit.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
@@ -250,6 +277,26 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 			}
 			if len(to) != len(deployRegions)-1 {
 				return fmt.Errorf("%s (gateway %s) has gateways to %v, want every other region", s.Name(), gz.Name, to)
+			}
+		}
+		return nil
+	})
+	paths := map[string][]string{}
+	for _, r := range deployRegions {
+		paths[r.name] = probePaths(t, r.name)
+	}
+	testkit.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		for _, s := range servers {
+			for _, path := range paths[region[s]] {
+				resp, err := http.Get("http://" + monitor[s] + path)
+				if err != nil {
+					return err
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("%s %s: %s %s", s.Name(), path, resp.Status, body)
+				}
 			}
 		}
 		return nil
