@@ -17,7 +17,7 @@ VERSITYGW_VERSION := v1.8.0
 # gobind copies into the bindings. Read on use, so that only `tools` runs `go list`.
 GOBIND_VERSION = $(shell go list -m -f '{{.Version}}' golang.org/x/mobile)
 
-.PHONY: all build cross test test-long tools debs gotools proto proto-check lint vet unit unit-long docs-check fuzz chaos chaos-ci
+.PHONY: all build cross test test-long tools debs gotools proto proto-check lint vet unit unit-long docs-check fuzz chaos chaos-ci chaos-regions
 .PHONY: mobile-test
 .PHONY: web-deps browser-deps demo-deps web-proto web-build web-check web-unit web-browser web-test web-bench \
 	demo-build demo-check demo-test console-test
@@ -169,10 +169,20 @@ unit-long:
 ## nats-server, two services, two ChatLinks, versitygw, the CDN pusher); -short skips them in
 ## `unit`, so they run here, one at a time, without -race (the processes are the subject). Each
 ## case writes its figures into docs/reliability.md's results table. The reconnect storm runs
-## with 15,000 clients here (ROOMCAST_CHAOS_STORM), with 2,000 elsewhere.
+## with 15,000 clients here (ROOMCAST_CHAOS_STORM), with 2,000 elsewhere. Then the wide-area
+## harness (internal/testkit/regions, docs/regions.md) at the issue's size, one test at a time:
+## TestRoomAcrossRegions sending 20 msgs/s for 60 s (ROOMCAST_REGIONS_SEND) and TestRegionCut
+## cutting a region for 20 s (ROOMCAST_REGIONS_CUT); `make test` runs them at 3 s and 5 s.
 CHAOS = ROOMCAST_CHAOS_REPORT=$(CURDIR)/docs/reliability.md go test -count=1 -v -timeout 10m
+REGIONS_CHAOS = ROOMCAST_REGIONS_SEND=60s ROOMCAST_REGIONS_CUT=20s go test -count=1 -v -timeout 10m -parallel 1 \
+	-run '^(TestRoomAcrossRegions|TestRegionCut)$$' ./internal/testkit/regions
 chaos: tools
 	ROOMCAST_CHAOS_STORM=15000 $(CHAOS) ./test/chaos
+	$(REGIONS_CHAOS)
+
+## chaos-regions: the wide-area harness alone, at the size `make chaos` runs it.
+chaos-regions:
+	$(REGIONS_CHAOS)
 
 # The cases that fail some runs for a reason not fixed yet, each a known failure of
 # docs/reliability.md: `make chaos` runs them, CI (chaos-ci) leaves them out until fixed.
@@ -293,10 +303,11 @@ web-bench: web-deps browser-deps
 rules-check: debs
 	cd deploy/prometheus && promtool check rules roomcast.rules.yml && promtool test rules roomcast.rules.test.yml
 
-## kubernetes-check: deploy/kubernetes/roomcast.yaml decodes strictly into the Kubernetes API's
-## types (k8s.io/api, pinned by the go.mod of deploy/kubernetes/check, a module of its own so
-## that roomcast's does not require the Kubernetes API; the module proxy serves it, no schema is
-## fetched), and its selectors, ports and disruption budgets hold together.
+## kubernetes-check: deploy/kubernetes/roomcast.yaml and deploy/regions/kubernetes/*.yaml
+## decode strictly into the Kubernetes API's types (k8s.io/api, pinned by the go.mod of
+## deploy/kubernetes/check, a module of its own so that roomcast's does not require the
+## Kubernetes API; the module proxy serves it, no schema is fetched), and their selectors, ports
+## and disruption budgets hold together.
 kubernetes-check:
 	cd deploy/kubernetes/check && go vet ./... && go test -count=1 ./...
 

@@ -21,9 +21,12 @@ const (
 	ReasonNodeRestarted = "node restarted"
 )
 
-// BucketLeaseEnds is the JetStream KV bucket that elects, for each node boot that ends, the one
+// BucketLeaseEnds is the JetStream KV bucket that elects, for each end of a node's lease, the one
 // instance that emits its sessions' logouts: every instance sees the lease end on its own clock,
-// and the first to create the key "<node>.<boot>" emits. Keys live leaseEndsTTL.
+// and the first to create the key "<node>.<boot>.<seq>" emits, seq being the last of the node's
+// stream the instance took in. The seq tells one end from the next of the same boot: a node
+// whose reports stopped (a region cut off) and came back can lose its lease again, and its
+// sessions' logouts are owed again. Keys live leaseEndsTTL.
 const BucketLeaseEnds = "rc_presence_ends"
 
 const (
@@ -36,6 +39,7 @@ const (
 // endedNode is a node whose sessions were dropped, with their logins.
 type endedNode struct {
 	node, boot, reason string
+	seq                uint64 // the last of the node's stream taken in before the end
 	sessions           []*buspb.SessionEvent
 }
 
@@ -60,7 +64,7 @@ func openLeaseEnds(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.
 // better than a ghost that never goes.
 func (s *Service) emitLeaseEnd(end endedNode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_, err := s.ends.Create(ctx, end.node+"."+end.boot, []byte(end.reason))
+	_, err := s.ends.Create(ctx, fmt.Sprintf("%s.%s.%d", end.node, end.boot, end.seq), []byte(end.reason))
 	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):

@@ -173,3 +173,131 @@ func webhook(t *testing.T) (hook *httptest.Server, posted func() []presence.Webh
 		return slices.Clone(events)
 	}
 }
+
+// TestLeaseEndsTwice: a node whose reports stop (a region cut off from the services) loses its
+// lease with its sessions still connected; its reports come back (the cut heals), presence takes
+// its sessions back from its snapshot, and its reports stop again. Each lease end owes the
+// node's sessions their logouts: the second too, although the node has the same boot. The node
+// is the test's own, publishing its session stream on the bus as a ChatLink does.
+func TestLeaseEndsTwice(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond // the lease is 3 intervals
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
+		cfg.ServiceInstances, cfg.LeaseInterval = 2, interval
+	})
+	nc, err := bus.Connect(c.NATSURL(), "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var evMu sync.Mutex
+	var logouts []*buspb.SessionEvent
+	sub, err := nc.Subscribe(bus.AppEventsSubject(devcluster.App), func(m *nats.Msg) {
+		var evs buspb.SessionEvents
+		if proto.Unmarshal(m.Data, &evs) != nil {
+			return
+		}
+		evMu.Lock()
+		defer evMu.Unlock()
+		for _, ev := range evs.Events {
+			if ev.Kind == buspb.SessionEvent_KIND_LOGOUT && ev.Node == "far-1" {
+				logouts = append(logouts, ev)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+
+	const node, boot = "far-1", "boot-1"
+	login := &buspb.SessionEvent{
+		Kind: buspb.SessionEvent_KIND_LOGIN, App: devcluster.App, Uid: "ann", Room: "r1", Node: node,
+		SessionId: "far-1-s1", Device: "web", TimeMs: time.Now().UnixMilli(),
+	}
+	var seqMu sync.Mutex // guards seq, the node's stream's last
+	var seq uint64
+	publish := func(subject string, m func(seq uint64) proto.Message) {
+		seqMu.Lock()
+		defer seqMu.Unlock()
+		seq++
+		if err := bus.Publish(nc, subject, m(seq)); err != nil {
+			t.Error(err)
+		}
+	}
+	// reporting renews the node's lease, reporting its one session, until the function it
+	// returns is called.
+	reporting := func() (stop func()) {
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				publish(bus.SubjectSessionsReport, func(seq uint64) proto.Message {
+					return &buspb.NodeReport{Node: node, Boot: boot, Seq: seq, TimeMs: time.Now().UnixMilli(), Sessions: 1, Last: true}
+				})
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		return func() { close(done); <-stopped }
+	}
+	online := func(want int) {
+		t.Helper()
+		for _, p := range c.Presences {
+			testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+				if n := p.Sessions(); n != want {
+					return fmt.Errorf("a presence instance knows %d sessions, want %d", n, want)
+				}
+				return nil
+			})
+		}
+	}
+	loggedOut := func(want int) {
+		t.Helper()
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			evMu.Lock()
+			defer evMu.Unlock()
+			if len(logouts) != want {
+				return fmt.Errorf("%d logouts of the node's session, want %d", len(logouts), want)
+			}
+			return nil
+		})
+	}
+
+	publish(bus.SubjectPresenceEvents, func(seq uint64) proto.Message {
+		return &buspb.SessionEvents{Node: node, Boot: boot, Seq: seq, Events: []*buspb.SessionEvent{login}}
+	})
+	stop := reporting()
+	online(1)
+	// The reports stop: the lease ends, and the session gets its logout.
+	stop()
+	loggedOut(1)
+	online(0)
+	// They come back, with the node's snapshot (what it sends when presence asks, after two
+	// reports that disagree with its view).
+	stop = reporting()
+	publish(bus.SubjectSessionsSnapshot, func(seq uint64) proto.Message {
+		return &buspb.NodeSnapshot{Node: node, Boot: boot, Seq: seq, Sessions: []*buspb.SessionEvent{login}, Last: true}
+	})
+	online(1)
+	// They stop again: the session is dropped again, and its logout owed again.
+	stop()
+	loggedOut(2)
+	online(0)
+	// Once each, though two instances saw each end.
+	time.Sleep(5 * interval)
+	loggedOut(2)
+	evMu.Lock()
+	defer evMu.Unlock()
+	for _, ev := range logouts {
+		if ev.Reason != presence.ReasonLeaseEnded || ev.SessionId != login.SessionId {
+			t.Errorf("logout %v: want session %s, reason %q", ev, login.SessionId, presence.ReasonLeaseEnded)
+		}
+	}
+}

@@ -236,7 +236,7 @@ func (s *Service) dropNodeLocked(node, reason string) {
 	if v == nil {
 		return
 	}
-	end := endedNode{node: node, boot: v.boot, reason: reason, sessions: s.clearNodeLocked(v)}
+	end := endedNode{node: node, boot: v.boot, reason: reason, seq: v.seq, sessions: s.clearNodeLocked(v)}
 	if len(end.sessions) > 0 {
 		s.ended = append(s.ended, end)
 	}

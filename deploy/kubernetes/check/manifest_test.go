@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -16,10 +17,22 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const manifest = "../roomcast.yaml"
+// The manifests, each with how many objects of each kind of workload and disruption budget it
+// holds: the one-region deployment, and the three regions of the reference deployment of
+// docs/regions.md (NATS runs in each region's cluster there, a StatefulSet; the services and
+// the CDN pushers in the home region only).
+var manifests = []struct {
+	path  string
+	kinds map[string]int
+}{
+	{"../roomcast.yaml", map[string]int{"Deployment": 2, "StatefulSet": 1, "PodDisruptionBudget": 3}},
+	{"../../regions/kubernetes/eu.yaml", map[string]int{"Deployment": 2, "StatefulSet": 2, "PodDisruptionBudget": 4}},
+	{"../../regions/kubernetes/na.yaml", map[string]int{"Deployment": 0, "StatefulSet": 2, "PodDisruptionBudget": 2}},
+	{"../../regions/kubernetes/as.yaml", map[string]int{"Deployment": 0, "StatefulSet": 2, "PodDisruptionBudget": 2}},
+}
 
-// documents splits the manifest into its YAML documents, each as its own bytes.
-func documents(t *testing.T) [][]byte {
+// documents splits a manifest into its YAML documents, each as its own bytes.
+func documents(t *testing.T, manifest string) [][]byte {
 	t.Helper()
 	data, err := os.ReadFile(manifest)
 	if err != nil {
@@ -50,16 +63,22 @@ type workload struct {
 	template corev1.PodTemplateSpec
 }
 
-// TestManifest decodes every object of the manifest strictly into its API type, and checks
+// TestManifest decodes every object of each manifest strictly into its API type, and checks
 // what the API server would only find at run time: selectors that select their pods, probes,
 // hooks and Services that name ports the containers have, and a PodDisruptionBudget for every
 // workload.
 func TestManifest(t *testing.T) {
+	for _, m := range manifests {
+		t.Run(filepath.Base(m.path), func(t *testing.T) { checkManifest(t, m.path, m.kinds) })
+	}
+}
+
+func checkManifest(t *testing.T, manifest string, want map[string]int) {
 	var workloads []workload
 	var services []corev1.Service
 	var budgets []policyv1.PodDisruptionBudget
 	kinds := map[string]int{}
-	for i, doc := range documents(t) {
+	for i, doc := range documents(t, manifest) {
 		var meta v1.TypeMeta
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			t.Fatalf("document %d: %v", i+1, err)
@@ -95,8 +114,10 @@ func TestManifest(t *testing.T) {
 			budgets = append(budgets, *o)
 		}
 	}
-	if kinds["Deployment"] != 2 || kinds["StatefulSet"] != 1 || kinds["PodDisruptionBudget"] != 3 {
-		t.Errorf("objects by kind %v: want the services and CDN pushers as Deployments, the ChatLinks as a StatefulSet, a PodDisruptionBudget each", kinds)
+	for kind, n := range want {
+		if kinds[kind] != n {
+			t.Errorf("%d objects of kind %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
+		}
 	}
 	podLabels := func(w workload) labels.Set { return labels.Set(w.template.Labels) }
 	for _, w := range workloads {

@@ -120,6 +120,11 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 				if err := p.Start(); err != nil {
 					t.Fatalf("regions: proxy %s->%s: %v", from, to, err)
 				}
+				// Only from's servers may dial it (gatewayFromToxic), first in the upstream chain.
+				check := fmt.Sprintf(`{"type":"gateway_from","stream":"upstream","attributes":{"gateway":%q}}`, from)
+				if _, err := p.Toxics.AddToxicJson(strings.NewReader(check)); err != nil {
+					t.Fatalf("regions: gateway check on %s->%s: %v", from, to, err)
+				}
 				// Upstream is what from sends to, downstream what comes back on the connection.
 				for _, d := range []struct {
 					stream string
@@ -285,7 +290,8 @@ func (s *Supercluster) Gateway(from, to string) (GatewayStats, error) {
 // Cut breaks every gateway connection between region r and the others: the proxies close
 // the connections and refuse new ones until Heal, so the servers see their peers gone (as at a
 // link failure that resets connections, not one that drops packets silently) and keep trying
-// to reconnect. Clients of r's server stay connected to it.
+// to reconnect, in vain both ways: a proxy lets through only its own region's servers
+// (gatewayFromToxic). Clients of r's server stay connected to it.
 func (s *Supercluster) Cut(r string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

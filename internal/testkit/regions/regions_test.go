@@ -2,6 +2,8 @@ package regions_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,11 +80,45 @@ func TestSupercluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What c publishes reaches a, until the cut.
+	var up atomic.Int64
+	if _, err := a.Subscribe("up", func(*nats.Msg) { up.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if err := c.Publish("up", nil); err != nil {
+			return err
+		}
+		if up.Load() == 0 {
+			return errors.New("nothing published in c reached a")
+		}
+		return nil
+	})
+
 	if err := sc.Cut("c"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Request("echo", nil, 500*time.Millisecond); err == nil {
 		t.Errorf("a request crossed to a cut region")
+	}
+	// The cut holds both ways for as long as it lasts: c's servers, retrying their gateways
+	// every second or so, do not get through the proxies of the links between the others
+	// (whose addresses they learnt by gossip). 3 s: three of their retries.
+	upAtCut := up.Load()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if err := c.Publish("up", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * sc.Delay("a", "c")) // what could be on its way
+	if n := up.Load() - upAtCut; n > 0 {
+		t.Errorf("%d messages published in the cut region c reached a", n)
 	}
 	if err := sc.Heal("c"); err != nil {
 		t.Fatal(err)

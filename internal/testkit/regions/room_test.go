@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,33 @@ var (
 	dispatchRegion = map[string]string{"eu": "EU/DE", "na": "NA/US", "as": "AS/SG"}
 )
 
+// The harness's size: `make test` runs the tests at their short size (-short), `make chaos`
+// at the issue's (docs/regions.md), which is also their size without -short. Either is
+// overridden by the environment: sendEnv, how long TestRoomAcrossRegions's member sends, and
+// cutEnv, how long TestRegionCut cuts the far region (Go durations). A cut much longer than
+// 25 s fails TestRegionCut as it should: the ChatLinks' gap reads look 30 s back at most, and
+// the cut's first messages are lost (docs/regions.md).
+const (
+	sendEnv = "ROOMCAST_REGIONS_SEND"
+	cutEnv  = "ROOMCAST_REGIONS_CUT"
+)
+
+// size returns the duration env gives, or short with -short, or full.
+func size(t *testing.T, env string, short, full time.Duration) time.Duration {
+	t.Helper()
+	if v := os.Getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			t.Fatalf("%s=%q: want a duration of a second or more", env, v)
+		}
+		return d
+	}
+	if testing.Short() {
+		return short
+	}
+	return full
+}
+
 func delay(a, b string) time.Duration {
 	if d, ok := oneWay[[2]string{a, b}]; ok {
 		return d
@@ -49,10 +77,7 @@ func delay(a, b string) time.Duration {
 // delay plus 250 ms of the home region's.
 func TestRoomAcrossRegions(t *testing.T) {
 	t.Parallel()
-	duration := 60 * time.Second
-	if testing.Short() {
-		duration = 3 * time.Second
-	}
+	duration := size(t, sendEnv, 3*time.Second, 60*time.Second)
 	const (
 		perRegion = 2  // ChatLinks
 		perNode   = 3  // members on each ChatLink
@@ -279,10 +304,7 @@ func startWorld(t *testing.T, perRegion, perNode int, room string, opts ...testc
 // have every message, the room's history holding the whole cut.
 func TestRegionCut(t *testing.T) {
 	t.Parallel()
-	cut := 20 * time.Second
-	if testing.Short() {
-		cut = 5 * time.Second
-	}
+	cut := size(t, cutEnv, 5*time.Second, 20*time.Second)
 	const (
 		perRegion = 2
 		perNode   = 2
@@ -290,9 +312,10 @@ func TestRegionCut(t *testing.T) {
 		room      = "cut"
 		far       = "as"
 	)
-	// The room's history holds the whole run (20 a second for at most 25 s; the default keeps
-	// 100), so that the far ChatLinks can fill the cut's gap from it.
-	w := startWorld(t, perRegion, perNode, room, func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = 1000 })
+	// The room's history holds the whole run (20 a second for the cut and 5 s around it, 10 s
+	// to spare; the default keeps 100), so that the far ChatLinks can fill the cut's gap from it.
+	history := max(1000, rate*int((cut+15*time.Second).Seconds()))
+	w := startWorld(t, perRegion, perNode, room, func(cfg *devcluster.Config) { cfg.Room.HistoryPerRoom = history })
 	farSender := w.members[len(w.members)-1].client // a member of the far region's last ChatLink
 
 	type tally struct {
@@ -369,6 +392,23 @@ func TestRegionCut(t *testing.T) {
 	}
 	cutAt := sent
 	send(time.Now().Add(cut), true)
+	// Presence, in the home region, heard nothing from the cut region's ChatLinks for longer than
+	// their lease (3 s in the test cluster): it has dropped their sessions, and emitted a logout
+	// for each.
+	all, farMembers := float64(len(w.members)+1), 0.0 // the members and the sender
+	for _, m := range w.members {
+		if m.region == far {
+			farMembers++
+		}
+	}
+	testkit.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		sessions, logouts := metric(t, w.c, "roomcast_presence_sessions"), metric(t, w.c, `roomcast_presence_lease_end_logouts_total{result="emitted"}`)
+		if sessions != all-farMembers || logouts != farMembers {
+			return fmt.Errorf("presence counts %v sessions and emitted %v lease-end logouts at the end of the cut; want %v and %v (the cut region's dropped)",
+				sessions, logouts, all-farMembers, farMembers)
+		}
+		return nil
+	})
 	logMetrics(t, w.c, "before the heal: ", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
 	healStart := time.Now()
 	if err := w.sc.Heal(far); err != nil {
@@ -405,6 +445,14 @@ func TestRegionCut(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	// Once the cut region's reports arrive again, presence finds its counts short of theirs
+	// and asks those ChatLinks for a snapshot: their sessions are back.
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if sessions := metric(t, w.c, "roomcast_presence_sessions"); sessions != all {
+			return fmt.Errorf("presence counts %v sessions after the heal, want %v", sessions, all)
+		}
+		return nil
+	})
 
 	for _, region := range threeRegions {
 		least, most, gaps := sent, 0, 0
@@ -427,6 +475,28 @@ func TestRegionCut(t *testing.T) {
 	t.Logf("the far member's %d sends during the cut got: %v", farSent, farAnswers)
 	farMu.Unlock()
 	logMetrics(t, w.c, "at the end: ", "roomcast_chatlink_order_total", "roomcast_presence_sessions", "roomcast_presence_lease_end_logouts_total")
+}
+
+// metric returns the value of the series of c's metrics named series (with its labels), 0 if
+// it has none.
+func metric(t *testing.T, c *devcluster.Cluster, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", series, line)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // logMetrics logs the series of c's metrics whose names start with one of names.
