@@ -193,6 +193,11 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
 		}
+	case *clientpb.Frame_ModerateRequest:
+		c.node.m.framesIn.WithLabelValues("moderate").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.moderate(k.ModerateRequest) // moderate.go
+		}
 	case *clientpb.Frame_CounterAdd:
 		c.node.m.frameCounter.Inc()
 		if c.requireLive() {
