@@ -66,6 +66,7 @@ func TestModerators(t *testing.T) {
 			t.FailNow()
 		}
 		t.Cleanup(func() { v.cl.Close() })
+		testcluster.WaitOnline(t, c, uid) // moderators act on members presence knows
 		return v.cl
 	}
 	lecturer := dial(0, "lecturer", "role:lecturer")

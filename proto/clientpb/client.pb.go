@@ -2581,7 +2581,7 @@ type ModerateRequest struct {
 	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
 	// MUTE: how long, in milliseconds. 0: until unmuted. Not negative.
 	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	// REMOVE: told to the member in its Kick frame. At most 128 bytes of UTF-8.
+	// REMOVE: told to the member in its Kick frame. At most 256 bytes of UTF-8.
 	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

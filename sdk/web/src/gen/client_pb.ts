@@ -1204,7 +1204,7 @@ export type ModerateRequest = Message<"roomcast.v1.ModerateRequest"> & {
   durationMs: bigint;
 
   /**
-   * REMOVE: told to the member in its Kick frame. At most 128 bytes of UTF-8.
+   * REMOVE: told to the member in its Kick frame. At most 256 bytes of UTF-8.
    *
    * @generated from field: string reason = 5;
    */
