@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,12 +68,23 @@ func (s *Service) moderate(ctx context.Context, req *buspb.ModerateBusRequest) *
 	if !roomWide && !s.holds(st.GetModeratorExpr(), req.Tags, req.Uid) {
 		return refuse(clientpb.ErrorCode_ERROR_CODE_NOT_MODERATOR, 0, "you are not a moderator of this room")
 	}
+	var scope []string // a scoped moderator's tags of the room's prefix
+	if prefix := st.GetModeratorScopePrefix(); !roomWide && prefix != "" {
+		for _, t := range req.Tags {
+			if strings.HasPrefix(t, prefix) {
+				scope = append(scope, t)
+			}
+		}
+		if len(scope) == 0 {
+			return refuse(clientpb.ErrorCode_ERROR_CODE_OUTSIDE_SCOPE, 0, fmt.Sprintf("you have no %s tag, so no member is in your scope", prefix))
+		}
+	}
 	sessions, rep := s.sessionsIn(ctx, req.App, req.Room, r.Uid)
 	if rep != nil {
 		return rep
 	}
 	if !roomWide {
-		if rep := s.inScope(ctx, req, st, sessions); rep != nil {
+		if rep := s.inScope(ctx, req, st, scope, sessions); rep != nil {
 			return rep
 		}
 	}
@@ -129,8 +139,8 @@ func checkModerate(req *buspb.ModerateBusRequest) *buspb.Reply {
 		return bad("duration_ms is for mute")
 	case r.Reason != "" && r.Op != clientpb.ModerateOp_MODERATE_OP_REMOVE:
 		return bad("reason is for remove")
-	case len(r.Reason) > maxModerateReason || !utf8.ValidString(r.Reason):
-		return bad("reason must be valid UTF-8 of at most %d bytes", maxModerateReason)
+	case len(r.Reason) > maxModerateReason: // valid UTF-8: protobuf decodes no other string
+		return bad("reason must be at most %d bytes", maxModerateReason)
 	}
 	return nil
 }
@@ -164,20 +174,11 @@ func (s *Service) sessionsIn(ctx context.Context, app, room, uid string) ([]*bus
 
 // inScope checks that each of the target's sessions in the room is within a scoped moderator's
 // scope, by the tags its node holds for it now (the app server may have changed them since the
-// login): it shares one of the moderator's tags that start with the room's
+// login): it holds one of scope, the moderator's tags that start with the room's
 // moderator_scope_prefix (any member, with no prefix), and it is not a room-wide moderator.
-func (s *Service) inScope(ctx context.Context, req *buspb.ModerateBusRequest, st *roompb.RoomSettings, sessions []*buspb.SessionEvent) *buspb.Reply {
+func (s *Service) inScope(ctx context.Context, req *buspb.ModerateBusRequest, st *roompb.RoomSettings, scope []string, sessions []*buspb.SessionEvent) *buspb.Reply {
 	target := req.Request.Uid
 	prefix := st.GetModeratorScopePrefix()
-	var scope []string
-	for _, t := range req.Tags {
-		if prefix != "" && strings.HasPrefix(t, prefix) {
-			scope = append(scope, t)
-		}
-	}
-	if prefix != "" && len(scope) == 0 {
-		return refuse(clientpb.ErrorCode_ERROR_CODE_OUTSIDE_SCOPE, 0, fmt.Sprintf("you have no %s tag, so no member is in your scope", prefix))
-	}
 	found := 0
 	for node := range byNode(sessions) {
 		var rep buspb.NodeControlReply
