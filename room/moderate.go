@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -182,8 +181,8 @@ func (s *Service) inScope(ctx context.Context, req *buspb.ModerateBusRequest, st
 	found := 0
 	for node := range byNode(sessions) {
 		var rep buspb.NodeControlReply
-		list := &buspb.NodeControl{Op: buspb.NodeControl_OP_MEMBERS, App: req.App, Room: req.Room,
-			TagExpr: "uid == " + strconv.Quote(target)}
+		// By uid, not by a tag expression reading uid: that is evaluated per member of the room.
+		list := &buspb.NodeControl{Op: buspb.NodeControl_OP_MEMBERS, App: req.App, Room: req.Room, Uid: target}
 		if err := bus.Request(ctx, s.cfg.Bus, bus.NodeSubject(node), list, &rep); err != nil {
 			return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, fmt.Sprintf("node %s did not answer", node))
 		}

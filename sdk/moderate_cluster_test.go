@@ -69,7 +69,7 @@ func TestModerators(t *testing.T) {
 		testcluster.WaitOnline(t, c, uid) // moderators act on members presence knows
 		return v.cl
 	}
-	lecturer := dial(0, "lecturer", "role:lecturer")
+	lecturer := dial(1, "lecturer", "role:lecturer")
 	asst1 := dial(0, "asst1", "role:assistant", "class:1")
 	dial(1, "asst2", "role:assistant", "class:2")
 	s1 := dial(1, "s1", "class:1") // asst1's class, on the other ChatLink
@@ -140,7 +140,7 @@ func TestModerators(t *testing.T) {
 		return send(s1)
 	})
 
-	// The lecturer acts on every class: removes s2 (of class 2) from the other ChatLink's side.
+	// The lecturer acts on every class: removes s2 (of class 2, on the other ChatLink).
 	if n, err := lecturer.Remove(ctx, "s2", "off topic"); err != nil || n != 1 {
 		t.Fatalf("lecturer removes s2: %d, %v", n, err)
 	}

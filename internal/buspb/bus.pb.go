@@ -84,8 +84,8 @@ const (
 	NodeControl_OP_KICK NodeControl_Op = 1
 	// Push message to the sessions listed (of uid, when set).
 	NodeControl_OP_DELIVER NodeControl_Op = 2
-	// List the members of room (with tag and satisfying tag_expr, when set) after the session
-	// id after, at most limit.
+	// List the members of room (of uid, with tag and satisfying tag_expr, when set) after the
+	// session id after, at most limit.
 	NodeControl_OP_MEMBERS NodeControl_Op = 3
 	// Close uid's sessions in room and refuse its logins there that are already past the room
 	// service's check (a ban racing a login).
