@@ -36,6 +36,10 @@ const moderateTimeout = 2 * time.Second
 // maxModerateReason bounds the reason a removal tells the member (the server API's bound).
 const maxModerateReason = 256
 
+// maxMuteMs bounds a timed mute (a year); longer ones are mutes until unmuted (0). It keeps the
+// mute's end from overflowing into the past, which would lift it at once.
+const maxMuteMs = 365 * 24 * 60 * 60 * 1000
+
 // removedReason is what a removed member is told when the moderator gave no reason.
 const removedReason = "removed by a moderator"
 
@@ -134,6 +138,8 @@ func checkModerate(req *buspb.ModerateBusRequest) *buspb.Reply {
 		return bad("a moderator does not act on themselves")
 	case r.DurationMs < 0:
 		return bad("duration_ms must not be negative")
+	case r.DurationMs > maxMuteMs:
+		return bad("duration_ms must be at most %d (a year); 0 mutes until unmuted", maxMuteMs)
 	case r.DurationMs != 0 && r.Op != clientpb.ModerateOp_MODERATE_OP_MUTE:
 		return bad("duration_ms is for mute")
 	case r.Reason != "" && r.Op != clientpb.ModerateOp_MODERATE_OP_REMOVE:

@@ -64,6 +64,7 @@ func TestModerateRefusals(t *testing.T) {
 		{"a uid with a space", req("open", assistant, mute("a b")), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uid"},
 		{"themselves", req("open", assistant, mute("mod")), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "themselves"},
 		{"negative duration", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "x", DurationMs: -1}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "negative"},
+		{"duration past a year", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "x", DurationMs: 1 << 62}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "a year"},
 		{"duration with remove", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: "x", DurationMs: 5}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms is for mute"},
 		{"reason with mute", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "x", Reason: "r"}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason is for remove"},
 		{"long reason", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: "x", Reason: strings.Repeat("r", 257)}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "256 bytes"},

@@ -2579,7 +2579,7 @@ type ModerateRequest struct {
 	Op  ModerateOp `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.ModerateOp" json:"op,omitempty"`
 	// The member acted on: a uid with a session in the room (1-128 characters of A-Z a-z 0-9 _ -).
 	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	// MUTE: how long, in milliseconds. 0: until unmuted. Not negative.
+	// MUTE: how long, in milliseconds. 0: until unmuted. At most a year (31536000000).
 	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	// REMOVE: told to the member in its Kick frame. At most 256 bytes of UTF-8.
 	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`

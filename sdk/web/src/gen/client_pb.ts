@@ -1197,7 +1197,7 @@ export type ModerateRequest = Message<"roomcast.v1.ModerateRequest"> & {
   uid: string;
 
   /**
-   * MUTE: how long, in milliseconds. 0: until unmuted. Not negative.
+   * MUTE: how long, in milliseconds. 0: until unmuted. At most a year (31536000000).
    *
    * @generated from field: int64 duration_ms = 4;
    */
