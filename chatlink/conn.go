@@ -114,6 +114,8 @@ type connSends struct {
 	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go):
 	// here rather than in conn, whose every byte each idle connection pays.
 	counterRate ratelimit.Bucket
+	// moderateRate holds the member's ModerateRequests to moderatePerConn (moderate.go).
+	moderateRate ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.

@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -10,9 +11,16 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
+	"roomcast/internal/ratelimit"
 	"roomcast/internal/tracing"
 	"roomcast/proto/clientpb"
 )
+
+// moderatePerConn bounds a connection's moderate requests: a person's clicks, not a script's.
+var moderatePerConn = ratelimit.Limit{Rate: 5, Burst: 10}
+
+// limitModerateConn names moderatePerConn in roomcast_chatlink_limited_total and in refusals.
+const limitModerateConn = "moderate_conn"
 
 // moderate passes a member's ModerateRequest to the room service, naming the member as this node
 // knows it (uid, session, current tags): the service judges whether the member moderates the
@@ -22,6 +30,23 @@ import (
 // (conn.handle), so a connection's moderate requests are answered one at a time, in order.
 func (c *conn) moderate(r *clientpb.ModerateRequest) {
 	n := c.node
+	now := n.now()
+	c.mu.Lock()
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	ok, retry := c.sends.moderateRate.Take(moderatePerConn, now)
+	c.mu.Unlock()
+	if !ok {
+		// Counted and logged sampled, not audited one by one: a client looping on the frame
+		// would otherwise write the audit trail at its own pace.
+		n.limitHit(limitModerateConn, c, now)
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_ModerateReply{ModerateReply: &clientpb.ModerateReply{
+			Seq: r.Seq, Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED),
+			Message: fmt.Sprintf("over the %s rate: retry in %d ms", limitModerateConn, ratelimit.Millis(retry)),
+		}}})
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	ctx, span := tracing.Start(ctx, "chatlink moderate", trace.SpanKindServer)

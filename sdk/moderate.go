@@ -17,7 +17,8 @@ import (
 // ModerateError is the server's refusal of a moderate request: the connection stays up.
 type ModerateError struct {
 	// Code is a clientpb.ErrorCode: 140 NOT_MODERATOR, 141 OUTSIDE_SCOPE, 107 USER_NOT_FOUND,
-	// 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 503 UNAVAILABLE.
+	// 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 120 SEND_RATE_LIMITED (over the connection's
+	// moderate rate), 503 UNAVAILABLE.
 	Code uint32
 	// Message is the server's explanation.
 	Message string

@@ -2658,8 +2658,9 @@ type ModerateReply struct {
 	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// 0 on success, else an ErrorCode: 140 (NOT_MODERATOR), 141 (OUTSIDE_SCOPE), 107
 	// (USER_NOT_FOUND: the member has no session in the room), 100 (BAD_REQUEST), 105
-	// (ROOM_NOT_FOUND), 503 (UNAVAILABLE: a service did not answer; the action may or may not
-	// have been applied, and repeating it is safe).
+	// (ROOM_NOT_FOUND), 120 (SEND_RATE_LIMITED: over the connection's moderate rate, 5 a second,
+	// bursts of 10), 503 (UNAVAILABLE: a service did not answer; the action may or may not have
+	// been applied, and repeating it is safe).
 	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// REMOVE: the sessions closed. MUTE, UNMUTE: the member's sessions in the room.

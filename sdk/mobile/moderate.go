@@ -21,7 +21,8 @@ type ModerateResult struct {
 	Sessions int64
 	// ErrorCode is 0 when the request was applied, else why it was refused: ErrorNotModerator,
 	// ErrorOutsideScope, ErrorUserNotFound (no session in the room), ErrorBadRequest,
-	// ErrorRoomNotFound or ErrorUnavailable.
+	// ErrorRoomNotFound, ErrorSendRateLimited (over the connection's moderate rate) or
+	// ErrorUnavailable.
 	ErrorCode int32
 	// ErrorMessage is the server's explanation of a refusal.
 	ErrorMessage string

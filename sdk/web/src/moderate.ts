@@ -8,7 +8,8 @@ import { ErrorCode } from "./gen/client_pb.js";
  * ModerateError is the server's refusal of a moderate request; the connection stays. code is an
  * ErrorCode: 140 NOT_MODERATOR (this member is not a moderator of the room), 141 OUTSIDE_SCOPE
  * (the member named is outside this moderator's scope), 107 USER_NOT_FOUND (no session in the
- * room), 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 503 UNAVAILABLE.
+ * room), 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 120 SEND_RATE_LIMITED (over the connection's
+ * moderate rate), 503 UNAVAILABLE.
  */
 export class ModerateError extends RoomcastError {
   override name = "ModerateError";

@@ -1232,8 +1232,9 @@ export type ModerateReply = Message<"roomcast.v1.ModerateReply"> & {
   /**
    * 0 on success, else an ErrorCode: 140 (NOT_MODERATOR), 141 (OUTSIDE_SCOPE), 107
    * (USER_NOT_FOUND: the member has no session in the room), 100 (BAD_REQUEST), 105
-   * (ROOM_NOT_FOUND), 503 (UNAVAILABLE: a service did not answer; the action may or may not
-   * have been applied, and repeating it is safe).
+   * (ROOM_NOT_FOUND), 120 (SEND_RATE_LIMITED: over the connection's moderate rate, 5 a second,
+   * bursts of 10), 503 (UNAVAILABLE: a service did not answer; the action may or may not have
+   * been applied, and repeating it is safe).
    *
    * @generated from field: uint32 code = 2;
    */
