@@ -165,10 +165,7 @@ func (a *API) restrict(ctx context.Context, room, uid string, duration int64, ch
 // MuteMember implements RoomcastAPI.
 func (a *API) MuteMember(ctx context.Context, req *apipb.MuteMemberRequest) (*apipb.MemberRestriction, error) {
 	return a.restrict(ctx, req.Room, req.Uid, req.DurationMs, func(r *apipb.MemberRestriction, until int64) {
-		r.Muted, r.MutedUntilMs = !req.Lift, until
-		if req.Lift {
-			r.MutedUntilMs = 0
-		}
+		roomstore.Mute(req.Lift, until)(r)
 	})
 }
 

@@ -57,6 +57,8 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "gather_messages must be at most %d", MaxGatherMessages)
 	case s.ScopePrefix != "" && tag.Validate([]string{s.ScopePrefix}) != nil:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "scope_prefix %q is not the start of a valid tag", s.ScopePrefix)
+	case s.ModeratorScopePrefix != "" && tag.Validate([]string{s.ModeratorScopePrefix}) != nil:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "moderator_scope_prefix %q is not the start of a valid tag", s.ModeratorScopePrefix)
 	case s.MaxMembers < 0:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "max_members must not be negative")
 	case s.BulkPerSecond < -1:
@@ -71,7 +73,8 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: %v", tag.Validate(s.ViewerTags))
 	}
 	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
-		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
+		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr,
+		"moderator_expr": s.ModeratorExpr, "moderator_room_expr": s.ModeratorRoomExpr} {
 		if src == "" {
 			continue
 		}

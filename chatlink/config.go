@@ -184,7 +184,7 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Log receives the node's logs. Zero value means none.
 	Log *slog.Logger
-	// Audit receives the node's audit records: the logins it refused. Zero value means Log.
+	// Audit receives the node's audit records: the logins it refused and its members' moderator actions. Zero value means Log.
 	Audit *slog.Logger
 	// Now is the node's clock for what it times by the wall clock: the login and heartbeat
 	// deadlines its sweep enforces, the heartbeat intervals it grants, login and logout times,

@@ -114,6 +114,8 @@ type connSends struct {
 	// counterRate holds the member's CounterAdds to Limits.CounterAddsPerConn (counters.go):
 	// here rather than in conn, whose every byte each idle connection pays.
 	counterRate ratelimit.Bucket
+	// moderateRate holds the member's ModerateRequests to moderatePerConn (moderate.go).
+	moderateRate ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.
@@ -192,6 +194,11 @@ func (c *conn) handleFrame(data []byte) {
 		c.node.m.framesIn.WithLabelValues("queue").Inc() // rare: no child kept
 		if c.requireLive() {
 			c.queueRequest(k.QueueRequest) // queue.go
+		}
+	case *clientpb.Frame_ModerateRequest:
+		c.node.m.framesIn.WithLabelValues("moderate").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.moderate(k.ModerateRequest) // moderate.go
 		}
 	case *clientpb.Frame_CounterAdd:
 		c.node.m.frameCounter.Inc()

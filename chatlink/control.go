@@ -221,7 +221,8 @@ func (n *Node) listMembers(req *buspb.NodeControl, e *tag.Expr) ([]*buspb.Member
 	}
 	var conns []*conn
 	for _, c := range n.rooms.members(req.App, req.Room) {
-		if c.getState() == stateLive && c.session > req.After && (req.Tag == "" || slices.Contains(c.tagList(), req.Tag)) && satisfies(e, c) {
+		if c.getState() == stateLive && c.session > req.After && (req.Uid == "" || c.uid == req.Uid) &&
+			(req.Tag == "" || slices.Contains(c.tagList(), req.Tag)) && satisfies(e, c) {
 			conns = append(conns, c)
 		}
 	}

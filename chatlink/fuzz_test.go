@@ -32,6 +32,9 @@ func clientFrameSeeds(t testing.TB) [][]byte {
 		{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{}}},
 		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 5, Op: clientpb.QueueOp_QUEUE_OP_OFFER, Key: "k", Value: []byte("v"), IfAbsent: true}}},
 		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 6, Op: clientpb.QueueOp(99)}}},
+		{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 7, Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "someone", DurationMs: 1000}}},
+		{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 8, Op: clientpb.ModerateOp(42), Uid: "a b", DurationMs: -1, Reason: "r"}}},
+		{Kind: &clientpb.Frame_ModerateReply{ModerateReply: &clientpb.ModerateReply{Seq: 9}}},
 		{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "again"}}},
 		{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{SessionId: "s"}}},
 	}

@@ -249,6 +249,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomHistory:   s.onHistory,
 		bus.SubjectRoomCounters:  s.onCounters,
 		bus.SubjectRoomViewers:   s.onViewers,
+		bus.SubjectRoomModerate:  s.onModerate, // moderate.go
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)

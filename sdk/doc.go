@@ -8,7 +8,8 @@
 // room to Config.OnMessage once, ordered by (server time, id), and its events (connected,
 // reconnecting, recovered, thinned, kicked, limited, counters, error, closed) to Config.OnEvent,
 // on one goroutine. AddCounter taps the room's counters (likes, gifts), whose running totals come
-// as CounterEvents, never a message per tap.
+// as CounterEvents, never a message per tap. A member the room names a moderator mutes, unmutes
+// and removes the members of its scope with Mute, Unmute and Remove.
 //
 // When the room is in CDN mode (docs/cdn.md), the Client also polls the room's segments from
 // the CDN vendors its config names, following live changes of the config, and hands their

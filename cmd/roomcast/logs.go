@@ -27,7 +27,7 @@ func bindLogFlags(fs *flag.FlagSet) *logFlags {
 	f := &logFlags{}
 	fs.BoolVar(&f.verbose, "v", false, "log at debug level")
 	fs.StringVar(&f.format, "log-format", "text", "log record format on stderr: text (key=value) or json (one object a line)")
-	fs.StringVar(&f.auditLog, "audit-log", "", "file the audit trail (refused logins, the server API's calls that change something) is appended to, in --log-format, as well as logged with audit=true (empty: only logged)")
+	fs.StringVar(&f.auditLog, "audit-log", "", "file the audit trail (refused logins, moderators' actions, the server API's calls that change something) is appended to, in --log-format, as well as logged with audit=true (empty: only logged)")
 	fs.StringVar(&f.tracing.Endpoint, "otlp-endpoint", "", "OpenTelemetry collector's OTLP/HTTP URL to export traces to, such as http://collector:4318 (empty: tracing off)")
 	fs.Float64Var(&f.tracing.SampleRatio, "trace-sample-ratio", 1, "share of new traces recorded with --otlp-endpoint, 0 to 1 (a trace begun by a caller's traceparent follows the caller)")
 	return f

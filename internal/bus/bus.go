@@ -40,6 +40,9 @@ const (
 	SubjectRoomCounters = "rc.svc.room.counters"
 	// SubjectRoomViewers takes a ChatLink's viewer window (ViewerWindow, answered with a Reply).
 	SubjectRoomViewers = "rc.svc.room.viewers"
+	// SubjectRoomModerate takes a moderator's request from its ChatLink (ModerateBusRequest,
+	// answered with a Reply).
+	SubjectRoomModerate = "rc.svc.room.moderate"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

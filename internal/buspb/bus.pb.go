@@ -73,7 +73,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8, 0}
+	return file_bus_proto_rawDescGZIP(), []int{9, 0}
 }
 
 type NodeControl_Op int32
@@ -84,8 +84,8 @@ const (
 	NodeControl_OP_KICK NodeControl_Op = 1
 	// Push message to the sessions listed (of uid, when set).
 	NodeControl_OP_DELIVER NodeControl_Op = 2
-	// List the members of room (with tag and satisfying tag_expr, when set) after the session
-	// id after, at most limit.
+	// List the members of room (of uid, with tag and satisfying tag_expr, when set) after the
+	// session id after, at most limit.
 	NodeControl_OP_MEMBERS NodeControl_Op = 3
 	// Close uid's sessions in room and refuse its logins there that are already past the room
 	// service's check (a ban racing a login).
@@ -160,7 +160,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14, 0}
+	return file_bus_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -486,7 +486,10 @@ type Reply struct {
 	// window's order. A join: the room's, one.
 	Viewers []*RoomCount `protobuf:"bytes,19,rep,name=viewers,proto3" json:"viewers,omitempty"`
 	// A join (first_on_node): the room's attributes, when it has any.
-	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	Attributes *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	// A moderate request (rc.svc.room.moderate): the sessions it closed (remove) or the target's
+	// sessions in the room (mute, unmute).
+	Affected      int64 `protobuf:"varint,220,opt,name=affected,proto3" json:"affected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +643,100 @@ func (x *Reply) GetAttributes() *clientpb.RoomAttributes {
 	return nil
 }
 
+func (x *Reply) GetAffected() int64 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
+// ModerateBusRequest: a ChatLink passes a member's ModerateRequest to the room service
+// (subject rc.svc.room.moderate), naming the member who asks as the ChatLink knows it.
+type ModerateBusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room  string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	// The moderator: uid, session and current tags.
+	Uid           string                    `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	SessionId     string                    `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Tags          []string                  `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	Request       *clientpb.ModerateRequest `protobuf:"bytes,6,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModerateBusRequest) Reset() {
+	*x = ModerateBusRequest{}
+	mi := &file_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModerateBusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModerateBusRequest) ProtoMessage() {}
+
+func (x *ModerateBusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModerateBusRequest.ProtoReflect.Descriptor instead.
+func (*ModerateBusRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ModerateBusRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *ModerateBusRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *ModerateBusRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *ModerateBusRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ModerateBusRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ModerateBusRequest) GetRequest() *clientpb.ModerateRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
 // API (subject rc.svc.room.history).
 type HistoryRequest struct {
@@ -657,7 +754,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +766,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +779,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HistoryRequest) GetApp() string {
@@ -741,7 +838,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +850,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +863,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -832,7 +929,7 @@ type RoomBatch struct {
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +941,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +954,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RoomBatch) GetMessages() []*clientpb.Message {
@@ -946,7 +1043,7 @@ type CounterWindow struct {
 
 func (x *CounterWindow) Reset() {
 	*x = CounterWindow{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1055,7 @@ func (x *CounterWindow) String() string {
 func (*CounterWindow) ProtoMessage() {}
 
 func (x *CounterWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1068,7 @@ func (x *CounterWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterWindow.ProtoReflect.Descriptor instead.
 func (*CounterWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CounterWindow) GetApp() string {
@@ -1046,7 +1143,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1155,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1168,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -1152,7 +1249,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1261,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1274,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -1223,7 +1320,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1332,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1345,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -1306,7 +1403,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1415,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1428,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1396,7 +1493,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1505,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1518,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1467,7 +1564,7 @@ type ViewerWindow struct {
 
 func (x *ViewerWindow) Reset() {
 	*x = ViewerWindow{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1576,7 @@ func (x *ViewerWindow) String() string {
 func (*ViewerWindow) ProtoMessage() {}
 
 func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1589,7 @@ func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerWindow.ProtoReflect.Descriptor instead.
 func (*ViewerWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ViewerWindow) GetNode() string {
@@ -1548,7 +1645,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1657,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1670,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1714,7 +1811,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1823,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1836,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1806,7 +1903,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1915,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1928,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Member) GetUid() string {
@@ -1887,7 +1984,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1996,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2009,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1944,7 +2041,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2053,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2066,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -2061,7 +2158,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2170,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2183,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -2254,7 +2351,7 @@ type LaneCounters struct {
 
 func (x *LaneCounters) Reset() {
 	*x = LaneCounters{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2363,7 @@ func (x *LaneCounters) String() string {
 func (*LaneCounters) ProtoMessage() {}
 
 func (x *LaneCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2376,7 @@ func (x *LaneCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
 func (*LaneCounters) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LaneCounters) GetLane() clientpb.Lane {
@@ -2331,7 +2428,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2440,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2453,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -2404,7 +2501,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2513,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2526,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2514,7 +2611,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2623,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2636,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{23}
+	return file_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2575,7 +2672,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2684,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2697,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{24}
+	return file_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2656,7 +2753,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2765,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2778,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{25}
+	return file_bus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2738,7 +2835,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2847,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2860,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{26}
+	return file_bus_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -2812,7 +2909,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xe1\x05\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xfe\x05\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2837,7 +2934,16 @@ const file_bus_proto_rawDesc = "" +
 	"\aviewers\x18\x13 \x03(\v2\x16.roomcast.v1.RoomCountR\aviewers\x12;\n" +
 	"\n" +
 	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
-	"attributes\"\xaa\x01\n" +
+	"attributes\x12\x1b\n" +
+	"\baffected\x18\xdc\x01 \x01(\x03R\baffected\"\xb7\x01\n" +
+	"\x12ModerateBusRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x126\n" +
+	"\arequest\x18\x06 \x01(\v2\x1c.roomcast.v1.ModerateRequestR\arequest\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -3074,103 +3180,106 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0),          // 0: roomcast.v1.SessionEvent.Kind
-	(NodeControl_Op)(0),             // 1: roomcast.v1.NodeControl.Op
-	(*JoinRequest)(nil),             // 2: roomcast.v1.JoinRequest
-	(*SendRequest)(nil),             // 3: roomcast.v1.SendRequest
-	(*SendBatchRequest)(nil),        // 4: roomcast.v1.SendBatchRequest
-	(*Reply)(nil),                   // 5: roomcast.v1.Reply
-	(*HistoryRequest)(nil),          // 6: roomcast.v1.HistoryRequest
-	(*RoomInfo)(nil),                // 7: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),               // 8: roomcast.v1.RoomBatch
-	(*CounterWindow)(nil),           // 9: roomcast.v1.CounterWindow
-	(*SessionEvent)(nil),            // 10: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),           // 11: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),            // 12: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),              // 13: roomcast.v1.NodeReport
-	(*RoomCount)(nil),               // 14: roomcast.v1.RoomCount
-	(*ViewerWindow)(nil),            // 15: roomcast.v1.ViewerWindow
-	(*NodeControl)(nil),             // 16: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil),        // 17: roomcast.v1.NodeControlReply
-	(*Member)(nil),                  // 18: roomcast.v1.Member
-	(*PresenceQuery)(nil),           // 19: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),           // 20: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),              // 21: roomcast.v1.LoadReport
-	(*LaneCounters)(nil),            // 22: roomcast.v1.LaneCounters
-	(*DrainRequest)(nil),            // 23: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),                // 24: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),                // 25: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),            // 26: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),         // 27: roomcast.v1.QueueBusRequest
-	(*HistoryRecord)(nil),           // 28: roomcast.v1.HistoryRecord
-	nil,                             // 29: roomcast.v1.RoomInfo.NodesEntry
-	nil,                             // 30: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),              // 31: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),     // 32: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),       // 33: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),      // 34: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),    // 35: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),    // 36: roomcast.v1.QueueResponse
-	(*clientpb.CounterTotals)(nil),  // 37: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil), // 38: roomcast.v1.RoomAttributes
-	(*clientpb.HistoryQuery)(nil),   // 39: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),        // 40: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),   // 41: roomcast.v1.MemberChange
-	(*clientpb.Counter)(nil),        // 42: roomcast.v1.Counter
-	(*clientpb.ViewerTagCount)(nil), // 43: roomcast.v1.ViewerTagCount
-	(clientpb.CdnMode)(0),           // 44: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),           // 45: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),     // 46: roomcast.v1.QueueRequest
+	(SessionEvent_Kind)(0),           // 0: roomcast.v1.SessionEvent.Kind
+	(NodeControl_Op)(0),              // 1: roomcast.v1.NodeControl.Op
+	(*JoinRequest)(nil),              // 2: roomcast.v1.JoinRequest
+	(*SendRequest)(nil),              // 3: roomcast.v1.SendRequest
+	(*SendBatchRequest)(nil),         // 4: roomcast.v1.SendBatchRequest
+	(*Reply)(nil),                    // 5: roomcast.v1.Reply
+	(*ModerateBusRequest)(nil),       // 6: roomcast.v1.ModerateBusRequest
+	(*HistoryRequest)(nil),           // 7: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),                 // 8: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),                // 9: roomcast.v1.RoomBatch
+	(*CounterWindow)(nil),            // 10: roomcast.v1.CounterWindow
+	(*SessionEvent)(nil),             // 11: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),            // 12: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),             // 13: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),               // 14: roomcast.v1.NodeReport
+	(*RoomCount)(nil),                // 15: roomcast.v1.RoomCount
+	(*ViewerWindow)(nil),             // 16: roomcast.v1.ViewerWindow
+	(*NodeControl)(nil),              // 17: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil),         // 18: roomcast.v1.NodeControlReply
+	(*Member)(nil),                   // 19: roomcast.v1.Member
+	(*PresenceQuery)(nil),            // 20: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),            // 21: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),               // 22: roomcast.v1.LoadReport
+	(*LaneCounters)(nil),             // 23: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),             // 24: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),                 // 25: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),                 // 26: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),             // 27: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),          // 28: roomcast.v1.QueueBusRequest
+	(*HistoryRecord)(nil),            // 29: roomcast.v1.HistoryRecord
+	nil,                              // 30: roomcast.v1.RoomInfo.NodesEntry
+	nil,                              // 31: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),               // 32: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),      // 33: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),        // 34: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),       // 35: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),     // 36: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),     // 37: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil),   // 38: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 39: roomcast.v1.RoomAttributes
+	(*clientpb.ModerateRequest)(nil), // 40: roomcast.v1.ModerateRequest
+	(*clientpb.HistoryQuery)(nil),    // 41: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),         // 42: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),    // 43: roomcast.v1.MemberChange
+	(*clientpb.Counter)(nil),         // 44: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil),  // 45: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),            // 46: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),            // 47: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),      // 48: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	31, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	32, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
-	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	32, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	33, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	34, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	35, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	36, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	8,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	33, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	34, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	35, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	36, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	37, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	37, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
-	14, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
-	38, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
-	39, // 12: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	29, // 13: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	40, // 14: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	32, // 15: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	34, // 16: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	37, // 17: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	41, // 18: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	38, // 19: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
-	42, // 20: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 21: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	10, // 22: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	10, // 23: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 24: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	43, // 25: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	14, // 26: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 27: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	40, // 28: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	18, // 29: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	30, // 30: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	10, // 31: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 32: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	22, // 33: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	31, // 34: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	44, // 35: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	34, // 36: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	40, // 37: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	45, // 38: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	46, // 39: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	40, // 40: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	38, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	15, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
+	39, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	40, // 12: roomcast.v1.ModerateBusRequest.request:type_name -> roomcast.v1.ModerateRequest
+	41, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	30, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	42, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	33, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	35, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	38, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	43, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	39, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	44, // 21: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 22: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	11, // 23: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	11, // 24: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	15, // 25: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	45, // 26: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	15, // 27: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 28: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	42, // 29: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	19, // 30: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	31, // 31: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	11, // 32: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	15, // 33: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	23, // 34: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	32, // 35: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	46, // 36: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	35, // 37: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	42, // 38: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	47, // 39: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	48, // 40: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	42, // 41: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -3184,7 +3293,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -94,6 +94,13 @@ const (
 	// A room attribute change would take the room past its limits (16 attributes, a value of 4096
 	// bytes, 16384 bytes of values together): take one out, or shorten it.
 	ErrorCode_ERROR_CODE_ATTRIBUTES_FULL ErrorCode = 125
+	// A ModerateRequest from a member whose tags satisfy neither the room's moderator_expr nor
+	// its moderator_room_expr: the member is not a moderator of this room.
+	ErrorCode_ERROR_CODE_NOT_MODERATOR ErrorCode = 140
+	// A ModerateRequest named a member outside the moderator's scope: one sharing none of the
+	// moderator's tags that start with the room's moderator_scope_prefix, or a room-wide
+	// moderator (moderator_room_expr), whom only room-wide moderators may act on.
+	ErrorCode_ERROR_CODE_OUTSIDE_SCOPE ErrorCode = 141
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -128,6 +135,8 @@ var (
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		124: "ERROR_CODE_TOO_MANY_COUNTERS",
 		125: "ERROR_CODE_ATTRIBUTES_FULL",
+		140: "ERROR_CODE_NOT_MODERATOR",
+		141: "ERROR_CODE_OUTSIDE_SCOPE",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
@@ -157,6 +166,8 @@ var (
 		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
 		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
 		"ERROR_CODE_ATTRIBUTES_FULL":    125,
+		"ERROR_CODE_NOT_MODERATOR":      140,
+		"ERROR_CODE_OUTSIDE_SCOPE":      141,
 		"ERROR_CODE_INTERNAL":           500,
 		"ERROR_CODE_UNAVAILABLE":        503,
 	}
@@ -320,6 +331,64 @@ func (CloseCode) EnumDescriptor() ([]byte, []int) {
 	return file_client_proto_rawDescGZIP(), []int{1}
 }
 
+// ModerateOp is what a moderator does to a member (ModerateRequest.op).
+type ModerateOp int32
+
+const (
+	ModerateOp_MODERATE_OP_UNSPECIFIED ModerateOp = 0
+	// Refuse the member's sends in the room (Error 103 FORBIDDEN, "muted in this room"), for
+	// duration_ms or until unmuted: the server API's MuteMember.
+	ModerateOp_MODERATE_OP_MUTE ModerateOp = 1
+	// Lift the member's mute: the server API's MuteMember with lift.
+	ModerateOp_MODERATE_OP_UNMUTE ModerateOp = 2
+	// Close the member's sessions in the room with Kick 4007 (KICKED): the server API's Kick with
+	// uid and room. The member may log in again.
+	ModerateOp_MODERATE_OP_REMOVE ModerateOp = 3
+)
+
+// Enum value maps for ModerateOp.
+var (
+	ModerateOp_name = map[int32]string{
+		0: "MODERATE_OP_UNSPECIFIED",
+		1: "MODERATE_OP_MUTE",
+		2: "MODERATE_OP_UNMUTE",
+		3: "MODERATE_OP_REMOVE",
+	}
+	ModerateOp_value = map[string]int32{
+		"MODERATE_OP_UNSPECIFIED": 0,
+		"MODERATE_OP_MUTE":        1,
+		"MODERATE_OP_UNMUTE":      2,
+		"MODERATE_OP_REMOVE":      3,
+	}
+)
+
+func (x ModerateOp) Enum() *ModerateOp {
+	p := new(ModerateOp)
+	*p = x
+	return p
+}
+
+func (x ModerateOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ModerateOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_client_proto_enumTypes[2].Descriptor()
+}
+
+func (ModerateOp) Type() protoreflect.EnumType {
+	return &file_client_proto_enumTypes[2]
+}
+
+func (x ModerateOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ModerateOp.Descriptor instead.
+func (ModerateOp) EnumDescriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{2}
+}
+
 // Frame is the one envelope for every client frame, in either direction.
 type Frame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -346,6 +415,8 @@ type Frame struct {
 	//	*Frame_ViewerCount
 	//	*Frame_MemberNotice
 	//	*Frame_RoomAttributes
+	//	*Frame_ModerateRequest
+	//	*Frame_ModerateReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -577,6 +648,24 @@ func (x *Frame) GetRoomAttributes() *RoomAttributes {
 	return nil
 }
 
+func (x *Frame) GetModerateRequest() *ModerateRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_ModerateRequest); ok {
+			return x.ModerateRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetModerateReply() *ModerateReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_ModerateReply); ok {
+			return x.ModerateReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -665,6 +754,14 @@ type Frame_RoomAttributes struct {
 	RoomAttributes *RoomAttributes `protobuf:"bytes,21,opt,name=room_attributes,json=roomAttributes,proto3,oneof"` // server -> client: the room's attributes (announcement, pinned message)
 }
 
+type Frame_ModerateRequest struct {
+	ModerateRequest *ModerateRequest `protobuf:"bytes,220,opt,name=moderate_request,json=moderateRequest,proto3,oneof"` // client -> server: a moderator mutes, unmutes or removes a member
+}
+
+type Frame_ModerateReply struct {
+	ModerateReply *ModerateReply `protobuf:"bytes,221,opt,name=moderate_reply,json=moderateReply,proto3,oneof"` // server -> client: answers a ModerateRequest
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -706,6 +803,10 @@ func (*Frame_ViewerCount) isFrame_Kind() {}
 func (*Frame_MemberNotice) isFrame_Kind() {}
 
 func (*Frame_RoomAttributes) isFrame_Kind() {}
+
+func (*Frame_ModerateRequest) isFrame_Kind() {}
+
+func (*Frame_ModerateReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -2467,11 +2568,171 @@ func (x *RoomQueueReply) GetVersion() uint64 {
 	return 0
 }
 
+// ModerateRequest: a moderator of the room (a member whose tags satisfy the room's
+// moderator_expr or moderator_room_expr) acts on another member of the room
+// (docs/protocol.md, "Moderators"). A connection's moderate requests are answered one at a
+// time, in the order sent.
+type ModerateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the ModerateReply.
+	Seq uint64     `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Op  ModerateOp `protobuf:"varint,2,opt,name=op,proto3,enum=roomcast.v1.ModerateOp" json:"op,omitempty"`
+	// The member acted on: a uid with a session in the room (1-128 characters of A-Z a-z 0-9 _ -).
+	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// MUTE: how long, in milliseconds. 0: until unmuted. At most a year (31536000000).
+	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// REMOVE: told to the member in its Kick frame. At most 256 bytes of UTF-8.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModerateRequest) Reset() {
+	*x = ModerateRequest{}
+	mi := &file_client_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModerateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModerateRequest) ProtoMessage() {}
+
+func (x *ModerateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModerateRequest.ProtoReflect.Descriptor instead.
+func (*ModerateRequest) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModerateRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ModerateRequest) GetOp() ModerateOp {
+	if x != nil {
+		return x.Op
+	}
+	return ModerateOp_MODERATE_OP_UNSPECIFIED
+}
+
+func (x *ModerateRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *ModerateRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *ModerateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ModerateReply answers a ModerateRequest.
+type ModerateReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 140 (NOT_MODERATOR), 141 (OUTSIDE_SCOPE), 107
+	// (USER_NOT_FOUND: the member has no session in the room), 100 (BAD_REQUEST), 105
+	// (ROOM_NOT_FOUND), 120 (SEND_RATE_LIMITED: over the connection's moderate rate, 5 a second,
+	// bursts of 10), 503 (UNAVAILABLE: a service did not answer; the action may or may not have
+	// been applied, and repeating it is safe).
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// REMOVE: the sessions closed. MUTE, UNMUTE: the member's sessions in the room.
+	Affected      int64 `protobuf:"varint,4,opt,name=affected,proto3" json:"affected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModerateReply) Reset() {
+	*x = ModerateReply{}
+	mi := &file_client_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModerateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModerateReply) ProtoMessage() {}
+
+func (x *ModerateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModerateReply.ProtoReflect.Descriptor instead.
+func (*ModerateReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ModerateReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ModerateReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ModerateReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ModerateReply) GetAffected() int64 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
 var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xad\t\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xbf\n" +
+	"\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2497,7 +2758,9 @@ const file_client_proto_rawDesc = "" +
 	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotals\x12=\n" +
 	"\fviewer_count\x18\x13 \x01(\v2\x18.roomcast.v1.ViewerCountH\x00R\vviewerCount\x12@\n" +
 	"\rmember_notice\x18\x14 \x01(\v2\x19.roomcast.v1.MemberNoticeH\x00R\fmemberNotice\x12F\n" +
-	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributesB\x06\n" +
+	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributes\x12J\n" +
+	"\x10moderate_request\x18\xdc\x01 \x01(\v2\x1c.roomcast.v1.ModerateRequestH\x00R\x0fmoderateRequest\x12D\n" +
+	"\x0emoderate_reply\x18\xdd\x01 \x01(\v2\x1a.roomcast.v1.ModerateReplyH\x00R\rmoderateReplyB\x06\n" +
 	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -2619,7 +2882,19 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xb5\x06\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\x97\x01\n" +
+	"\x0fModerateRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12'\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x17.roomcast.v1.ModerateOpR\x02op\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"k\n" +
+	"\rModerateReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
+	"\baffected\x18\x04 \x01(\x03R\baffected*\xf3\x06\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -2645,7 +2920,9 @@ const file_client_proto_rawDesc = "" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
 	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
 	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
-	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x18\n" +
+	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x1d\n" +
+	"\x18ERROR_CODE_NOT_MODERATOR\x10\x8c\x01\x12\x1d\n" +
+	"\x18ERROR_CODE_OUTSIDE_SCOPE\x10\x8d\x01\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2668,7 +2945,13 @@ const file_client_proto_rawDesc = "" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +
 	"\x16CLOSE_CODE_SLOW_READER\x10\x97#\x12\x1b\n" +
 	"\x16CLOSE_CODE_UNAVAILABLE\x10\x98#\x12\x19\n" +
-	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
+	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#*o\n" +
+	"\n" +
+	"ModerateOp\x12\x1b\n" +
+	"\x17MODERATE_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10MODERATE_OP_MUTE\x10\x01\x12\x16\n" +
+	"\x12MODERATE_OP_UNMUTE\x10\x02\x12\x16\n" +
+	"\x12MODERATE_OP_REMOVE\x10\x03B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
 
 var (
 	file_client_proto_rawDescOnce sync.Once
@@ -2682,84 +2965,90 @@ func file_client_proto_rawDescGZIP() []byte {
 	return file_client_proto_rawDescData
 }
 
-var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
-	(*Frame)(nil),            // 2: roomcast.v1.Frame
-	(*Login)(nil),            // 3: roomcast.v1.Login
-	(*LoginAck)(nil),         // 4: roomcast.v1.LoginAck
-	(*Send)(nil),             // 5: roomcast.v1.Send
-	(*SendAck)(nil),          // 6: roomcast.v1.SendAck
-	(*Push)(nil),             // 7: roomcast.v1.Push
-	(*CounterAdd)(nil),       // 8: roomcast.v1.CounterAdd
-	(*Counter)(nil),          // 9: roomcast.v1.Counter
-	(*CounterTotals)(nil),    // 10: roomcast.v1.CounterTotals
-	(*RoomAttributes)(nil),   // 11: roomcast.v1.RoomAttributes
-	(*RoomAttribute)(nil),    // 12: roomcast.v1.RoomAttribute
-	(*ViewerCount)(nil),      // 13: roomcast.v1.ViewerCount
-	(*ViewerTagCount)(nil),   // 14: roomcast.v1.ViewerTagCount
-	(*MemberNotice)(nil),     // 15: roomcast.v1.MemberNotice
-	(*MemberChange)(nil),     // 16: roomcast.v1.MemberChange
-	(*Recovery)(nil),         // 17: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 18: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 19: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 20: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 21: roomcast.v1.Error
-	(*Ack)(nil),              // 22: roomcast.v1.Ack
-	(*Kick)(nil),             // 23: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 24: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 25: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 26: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 27: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 28: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
-	(Lane)(0),                // 30: roomcast.v1.Lane
-	(*Message)(nil),          // 31: roomcast.v1.Message
-	(QueueOp)(0),             // 32: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 33: roomcast.v1.QueueEntry
+	(ModerateOp)(0),          // 2: roomcast.v1.ModerateOp
+	(*Frame)(nil),            // 3: roomcast.v1.Frame
+	(*Login)(nil),            // 4: roomcast.v1.Login
+	(*LoginAck)(nil),         // 5: roomcast.v1.LoginAck
+	(*Send)(nil),             // 6: roomcast.v1.Send
+	(*SendAck)(nil),          // 7: roomcast.v1.SendAck
+	(*Push)(nil),             // 8: roomcast.v1.Push
+	(*CounterAdd)(nil),       // 9: roomcast.v1.CounterAdd
+	(*Counter)(nil),          // 10: roomcast.v1.Counter
+	(*CounterTotals)(nil),    // 11: roomcast.v1.CounterTotals
+	(*RoomAttributes)(nil),   // 12: roomcast.v1.RoomAttributes
+	(*RoomAttribute)(nil),    // 13: roomcast.v1.RoomAttribute
+	(*ViewerCount)(nil),      // 14: roomcast.v1.ViewerCount
+	(*ViewerTagCount)(nil),   // 15: roomcast.v1.ViewerTagCount
+	(*MemberNotice)(nil),     // 16: roomcast.v1.MemberNotice
+	(*MemberChange)(nil),     // 17: roomcast.v1.MemberChange
+	(*Recovery)(nil),         // 18: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 19: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 20: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 21: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 22: roomcast.v1.Error
+	(*Ack)(nil),              // 23: roomcast.v1.Ack
+	(*Kick)(nil),             // 24: roomcast.v1.Kick
+	(*HistoryQuery)(nil),     // 25: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),      // 26: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),        // 27: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 28: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 29: roomcast.v1.RoomQueueReply
+	(*ModerateRequest)(nil),  // 30: roomcast.v1.ModerateRequest
+	(*ModerateReply)(nil),    // 31: roomcast.v1.ModerateReply
+	(*CdnConfig)(nil),        // 32: roomcast.v1.CdnConfig
+	(Lane)(0),                // 33: roomcast.v1.Lane
+	(*Message)(nil),          // 34: roomcast.v1.Message
+	(QueueOp)(0),             // 35: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 36: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
-	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
-	4,  // 1: roomcast.v1.Frame.login_ack:type_name -> roomcast.v1.LoginAck
-	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
-	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
-	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	19, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	20, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	21, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	23, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	26, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	29, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	24, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	25, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	22, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	27, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	28, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
-	8,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
-	10, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
-	13, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
-	15, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
-	11, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
-	29, // 21: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	30, // 22: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	31, // 23: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	17, // 24: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	18, // 25: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	9,  // 26: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	12, // 27: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
-	14, // 28: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	16, // 29: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
-	30, // 30: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	31, // 31: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	32, // 32: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	33, // 33: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	4,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
+	5,  // 1: roomcast.v1.Frame.login_ack:type_name -> roomcast.v1.LoginAck
+	6,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
+	7,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
+	8,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
+	20, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	21, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	22, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	24, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	27, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	32, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	25, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	26, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	23, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	28, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	29, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	9,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
+	11, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
+	14, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
+	16, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
+	12, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
+	30, // 21: roomcast.v1.Frame.moderate_request:type_name -> roomcast.v1.ModerateRequest
+	31, // 22: roomcast.v1.Frame.moderate_reply:type_name -> roomcast.v1.ModerateReply
+	32, // 23: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	33, // 24: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	34, // 25: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	18, // 26: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	19, // 27: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	10, // 28: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	13, // 29: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	15, // 30: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	17, // 31: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	33, // 32: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	34, // 33: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	35, // 34: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	36, // 35: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	2,  // 36: roomcast.v1.ModerateRequest.op:type_name -> roomcast.v1.ModerateOp
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -2791,14 +3080,16 @@ func file_client_proto_init() {
 		(*Frame_ViewerCount)(nil),
 		(*Frame_MemberNotice)(nil),
 		(*Frame_RoomAttributes)(nil),
+		(*Frame_ModerateRequest)(nil),
+		(*Frame_ModerateReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   27,
+			NumEnums:      3,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

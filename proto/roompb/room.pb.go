@@ -161,8 +161,22 @@ type RoomSettings struct {
 	// Tell members when members join or leave (MemberNotice frames), while the room has at most
 	// 100 members online; a bigger room's members get none.
 	MemberNotices bool `protobuf:"varint,33,opt,name=member_notices,json=memberNotices,proto3" json:"member_notices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Moderators in the room (docs/protocol.md, "Moderators"): which members may mute, unmute
+	// and remove other members from their client (ModerateRequest), within their scope. A tag
+	// expression over the member (tags, role, uid). Empty: no member moderates within a scope.
+	// Example: role == "assistant".
+	ModeratorExpr string `protobuf:"bytes,220,opt,name=moderator_expr,json=moderatorExpr,proto3" json:"moderator_expr,omitempty"`
+	// The scope of a moderator that moderator_expr names: the members sharing one of the
+	// moderator's tags that start with this prefix (e.g. "class:": an assistant tagged class:3
+	// acts on the members tagged class:3). Empty: every member of the room. A moderator with no
+	// tag of the prefix acts on nobody.
+	ModeratorScopePrefix string `protobuf:"bytes,221,opt,name=moderator_scope_prefix,json=moderatorScopePrefix,proto3" json:"moderator_scope_prefix,omitempty"`
+	// Room-wide moderators: members whose tags satisfy it act on every member of the room,
+	// whatever moderator_scope_prefix says; scoped moderators may not act on them. Empty: none.
+	// Example: role == "lecturer".
+	ModeratorRoomExpr string `protobuf:"bytes,222,opt,name=moderator_room_expr,json=moderatorRoomExpr,proto3" json:"moderator_room_expr,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -347,6 +361,27 @@ func (x *RoomSettings) GetMemberNotices() bool {
 		return x.MemberNotices
 	}
 	return false
+}
+
+func (x *RoomSettings) GetModeratorExpr() string {
+	if x != nil {
+		return x.ModeratorExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetModeratorScopePrefix() string {
+	if x != nil {
+		return x.ModeratorScopePrefix
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetModeratorRoomExpr() string {
+	if x != nil {
+		return x.ModeratorRoomExpr
+	}
+	return ""
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -682,7 +717,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\x90\a\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xa0\b\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -710,7 +745,10 @@ const file_room_proto_rawDesc = "" +
 	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecond\x12\x1f\n" +
 	"\vviewer_tags\x18  \x03(\tR\n" +
 	"viewerTags\x12%\n" +
-	"\x0emember_notices\x18! \x01(\bR\rmemberNoticesJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x0emember_notices\x18! \x01(\bR\rmemberNotices\x12&\n" +
+	"\x0emoderator_expr\x18\xdc\x01 \x01(\tR\rmoderatorExpr\x125\n" +
+	"\x16moderator_scope_prefix\x18\xdd\x01 \x01(\tR\x14moderatorScopePrefix\x12/\n" +
+	"\x13moderator_room_expr\x18\xde\x01 \x01(\tR\x11moderatorRoomExprJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +

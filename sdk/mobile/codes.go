@@ -78,6 +78,14 @@ const (
 	// (16 attributes, a value of 4096 bytes, 16384 bytes of values together): take one out, or
 	// shorten it.
 	ErrorAttributesFull = 125
+	// ErrorNotModerator (140): A moderate request (Mute, Unmute, Remove) from a member whose tags
+	// satisfy neither the room's moderator_expr nor its moderator_room_expr: the member is not a
+	// moderator of this room.
+	ErrorNotModerator = 140
+	// ErrorOutsideScope (141): A moderate request named a member outside the moderator's scope:
+	// one sharing none of the moderator's tags that start with the room's moderator_scope_prefix,
+	// or a room-wide moderator, whom only room-wide moderators may act on.
+	ErrorOutsideScope = 141
 	// ErrorInternal (500): A bug on our side.
 	ErrorInternal = 500
 	// ErrorUnavailable (503): A service needed for the request did not answer in time.

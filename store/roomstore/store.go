@@ -168,6 +168,18 @@ func (s *Store) MemberTags(ctx context.Context, app, uid string) (*roompb.Member
 	return &t, nil
 }
 
+// Mute returns the change (for UpdateRestriction) that mutes a member until untilMs (0: until
+// lifted), or with lift lifts the mute: the server API's MuteMember and a moderator's mute
+// (room service) write the same record.
+func Mute(lift bool, untilMs int64) func(*apipb.MemberRestriction) {
+	return func(r *apipb.MemberRestriction) {
+		r.Muted, r.MutedUntilMs = !lift, untilMs
+		if lift {
+			r.MutedUntilMs = 0
+		}
+	}
+}
+
 // UpdateRestriction applies change to a user's restriction in a room (a new one when there is
 // none), retrying on conflicts.
 func (s *Store) UpdateRestriction(ctx context.Context, app, room, uid string, change func(*apipb.MemberRestriction)) (*apipb.MemberRestriction, error) {

@@ -20,8 +20,9 @@ import {
   type SendError,
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
-import { ErrorCode, type HistoryPage, type LoginAck, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
+import { ErrorCode, type HistoryPage, type LoginAck, ModerateOp, type ModerateReply, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
 import { Lane, type Message, type QueueEntry, QueueOp } from "./gen/message_pb.js";
+import { ModerateError } from "./moderate.js";
 import { QueueError } from "./queue.js";
 import { type LoginOptions, Session, type SessionSink } from "./session.js";
 
@@ -440,6 +441,41 @@ export class Client {
     const r = await s.queue(++this.seq, req);
     if (r.code !== 0) throw new QueueError(r.code, r.message);
     return r;
+  }
+
+  /**
+   * mute stops the member uid sending in the room for durationMs milliseconds (0: until
+   * unmuted). This member must be a moderator of the room and uid within its scope
+   * (docs/protocol.md, "Moderators"); a refusal rejects with a ModerateError. Resolves with the
+   * member's sessions in the room.
+   */
+  async mute(uid: string, durationMs = 0): Promise<number> {
+    if (!Number.isInteger(durationMs) || durationMs < 0) throw new RangeError(`roomcast: mute ${uid}: durationMs must be a whole number of milliseconds, 0 or more (got ${durationMs})`);
+    return this.moderate({ op: ModerateOp.MUTE, uid, durationMs: BigInt(durationMs) });
+  }
+
+  /** unmute lifts the member uid's mute in the room, as mute does. Resolves with the member's sessions in the room. */
+  async unmute(uid: string): Promise<number> {
+    return this.moderate({ op: ModerateOp.UNMUTE, uid });
+  }
+
+  /**
+   * remove closes the member uid's sessions in the room (Kick 4007 KICKED with reason; "" says
+   * "removed by a moderator"), as mute does. The member may log in again. Resolves with the
+   * sessions closed.
+   */
+  async remove(uid: string, reason = ""): Promise<number> {
+    return this.moderate({ op: ModerateOp.REMOVE, uid, reason });
+  }
+
+  /** moderate sends a moderate request on the current connection; a refusal rejects with a ModerateError. */
+  private async moderate(req: { op: ModerateOp; uid: string; durationMs?: bigint; reason?: string }): Promise<number> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    const r: ModerateReply = await s.moderate(++this.seq, req);
+    if (r.code !== 0) throw new ModerateError(r.code, r.message);
+    return Number(r.affected);
   }
 
   /** close ends the connection and stops reconnecting; the closed event follows. It may be called more than once. */

@@ -54,7 +54,8 @@ export {
 } from "./errors.js";
 export { CdnMode } from "./gen/cdn_pb.js";
 export type { CdnConfig, CdnVendor, Segment } from "./gen/cdn_pb.js";
-export { CloseCode, ErrorCode } from "./gen/client_pb.js";
+export { CloseCode, ErrorCode, ModerateOp } from "./gen/client_pb.js";
+export { ModerateError } from "./moderate.js";
 export type { Counter, CounterTotals, HistoryPage, LoginAck, SendAck } from "./gen/client_pb.js";
 export { Lane, QueueOp } from "./gen/message_pb.js";
 export type { Message, QueueEntry, QueueEvent } from "./gen/message_pb.js";

@@ -28,6 +28,8 @@ import {
   type Push,
   type Reconnect,
   type RoomQueueReply,
+  type ModerateReply,
+  type ModerateRequestSchema,
   type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
@@ -68,9 +70,9 @@ export interface LoginOptions {
   history: number;
 }
 
-/** A Send, HistoryQuery or queue request waiting for its answer. */
+/** A Send, HistoryQuery, queue or moderate request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | HistoryPage | RoomQueueReply): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply | ModerateReply): void;
   reject(e: Error): void;
   /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
   history?: boolean;
@@ -200,6 +202,15 @@ export class Session {
     });
   }
 
+  /** moderate writes a ModerateRequest and resolves with its ModerateReply (whatever its code), or rejects with the connection's end. */
+  moderate(seq: bigint, value: Omit<MessageInitShape<typeof ModerateRequestSchema>, "seq" | "$typeName">): Promise<ModerateReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<ModerateReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as ModerateReply), reject });
+      this.write({ case: "moderateRequest", value: { ...value, seq } });
+    });
+  }
+
   /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
@@ -271,6 +282,7 @@ export class Session {
       case "sendAck":
       case "historyPage":
       case "queueReply":
+      case "moderateReply":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -318,7 +330,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | ModerateReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);

@@ -1,0 +1,89 @@
+package mobile_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"roomcast/internal/roles/devcluster"
+	"roomcast/internal/testkit"
+	"roomcast/internal/testkit/testcluster"
+	"roomcast/sdk/mobile"
+)
+
+// TestModerate: through the mobile facade an assistant mutes and unmutes a member of their class
+// and removes them (the member's client hears the kick); a member of another class is a refusal
+// with ErrorOutsideScope, and a member who moderates nothing gets ErrorNotModerator: results,
+// not errors.
+func TestModerate(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
+	const room = "class"
+	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
+		`{"room":"`+room+`","settings":{"moderator_expr":"role == \"assistant\"","moderator_scope_prefix":"class:"}}`, nil); code != http.StatusCreated {
+		t.Fatalf("create room: HTTP %d", code)
+	}
+	login := func(uid string, tags ...string) (*mobile.Client, *recorder) {
+		t.Helper()
+		tok, err := c.Mint(uid, room, tags, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r recorder
+		cl, err := mobile.NewClient(&mobile.Config{Token: tok, Dispatcher: c.URL()}, &r)
+		if err != nil {
+			t.Fatalf("NewClient %s: %v", uid, err)
+		}
+		t.Cleanup(cl.Close)
+		waitEvent(t, &r, 0, "connected", kind(mobile.EventConnected))
+		testcluster.WaitOnline(t, c, uid) // moderators act on members presence knows
+		return cl, &r
+	}
+	asst, _ := login("asst", "role:assistant", "class:1")
+	_, r1 := login("s1", "class:1")
+	s2, _ := login("s2", "class:2")
+
+	// The room service knows the room's settings a moment after their write: until then the
+	// assistant is no moderator. Asked again no faster than the connection's moderate rate
+	// refills (5 a second), so the retries leave the burst for the requests below.
+	testkit.CheckFor(t, 10*time.Second, 250*time.Millisecond, func() error {
+		res, err := asst.Mute("s1", 60_000)
+		if err != nil {
+			return err
+		}
+		if res.ErrorCode != 0 || res.Sessions != 1 {
+			return &refusal{res}
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		name string
+		do   func() (*mobile.ModerateResult, error)
+		want int32
+	}{
+		{"mute a member of another class", func() (*mobile.ModerateResult, error) { return asst.Mute("s2", 0) }, mobile.ErrorOutsideScope},
+		{"a member who moderates nothing mutes", func() (*mobile.ModerateResult, error) { return s2.Mute("s1", 0) }, mobile.ErrorNotModerator},
+		{"unmute s1", func() (*mobile.ModerateResult, error) { return asst.Unmute("s1") }, 0},
+	} {
+		res, err := tc.do()
+		if err != nil || res.ErrorCode != tc.want {
+			t.Errorf("%s: %+v, %v; want code %d", tc.name, res, err, tc.want)
+		}
+	}
+	if _, err := asst.Mute("s1", -1); err == nil {
+		t.Error("a negative duration: no error")
+	}
+	if res, err := asst.Remove("s1", "see you tomorrow"); err != nil || res.ErrorCode != 0 || res.Sessions != 1 {
+		t.Fatalf("remove s1: %+v, %v", res, err)
+	}
+	kicked, _ := waitEvent(t, r1, 0, "kicked", kind(mobile.EventKicked))
+	if kicked.Code != mobile.CloseKicked || kicked.Reason != "see you tomorrow" {
+		t.Errorf("s1's kick: %+v, want 4007 with the assistant's reason", kicked)
+	}
+}
+
+// refusal is a moderate result that was not the one awaited, as an error for CheckFor.
+type refusal struct{ res *mobile.ModerateResult }
+
+func (r *refusal) Error() string {
+	return "moderate result " + r.res.ErrorMessage
+}
