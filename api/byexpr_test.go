@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -208,6 +209,10 @@ func TestByTagExpressionBadInput(t *testing.T) {
 			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "nosuch", Muted: true, TagExpr: `"a" in tags`})
 			return err
 		}, codes.NotFound, "ROOM_NOT_FOUND"},
+		{"mute past ten years", func() error {
+			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: `"a" in tags`, DurationMs: math.MaxInt64})
+			return err
+		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"negative mute duration", func() error {
 			_, err := g.MuteRoom(ctx, &apipb.MuteRoomRequest{Room: "mine", Muted: true, TagExpr: `"a" in tags`, DurationMs: -1})
 			return err

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -409,6 +410,10 @@ func TestAPIBadInputGRPC(t *testing.T) {
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"negative duration", func() error {
 			_, err := g.MuteMember(ctx, &apipb.MuteMemberRequest{Room: "mine", Uid: "u", DurationMs: -1})
+			return err
+		}, codes.InvalidArgument, "BAD_REQUEST"},
+		{"duration past ten years", func() error { // its end would overflow into the past
+			_, err := g.BanMember(ctx, &apipb.BanMemberRequest{Room: "mine", Uid: "u", DurationMs: math.MaxInt64})
 			return err
 		}, codes.InvalidArgument, "BAD_REQUEST"},
 		{"no uids", func() error { _, err := g.SendToUsers(ctx, &apipb.SendToUsersRequest{Body: "x"}); return err }, codes.InvalidArgument, "BAD_REQUEST"},

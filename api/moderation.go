@@ -108,8 +108,8 @@ func (a *API) MuteRoom(ctx context.Context, req *apipb.MuteRoomRequest) (*apipb.
 // its time anew; lifting one the room does not hold changes nothing. Mutes past their time are
 // dropped at each change.
 func (a *API) muteByTags(ctx context.Context, req *apipb.MuteRoomRequest) (*apipb.Room, error) {
-	if req.DurationMs < 0 {
-		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	if err := durationError(req.DurationMs); err != nil {
+		return nil, err
 	}
 	if err := a.checkTagExpr("tag_expr", req.TagExpr); err != nil {
 		return nil, err
@@ -137,14 +137,29 @@ func (a *API) muteByTags(ctx context.Context, req *apipb.MuteRoomRequest) (*apip
 	return r, a.storeError("mute room by tags", req.Room, err)
 }
 
+// maxDurationMs bounds a timed mute or ban (ten years): past it the end time would overflow
+// into the past and the restriction would lift itself at once. 0 holds until lifted.
+const maxDurationMs = 10 * 365 * 24 * 60 * 60 * 1000
+
+// durationError checks a mute's or ban's duration_ms.
+func durationError(ms int64) error {
+	switch {
+	case ms < 0:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	case ms > maxDurationMs:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must be at most %d (ten years); 0 holds until lifted", int64(maxDurationMs))
+	}
+	return nil
+}
+
 // restrict checks a mute or ban request and writes it.
 func (a *API) restrict(ctx context.Context, room, uid string, duration int64, change func(r *apipb.MemberRestriction, until int64)) (*apipb.MemberRestriction, error) {
 	app := appOf(ctx)
 	switch {
 	case !auth.ValidName(uid):
 		return nil, badName("uid", uid)
-	case duration < 0:
-		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms must not be negative")
+	case durationError(duration) != nil:
+		return nil, durationError(duration)
 	}
 	if _, _, err := a.existing(ctx, app, room); err != nil {
 		return nil, err
