@@ -33,10 +33,11 @@ const (
 	busQueue
 	busCounters
 	busViewers
+	busAttributes
 	numBusOps
 )
 
-var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers"}
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers", "attributes"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.

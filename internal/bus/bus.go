@@ -40,6 +40,9 @@ const (
 	SubjectRoomCounters = "rc.svc.room.counters"
 	// SubjectRoomViewers takes a ChatLink's viewer window (ViewerWindow, answered with a Reply).
 	SubjectRoomViewers = "rc.svc.room.viewers"
+	// SubjectRoomAttributes takes a member's change of its room's attributes (AttributeRequest,
+	// answered with a Reply).
+	SubjectRoomAttributes = "rc.svc.room.attributes"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

@@ -94,6 +94,10 @@ const (
 	// A room attribute change would take the room past its limits (16 attributes, a value of 4096
 	// bytes, 16384 bytes of values together): take one out, or shorten it.
 	ErrorCode_ERROR_CODE_ATTRIBUTES_FULL ErrorCode = 125
+	// A member's SetAttribute that the room does not permit: the room's attributes_expr does
+	// not match the member (or the room names none: only the app server sets attributes), or the
+	// key is not among its attribute_keys.
+	ErrorCode_ERROR_CODE_ATTRIBUTES_NOT_ALLOWED ErrorCode = 150
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -128,37 +132,39 @@ var (
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		124: "ERROR_CODE_TOO_MANY_COUNTERS",
 		125: "ERROR_CODE_ATTRIBUTES_FULL",
+		150: "ERROR_CODE_ATTRIBUTES_NOT_ALLOWED",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_OK":                 0,
-		"ERROR_CODE_BAD_REQUEST":        100,
-		"ERROR_CODE_MESSAGE_TOO_LARGE":  101,
-		"ERROR_CODE_RATE_LIMITED":       102,
-		"ERROR_CODE_FORBIDDEN":          103,
-		"ERROR_CODE_BAD_TAG_EXPR":       104,
-		"ERROR_CODE_ROOM_NOT_FOUND":     105,
-		"ERROR_CODE_UNAUTHORIZED":       106,
-		"ERROR_CODE_USER_NOT_FOUND":     107,
-		"ERROR_CODE_CONFLICT":           108,
-		"ERROR_CODE_BAD_RECOVER_SINCE":  109,
-		"ERROR_CODE_BAD_HISTORY_QUERY":  110,
-		"ERROR_CODE_HISTORY_BUSY":       111,
-		"ERROR_CODE_INBOX_FULL":         112,
-		"ERROR_CODE_ACK_FAILED":         113,
-		"ERROR_CODE_QUEUE_KEY_EXISTS":   114,
-		"ERROR_CODE_QUEUE_NOT_FOUND":    115,
-		"ERROR_CODE_QUEUE_FULL":         116,
-		"ERROR_CODE_DENIED_BY_APP":      118,
-		"ERROR_CODE_SEND_RATE_LIMITED":  120,
-		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
-		"ERROR_CODE_API_RATE_LIMITED":   122,
-		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
-		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
-		"ERROR_CODE_ATTRIBUTES_FULL":    125,
-		"ERROR_CODE_INTERNAL":           500,
-		"ERROR_CODE_UNAVAILABLE":        503,
+		"ERROR_CODE_OK":                     0,
+		"ERROR_CODE_BAD_REQUEST":            100,
+		"ERROR_CODE_MESSAGE_TOO_LARGE":      101,
+		"ERROR_CODE_RATE_LIMITED":           102,
+		"ERROR_CODE_FORBIDDEN":              103,
+		"ERROR_CODE_BAD_TAG_EXPR":           104,
+		"ERROR_CODE_ROOM_NOT_FOUND":         105,
+		"ERROR_CODE_UNAUTHORIZED":           106,
+		"ERROR_CODE_USER_NOT_FOUND":         107,
+		"ERROR_CODE_CONFLICT":               108,
+		"ERROR_CODE_BAD_RECOVER_SINCE":      109,
+		"ERROR_CODE_BAD_HISTORY_QUERY":      110,
+		"ERROR_CODE_HISTORY_BUSY":           111,
+		"ERROR_CODE_INBOX_FULL":             112,
+		"ERROR_CODE_ACK_FAILED":             113,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":       114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":        115,
+		"ERROR_CODE_QUEUE_FULL":             116,
+		"ERROR_CODE_DENIED_BY_APP":          118,
+		"ERROR_CODE_SEND_RATE_LIMITED":      120,
+		"ERROR_CODE_LOGIN_RATE_LIMITED":     121,
+		"ERROR_CODE_API_RATE_LIMITED":       122,
+		"ERROR_CODE_LANE_NOT_ALLOWED":       123,
+		"ERROR_CODE_TOO_MANY_COUNTERS":      124,
+		"ERROR_CODE_ATTRIBUTES_FULL":        125,
+		"ERROR_CODE_ATTRIBUTES_NOT_ALLOWED": 150,
+		"ERROR_CODE_INTERNAL":               500,
+		"ERROR_CODE_UNAVAILABLE":            503,
 	}
 )
 
@@ -346,6 +352,8 @@ type Frame struct {
 	//	*Frame_ViewerCount
 	//	*Frame_MemberNotice
 	//	*Frame_RoomAttributes
+	//	*Frame_SetAttribute
+	//	*Frame_SetAttributeReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -577,6 +585,24 @@ func (x *Frame) GetRoomAttributes() *RoomAttributes {
 	return nil
 }
 
+func (x *Frame) GetSetAttribute() *SetAttribute {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_SetAttribute); ok {
+			return x.SetAttribute
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetSetAttributeReply() *SetAttributeReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_SetAttributeReply); ok {
+			return x.SetAttributeReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -665,6 +691,15 @@ type Frame_RoomAttributes struct {
 	RoomAttributes *RoomAttributes `protobuf:"bytes,21,opt,name=room_attributes,json=roomAttributes,proto3,oneof"` // server -> client: the room's attributes (announcement, pinned message)
 }
 
+type Frame_SetAttribute struct {
+	// Field numbers 240-259 are this feature's block (member-set room attributes).
+	SetAttribute *SetAttribute `protobuf:"bytes,240,opt,name=set_attribute,json=setAttribute,proto3,oneof"` // client -> server: set or remove one of the room's attributes
+}
+
+type Frame_SetAttributeReply struct {
+	SetAttributeReply *SetAttributeReply `protobuf:"bytes,241,opt,name=set_attribute_reply,json=setAttributeReply,proto3,oneof"` // server -> client: answers a SetAttribute
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -706,6 +741,10 @@ func (*Frame_ViewerCount) isFrame_Kind() {}
 func (*Frame_MemberNotice) isFrame_Kind() {}
 
 func (*Frame_RoomAttributes) isFrame_Kind() {}
+
+func (*Frame_SetAttribute) isFrame_Kind() {}
+
+func (*Frame_SetAttributeReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1463,6 +1502,168 @@ func (x *RoomAttribute) GetUpdatedMs() int64 {
 	return 0
 }
 
+// SetAttribute sets or removes one of the room's attributes, for a member the room permits
+// (RoomSettings.attributes_expr, attribute_keys; docs/protocol.md, "Room attributes"). The same
+// limits hold as for the app server's changes, and a change reaches every member the same way: a
+// RoomAttributes frame with the whole set, this member included. A SetAttributeReply answers
+// each, in the order sent.
+type SetAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the SetAttributeReply.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 1 to 32 characters of A-Z a-z 0-9 _ - : . (pinned, announcement).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// At most 4096 bytes. Ignored with remove.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Take the key out of the room's attributes (a key the room does not have: nothing changes,
+	// and the answer is still a success).
+	Remove        bool `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttribute) Reset() {
+	*x = SetAttribute{}
+	mi := &file_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttribute) ProtoMessage() {}
+
+func (x *SetAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttribute.ProtoReflect.Descriptor instead.
+func (*SetAttribute) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetAttribute) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SetAttribute) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SetAttribute) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *SetAttribute) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// SetAttributeReply answers a SetAttribute.
+type SetAttributeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 150 (ATTRIBUTES_NOT_ALLOWED) when the room does not let
+	// this member change this key, 125 (ATTRIBUTES_FULL) past the room's limits, 100 for a bad
+	// key, 105 for a closed room, 120 over the room's rate of members' changes (retry_after_ms),
+	// 503 when the room service did not answer.
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// On success: the version of the room's attributes this change made (the RoomAttributes
+	// frame with this version carries it).
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// With 120: how long to wait before the change may be taken.
+	RetryAfterMs  uint32 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttributeReply) Reset() {
+	*x = SetAttributeReply{}
+	mi := &file_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttributeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttributeReply) ProtoMessage() {}
+
+func (x *SetAttributeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttributeReply.ProtoReflect.Descriptor instead.
+func (*SetAttributeReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetAttributeReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SetAttributeReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 // ViewerCount is how many members the room has online, over every ChatLink, and for each tag
 // the room's settings name (viewer_tags, e.g. one per class) how many of them have it. A
 // ChatLink sends it after the LoginAck once it knows the count, and then when the count changed,
@@ -1478,7 +1679,7 @@ type ViewerCount struct {
 
 func (x *ViewerCount) Reset() {
 	*x = ViewerCount{}
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1691,7 @@ func (x *ViewerCount) String() string {
 func (*ViewerCount) ProtoMessage() {}
 
 func (x *ViewerCount) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1704,7 @@ func (x *ViewerCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerCount.ProtoReflect.Descriptor instead.
 func (*ViewerCount) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{11}
+	return file_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ViewerCount) GetOnline() int64 {
@@ -1531,7 +1732,7 @@ type ViewerTagCount struct {
 
 func (x *ViewerTagCount) Reset() {
 	*x = ViewerTagCount{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1744,7 @@ func (x *ViewerTagCount) String() string {
 func (*ViewerTagCount) ProtoMessage() {}
 
 func (x *ViewerTagCount) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1757,7 @@ func (x *ViewerTagCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerTagCount.ProtoReflect.Descriptor instead.
 func (*ViewerTagCount) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ViewerTagCount) GetTag() string {
@@ -1585,7 +1786,7 @@ type MemberNotice struct {
 
 func (x *MemberNotice) Reset() {
 	*x = MemberNotice{}
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1798,7 @@ func (x *MemberNotice) String() string {
 func (*MemberNotice) ProtoMessage() {}
 
 func (x *MemberNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1811,7 @@ func (x *MemberNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberNotice.ProtoReflect.Descriptor instead.
 func (*MemberNotice) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{13}
+	return file_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MemberNotice) GetChanges() []*MemberChange {
@@ -1631,7 +1832,7 @@ type MemberChange struct {
 
 func (x *MemberChange) Reset() {
 	*x = MemberChange{}
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1844,7 @@ func (x *MemberChange) String() string {
 func (*MemberChange) ProtoMessage() {}
 
 func (x *MemberChange) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1857,7 @@ func (x *MemberChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberChange.ProtoReflect.Descriptor instead.
 func (*MemberChange) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{14}
+	return file_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberChange) GetUid() string {
@@ -1690,7 +1891,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1903,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1916,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -1744,7 +1945,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1957,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1970,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{16}
+	return file_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -1795,7 +1996,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +2008,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +2021,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -1842,7 +2043,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2055,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2068,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{18}
+	return file_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -1909,7 +2110,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2122,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2135,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{19}
+	return file_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -1980,7 +2181,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2193,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2206,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{20}
+	return file_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ack) GetIds() []string {
@@ -2031,7 +2232,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2244,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2257,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{21}
+	return file_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -2104,7 +2305,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2317,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2330,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{22}
+	return file_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -2191,7 +2392,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2404,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2417,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{23}
+	return file_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -2251,7 +2452,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2464,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2477,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{24}
+	return file_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -2315,7 +2516,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2528,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2541,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{25}
+	return file_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -2404,7 +2605,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2617,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2630,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{26}
+	return file_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -2471,7 +2672,8 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xad\t\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xc3\n" +
+	"\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2497,7 +2699,9 @@ const file_client_proto_rawDesc = "" +
 	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotals\x12=\n" +
 	"\fviewer_count\x18\x13 \x01(\v2\x18.roomcast.v1.ViewerCountH\x00R\vviewerCount\x12@\n" +
 	"\rmember_notice\x18\x14 \x01(\v2\x19.roomcast.v1.MemberNoticeH\x00R\fmemberNotice\x12F\n" +
-	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributesB\x06\n" +
+	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributes\x12A\n" +
+	"\rset_attribute\x18\xf0\x01 \x01(\v2\x19.roomcast.v1.SetAttributeH\x00R\fsetAttribute\x12Q\n" +
+	"\x13set_attribute_reply\x18\xf1\x01 \x01(\v2\x1e.roomcast.v1.SetAttributeReplyH\x00R\x11setAttributeReplyB\x06\n" +
 	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -2557,7 +2761,18 @@ const file_client_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"V\n" +
+	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"`\n" +
+	"\fSetAttribute\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\"\x93\x01\n" +
+	"\x11SetAttributeReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12$\n" +
+	"\x0eretry_after_ms\x18\x05 \x01(\rR\fretryAfterMs\"V\n" +
 	"\vViewerCount\x12\x16\n" +
 	"\x06online\x18\x01 \x01(\x03R\x06online\x12/\n" +
 	"\x04tags\x18\x02 \x03(\v2\x1b.roomcast.v1.ViewerTagCountR\x04tags\"<\n" +
@@ -2619,7 +2834,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xb5\x06\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xdd\x06\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -2645,7 +2860,8 @@ const file_client_proto_rawDesc = "" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
 	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
 	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
-	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x18\n" +
+	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12&\n" +
+	"!ERROR_CODE_ATTRIBUTES_NOT_ALLOWED\x10\x96\x01\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2683,42 +2899,44 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_client_proto_goTypes = []any{
-	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
-	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
-	(*Frame)(nil),            // 2: roomcast.v1.Frame
-	(*Login)(nil),            // 3: roomcast.v1.Login
-	(*LoginAck)(nil),         // 4: roomcast.v1.LoginAck
-	(*Send)(nil),             // 5: roomcast.v1.Send
-	(*SendAck)(nil),          // 6: roomcast.v1.SendAck
-	(*Push)(nil),             // 7: roomcast.v1.Push
-	(*CounterAdd)(nil),       // 8: roomcast.v1.CounterAdd
-	(*Counter)(nil),          // 9: roomcast.v1.Counter
-	(*CounterTotals)(nil),    // 10: roomcast.v1.CounterTotals
-	(*RoomAttributes)(nil),   // 11: roomcast.v1.RoomAttributes
-	(*RoomAttribute)(nil),    // 12: roomcast.v1.RoomAttribute
-	(*ViewerCount)(nil),      // 13: roomcast.v1.ViewerCount
-	(*ViewerTagCount)(nil),   // 14: roomcast.v1.ViewerTagCount
-	(*MemberNotice)(nil),     // 15: roomcast.v1.MemberNotice
-	(*MemberChange)(nil),     // 16: roomcast.v1.MemberChange
-	(*Recovery)(nil),         // 17: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 18: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 19: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 20: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 21: roomcast.v1.Error
-	(*Ack)(nil),              // 22: roomcast.v1.Ack
-	(*Kick)(nil),             // 23: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 24: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 25: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 26: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 27: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 28: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
-	(Lane)(0),                // 30: roomcast.v1.Lane
-	(*Message)(nil),          // 31: roomcast.v1.Message
-	(QueueOp)(0),             // 32: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 33: roomcast.v1.QueueEntry
+	(ErrorCode)(0),            // 0: roomcast.v1.ErrorCode
+	(CloseCode)(0),            // 1: roomcast.v1.CloseCode
+	(*Frame)(nil),             // 2: roomcast.v1.Frame
+	(*Login)(nil),             // 3: roomcast.v1.Login
+	(*LoginAck)(nil),          // 4: roomcast.v1.LoginAck
+	(*Send)(nil),              // 5: roomcast.v1.Send
+	(*SendAck)(nil),           // 6: roomcast.v1.SendAck
+	(*Push)(nil),              // 7: roomcast.v1.Push
+	(*CounterAdd)(nil),        // 8: roomcast.v1.CounterAdd
+	(*Counter)(nil),           // 9: roomcast.v1.Counter
+	(*CounterTotals)(nil),     // 10: roomcast.v1.CounterTotals
+	(*RoomAttributes)(nil),    // 11: roomcast.v1.RoomAttributes
+	(*RoomAttribute)(nil),     // 12: roomcast.v1.RoomAttribute
+	(*SetAttribute)(nil),      // 13: roomcast.v1.SetAttribute
+	(*SetAttributeReply)(nil), // 14: roomcast.v1.SetAttributeReply
+	(*ViewerCount)(nil),       // 15: roomcast.v1.ViewerCount
+	(*ViewerTagCount)(nil),    // 16: roomcast.v1.ViewerTagCount
+	(*MemberNotice)(nil),      // 17: roomcast.v1.MemberNotice
+	(*MemberChange)(nil),      // 18: roomcast.v1.MemberChange
+	(*Recovery)(nil),          // 19: roomcast.v1.Recovery
+	(*Thinned)(nil),           // 20: roomcast.v1.Thinned
+	(*Heartbeat)(nil),         // 21: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),      // 22: roomcast.v1.HeartbeatAck
+	(*Error)(nil),             // 23: roomcast.v1.Error
+	(*Ack)(nil),               // 24: roomcast.v1.Ack
+	(*Kick)(nil),              // 25: roomcast.v1.Kick
+	(*HistoryQuery)(nil),      // 26: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),       // 27: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),         // 28: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil),  // 29: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),    // 30: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),         // 31: roomcast.v1.CdnConfig
+	(Lane)(0),                 // 32: roomcast.v1.Lane
+	(*Message)(nil),           // 33: roomcast.v1.Message
+	(QueueOp)(0),              // 34: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),        // 35: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -2726,40 +2944,42 @@ var file_client_proto_depIdxs = []int32{
 	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	19, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	20, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	21, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	23, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	26, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	29, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	24, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	25, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	22, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	27, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	28, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	21, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	22, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	23, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	25, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	28, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	31, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	26, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	27, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	24, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	29, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	30, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
 	8,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
 	10, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
-	13, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
-	15, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
+	15, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
+	17, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
 	11, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
-	29, // 21: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	30, // 22: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	31, // 23: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	17, // 24: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	18, // 25: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	9,  // 26: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	12, // 27: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
-	14, // 28: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	16, // 29: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
-	30, // 30: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	31, // 31: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	32, // 32: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	33, // 33: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	13, // 21: roomcast.v1.Frame.set_attribute:type_name -> roomcast.v1.SetAttribute
+	14, // 22: roomcast.v1.Frame.set_attribute_reply:type_name -> roomcast.v1.SetAttributeReply
+	31, // 23: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	32, // 24: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	33, // 25: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	19, // 26: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	20, // 27: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	9,  // 28: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	12, // 29: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	16, // 30: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	18, // 31: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	32, // 32: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	33, // 33: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	34, // 34: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	35, // 35: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -2791,6 +3011,8 @@ func file_client_proto_init() {
 		(*Frame_ViewerCount)(nil),
 		(*Frame_MemberNotice)(nil),
 		(*Frame_RoomAttributes)(nil),
+		(*Frame_SetAttribute)(nil),
+		(*Frame_SetAttributeReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2798,7 +3020,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -161,6 +161,13 @@ type RoomSettings struct {
 	// Tell members when members join or leave (MemberNotice frames), while the room has at most
 	// 100 members online; a bigger room's members get none.
 	MemberNotices bool `protobuf:"varint,33,opt,name=member_notices,json=memberNotices,proto3" json:"member_notices,omitempty"`
+	// Fields 240-259: members who set room attributes.
+	// Which members may set and remove the room's attributes (SetAttribute frames): a tag
+	// expression over the member (tags, uid). Empty: none, only the app server. Example:
+	// role in ["host", "assistant"].
+	AttributesExpr string `protobuf:"bytes,240,opt,name=attributes_expr,json=attributesExpr,proto3" json:"attributes_expr,omitempty"`
+	// The keys those members may set or remove. Empty: every key. At most 16, each a valid key.
+	AttributeKeys []string `protobuf:"bytes,241,rep,name=attribute_keys,json=attributeKeys,proto3" json:"attribute_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +354,20 @@ func (x *RoomSettings) GetMemberNotices() bool {
 		return x.MemberNotices
 	}
 	return false
+}
+
+func (x *RoomSettings) GetAttributesExpr() string {
+	if x != nil {
+		return x.AttributesExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetAttributeKeys() []string {
+	if x != nil {
+		return x.AttributeKeys
+	}
+	return nil
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -682,7 +703,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\x90\a\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xe2\a\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -710,7 +731,9 @@ const file_room_proto_rawDesc = "" +
 	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecond\x12\x1f\n" +
 	"\vviewer_tags\x18  \x03(\tR\n" +
 	"viewerTags\x12%\n" +
-	"\x0emember_notices\x18! \x01(\bR\rmemberNoticesJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x0emember_notices\x18! \x01(\bR\rmemberNotices\x12(\n" +
+	"\x0fattributes_expr\x18\xf0\x01 \x01(\tR\x0eattributesExpr\x12&\n" +
+	"\x0eattribute_keys\x18\xf1\x01 \x03(\tR\rattributeKeysJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
