@@ -78,6 +78,10 @@ const (
 	// (16 attributes, a value of 4096 bytes, 16384 bytes of values together): take one out, or
 	// shorten it.
 	ErrorAttributesFull = 125
+	// ErrorAttributesNotAllowed (150): A member's SetAttribute that the room does not permit: the
+	// room's attributes_expr does not match the member (or the room names none: only the app
+	// server sets attributes), or the key is not among its attribute_keys.
+	ErrorAttributesNotAllowed = 150
 	// ErrorInternal (500): A bug on our side.
 	ErrorInternal = 500
 	// ErrorUnavailable (503): A service needed for the request did not answer in time.
