@@ -139,7 +139,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		}),
 	}
 	busLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "roomcast_chatlink_bus_request_seconds", Help: "Round trips of the node's requests over NATS, by op (join, send, history, queue): the bus and the service answering.",
+		Name: "roomcast_chatlink_bus_request_seconds", Help: "Round trips of the node's requests over NATS, by op (join, send, history, queue, counters, viewers, attributes): the bus and the service answering.",
 		Buckets: prom.LatencyBuckets,
 	}, []string{"op"})
 	for op, name := range busOpNames {

@@ -85,7 +85,7 @@ type AttributeResult struct {
 }
 
 // SetAttribute sets one of the room's attributes, for a member the room permits; every member,
-// this one included, then reads the new set (Attributes, the "attributes" event). It waits for
+// this one included, then reads the new set with Attributes once it arrives. It waits for
 // the server's answer, at most Config.SendTimeoutMs; a refusal is a result, the error is for no
 // answer.
 func (c *Client) SetAttribute(key, value string) (*AttributeResult, error) {
