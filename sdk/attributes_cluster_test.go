@@ -109,7 +109,8 @@ func TestRoomAttributes(t *testing.T) {
 // name "pinned", a host on one ChatLink pins a message and every member, on both ChatLinks,
 // sees it; a viewer is refused with ErrAttributesNotAllowed, the host is refused a key the room
 // does not name and a value past the limits, and the set stays as the host left it; the host's
-// removal reaches everyone. Each change, taken or refused, is in the audit trail.
+// removal reaches everyone. Each change, taken or refused, is in the audit trail; settings that
+// name a bad expression, a bad key or too many keys are refused.
 func TestMemberAttributes(t *testing.T) {
 	t.Parallel()
 	audit := &testkit.Buffer{}
@@ -117,6 +118,26 @@ func TestMemberAttributes(t *testing.T) {
 		cfg.Audit = slog.New(slog.NewJSONHandler(audit, nil))
 	})
 	const room = "podium"
+	// Bad settings are refused, saying which.
+	many := strings.Repeat(`"k",`, 16) + `"k"`
+	for _, bad := range []struct {
+		settings string
+		code     int
+		says     string
+	}{
+		{`{"attributes_expr":"tags ++"}`, 104, "attributes_expr"},
+		{`{"attributes_expr":"true","attribute_keys":["bad key"]}`, 100, "attribute_keys"},
+		{`{"attributes_expr":"true","attribute_keys":[` + many + `]}`, 100, "at most 16"},
+	} {
+		var refusal struct {
+			Code  int    `json:"code"`
+			Error string `json:"error"`
+		}
+		code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey, `{"room":"bad","settings":`+bad.settings+`}`, &refusal)
+		if code != http.StatusBadRequest || refusal.Code != bad.code || !strings.Contains(refusal.Error, bad.says) {
+			t.Errorf("settings %s: HTTP %d %+v, want 400 with code %d saying %q", bad.settings, code, refusal, bad.code, bad.says)
+		}
+	}
 	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
 		`{"room":"podium","settings":{"attributes_expr":"\"role:host\" in tags","attribute_keys":["pinned"]}}`, nil); code != http.StatusCreated {
 		t.Fatalf("create room: HTTP %d", code)
