@@ -68,7 +68,11 @@ func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 	if answer.Code != 0 {
 		level, result = slog.LevelWarn, clientpb.ErrorCode(answer.Code).String()
 	}
-	n.audit.LogAttrs(context.Background(), level, "member call", slog.String("method", "SetAttribute"),
+	attrs := []slog.Attr{slog.String("method", "SetAttribute"),
 		slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", c.uid), slog.String("session", c.session),
-		slog.String("key", r.Key), slog.Bool("remove", r.Remove), slog.String("result", result), slog.String("error", answer.Message))
+		slog.String("key", r.Key), slog.Bool("remove", r.Remove), slog.String("result", result)}
+	if answer.Message != "" {
+		attrs = append(attrs, slog.String("error", answer.Message))
+	}
+	n.audit.LogAttrs(context.Background(), level, "member call", attrs...)
 }
