@@ -11,6 +11,7 @@ import (
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/roompb"
+	"roomcast/store/attrstore"
 	"roomcast/tag"
 )
 
@@ -71,9 +72,16 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: at most %d tags", MaxViewerTags)
 	case tag.Validate(s.ViewerTags) != nil:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: %v", tag.Validate(s.ViewerTags))
+	case len(s.AttributeKeys) > attrstore.MaxKeys:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "attribute_keys: at most %d keys", attrstore.MaxKeys)
+	}
+	for _, k := range s.AttributeKeys {
+		if !attrstore.ValidKey(k) {
+			return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "attribute_keys: %q is not a valid key (1 to %d characters of A-Z a-z 0-9 _ - : .)", k, attrstore.MaxKeyLen)
+		}
 	}
 	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
-		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr,
+		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr, "attributes_expr": s.AttributesExpr,
 		"moderator_expr": s.ModeratorExpr, "moderator_room_expr": s.ModeratorRoomExpr} {
 		if src == "" {
 			continue

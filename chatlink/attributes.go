@@ -1,8 +1,13 @@
 package chatlink
 
 import (
+	"context"
+	"log/slog"
+
 	"google.golang.org/protobuf/proto"
 
+	"roomcast/internal/bus"
+	"roomcast/internal/buspb"
 	"roomcast/proto/clientpb"
 )
 
@@ -36,4 +41,38 @@ func (r *localRoom) setAttributes(a *clientpb.RoomAttributes) {
 			c.write(b)
 		}
 	})
+}
+
+// setAttribute forwards a member's change of the room's attributes to the room service, which
+// decides by the room's attributes_expr and attribute_keys (room/attributes.go), writes it and
+// broadcasts the room's new set, and answers the client. Each change, taken or refused, gets an
+// audit record, as the server API's calls do. It runs while the connection's reader waits
+// (conn.handle), so a connection's changes are answered one at a time, in order.
+func (c *conn) setAttribute(r *clientpb.SetAttribute) {
+	n := c.node
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	var rep buspb.Reply
+	err := n.request(ctx, busAttributes, bus.SubjectRoomAttributes, &buspb.AttributeRequest{
+		App: c.app, Room: c.room, Uid: c.uid, SessionId: c.session, Tags: c.tagList(),
+		Key: r.Key, Value: r.Value, Remove: r.Remove,
+	}, &rep)
+	answer := &clientpb.SetAttributeReply{Seq: r.Seq, Code: rep.Code, Message: rep.Message, RetryAfterMs: rep.RetryAfterMs}
+	if err != nil {
+		answer.Code, answer.Message = uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), "room service did not answer"
+	} else if answer.Code == 0 {
+		answer.Version = rep.GetAttributes().GetVersion()
+	}
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SetAttributeReply{SetAttributeReply: answer}})
+	level, result := slog.LevelInfo, "OK"
+	if answer.Code != 0 {
+		level, result = slog.LevelWarn, clientpb.ErrorCode(answer.Code).String()
+	}
+	attrs := []slog.Attr{slog.String("method", "SetAttribute"),
+		slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", c.uid), slog.String("session", c.session),
+		slog.String("key", r.Key), slog.Bool("remove", r.Remove), slog.String("result", result)}
+	if answer.Message != "" {
+		attrs = append(attrs, slog.String("error", answer.Message))
+	}
+	n.audit.LogAttrs(context.Background(), level, "member call", attrs...)
 }

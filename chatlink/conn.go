@@ -205,6 +205,11 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.counterAdd(k.CounterAdd) // counters.go
 		}
+	case *clientpb.Frame_SetAttribute:
+		c.node.m.framesIn.WithLabelValues("set_attribute").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.setAttribute(k.SetAttribute) // attributes.go
+		}
 	default:
 		c.node.m.frameBad.Inc()
 		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")

@@ -40,6 +40,7 @@ const (
 // memberRates are the rooms' token buckets of members' sends, per instance.
 type memberRates struct {
 	sends, critical *ratelimit.Table[roomKey]
+	attrs           *ratelimit.Table[roomKey] // members' attribute changes (attributes.go)
 }
 
 // memberRatesSize bounds the rooms each table remembers; the least active are forgotten first
@@ -47,7 +48,8 @@ type memberRates struct {
 const memberRatesSize = 1 << 16
 
 func newMemberRates() memberRates {
-	return memberRates{sends: ratelimit.NewTable[roomKey](memberRatesSize), critical: ratelimit.NewTable[roomKey](memberRatesSize)}
+	return memberRates{sends: ratelimit.NewTable[roomKey](memberRatesSize), critical: ratelimit.NewTable[roomKey](memberRatesSize),
+		attrs: ratelimit.NewTable[roomKey](memberRatesSize)}
 }
 
 // perSecond is a cap of n a second with bursts of 2n; n <= 0 is no cap.

@@ -115,6 +115,11 @@ type Config struct {
 	// MemberSendsPerSecond does, for rooms whose settings do not set member_critical_per_second.
 	// Zero value means DefaultMemberCriticalPerSecond (10); a negative one means no cap.
 	MemberCriticalPerSecond int
+	// MemberAttributesPerSecond caps the attribute changes a room's members make per second
+	// (SetAttribute frames, attributes.go), all of them together, bursts of twice that; over it
+	// a change is refused with 120 (SEND_RATE_LIMITED) and a retry hint. Per instance. Zero
+	// value means DefaultMemberAttributesPerSecond (5); a negative one means no cap.
+	MemberAttributesPerSecond int
 	// CounterTick is how long the instance gathers a room's counter windows before it writes
 	// them to the store and broadcasts the room's totals (counters.go). Zero value means
 	// DefaultCounterTick (250ms).
@@ -185,6 +190,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MemberCriticalPerSecond == 0 {
 		c.MemberCriticalPerSecond = DefaultMemberCriticalPerSecond
 	}
+	if c.MemberAttributesPerSecond == 0 {
+		c.MemberAttributesPerSecond = DefaultMemberAttributesPerSecond
+	}
 	if c.CounterTick <= 0 {
 		c.CounterTick = DefaultCounterTick
 	}
@@ -242,14 +250,15 @@ func (s *Service) Start() error {
 	_ = sub.SetPendingLimits(-1, -1)
 	s.subs = append(s.subs, sub)
 	handlers := map[string]nats.MsgHandler{
-		bus.SubjectRoomJoin:      s.onJoin,
-		bus.SubjectRoomSend:      s.onSend,
-		bus.SubjectRoomSendBatch: s.onSendBatch,
-		bus.SubjectRoomInfo:      s.onInfo,
-		bus.SubjectRoomHistory:   s.onHistory,
-		bus.SubjectRoomCounters:  s.onCounters,
-		bus.SubjectRoomViewers:   s.onViewers,
-		bus.SubjectRoomModerate:  s.onModerate, // moderate.go
+		bus.SubjectRoomJoin:       s.onJoin,
+		bus.SubjectRoomSend:       s.onSend,
+		bus.SubjectRoomSendBatch:  s.onSendBatch,
+		bus.SubjectRoomInfo:       s.onInfo,
+		bus.SubjectRoomHistory:    s.onHistory,
+		bus.SubjectRoomCounters:   s.onCounters,
+		bus.SubjectRoomViewers:    s.onViewers,
+		bus.SubjectRoomModerate:   s.onModerate,   // moderate.go
+		bus.SubjectRoomAttributes: s.onAttributes, // attributes.go
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)

@@ -1,7 +1,10 @@
 package sdk_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"roomcast/internal/roles/devcluster"
 	"roomcast/internal/testkit"
 	"roomcast/internal/testkit/testcluster"
+	"roomcast/sdk"
 )
 
 // waitAttributes waits until every viewer's room attributes are want.
@@ -98,5 +102,117 @@ func TestRoomAttributes(t *testing.T) {
 	}
 	if code := testcluster.Call(t, c, http.MethodGet, "/v1/rooms/"+room+"/attributes", devcluster.APIKey, "", &got); code != http.StatusOK || len(got.Attributes) != 16 {
 		t.Errorf("GET attributes: HTTP %d, %d attributes, want 16", code, len(got.Attributes))
+	}
+}
+
+// TestMemberAttributes: in a room whose attributes_expr names its hosts and whose attribute_keys
+// name "pinned", a host on one ChatLink pins a message and every member, on both ChatLinks,
+// sees it; a viewer is refused with ErrAttributesNotAllowed, the host is refused a key the room
+// does not name and a value past the limits, and the set stays as the host left it; the host's
+// removal reaches everyone. Each change, taken or refused, is in the audit trail; settings that
+// name a bad expression, a bad key or too many keys are refused.
+func TestMemberAttributes(t *testing.T) {
+	t.Parallel()
+	audit := &testkit.Buffer{}
+	c := testcluster.Start(t, testcluster.ChatLinks(2), func(cfg *devcluster.Config) {
+		cfg.Audit = slog.New(slog.NewJSONHandler(audit, nil))
+	})
+	const room = "podium"
+	// Bad settings are refused, saying which.
+	many := strings.Repeat(`"k",`, 16) + `"k"`
+	for _, bad := range []struct {
+		settings string
+		code     int
+		says     string
+	}{
+		{`{"attributes_expr":"tags ++"}`, 104, "attributes_expr"},
+		{`{"attributes_expr":"true","attribute_keys":["bad key"]}`, 100, "attribute_keys"},
+		{`{"attributes_expr":"true","attribute_keys":[` + many + `]}`, 100, "at most 16"},
+	} {
+		var refusal struct {
+			Code  int    `json:"code"`
+			Error string `json:"error"`
+		}
+		code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey, `{"room":"bad","settings":`+bad.settings+`}`, &refusal)
+		if code != http.StatusBadRequest || refusal.Code != bad.code || !strings.Contains(refusal.Error, bad.says) {
+			t.Errorf("settings %s: HTTP %d %+v, want 400 with code %d saying %q", bad.settings, code, refusal, bad.code, bad.says)
+		}
+	}
+	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
+		`{"room":"podium","settings":{"attributes_expr":"\"role:host\" in tags","attribute_keys":["pinned"]}}`, nil); code != http.StatusCreated {
+		t.Fatalf("create room: HTTP %d", code)
+	}
+	host := dialViewer(t, c.Nodes[0], "host", room, "role:host")
+	if host == nil {
+		return
+	}
+	t.Cleanup(func() { host.cl.Close() })
+	vs := []*viewer{host}
+	for i := range 3 {
+		v := dialViewer(t, c.Nodes[(i+1)%2], fmt.Sprintf("u%d", i), room)
+		if v == nil {
+			return
+		}
+		t.Cleanup(func() { v.cl.Close() })
+		vs = append(vs, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	start := time.Now()
+	version, err := host.cl.SetAttribute(ctx, "pinned", "Q&A at 9")
+	if err != nil || version == 0 {
+		t.Fatalf("host SetAttribute: version %d, %v", version, err)
+	}
+	answered := time.Since(start)
+	want := map[string]string{"pinned": "Q&A at 9"}
+	waitAttributes(t, vs, want)
+	t.Logf("a member's pin: answered in %v, on every member of both ChatLinks within %v (polled every 10 ms)", answered, time.Since(start))
+	if _, got := vs[2].cl.Attributes(); got != version {
+		t.Errorf("a member on the other ChatLink has version %d, the host's change made %d", got, version)
+	}
+
+	// A viewer (on the second ChatLink) may not; the host may not set another key, nor too
+	// long a value.
+	viewer := vs[2]
+	if _, err := viewer.cl.SetAttribute(ctx, "pinned", "mine now"); !errors.Is(err, sdk.ErrAttributesNotAllowed) {
+		t.Errorf("a viewer's SetAttribute: %v, want ErrAttributesNotAllowed", err)
+	}
+	if _, err := viewer.cl.RemoveAttribute(ctx, "pinned"); !errors.Is(err, sdk.ErrAttributesNotAllowed) {
+		t.Errorf("a viewer's RemoveAttribute: %v, want ErrAttributesNotAllowed", err)
+	}
+	if _, err := host.cl.SetAttribute(ctx, "announcement", "x"); !errors.Is(err, sdk.ErrAttributesNotAllowed) ||
+		!strings.Contains(err.Error(), "attribute_keys") {
+		t.Errorf("the host's SetAttribute of a key the room does not name: %v, want ErrAttributesNotAllowed naming attribute_keys", err)
+	}
+	if _, err := host.cl.SetAttribute(ctx, "pinned", strings.Repeat("x", 4097)); !errors.Is(err, sdk.ErrAttributesFull) {
+		t.Errorf("the host's SetAttribute of 4097 bytes: %v, want ErrAttributesFull", err)
+	}
+	// Nothing the refusals tried reached anyone: the API reads the set as the host left it.
+	var got struct {
+		Attributes []struct{ Key, Value string } `json:"attributes"`
+		Version    any                           `json:"version"`
+	}
+	if code := testcluster.Call(t, c, http.MethodGet, "/v1/rooms/"+room+"/attributes", devcluster.APIKey, "", &got); code != http.StatusOK ||
+		len(got.Attributes) != 1 || got.Attributes[0].Value != "Q&A at 9" || fmt.Sprint(got.Version) != fmt.Sprint(version) {
+		t.Errorf("GET attributes after the refusals: HTTP %d %+v, want the host's pin at version %d", code, got, version)
+	}
+
+	if _, err := host.cl.RemoveAttribute(ctx, "pinned"); err != nil {
+		t.Fatalf("host RemoveAttribute: %v", err)
+	}
+	waitAttributes(t, vs, map[string]string{})
+
+	log := audit.String()
+	for _, want := range []string{
+		`"msg":"member call","node":"` + c.Nodes[0].Name() + `","audit":true,"method":"SetAttribute","app":"demo","room":"podium","uid":"host"`,
+		`"key":"pinned","remove":true,"result":"OK"`,
+		`"uid":"u1","session":`,
+		`"result":"ERROR_CODE_ATTRIBUTES_NOT_ALLOWED"`,
+		`"result":"ERROR_CODE_ATTRIBUTES_FULL"`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("audit trail has no %s:\n%s", want, log)
+		}
 	}
 }

@@ -61,13 +61,14 @@ type conn struct {
 // Client makes it again on the connection it moved to.
 var errLeft = fmt.Errorf("%w (the request was not sent)", ErrMoved)
 
-// sendResult answers a Send (ack or err), a HistoryQuery (page or err), a queue request (queue)
-// or a moderate request (moderate).
+// sendResult answers a Send (ack or err), a HistoryQuery (page or err), a queue request (queue),
+// a moderate request (moderate) or a SetAttribute (attr).
 type sendResult struct {
 	ack      *clientpb.SendAck
 	page     *clientpb.HistoryPage
 	queue    *clientpb.RoomQueueReply
 	moderate *clientpb.ModerateReply
+	attr     *clientpb.SetAttributeReply
 	err      error
 }
 
@@ -383,6 +384,8 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
 	case *clientpb.Frame_ModerateReply:
 		c.answer(k.ModerateReply.GetSeq(), sendResult{moderate: k.ModerateReply})
+	case *clientpb.Frame_SetAttributeReply:
+		c.answer(k.SetAttributeReply.GetSeq(), sendResult{attr: k.SetAttributeReply})
 	case *clientpb.Frame_Error:
 		e := k.Error
 		if e.GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_ACK_FAILED) {

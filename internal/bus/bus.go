@@ -43,6 +43,9 @@ const (
 	// SubjectRoomModerate takes a moderator's request from its ChatLink (ModerateBusRequest,
 	// answered with a Reply).
 	SubjectRoomModerate = "rc.svc.room.moderate"
+	// SubjectRoomAttributes takes a member's change of its room's attributes (AttributeRequest,
+	// answered with a Reply).
+	SubjectRoomAttributes = "rc.svc.room.attributes"
 
 	// SubjectQueue is the room queue service's (QueueBusRequest, answered with a Reply).
 	SubjectQueue = "rc.svc.queue"

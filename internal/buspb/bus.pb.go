@@ -2816,6 +2816,111 @@ func (x *QueueBusRequest) GetMemberTags() []string {
 	return nil
 }
 
+// AttributeRequest is a member's change of its room's attributes, from its ChatLink to the room
+// service (subject rc.svc.room.attributes), which checks the room's attributes_expr and
+// attribute_keys, writes the change and broadcasts the room's new set. The answer is a Reply
+// with attributes set (the set as written), or a code.
+type AttributeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	App       string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Uid       string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	SessionId string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The member's tags, for attributes_expr.
+	Tags          []string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	Key           string   `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string   `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Remove        bool     `protobuf:"varint,8,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttributeRequest) Reset() {
+	*x = AttributeRequest{}
+	mi := &file_bus_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttributeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttributeRequest) ProtoMessage() {}
+
+func (x *AttributeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttributeRequest.ProtoReflect.Descriptor instead.
+func (*AttributeRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AttributeRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *AttributeRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *AttributeRequest) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
 // HistoryRecord is one entry of the history stream (rc_history): the kept (critical and normal)
 // messages of one of a room's batch windows, in order, or a part of them when the window's
 // encoding would pass the room service's record size cap. Entries that hold a HistoryRecord
@@ -2835,7 +2940,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[27]
+	mi := &file_bus_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2952,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[27]
+	mi := &file_bus_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2965,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{27}
+	return file_bus_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -3162,7 +3267,17 @@ const file_bus_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x19.roomcast.v1.QueueRequestR\arequest\x12%\n" +
 	"\x0emember_session\x18\x04 \x01(\tR\rmemberSession\x12\x1f\n" +
 	"\vmember_tags\x18\x05 \x03(\tR\n" +
-	"memberTags\"j\n" +
+	"memberTags\"\xbd\x01\n" +
+	"\x10AttributeRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\a \x01(\tR\x05value\x12\x16\n" +
+	"\x06remove\x18\b \x01(\bR\x06remove\"j\n" +
 	"\rHistoryRecord\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessionsB\x19Z\x17roomcast/internal/buspbb\x06proto3"
@@ -3180,7 +3295,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),           // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),              // 1: roomcast.v1.NodeControl.Op
@@ -3211,70 +3326,71 @@ var file_bus_proto_goTypes = []any{
 	(*CdnBatch)(nil),                 // 26: roomcast.v1.CdnBatch
 	(*PusherReport)(nil),             // 27: roomcast.v1.PusherReport
 	(*QueueBusRequest)(nil),          // 28: roomcast.v1.QueueBusRequest
-	(*HistoryRecord)(nil),            // 29: roomcast.v1.HistoryRecord
-	nil,                              // 30: roomcast.v1.RoomInfo.NodesEntry
-	nil,                              // 31: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),               // 32: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),      // 33: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),        // 34: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),       // 35: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),     // 36: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),     // 37: roomcast.v1.QueueResponse
-	(*clientpb.CounterTotals)(nil),   // 38: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil),  // 39: roomcast.v1.RoomAttributes
-	(*clientpb.ModerateRequest)(nil), // 40: roomcast.v1.ModerateRequest
-	(*clientpb.HistoryQuery)(nil),    // 41: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),         // 42: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),    // 43: roomcast.v1.MemberChange
-	(*clientpb.Counter)(nil),         // 44: roomcast.v1.Counter
-	(*clientpb.ViewerTagCount)(nil),  // 45: roomcast.v1.ViewerTagCount
-	(clientpb.CdnMode)(0),            // 46: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),            // 47: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),      // 48: roomcast.v1.QueueRequest
+	(*AttributeRequest)(nil),         // 29: roomcast.v1.AttributeRequest
+	(*HistoryRecord)(nil),            // 30: roomcast.v1.HistoryRecord
+	nil,                              // 31: roomcast.v1.RoomInfo.NodesEntry
+	nil,                              // 32: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),               // 33: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),      // 34: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),        // 35: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),       // 36: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),     // 37: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),     // 38: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil),   // 39: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 40: roomcast.v1.RoomAttributes
+	(*clientpb.ModerateRequest)(nil), // 41: roomcast.v1.ModerateRequest
+	(*clientpb.HistoryQuery)(nil),    // 42: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),         // 43: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),    // 44: roomcast.v1.MemberChange
+	(*clientpb.Counter)(nil),         // 45: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil),  // 46: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),            // 47: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),            // 48: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),      // 49: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	32, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	33, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
 	8,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	33, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	34, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	35, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	36, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	37, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	34, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	35, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	36, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	37, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	38, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	38, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	39, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
 	15, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
-	39, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
-	40, // 12: roomcast.v1.ModerateBusRequest.request:type_name -> roomcast.v1.ModerateRequest
-	41, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	30, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	42, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	33, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	35, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	38, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	43, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	39, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
-	44, // 21: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	40, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	41, // 12: roomcast.v1.ModerateBusRequest.request:type_name -> roomcast.v1.ModerateRequest
+	42, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	31, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	43, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	34, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	36, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	39, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	44, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	40, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	45, // 21: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
 	0,  // 22: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
 	11, // 23: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
 	11, // 24: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
 	15, // 25: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	45, // 26: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	46, // 26: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
 	15, // 27: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
 	1,  // 28: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	42, // 29: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	43, // 29: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
 	19, // 30: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	31, // 31: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	32, // 31: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
 	11, // 32: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
 	15, // 33: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
 	23, // 34: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	32, // 35: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	46, // 36: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	35, // 37: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	42, // 38: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	47, // 39: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	48, // 40: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	42, // 41: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	33, // 35: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	47, // 36: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	36, // 37: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	43, // 38: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	48, // 39: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	49, // 40: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	43, // 41: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
 	42, // [42:42] is the sub-list for method output_type
 	42, // [42:42] is the sub-list for method input_type
 	42, // [42:42] is the sub-list for extension type_name
@@ -3293,7 +3409,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -101,6 +101,10 @@ const (
 	// moderator's tags that start with the room's moderator_scope_prefix, or a room-wide
 	// moderator (moderator_room_expr), whom only room-wide moderators may act on.
 	ErrorCode_ERROR_CODE_OUTSIDE_SCOPE ErrorCode = 141
+	// A member's SetAttribute that the room does not permit: the room's attributes_expr does
+	// not match the member (or the room names none: only the app server sets attributes), or the
+	// key is not among its attribute_keys.
+	ErrorCode_ERROR_CODE_ATTRIBUTES_NOT_ALLOWED ErrorCode = 150
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -137,39 +141,41 @@ var (
 		125: "ERROR_CODE_ATTRIBUTES_FULL",
 		140: "ERROR_CODE_NOT_MODERATOR",
 		141: "ERROR_CODE_OUTSIDE_SCOPE",
+		150: "ERROR_CODE_ATTRIBUTES_NOT_ALLOWED",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_OK":                 0,
-		"ERROR_CODE_BAD_REQUEST":        100,
-		"ERROR_CODE_MESSAGE_TOO_LARGE":  101,
-		"ERROR_CODE_RATE_LIMITED":       102,
-		"ERROR_CODE_FORBIDDEN":          103,
-		"ERROR_CODE_BAD_TAG_EXPR":       104,
-		"ERROR_CODE_ROOM_NOT_FOUND":     105,
-		"ERROR_CODE_UNAUTHORIZED":       106,
-		"ERROR_CODE_USER_NOT_FOUND":     107,
-		"ERROR_CODE_CONFLICT":           108,
-		"ERROR_CODE_BAD_RECOVER_SINCE":  109,
-		"ERROR_CODE_BAD_HISTORY_QUERY":  110,
-		"ERROR_CODE_HISTORY_BUSY":       111,
-		"ERROR_CODE_INBOX_FULL":         112,
-		"ERROR_CODE_ACK_FAILED":         113,
-		"ERROR_CODE_QUEUE_KEY_EXISTS":   114,
-		"ERROR_CODE_QUEUE_NOT_FOUND":    115,
-		"ERROR_CODE_QUEUE_FULL":         116,
-		"ERROR_CODE_DENIED_BY_APP":      118,
-		"ERROR_CODE_SEND_RATE_LIMITED":  120,
-		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
-		"ERROR_CODE_API_RATE_LIMITED":   122,
-		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
-		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
-		"ERROR_CODE_ATTRIBUTES_FULL":    125,
-		"ERROR_CODE_NOT_MODERATOR":      140,
-		"ERROR_CODE_OUTSIDE_SCOPE":      141,
-		"ERROR_CODE_INTERNAL":           500,
-		"ERROR_CODE_UNAVAILABLE":        503,
+		"ERROR_CODE_OK":                     0,
+		"ERROR_CODE_BAD_REQUEST":            100,
+		"ERROR_CODE_MESSAGE_TOO_LARGE":      101,
+		"ERROR_CODE_RATE_LIMITED":           102,
+		"ERROR_CODE_FORBIDDEN":              103,
+		"ERROR_CODE_BAD_TAG_EXPR":           104,
+		"ERROR_CODE_ROOM_NOT_FOUND":         105,
+		"ERROR_CODE_UNAUTHORIZED":           106,
+		"ERROR_CODE_USER_NOT_FOUND":         107,
+		"ERROR_CODE_CONFLICT":               108,
+		"ERROR_CODE_BAD_RECOVER_SINCE":      109,
+		"ERROR_CODE_BAD_HISTORY_QUERY":      110,
+		"ERROR_CODE_HISTORY_BUSY":           111,
+		"ERROR_CODE_INBOX_FULL":             112,
+		"ERROR_CODE_ACK_FAILED":             113,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":       114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":        115,
+		"ERROR_CODE_QUEUE_FULL":             116,
+		"ERROR_CODE_DENIED_BY_APP":          118,
+		"ERROR_CODE_SEND_RATE_LIMITED":      120,
+		"ERROR_CODE_LOGIN_RATE_LIMITED":     121,
+		"ERROR_CODE_API_RATE_LIMITED":       122,
+		"ERROR_CODE_LANE_NOT_ALLOWED":       123,
+		"ERROR_CODE_TOO_MANY_COUNTERS":      124,
+		"ERROR_CODE_ATTRIBUTES_FULL":        125,
+		"ERROR_CODE_NOT_MODERATOR":          140,
+		"ERROR_CODE_OUTSIDE_SCOPE":          141,
+		"ERROR_CODE_ATTRIBUTES_NOT_ALLOWED": 150,
+		"ERROR_CODE_INTERNAL":               500,
+		"ERROR_CODE_UNAVAILABLE":            503,
 	}
 )
 
@@ -417,6 +423,8 @@ type Frame struct {
 	//	*Frame_RoomAttributes
 	//	*Frame_ModerateRequest
 	//	*Frame_ModerateReply
+	//	*Frame_SetAttribute
+	//	*Frame_SetAttributeReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -666,6 +674,24 @@ func (x *Frame) GetModerateReply() *ModerateReply {
 	return nil
 }
 
+func (x *Frame) GetSetAttribute() *SetAttribute {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_SetAttribute); ok {
+			return x.SetAttribute
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetSetAttributeReply() *SetAttributeReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_SetAttributeReply); ok {
+			return x.SetAttributeReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -762,6 +788,15 @@ type Frame_ModerateReply struct {
 	ModerateReply *ModerateReply `protobuf:"bytes,221,opt,name=moderate_reply,json=moderateReply,proto3,oneof"` // server -> client: answers a ModerateRequest
 }
 
+type Frame_SetAttribute struct {
+	// Field numbers 240-259 are this feature's block (member-set room attributes).
+	SetAttribute *SetAttribute `protobuf:"bytes,240,opt,name=set_attribute,json=setAttribute,proto3,oneof"` // client -> server: set or remove one of the room's attributes
+}
+
+type Frame_SetAttributeReply struct {
+	SetAttributeReply *SetAttributeReply `protobuf:"bytes,241,opt,name=set_attribute_reply,json=setAttributeReply,proto3,oneof"` // server -> client: answers a SetAttribute
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -807,6 +842,10 @@ func (*Frame_RoomAttributes) isFrame_Kind() {}
 func (*Frame_ModerateRequest) isFrame_Kind() {}
 
 func (*Frame_ModerateReply) isFrame_Kind() {}
+
+func (*Frame_SetAttribute) isFrame_Kind() {}
+
+func (*Frame_SetAttributeReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1564,6 +1603,168 @@ func (x *RoomAttribute) GetUpdatedMs() int64 {
 	return 0
 }
 
+// SetAttribute sets or removes one of the room's attributes, for a member the room permits
+// (RoomSettings.attributes_expr, attribute_keys; docs/protocol.md, "Room attributes"). The same
+// limits hold as for the app server's changes, and a change reaches every member the same way: a
+// RoomAttributes frame with the whole set, this member included. A SetAttributeReply answers
+// each, in the order sent.
+type SetAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the SetAttributeReply.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 1 to 32 characters of A-Z a-z 0-9 _ - : . (pinned, announcement).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// At most 4096 bytes. Ignored with remove.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Take the key out of the room's attributes (a key the room does not have: nothing changes,
+	// and the answer is still a success).
+	Remove        bool `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttribute) Reset() {
+	*x = SetAttribute{}
+	mi := &file_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttribute) ProtoMessage() {}
+
+func (x *SetAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttribute.ProtoReflect.Descriptor instead.
+func (*SetAttribute) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetAttribute) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SetAttribute) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SetAttribute) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *SetAttribute) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// SetAttributeReply answers a SetAttribute.
+type SetAttributeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 150 (ATTRIBUTES_NOT_ALLOWED) when the room does not let
+	// this member change this key, 125 (ATTRIBUTES_FULL) past the room's limits, 100 for a bad
+	// key, 105 for a closed room, 120 over the room's rate of members' changes (retry_after_ms),
+	// 503 when the room service did not answer.
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// On success: the version of the room's attributes this change made (the RoomAttributes
+	// frame with this version carries it).
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// With 120: how long to wait before the change may be taken.
+	RetryAfterMs  uint32 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttributeReply) Reset() {
+	*x = SetAttributeReply{}
+	mi := &file_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttributeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttributeReply) ProtoMessage() {}
+
+func (x *SetAttributeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttributeReply.ProtoReflect.Descriptor instead.
+func (*SetAttributeReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetAttributeReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SetAttributeReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SetAttributeReply) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 // ViewerCount is how many members the room has online, over every ChatLink, and for each tag
 // the room's settings name (viewer_tags, e.g. one per class) how many of them have it. A
 // ChatLink sends it after the LoginAck once it knows the count, and then when the count changed,
@@ -1579,7 +1780,7 @@ type ViewerCount struct {
 
 func (x *ViewerCount) Reset() {
 	*x = ViewerCount{}
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1792,7 @@ func (x *ViewerCount) String() string {
 func (*ViewerCount) ProtoMessage() {}
 
 func (x *ViewerCount) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[11]
+	mi := &file_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1805,7 @@ func (x *ViewerCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerCount.ProtoReflect.Descriptor instead.
 func (*ViewerCount) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{11}
+	return file_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ViewerCount) GetOnline() int64 {
@@ -1632,7 +1833,7 @@ type ViewerTagCount struct {
 
 func (x *ViewerTagCount) Reset() {
 	*x = ViewerTagCount{}
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1845,7 @@ func (x *ViewerTagCount) String() string {
 func (*ViewerTagCount) ProtoMessage() {}
 
 func (x *ViewerTagCount) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[12]
+	mi := &file_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1858,7 @@ func (x *ViewerTagCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerTagCount.ProtoReflect.Descriptor instead.
 func (*ViewerTagCount) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{12}
+	return file_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ViewerTagCount) GetTag() string {
@@ -1686,7 +1887,7 @@ type MemberNotice struct {
 
 func (x *MemberNotice) Reset() {
 	*x = MemberNotice{}
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1899,7 @@ func (x *MemberNotice) String() string {
 func (*MemberNotice) ProtoMessage() {}
 
 func (x *MemberNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[13]
+	mi := &file_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1912,7 @@ func (x *MemberNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberNotice.ProtoReflect.Descriptor instead.
 func (*MemberNotice) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{13}
+	return file_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MemberNotice) GetChanges() []*MemberChange {
@@ -1732,7 +1933,7 @@ type MemberChange struct {
 
 func (x *MemberChange) Reset() {
 	*x = MemberChange{}
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1945,7 @@ func (x *MemberChange) String() string {
 func (*MemberChange) ProtoMessage() {}
 
 func (x *MemberChange) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[14]
+	mi := &file_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1958,7 @@ func (x *MemberChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberChange.ProtoReflect.Descriptor instead.
 func (*MemberChange) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{14}
+	return file_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberChange) GetUid() string {
@@ -1791,7 +1992,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2004,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2017,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -1845,7 +2046,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2058,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2071,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{16}
+	return file_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -1896,7 +2097,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2109,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2122,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -1943,7 +2144,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2156,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2169,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{18}
+	return file_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -2010,7 +2211,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2223,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2236,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{19}
+	return file_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -2081,7 +2282,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2294,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2307,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{20}
+	return file_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ack) GetIds() []string {
@@ -2132,7 +2333,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2345,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2358,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{21}
+	return file_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -2205,7 +2406,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2418,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2431,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{22}
+	return file_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -2292,7 +2493,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2505,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2518,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{23}
+	return file_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -2352,7 +2553,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2565,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2578,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{24}
+	return file_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -2416,7 +2617,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2629,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2642,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{25}
+	return file_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -2505,7 +2706,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2718,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2731,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{26}
+	return file_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -2589,7 +2790,7 @@ type ModerateRequest struct {
 
 func (x *ModerateRequest) Reset() {
 	*x = ModerateRequest{}
-	mi := &file_client_proto_msgTypes[27]
+	mi := &file_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2802,7 @@ func (x *ModerateRequest) String() string {
 func (*ModerateRequest) ProtoMessage() {}
 
 func (x *ModerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[27]
+	mi := &file_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2815,7 @@ func (x *ModerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModerateRequest.ProtoReflect.Descriptor instead.
 func (*ModerateRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{27}
+	return file_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModerateRequest) GetSeq() uint64 {
@@ -2671,7 +2872,7 @@ type ModerateReply struct {
 
 func (x *ModerateReply) Reset() {
 	*x = ModerateReply{}
-	mi := &file_client_proto_msgTypes[28]
+	mi := &file_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2884,7 @@ func (x *ModerateReply) String() string {
 func (*ModerateReply) ProtoMessage() {}
 
 func (x *ModerateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[28]
+	mi := &file_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2897,7 @@ func (x *ModerateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModerateReply.ProtoReflect.Descriptor instead.
 func (*ModerateReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{28}
+	return file_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModerateReply) GetSeq() uint64 {
@@ -2731,8 +2932,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xbf\n" +
-	"\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xd5\v\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2760,7 +2960,9 @@ const file_client_proto_rawDesc = "" +
 	"\rmember_notice\x18\x14 \x01(\v2\x19.roomcast.v1.MemberNoticeH\x00R\fmemberNotice\x12F\n" +
 	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributes\x12J\n" +
 	"\x10moderate_request\x18\xdc\x01 \x01(\v2\x1c.roomcast.v1.ModerateRequestH\x00R\x0fmoderateRequest\x12D\n" +
-	"\x0emoderate_reply\x18\xdd\x01 \x01(\v2\x1a.roomcast.v1.ModerateReplyH\x00R\rmoderateReplyB\x06\n" +
+	"\x0emoderate_reply\x18\xdd\x01 \x01(\v2\x1a.roomcast.v1.ModerateReplyH\x00R\rmoderateReply\x12A\n" +
+	"\rset_attribute\x18\xf0\x01 \x01(\v2\x19.roomcast.v1.SetAttributeH\x00R\fsetAttribute\x12Q\n" +
+	"\x13set_attribute_reply\x18\xf1\x01 \x01(\v2\x1e.roomcast.v1.SetAttributeReplyH\x00R\x11setAttributeReplyB\x06\n" +
 	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -2820,7 +3022,18 @@ const file_client_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"V\n" +
+	"updated_ms\x18\x03 \x01(\x03R\tupdatedMs\"`\n" +
+	"\fSetAttribute\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\"\x93\x01\n" +
+	"\x11SetAttributeReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12$\n" +
+	"\x0eretry_after_ms\x18\x05 \x01(\rR\fretryAfterMs\"V\n" +
 	"\vViewerCount\x12\x16\n" +
 	"\x06online\x18\x01 \x01(\x03R\x06online\x12/\n" +
 	"\x04tags\x18\x02 \x03(\v2\x1b.roomcast.v1.ViewerTagCountR\x04tags\"<\n" +
@@ -2894,7 +3107,7 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\baffected\x18\x04 \x01(\x03R\baffected*\xf3\x06\n" +
+	"\baffected\x18\x04 \x01(\x03R\baffected*\x9b\a\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -2922,7 +3135,8 @@ const file_client_proto_rawDesc = "" +
 	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
 	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x1d\n" +
 	"\x18ERROR_CODE_NOT_MODERATOR\x10\x8c\x01\x12\x1d\n" +
-	"\x18ERROR_CODE_OUTSIDE_SCOPE\x10\x8d\x01\x12\x18\n" +
+	"\x18ERROR_CODE_OUTSIDE_SCOPE\x10\x8d\x01\x12&\n" +
+	"!ERROR_CODE_ATTRIBUTES_NOT_ALLOWED\x10\x96\x01\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2966,45 +3180,47 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_client_proto_goTypes = []any{
-	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
-	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
-	(ModerateOp)(0),          // 2: roomcast.v1.ModerateOp
-	(*Frame)(nil),            // 3: roomcast.v1.Frame
-	(*Login)(nil),            // 4: roomcast.v1.Login
-	(*LoginAck)(nil),         // 5: roomcast.v1.LoginAck
-	(*Send)(nil),             // 6: roomcast.v1.Send
-	(*SendAck)(nil),          // 7: roomcast.v1.SendAck
-	(*Push)(nil),             // 8: roomcast.v1.Push
-	(*CounterAdd)(nil),       // 9: roomcast.v1.CounterAdd
-	(*Counter)(nil),          // 10: roomcast.v1.Counter
-	(*CounterTotals)(nil),    // 11: roomcast.v1.CounterTotals
-	(*RoomAttributes)(nil),   // 12: roomcast.v1.RoomAttributes
-	(*RoomAttribute)(nil),    // 13: roomcast.v1.RoomAttribute
-	(*ViewerCount)(nil),      // 14: roomcast.v1.ViewerCount
-	(*ViewerTagCount)(nil),   // 15: roomcast.v1.ViewerTagCount
-	(*MemberNotice)(nil),     // 16: roomcast.v1.MemberNotice
-	(*MemberChange)(nil),     // 17: roomcast.v1.MemberChange
-	(*Recovery)(nil),         // 18: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 19: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 20: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 21: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 22: roomcast.v1.Error
-	(*Ack)(nil),              // 23: roomcast.v1.Ack
-	(*Kick)(nil),             // 24: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 25: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 26: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 27: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 28: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 29: roomcast.v1.RoomQueueReply
-	(*ModerateRequest)(nil),  // 30: roomcast.v1.ModerateRequest
-	(*ModerateReply)(nil),    // 31: roomcast.v1.ModerateReply
-	(*CdnConfig)(nil),        // 32: roomcast.v1.CdnConfig
-	(Lane)(0),                // 33: roomcast.v1.Lane
-	(*Message)(nil),          // 34: roomcast.v1.Message
-	(QueueOp)(0),             // 35: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 36: roomcast.v1.QueueEntry
+	(ErrorCode)(0),            // 0: roomcast.v1.ErrorCode
+	(CloseCode)(0),            // 1: roomcast.v1.CloseCode
+	(ModerateOp)(0),           // 2: roomcast.v1.ModerateOp
+	(*Frame)(nil),             // 3: roomcast.v1.Frame
+	(*Login)(nil),             // 4: roomcast.v1.Login
+	(*LoginAck)(nil),          // 5: roomcast.v1.LoginAck
+	(*Send)(nil),              // 6: roomcast.v1.Send
+	(*SendAck)(nil),           // 7: roomcast.v1.SendAck
+	(*Push)(nil),              // 8: roomcast.v1.Push
+	(*CounterAdd)(nil),        // 9: roomcast.v1.CounterAdd
+	(*Counter)(nil),           // 10: roomcast.v1.Counter
+	(*CounterTotals)(nil),     // 11: roomcast.v1.CounterTotals
+	(*RoomAttributes)(nil),    // 12: roomcast.v1.RoomAttributes
+	(*RoomAttribute)(nil),     // 13: roomcast.v1.RoomAttribute
+	(*SetAttribute)(nil),      // 14: roomcast.v1.SetAttribute
+	(*SetAttributeReply)(nil), // 15: roomcast.v1.SetAttributeReply
+	(*ViewerCount)(nil),       // 16: roomcast.v1.ViewerCount
+	(*ViewerTagCount)(nil),    // 17: roomcast.v1.ViewerTagCount
+	(*MemberNotice)(nil),      // 18: roomcast.v1.MemberNotice
+	(*MemberChange)(nil),      // 19: roomcast.v1.MemberChange
+	(*Recovery)(nil),          // 20: roomcast.v1.Recovery
+	(*Thinned)(nil),           // 21: roomcast.v1.Thinned
+	(*Heartbeat)(nil),         // 22: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),      // 23: roomcast.v1.HeartbeatAck
+	(*Error)(nil),             // 24: roomcast.v1.Error
+	(*Ack)(nil),               // 25: roomcast.v1.Ack
+	(*Kick)(nil),              // 26: roomcast.v1.Kick
+	(*HistoryQuery)(nil),      // 27: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),       // 28: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),         // 29: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil),  // 30: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),    // 31: roomcast.v1.RoomQueueReply
+	(*ModerateRequest)(nil),   // 32: roomcast.v1.ModerateRequest
+	(*ModerateReply)(nil),     // 33: roomcast.v1.ModerateReply
+	(*CdnConfig)(nil),         // 34: roomcast.v1.CdnConfig
+	(Lane)(0),                 // 35: roomcast.v1.Lane
+	(*Message)(nil),           // 36: roomcast.v1.Message
+	(QueueOp)(0),              // 37: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),        // 38: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	4,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -3012,43 +3228,45 @@ var file_client_proto_depIdxs = []int32{
 	6,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	7,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	8,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	20, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	21, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	22, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	24, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	27, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	32, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	25, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	26, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	23, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	28, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	29, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	22, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	23, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	24, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	26, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	29, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	34, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	27, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	28, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	25, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	30, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	31, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
 	9,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
 	11, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
-	14, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
-	16, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
+	16, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
+	18, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
 	12, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
-	30, // 21: roomcast.v1.Frame.moderate_request:type_name -> roomcast.v1.ModerateRequest
-	31, // 22: roomcast.v1.Frame.moderate_reply:type_name -> roomcast.v1.ModerateReply
-	32, // 23: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	33, // 24: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	34, // 25: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	18, // 26: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	19, // 27: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	10, // 28: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	13, // 29: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
-	15, // 30: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	17, // 31: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
-	33, // 32: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	34, // 33: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	35, // 34: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	36, // 35: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	2,  // 36: roomcast.v1.ModerateRequest.op:type_name -> roomcast.v1.ModerateOp
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	32, // 21: roomcast.v1.Frame.moderate_request:type_name -> roomcast.v1.ModerateRequest
+	33, // 22: roomcast.v1.Frame.moderate_reply:type_name -> roomcast.v1.ModerateReply
+	14, // 23: roomcast.v1.Frame.set_attribute:type_name -> roomcast.v1.SetAttribute
+	15, // 24: roomcast.v1.Frame.set_attribute_reply:type_name -> roomcast.v1.SetAttributeReply
+	34, // 25: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	35, // 26: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	36, // 27: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	20, // 28: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	21, // 29: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	10, // 30: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	13, // 31: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	17, // 32: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	19, // 33: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	35, // 34: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	36, // 35: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	37, // 36: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	38, // 37: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	2,  // 38: roomcast.v1.ModerateRequest.op:type_name -> roomcast.v1.ModerateOp
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -3082,6 +3300,8 @@ func file_client_proto_init() {
 		(*Frame_RoomAttributes)(nil),
 		(*Frame_ModerateRequest)(nil),
 		(*Frame_ModerateReply)(nil),
+		(*Frame_SetAttribute)(nil),
+		(*Frame_SetAttributeReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3089,7 +3309,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

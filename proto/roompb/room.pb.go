@@ -175,8 +175,15 @@ type RoomSettings struct {
 	// whatever moderator_scope_prefix says; scoped moderators may not act on them. Empty: none.
 	// Example: role == "lecturer".
 	ModeratorRoomExpr string `protobuf:"bytes,222,opt,name=moderator_room_expr,json=moderatorRoomExpr,proto3" json:"moderator_room_expr,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Fields 240-259: members who set room attributes.
+	// Which members may set and remove the room's attributes (SetAttribute frames): a tag
+	// expression over the member (tags, uid). Empty: none, only the app server. Example:
+	// role in ["host", "assistant"].
+	AttributesExpr string `protobuf:"bytes,240,opt,name=attributes_expr,json=attributesExpr,proto3" json:"attributes_expr,omitempty"`
+	// The keys those members may set or remove. Empty: every key. At most 16, each a valid key.
+	AttributeKeys []string `protobuf:"bytes,241,rep,name=attribute_keys,json=attributeKeys,proto3" json:"attribute_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -382,6 +389,20 @@ func (x *RoomSettings) GetModeratorRoomExpr() string {
 		return x.ModeratorRoomExpr
 	}
 	return ""
+}
+
+func (x *RoomSettings) GetAttributesExpr() string {
+	if x != nil {
+		return x.AttributesExpr
+	}
+	return ""
+}
+
+func (x *RoomSettings) GetAttributeKeys() []string {
+	if x != nil {
+		return x.AttributeKeys
+	}
+	return nil
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -717,7 +738,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xa0\b\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xf2\b\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -748,7 +769,9 @@ const file_room_proto_rawDesc = "" +
 	"\x0emember_notices\x18! \x01(\bR\rmemberNotices\x12&\n" +
 	"\x0emoderator_expr\x18\xdc\x01 \x01(\tR\rmoderatorExpr\x125\n" +
 	"\x16moderator_scope_prefix\x18\xdd\x01 \x01(\tR\x14moderatorScopePrefix\x12/\n" +
-	"\x13moderator_room_expr\x18\xde\x01 \x01(\tR\x11moderatorRoomExprJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x13moderator_room_expr\x18\xde\x01 \x01(\tR\x11moderatorRoomExpr\x12(\n" +
+	"\x0fattributes_expr\x18\xf0\x01 \x01(\tR\x0eattributesExpr\x12&\n" +
+	"\x0eattribute_keys\x18\xf1\x01 \x03(\tR\rattributeKeysJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +

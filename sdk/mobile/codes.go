@@ -86,6 +86,10 @@ const (
 	// one sharing none of the moderator's tags that start with the room's moderator_scope_prefix,
 	// or a room-wide moderator, whom only room-wide moderators may act on.
 	ErrorOutsideScope = 141
+	// ErrorAttributesNotAllowed (150): A member's SetAttribute that the room does not permit: the
+	// room's attributes_expr does not match the member (or the room names none: only the app
+	// server sets attributes), or the key is not among its attribute_keys.
+	ErrorAttributesNotAllowed = 150
 	// ErrorInternal (500): A bug on our side.
 	ErrorInternal = 500
 	// ErrorUnavailable (503): A service needed for the request did not answer in time.

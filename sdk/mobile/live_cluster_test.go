@@ -31,3 +31,30 @@ func TestLiveState(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSetAttribute: in a room whose attributes_expr names alice, her mobile client pins a
+// message that bob's reads; bob's own change is refused with ErrorAttributesNotAllowed, as a
+// result, not an error.
+func TestSetAttribute(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(1))
+	if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
+		`{"room":"pins","settings":{"attributes_expr":"uid == \"alice\""}}`, nil); code != http.StatusCreated {
+		t.Fatalf("create room: HTTP %d", code)
+	}
+	alice := newClient(t, c, "alice", "pins", mobile.Config{}, nil)
+	bob := newClient(t, c, "bob", "pins", mobile.Config{}, nil)
+	r, err := alice.SetAttribute("pinned", "hello")
+	if err != nil || r.ErrorCode != 0 || r.Version == 0 {
+		t.Fatalf("alice's SetAttribute: %+v, %v", r, err)
+	}
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if a := bob.Attributes(); a.Get("pinned") != "hello" || a.Version() != r.Version {
+			return fmt.Errorf("bob reads pinned %q at version %d, want \"hello\" at %d", a.Get("pinned"), a.Version(), r.Version)
+		}
+		return nil
+	})
+	r, err = bob.RemoveAttribute("pinned")
+	if err != nil || r.ErrorCode != mobile.ErrorAttributesNotAllowed || r.ErrorMessage == "" {
+		t.Errorf("bob's RemoveAttribute: %+v, %v; want a result with ErrorAttributesNotAllowed", r, err)
+	}
+}

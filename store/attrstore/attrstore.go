@@ -1,7 +1,8 @@
 // Package attrstore keeps the rooms' attributes (an announcement, a pinned message, app data:
 // docs/api.md, "Room attributes") in the JetStream KV bucket rc_room_attrs: one
 // clientpb.RoomAttributes per room, its version the record's revision. The server API writes it,
-// the room service reads it for a node's first login of a room. It holds the limits every role
+// and so does the room service for the members a room permits (room/attributes.go); the room
+// service reads it for a node's first login of a room. It holds the limits every role
 // checks an attribute by. It must not broadcast nor import a component.
 package attrstore
 

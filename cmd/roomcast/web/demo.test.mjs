@@ -99,6 +99,10 @@ test("danmaku fly across the stage, critical ones styled apart; a later page get
   await sendAsApp(dev.url, "show", "welcome to the show", "critical");
   const viewer = await open("viewer", "show");
   await waitFor("history on join", async () => (await bodies(viewer)).includes("welcome to the show"));
+  // The stage's live state, for the picture: the pinned message and how many watch.
+  await api(dev.url, "PUT", "/v1/rooms/show/attributes/pinned", { value: "Tonight: the final. Ask the hosts anything" });
+  await waitFor("the pinned message", async () => (await viewer.textContent("#pinned")).startsWith("Tonight"), 5000);
+  await waitFor("2 watching", async () => (await viewer.textContent("#watching")) === "2 watching", 10000);
   const lines = ["8888888", "first!", "this goal though", "replay please", "GG", "wow", "LOL", "so close", "what a save", "again!", "who else is watching at 3am", "\\(^o^)/"];
   for (let i = 0; i < 24; i++) {
     await sendAsApp(dev.url, "show", i % 8 === 3 ? `gift: rocket ×${i}` : lines[i % lines.length], i % 8 === 3 ? "critical" : "bulk");
@@ -126,6 +130,37 @@ test("danmaku fly across the stage, critical ones styled apart; a later page get
   await viewer.close();
   await late.close();
   await host.close();
+});
+
+test("the stage shows how many watch and the pinned message, live", async () => {
+  // The documented bound of a viewer count (docs/protocol.md: the viewer interval, 3 s, plus
+  // the report interval, 1 s), with room for a busy machine.
+  const countBound = 10000;
+  const watching = (page) => page.textContent("#watching");
+  const pinned = async (page) => ((await page.isVisible("#pinned")) ? page.textContent("#pinned") : null);
+  const anchor = await open("anchor", "stage");
+  await waitFor("1 watching", async () => (await watching(anchor)) === "1 watching", countBound);
+  assert.equal(await pinned(anchor), null, "no pinned message before one is set");
+
+  // Set through the server API: the page in the room shows it at once.
+  await api(dev.url, "PUT", "/v1/rooms/stage/attributes/pinned", { value: "Q&A at 9: ask away" });
+  await waitFor("the pinned message on the stage", async () => (await pinned(anchor)) === "Q&A at 9: ask away", 5000);
+
+  // A second page: it gets the pinned message at its login, and both count two.
+  const fan = await open("fan", "stage");
+  await waitFor("the later page's pinned message", async () => (await pinned(fan)) === "Q&A at 9: ask away", 5000);
+  for (const page of [anchor, fan]) await waitFor("2 watching", async () => (await watching(page)) === "2 watching", countBound);
+
+  // Changed and removed live; the count goes down when a page leaves.
+  await api(dev.url, "PUT", "/v1/rooms/stage/attributes/pinned", { value: "Half time" });
+  for (const page of [anchor, fan]) await waitFor("the new pinned message", async () => (await pinned(page)) === "Half time", 5000);
+  await fan.close();
+  await waitFor("1 watching again", async () => (await watching(anchor)) === "1 watching", countBound);
+  await api(dev.url, "PUT", "/v1/rooms/stage/attributes/pinned", { remove: true });
+  await waitFor("no pinned message", async () => (await pinned(anchor)) === null, 5000);
+  assert.match(await anchor.textContent("#log"), /Pinned: Q&A at 9: ask away/);
+  assert.deepEqual([...anchor.problems, ...fan.problems], []);
+  await anchor.close();
 });
 
 test("a page without WebSocket chats through the HTTP fallback", async () => {

@@ -4,6 +4,9 @@
 //
 // URL parameters: uid, room, history (messages on join, default 50), density (1–4), join=1 to
 // join at once.
+//
+// The stage shows the room's live state: how many members watch (the viewer count) and its
+// pinned message (the room attribute "pinned"), both as the server sends them.
 
 import {
   type CdnConfig,
@@ -29,7 +32,7 @@ const ui = {
   stageNote: $("stage-note"), log: $<HTMLOListElement>("log"), sendForm: $<HTMLFormElement>("send-form"),
   text: $<HTMLInputElement>("text"), lane: $<HTMLSelectElement>("lane"), send: $<HTMLButtonElement>("send"),
   density: $<HTMLInputElement>("density"), densityName: $("density-name"), codes: $<HTMLTableElement>("codes"),
-  like: $<HTMLButtonElement>("like"), likes: $("likes"),
+  like: $<HTMLButtonElement>("like"), likes: $("likes"), watching: $("watching"), pinned: $("pinned"),
 };
 
 const params = new URLSearchParams(location.search);
@@ -256,6 +259,25 @@ function showCdn(c: Client) {
   ui.cdn.title = JSON.stringify(st);
 }
 
+// ---- the room's live state: how many watch, and its pinned message ----
+
+/** showWatching shows the room's members online over every ChatLink ("" while unknown). */
+function showWatching(online: number | undefined) {
+  ui.watching.textContent = online === undefined ? "" : `${online.toLocaleString()} watching`;
+}
+
+/**
+ * showPinned shows the room attribute "pinned" (set by the app server, or by members the room
+ * permits) on the stage, or hides it when the room has none.
+ */
+function showPinned(attrs: Record<string, string>) {
+  const text = attrs.pinned ?? "";
+  if (text === ui.pinned.textContent && ui.pinned.hidden === !text) return;
+  ui.pinned.textContent = text;
+  ui.pinned.hidden = !text;
+  if (text) note(`Pinned: ${text}`);
+}
+
 // ---- joining, leaving, sending ----
 
 let client: Client | undefined;
@@ -282,6 +304,8 @@ async function join() {
   const c = new Client({ token: answer.token, dispatcher: "", history: historyOnJoin });
   client = c;
   ui.likes.textContent = "0";
+  showWatching(undefined);
+  showPinned({});
   c.on("message", onMessage);
   c.on("connected", (ev) => {
     const a = ev.loginAck;
@@ -307,6 +331,9 @@ async function join() {
   // The room's likes: counted by the server, the running total a few times a second.
   c.on("counters", (ev) => (ui.likes.textContent = (ev.totals.like ?? 0).toLocaleString()));
   c.on("counterRefused", (ev) => note(`Like not counted: ${errorText(ev.error)}`, "warn"));
+  // The room's live state: its viewer count (every few seconds, when it changed) and attributes.
+  c.on("viewers", (ev) => showWatching(ev.online));
+  c.on("attributes", (ev) => showPinned(ev.attrs));
   c.on("kicked", (ev) => note(`Kicked: ${ev.code} ${ev.name}${ev.reason ? ` — ${ev.reason}` : ""}`, "error"));
   c.on("error", (err) => note(`Error: ${errorText(err)}`, "error"));
   c.on("closed", (err) => {
@@ -314,6 +341,8 @@ async function join() {
     clearInterval(cdnTimer);
     showCdn(c);
     setState("closed");
+    showWatching(undefined);
+    showPinned({});
     note(`Left: ${errorText(err)}`, err.name === "ClosedError" ? "" : "error");
   });
   setState("connecting");

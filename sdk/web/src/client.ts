@@ -5,7 +5,7 @@ import { CdnPoller, type CdnStats } from "./cdn.js";
 import type { Endpoint, Config, Settings } from "./config.js";
 import { MAX_FRAME_SIZE, withDefaults } from "./config.js";
 import { CounterState, validCounterName } from "./counters.js";
-import { AttributeState, type AttributesEvent, type MemberNoticeEvent, type ViewersEvent, viewersOf } from "./live.js";
+import { AttributeError, AttributeState, type AttributesEvent, type MemberNoticeEvent, type ViewersEvent, viewersOf } from "./live.js";
 import { Delivery, idFloor } from "./delivery.js";
 import { InboxSeen } from "./inbox.js";
 import { dispatch } from "./dispatch.js";
@@ -476,6 +476,30 @@ export class Client {
     const r: ModerateReply = await s.moderate(++this.seq, req);
     if (r.code !== 0) throw new ModerateError(r.code, r.message);
     return Number(r.affected);
+  }
+
+  /**
+   * setAttribute sets one of the room's attributes, for a member the room permits (its
+   * attributes_expr and attribute_keys), and resolves with the version of the room's attributes
+   * it made; every member, this one included, then gets the attributes event. A refusal rejects
+   * with an AttributeError (150 ATTRIBUTES_NOT_ALLOWED, 125 ATTRIBUTES_FULL, ...).
+   */
+  async setAttribute(key: string, value: string): Promise<bigint> {
+    return this.changeAttribute(key, value, false);
+  }
+
+  /** removeAttribute takes one of the room's attributes out, as setAttribute sets one. */
+  async removeAttribute(key: string): Promise<bigint> {
+    return this.changeAttribute(key, "", true);
+  }
+
+  private async changeAttribute(key: string, value: string, remove: boolean): Promise<bigint> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    const r = await s.setAttribute(++this.seq, key, value, remove);
+    if (r.code !== 0) throw new AttributeError(r.code, r.message, r.retryAfterMs);
+    return r.version;
   }
 
   /** close ends the connection and stops reconnecting; the closed event follows. It may be called more than once. */

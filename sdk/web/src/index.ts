@@ -27,6 +27,7 @@ export { CLIENT_NAME, MAX_FRAME_SIZE, PROTOCOL_VERSION } from "./config.js";
 export type { Config, Endpoint, EventSourceConstructor, Logger, Transport, WebSocketConstructor } from "./config.js";
 export { MAX_COUNTER_NAME, MAX_ROOM_COUNTERS, validCounterName } from "./counters.js";
 export type { AttributesEvent, MemberNoticeEvent, ViewersEvent } from "./live.js";
+export { AttributeError } from "./live.js";
 export { compareMessages, idFloor } from "./delivery.js";
 export { decodeSegment, MAX_SEGMENT_BYTES, SegmentError, segmentIndex, segmentUrl } from "./segment.js";
 export type { WantSegment } from "./segment.js";

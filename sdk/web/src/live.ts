@@ -3,7 +3,33 @@
 // notices of a small room that asks; and its attributes (an announcement, a pinned message),
 // whole at login and at every change.
 
-import type { RoomAttributes, ViewerCount } from "./gen/client_pb.js";
+import { errorCodeName, RoomcastError } from "./errors.js";
+import { ErrorCode, type RoomAttributes, type ViewerCount } from "./gen/client_pb.js";
+
+/**
+ * AttributeError is the server's refusal of setAttribute or removeAttribute; the connection
+ * stays. code is an ErrorCode: 150 ATTRIBUTES_NOT_ALLOWED (the room's attributes_expr or
+ * attribute_keys do not permit this member this key), 125 ATTRIBUTES_FULL, 100 BAD_REQUEST (a
+ * bad key), 103 FORBIDDEN (muted or banned), 105 ROOM_NOT_FOUND (closed), 120
+ * SEND_RATE_LIMITED (the room's members changed its attributes too often: retryAfterMs), 503
+ * UNAVAILABLE.
+ */
+export class AttributeError extends RoomcastError {
+  override name = "AttributeError";
+  constructor(
+    readonly code: number,
+    readonly serverMessage = "",
+    /** With 120: how long to wait before the same change may be taken. */
+    readonly retryAfterMs = 0,
+  ) {
+    super(`roomcast: attribute change refused: code ${code} (${errorCodeName(code)})${serverMessage ? ": " + serverMessage : ""}`);
+  }
+
+  /** The room does not let this member change this attribute. */
+  get notAllowed(): boolean {
+    return this.code === ErrorCode.ATTRIBUTES_NOT_ALLOWED;
+  }
+}
 
 /** viewers: the room's members online changed, or a login learned them. */
 export interface ViewersEvent {

@@ -30,6 +30,7 @@ import {
   type RoomQueueReply,
   type ModerateReply,
   type ModerateRequestSchema,
+  type SetAttributeReply,
   type RoomQueueRequestSchema,
   type SendAck,
 } from "./gen/client_pb.js";
@@ -70,9 +71,9 @@ export interface LoginOptions {
   history: number;
 }
 
-/** A Send, HistoryQuery, queue or moderate request waiting for its answer. */
+/** A Send, HistoryQuery, queue request, moderate request or SetAttribute waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | HistoryPage | RoomQueueReply | ModerateReply): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply): void;
   reject(e: Error): void;
   /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
   history?: boolean;
@@ -211,6 +212,15 @@ export class Session {
     });
   }
 
+  /** setAttribute writes a SetAttribute and resolves with its SetAttributeReply (whatever its code), or rejects with the connection's end. */
+  setAttribute(seq: bigint, key: string, value: string, remove: boolean): Promise<SetAttributeReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<SetAttributeReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as SetAttributeReply), reject });
+      this.write({ case: "setAttribute", value: { seq, key, value, remove } });
+    });
+  }
+
   /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
@@ -283,6 +293,7 @@ export class Session {
       case "historyPage":
       case "queueReply":
       case "moderateReply":
+      case "setAttributeReply":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -330,7 +341,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | ModerateReply, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIr0ICgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAEjkKEG1vZGVyYXRlX3JlcXVlc3QY3AEgASgLMhwucm9vbWNhc3QudjEuTW9kZXJhdGVSZXF1ZXN0SAASNQoObW9kZXJhdGVfcmVwbHkY3QEgASgLMhoucm9vbWNhc3QudjEuTW9kZXJhdGVSZXBseUgAQgYKBGtpbmQiuwEKBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNEh4KFnJlY292ZXJfc2luY2Vfcm9vbV9zZXEYBiABKAQSGAoQcHJvdG9jb2xfdmVyc2lvbhgHIAEoDRINCgVpbmJveBgIIAEoCBISCgpsaXZlX3N0YXRlGAkgASgIIsoBCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWcSGAoQcHJvdG9jb2xfdmVyc2lvbhgJIAEoDSJiCgRTZW5kEgsKA3NlcRgBIAEoBBIMCgR0eXBlGAIgASgJEh8KBGxhbmUYAyABKA4yES5yb29tY2FzdC52MS5MYW5lEgwKBGJvZHkYBCABKAwSEAoIdGFnX2V4cHIYBSABKAkiQgoHU2VuZEFjaxILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCRIWCg5zZXJ2ZXJfdGltZV9tcxgDIAEoAyKPAQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHaGlzdG9yeRgCIAEoCBInCghyZWNvdmVyeRgDIAEoCzIVLnJvb21jYXN0LnYxLlJlY292ZXJ5EiUKB3RoaW5uZWQYBCABKAsyFC5yb29tY2FzdC52MS5UaGlubmVkIjcKCkNvdW50ZXJBZGQSCwoDc2VxGAEgASgEEgwKBG5hbWUYAiABKAkSDgoGYW1vdW50GAMgASgNIiYKB0NvdW50ZXISDAoEbmFtZRgBIAEoCRINCgV0b3RhbBgCIAEoAyJICg1Db3VudGVyVG90YWxzEiYKCGNvdW50ZXJzGAEgAygLMhQucm9vbWNhc3QudjEuQ291bnRlchIPCgd2ZXJzaW9uGAIgASgEIlEKDlJvb21BdHRyaWJ1dGVzEi4KCmF0dHJpYnV0ZXMYASADKAsyGi5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlEg8KB3ZlcnNpb24YAiABKAQiPwoNUm9vbUF0dHJpYnV0ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSEgoKdXBkYXRlZF9tcxgDIAEoAyJICgtWaWV3ZXJDb3VudBIOCgZvbmxpbmUYASABKAMSKQoEdGFncxgCIAMoCzIbLnJvb21jYXN0LnYxLlZpZXdlclRhZ0NvdW50Ii4KDlZpZXdlclRhZ0NvdW50EgsKA3RhZxgBIAEoCRIPCgdtZW1iZXJzGAIgASgDIjoKDE1lbWJlck5vdGljZRIqCgdjaGFuZ2VzGAEgAygLMhkucm9vbWNhc3QudjEuTWVtYmVyQ2hhbmdlIikKDE1lbWJlckNoYW5nZRILCgN1aWQYASABKAkSDAoEbGVmdBgCIAEoCCIuCghSZWNvdmVyeRIRCglyZWNvdmVyZWQYASABKAgSDwoHbWlzc2luZxgCIAEoBCInCgdUaGlubmVkEg4KBm5vcm1hbBgBIAEoDRIMCgRidWxrGAIgASgNIiMKCUhlYXJ0YmVhdBIWCg5jbGllbnRfdGltZV9tcxgBIAEoAyJdCgxIZWFydGJlYXRBY2sSFgoOY2xpZW50X3RpbWVfbXMYASABKAMSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIksKBUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRILCgNzZXEYAyABKAQSFgoOcmV0cnlfYWZ0ZXJfbXMYBCABKA0iEgoDQWNrEgsKA2lkcxgBIAMoCSI8CgRLaWNrEgwKBGNvZGUYASABKA0SDgoGcmVhc29uGAIgASgJEhYKDnJldHJ5X2FmdGVyX21zGAMgASgNIoABCgxIaXN0b3J5UXVlcnkSCwoDc2VxGAEgASgEEg0KBWxpbWl0GAIgASgNEhEKCWJlZm9yZV9pZBgDIAEoCRIQCghhZnRlcl9pZBgEIAEoCRIOCgZjdXJzb3IYBSABKAkSHwoEbGFuZRgGIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUiVwoLSGlzdG9yeVBhZ2USCwoDc2VxGAEgASgEEiYKCG1lc3NhZ2VzGAIgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRITCgtuZXh0X2N1cnNvchgDIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCJ1Cg9Nb2RlcmF0ZVJlcXVlc3QSCwoDc2VxGAEgASgEEiMKAm9wGAIgASgOMhcucm9vbWNhc3QudjEuTW9kZXJhdGVPcBILCgN1aWQYAyABKAkSEwoLZHVyYXRpb25fbXMYBCABKAMSDgoGcmVhc29uGAUgASgJIk0KDU1vZGVyYXRlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIQCghhZmZlY3RlZBgEIAEoAyrzBgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEiAKHEVSUk9SX0NPREVfQkFEX0hJU1RPUllfUVVFUlkQbhIbChdFUlJPUl9DT0RFX0hJU1RPUllfQlVTWRBvEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSHAoYRVJST1JfQ09ERV9ERU5JRURfQllfQVBQEHYSIAocRVJST1JfQ09ERV9TRU5EX1JBVEVfTElNSVRFRBB4EiEKHUVSUk9SX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEHkSHwobRVJST1JfQ09ERV9BUElfUkFURV9MSU1JVEVEEHoSHwobRVJST1JfQ09ERV9MQU5FX05PVF9BTExPV0VEEHsSIAocRVJST1JfQ09ERV9UT09fTUFOWV9DT1VOVEVSUxB8Eh4KGkVSUk9SX0NPREVfQVRUUklCVVRFU19GVUxMEH0SHQoYRVJST1JfQ09ERV9OT1RfTU9ERVJBVE9SEIwBEh0KGEVSUk9SX0NPREVfT1VUU0lERV9TQ09QRRCNARIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZIypvCgpNb2RlcmF0ZU9wEhsKF01PREVSQVRFX09QX1VOU1BFQ0lGSUVEEAASFAoQTU9ERVJBVEVfT1BfTVVURRABEhYKEk1PREVSQVRFX09QX1VOTVVURRACEhYKEk1PREVSQVRFX09QX1JFTU9WRRADQhlaF3Jvb21jYXN0L3Byb3RvL2NsaWVudHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIrIJCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAEjkKEG1vZGVyYXRlX3JlcXVlc3QY3AEgASgLMhwucm9vbWNhc3QudjEuTW9kZXJhdGVSZXF1ZXN0SAASNQoObW9kZXJhdGVfcmVwbHkY3QEgASgLMhoucm9vbWNhc3QudjEuTW9kZXJhdGVSZXBseUgAEjMKDXNldF9hdHRyaWJ1dGUY8AEgASgLMhkucm9vbWNhc3QudjEuU2V0QXR0cmlidXRlSAASPgoTc2V0X2F0dHJpYnV0ZV9yZXBseRjxASABKAsyHi5yb29tY2FzdC52MS5TZXRBdHRyaWJ1dGVSZXBseUgAQgYKBGtpbmQiuwEKBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNEh4KFnJlY292ZXJfc2luY2Vfcm9vbV9zZXEYBiABKAQSGAoQcHJvdG9jb2xfdmVyc2lvbhgHIAEoDRINCgVpbmJveBgIIAEoCBISCgpsaXZlX3N0YXRlGAkgASgIIsoBCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWcSGAoQcHJvdG9jb2xfdmVyc2lvbhgJIAEoDSJiCgRTZW5kEgsKA3NlcRgBIAEoBBIMCgR0eXBlGAIgASgJEh8KBGxhbmUYAyABKA4yES5yb29tY2FzdC52MS5MYW5lEgwKBGJvZHkYBCABKAwSEAoIdGFnX2V4cHIYBSABKAkiQgoHU2VuZEFjaxILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCRIWCg5zZXJ2ZXJfdGltZV9tcxgDIAEoAyKPAQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHaGlzdG9yeRgCIAEoCBInCghyZWNvdmVyeRgDIAEoCzIVLnJvb21jYXN0LnYxLlJlY292ZXJ5EiUKB3RoaW5uZWQYBCABKAsyFC5yb29tY2FzdC52MS5UaGlubmVkIjcKCkNvdW50ZXJBZGQSCwoDc2VxGAEgASgEEgwKBG5hbWUYAiABKAkSDgoGYW1vdW50GAMgASgNIiYKB0NvdW50ZXISDAoEbmFtZRgBIAEoCRINCgV0b3RhbBgCIAEoAyJICg1Db3VudGVyVG90YWxzEiYKCGNvdW50ZXJzGAEgAygLMhQucm9vbWNhc3QudjEuQ291bnRlchIPCgd2ZXJzaW9uGAIgASgEIlEKDlJvb21BdHRyaWJ1dGVzEi4KCmF0dHJpYnV0ZXMYASADKAsyGi5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlEg8KB3ZlcnNpb24YAiABKAQiPwoNUm9vbUF0dHJpYnV0ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSEgoKdXBkYXRlZF9tcxgDIAEoAyJHCgxTZXRBdHRyaWJ1dGUSCwoDc2VxGAEgASgEEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoCRIOCgZyZW1vdmUYBCABKAgiaAoRU2V0QXR0cmlidXRlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIPCgd2ZXJzaW9uGAQgASgEEhYKDnJldHJ5X2FmdGVyX21zGAUgASgNIkgKC1ZpZXdlckNvdW50Eg4KBm9ubGluZRgBIAEoAxIpCgR0YWdzGAIgAygLMhsucm9vbWNhc3QudjEuVmlld2VyVGFnQ291bnQiLgoOVmlld2VyVGFnQ291bnQSCwoDdGFnGAEgASgJEg8KB21lbWJlcnMYAiABKAMiOgoMTWVtYmVyTm90aWNlEioKB2NoYW5nZXMYASADKAsyGS5yb29tY2FzdC52MS5NZW1iZXJDaGFuZ2UiKQoMTWVtYmVyQ2hhbmdlEgsKA3VpZBgBIAEoCRIMCgRsZWZ0GAIgASgIIi4KCFJlY292ZXJ5EhEKCXJlY292ZXJlZBgBIAEoCBIPCgdtaXNzaW5nGAIgASgEIicKB1RoaW5uZWQSDgoGbm9ybWFsGAEgASgNEgwKBGJ1bGsYAiABKA0iIwoJSGVhcnRiZWF0EhYKDmNsaWVudF90aW1lX21zGAEgASgDIl0KDEhlYXJ0YmVhdEFjaxIWCg5jbGllbnRfdGltZV9tcxgBIAEoAxIWCg5zZXJ2ZXJfdGltZV9tcxgCIAEoAxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iSwoFRXJyb3ISDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEgsKA3NlcRgDIAEoBBIWCg5yZXRyeV9hZnRlcl9tcxgEIAEoDSISCgNBY2sSCwoDaWRzGAEgAygJIjwKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkSFgoOcmV0cnlfYWZ0ZXJfbXMYAyABKA0igAEKDEhpc3RvcnlRdWVyeRILCgNzZXEYASABKAQSDQoFbGltaXQYAiABKA0SEQoJYmVmb3JlX2lkGAMgASgJEhAKCGFmdGVyX2lkGAQgASgJEg4KBmN1cnNvchgFIAEoCRIfCgRsYW5lGAYgASgOMhEucm9vbWNhc3QudjEuTGFuZSJXCgtIaXN0b3J5UGFnZRILCgNzZXEYASABKAQSJgoIbWVzc2FnZXMYAiADKAsyFC5yb29tY2FzdC52MS5NZXNzYWdlEhMKC25leHRfY3Vyc29yGAMgASgJIi0KCVJlY29ubmVjdBIQCghkZWxheV9tcxgBIAEoDRIOCgZyZWFzb24YAiABKAkihwEKEFJvb21RdWV1ZVJlcXVlc3QSCwoDc2VxGAEgASgEEiAKAm9wGAIgASgOMhQucm9vbWNhc3QudjEuUXVldWVPcBILCgNrZXkYAyABKAkSDQoFdmFsdWUYBCABKAwSEQoJaWZfYWJzZW50GAUgASgIEhUKDWRyb3Bfb25fbGVhdmUYBiABKAgidwoOUm9vbVF1ZXVlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIoCgdlbnRyaWVzGAQgAygLMhcucm9vbWNhc3QudjEuUXVldWVFbnRyeRIPCgd2ZXJzaW9uGAUgASgEInUKD01vZGVyYXRlUmVxdWVzdBILCgNzZXEYASABKAQSIwoCb3AYAiABKA4yFy5yb29tY2FzdC52MS5Nb2RlcmF0ZU9wEgsKA3VpZBgDIAEoCRITCgtkdXJhdGlvbl9tcxgEIAEoAxIOCgZyZWFzb24YBSABKAkiTQoNTW9kZXJhdGVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEhAKCGFmZmVjdGVkGAQgASgDKpsHCglFcnJvckNvZGUSEQoNRVJST1JfQ09ERV9PSxAAEhoKFkVSUk9SX0NPREVfQkFEX1JFUVVFU1QQZBIgChxFUlJPUl9DT0RFX01FU1NBR0VfVE9PX0xBUkdFEGUSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQZhIYChRFUlJPUl9DT0RFX0ZPUkJJRERFThBnEhsKF0VSUk9SX0NPREVfQkFEX1RBR19FWFBSEGgSHQoZRVJST1JfQ09ERV9ST09NX05PVF9GT1VORBBpEhsKF0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEGoSHQoZRVJST1JfQ09ERV9VU0VSX05PVF9GT1VORBBrEhcKE0VSUk9SX0NPREVfQ09ORkxJQ1QQbBIgChxFUlJPUl9DT0RFX0JBRF9SRUNPVkVSX1NJTkNFEG0SIAocRVJST1JfQ09ERV9CQURfSElTVE9SWV9RVUVSWRBuEhsKF0VSUk9SX0NPREVfSElTVE9SWV9CVVNZEG8SGQoVRVJST1JfQ09ERV9JTkJPWF9GVUxMEHASGQoVRVJST1JfQ09ERV9BQ0tfRkFJTEVEEHESHwobRVJST1JfQ09ERV9RVUVVRV9LRVlfRVhJU1RTEHISHgoaRVJST1JfQ09ERV9RVUVVRV9OT1RfRk9VTkQQcxIZChVFUlJPUl9DT0RFX1FVRVVFX0ZVTEwQdBIcChhFUlJPUl9DT0RFX0RFTklFRF9CWV9BUFAQdhIgChxFUlJPUl9DT0RFX1NFTkRfUkFURV9MSU1JVEVEEHgSIQodRVJST1JfQ09ERV9MT0dJTl9SQVRFX0xJTUlURUQQeRIfChtFUlJPUl9DT0RFX0FQSV9SQVRFX0xJTUlURUQQehIfChtFUlJPUl9DT0RFX0xBTkVfTk9UX0FMTE9XRUQQexIgChxFUlJPUl9DT0RFX1RPT19NQU5ZX0NPVU5URVJTEHwSHgoaRVJST1JfQ09ERV9BVFRSSUJVVEVTX0ZVTEwQfRIdChhFUlJPUl9DT0RFX05PVF9NT0RFUkFUT1IQjAESHQoYRVJST1JfQ09ERV9PVVRTSURFX1NDT1BFEI0BEiYKIUVSUk9SX0NPREVfQVRUUklCVVRFU19OT1RfQUxMT1dFRBCWARIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZIypvCgpNb2RlcmF0ZU9wEhsKF01PREVSQVRFX09QX1VOU1BFQ0lGSUVEEAASFAoQTU9ERVJBVEVfT1BfTVVURRABEhYKEk1PREVSQVRFX09QX1VOTVVURRACEhYKEk1PREVSQVRFX09QX1JFTU9WRRADQhlaF3Jvb21jYXN0L3Byb3RvL2NsaWVudHBiYgZwcm90bzM", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -215,6 +215,24 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: ModerateReply;
     case: "moderateReply";
+  } | {
+    /**
+     * Field numbers 240-259 are this feature's block (member-set room attributes).
+     *
+     * client -> server: set or remove one of the room's attributes
+     *
+     * @generated from field: roomcast.v1.SetAttribute set_attribute = 240;
+     */
+    value: SetAttribute;
+    case: "setAttribute";
+  } | {
+    /**
+     * server -> client: answers a SetAttribute
+     *
+     * @generated from field: roomcast.v1.SetAttributeReply set_attribute_reply = 241;
+     */
+    value: SetAttributeReply;
+    case: "setAttributeReply";
   } | { case: undefined; value?: undefined };
 };
 
@@ -647,6 +665,102 @@ export const RoomAttributeSchema: GenMessage<RoomAttribute> = /*@__PURE__*/
   messageDesc(file_client, 10);
 
 /**
+ * SetAttribute sets or removes one of the room's attributes, for a member the room permits
+ * (RoomSettings.attributes_expr, attribute_keys; docs/protocol.md, "Room attributes"). The same
+ * limits hold as for the app server's changes, and a change reaches every member the same way: a
+ * RoomAttributes frame with the whole set, this member included. A SetAttributeReply answers
+ * each, in the order sent.
+ *
+ * @generated from message roomcast.v1.SetAttribute
+ */
+export type SetAttribute = Message<"roomcast.v1.SetAttribute"> & {
+  /**
+   * Chosen by the client, echoed in the SetAttributeReply.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 1 to 32 characters of A-Z a-z 0-9 _ - : . (pinned, announcement).
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * At most 4096 bytes. Ignored with remove.
+   *
+   * @generated from field: string value = 3;
+   */
+  value: string;
+
+  /**
+   * Take the key out of the room's attributes (a key the room does not have: nothing changes,
+   * and the answer is still a success).
+   *
+   * @generated from field: bool remove = 4;
+   */
+  remove: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.SetAttribute.
+ * Use `create(SetAttributeSchema)` to create a new message.
+ */
+export const SetAttributeSchema: GenMessage<SetAttribute> = /*@__PURE__*/
+  messageDesc(file_client, 11);
+
+/**
+ * SetAttributeReply answers a SetAttribute.
+ *
+ * @generated from message roomcast.v1.SetAttributeReply
+ */
+export type SetAttributeReply = Message<"roomcast.v1.SetAttributeReply"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 0 on success, else an ErrorCode: 150 (ATTRIBUTES_NOT_ALLOWED) when the room does not let
+   * this member change this key, 125 (ATTRIBUTES_FULL) past the room's limits, 100 for a bad
+   * key, 105 for a closed room, 120 over the room's rate of members' changes (retry_after_ms),
+   * 503 when the room service did not answer.
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * On success: the version of the room's attributes this change made (the RoomAttributes
+   * frame with this version carries it).
+   *
+   * @generated from field: uint64 version = 4;
+   */
+  version: bigint;
+
+  /**
+   * With 120: how long to wait before the change may be taken.
+   *
+   * @generated from field: uint32 retry_after_ms = 5;
+   */
+  retryAfterMs: number;
+};
+
+/**
+ * Describes the message roomcast.v1.SetAttributeReply.
+ * Use `create(SetAttributeReplySchema)` to create a new message.
+ */
+export const SetAttributeReplySchema: GenMessage<SetAttributeReply> = /*@__PURE__*/
+  messageDesc(file_client, 12);
+
+/**
  * ViewerCount is how many members the room has online, over every ChatLink, and for each tag
  * the room's settings name (viewer_tags, e.g. one per class) how many of them have it. A
  * ChatLink sends it after the LoginAck once it knows the count, and then when the count changed,
@@ -672,7 +786,7 @@ export type ViewerCount = Message<"roomcast.v1.ViewerCount"> & {
  * Use `create(ViewerCountSchema)` to create a new message.
  */
 export const ViewerCountSchema: GenMessage<ViewerCount> = /*@__PURE__*/
-  messageDesc(file_client, 11);
+  messageDesc(file_client, 13);
 
 /**
  * ViewerTagCount is how many members online have one tag.
@@ -696,7 +810,7 @@ export type ViewerTagCount = Message<"roomcast.v1.ViewerTagCount"> & {
  * Use `create(ViewerTagCountSchema)` to create a new message.
  */
 export const ViewerTagCountSchema: GenMessage<ViewerTagCount> = /*@__PURE__*/
-  messageDesc(file_client, 12);
+  messageDesc(file_client, 14);
 
 /**
  * MemberNotice tells the members of a room whose settings ask for it (member_notices) that
@@ -717,7 +831,7 @@ export type MemberNotice = Message<"roomcast.v1.MemberNotice"> & {
  * Use `create(MemberNoticeSchema)` to create a new message.
  */
 export const MemberNoticeSchema: GenMessage<MemberNotice> = /*@__PURE__*/
-  messageDesc(file_client, 13);
+  messageDesc(file_client, 15);
 
 /**
  * @generated from message roomcast.v1.MemberChange
@@ -741,7 +855,7 @@ export type MemberChange = Message<"roomcast.v1.MemberChange"> & {
  * Use `create(MemberChangeSchema)` to create a new message.
  */
 export const MemberChangeSchema: GenMessage<MemberChange> = /*@__PURE__*/
-  messageDesc(file_client, 14);
+  messageDesc(file_client, 16);
 
 /**
  * Recovery ends the history a login asked for.
@@ -773,7 +887,7 @@ export type Recovery = Message<"roomcast.v1.Recovery"> & {
  * Use `create(RecoverySchema)` to create a new message.
  */
 export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
-  messageDesc(file_client, 15);
+  messageDesc(file_client, 17);
 
 /**
  * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
@@ -798,7 +912,7 @@ export type Thinned = Message<"roomcast.v1.Thinned"> & {
  * Use `create(ThinnedSchema)` to create a new message.
  */
 export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
-  messageDesc(file_client, 16);
+  messageDesc(file_client, 18);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -815,7 +929,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 17);
+  messageDesc(file_client, 19);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -844,7 +958,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 18);
+  messageDesc(file_client, 20);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -885,7 +999,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 19);
+  messageDesc(file_client, 21);
 
 /**
  * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
@@ -909,7 +1023,7 @@ export type Ack = Message<"roomcast.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_client, 20);
+  messageDesc(file_client, 22);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -943,7 +1057,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 21);
+  messageDesc(file_client, 23);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -1002,7 +1116,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 22);
+  messageDesc(file_client, 24);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -1039,7 +1153,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 23);
+  messageDesc(file_client, 25);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -1063,7 +1177,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 24);
+  messageDesc(file_client, 26);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -1119,7 +1233,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 25);
+  messageDesc(file_client, 27);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -1166,7 +1280,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 26);
+  messageDesc(file_client, 28);
 
 /**
  * ModerateRequest: a moderator of the room (a member whose tags satisfy the room's
@@ -1216,7 +1330,7 @@ export type ModerateRequest = Message<"roomcast.v1.ModerateRequest"> & {
  * Use `create(ModerateRequestSchema)` to create a new message.
  */
 export const ModerateRequestSchema: GenMessage<ModerateRequest> = /*@__PURE__*/
-  messageDesc(file_client, 27);
+  messageDesc(file_client, 29);
 
 /**
  * ModerateReply answers a ModerateRequest.
@@ -1258,7 +1372,7 @@ export type ModerateReply = Message<"roomcast.v1.ModerateReply"> & {
  * Use `create(ModerateReplySchema)` to create a new message.
  */
 export const ModerateReplySchema: GenMessage<ModerateReply> = /*@__PURE__*/
-  messageDesc(file_client, 28);
+  messageDesc(file_client, 30);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -1469,6 +1583,15 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_OUTSIDE_SCOPE = 141;
    */
   OUTSIDE_SCOPE = 141,
+
+  /**
+   * A member's SetAttribute that the room does not permit: the room's attributes_expr does
+   * not match the member (or the room names none: only the app server sets attributes), or the
+   * key is not among its attribute_keys.
+   *
+   * @generated from enum value: ERROR_CODE_ATTRIBUTES_NOT_ALLOWED = 150;
+   */
+  ATTRIBUTES_NOT_ALLOWED = 150,
 
   /**
    * A bug on our side.

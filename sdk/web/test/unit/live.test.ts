@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { AttributesEvent, MemberNoticeEvent, ViewersEvent } from "../../src/index.js";
+import { AttributeError, type AttributesEvent, type MemberNoticeEvent, type ViewersEvent } from "../../src/index.js";
 import { harness, until } from "./fakeserver.js";
 
 const { server, client } = harness();
@@ -33,4 +33,25 @@ test("viewers, member notices and attributes come as events; attributes only whe
   assert.deepEqual(attrs[1], { attrs: { announcement: "at 8", pinned: "welcome" }, version: 4n });
   assert.deepEqual(c.viewers, { online: 12, tags: { "class:1": 4 } });
   assert.deepEqual(c.attributes.attrs, { announcement: "at 8", pinned: "welcome" });
+});
+
+test("setAttribute and removeAttribute: each gets its own reply; refusals are AttributeErrors", async () => {
+  const s = await server(async (conn) => {
+    await conn.acceptLogin();
+    const set = await conn.next("setAttribute"), remove = await conn.next("setAttribute");
+    assert.deepEqual([set.key, set.value, set.remove], ["pinned", "Q&A at 9", false]);
+    assert.deepEqual([remove.key, remove.remove], ["announcement", true]);
+    // Answered out of order: each reply reaches its own request.
+    conn.send("setAttributeReply", { seq: remove.seq, code: 150, message: "the room's attributes_expr does not permit you" });
+    conn.send("setAttributeReply", { seq: set.seq, version: 7n });
+    conn.send("roomAttributes", { version: 7n, attributes: [{ key: "pinned", value: "Q&A at 9" }] });
+  });
+  const { c } = client({ endpoints: [s.endpoint] });
+  await c.connect();
+  const set = c.setAttribute("pinned", "Q&A at 9");
+  const remove = c.removeAttribute("announcement");
+  await assert.rejects(remove, (e) => e instanceof AttributeError && e.code === 150 && e.notAllowed && /ATTRIBUTES_NOT_ALLOWED/.test(e.message));
+  assert.equal(await set, 7n);
+  await until("the change's attributes", () => c.attributes.version === 7n);
+  assert.deepEqual(c.attributes.attrs, { pinned: "Q&A at 9" });
 });
