@@ -3,6 +3,7 @@ package chatlink
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -46,7 +47,7 @@ func (r *localRoom) setAttributes(a *clientpb.RoomAttributes) {
 // setAttribute forwards a member's change of the room's attributes to the room service, which
 // decides by the room's attributes_expr and attribute_keys (room/attributes.go), writes it and
 // broadcasts the room's new set, and answers the client. Each change, taken or refused, gets an
-// audit record, as the server API's calls do. It runs while the connection's reader waits
+// audit record, as the server API's calls do, written before the answer. It runs while the connection's reader waits
 // (conn.handle), so a connection's changes are answered one at a time, in order.
 func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 	n := c.node
@@ -63,10 +64,11 @@ func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 	} else if answer.Code == 0 {
 		answer.Version = rep.GetAttributes().GetVersion()
 	}
-	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SetAttributeReply{SetAttributeReply: answer}})
+	// The record is written before the answer, so a change the member was told of is in the
+	// audit trail.
 	level, result := slog.LevelInfo, "OK"
 	if answer.Code != 0 {
-		level, result = slog.LevelWarn, clientpb.ErrorCode(answer.Code).String()
+		level, result = slog.LevelWarn, strings.TrimPrefix(clientpb.ErrorCode(answer.Code).String(), "ERROR_CODE_")
 	}
 	attrs := []slog.Attr{slog.String("method", "SetAttribute"),
 		slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", c.uid), slog.String("session", c.session),
@@ -75,4 +77,5 @@ func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 		attrs = append(attrs, slog.String("error", answer.Message))
 	}
 	n.audit.LogAttrs(context.Background(), level, "member call", attrs...)
+	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SetAttributeReply{SetAttributeReply: answer}})
 }

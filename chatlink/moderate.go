@@ -66,8 +66,8 @@ func (c *conn) moderate(r *clientpb.ModerateRequest) {
 	if err != nil {
 		answer.Code, answer.Message = uint32(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE), "room service did not answer: the action may or may not have been applied"
 	}
+	n.auditModerate(ctx, c, r, answer) // before the answer: an action the moderator was told of is in the trail
 	c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_ModerateReply{ModerateReply: answer}})
-	n.auditModerate(ctx, c, r, answer)
 }
 
 // auditModerate writes the audit record of a moderator's request: like the server API's records

@@ -208,8 +208,8 @@ func TestMemberAttributes(t *testing.T) {
 		`"msg":"member call","node":"` + c.Nodes[0].Name() + `","audit":true,"method":"SetAttribute","app":"demo","room":"podium","uid":"host"`,
 		`"key":"pinned","remove":true,"result":"OK"`,
 		`"uid":"u1","session":`,
-		`"result":"ERROR_CODE_ATTRIBUTES_NOT_ALLOWED"`,
-		`"result":"ERROR_CODE_ATTRIBUTES_FULL"`,
+		`"result":"ATTRIBUTES_NOT_ALLOWED"`,
+		`"result":"ATTRIBUTES_FULL"`,
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("audit trail has no %s:\n%s", want, log)
