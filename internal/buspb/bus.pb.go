@@ -73,7 +73,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8, 0}
+	return file_bus_proto_rawDescGZIP(), []int{10, 0}
 }
 
 type NodeControl_Op int32
@@ -160,7 +160,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14, 0}
+	return file_bus_proto_rawDescGZIP(), []int{16, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -486,9 +486,13 @@ type Reply struct {
 	// window's order. A join: the room's, one.
 	Viewers []*RoomCount `protobuf:"bytes,19,rep,name=viewers,proto3" json:"viewers,omitempty"`
 	// A join (first_on_node): the room's attributes, when it has any.
-	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attributes *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	// A recall (rc.svc.room.recall) that succeeded: the message recalled, and whether it had been
+	// recalled before (the Recall was broadcast again).
+	Recalled        *clientpb.RecalledMessage `protobuf:"bytes,200,opt,name=recalled,proto3" json:"recalled,omitempty"`
+	AlreadyRecalled bool                      `protobuf:"varint,201,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Reply) Reset() {
@@ -640,6 +644,175 @@ func (x *Reply) GetAttributes() *clientpb.RoomAttributes {
 	return nil
 }
 
+func (x *Reply) GetRecalled() *clientpb.RecalledMessage {
+	if x != nil {
+		return x.Recalled
+	}
+	return nil
+}
+
+func (x *Reply) GetAlreadyRecalled() bool {
+	if x != nil {
+		return x.AlreadyRecalled
+	}
+	return false
+}
+
+// RoomRecallRequest: recall a message of a room (subject rc.svc.room.recall), for the server API or
+// for a member (through its ChatLink). The room service takes it out of the room's history
+// (a RecallRecord after it in the history stream) and broadcasts a Recall to the room.
+type RoomRecallRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	App       string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	MessageId string                 `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// A member's recall of a message it sent: the member's uid (the room's
+	// sender_recall_window_s applies, and the message must be the member's). Empty: the app
+	// server's recall.
+	Uid       string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The app server's recall of a message history does not keep (a bulk danmaku): recall it by
+	// id when history does not hold it, with no check that the room carried it. Its id must be
+	// at most an hour old.
+	Unkept        bool `protobuf:"varint,6,opt,name=unkept,proto3" json:"unkept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomRecallRequest) Reset() {
+	*x = RoomRecallRequest{}
+	mi := &file_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomRecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomRecallRequest) ProtoMessage() {}
+
+func (x *RoomRecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomRecallRequest.ProtoReflect.Descriptor instead.
+func (*RoomRecallRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RoomRecallRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetUnkept() bool {
+	if x != nil {
+		return x.Unkept
+	}
+	return false
+}
+
+// RecallRecord is an entry of the history stream (store/historystore) that takes messages out
+// of the room's history: readers leave out the messages it names (header Rc-Recall).
+type RecallRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageIds    []string               `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	RecalledMs    int64                  `protobuf:"varint,2,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	ByUid         string                 `protobuf:"bytes,3,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallRecord) Reset() {
+	*x = RecallRecord{}
+	mi := &file_bus_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRecord) ProtoMessage() {}
+
+func (x *RecallRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRecord.ProtoReflect.Descriptor instead.
+func (*RecallRecord) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RecallRecord) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *RecallRecord) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecallRecord) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
+}
+
 // HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
 // API (subject rc.svc.room.history).
 type HistoryRequest struct {
@@ -657,7 +830,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +842,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[4]
+	mi := &file_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +855,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{4}
+	return file_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HistoryRequest) GetApp() string {
@@ -741,7 +914,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +926,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +939,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -825,14 +998,18 @@ type RoomBatch struct {
 	MemberChanges []*clientpb.MemberChange `protobuf:"bytes,11,rep,name=member_changes,json=memberChanges,proto3" json:"member_changes,omitempty"`
 	// When set, the room's attributes changed (the server API, after their write): ChatLinks keep
 	// the one with the greatest version and send it to their members.
-	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	Attributes *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	// When set, messages of the room were recalled (the room service, after their RecallRecord
+	// is stored): ChatLinks drop them from what they have not yet written and send the Recall to
+	// every member.
+	Recall        *clientpb.Recall `protobuf:"bytes,200,opt,name=recall,proto3" json:"recall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +1021,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1034,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RoomBatch) GetMessages() []*clientpb.Message {
@@ -923,6 +1100,13 @@ func (x *RoomBatch) GetAttributes() *clientpb.RoomAttributes {
 	return nil
 }
 
+func (x *RoomBatch) GetRecall() *clientpb.Recall {
+	if x != nil {
+		return x.Recall
+	}
+	return nil
+}
+
 // CounterWindow is what a ChatLink sends the room service (rc.svc.room.counters, answered with a
 // Reply) for one room and counting window: the sums of the adds its members made in the window.
 // The server API sends one with resets and no node. A node sends a room's windows one at a
@@ -946,7 +1130,7 @@ type CounterWindow struct {
 
 func (x *CounterWindow) Reset() {
 	*x = CounterWindow{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1142,7 @@ func (x *CounterWindow) String() string {
 func (*CounterWindow) ProtoMessage() {}
 
 func (x *CounterWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1155,7 @@ func (x *CounterWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterWindow.ProtoReflect.Descriptor instead.
 func (*CounterWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CounterWindow) GetApp() string {
@@ -1046,7 +1230,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1242,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1255,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -1152,7 +1336,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1348,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1361,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -1223,7 +1407,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1419,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1432,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -1306,7 +1490,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1502,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1515,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1396,7 +1580,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1592,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1605,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1467,7 +1651,7 @@ type ViewerWindow struct {
 
 func (x *ViewerWindow) Reset() {
 	*x = ViewerWindow{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1663,7 @@ func (x *ViewerWindow) String() string {
 func (*ViewerWindow) ProtoMessage() {}
 
 func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1676,7 @@ func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerWindow.ProtoReflect.Descriptor instead.
 func (*ViewerWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ViewerWindow) GetNode() string {
@@ -1548,7 +1732,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1744,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1757,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1714,7 +1898,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1910,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1923,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1806,7 +1990,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +2002,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2015,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Member) GetUid() string {
@@ -1887,7 +2071,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2083,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2096,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -1944,7 +2128,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2140,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2153,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -2061,7 +2245,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2257,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2270,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -2254,7 +2438,7 @@ type LaneCounters struct {
 
 func (x *LaneCounters) Reset() {
 	*x = LaneCounters{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2450,7 @@ func (x *LaneCounters) String() string {
 func (*LaneCounters) ProtoMessage() {}
 
 func (x *LaneCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2463,7 @@ func (x *LaneCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
 func (*LaneCounters) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LaneCounters) GetLane() clientpb.Lane {
@@ -2331,7 +2515,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2527,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2540,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -2404,7 +2588,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2600,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2613,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2514,7 +2698,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2710,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2723,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{23}
+	return file_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2575,7 +2759,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2771,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2784,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{24}
+	return file_bus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2656,7 +2840,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2852,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2865,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{25}
+	return file_bus_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2738,7 +2922,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2934,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2947,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{26}
+	return file_bus_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -2812,7 +2996,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xe1\x05\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xc8\x06\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -2837,7 +3021,24 @@ const file_bus_proto_rawDesc = "" +
 	"\aviewers\x18\x13 \x03(\v2\x16.roomcast.v1.RoomCountR\aviewers\x12;\n" +
 	"\n" +
 	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
-	"attributes\"\xaa\x01\n" +
+	"attributes\x129\n" +
+	"\brecalled\x18\xc8\x01 \x01(\v2\x1c.roomcast.v1.RecalledMessageR\brecalled\x12*\n" +
+	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\"\xa1\x01\n" +
+	"\x11RoomRecallRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\tR\tmessageId\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06unkept\x18\x06 \x01(\bR\x06unkept\"g\n" +
+	"\fRecallRecord\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\x12\x1f\n" +
+	"\vrecalled_ms\x18\x02 \x01(\x03R\n" +
+	"recalledMs\x12\x15\n" +
+	"\x06by_uid\x18\x03 \x01(\tR\x05byUid\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -2853,7 +3054,7 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf6\x03\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
@@ -2866,7 +3067,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x0emember_changes\x18\v \x03(\v2\x19.roomcast.v1.MemberChangeR\rmemberChanges\x12;\n" +
 	"\n" +
 	"attributes\x18\f \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
-	"attributes\"\xb1\x01\n" +
+	"attributes\x12,\n" +
+	"\x06recall\x18\xc8\x01 \x01(\v2\x13.roomcast.v1.RecallR\x06recall\"\xb1\x01\n" +
 	"\rCounterWindow\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x12\n" +
@@ -3074,103 +3276,109 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_bus_proto_goTypes = []any{
-	(SessionEvent_Kind)(0),          // 0: roomcast.v1.SessionEvent.Kind
-	(NodeControl_Op)(0),             // 1: roomcast.v1.NodeControl.Op
-	(*JoinRequest)(nil),             // 2: roomcast.v1.JoinRequest
-	(*SendRequest)(nil),             // 3: roomcast.v1.SendRequest
-	(*SendBatchRequest)(nil),        // 4: roomcast.v1.SendBatchRequest
-	(*Reply)(nil),                   // 5: roomcast.v1.Reply
-	(*HistoryRequest)(nil),          // 6: roomcast.v1.HistoryRequest
-	(*RoomInfo)(nil),                // 7: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),               // 8: roomcast.v1.RoomBatch
-	(*CounterWindow)(nil),           // 9: roomcast.v1.CounterWindow
-	(*SessionEvent)(nil),            // 10: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),           // 11: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),            // 12: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),              // 13: roomcast.v1.NodeReport
-	(*RoomCount)(nil),               // 14: roomcast.v1.RoomCount
-	(*ViewerWindow)(nil),            // 15: roomcast.v1.ViewerWindow
-	(*NodeControl)(nil),             // 16: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil),        // 17: roomcast.v1.NodeControlReply
-	(*Member)(nil),                  // 18: roomcast.v1.Member
-	(*PresenceQuery)(nil),           // 19: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),           // 20: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),              // 21: roomcast.v1.LoadReport
-	(*LaneCounters)(nil),            // 22: roomcast.v1.LaneCounters
-	(*DrainRequest)(nil),            // 23: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),                // 24: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),                // 25: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),            // 26: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),         // 27: roomcast.v1.QueueBusRequest
-	(*HistoryRecord)(nil),           // 28: roomcast.v1.HistoryRecord
-	nil,                             // 29: roomcast.v1.RoomInfo.NodesEntry
-	nil,                             // 30: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),              // 31: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),     // 32: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),       // 33: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),      // 34: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),    // 35: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),    // 36: roomcast.v1.QueueResponse
-	(*clientpb.CounterTotals)(nil),  // 37: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil), // 38: roomcast.v1.RoomAttributes
-	(*clientpb.HistoryQuery)(nil),   // 39: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),        // 40: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),   // 41: roomcast.v1.MemberChange
-	(*clientpb.Counter)(nil),        // 42: roomcast.v1.Counter
-	(*clientpb.ViewerTagCount)(nil), // 43: roomcast.v1.ViewerTagCount
-	(clientpb.CdnMode)(0),           // 44: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),           // 45: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),     // 46: roomcast.v1.QueueRequest
+	(SessionEvent_Kind)(0),           // 0: roomcast.v1.SessionEvent.Kind
+	(NodeControl_Op)(0),              // 1: roomcast.v1.NodeControl.Op
+	(*JoinRequest)(nil),              // 2: roomcast.v1.JoinRequest
+	(*SendRequest)(nil),              // 3: roomcast.v1.SendRequest
+	(*SendBatchRequest)(nil),         // 4: roomcast.v1.SendBatchRequest
+	(*Reply)(nil),                    // 5: roomcast.v1.Reply
+	(*RoomRecallRequest)(nil),        // 6: roomcast.v1.RoomRecallRequest
+	(*RecallRecord)(nil),             // 7: roomcast.v1.RecallRecord
+	(*HistoryRequest)(nil),           // 8: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),                 // 9: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),                // 10: roomcast.v1.RoomBatch
+	(*CounterWindow)(nil),            // 11: roomcast.v1.CounterWindow
+	(*SessionEvent)(nil),             // 12: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),            // 13: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),             // 14: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),               // 15: roomcast.v1.NodeReport
+	(*RoomCount)(nil),                // 16: roomcast.v1.RoomCount
+	(*ViewerWindow)(nil),             // 17: roomcast.v1.ViewerWindow
+	(*NodeControl)(nil),              // 18: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil),         // 19: roomcast.v1.NodeControlReply
+	(*Member)(nil),                   // 20: roomcast.v1.Member
+	(*PresenceQuery)(nil),            // 21: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),            // 22: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),               // 23: roomcast.v1.LoadReport
+	(*LaneCounters)(nil),             // 24: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),             // 25: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),                 // 26: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),                 // 27: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),             // 28: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),          // 29: roomcast.v1.QueueBusRequest
+	(*HistoryRecord)(nil),            // 30: roomcast.v1.HistoryRecord
+	nil,                              // 31: roomcast.v1.RoomInfo.NodesEntry
+	nil,                              // 32: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),               // 33: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),      // 34: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),        // 35: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),       // 36: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),     // 37: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),     // 38: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil),   // 39: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 40: roomcast.v1.RoomAttributes
+	(*clientpb.RecalledMessage)(nil), // 41: roomcast.v1.RecalledMessage
+	(*clientpb.HistoryQuery)(nil),    // 42: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),         // 43: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),    // 44: roomcast.v1.MemberChange
+	(*clientpb.Recall)(nil),          // 45: roomcast.v1.Recall
+	(*clientpb.Counter)(nil),         // 46: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil),  // 47: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),            // 48: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),            // 49: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),      // 50: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	31, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	33, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
-	7,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	32, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	33, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	34, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	35, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	36, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	9,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	34, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	35, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	36, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	37, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	38, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	37, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
-	14, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
-	38, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
-	39, // 12: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	29, // 13: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	40, // 14: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	32, // 15: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	34, // 16: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	37, // 17: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	41, // 18: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	38, // 19: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
-	42, // 20: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 21: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	10, // 22: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	10, // 23: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 24: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	43, // 25: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	14, // 26: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 27: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	40, // 28: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	18, // 29: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	30, // 30: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	10, // 31: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	14, // 32: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	22, // 33: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	31, // 34: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	44, // 35: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	34, // 36: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	40, // 37: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	45, // 38: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	46, // 39: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	40, // 40: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	39, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	16, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
+	40, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	41, // 12: roomcast.v1.Reply.recalled:type_name -> roomcast.v1.RecalledMessage
+	42, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	31, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	43, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	34, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	36, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	39, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	44, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	40, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	45, // 21: roomcast.v1.RoomBatch.recall:type_name -> roomcast.v1.Recall
+	46, // 22: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 23: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	12, // 24: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	12, // 25: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	16, // 26: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	47, // 27: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	16, // 28: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 29: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	43, // 30: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	20, // 31: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	32, // 32: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	12, // 33: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	16, // 34: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	24, // 35: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	33, // 36: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	48, // 37: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	36, // 38: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	43, // 39: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	49, // 40: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	50, // 41: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	43, // 42: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -3184,7 +3392,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -94,6 +94,15 @@ const (
 	// A room attribute change would take the room past its limits (16 attributes, a value of 4096
 	// bytes, 16384 bytes of values together): take one out, or shorten it.
 	ErrorCode_ERROR_CODE_ATTRIBUTES_FULL ErrorCode = 125
+	// A recall named a message the room's history does not hold: never sent to this room, or no
+	// longer kept (its count or age), or a bulk message (not kept; the server API recalls those
+	// with unkept set).
+	ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND ErrorCode = 130
+	// A member's recall that the room does not allow: the room's sender_recall_window_s is 0, or
+	// the message is not the member's.
+	ErrorCode_ERROR_CODE_RECALL_NOT_ALLOWED ErrorCode = 131
+	// A member's recall of a message older than the room's sender_recall_window_s.
+	ErrorCode_ERROR_CODE_RECALL_WINDOW_PASSED ErrorCode = 132
 	// A bug on our side.
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 500
 	// A service needed for the request did not answer in time.
@@ -128,37 +137,43 @@ var (
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		124: "ERROR_CODE_TOO_MANY_COUNTERS",
 		125: "ERROR_CODE_ATTRIBUTES_FULL",
+		130: "ERROR_CODE_MESSAGE_NOT_FOUND",
+		131: "ERROR_CODE_RECALL_NOT_ALLOWED",
+		132: "ERROR_CODE_RECALL_WINDOW_PASSED",
 		500: "ERROR_CODE_INTERNAL",
 		503: "ERROR_CODE_UNAVAILABLE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_OK":                 0,
-		"ERROR_CODE_BAD_REQUEST":        100,
-		"ERROR_CODE_MESSAGE_TOO_LARGE":  101,
-		"ERROR_CODE_RATE_LIMITED":       102,
-		"ERROR_CODE_FORBIDDEN":          103,
-		"ERROR_CODE_BAD_TAG_EXPR":       104,
-		"ERROR_CODE_ROOM_NOT_FOUND":     105,
-		"ERROR_CODE_UNAUTHORIZED":       106,
-		"ERROR_CODE_USER_NOT_FOUND":     107,
-		"ERROR_CODE_CONFLICT":           108,
-		"ERROR_CODE_BAD_RECOVER_SINCE":  109,
-		"ERROR_CODE_BAD_HISTORY_QUERY":  110,
-		"ERROR_CODE_HISTORY_BUSY":       111,
-		"ERROR_CODE_INBOX_FULL":         112,
-		"ERROR_CODE_ACK_FAILED":         113,
-		"ERROR_CODE_QUEUE_KEY_EXISTS":   114,
-		"ERROR_CODE_QUEUE_NOT_FOUND":    115,
-		"ERROR_CODE_QUEUE_FULL":         116,
-		"ERROR_CODE_DENIED_BY_APP":      118,
-		"ERROR_CODE_SEND_RATE_LIMITED":  120,
-		"ERROR_CODE_LOGIN_RATE_LIMITED": 121,
-		"ERROR_CODE_API_RATE_LIMITED":   122,
-		"ERROR_CODE_LANE_NOT_ALLOWED":   123,
-		"ERROR_CODE_TOO_MANY_COUNTERS":  124,
-		"ERROR_CODE_ATTRIBUTES_FULL":    125,
-		"ERROR_CODE_INTERNAL":           500,
-		"ERROR_CODE_UNAVAILABLE":        503,
+		"ERROR_CODE_OK":                   0,
+		"ERROR_CODE_BAD_REQUEST":          100,
+		"ERROR_CODE_MESSAGE_TOO_LARGE":    101,
+		"ERROR_CODE_RATE_LIMITED":         102,
+		"ERROR_CODE_FORBIDDEN":            103,
+		"ERROR_CODE_BAD_TAG_EXPR":         104,
+		"ERROR_CODE_ROOM_NOT_FOUND":       105,
+		"ERROR_CODE_UNAUTHORIZED":         106,
+		"ERROR_CODE_USER_NOT_FOUND":       107,
+		"ERROR_CODE_CONFLICT":             108,
+		"ERROR_CODE_BAD_RECOVER_SINCE":    109,
+		"ERROR_CODE_BAD_HISTORY_QUERY":    110,
+		"ERROR_CODE_HISTORY_BUSY":         111,
+		"ERROR_CODE_INBOX_FULL":           112,
+		"ERROR_CODE_ACK_FAILED":           113,
+		"ERROR_CODE_QUEUE_KEY_EXISTS":     114,
+		"ERROR_CODE_QUEUE_NOT_FOUND":      115,
+		"ERROR_CODE_QUEUE_FULL":           116,
+		"ERROR_CODE_DENIED_BY_APP":        118,
+		"ERROR_CODE_SEND_RATE_LIMITED":    120,
+		"ERROR_CODE_LOGIN_RATE_LIMITED":   121,
+		"ERROR_CODE_API_RATE_LIMITED":     122,
+		"ERROR_CODE_LANE_NOT_ALLOWED":     123,
+		"ERROR_CODE_TOO_MANY_COUNTERS":    124,
+		"ERROR_CODE_ATTRIBUTES_FULL":      125,
+		"ERROR_CODE_MESSAGE_NOT_FOUND":    130,
+		"ERROR_CODE_RECALL_NOT_ALLOWED":   131,
+		"ERROR_CODE_RECALL_WINDOW_PASSED": 132,
+		"ERROR_CODE_INTERNAL":             500,
+		"ERROR_CODE_UNAVAILABLE":          503,
 	}
 )
 
@@ -346,6 +361,9 @@ type Frame struct {
 	//	*Frame_ViewerCount
 	//	*Frame_MemberNotice
 	//	*Frame_RoomAttributes
+	//	*Frame_Recall
+	//	*Frame_RecallRequest
+	//	*Frame_RecallReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -577,6 +595,33 @@ func (x *Frame) GetRoomAttributes() *RoomAttributes {
 	return nil
 }
 
+func (x *Frame) GetRecall() *Recall {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_Recall); ok {
+			return x.Recall
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRecallRequest() *RecallRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_RecallRequest); ok {
+			return x.RecallRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRecallReply() *RecallReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_RecallReply); ok {
+			return x.RecallReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -665,6 +710,18 @@ type Frame_RoomAttributes struct {
 	RoomAttributes *RoomAttributes `protobuf:"bytes,21,opt,name=room_attributes,json=roomAttributes,proto3,oneof"` // server -> client: the room's attributes (announcement, pinned message)
 }
 
+type Frame_Recall struct {
+	Recall *Recall `protobuf:"bytes,200,opt,name=recall,proto3,oneof"` // server -> client: messages of the room were recalled
+}
+
+type Frame_RecallRequest struct {
+	RecallRequest *RecallRequest `protobuf:"bytes,201,opt,name=recall_request,json=recallRequest,proto3,oneof"` // client -> server: recall a message the member sent
+}
+
+type Frame_RecallReply struct {
+	RecallReply *RecallReply `protobuf:"bytes,202,opt,name=recall_reply,json=recallReply,proto3,oneof"` // server -> client: answers a RecallRequest
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -706,6 +763,12 @@ func (*Frame_ViewerCount) isFrame_Kind() {}
 func (*Frame_MemberNotice) isFrame_Kind() {}
 
 func (*Frame_RoomAttributes) isFrame_Kind() {}
+
+func (*Frame_Recall) isFrame_Kind() {}
+
+func (*Frame_RecallRequest) isFrame_Kind() {}
+
+func (*Frame_RecallReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1673,6 +1736,258 @@ func (x *MemberChange) GetLeft() bool {
 	return false
 }
 
+// Recall tells the members of a room that messages were recalled (docs/protocol.md, "Recall"):
+// each has left the room's history, and a client removes it from what it shows and drops it
+// if it arrives later (in a Push, a recovery, a history page or a CDN segment). Recalls are
+// not repeated: a client remembers the ids it was told of for as long as it drops duplicates.
+type Recall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*RecalledMessage     `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recall) Reset() {
+	*x = Recall{}
+	mi := &file_client_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recall) ProtoMessage() {}
+
+func (x *Recall) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recall.ProtoReflect.Descriptor instead.
+func (*Recall) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Recall) GetMessages() []*RecalledMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// RecalledMessage is one recalled message.
+type RecalledMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recalled message's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When it was recalled, server time, unix milliseconds.
+	RecalledMs int64 `protobuf:"varint,2,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	// The member who recalled it (the message's sender, with RecallRequest); empty when the app
+	// server recalled it.
+	ByUid         string `protobuf:"bytes,3,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecalledMessage) Reset() {
+	*x = RecalledMessage{}
+	mi := &file_client_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecalledMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecalledMessage) ProtoMessage() {}
+
+func (x *RecalledMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecalledMessage.ProtoReflect.Descriptor instead.
+func (*RecalledMessage) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecalledMessage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecalledMessage) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecalledMessage) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
+}
+
+// RecallRequest recalls a message the member sent, if the room's settings allow it
+// (sender_recall_window_s) and the message is young enough. Only messages the room's history
+// keeps (critical and normal lanes) can be recalled this way. A RecallReply answers.
+type RecallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the RecallReply.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The message's id (SendAck.message_id).
+	MessageId     string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallRequest) Reset() {
+	*x = RecallRequest{}
+	mi := &file_client_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRequest) ProtoMessage() {}
+
+func (x *RecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
+func (*RecallRequest) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RecallRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecallRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// RecallReply answers a RecallRequest.
+type RecallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 100 (not a message id), 130 (MESSAGE_NOT_FOUND), 131
+	// (RECALL_NOT_ALLOWED), 132 (RECALL_WINDOW_PASSED), 503 (the room service did not answer).
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// On success: when the message was recalled (server time, unix milliseconds).
+	RecalledMs int64 `protobuf:"varint,4,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	// On success: the message had been recalled before (by anyone); the room's members were sent
+	// the Recall again.
+	AlreadyRecalled bool `protobuf:"varint,5,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RecallReply) Reset() {
+	*x = RecallReply{}
+	mi := &file_client_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallReply) ProtoMessage() {}
+
+func (x *RecallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallReply.ProtoReflect.Descriptor instead.
+func (*RecallReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RecallReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecallReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RecallReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RecallReply) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecallReply) GetAlreadyRecalled() bool {
+	if x != nil {
+		return x.AlreadyRecalled
+	}
+	return false
+}
+
 // Recovery ends the history a login asked for.
 type Recovery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1690,7 +2005,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2017,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[15]
+	mi := &file_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2030,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{15}
+	return file_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -1744,7 +2059,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +2071,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[16]
+	mi := &file_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +2084,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{16}
+	return file_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -1795,7 +2110,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +2122,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +2135,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -1842,7 +2157,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2169,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2182,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{18}
+	return file_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -1909,7 +2224,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2236,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2249,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{19}
+	return file_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -1980,7 +2295,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2307,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2320,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{20}
+	return file_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ack) GetIds() []string {
@@ -2031,7 +2346,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2358,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2371,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{21}
+	return file_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -2104,7 +2419,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2431,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2444,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{22}
+	return file_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -2191,7 +2506,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2518,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2531,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{23}
+	return file_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -2251,7 +2566,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2578,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2591,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{24}
+	return file_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -2315,7 +2630,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2642,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2655,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{25}
+	return file_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -2404,7 +2719,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2731,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2744,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{26}
+	return file_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -2471,7 +2786,8 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xad\t\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xe3\n" +
+	"\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2497,7 +2813,10 @@ const file_client_proto_rawDesc = "" +
 	"\x0ecounter_totals\x18\x12 \x01(\v2\x1a.roomcast.v1.CounterTotalsH\x00R\rcounterTotals\x12=\n" +
 	"\fviewer_count\x18\x13 \x01(\v2\x18.roomcast.v1.ViewerCountH\x00R\vviewerCount\x12@\n" +
 	"\rmember_notice\x18\x14 \x01(\v2\x19.roomcast.v1.MemberNoticeH\x00R\fmemberNotice\x12F\n" +
-	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributesB\x06\n" +
+	"\x0froom_attributes\x18\x15 \x01(\v2\x1b.roomcast.v1.RoomAttributesH\x00R\x0eroomAttributes\x12.\n" +
+	"\x06recall\x18\xc8\x01 \x01(\v2\x13.roomcast.v1.RecallH\x00R\x06recall\x12D\n" +
+	"\x0erecall_request\x18\xc9\x01 \x01(\v2\x1a.roomcast.v1.RecallRequestH\x00R\rrecallRequest\x12>\n" +
+	"\frecall_reply\x18\xca\x01 \x01(\v2\x18.roomcast.v1.RecallReplyH\x00R\vrecallReplyB\x06\n" +
 	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -2569,6 +2888,24 @@ const file_client_proto_rawDesc = "" +
 	"\fMemberChange\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04left\x18\x02 \x01(\bR\x04left\"B\n" +
+	"\x06Recall\x128\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1c.roomcast.v1.RecalledMessageR\bmessages\"Y\n" +
+	"\x0fRecalledMessage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vrecalled_ms\x18\x02 \x01(\x03R\n" +
+	"recalledMs\x12\x15\n" +
+	"\x06by_uid\x18\x03 \x01(\tR\x05byUid\"@\n" +
+	"\rRecallRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\"\x99\x01\n" +
+	"\vRecallReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1f\n" +
+	"\vrecalled_ms\x18\x04 \x01(\x03R\n" +
+	"recalledMs\x12)\n" +
+	"\x10already_recalled\x18\x05 \x01(\bR\x0falreadyRecalled\"B\n" +
 	"\bRecovery\x12\x1c\n" +
 	"\trecovered\x18\x01 \x01(\bR\trecovered\x12\x18\n" +
 	"\amissing\x18\x02 \x01(\x04R\amissing\"5\n" +
@@ -2619,7 +2956,7 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion*\xb5\x06\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion*\xa2\a\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -2645,7 +2982,10 @@ const file_client_proto_rawDesc = "" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
 	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
 	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
-	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x18\n" +
+	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12!\n" +
+	"\x1cERROR_CODE_MESSAGE_NOT_FOUND\x10\x82\x01\x12\"\n" +
+	"\x1dERROR_CODE_RECALL_NOT_ALLOWED\x10\x83\x01\x12$\n" +
+	"\x1fERROR_CODE_RECALL_WINDOW_PASSED\x10\x84\x01\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\xf4\x03\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\xf7\x03*\xdd\x04\n" +
 	"\tCloseCode\x12\x1a\n" +
@@ -2683,7 +3023,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),           // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),           // 1: roomcast.v1.CloseCode
@@ -2702,23 +3042,27 @@ var file_client_proto_goTypes = []any{
 	(*ViewerTagCount)(nil),   // 14: roomcast.v1.ViewerTagCount
 	(*MemberNotice)(nil),     // 15: roomcast.v1.MemberNotice
 	(*MemberChange)(nil),     // 16: roomcast.v1.MemberChange
-	(*Recovery)(nil),         // 17: roomcast.v1.Recovery
-	(*Thinned)(nil),          // 18: roomcast.v1.Thinned
-	(*Heartbeat)(nil),        // 19: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),     // 20: roomcast.v1.HeartbeatAck
-	(*Error)(nil),            // 21: roomcast.v1.Error
-	(*Ack)(nil),              // 22: roomcast.v1.Ack
-	(*Kick)(nil),             // 23: roomcast.v1.Kick
-	(*HistoryQuery)(nil),     // 24: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),      // 25: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),        // 26: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil), // 27: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),   // 28: roomcast.v1.RoomQueueReply
-	(*CdnConfig)(nil),        // 29: roomcast.v1.CdnConfig
-	(Lane)(0),                // 30: roomcast.v1.Lane
-	(*Message)(nil),          // 31: roomcast.v1.Message
-	(QueueOp)(0),             // 32: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),       // 33: roomcast.v1.QueueEntry
+	(*Recall)(nil),           // 17: roomcast.v1.Recall
+	(*RecalledMessage)(nil),  // 18: roomcast.v1.RecalledMessage
+	(*RecallRequest)(nil),    // 19: roomcast.v1.RecallRequest
+	(*RecallReply)(nil),      // 20: roomcast.v1.RecallReply
+	(*Recovery)(nil),         // 21: roomcast.v1.Recovery
+	(*Thinned)(nil),          // 22: roomcast.v1.Thinned
+	(*Heartbeat)(nil),        // 23: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),     // 24: roomcast.v1.HeartbeatAck
+	(*Error)(nil),            // 25: roomcast.v1.Error
+	(*Ack)(nil),              // 26: roomcast.v1.Ack
+	(*Kick)(nil),             // 27: roomcast.v1.Kick
+	(*HistoryQuery)(nil),     // 28: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),      // 29: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),        // 30: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil), // 31: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),   // 32: roomcast.v1.RoomQueueReply
+	(*CdnConfig)(nil),        // 33: roomcast.v1.CdnConfig
+	(Lane)(0),                // 34: roomcast.v1.Lane
+	(*Message)(nil),          // 35: roomcast.v1.Message
+	(QueueOp)(0),             // 36: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),       // 37: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	3,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -2726,40 +3070,44 @@ var file_client_proto_depIdxs = []int32{
 	5,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	6,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	7,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	19, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	20, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	21, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	23, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	26, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	29, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	24, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	25, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	22, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	27, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	28, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	23, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	24, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	25, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	27, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	30, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	33, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	28, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	29, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	26, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	31, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	32, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
 	8,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
 	10, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
 	13, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
 	15, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
 	11, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
-	29, // 21: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	30, // 22: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	31, // 23: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	17, // 24: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	18, // 25: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	9,  // 26: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	12, // 27: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
-	14, // 28: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	16, // 29: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
-	30, // 30: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	31, // 31: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	32, // 32: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	33, // 33: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	17, // 21: roomcast.v1.Frame.recall:type_name -> roomcast.v1.Recall
+	19, // 22: roomcast.v1.Frame.recall_request:type_name -> roomcast.v1.RecallRequest
+	20, // 23: roomcast.v1.Frame.recall_reply:type_name -> roomcast.v1.RecallReply
+	33, // 24: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	34, // 25: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	35, // 26: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	21, // 27: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	22, // 28: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	9,  // 29: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	12, // 30: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	14, // 31: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	16, // 32: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	18, // 33: roomcast.v1.Recall.messages:type_name -> roomcast.v1.RecalledMessage
+	34, // 34: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	35, // 35: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	36, // 36: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	37, // 37: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -2791,6 +3139,9 @@ func file_client_proto_init() {
 		(*Frame_ViewerCount)(nil),
 		(*Frame_MemberNotice)(nil),
 		(*Frame_RoomAttributes)(nil),
+		(*Frame_Recall)(nil),
+		(*Frame_RecallRequest)(nil),
+		(*Frame_RecallReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2798,7 +3149,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -161,8 +161,11 @@ type RoomSettings struct {
 	// Tell members when members join or leave (MemberNotice frames), while the room has at most
 	// 100 members online; a bigger room's members get none.
 	MemberNotices bool `protobuf:"varint,33,opt,name=member_notices,json=memberNotices,proto3" json:"member_notices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How long, in seconds, a member may recall a message they sent (critical and normal lanes;
+	// RecallRequest frames). 0: members may not recall (the default). At most 3600.
+	SenderRecallWindowS uint32 `protobuf:"varint,200,opt,name=sender_recall_window_s,json=senderRecallWindowS,proto3" json:"sender_recall_window_s,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -347,6 +350,13 @@ func (x *RoomSettings) GetMemberNotices() bool {
 		return x.MemberNotices
 	}
 	return false
+}
+
+func (x *RoomSettings) GetSenderRecallWindowS() uint32 {
+	if x != nil {
+		return x.SenderRecallWindowS
+	}
+	return 0
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -682,7 +692,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\x90\a\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xc6\a\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -710,7 +720,8 @@ const file_room_proto_rawDesc = "" +
 	"\x1amember_critical_per_second\x18\x1f \x01(\x05R\x17memberCriticalPerSecond\x12\x1f\n" +
 	"\vviewer_tags\x18  \x03(\tR\n" +
 	"viewerTags\x12%\n" +
-	"\x0emember_notices\x18! \x01(\bR\rmemberNoticesJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x0emember_notices\x18! \x01(\bR\rmemberNotices\x124\n" +
+	"\x16sender_recall_window_s\x18\xc8\x01 \x01(\rR\x13senderRecallWindowSJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIssHCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAQgYKBGtpbmQiuwEKBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNEh4KFnJlY292ZXJfc2luY2Vfcm9vbV9zZXEYBiABKAQSGAoQcHJvdG9jb2xfdmVyc2lvbhgHIAEoDRINCgVpbmJveBgIIAEoCBISCgpsaXZlX3N0YXRlGAkgASgIIsoBCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWcSGAoQcHJvdG9jb2xfdmVyc2lvbhgJIAEoDSJiCgRTZW5kEgsKA3NlcRgBIAEoBBIMCgR0eXBlGAIgASgJEh8KBGxhbmUYAyABKA4yES5yb29tY2FzdC52MS5MYW5lEgwKBGJvZHkYBCABKAwSEAoIdGFnX2V4cHIYBSABKAkiQgoHU2VuZEFjaxILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCRIWCg5zZXJ2ZXJfdGltZV9tcxgDIAEoAyKPAQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHaGlzdG9yeRgCIAEoCBInCghyZWNvdmVyeRgDIAEoCzIVLnJvb21jYXN0LnYxLlJlY292ZXJ5EiUKB3RoaW5uZWQYBCABKAsyFC5yb29tY2FzdC52MS5UaGlubmVkIjcKCkNvdW50ZXJBZGQSCwoDc2VxGAEgASgEEgwKBG5hbWUYAiABKAkSDgoGYW1vdW50GAMgASgNIiYKB0NvdW50ZXISDAoEbmFtZRgBIAEoCRINCgV0b3RhbBgCIAEoAyJICg1Db3VudGVyVG90YWxzEiYKCGNvdW50ZXJzGAEgAygLMhQucm9vbWNhc3QudjEuQ291bnRlchIPCgd2ZXJzaW9uGAIgASgEIlEKDlJvb21BdHRyaWJ1dGVzEi4KCmF0dHJpYnV0ZXMYASADKAsyGi5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlEg8KB3ZlcnNpb24YAiABKAQiPwoNUm9vbUF0dHJpYnV0ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSEgoKdXBkYXRlZF9tcxgDIAEoAyJICgtWaWV3ZXJDb3VudBIOCgZvbmxpbmUYASABKAMSKQoEdGFncxgCIAMoCzIbLnJvb21jYXN0LnYxLlZpZXdlclRhZ0NvdW50Ii4KDlZpZXdlclRhZ0NvdW50EgsKA3RhZxgBIAEoCRIPCgdtZW1iZXJzGAIgASgDIjoKDE1lbWJlck5vdGljZRIqCgdjaGFuZ2VzGAEgAygLMhkucm9vbWNhc3QudjEuTWVtYmVyQ2hhbmdlIikKDE1lbWJlckNoYW5nZRILCgN1aWQYASABKAkSDAoEbGVmdBgCIAEoCCIuCghSZWNvdmVyeRIRCglyZWNvdmVyZWQYASABKAgSDwoHbWlzc2luZxgCIAEoBCInCgdUaGlubmVkEg4KBm5vcm1hbBgBIAEoDRIMCgRidWxrGAIgASgNIiMKCUhlYXJ0YmVhdBIWCg5jbGllbnRfdGltZV9tcxgBIAEoAyJdCgxIZWFydGJlYXRBY2sSFgoOY2xpZW50X3RpbWVfbXMYASABKAMSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIksKBUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRILCgNzZXEYAyABKAQSFgoOcmV0cnlfYWZ0ZXJfbXMYBCABKA0iEgoDQWNrEgsKA2lkcxgBIAMoCSI8CgRLaWNrEgwKBGNvZGUYASABKA0SDgoGcmVhc29uGAIgASgJEhYKDnJldHJ5X2FmdGVyX21zGAMgASgNIoABCgxIaXN0b3J5UXVlcnkSCwoDc2VxGAEgASgEEg0KBWxpbWl0GAIgASgNEhEKCWJlZm9yZV9pZBgDIAEoCRIQCghhZnRlcl9pZBgEIAEoCRIOCgZjdXJzb3IYBSABKAkSHwoEbGFuZRgGIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUiVwoLSGlzdG9yeVBhZ2USCwoDc2VxGAEgASgEEiYKCG1lc3NhZ2VzGAIgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRITCgtuZXh0X2N1cnNvchgDIAEoCSItCglSZWNvbm5lY3QSEAoIZGVsYXlfbXMYASABKA0SDgoGcmVhc29uGAIgASgJIocBChBSb29tUXVldWVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIgCgJvcBgCIAEoDjIULnJvb21jYXN0LnYxLlF1ZXVlT3ASCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhEKCWlmX2Fic2VudBgFIAEoCBIVCg1kcm9wX29uX2xlYXZlGAYgASgIIncKDlJvb21RdWV1ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSKAoHZW50cmllcxgEIAMoCzIXLnJvb21jYXN0LnYxLlF1ZXVlRW50cnkSDwoHdmVyc2lvbhgFIAEoBCq1BgoJRXJyb3JDb2RlEhEKDUVSUk9SX0NPREVfT0sQABIaChZFUlJPUl9DT0RFX0JBRF9SRVFVRVNUEGQSIAocRVJST1JfQ09ERV9NRVNTQUdFX1RPT19MQVJHRRBlEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEGYSGAoURVJST1JfQ09ERV9GT1JCSURERU4QZxIbChdFUlJPUl9DT0RFX0JBRF9UQUdfRVhQUhBoEh0KGUVSUk9SX0NPREVfUk9PTV9OT1RfRk9VTkQQaRIbChdFUlJPUl9DT0RFX1VOQVVUSE9SSVpFRBBqEh0KGUVSUk9SX0NPREVfVVNFUl9OT1RfRk9VTkQQaxIXChNFUlJPUl9DT0RFX0NPTkZMSUNUEGwSIAocRVJST1JfQ09ERV9CQURfUkVDT1ZFUl9TSU5DRRBtEiAKHEVSUk9SX0NPREVfQkFEX0hJU1RPUllfUVVFUlkQbhIbChdFUlJPUl9DT0RFX0hJU1RPUllfQlVTWRBvEhkKFUVSUk9SX0NPREVfSU5CT1hfRlVMTBBwEhkKFUVSUk9SX0NPREVfQUNLX0ZBSUxFRBBxEh8KG0VSUk9SX0NPREVfUVVFVUVfS0VZX0VYSVNUUxByEh4KGkVSUk9SX0NPREVfUVVFVUVfTk9UX0ZPVU5EEHMSGQoVRVJST1JfQ09ERV9RVUVVRV9GVUxMEHQSHAoYRVJST1JfQ09ERV9ERU5JRURfQllfQVBQEHYSIAocRVJST1JfQ09ERV9TRU5EX1JBVEVfTElNSVRFRBB4EiEKHUVSUk9SX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEHkSHwobRVJST1JfQ09ERV9BUElfUkFURV9MSU1JVEVEEHoSHwobRVJST1JfQ09ERV9MQU5FX05PVF9BTExPV0VEEHsSIAocRVJST1JfQ09ERV9UT09fTUFOWV9DT1VOVEVSUxB8Eh4KGkVSUk9SX0NPREVfQVRUUklCVVRFU19GVUxMEH0SGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKt0ECglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEh0KGENMT1NFX0NPREVfREVOSUVEX0JZX0FQUBCrHxIiCh1DTE9TRV9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBCtHxIeChlDTE9TRV9DT0RFX0FERFJFU1NfREVOSUVEEK4fEiQKH0NMT1NFX0NPREVfVE9PX01BTllfQ09OTkVDVElPTlMQrx8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCGVoXcm9vbWNhc3QvcHJvdG8vY2xpZW50cGJiBnByb3RvMw", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIt0ICgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAEiYKBnJlY2FsbBjIASABKAsyEy5yb29tY2FzdC52MS5SZWNhbGxIABI1Cg5yZWNhbGxfcmVxdWVzdBjJASABKAsyGi5yb29tY2FzdC52MS5SZWNhbGxSZXF1ZXN0SAASMQoMcmVjYWxsX3JlcGx5GMoBIAEoCzIYLnJvb21jYXN0LnYxLlJlY2FsbFJlcGx5SABCBgoEa2luZCK7AQoFTG9naW4SDQoFdG9rZW4YASABKAkSDgoGZGV2aWNlGAIgASgJEg4KBmNsaWVudBgDIAEoCRIVCg1yZWNvdmVyX3NpbmNlGAQgASgJEg8KB2hpc3RvcnkYBSABKA0SHgoWcmVjb3Zlcl9zaW5jZV9yb29tX3NlcRgGIAEoBBIYChBwcm90b2NvbF92ZXJzaW9uGAcgASgNEg0KBWluYm94GAggASgIEhIKCmxpdmVfc3RhdGUYCSABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiNwoKQ291bnRlckFkZBILCgNzZXEYASABKAQSDAoEbmFtZRgCIAEoCRIOCgZhbW91bnQYAyABKA0iJgoHQ291bnRlchIMCgRuYW1lGAEgASgJEg0KBXRvdGFsGAIgASgDIkgKDUNvdW50ZXJUb3RhbHMSJgoIY291bnRlcnMYASADKAsyFC5yb29tY2FzdC52MS5Db3VudGVyEg8KB3ZlcnNpb24YAiABKAQiUQoOUm9vbUF0dHJpYnV0ZXMSLgoKYXR0cmlidXRlcxgBIAMoCzIaLnJvb21jYXN0LnYxLlJvb21BdHRyaWJ1dGUSDwoHdmVyc2lvbhgCIAEoBCI/Cg1Sb29tQXR0cmlidXRlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRISCgp1cGRhdGVkX21zGAMgASgDIkgKC1ZpZXdlckNvdW50Eg4KBm9ubGluZRgBIAEoAxIpCgR0YWdzGAIgAygLMhsucm9vbWNhc3QudjEuVmlld2VyVGFnQ291bnQiLgoOVmlld2VyVGFnQ291bnQSCwoDdGFnGAEgASgJEg8KB21lbWJlcnMYAiABKAMiOgoMTWVtYmVyTm90aWNlEioKB2NoYW5nZXMYASADKAsyGS5yb29tY2FzdC52MS5NZW1iZXJDaGFuZ2UiKQoMTWVtYmVyQ2hhbmdlEgsKA3VpZBgBIAEoCRIMCgRsZWZ0GAIgASgIIjgKBlJlY2FsbBIuCghtZXNzYWdlcxgBIAMoCzIcLnJvb21jYXN0LnYxLlJlY2FsbGVkTWVzc2FnZSJCCg9SZWNhbGxlZE1lc3NhZ2USCgoCaWQYASABKAkSEwoLcmVjYWxsZWRfbXMYAiABKAMSDgoGYnlfdWlkGAMgASgJIjAKDVJlY2FsbFJlcXVlc3QSCwoDc2VxGAEgASgEEhIKCm1lc3NhZ2VfaWQYAiABKAkiaAoLUmVjYWxsUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRITCgtyZWNhbGxlZF9tcxgEIAEoAxIYChBhbHJlYWR5X3JlY2FsbGVkGAUgASgIIi4KCFJlY292ZXJ5EhEKCXJlY292ZXJlZBgBIAEoCBIPCgdtaXNzaW5nGAIgASgEIicKB1RoaW5uZWQSDgoGbm9ybWFsGAEgASgNEgwKBGJ1bGsYAiABKA0iIwoJSGVhcnRiZWF0EhYKDmNsaWVudF90aW1lX21zGAEgASgDIl0KDEhlYXJ0YmVhdEFjaxIWCg5jbGllbnRfdGltZV9tcxgBIAEoAxIWCg5zZXJ2ZXJfdGltZV9tcxgCIAEoAxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iSwoFRXJyb3ISDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEgsKA3NlcRgDIAEoBBIWCg5yZXRyeV9hZnRlcl9tcxgEIAEoDSISCgNBY2sSCwoDaWRzGAEgAygJIjwKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkSFgoOcmV0cnlfYWZ0ZXJfbXMYAyABKA0igAEKDEhpc3RvcnlRdWVyeRILCgNzZXEYASABKAQSDQoFbGltaXQYAiABKA0SEQoJYmVmb3JlX2lkGAMgASgJEhAKCGFmdGVyX2lkGAQgASgJEg4KBmN1cnNvchgFIAEoCRIfCgRsYW5lGAYgASgOMhEucm9vbWNhc3QudjEuTGFuZSJXCgtIaXN0b3J5UGFnZRILCgNzZXEYASABKAQSJgoIbWVzc2FnZXMYAiADKAsyFC5yb29tY2FzdC52MS5NZXNzYWdlEhMKC25leHRfY3Vyc29yGAMgASgJIi0KCVJlY29ubmVjdBIQCghkZWxheV9tcxgBIAEoDRIOCgZyZWFzb24YAiABKAkihwEKEFJvb21RdWV1ZVJlcXVlc3QSCwoDc2VxGAEgASgEEiAKAm9wGAIgASgOMhQucm9vbWNhc3QudjEuUXVldWVPcBILCgNrZXkYAyABKAkSDQoFdmFsdWUYBCABKAwSEQoJaWZfYWJzZW50GAUgASgIEhUKDWRyb3Bfb25fbGVhdmUYBiABKAgidwoOUm9vbVF1ZXVlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIoCgdlbnRyaWVzGAQgAygLMhcucm9vbWNhc3QudjEuUXVldWVFbnRyeRIPCgd2ZXJzaW9uGAUgASgEKqIHCglFcnJvckNvZGUSEQoNRVJST1JfQ09ERV9PSxAAEhoKFkVSUk9SX0NPREVfQkFEX1JFUVVFU1QQZBIgChxFUlJPUl9DT0RFX01FU1NBR0VfVE9PX0xBUkdFEGUSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQZhIYChRFUlJPUl9DT0RFX0ZPUkJJRERFThBnEhsKF0VSUk9SX0NPREVfQkFEX1RBR19FWFBSEGgSHQoZRVJST1JfQ09ERV9ST09NX05PVF9GT1VORBBpEhsKF0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEGoSHQoZRVJST1JfQ09ERV9VU0VSX05PVF9GT1VORBBrEhcKE0VSUk9SX0NPREVfQ09ORkxJQ1QQbBIgChxFUlJPUl9DT0RFX0JBRF9SRUNPVkVSX1NJTkNFEG0SIAocRVJST1JfQ09ERV9CQURfSElTVE9SWV9RVUVSWRBuEhsKF0VSUk9SX0NPREVfSElTVE9SWV9CVVNZEG8SGQoVRVJST1JfQ09ERV9JTkJPWF9GVUxMEHASGQoVRVJST1JfQ09ERV9BQ0tfRkFJTEVEEHESHwobRVJST1JfQ09ERV9RVUVVRV9LRVlfRVhJU1RTEHISHgoaRVJST1JfQ09ERV9RVUVVRV9OT1RfRk9VTkQQcxIZChVFUlJPUl9DT0RFX1FVRVVFX0ZVTEwQdBIcChhFUlJPUl9DT0RFX0RFTklFRF9CWV9BUFAQdhIgChxFUlJPUl9DT0RFX1NFTkRfUkFURV9MSU1JVEVEEHgSIQodRVJST1JfQ09ERV9MT0dJTl9SQVRFX0xJTUlURUQQeRIfChtFUlJPUl9DT0RFX0FQSV9SQVRFX0xJTUlURUQQehIfChtFUlJPUl9DT0RFX0xBTkVfTk9UX0FMTE9XRUQQexIgChxFUlJPUl9DT0RFX1RPT19NQU5ZX0NPVU5URVJTEHwSHgoaRVJST1JfQ09ERV9BVFRSSUJVVEVTX0ZVTEwQfRIhChxFUlJPUl9DT0RFX01FU1NBR0VfTk9UX0ZPVU5EEIIBEiIKHUVSUk9SX0NPREVfUkVDQUxMX05PVF9BTExPV0VEEIMBEiQKH0VSUk9SX0NPREVfUkVDQUxMX1dJTkRPV19QQVNTRUQQhAESGAoTRVJST1JfQ09ERV9JTlRFUk5BTBD0AxIbChZFUlJPUl9DT0RFX1VOQVZBSUxBQkxFEPcDKt0ECglDbG9zZUNvZGUSGgoWQ0xPU0VfQ09ERV9VTlNQRUNJRklFRBAAEhkKFENMT1NFX0NPREVfQkFEX1RPS0VOEKEfEh0KGENMT1NFX0NPREVfVE9LRU5fRVhQSVJFRBCiHxIZChRDTE9TRV9DT0RFX0JBRF9GUkFNRRCjHxIfChpDTE9TRV9DT0RFX0ZSQU1FX1RPT19MQVJHRRCkHxIdChhDTE9TRV9DT0RFX05PVF9MT0dHRURfSU4QpR8SFgoRQ0xPU0VfQ09ERV9LSUNLRUQQpx8SFgoRQ0xPU0VfQ09ERV9CQU5ORUQQqB8SGwoWQ0xPU0VfQ09ERV9ST09NX0NMT1NFRBCpHxIYChNDTE9TRV9DT0RFX1JFUExBQ0VEEKofEh0KGENMT1NFX0NPREVfREVOSUVEX0JZX0FQUBCrHxIiCh1DTE9TRV9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBCtHxIeChlDTE9TRV9DT0RFX0FERFJFU1NfREVOSUVEEK4fEiQKH0NMT1NFX0NPREVfVE9PX01BTllfQ09OTkVDVElPTlMQrx8SGAoTQ0xPU0VfQ09ERV9TSFVURE9XThCUIxIdChhDTE9TRV9DT0RFX0xPR0lOX1RJTUVPVVQQlSMSIQocQ0xPU0VfQ09ERV9IRUFSVEJFQVRfVElNRU9VVBCWIxIbChZDTE9TRV9DT0RFX1NMT1dfUkVBREVSEJcjEhsKFkNMT1NFX0NPREVfVU5BVkFJTEFCTEUQmCMSGQoUQ0xPU0VfQ09ERV9ST09NX0ZVTEwQmSNCGVoXcm9vbWNhc3QvcHJvdG8vY2xpZW50cGJiBnByb3RvMw", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -199,6 +199,30 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: RoomAttributes;
     case: "roomAttributes";
+  } | {
+    /**
+     * server -> client: messages of the room were recalled
+     *
+     * @generated from field: roomcast.v1.Recall recall = 200;
+     */
+    value: Recall;
+    case: "recall";
+  } | {
+    /**
+     * client -> server: recall a message the member sent
+     *
+     * @generated from field: roomcast.v1.RecallRequest recall_request = 201;
+     */
+    value: RecallRequest;
+    case: "recallRequest";
+  } | {
+    /**
+     * server -> client: answers a RecallRequest
+     *
+     * @generated from field: roomcast.v1.RecallReply recall_reply = 202;
+     */
+    value: RecallReply;
+    case: "recallReply";
   } | { case: undefined; value?: undefined };
 };
 
@@ -728,6 +752,141 @@ export const MemberChangeSchema: GenMessage<MemberChange> = /*@__PURE__*/
   messageDesc(file_client, 14);
 
 /**
+ * Recall tells the members of a room that messages were recalled (docs/protocol.md, "Recall"):
+ * each has left the room's history, and a client removes it from what it shows and drops it
+ * if it arrives later (in a Push, a recovery, a history page or a CDN segment). Recalls are
+ * not repeated: a client remembers the ids it was told of for as long as it drops duplicates.
+ *
+ * @generated from message roomcast.v1.Recall
+ */
+export type Recall = Message<"roomcast.v1.Recall"> & {
+  /**
+   * @generated from field: repeated roomcast.v1.RecalledMessage messages = 1;
+   */
+  messages: RecalledMessage[];
+};
+
+/**
+ * Describes the message roomcast.v1.Recall.
+ * Use `create(RecallSchema)` to create a new message.
+ */
+export const RecallSchema: GenMessage<Recall> = /*@__PURE__*/
+  messageDesc(file_client, 15);
+
+/**
+ * RecalledMessage is one recalled message.
+ *
+ * @generated from message roomcast.v1.RecalledMessage
+ */
+export type RecalledMessage = Message<"roomcast.v1.RecalledMessage"> & {
+  /**
+   * The recalled message's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * When it was recalled, server time, unix milliseconds.
+   *
+   * @generated from field: int64 recalled_ms = 2;
+   */
+  recalledMs: bigint;
+
+  /**
+   * The member who recalled it (the message's sender, with RecallRequest); empty when the app
+   * server recalled it.
+   *
+   * @generated from field: string by_uid = 3;
+   */
+  byUid: string;
+};
+
+/**
+ * Describes the message roomcast.v1.RecalledMessage.
+ * Use `create(RecalledMessageSchema)` to create a new message.
+ */
+export const RecalledMessageSchema: GenMessage<RecalledMessage> = /*@__PURE__*/
+  messageDesc(file_client, 16);
+
+/**
+ * RecallRequest recalls a message the member sent, if the room's settings allow it
+ * (sender_recall_window_s) and the message is young enough. Only messages the room's history
+ * keeps (critical and normal lanes) can be recalled this way. A RecallReply answers.
+ *
+ * @generated from message roomcast.v1.RecallRequest
+ */
+export type RecallRequest = Message<"roomcast.v1.RecallRequest"> & {
+  /**
+   * Chosen by the client, echoed in the RecallReply.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * The message's id (SendAck.message_id).
+   *
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+};
+
+/**
+ * Describes the message roomcast.v1.RecallRequest.
+ * Use `create(RecallRequestSchema)` to create a new message.
+ */
+export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
+  messageDesc(file_client, 17);
+
+/**
+ * RecallReply answers a RecallRequest.
+ *
+ * @generated from message roomcast.v1.RecallReply
+ */
+export type RecallReply = Message<"roomcast.v1.RecallReply"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 0 on success, else an ErrorCode: 100 (not a message id), 130 (MESSAGE_NOT_FOUND), 131
+   * (RECALL_NOT_ALLOWED), 132 (RECALL_WINDOW_PASSED), 503 (the room service did not answer).
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * On success: when the message was recalled (server time, unix milliseconds).
+   *
+   * @generated from field: int64 recalled_ms = 4;
+   */
+  recalledMs: bigint;
+
+  /**
+   * On success: the message had been recalled before (by anyone); the room's members were sent
+   * the Recall again.
+   *
+   * @generated from field: bool already_recalled = 5;
+   */
+  alreadyRecalled: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.RecallReply.
+ * Use `create(RecallReplySchema)` to create a new message.
+ */
+export const RecallReplySchema: GenMessage<RecallReply> = /*@__PURE__*/
+  messageDesc(file_client, 18);
+
+/**
  * Recovery ends the history a login asked for.
  *
  * @generated from message roomcast.v1.Recovery
@@ -757,7 +916,7 @@ export type Recovery = Message<"roomcast.v1.Recovery"> & {
  * Use `create(RecoverySchema)` to create a new message.
  */
 export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
-  messageDesc(file_client, 15);
+  messageDesc(file_client, 19);
 
 /**
  * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
@@ -782,7 +941,7 @@ export type Thinned = Message<"roomcast.v1.Thinned"> & {
  * Use `create(ThinnedSchema)` to create a new message.
  */
 export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
-  messageDesc(file_client, 16);
+  messageDesc(file_client, 20);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -799,7 +958,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 17);
+  messageDesc(file_client, 21);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -828,7 +987,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 18);
+  messageDesc(file_client, 22);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -869,7 +1028,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 19);
+  messageDesc(file_client, 23);
 
 /**
  * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
@@ -893,7 +1052,7 @@ export type Ack = Message<"roomcast.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_client, 20);
+  messageDesc(file_client, 24);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -927,7 +1086,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 21);
+  messageDesc(file_client, 25);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -986,7 +1145,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 22);
+  messageDesc(file_client, 26);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -1023,7 +1182,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 23);
+  messageDesc(file_client, 27);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -1047,7 +1206,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 24);
+  messageDesc(file_client, 28);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -1103,7 +1262,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 25);
+  messageDesc(file_client, 29);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -1150,7 +1309,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 26);
+  messageDesc(file_client, 30);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -1344,6 +1503,30 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_ATTRIBUTES_FULL = 125;
    */
   ATTRIBUTES_FULL = 125,
+
+  /**
+   * A recall named a message the room's history does not hold: never sent to this room, or no
+   * longer kept (its count or age), or a bulk message (not kept; the server API recalls those
+   * with unkept set).
+   *
+   * @generated from enum value: ERROR_CODE_MESSAGE_NOT_FOUND = 130;
+   */
+  MESSAGE_NOT_FOUND = 130,
+
+  /**
+   * A member's recall that the room does not allow: the room's sender_recall_window_s is 0, or
+   * the message is not the member's.
+   *
+   * @generated from enum value: ERROR_CODE_RECALL_NOT_ALLOWED = 131;
+   */
+  RECALL_NOT_ALLOWED = 131,
+
+  /**
+   * A member's recall of a message older than the room's sender_recall_window_s.
+   *
+   * @generated from enum value: ERROR_CODE_RECALL_WINDOW_PASSED = 132;
+   */
+  RECALL_WINDOW_PASSED = 132,
 
   /**
    * A bug on our side.
