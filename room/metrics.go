@@ -20,10 +20,11 @@ const (
 	opJoin = iota
 	opSend
 	opHistory
+	opRecall
 	numOps
 )
 
-var opNames = [numOps]string{"join", "send", "history"}
+var opNames = [numOps]string{"join", "send", "history", "recall"}
 
 // metrics are an instance's instruments: the requests it answers and its way in. An instance
 // restarted in the same process (roles.RestartRooms) counts on where its predecessor stopped.

@@ -247,6 +247,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomSendBatch: s.onSendBatch,
 		bus.SubjectRoomInfo:      s.onInfo,
 		bus.SubjectRoomHistory:   s.onHistory,
+		bus.SubjectRoomRecall:    s.onRecall,
 		bus.SubjectRoomCounters:  s.onCounters,
 		bus.SubjectRoomViewers:   s.onViewers,
 	}
