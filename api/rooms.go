@@ -69,6 +69,8 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: at most %d tags", MaxViewerTags)
 	case tag.Validate(s.ViewerTags) != nil:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: %v", tag.Validate(s.ViewerTags))
+	case s.SenderRecallWindowS > MaxSenderRecallWindowS:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "sender_recall_window_s must be at most %d", MaxSenderRecallWindowS)
 	}
 	for name, src := range map[string]string{"send_expr": s.SendExpr, "broadcast_expr": s.BroadcastExpr, "critical_expr": s.CriticalExpr,
 		"queue_expr": s.QueueExpr, "queue_admin_expr": s.QueueAdminExpr} {
@@ -81,6 +83,10 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 	}
 	return nil
 }
+
+// MaxSenderRecallWindowS bounds how long after sending a member may recall a message
+// (sender_recall_window_s, seconds; the room service holds to the same hour).
+const MaxSenderRecallWindowS = 3600
 
 // MaxViewerTags bounds the tags a room's viewer counts count on their own (viewer_tags).
 const MaxViewerTags = 16
