@@ -198,6 +198,11 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.counterAdd(k.CounterAdd) // counters.go
 		}
+	case *clientpb.Frame_RecallRequest:
+		c.node.m.framesIn.WithLabelValues("recall").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.recallRequest(k.RecallRequest) // recall.go
+		}
 	default:
 		c.node.m.frameBad.Inc()
 		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")

@@ -33,10 +33,11 @@ const (
 	busQueue
 	busCounters
 	busViewers
+	busRecall
 	numBusOps
 )
 
-var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers"}
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers", "recall"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.
