@@ -61,12 +61,14 @@ type conn struct {
 // Client makes it again on the connection it moved to.
 var errLeft = fmt.Errorf("%w (the request was not sent)", ErrMoved)
 
-// sendResult answers a Send (ack or err), a HistoryQuery (page or err) or a queue request (queue).
+// sendResult answers a Send (ack or err), a HistoryQuery (page or err), a queue request (queue)
+// or a recall (recall).
 type sendResult struct {
-	ack   *clientpb.SendAck
-	page  *clientpb.HistoryPage
-	queue *clientpb.RoomQueueReply
-	err   error
+	ack    *clientpb.SendAck
+	page   *clientpb.HistoryPage
+	queue  *clientpb.RoomQueueReply
+	recall *clientpb.RecallReply
+	err    error
 }
 
 // Outgoing is a message to Send.
@@ -379,6 +381,10 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 		c.answer(k.HistoryPage.GetSeq(), sendResult{page: k.HistoryPage})
 	case *clientpb.Frame_QueueReply:
 		c.answer(k.QueueReply.GetSeq(), sendResult{queue: k.QueueReply})
+	case *clientpb.Frame_RecallReply:
+		c.answer(k.RecallReply.GetSeq(), sendResult{recall: k.RecallReply}) // recall.go
+	case *clientpb.Frame_Recall:
+		c.d.recall(k.Recall) // recall.go
 	case *clientpb.Frame_Error:
 		e := k.Error
 		if e.GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_ACK_FAILED) {
