@@ -6,6 +6,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
+	"roomcast/internal/ids"
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 )
@@ -16,8 +17,8 @@ func (a *API) RecallMessage(ctx context.Context, req *apipb.RecallMessageRequest
 	if !auth.ValidName(req.Room) {
 		return nil, badName("room", req.Room)
 	}
-	if req.MessageId == "" {
-		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "message_id is required")
+	if _, ok := ids.MessageTime(req.MessageId); !ok {
+		return nil, apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "message_id %q is not a message id (26 characters of Crockford base32)", req.MessageId)
 	}
 	var rep buspb.Reply
 	err := a.ask(ctx, bus.SubjectRoomRecall, &buspb.RoomRecallRequest{App: appOf(ctx), Room: req.Room, MessageId: req.MessageId, Unkept: req.Unkept}, &rep)
