@@ -27,6 +27,8 @@ import {
   type LoginAck,
   type Push,
   type Reconnect,
+  type Recall,
+  type RecallReply,
   type RoomQueueReply,
   type RoomQueueRequestSchema,
   type SendAck,
@@ -54,6 +56,8 @@ export interface SessionSink {
   memberNotice(s: Session, n: MemberNotice): void;
   /** The room's attributes (a RoomAttributes frame). */
   attributes(s: Session, a: RoomAttributes): void;
+  /** Messages of the room were recalled (a Recall frame). */
+  recall(s: Session, r: Recall): void;
   /** The server refused a CounterAdd; the amount was not counted. */
   counterRefused(s: Session, add: SentAdd, err: SendError): void;
   /** A logged-in session ended; not called for one that failed before its LoginAck. */
@@ -70,7 +74,7 @@ export interface LoginOptions {
 
 /** A Send, HistoryQuery or queue request waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | HistoryPage | RoomQueueReply): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply | RecallReply): void;
   reject(e: Error): void;
   /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
   history?: boolean;
@@ -200,6 +204,15 @@ export class Session {
     });
   }
 
+  /** recall writes a RecallRequest and resolves with its RecallReply (whatever its code), or rejects with the connection's end. */
+  recall(seq: bigint, messageId: string): Promise<RecallReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<RecallReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as RecallReply), reject });
+      this.write({ case: "recallRequest", value: { seq, messageId } });
+    });
+  }
+
   /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
@@ -271,6 +284,7 @@ export class Session {
       case "sendAck":
       case "historyPage":
       case "queueReply":
+      case "recallReply":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -311,6 +325,9 @@ export class Session {
       case "roomAttributes":
         this.tell(() => this.sink.attributes(this, k.value));
         return;
+      case "recall":
+        this.tell(() => this.sink.recall(this, k.value));
+        return;
       case undefined:
         return; // a frame kind newer than this SDK
       default:
@@ -318,7 +335,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | RecallReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);
