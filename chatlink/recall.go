@@ -3,6 +3,8 @@ package chatlink
 import (
 	"context"
 	"slices"
+	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -18,8 +20,50 @@ import (
 // if it comes later (a recovery read before the recall, a CDN segment). Messages already in a
 // connection's write queue go out; the client drops them.
 
+// recentRecallAge is how long a node repeats a recall to the room's new logins when the room is
+// in CDN mode: a new client starts polling at the current segment, which may hold a message
+// recalled a moment ago, and that client never had the recall's broadcast. A segment is polled
+// within a window or two of its start (1 s each by default).
+const recentRecallAge = 10 * time.Second
+
+// recentRecalls are a room's recalls heard in the last recentRecallAge, oldest first.
+type recentRecalls struct {
+	mu   sync.Mutex // guards list; taken alone
+	list []*clientpb.RecalledMessage
+	at   []time.Time // when each was heard
+}
+
+// add keeps rc's recalls, heard at now, and forgets those older than recentRecallAge.
+func (rr *recentRecalls) add(rc *clientpb.Recall, now time.Time) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.expireLocked(now)
+	for _, m := range rc.Messages {
+		rr.list = append(rr.list, m)
+		rr.at = append(rr.at, now)
+	}
+}
+
+// recent returns the recalls heard in the last recentRecallAge, or nil.
+func (rr *recentRecalls) recent(now time.Time) []*clientpb.RecalledMessage {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.expireLocked(now)
+	return slices.Clone(rr.list)
+}
+
+// expireLocked forgets the recalls older than recentRecallAge. Caller holds rr.mu.
+func (rr *recentRecalls) expireLocked(now time.Time) {
+	i := 0
+	for i < len(rr.at) && now.Sub(rr.at[i]) > recentRecallAge {
+		i++
+	}
+	rr.list, rr.at = rr.list[i:], rr.at[i:]
+}
+
 // recall takes a Recall broadcast for the room.
 func (r *localRoom) recall(rc *clientpb.Recall) {
+	r.recalls.add(rc, r.t.n.now())
 	gone := make(map[string]bool, len(rc.Messages))
 	for _, m := range rc.Messages {
 		gone[m.GetId()] = true

@@ -24,6 +24,7 @@ type recaller struct {
 	mu       sync.Mutex
 	got      []string // message ids, in the order handed over
 	recalled map[string]int
+	heardAt  map[string]time.Time // when each recall was first heard
 }
 
 func (r *recaller) has(id string) bool {
@@ -41,7 +42,7 @@ func (r *recaller) recalls(id string) int {
 // dialRecaller logs uid in to room on node with cfg's history choices.
 func dialRecaller(t *testing.T, node *chatlink.Node, uid, room string, cfg sdk.Config) *recaller {
 	t.Helper()
-	r := &recaller{recalled: map[string]int{}}
+	r := &recaller{recalled: map[string]int{}, heardAt: map[string]time.Time{}}
 	cfg.Token = testcluster.Token(t, uid, room)
 	cfg.Endpoints = []sdk.Endpoint{{Node: node.Name(), WSURL: node.WSURL(), TCPAddr: node.TCPAddr()}}
 	cfg.Transport = sdk.TransportTCP
@@ -54,6 +55,9 @@ func dialRecaller(t *testing.T, node *chatlink.Node, uid, room string, cfg sdk.C
 		if ev, ok := e.(*sdk.RecalledEvent); ok {
 			r.mu.Lock()
 			r.recalled[ev.ID]++
+			if _, ok := r.heardAt[ev.ID]; !ok {
+				r.heardAt[ev.ID] = time.Now()
+			}
 			r.mu.Unlock()
 		}
 	}
@@ -252,4 +256,108 @@ func TestRecall(t *testing.T) {
 	if _, err := other.cl.Recall(ctx, ack.GetMessageId()); !errors.Is(err, sdk.ErrRecallNotAllowed) {
 		t.Errorf("a recall in a room without a window: %v, want ErrRecallNotAllowed", err)
 	}
+}
+
+// TestRecallCDN: in a room in CDN mode on two ChatLinks, a bulk danmaku recalled by the server
+// API (unkept) right after it was sent reaches every member as a RecalledEvent within one
+// window (1 s), and none hands it to the app, although its segment brings it (counted as a
+// duplicate); a member that logs in just after the recall is told of it too and never shows it.
+func TestRecallCDN(t *testing.T) {
+	t.Parallel()
+	const (
+		room   = "danmaku-wall"
+		window = time.Second // the dev cluster's
+	)
+	c := testcluster.Start(t, func(cfg *devcluster.Config) {
+		cfg.ChatLinks = 2
+		cfg.CDN.Tick = 50 * time.Millisecond
+	})
+	if code := testcluster.Call(t, c, http.MethodPut, "/v1/rooms/"+room+"/cdn", devcluster.APIKey, `{"mode":"CDN_MODE_BULK"}`, nil); code != http.StatusOK {
+		t.Fatalf("CDN mode: HTTP %d", code)
+	}
+	dial := func(i int, uid string) *recaller {
+		var r *recaller
+		testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			r = dialRecaller(t, c.Nodes[i], uid, room, sdk.Config{})
+			if m := r.cl.LoginAck().GetCdn().GetMode(); m != clientpb.CdnMode_CDN_MODE_BULK {
+				r.cl.Close()
+				return fmt.Errorf("%s: LoginAck's CDN mode %v", uid, m)
+			}
+			return nil
+		})
+		return r
+	}
+	members := []*recaller{dial(0, "ann"), dial(1, "ben")}
+	bulk := func(bodies ...string) []string {
+		t.Helper()
+		msgs := ""
+		for i, b := range bodies {
+			if i > 0 {
+				msgs += ","
+			}
+			msgs += `{"lane":"bulk","type":"danmaku","body":"` + b + `"}`
+		}
+		var out struct {
+			IDs []string `json:"ids"`
+		}
+		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms/"+room+"/messages/batch", devcluster.APIKey, `{"messages":[`+msgs+`]}`, &out); code != http.StatusOK || len(out.IDs) != len(bodies) {
+			t.Fatalf("send: HTTP %d, %d ids", code, len(out.IDs))
+		}
+		return out.IDs
+	}
+	// Once the room service sends the room's bulk lane to the pusher, members get probes from
+	// segments only.
+	testkit.CheckFor(t, 20*time.Second, 200*time.Millisecond, func() error {
+		bulk("probe")
+		for i, m := range members {
+			if m.cl.CDNStats().Messages == 0 {
+				return fmt.Errorf("member %d has no message from a segment yet", i)
+			}
+		}
+		return nil
+	})
+
+	ids := bulk("stays", "goes")
+	keep, gone := ids[0], ids[1]
+	code, a := recallByAPI(t, c, room, gone, `{"unkept":true}`)
+	recalledAt := time.Now()
+	if code != http.StatusOK || a.AlreadyRecalled {
+		t.Fatalf("recall of a bulk message: HTTP %d %+v", code, a)
+	}
+	late := dial(0, "cat") // after the recall: its first segment may hold the message
+	members = append(members, late)
+	after := bulk("after")[0]
+	testkit.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		for i, m := range members {
+			if !m.has(after) || (i < 2 && !m.has(keep)) {
+				return fmt.Errorf("member %d lacks the messages sent around the recall", i)
+			}
+			if m.recalls(gone) != 1 {
+				return fmt.Errorf("member %d heard of the recall %d times", i, m.recalls(gone))
+			}
+		}
+		return nil
+	})
+	for i, m := range members {
+		if m.has(gone) {
+			t.Errorf("member %d was handed the recalled danmaku", i)
+		}
+		m.mu.Lock()
+		heard := m.heardAt[gone].Sub(recalledAt)
+		m.mu.Unlock()
+		if i < 2 && heard > window {
+			t.Errorf("member %d heard of the recall %v after it, more than a window", i, heard)
+		}
+		t.Logf("member %d: recall heard %v after the API answered; CDN stats %+v", i, heard.Round(time.Millisecond), m.cl.CDNStats())
+	}
+	// The first members' segment brought it (a segment is polled after its window ends): it
+	// was dropped as a message already had.
+	testkit.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		for i, m := range members[:2] {
+			if m.cl.CDNStats().Duplicates == 0 {
+				return fmt.Errorf("member %d's segments brought no copy of the recalled danmaku", i)
+			}
+		}
+		return nil
+	})
 }
