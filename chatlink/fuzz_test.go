@@ -32,6 +32,8 @@ func clientFrameSeeds(t testing.TB) [][]byte {
 		{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{}}},
 		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 5, Op: clientpb.QueueOp_QUEUE_OP_OFFER, Key: "k", Value: []byte("v"), IfAbsent: true}}},
 		{Kind: &clientpb.Frame_QueueRequest{QueueRequest: &clientpb.RoomQueueRequest{Seq: 6, Op: clientpb.QueueOp(99)}}},
+		{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 7, MessageId: "01M8SEH328APM47SJZNEDM4DQP"}}},
+		{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 8, MessageId: "not an id"}}},
 		{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "again"}}},
 		{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{SessionId: "s"}}},
 	}

@@ -95,8 +95,8 @@ func recallByAPI(t *testing.T, c *devcluster.Cluster, room, id, body string) (in
 func TestRecall(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.ChatLinks(2))
-	const room, closed = "recall", "norecall"
-	for name, window := range map[string]int{room: 60, closed: 0} {
+	const room, closed, short = "recall", "norecall", "quick"
+	for name, window := range map[string]int{room: 60, closed: 0, short: 1} {
 		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
 			fmt.Sprintf(`{"room":%q,"settings":{"sender_recall_window_s":%d}}`, name, window), nil); code != http.StatusCreated {
 			t.Fatalf("create %s: HTTP %d", name, code)
@@ -239,6 +239,17 @@ func TestRecall(t *testing.T) {
 	if _, err := members[0].cl.Recall(ctx, unknown); !errors.Is(err, sdk.ErrMessageNotFound) {
 		t.Errorf("alice recalls an unknown id: %v, want ErrMessageNotFound", err)
 	}
+	if _, err := members[0].cl.Recall(ctx, "not-an-id"); !errors.Is(err, &sdk.SendError{Code: 100}) {
+		t.Errorf("alice recalls a malformed id: %v, want code 100", err)
+	}
+	// A bulk message is not kept: a member cannot recall it.
+	ack, err = members[0].cl.Send(ctx, sdk.Outgoing{Type: "danmaku", Lane: clientpb.Lane_LANE_BULK, Body: []byte("whee")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := members[0].cl.Recall(ctx, ack.GetMessageId()); !errors.Is(err, sdk.ErrMessageNotFound) {
+		t.Errorf("alice recalls her bulk message: %v, want ErrMessageNotFound", err)
+	}
 
 	// The second recall of m2 reached the members long ago: told once.
 	for i, m := range members {
@@ -255,6 +266,17 @@ func TestRecall(t *testing.T) {
 	}
 	if _, err := other.cl.Recall(ctx, ack.GetMessageId()); !errors.Is(err, sdk.ErrRecallNotAllowed) {
 		t.Errorf("a recall in a room without a window: %v, want ErrRecallNotAllowed", err)
+	}
+
+	// A room with a window of 1 s: a recall after it.
+	hasty := dialRecaller(t, c.Nodes[0], "fay", short, sdk.Config{})
+	ack, err = hasty.cl.Send(ctx, sdk.Outgoing{Type: "chat", Body: []byte("too late")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the window is the room's setting: nothing to wait on
+	if _, err := hasty.cl.Recall(ctx, ack.GetMessageId()); !errors.Is(err, sdk.ErrRecallWindowPassed) {
+		t.Errorf("a recall after the room's window: %v, want ErrRecallWindowPassed", err)
 	}
 }
 
