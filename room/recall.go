@@ -67,7 +67,7 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 	case !auth.ValidName(req.Room):
 		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "room must be a valid name")
 	case !ok:
-		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, fmt.Sprintf("message_id %q is not a message id", req.MessageId))
+		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "message_id is not a message id (26 characters of Crockford base32)")
 	case req.Uid != "" && req.Unkept:
 		return refuse(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, 0, "a member recalls only messages history keeps")
 	}
@@ -111,9 +111,10 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 	}
 	switch {
 	case kept == nil && !req.Unkept:
-		return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, fmt.Sprintf("the room's history holds no message %s (never sent here, no longer kept, or a bulk message: recall those with unkept)", req.MessageId))
+		// The id is not repeated: an answer names nothing of another room's.
+		return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, "the room's history holds no such message (never sent here, no longer kept, or a bulk message: the server API recalls those with unkept)")
 	case kept == nil && now.Sub(at) > maxUnkeptRecallAge:
-		return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, fmt.Sprintf("message %s is older than %v: an unkept message can no longer be recalled", req.MessageId, maxUnkeptRecallAge))
+		return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, fmt.Sprintf("the message is older than %v: an unkept message can no longer be recalled", maxUnkeptRecallAge))
 	case req.Uid != "" && kept.Msg.GetSender() != req.Uid:
 		return refuse(clientpb.ErrorCode_ERROR_CODE_RECALL_NOT_ALLOWED, 0, "a member may recall only its own messages")
 	case req.Uid != "" && now.Sub(time.UnixMilli(kept.Msg.GetServerTimeMs())) > window:
