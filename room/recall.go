@@ -1,6 +1,7 @@
 package room
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -102,8 +103,9 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 		s.log.Warn("history not read for a recall", "app", req.App, "room", req.Room, "err", err)
 		return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
 	}
+	by := cmp.Or(req.Uid, req.ByUid)
 	if recalled {
-		done := &clientpb.RecalledMessage{Id: req.MessageId, RecalledMs: now.UnixMilli(), ByUid: req.Uid}
+		done := &clientpb.RecalledMessage{Id: req.MessageId, RecalledMs: now.UnixMilli(), ByUid: by}
 		if rep := s.broadcastRecall(req, done); rep != nil {
 			return rep
 		}
@@ -120,7 +122,7 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 	case req.Uid != "" && now.Sub(time.UnixMilli(kept.Msg.GetServerTimeMs())) > window:
 		return refuse(clientpb.ErrorCode_ERROR_CODE_RECALL_WINDOW_PASSED, 0, fmt.Sprintf("this room lets members recall their messages for %v after sending them", window))
 	}
-	done := &clientpb.RecalledMessage{Id: req.MessageId, RecalledMs: now.UnixMilli(), ByUid: req.Uid}
+	done := &clientpb.RecalledMessage{Id: req.MessageId, RecalledMs: now.UnixMilli(), ByUid: by}
 	if err := s.hist.recall(ctx, req.App, req.Room, done); err != nil {
 		s.log.Warn("recall not stored", "app", req.App, "room", req.Room, "id", req.MessageId, "err", err)
 		return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the recall could not be stored")

@@ -674,7 +674,11 @@ type RoomRecallRequest struct {
 	// The app server's recall of a message history does not keep (a bulk danmaku): recall it by
 	// id when history does not hold it, with no check that the room carried it. Its id must be
 	// at most an hour old.
-	Unkept        bool `protobuf:"varint,6,opt,name=unkept,proto3" json:"unkept,omitempty"`
+	Unkept bool `protobuf:"varint,6,opt,name=unkept,proto3" json:"unkept,omitempty"`
+	// Without uid: the member the recall is made for, as the Recall names it (by_uid), e.g. a
+	// moderator in the room whose right to recall the caller has checked. The sender checks and
+	// the window do not apply.
+	ByUid         string `protobuf:"bytes,7,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +753,13 @@ func (x *RoomRecallRequest) GetUnkept() bool {
 		return x.Unkept
 	}
 	return false
+}
+
+func (x *RoomRecallRequest) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
 }
 
 // RecallRecord is an entry of the history stream (store/historystore) that takes messages out
@@ -3023,7 +3034,7 @@ const file_bus_proto_rawDesc = "" +
 	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
 	"attributes\x129\n" +
 	"\brecalled\x18\xc8\x01 \x01(\v2\x1c.roomcast.v1.RecalledMessageR\brecalled\x12*\n" +
-	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\"\xa1\x01\n" +
+	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\"\xb8\x01\n" +
 	"\x11RoomRecallRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
@@ -3032,7 +3043,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06unkept\x18\x06 \x01(\bR\x06unkept\"g\n" +
+	"\x06unkept\x18\x06 \x01(\bR\x06unkept\x12\x15\n" +
+	"\x06by_uid\x18\a \x01(\tR\x05byUid\"g\n" +
 	"\fRecallRecord\x12\x1f\n" +
 	"\vmessage_ids\x18\x01 \x03(\tR\n" +
 	"messageIds\x12\x1f\n" +
