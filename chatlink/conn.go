@@ -359,6 +359,9 @@ func (c *conn) login(l *clientpb.Login) {
 		}
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: ack}})
 	})
+	if rep.RecentRecalls != nil {
+		r.recalls.stored(rep.RecentRecalls, n.now()) // recall.go
+	}
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.

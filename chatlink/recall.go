@@ -11,6 +11,7 @@ import (
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
 	"roomcast/proto/clientpb"
+	"roomcast/store/historystore"
 )
 
 // Recall (docs/protocol.md, "Recall"): the room service stores a recall in the room's history,
@@ -20,20 +21,18 @@ import (
 // if it comes later (a recovery read before the recall, a CDN segment). Messages already in a
 // connection's write queue go out; the client drops them.
 
-// recentRecallAge is how long a node repeats a recall to the room's new logins when the room is
-// in CDN mode: a new client starts polling at the current segment, which may hold a message
-// recalled a moment ago, and that client never had the recall's broadcast. A segment is polled
-// within a window or two of its start (1 s each by default).
-const recentRecallAge = 10 * time.Second
-
-// recentRecalls are a room's recalls heard in the last recentRecallAge, oldest first.
+// recentRecalls are a room's recalls heard in the last historystore.RecentRecallAge, oldest
+// first: a node repeats them to the room's new logins when the room is in CDN mode, since a new
+// client starts polling at the current segment, which may hold a message recalled a moment ago,
+// and that client never had the recall's broadcast. The node's first login of the room brings
+// those stored before the node held the room (the room service's join answer).
 type recentRecalls struct {
 	mu   sync.Mutex // guards list; taken alone
 	list []*clientpb.RecalledMessage
 	at   []time.Time // when each was heard
 }
 
-// add keeps rc's recalls, heard at now, and forgets those older than recentRecallAge.
+// add keeps rc's recalls, heard at now, and forgets those older than RecentRecallAge.
 func (rr *recentRecalls) add(rc *clientpb.Recall, now time.Time) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
@@ -44,7 +43,22 @@ func (rr *recentRecalls) add(rc *clientpb.Recall, now time.Time) {
 	}
 }
 
-// recent returns the recalls heard in the last recentRecallAge, or nil.
+// stored takes the recalls the room service read for the node's first login of the room, each
+// heard when it was recalled, before any the node hears live.
+func (rr *recentRecalls) stored(rc *clientpb.Recall, now time.Time) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	var list []*clientpb.RecalledMessage
+	var at []time.Time
+	for _, m := range rc.GetMessages() {
+		if t := time.UnixMilli(m.GetRecalledMs()); now.Sub(t) <= historystore.RecentRecallAge && !slices.ContainsFunc(rr.list, func(h *clientpb.RecalledMessage) bool { return h.GetId() == m.GetId() }) {
+			list, at = append(list, m), append(at, t)
+		}
+	}
+	rr.list, rr.at = append(list, rr.list...), append(at, rr.at...)
+}
+
+// recent returns the recalls heard in the last RecentRecallAge, or nil.
 func (rr *recentRecalls) recent(now time.Time) []*clientpb.RecalledMessage {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
@@ -52,10 +66,10 @@ func (rr *recentRecalls) recent(now time.Time) []*clientpb.RecalledMessage {
 	return slices.Clone(rr.list)
 }
 
-// expireLocked forgets the recalls older than recentRecallAge. Caller holds rr.mu.
+// expireLocked forgets the recalls older than RecentRecallAge. Caller holds rr.mu.
 func (rr *recentRecalls) expireLocked(now time.Time) {
 	i := 0
-	for i < len(rr.at) && now.Sub(rr.at[i]) > recentRecallAge {
+	for i < len(rr.at) && now.Sub(rr.at[i]) > historystore.RecentRecallAge {
 		i++
 	}
 	rr.list, rr.at = rr.list[i:], rr.at[i:]

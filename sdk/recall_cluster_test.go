@@ -283,7 +283,8 @@ func TestRecall(t *testing.T) {
 // TestRecallCDN: in a room in CDN mode on two ChatLinks, a bulk danmaku recalled by the server
 // API (unkept) right after it was sent reaches every member as a RecalledEvent within one
 // window (1 s), and none hands it to the app, although its segment brings it (counted as a
-// duplicate); a member that logs in just after the recall is told of it too and never shows it.
+// duplicate); members that log in just after the recall, on a ChatLink that heard it and on a
+// third that held nobody of the room then, are told of it too and never show it.
 func TestRecallCDN(t *testing.T) {
 	t.Parallel()
 	const (
@@ -291,7 +292,7 @@ func TestRecallCDN(t *testing.T) {
 		window = time.Second // the dev cluster's
 	)
 	c := testcluster.Start(t, func(cfg *devcluster.Config) {
-		cfg.ChatLinks = 2
+		cfg.ChatLinks = 3
 		cfg.CDN.Tick = 50 * time.Millisecond
 	})
 	if code := testcluster.Call(t, c, http.MethodPut, "/v1/rooms/"+room+"/cdn", devcluster.APIKey, `{"mode":"CDN_MODE_BULK"}`, nil); code != http.StatusOK {
@@ -346,8 +347,9 @@ func TestRecallCDN(t *testing.T) {
 	if code != http.StatusOK || a.AlreadyRecalled {
 		t.Fatalf("recall of a bulk message: HTTP %d %+v", code, a)
 	}
-	late := dial(0, "cat") // after the recall: its first segment may hold the message
-	members = append(members, late)
+	// After the recall: their first segment may hold the message. The third ChatLink's first
+	// member of the room learns of it from the room service's answer to its join.
+	members = append(members, dial(0, "cat"), dial(2, "dan"))
 	after := bulk("after")[0]
 	testkit.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		for i, m := range members {

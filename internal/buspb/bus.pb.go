@@ -491,8 +491,11 @@ type Reply struct {
 	// recalled before (the Recall was broadcast again).
 	Recalled        *clientpb.RecalledMessage `protobuf:"bytes,200,opt,name=recalled,proto3" json:"recalled,omitempty"`
 	AlreadyRecalled bool                      `protobuf:"varint,201,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A join (first_on_node) of a room in CDN mode: the room's recalls of the last few seconds
+	// (historystore.RecentRecallAge), which the node repeats to its logins after their LoginAck.
+	RecentRecalls *clientpb.Recall `protobuf:"bytes,202,opt,name=recent_recalls,json=recentRecalls,proto3" json:"recent_recalls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reply) Reset() {
@@ -656,6 +659,13 @@ func (x *Reply) GetAlreadyRecalled() bool {
 		return x.AlreadyRecalled
 	}
 	return false
+}
+
+func (x *Reply) GetRecentRecalls() *clientpb.Recall {
+	if x != nil {
+		return x.RecentRecalls
+	}
+	return nil
 }
 
 // RoomRecallRequest: recall a message of a room (subject rc.svc.room.recall), for the server API or
@@ -3007,7 +3017,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xc8\x06\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\x85\a\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -3034,7 +3044,8 @@ const file_bus_proto_rawDesc = "" +
 	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
 	"attributes\x129\n" +
 	"\brecalled\x18\xc8\x01 \x01(\v2\x1c.roomcast.v1.RecalledMessageR\brecalled\x12*\n" +
-	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\"\xb8\x01\n" +
+	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\x12;\n" +
+	"\x0erecent_recalls\x18\xca\x01 \x01(\v2\x13.roomcast.v1.RecallR\rrecentRecalls\"\xb8\x01\n" +
 	"\x11RoomRecallRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
@@ -3332,10 +3343,10 @@ var file_bus_proto_goTypes = []any{
 	(*clientpb.CounterTotals)(nil),   // 39: roomcast.v1.CounterTotals
 	(*clientpb.RoomAttributes)(nil),  // 40: roomcast.v1.RoomAttributes
 	(*clientpb.RecalledMessage)(nil), // 41: roomcast.v1.RecalledMessage
-	(*clientpb.HistoryQuery)(nil),    // 42: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),         // 43: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),    // 44: roomcast.v1.MemberChange
-	(*clientpb.Recall)(nil),          // 45: roomcast.v1.Recall
+	(*clientpb.Recall)(nil),          // 42: roomcast.v1.Recall
+	(*clientpb.HistoryQuery)(nil),    // 43: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),         // 44: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),    // 45: roomcast.v1.MemberChange
 	(*clientpb.Counter)(nil),         // 46: roomcast.v1.Counter
 	(*clientpb.ViewerTagCount)(nil),  // 47: roomcast.v1.ViewerTagCount
 	(clientpb.CdnMode)(0),            // 48: roomcast.v1.CdnMode
@@ -3356,41 +3367,42 @@ var file_bus_proto_depIdxs = []int32{
 	16, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
 	40, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
 	41, // 12: roomcast.v1.Reply.recalled:type_name -> roomcast.v1.RecalledMessage
-	42, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	31, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	43, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	34, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	36, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	39, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	44, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	40, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
-	45, // 21: roomcast.v1.RoomBatch.recall:type_name -> roomcast.v1.Recall
-	46, // 22: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 23: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	12, // 24: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	12, // 25: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	16, // 26: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	47, // 27: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	16, // 28: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 29: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	43, // 30: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	20, // 31: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	32, // 32: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	12, // 33: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	16, // 34: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	24, // 35: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	33, // 36: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	48, // 37: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	36, // 38: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	43, // 39: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	49, // 40: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	50, // 41: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	43, // 42: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	42, // 13: roomcast.v1.Reply.recent_recalls:type_name -> roomcast.v1.Recall
+	43, // 14: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	31, // 15: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	44, // 16: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	34, // 17: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	36, // 18: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	39, // 19: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	45, // 20: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	40, // 21: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	42, // 22: roomcast.v1.RoomBatch.recall:type_name -> roomcast.v1.Recall
+	46, // 23: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 24: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	12, // 25: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	12, // 26: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	16, // 27: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	47, // 28: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	16, // 29: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 30: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	44, // 31: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	20, // 32: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	32, // 33: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	12, // 34: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	16, // 35: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	24, // 36: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	33, // 37: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	48, // 38: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	36, // 39: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	44, // 40: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	49, // 41: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	50, // 42: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	44, // 43: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }

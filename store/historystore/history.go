@@ -36,6 +36,12 @@ const RecordHeader = "Rc-History"
 // every read that reaches a message reaches its recall too.
 const RecallHeader = "Rc-Recall"
 
+// RecentRecallAge is how long a room in CDN mode repeats a recall to new logins, after their
+// LoginAck: a new client starts polling at the current segment, which may hold a message
+// recalled a moment ago (a segment is polled within a window or two of its start, 1 s each by
+// default).
+const RecentRecallAge = 10 * time.Second
+
 // KeptMessage is a message of a room's history and its position there: the sequence in
 // Stream of the entry that holds it and its index within that entry (0 for an entry of
 // one message). Positions order the room's messages as they were kept and stay put while
@@ -129,6 +135,34 @@ func Find(ctx context.Context, js jetstream.JetStream, app, room, id string, at 
 		}
 	}
 	return nil, false, nil
+}
+
+// Recalls returns the recalls stored for a room since a time, oldest first, as the members are
+// told of them.
+func Recalls(ctx context.Context, js jetstream.JetStream, app, room string, since time.Time) ([]*clientpb.RecalledMessage, error) {
+	req := bus.DirectGetRequest{NextFor: Subject(app, room), Batch: historyBatch, StartTime: &since}
+	var out []*clientpb.RecalledMessage
+	for {
+		more, err := bus.DirectGet(ctx, js.Conn(), Stream, req, func(seq uint64, entry *nats.Msg) {
+			req.Seq, req.StartTime = seq+1, nil
+			if entry.Header.Get(RecallHeader) == "" {
+				return
+			}
+			var rec buspb.RecallRecord
+			if proto.Unmarshal(entry.Data, &rec) != nil {
+				return
+			}
+			for _, id := range rec.MessageIds {
+				out = append(out, &clientpb.RecalledMessage{Id: id, RecalledMs: rec.RecalledMs, ByUid: rec.ByUid})
+			}
+		})
+		if err != nil {
+			return out, fmt.Errorf("historystore: recalls of %s: %w", room, err)
+		}
+		if !more {
+			return out, nil
+		}
+	}
 }
 
 // read reads the entries of a room that lie in r: their messages, not trimmed to a retention,
