@@ -77,6 +77,7 @@ var errorMappings = map[clientpb.ErrorCode]struct {
 	clientpb.ErrorCode_ERROR_CODE_QUEUE_FULL:        {codes.ResourceExhausted, http.StatusConflict},
 	clientpb.ErrorCode_ERROR_CODE_API_RATE_LIMITED:  {codes.ResourceExhausted, http.StatusTooManyRequests},
 	clientpb.ErrorCode_ERROR_CODE_ATTRIBUTES_FULL:   {codes.ResourceExhausted, http.StatusConflict},
+	clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND: {codes.NotFound, http.StatusNotFound},
 }
 
 // errorCodeOf recovers the ErrorCode of an error returned by an API method.

@@ -36,6 +36,7 @@ var fuzzRoutes = []struct{ route, body string }{
 	{"PUT /v1/cdn", `{"vendors":[{"url_template":"https://cdn-a.example.com/rc/{app}/{room}/{window_ms}/{index}","weight":3,"regions":["AS/CN"]}],"online_threshold":5000}`},
 	{"GET /v1/cdn", ``},
 	{"POST /v1/rooms/messages", `{"type":"notice","lane":"critical","body":"maintenance at 2","spread_ms":2000}`},
+	{"DELETE /v1/rooms/{room}/messages/{message_id}", `{"unkept":true}`},
 }
 
 // FuzzAPIRequest sends the server API (served by a real services role) requests with any

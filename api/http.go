@@ -76,6 +76,7 @@ func (a *API) routes() []route {
 		handle("GET", "/v1/rooms/{room}/attributes", func() *apipb.GetRoomAttributesRequest { return new(apipb.GetRoomAttributesRequest) }, a.GetRoomAttributes),
 		handle("PUT", "/v1/rooms/{room}/attributes/{key}", func() *apipb.SetRoomAttributeRequest { return new(apipb.SetRoomAttributeRequest) }, a.SetRoomAttribute),
 		handle("GET", "/v1/rooms/{room}/history", func() *apipb.GetHistoryRequest { return new(apipb.GetHistoryRequest) }, a.GetHistory),
+		handle("DELETE", "/v1/rooms/{room}/messages/{message_id}", func() *apipb.RecallMessageRequest { return new(apipb.RecallMessageRequest) }, a.RecallMessage),
 		handle("POST", "/v1/rooms/{room}/kick", func() *apipb.KickRequest { return new(apipb.KickRequest) }, a.Kick),
 		handle("GET", "/v1/rooms/{room}/online", func() *apipb.CountOnlineRequest { return new(apipb.CountOnlineRequest) }, a.CountOnline),
 		handle("GET", "/v1/rooms/{room}/queue", func() *roompb.QueueRequest { return new(roompb.QueueRequest) }, a.ListQueue),
@@ -97,7 +98,7 @@ func (a *API) Register(mux *http.ServeMux) {
 }
 
 func (a *API) serveRoute(rt route) http.HandlerFunc {
-	pathParams := []string{"room", "uid", "key", "name", "session_id"}
+	pathParams := []string{"room", "uid", "key", "name", "session_id", "message_id"}
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The body must arrive within BodyTimeout, or a client announcing one and sending
 		// nothing holds the connection. When the body is not read to its end (a refused key,

@@ -394,7 +394,7 @@ func (v *victim) stringFor(name string) string {
 		return v.session
 	case "key":
 		return victimKey
-	case "before_id", "after_id":
+	case "before_id", "after_id", "message_id":
 		return v.msgID
 	case "cursor":
 		return v.cursor
@@ -478,8 +478,10 @@ func TestIsolationFrames(t *testing.T) {
 			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 4, AfterId: "00000000000000000000000000"}}},
 			{Kind: &clientpb.Frame_HistoryQuery{HistoryQuery: &clientpb.HistoryQuery{Seq: 5, Cursor: v.cursor}}},
 		},
-		"ack":           {{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: v.inboxIDs}}}},
-		"queue_request": queueOps,
+		"ack": {{Kind: &clientpb.Frame_Ack{Ack: &clientpb.Ack{Ids: v.inboxIDs}}}},
+		// The victim's message, recalled from the attacker's room of the same name.
+		"recall_request": {{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 8, MessageId: v.msgID}}}},
+		"queue_request":  queueOps,
 		// A counted add gets no answer (its room's totals may come); a refused one an Error.
 		"counter_add": {
 			{Kind: &clientpb.Frame_CounterAdd{CounterAdd: &clientpb.CounterAdd{Name: "like", Amount: 3}}},

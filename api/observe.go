@@ -227,14 +227,15 @@ func keyFingerprint(key string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// targetOf returns the room, user, users and session a request names, as audit attributes.
+// targetOf returns the room, user, users, session and message a request names, as audit
+// attributes.
 func targetOf(req proto.Message) []slog.Attr {
 	if req == nil {
 		return nil
 	}
 	m := req.ProtoReflect()
 	var out []slog.Attr
-	for _, name := range []protoreflect.Name{"room", "uid", "uids", "session_id"} {
+	for _, name := range []protoreflect.Name{"room", "uid", "uids", "session_id", "message_id"} {
 		fd := m.Descriptor().Fields().ByName(name)
 		if fd == nil || fd.Kind() != protoreflect.StringKind || !m.Has(fd) {
 			continue

@@ -72,6 +72,8 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: at most %d tags", MaxViewerTags)
 	case tag.Validate(s.ViewerTags) != nil:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "viewer_tags: %v", tag.Validate(s.ViewerTags))
+	case s.SenderRecallWindowS > MaxSenderRecallWindowS:
+		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "sender_recall_window_s must be at most %d", MaxSenderRecallWindowS)
 	case len(s.AttributeKeys) > attrstore.MaxKeys:
 		return apiError(clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "attribute_keys: at most %d keys", attrstore.MaxKeys)
 	}
@@ -92,6 +94,10 @@ func (a *API) checkSettings(s *roompb.RoomSettings) error {
 	}
 	return nil
 }
+
+// MaxSenderRecallWindowS bounds how long after sending a member may recall a message
+// (sender_recall_window_s, seconds; the room service holds to the same hour).
+const MaxSenderRecallWindowS = 3600
 
 // MaxViewerTags bounds the tags a room's viewer counts count on their own (viewer_tags).
 const MaxViewerTags = 16

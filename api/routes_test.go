@@ -45,6 +45,7 @@ func TestRegister(t *testing.T) {
 		"POST /v1/rooms/r/kick", "GET /v1/rooms/r/online",
 		"GET /v1/rooms/r/queue", "POST /v1/rooms/r/queue", "DELETE /v1/rooms/r/queue",
 		"GET /v1/rooms/r/queue/head", "POST /v1/rooms/r/queue/poll", "DELETE /v1/rooms/r/queue/k",
+		"DELETE /v1/rooms/r/messages/01KB0000000000000000000000",
 	} {
 		method, path, _ := strings.Cut(r, " ")
 		if status, ctype := call(method, path); status != http.StatusUnauthorized || ctype != "application/json" {

@@ -17,7 +17,7 @@ import (
 const (
 	// ScopeSend: send to rooms, users and sessions, and notices to every room.
 	ScopeSend = "send"
-	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters, set rooms' attributes.
+	// ScopeModerate: kick, mute, ban, change members' tags, manage rooms' queues, reset counters, set rooms' attributes, recall messages.
 	ScopeModerate = "moderate"
 	// ScopeRead: read rooms, members, sessions, counts, tags, CDN settings, limits, history, queues, counters, attributes.
 	ScopeRead = "read"
@@ -54,6 +54,7 @@ var callScopes = map[string]string{
 	"ClearQueue":        ScopeModerate,
 	"ResetCounter":      ScopeModerate,
 	"SetRoomAttribute":  ScopeModerate,
+	"RecallMessage":     ScopeModerate,
 	"GetRoomAttributes": ScopeRead,
 	"GetRoom":           ScopeRead,
 	"ListMembers":       ScopeRead,

@@ -73,6 +73,13 @@ func (c *conn) afterLoginAck(r *localRoom, sent *clientpb.CdnConfig) {
 	if v := r.viewers.Load(); v != nil && c.liveState {
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_ViewerCount{ViewerCount: v}})
 	}
+	// And, in CDN mode, the recalls of the last few seconds: the segment this client polls
+	// first may hold a message recalled before it logged in (recall.go).
+	if now.GetMode() != clientpb.CdnMode_CDN_MODE_OFF {
+		if recent := r.recalls.recent(c.node.now()); len(recent) > 0 {
+			c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_Recall{Recall: &clientpb.Recall{Messages: recent}}})
+		}
+	}
 	// And its attributes (attributes.go).
 	if a := r.attrs.Load(); len(a.GetAttributes()) > 0 && c.liveState {
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_RoomAttributes{RoomAttributes: a}})

@@ -210,6 +210,11 @@ func (c *conn) handleFrame(data []byte) {
 		if c.requireLive() {
 			c.setAttribute(k.SetAttribute) // attributes.go
 		}
+	case *clientpb.Frame_RecallRequest:
+		c.node.m.framesIn.WithLabelValues("recall").Inc() // rare: no child kept
+		if c.requireLive() {
+			c.recallRequest(k.RecallRequest) // recall.go
+		}
 	default:
 		c.node.m.frameBad.Inc()
 		c.close(clientpb.CloseCode_CLOSE_CODE_BAD_FRAME, "frame may only be sent by the server")
@@ -366,6 +371,9 @@ func (c *conn) login(l *clientpb.Login) {
 		}
 		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_LoginAck{LoginAck: ack}})
 	})
+	if rep.RecentRecalls != nil {
+		r.recalls.stored(rep.RecentRecalls, n.now()) // recall.go
+	}
 	c.mu.Lock()
 	if c.state == stateClosed {
 		// The client went away while the room service answered: undo the join.

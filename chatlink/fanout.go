@@ -229,6 +229,12 @@ func (r *localRoom) receive(data []byte) {
 			return
 		}
 	}
+	if batch.Recall != nil {
+		r.recall(batch.Recall) // recall.go
+		if len(batch.Messages) == 0 && batch.Settings == nil && batch.LastRoomSeq == 0 {
+			return
+		}
+	}
 	if len(batch.MemberChanges) > 0 {
 		r.writeMemberNotice(batch.MemberChanges) // viewers.go
 		if len(batch.Messages) == 0 && batch.Settings == nil && batch.LastRoomSeq == 0 {

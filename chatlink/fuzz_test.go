@@ -35,6 +35,8 @@ func clientFrameSeeds(t testing.TB) [][]byte {
 		{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 7, Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "someone", DurationMs: 1000}}},
 		{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 8, Op: clientpb.ModerateOp(42), Uid: "a b", DurationMs: -1, Reason: "r"}}},
 		{Kind: &clientpb.Frame_ModerateReply{ModerateReply: &clientpb.ModerateReply{Seq: 9}}},
+		{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 7, MessageId: "01M8SEH328APM47SJZNEDM4DQP"}}},
+		{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 8, MessageId: "not an id"}}},
 		{Kind: &clientpb.Frame_Login{Login: &clientpb.Login{Token: "again"}}},
 		{Kind: &clientpb.Frame_LoginAck{LoginAck: &clientpb.LoginAck{SessionId: "s"}}},
 	}

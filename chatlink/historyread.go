@@ -19,9 +19,9 @@ import (
 // next read, which starts as soon as the one under way ends. A room has at most one read under
 // way and one waiting, however many logins ask.
 type historyReads struct {
-	fetch  func(historyKey) ([]*clientpb.Message, error) // one read
-	spawn  func(func())                                  // runs a read on a goroutine of its own
-	served func(askers int)                              // a read ended; askers took its result
+	fetch  func(historyKey) (roomHistory, error) // one read
+	spawn  func(func())                          // runs a read on a goroutine of its own
+	served func(askers int)                      // a read ended; askers took its result
 
 	mu    sync.Mutex
 	rooms map[historyKey]*historyRooms
@@ -34,6 +34,13 @@ type historyKey struct {
 	age       time.Duration // none older (0: any age)
 }
 
+// roomHistory is a room's kept messages, oldest first, with the ids of those recalled among
+// them: they are never sent, but their numbers are not missing (selectHistory).
+type roomHistory struct {
+	msgs     []*clientpb.Message
+	recalled map[string]bool
+}
+
 // historyRooms is a room's read under way and the one its newer askers wait for.
 type historyRooms struct {
 	running, next *historyRead
@@ -42,14 +49,14 @@ type historyRooms struct {
 // historyRead is one read of a room's history; its result is set before done is closed.
 type historyRead struct {
 	done   chan struct{}
-	kept   []*clientpb.Message // shared by every asker: read only
+	kept   roomHistory // shared by every asker: read only
 	err    error
 	askers int
 }
 
 // read returns the messages kept for k's room, from a read that started after the call, or
 // ctx's error if it ends first.
-func (h *historyReads) read(ctx context.Context, k historyKey) ([]*clientpb.Message, error) {
+func (h *historyReads) read(ctx context.Context, k historyKey) (roomHistory, error) {
 	h.mu.Lock()
 	if h.rooms == nil {
 		h.rooms = make(map[historyKey]*historyRooms)
@@ -76,7 +83,7 @@ func (h *historyReads) read(ctx context.Context, k historyKey) ([]*clientpb.Mess
 	case <-r.done:
 		return r.kept, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return roomHistory{}, ctx.Err()
 	}
 }
 

@@ -23,16 +23,16 @@ type fakeHistory struct {
 func newFakeHistory() (*fakeHistory, *historyReads) {
 	f := &fakeHistory{release: make(chan struct{})}
 	h := &historyReads{
-		fetch: func(k historyKey) ([]*clientpb.Message, error) {
+		fetch: func(k historyKey) (roomHistory, error) {
 			f.mu.Lock()
 			f.started = append(f.started, k)
 			id := fmt.Sprintf("read-%d", len(f.started))
 			f.mu.Unlock()
 			<-f.release
 			if k.room == "broken" {
-				return nil, errors.New("stream unavailable")
+				return roomHistory{}, errors.New("stream unavailable")
 			}
-			return []*clientpb.Message{{Id: id}}, nil
+			return roomHistory{msgs: []*clientpb.Message{{Id: id}}}, nil
 		},
 		spawn: func(fn func()) { go fn() },
 		served: func(askers int) {
@@ -77,8 +77,8 @@ func TestHistoryReadsShared(t *testing.T) {
 		go func() {
 			kept, err := h.read(context.Background(), k)
 			var id string
-			if len(kept) == 1 {
-				id = kept[0].Id
+			if len(kept.msgs) == 1 {
+				id = kept.msgs[0].Id
 			}
 			ch <- result{id, err}
 		}()

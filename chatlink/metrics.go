@@ -35,10 +35,11 @@ const (
 	busViewers
 	busModerate
 	busAttributes
+	busRecall
 	numBusOps
 )
 
-var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers", "moderate", "attributes"}
+var busOpNames = [numBusOps]string{"join", "send", "history", "queue", "counters", "viewers", "moderate", "attributes", "recall"}
 
 // metrics are a node's Prometheus instruments. Per-lane children are resolved once, so the
 // fan-out adds to them without label lookups.
@@ -140,7 +141,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		}),
 	}
 	busLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "roomcast_chatlink_bus_request_seconds", Help: "Round trips of the node's requests over NATS, by op (join, send, history, queue, counters, viewers, moderate, attributes): the bus and the service answering.",
+		Name: "roomcast_chatlink_bus_request_seconds", Help: "Round trips of the node's requests over NATS, by op (join, send, history, queue, counters, viewers, moderate, attributes, recall): the bus and the service answering.",
 		Buckets: prom.LatencyBuckets,
 	}, []string{"op"})
 	for op, name := range busOpNames {

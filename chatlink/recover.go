@@ -64,8 +64,10 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 	if set == nil {
 		return // closed meanwhile
 	}
-	allow := func(m *clientpb.Message) bool { return m.TagExpr == "" || n.expr(m.TagExpr).Eval(set, c.uid) }
-	out, rec := selectHistory(kept, ask, allow)
+	allow := func(m *clientpb.Message) bool {
+		return !kept.recalled[m.Id] && (m.TagExpr == "" || n.expr(m.TagExpr).Eval(set, c.uid))
+	}
+	out, rec := selectHistory(kept.msgs, ask, allow)
 	for _, b := range pushFrames(out, pushMeta{history: true, recovery: rec}) {
 		c.write(b)
 	}
@@ -75,7 +77,7 @@ func (n *Node) recoverHistory(c *conn, ask historyAsk) {
 // (historyread.go). A read may take recoverTimeout.
 func (n *Node) newHistoryReads() *historyReads {
 	return &historyReads{
-		fetch: func(k historyKey) ([]*clientpb.Message, error) {
+		fetch: func(k historyKey) (roomHistory, error) {
 			ctx, cancel := context.WithTimeout(n.ctx, recoverTimeout)
 			defer cancel()
 			return n.history(ctx, k.app, k.room, historyAsk{keep: k.keep, age: k.age})
@@ -142,22 +144,29 @@ func selectHistory(kept []*clientpb.Message, ask historyAsk, allow func(*clientp
 	return out, &clientpb.Recovery{Recovered: complete}
 }
 
-// history reads the messages kept for a room within the retention ask carries, oldest first.
-func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) ([]*clientpb.Message, error) {
+// history reads the messages kept for a room within the retention ask carries, oldest first,
+// with those recalled marked (never sent; a recall counts as neither sent nor missing).
+func (n *Node) history(ctx context.Context, app, room string, ask historyAsk) (roomHistory, error) {
 	var since time.Time
 	if ask.age > 0 {
 		since = n.now().Add(-ask.age)
 	}
-	kept, skipped, err := historystore.Read(ctx, n.js, app, room, historystore.Range{Since: since, Keep: ask.keep})
+	kept, skipped, err := historystore.Read(ctx, n.js, app, room, historystore.Range{Since: since, Keep: ask.keep, Recalled: true})
 	if skipped > 0 {
 		n.log.Warn("kept messages that do not decode left out of a room's history", "app", app, "room", room, "skipped", skipped)
 	}
 	if err != nil {
-		return nil, err
+		return roomHistory{}, err
 	}
-	out := make([]*clientpb.Message, len(kept))
+	h := roomHistory{msgs: make([]*clientpb.Message, len(kept))}
 	for i, k := range kept {
-		out[i] = k.Msg
+		h.msgs[i] = k.Msg
+		if k.Recalled {
+			if h.recalled == nil {
+				h.recalled = make(map[string]bool)
+			}
+			h.recalled[k.Msg.Id] = true
+		}
 	}
-	return out, nil
+	return h, nil
 }

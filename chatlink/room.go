@@ -57,6 +57,7 @@ type localRoom struct {
 
 	viewers atomic.Pointer[clientpb.ViewerCount]    // the room's viewer count as last written (viewers.go); nil: none known
 	attrs   atomic.Pointer[clientpb.RoomAttributes] // the room's attributes, the newest version heard (attributes.go); nil: none known
+	recalls recentRecalls                           // the room's recalls of the last recentRecallAge (recall.go)
 
 	fanout roomFanout
 }

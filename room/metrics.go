@@ -22,10 +22,11 @@ const (
 	opHistory
 	opModerate
 	opAttributes
+	opRecall
 	numOps
 )
 
-var opNames = [numOps]string{"join", "send", "history", "moderate", "attributes"}
+var opNames = [numOps]string{"join", "send", "history", "moderate", "attributes", "recall"}
 
 // metrics are an instance's instruments: the requests it answers and its way in. An instance
 // restarted in the same process (roles.RestartRooms) counts on where its predecessor stopped.
@@ -62,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_room_requests_total",
-			Help: "Requests answered by the room service, by op (join, send, history, moderate, attributes) and answer code (OK, or the refusal's ERROR_CODE_*).",
+			Help: "Requests answered by the room service, by op (join, send, history, moderate, attributes, recall) and answer code (OK, or the refusal's ERROR_CODE_*).",
 		}, []string{"op", "code"})),
 		sendBatch:     h("send_batch_messages", "Messages per send request the room service stamped together (a ChatLink's members' sends of one room and window that were admitted, up to 1000; 1 for a single API send; up to 100 for an API batch).", sizes),
 		batchMessages: h("batch_window_messages", "Messages per room batch published to the rooms' nodes: what one batch window gathered.", sizes),

@@ -259,6 +259,7 @@ func (s *Service) Start() error {
 		bus.SubjectRoomViewers:    s.onViewers,
 		bus.SubjectRoomModerate:   s.onModerate,   // moderate.go
 		bus.SubjectRoomAttributes: s.onAttributes, // attributes.go
+		bus.SubjectRoomRecall:     s.onRecall,     // recall.go
 	}
 	for subject, h := range handlers {
 		sub, err := s.cfg.Bus.QueueSubscribe(subject, s.cfg.Queue, h)
@@ -376,6 +377,7 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 	var (
 		counters *clientpb.CounterTotals
 		attrs    *clientpb.RoomAttributes
+		recalls  *clientpb.Recall
 	)
 	if req.FirstOnNode {
 		// The cache follows the store a little behind; the node's copy of the settings (and
@@ -397,15 +399,27 @@ func (s *Service) answerJoin(msg *nats.Msg, start time.Time, req *buspb.JoinRequ
 		if attrs, err = s.attrs.Get(ctx, req.App, req.Room); err != nil {
 			s.log.Warn("room attributes not read for a join", "app", req.App, "room", req.Room, "err", err)
 		}
+		// A room in CDN mode: its recent recalls, for the node to repeat to its logins (the
+		// first segment a new client polls may hold a recalled message; room/recall.go).
+		if route.GetConfig().GetMode() != clientpb.CdnMode_CDN_MODE_OFF {
+			recent, err := historystore.Recalls(ctx, s.hist.js, req.App, req.Room, s.cfg.Now().Add(-historystore.RecentRecallAge))
+			if err != nil {
+				s.log.Warn("recent recalls not read for a join", "app", req.App, "room", req.Room, "err", err)
+			}
+			if len(recent) > 0 {
+				recalls = &clientpb.Recall{Messages: recent}
+			}
+		}
 		cancel()
 	}
 	s.respond(msg, opJoin, start, &buspb.Reply{
-		Settings:   settings,
-		MemberTags: cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
-		Cdn:        route.GetConfig(),
-		Counters:   counters,
-		Viewers:    []*buspb.RoomCount{s.dist.viewers(req.App, req.Room)},
-		Attributes: attrs,
+		Settings:      settings,
+		MemberTags:    cmp.Or(tags, s.cache.memberTags(req.App, req.Uid)),
+		Cdn:           route.GetConfig(),
+		Counters:      counters,
+		Viewers:       []*buspb.RoomCount{s.dist.viewers(req.App, req.Room)},
+		Attributes:    attrs,
+		RecentRecalls: recalls,
 	})
 }
 

@@ -62,13 +62,14 @@ type conn struct {
 var errLeft = fmt.Errorf("%w (the request was not sent)", ErrMoved)
 
 // sendResult answers a Send (ack or err), a HistoryQuery (page or err), a queue request (queue),
-// a moderate request (moderate) or a SetAttribute (attr).
+// a moderate request (moderate), a SetAttribute (attr) or a recall (recall).
 type sendResult struct {
 	ack      *clientpb.SendAck
 	page     *clientpb.HistoryPage
 	queue    *clientpb.RoomQueueReply
 	moderate *clientpb.ModerateReply
 	attr     *clientpb.SetAttributeReply
+	recall   *clientpb.RecallReply
 	err      error
 }
 
@@ -386,6 +387,10 @@ func (c *conn) handleFrame(f *clientpb.Frame) {
 		c.answer(k.ModerateReply.GetSeq(), sendResult{moderate: k.ModerateReply})
 	case *clientpb.Frame_SetAttributeReply:
 		c.answer(k.SetAttributeReply.GetSeq(), sendResult{attr: k.SetAttributeReply})
+	case *clientpb.Frame_RecallReply:
+		c.answer(k.RecallReply.GetSeq(), sendResult{recall: k.RecallReply}) // recall.go
+	case *clientpb.Frame_Recall:
+		c.d.recall(k.Recall) // recall.go
 	case *clientpb.Frame_Error:
 		e := k.Error
 		if e.GetCode() == uint32(clientpb.ErrorCode_ERROR_CODE_ACK_FAILED) {

@@ -31,6 +31,8 @@ func drain(d *delivery) []string {
 			out = append(out, fmt.Sprintf("recovered(%v,%d,%d)", ev.Recovered, ev.Missing, ev.Count))
 		case *ThinnedEvent:
 			out = append(out, fmt.Sprintf("thinned(%d,%d)", ev.Normal, ev.Bulk))
+		case *RecalledEvent:
+			out = append(out, "recalled:"+ev.ID)
 		default:
 			out = append(out, fmt.Sprintf("%T", ev))
 		}

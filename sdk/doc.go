@@ -10,6 +10,8 @@
 // on one goroutine. AddCounter taps the room's counters (likes, gifts), whose running totals come
 // as CounterEvents, never a message per tap. A member the room names a moderator mutes, unmutes
 // and removes the members of its scope with Mute, Unmute and Remove.
+// A recalled message comes as a RecalledEvent, and from then on the Client never hands it over,
+// whichever way a copy comes; Recall recalls one of this member's own where the room allows it.
 //
 // When the room is in CDN mode (docs/cdn.md), the Client also polls the room's segments from
 // the CDN vendors its config names, following live changes of the config, and hands their

@@ -8,8 +8,8 @@ import (
 
 // Event is something that happened to a Client, handed to Config.OnEvent in order with the
 // messages: *ConnectedEvent, *ReconnectingEvent, *RecoveredEvent, *ThinnedEvent, *KickedEvent,
-// *LimitedEvent, *ErrorEvent, *CounterEvent, *CounterRefusedEvent or *ClosedEvent. Switch on its
-// type.
+// *LimitedEvent, *ErrorEvent, *CounterEvent, *CounterRefusedEvent, *RecalledEvent or
+// *ClosedEvent. Switch on its type.
 type Event interface{ event() }
 
 // ConnectedEvent: a login succeeded, the first (from Dial) or after a reconnect.

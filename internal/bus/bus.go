@@ -36,6 +36,7 @@ const (
 	SubjectRoomSendBatch = "rc.svc.room.sendbatch"
 	SubjectRoomInfo      = "rc.svc.room.info"
 	SubjectRoomHistory   = "rc.svc.room.history"
+	SubjectRoomRecall    = "rc.svc.room.recall"
 	// SubjectRoomCounters takes a room's counter windows (CounterWindow, answered with a Reply).
 	SubjectRoomCounters = "rc.svc.room.counters"
 	// SubjectRoomViewers takes a ChatLink's viewer window (ViewerWindow, answered with a Reply).

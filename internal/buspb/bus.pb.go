@@ -73,7 +73,7 @@ func (x SessionEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionEvent_Kind.Descriptor instead.
 func (SessionEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9, 0}
+	return file_bus_proto_rawDescGZIP(), []int{11, 0}
 }
 
 type NodeControl_Op int32
@@ -160,7 +160,7 @@ func (x NodeControl_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeControl_Op.Descriptor instead.
 func (NodeControl_Op) EnumDescriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15, 0}
+	return file_bus_proto_rawDescGZIP(), []int{17, 0}
 }
 
 // JoinRequest: a ChatLink tells the room service that a member joined (subject rc.svc.room.join).
@@ -489,7 +489,14 @@ type Reply struct {
 	Attributes *clientpb.RoomAttributes `protobuf:"bytes,20,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	// A moderate request (rc.svc.room.moderate): the sessions it closed (remove) or the target's
 	// sessions in the room (mute, unmute).
-	Affected      int64 `protobuf:"varint,220,opt,name=affected,proto3" json:"affected,omitempty"`
+	Affected int64 `protobuf:"varint,220,opt,name=affected,proto3" json:"affected,omitempty"`
+	// A recall (rc.svc.room.recall) that succeeded: the message recalled, and whether it had been
+	// recalled before (the Recall was broadcast again).
+	Recalled        *clientpb.RecalledMessage `protobuf:"bytes,200,opt,name=recalled,proto3" json:"recalled,omitempty"`
+	AlreadyRecalled bool                      `protobuf:"varint,201,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
+	// A join (first_on_node) of a room in CDN mode: the room's recalls of the last few seconds
+	// (historystore.RecentRecallAge), which the node repeats to its logins after their LoginAck.
+	RecentRecalls *clientpb.Recall `protobuf:"bytes,202,opt,name=recent_recalls,json=recentRecalls,proto3" json:"recent_recalls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +657,27 @@ func (x *Reply) GetAffected() int64 {
 	return 0
 }
 
+func (x *Reply) GetRecalled() *clientpb.RecalledMessage {
+	if x != nil {
+		return x.Recalled
+	}
+	return nil
+}
+
+func (x *Reply) GetAlreadyRecalled() bool {
+	if x != nil {
+		return x.AlreadyRecalled
+	}
+	return false
+}
+
+func (x *Reply) GetRecentRecalls() *clientpb.Recall {
+	if x != nil {
+		return x.RecentRecalls
+	}
+	return nil
+}
+
 // ModerateBusRequest: a ChatLink passes a member's ModerateRequest to the room service
 // (subject rc.svc.room.moderate), naming the member who asks as the ChatLink knows it.
 type ModerateBusRequest struct {
@@ -737,6 +765,172 @@ func (x *ModerateBusRequest) GetRequest() *clientpb.ModerateRequest {
 	return nil
 }
 
+// RoomRecallRequest: recall a message of a room (subject rc.svc.room.recall), for the server API or
+// for a member (through its ChatLink). The room service takes it out of the room's history
+// (a RecallRecord after it in the history stream) and broadcasts a Recall to the room.
+type RoomRecallRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	App       string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Room      string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	MessageId string                 `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// A member's recall of a message it sent: the member's uid (the room's
+	// sender_recall_window_s applies, and the message must be the member's). Empty: the app
+	// server's recall.
+	Uid       string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The app server's recall of a message history does not keep (a bulk danmaku): recall it by
+	// id when history does not hold it, with no check that the room carried it. Its id must be
+	// at most an hour old.
+	Unkept bool `protobuf:"varint,6,opt,name=unkept,proto3" json:"unkept,omitempty"`
+	// Without uid: the member the recall is made for, as the Recall names it (by_uid), e.g. a
+	// moderator in the room whose right to recall the caller has checked. The sender checks and
+	// the window do not apply.
+	ByUid         string `protobuf:"bytes,7,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomRecallRequest) Reset() {
+	*x = RoomRecallRequest{}
+	mi := &file_bus_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomRecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomRecallRequest) ProtoMessage() {}
+
+func (x *RoomRecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomRecallRequest.ProtoReflect.Descriptor instead.
+func (*RoomRecallRequest) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RoomRecallRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RoomRecallRequest) GetUnkept() bool {
+	if x != nil {
+		return x.Unkept
+	}
+	return false
+}
+
+func (x *RoomRecallRequest) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
+}
+
+// RecallRecord is an entry of the history stream (store/historystore) that takes messages out
+// of the room's history: readers leave out the messages it names (header Rc-Recall).
+type RecallRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageIds    []string               `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	RecalledMs    int64                  `protobuf:"varint,2,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	ByUid         string                 `protobuf:"bytes,3,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallRecord) Reset() {
+	*x = RecallRecord{}
+	mi := &file_bus_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRecord) ProtoMessage() {}
+
+func (x *RecallRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_bus_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRecord.ProtoReflect.Descriptor instead.
+func (*RecallRecord) Descriptor() ([]byte, []int) {
+	return file_bus_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RecallRecord) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *RecallRecord) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecallRecord) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
+}
+
 // HistoryRequest: a page of a room's history, for a member (through its ChatLink) or the server
 // API (subject rc.svc.room.history).
 type HistoryRequest struct {
@@ -754,7 +948,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +960,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[5]
+	mi := &file_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +973,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{5}
+	return file_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HistoryRequest) GetApp() string {
@@ -838,7 +1032,7 @@ type RoomInfo struct {
 
 func (x *RoomInfo) Reset() {
 	*x = RoomInfo{}
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1044,7 @@ func (x *RoomInfo) String() string {
 func (*RoomInfo) ProtoMessage() {}
 
 func (x *RoomInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[6]
+	mi := &file_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1057,7 @@ func (x *RoomInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomInfo.ProtoReflect.Descriptor instead.
 func (*RoomInfo) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{6}
+	return file_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RoomInfo) GetApp() string {
@@ -922,14 +1116,18 @@ type RoomBatch struct {
 	MemberChanges []*clientpb.MemberChange `protobuf:"bytes,11,rep,name=member_changes,json=memberChanges,proto3" json:"member_changes,omitempty"`
 	// When set, the room's attributes changed (the server API, after their write): ChatLinks keep
 	// the one with the greatest version and send it to their members.
-	Attributes    *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	Attributes *clientpb.RoomAttributes `protobuf:"bytes,12,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	// When set, messages of the room were recalled (the room service, after their RecallRecord
+	// is stored): ChatLinks drop them from what they have not yet written and send the Recall to
+	// every member.
+	Recall        *clientpb.Recall `protobuf:"bytes,200,opt,name=recall,proto3" json:"recall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomBatch) Reset() {
 	*x = RoomBatch{}
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1139,7 @@ func (x *RoomBatch) String() string {
 func (*RoomBatch) ProtoMessage() {}
 
 func (x *RoomBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[7]
+	mi := &file_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1152,7 @@ func (x *RoomBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomBatch.ProtoReflect.Descriptor instead.
 func (*RoomBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{7}
+	return file_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RoomBatch) GetMessages() []*clientpb.Message {
@@ -1020,6 +1218,13 @@ func (x *RoomBatch) GetAttributes() *clientpb.RoomAttributes {
 	return nil
 }
 
+func (x *RoomBatch) GetRecall() *clientpb.Recall {
+	if x != nil {
+		return x.Recall
+	}
+	return nil
+}
+
 // CounterWindow is what a ChatLink sends the room service (rc.svc.room.counters, answered with a
 // Reply) for one room and counting window: the sums of the adds its members made in the window.
 // The server API sends one with resets and no node. A node sends a room's windows one at a
@@ -1043,7 +1248,7 @@ type CounterWindow struct {
 
 func (x *CounterWindow) Reset() {
 	*x = CounterWindow{}
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1260,7 @@ func (x *CounterWindow) String() string {
 func (*CounterWindow) ProtoMessage() {}
 
 func (x *CounterWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[8]
+	mi := &file_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1273,7 @@ func (x *CounterWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterWindow.ProtoReflect.Descriptor instead.
 func (*CounterWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{8}
+	return file_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CounterWindow) GetApp() string {
@@ -1143,7 +1348,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1360,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[9]
+	mi := &file_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1373,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{9}
+	return file_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionEvent) GetKind() SessionEvent_Kind {
@@ -1249,7 +1454,7 @@ type SessionEvents struct {
 
 func (x *SessionEvents) Reset() {
 	*x = SessionEvents{}
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1466,7 @@ func (x *SessionEvents) String() string {
 func (*SessionEvents) ProtoMessage() {}
 
 func (x *SessionEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[10]
+	mi := &file_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1479,7 @@ func (x *SessionEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvents.ProtoReflect.Descriptor instead.
 func (*SessionEvents) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{10}
+	return file_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionEvents) GetEvents() []*SessionEvent {
@@ -1320,7 +1525,7 @@ type NodeSnapshot struct {
 
 func (x *NodeSnapshot) Reset() {
 	*x = NodeSnapshot{}
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1537,7 @@ func (x *NodeSnapshot) String() string {
 func (*NodeSnapshot) ProtoMessage() {}
 
 func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[11]
+	mi := &file_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1550,7 @@ func (x *NodeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSnapshot.ProtoReflect.Descriptor instead.
 func (*NodeSnapshot) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{11}
+	return file_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeSnapshot) GetNode() string {
@@ -1403,7 +1608,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1620,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[12]
+	mi := &file_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1633,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{12}
+	return file_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -1493,7 +1698,7 @@ type RoomCount struct {
 
 func (x *RoomCount) Reset() {
 	*x = RoomCount{}
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1710,7 @@ func (x *RoomCount) String() string {
 func (*RoomCount) ProtoMessage() {}
 
 func (x *RoomCount) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[13]
+	mi := &file_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1723,7 @@ func (x *RoomCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
 func (*RoomCount) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{13}
+	return file_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RoomCount) GetApp() string {
@@ -1564,7 +1769,7 @@ type ViewerWindow struct {
 
 func (x *ViewerWindow) Reset() {
 	*x = ViewerWindow{}
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1781,7 @@ func (x *ViewerWindow) String() string {
 func (*ViewerWindow) ProtoMessage() {}
 
 func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[14]
+	mi := &file_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1794,7 @@ func (x *ViewerWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewerWindow.ProtoReflect.Descriptor instead.
 func (*ViewerWindow) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{14}
+	return file_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ViewerWindow) GetNode() string {
@@ -1645,7 +1850,7 @@ type NodeControl struct {
 
 func (x *NodeControl) Reset() {
 	*x = NodeControl{}
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1862,7 @@ func (x *NodeControl) String() string {
 func (*NodeControl) ProtoMessage() {}
 
 func (x *NodeControl) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[15]
+	mi := &file_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1875,7 @@ func (x *NodeControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControl.ProtoReflect.Descriptor instead.
 func (*NodeControl) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{15}
+	return file_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeControl) GetOp() NodeControl_Op {
@@ -1811,7 +2016,7 @@ type NodeControlReply struct {
 
 func (x *NodeControlReply) Reset() {
 	*x = NodeControlReply{}
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2028,7 @@ func (x *NodeControlReply) String() string {
 func (*NodeControlReply) ProtoMessage() {}
 
 func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[16]
+	mi := &file_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2041,7 @@ func (x *NodeControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeControlReply.ProtoReflect.Descriptor instead.
 func (*NodeControlReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{16}
+	return file_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeControlReply) GetCode() uint32 {
@@ -1903,7 +2108,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2120,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[17]
+	mi := &file_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2133,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{17}
+	return file_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Member) GetUid() string {
@@ -1984,7 +2189,7 @@ type PresenceQuery struct {
 
 func (x *PresenceQuery) Reset() {
 	*x = PresenceQuery{}
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2201,7 @@ func (x *PresenceQuery) String() string {
 func (*PresenceQuery) ProtoMessage() {}
 
 func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[18]
+	mi := &file_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2214,7 @@ func (x *PresenceQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceQuery.ProtoReflect.Descriptor instead.
 func (*PresenceQuery) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{18}
+	return file_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PresenceQuery) GetApp() string {
@@ -2041,7 +2246,7 @@ type PresenceReply struct {
 
 func (x *PresenceReply) Reset() {
 	*x = PresenceReply{}
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2258,7 @@ func (x *PresenceReply) String() string {
 func (*PresenceReply) ProtoMessage() {}
 
 func (x *PresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[19]
+	mi := &file_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2271,7 @@ func (x *PresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceReply.ProtoReflect.Descriptor instead.
 func (*PresenceReply) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{19}
+	return file_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PresenceReply) GetCode() uint32 {
@@ -2158,7 +2363,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2375,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[20]
+	mi := &file_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2388,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{20}
+	return file_bus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LoadReport) GetNode() string {
@@ -2351,7 +2556,7 @@ type LaneCounters struct {
 
 func (x *LaneCounters) Reset() {
 	*x = LaneCounters{}
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2568,7 @@ func (x *LaneCounters) String() string {
 func (*LaneCounters) ProtoMessage() {}
 
 func (x *LaneCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[21]
+	mi := &file_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2581,7 @@ func (x *LaneCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCounters.ProtoReflect.Descriptor instead.
 func (*LaneCounters) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{21}
+	return file_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LaneCounters) GetLane() clientpb.Lane {
@@ -2428,7 +2633,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2645,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[22]
+	mi := &file_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2658,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{22}
+	return file_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainRequest) GetSpreadMs() uint32 {
@@ -2501,7 +2706,7 @@ type CdnRoute struct {
 
 func (x *CdnRoute) Reset() {
 	*x = CdnRoute{}
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2718,7 @@ func (x *CdnRoute) String() string {
 func (*CdnRoute) ProtoMessage() {}
 
 func (x *CdnRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[23]
+	mi := &file_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2731,7 @@ func (x *CdnRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnRoute.ProtoReflect.Descriptor instead.
 func (*CdnRoute) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{23}
+	return file_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CdnRoute) GetApp() string {
@@ -2611,7 +2816,7 @@ type CdnBatch struct {
 
 func (x *CdnBatch) Reset() {
 	*x = CdnBatch{}
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2828,7 @@ func (x *CdnBatch) String() string {
 func (*CdnBatch) ProtoMessage() {}
 
 func (x *CdnBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[24]
+	mi := &file_bus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2841,7 @@ func (x *CdnBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CdnBatch.ProtoReflect.Descriptor instead.
 func (*CdnBatch) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{24}
+	return file_bus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CdnBatch) GetApp() string {
@@ -2672,7 +2877,7 @@ type PusherReport struct {
 
 func (x *PusherReport) Reset() {
 	*x = PusherReport{}
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2889,7 @@ func (x *PusherReport) String() string {
 func (*PusherReport) ProtoMessage() {}
 
 func (x *PusherReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[25]
+	mi := &file_bus_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2902,7 @@ func (x *PusherReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PusherReport.ProtoReflect.Descriptor instead.
 func (*PusherReport) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{25}
+	return file_bus_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PusherReport) GetPusher() string {
@@ -2753,7 +2958,7 @@ type QueueBusRequest struct {
 
 func (x *QueueBusRequest) Reset() {
 	*x = QueueBusRequest{}
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2970,7 @@ func (x *QueueBusRequest) String() string {
 func (*QueueBusRequest) ProtoMessage() {}
 
 func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[26]
+	mi := &file_bus_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2983,7 @@ func (x *QueueBusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBusRequest.ProtoReflect.Descriptor instead.
 func (*QueueBusRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{26}
+	return file_bus_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueBusRequest) GetApp() string {
@@ -2837,7 +3042,7 @@ type AttributeRequest struct {
 
 func (x *AttributeRequest) Reset() {
 	*x = AttributeRequest{}
-	mi := &file_bus_proto_msgTypes[27]
+	mi := &file_bus_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3054,7 @@ func (x *AttributeRequest) String() string {
 func (*AttributeRequest) ProtoMessage() {}
 
 func (x *AttributeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[27]
+	mi := &file_bus_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3067,7 @@ func (x *AttributeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttributeRequest.ProtoReflect.Descriptor instead.
 func (*AttributeRequest) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{27}
+	return file_bus_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AttributeRequest) GetApp() string {
@@ -2940,7 +3145,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_bus_proto_msgTypes[28]
+	mi := &file_bus_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3157,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_bus_proto_msgTypes[28]
+	mi := &file_bus_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3170,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_bus_proto_rawDescGZIP(), []int{28}
+	return file_bus_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HistoryRecord) GetMessages() []*clientpb.Message {
@@ -3014,7 +3219,7 @@ const file_bus_proto_rawDesc = "" +
 	" \x01(\bR\x0fcriticalGranted\"\\\n" +
 	"\x10SendBatchRequest\x12.\n" +
 	"\x05sends\x18\x01 \x03(\v2\x18.roomcast.v1.SendRequestR\x05sends\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\bR\amembers\"\xfe\x05\n" +
+	"\amembers\x18\x02 \x01(\bR\amembers\"\xa2\a\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1d\n" +
@@ -3040,7 +3245,10 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"attributes\x18\x14 \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
 	"attributes\x12\x1b\n" +
-	"\baffected\x18\xdc\x01 \x01(\x03R\baffected\"\xb7\x01\n" +
+	"\baffected\x18\xdc\x01 \x01(\x03R\baffected\x129\n" +
+	"\brecalled\x18\xc8\x01 \x01(\v2\x1c.roomcast.v1.RecalledMessageR\brecalled\x12*\n" +
+	"\x10already_recalled\x18\xc9\x01 \x01(\bR\x0falreadyRecalled\x12;\n" +
+	"\x0erecent_recalls\x18\xca\x01 \x01(\v2\x13.roomcast.v1.RecallR\rrecentRecalls\"\xb7\x01\n" +
 	"\x12ModerateBusRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x10\n" +
@@ -3048,7 +3256,23 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04tags\x18\x05 \x03(\tR\x04tags\x126\n" +
-	"\arequest\x18\x06 \x01(\v2\x1c.roomcast.v1.ModerateRequestR\arequest\"\xaa\x01\n" +
+	"\arequest\x18\x06 \x01(\v2\x1c.roomcast.v1.ModerateRequestR\arequest\"\xb8\x01\n" +
+	"\x11RoomRecallRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\tR\tmessageId\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06unkept\x18\x06 \x01(\bR\x06unkept\x12\x15\n" +
+	"\x06by_uid\x18\a \x01(\tR\x05byUid\"g\n" +
+	"\fRecallRecord\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\x12\x1f\n" +
+	"\vrecalled_ms\x18\x02 \x01(\x03R\n" +
+	"recalledMs\x12\x15\n" +
+	"\x06by_uid\x18\x03 \x01(\tR\x05byUid\"\xaa\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12/\n" +
@@ -3064,7 +3288,7 @@ const file_bus_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf6\x03\n" +
 	"\tRoomBatch\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.roomcast.v1.MessageR\bmessages\x12'\n" +
 	"\x0fsender_sessions\x18\x02 \x03(\tR\x0esenderSessions\x125\n" +
@@ -3077,7 +3301,8 @@ const file_bus_proto_rawDesc = "" +
 	"\x0emember_changes\x18\v \x03(\v2\x19.roomcast.v1.MemberChangeR\rmemberChanges\x12;\n" +
 	"\n" +
 	"attributes\x18\f \x01(\v2\x1b.roomcast.v1.RoomAttributesR\n" +
-	"attributes\"\xb1\x01\n" +
+	"attributes\x12,\n" +
+	"\x06recall\x18\xc8\x01 \x01(\v2\x13.roomcast.v1.RecallR\x06recall\"\xb1\x01\n" +
 	"\rCounterWindow\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\tR\x04room\x12\x12\n" +
@@ -3295,7 +3520,7 @@ func file_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_bus_proto_goTypes = []any{
 	(SessionEvent_Kind)(0),           // 0: roomcast.v1.SessionEvent.Kind
 	(NodeControl_Op)(0),              // 1: roomcast.v1.NodeControl.Op
@@ -3304,98 +3529,105 @@ var file_bus_proto_goTypes = []any{
 	(*SendBatchRequest)(nil),         // 4: roomcast.v1.SendBatchRequest
 	(*Reply)(nil),                    // 5: roomcast.v1.Reply
 	(*ModerateBusRequest)(nil),       // 6: roomcast.v1.ModerateBusRequest
-	(*HistoryRequest)(nil),           // 7: roomcast.v1.HistoryRequest
-	(*RoomInfo)(nil),                 // 8: roomcast.v1.RoomInfo
-	(*RoomBatch)(nil),                // 9: roomcast.v1.RoomBatch
-	(*CounterWindow)(nil),            // 10: roomcast.v1.CounterWindow
-	(*SessionEvent)(nil),             // 11: roomcast.v1.SessionEvent
-	(*SessionEvents)(nil),            // 12: roomcast.v1.SessionEvents
-	(*NodeSnapshot)(nil),             // 13: roomcast.v1.NodeSnapshot
-	(*NodeReport)(nil),               // 14: roomcast.v1.NodeReport
-	(*RoomCount)(nil),                // 15: roomcast.v1.RoomCount
-	(*ViewerWindow)(nil),             // 16: roomcast.v1.ViewerWindow
-	(*NodeControl)(nil),              // 17: roomcast.v1.NodeControl
-	(*NodeControlReply)(nil),         // 18: roomcast.v1.NodeControlReply
-	(*Member)(nil),                   // 19: roomcast.v1.Member
-	(*PresenceQuery)(nil),            // 20: roomcast.v1.PresenceQuery
-	(*PresenceReply)(nil),            // 21: roomcast.v1.PresenceReply
-	(*LoadReport)(nil),               // 22: roomcast.v1.LoadReport
-	(*LaneCounters)(nil),             // 23: roomcast.v1.LaneCounters
-	(*DrainRequest)(nil),             // 24: roomcast.v1.DrainRequest
-	(*CdnRoute)(nil),                 // 25: roomcast.v1.CdnRoute
-	(*CdnBatch)(nil),                 // 26: roomcast.v1.CdnBatch
-	(*PusherReport)(nil),             // 27: roomcast.v1.PusherReport
-	(*QueueBusRequest)(nil),          // 28: roomcast.v1.QueueBusRequest
-	(*AttributeRequest)(nil),         // 29: roomcast.v1.AttributeRequest
-	(*HistoryRecord)(nil),            // 30: roomcast.v1.HistoryRecord
-	nil,                              // 31: roomcast.v1.RoomInfo.NodesEntry
-	nil,                              // 32: roomcast.v1.NodeControlReply.TagCountsEntry
-	(clientpb.Lane)(0),               // 33: roomcast.v1.Lane
-	(*roompb.RoomSettings)(nil),      // 34: roomcast.v1.RoomSettings
-	(*roompb.MemberTags)(nil),        // 35: roomcast.v1.MemberTags
-	(*clientpb.CdnConfig)(nil),       // 36: roomcast.v1.CdnConfig
-	(*clientpb.HistoryPage)(nil),     // 37: roomcast.v1.HistoryPage
-	(*roompb.QueueResponse)(nil),     // 38: roomcast.v1.QueueResponse
-	(*clientpb.CounterTotals)(nil),   // 39: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil),  // 40: roomcast.v1.RoomAttributes
-	(*clientpb.ModerateRequest)(nil), // 41: roomcast.v1.ModerateRequest
-	(*clientpb.HistoryQuery)(nil),    // 42: roomcast.v1.HistoryQuery
-	(*clientpb.Message)(nil),         // 43: roomcast.v1.Message
-	(*clientpb.MemberChange)(nil),    // 44: roomcast.v1.MemberChange
-	(*clientpb.Counter)(nil),         // 45: roomcast.v1.Counter
-	(*clientpb.ViewerTagCount)(nil),  // 46: roomcast.v1.ViewerTagCount
-	(clientpb.CdnMode)(0),            // 47: roomcast.v1.CdnMode
-	(clientpb.QueueOp)(0),            // 48: roomcast.v1.QueueOp
-	(*roompb.QueueRequest)(nil),      // 49: roomcast.v1.QueueRequest
+	(*RoomRecallRequest)(nil),        // 7: roomcast.v1.RoomRecallRequest
+	(*RecallRecord)(nil),             // 8: roomcast.v1.RecallRecord
+	(*HistoryRequest)(nil),           // 9: roomcast.v1.HistoryRequest
+	(*RoomInfo)(nil),                 // 10: roomcast.v1.RoomInfo
+	(*RoomBatch)(nil),                // 11: roomcast.v1.RoomBatch
+	(*CounterWindow)(nil),            // 12: roomcast.v1.CounterWindow
+	(*SessionEvent)(nil),             // 13: roomcast.v1.SessionEvent
+	(*SessionEvents)(nil),            // 14: roomcast.v1.SessionEvents
+	(*NodeSnapshot)(nil),             // 15: roomcast.v1.NodeSnapshot
+	(*NodeReport)(nil),               // 16: roomcast.v1.NodeReport
+	(*RoomCount)(nil),                // 17: roomcast.v1.RoomCount
+	(*ViewerWindow)(nil),             // 18: roomcast.v1.ViewerWindow
+	(*NodeControl)(nil),              // 19: roomcast.v1.NodeControl
+	(*NodeControlReply)(nil),         // 20: roomcast.v1.NodeControlReply
+	(*Member)(nil),                   // 21: roomcast.v1.Member
+	(*PresenceQuery)(nil),            // 22: roomcast.v1.PresenceQuery
+	(*PresenceReply)(nil),            // 23: roomcast.v1.PresenceReply
+	(*LoadReport)(nil),               // 24: roomcast.v1.LoadReport
+	(*LaneCounters)(nil),             // 25: roomcast.v1.LaneCounters
+	(*DrainRequest)(nil),             // 26: roomcast.v1.DrainRequest
+	(*CdnRoute)(nil),                 // 27: roomcast.v1.CdnRoute
+	(*CdnBatch)(nil),                 // 28: roomcast.v1.CdnBatch
+	(*PusherReport)(nil),             // 29: roomcast.v1.PusherReport
+	(*QueueBusRequest)(nil),          // 30: roomcast.v1.QueueBusRequest
+	(*AttributeRequest)(nil),         // 31: roomcast.v1.AttributeRequest
+	(*HistoryRecord)(nil),            // 32: roomcast.v1.HistoryRecord
+	nil,                              // 33: roomcast.v1.RoomInfo.NodesEntry
+	nil,                              // 34: roomcast.v1.NodeControlReply.TagCountsEntry
+	(clientpb.Lane)(0),               // 35: roomcast.v1.Lane
+	(*roompb.RoomSettings)(nil),      // 36: roomcast.v1.RoomSettings
+	(*roompb.MemberTags)(nil),        // 37: roomcast.v1.MemberTags
+	(*clientpb.CdnConfig)(nil),       // 38: roomcast.v1.CdnConfig
+	(*clientpb.HistoryPage)(nil),     // 39: roomcast.v1.HistoryPage
+	(*roompb.QueueResponse)(nil),     // 40: roomcast.v1.QueueResponse
+	(*clientpb.CounterTotals)(nil),   // 41: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 42: roomcast.v1.RoomAttributes
+	(*clientpb.RecalledMessage)(nil), // 43: roomcast.v1.RecalledMessage
+	(*clientpb.Recall)(nil),          // 44: roomcast.v1.Recall
+	(*clientpb.ModerateRequest)(nil), // 45: roomcast.v1.ModerateRequest
+	(*clientpb.HistoryQuery)(nil),    // 46: roomcast.v1.HistoryQuery
+	(*clientpb.Message)(nil),         // 47: roomcast.v1.Message
+	(*clientpb.MemberChange)(nil),    // 48: roomcast.v1.MemberChange
+	(*clientpb.Counter)(nil),         // 49: roomcast.v1.Counter
+	(*clientpb.ViewerTagCount)(nil),  // 50: roomcast.v1.ViewerTagCount
+	(clientpb.CdnMode)(0),            // 51: roomcast.v1.CdnMode
+	(clientpb.QueueOp)(0),            // 52: roomcast.v1.QueueOp
+	(*roompb.QueueRequest)(nil),      // 53: roomcast.v1.QueueRequest
 }
 var file_bus_proto_depIdxs = []int32{
-	33, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
+	35, // 0: roomcast.v1.SendRequest.lane:type_name -> roomcast.v1.Lane
 	3,  // 1: roomcast.v1.SendBatchRequest.sends:type_name -> roomcast.v1.SendRequest
-	8,  // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
-	34, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
-	35, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
-	36, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
-	37, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
-	38, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
+	10, // 2: roomcast.v1.Reply.room:type_name -> roomcast.v1.RoomInfo
+	36, // 3: roomcast.v1.Reply.settings:type_name -> roomcast.v1.RoomSettings
+	37, // 4: roomcast.v1.Reply.member_tags:type_name -> roomcast.v1.MemberTags
+	38, // 5: roomcast.v1.Reply.cdn:type_name -> roomcast.v1.CdnConfig
+	39, // 6: roomcast.v1.Reply.history:type_name -> roomcast.v1.HistoryPage
+	40, // 7: roomcast.v1.Reply.queue:type_name -> roomcast.v1.QueueResponse
 	5,  // 8: roomcast.v1.Reply.answers:type_name -> roomcast.v1.Reply
-	39, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
-	15, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
-	40, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
-	41, // 12: roomcast.v1.ModerateBusRequest.request:type_name -> roomcast.v1.ModerateRequest
-	42, // 13: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
-	31, // 14: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
-	43, // 15: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
-	34, // 16: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
-	36, // 17: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
-	39, // 18: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
-	44, // 19: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
-	40, // 20: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
-	45, // 21: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
-	0,  // 22: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
-	11, // 23: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
-	11, // 24: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
-	15, // 25: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
-	46, // 26: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	15, // 27: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
-	1,  // 28: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
-	43, // 29: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
-	19, // 30: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
-	32, // 31: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
-	11, // 32: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
-	15, // 33: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
-	23, // 34: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
-	33, // 35: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
-	47, // 36: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
-	36, // 37: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
-	43, // 38: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
-	48, // 39: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
-	49, // 40: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
-	43, // 41: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	41, // 9: roomcast.v1.Reply.counters:type_name -> roomcast.v1.CounterTotals
+	17, // 10: roomcast.v1.Reply.viewers:type_name -> roomcast.v1.RoomCount
+	42, // 11: roomcast.v1.Reply.attributes:type_name -> roomcast.v1.RoomAttributes
+	43, // 12: roomcast.v1.Reply.recalled:type_name -> roomcast.v1.RecalledMessage
+	44, // 13: roomcast.v1.Reply.recent_recalls:type_name -> roomcast.v1.Recall
+	45, // 14: roomcast.v1.ModerateBusRequest.request:type_name -> roomcast.v1.ModerateRequest
+	46, // 15: roomcast.v1.HistoryRequest.query:type_name -> roomcast.v1.HistoryQuery
+	33, // 16: roomcast.v1.RoomInfo.nodes:type_name -> roomcast.v1.RoomInfo.NodesEntry
+	47, // 17: roomcast.v1.RoomBatch.messages:type_name -> roomcast.v1.Message
+	36, // 18: roomcast.v1.RoomBatch.settings:type_name -> roomcast.v1.RoomSettings
+	38, // 19: roomcast.v1.RoomBatch.cdn:type_name -> roomcast.v1.CdnConfig
+	41, // 20: roomcast.v1.RoomBatch.counters:type_name -> roomcast.v1.CounterTotals
+	48, // 21: roomcast.v1.RoomBatch.member_changes:type_name -> roomcast.v1.MemberChange
+	42, // 22: roomcast.v1.RoomBatch.attributes:type_name -> roomcast.v1.RoomAttributes
+	44, // 23: roomcast.v1.RoomBatch.recall:type_name -> roomcast.v1.Recall
+	49, // 24: roomcast.v1.CounterWindow.adds:type_name -> roomcast.v1.Counter
+	0,  // 25: roomcast.v1.SessionEvent.kind:type_name -> roomcast.v1.SessionEvent.Kind
+	13, // 26: roomcast.v1.SessionEvents.events:type_name -> roomcast.v1.SessionEvent
+	13, // 27: roomcast.v1.NodeSnapshot.sessions:type_name -> roomcast.v1.SessionEvent
+	17, // 28: roomcast.v1.NodeReport.rooms:type_name -> roomcast.v1.RoomCount
+	50, // 29: roomcast.v1.RoomCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	17, // 30: roomcast.v1.ViewerWindow.rooms:type_name -> roomcast.v1.RoomCount
+	1,  // 31: roomcast.v1.NodeControl.op:type_name -> roomcast.v1.NodeControl.Op
+	47, // 32: roomcast.v1.NodeControl.message:type_name -> roomcast.v1.Message
+	21, // 33: roomcast.v1.NodeControlReply.members:type_name -> roomcast.v1.Member
+	34, // 34: roomcast.v1.NodeControlReply.tag_counts:type_name -> roomcast.v1.NodeControlReply.TagCountsEntry
+	13, // 35: roomcast.v1.PresenceReply.sessions:type_name -> roomcast.v1.SessionEvent
+	17, // 36: roomcast.v1.LoadReport.rooms_held:type_name -> roomcast.v1.RoomCount
+	25, // 37: roomcast.v1.LoadReport.lanes:type_name -> roomcast.v1.LaneCounters
+	35, // 38: roomcast.v1.LaneCounters.lane:type_name -> roomcast.v1.Lane
+	51, // 39: roomcast.v1.CdnRoute.mode:type_name -> roomcast.v1.CdnMode
+	38, // 40: roomcast.v1.CdnRoute.config:type_name -> roomcast.v1.CdnConfig
+	47, // 41: roomcast.v1.CdnBatch.messages:type_name -> roomcast.v1.Message
+	52, // 42: roomcast.v1.QueueBusRequest.op:type_name -> roomcast.v1.QueueOp
+	53, // 43: roomcast.v1.QueueBusRequest.request:type_name -> roomcast.v1.QueueRequest
+	47, // 44: roomcast.v1.HistoryRecord.messages:type_name -> roomcast.v1.Message
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_bus_proto_init() }
@@ -3409,7 +3641,7 @@ func file_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bus_proto_rawDesc), len(file_bus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3259,6 +3259,132 @@ func (x *GetCountersRequest) GetRoom() string {
 	return ""
 }
 
+type RecallMessageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// The message's id (SendResponse.message_id, Message.id).
+	MessageId string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The message is one history does not keep (a bulk danmaku): recall it by id without finding
+	// it in history. Its id must be at most an hour old. Without it, an id history does not hold
+	// answers 130 (MESSAGE_NOT_FOUND).
+	Unkept        bool `protobuf:"varint,3,opt,name=unkept,proto3" json:"unkept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallMessageRequest) Reset() {
+	*x = RecallMessageRequest{}
+	mi := &file_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallMessageRequest) ProtoMessage() {}
+
+func (x *RecallMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallMessageRequest.ProtoReflect.Descriptor instead.
+func (*RecallMessageRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RecallMessageRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RecallMessageRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RecallMessageRequest) GetUnkept() bool {
+	if x != nil {
+		return x.Unkept
+	}
+	return false
+}
+
+type RecallMessageResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MessageId string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// When it was recalled (server time, unix milliseconds); for already_recalled, now.
+	RecalledMs int64 `protobuf:"varint,2,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	// The message had been recalled before (the members were sent the Recall again).
+	AlreadyRecalled bool `protobuf:"varint,3,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RecallMessageResponse) Reset() {
+	*x = RecallMessageResponse{}
+	mi := &file_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallMessageResponse) ProtoMessage() {}
+
+func (x *RecallMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallMessageResponse.ProtoReflect.Descriptor instead.
+func (*RecallMessageResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RecallMessageResponse) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RecallMessageResponse) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecallMessageResponse) GetAlreadyRecalled() bool {
+	if x != nil {
+		return x.AlreadyRecalled
+	}
+	return false
+}
+
 type GetRoomAttributesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
@@ -3268,7 +3394,7 @@ type GetRoomAttributesRequest struct {
 
 func (x *GetRoomAttributesRequest) Reset() {
 	*x = GetRoomAttributesRequest{}
-	mi := &file_api_proto_msgTypes[46]
+	mi := &file_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3406,7 @@ func (x *GetRoomAttributesRequest) String() string {
 func (*GetRoomAttributesRequest) ProtoMessage() {}
 
 func (x *GetRoomAttributesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[46]
+	mi := &file_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3419,7 @@ func (x *GetRoomAttributesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomAttributesRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomAttributesRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{46}
+	return file_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetRoomAttributesRequest) GetRoom() string {
@@ -3318,7 +3444,7 @@ type SetRoomAttributeRequest struct {
 
 func (x *SetRoomAttributeRequest) Reset() {
 	*x = SetRoomAttributeRequest{}
-	mi := &file_api_proto_msgTypes[47]
+	mi := &file_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3456,7 @@ func (x *SetRoomAttributeRequest) String() string {
 func (*SetRoomAttributeRequest) ProtoMessage() {}
 
 func (x *SetRoomAttributeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[47]
+	mi := &file_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3469,7 @@ func (x *SetRoomAttributeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRoomAttributeRequest.ProtoReflect.Descriptor instead.
 func (*SetRoomAttributeRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{47}
+	return file_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetRoomAttributeRequest) GetRoom() string {
@@ -3385,7 +3511,7 @@ type ResetCounterRequest struct {
 
 func (x *ResetCounterRequest) Reset() {
 	*x = ResetCounterRequest{}
-	mi := &file_api_proto_msgTypes[48]
+	mi := &file_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3523,7 @@ func (x *ResetCounterRequest) String() string {
 func (*ResetCounterRequest) ProtoMessage() {}
 
 func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[48]
+	mi := &file_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3536,7 @@ func (x *ResetCounterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetCounterRequest.ProtoReflect.Descriptor instead.
 func (*ResetCounterRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{48}
+	return file_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResetCounterRequest) GetRoom() string {
@@ -3685,7 +3811,18 @@ const file_api_proto_rawDesc = "" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12\x12\n" +
 	"\x04tags\x18\t \x03(\tR\x04tags\"(\n" +
 	"\x12GetCountersRequest\x12\x12\n" +
-	"\x04room\x18\x01 \x01(\tR\x04room\".\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"a\n" +
+	"\x14RecallMessageRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06unkept\x18\x03 \x01(\bR\x06unkept\"\x82\x01\n" +
+	"\x15RecallMessageResponse\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x1f\n" +
+	"\vrecalled_ms\x18\x02 \x01(\x03R\n" +
+	"recalledMs\x12)\n" +
+	"\x10already_recalled\x18\x03 \x01(\bR\x0falreadyRecalled\".\n" +
 	"\x18GetRoomAttributesRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\"m\n" +
 	"\x17SetRoomAttributeRequest\x12\x12\n" +
@@ -3700,7 +3837,7 @@ const file_api_proto_rawDesc = "" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x01\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x022\xa9\x15\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x022\x81\x16\n" +
 	"\vRoomcastAPI\x12M\n" +
 	"\n" +
 	"CreateRoom\x12\x1e.roomcast.v1.CreateRoomRequest\x1a\x1f.roomcast.v1.CreateRoomResponse\x12?\n" +
@@ -3735,7 +3872,8 @@ const file_api_proto_rawDesc = "" +
 	"\fSetAppLimits\x12\x16.roomcast.v1.AppLimits\x1a\x16.roomcast.v1.AppLimits\x12H\n" +
 	"\fGetAppLimits\x12 .roomcast.v1.GetAppLimitsRequest\x1a\x16.roomcast.v1.AppLimits\x12F\n" +
 	"\n" +
-	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12J\n" +
+	"GetHistory\x12\x1e.roomcast.v1.GetHistoryRequest\x1a\x18.roomcast.v1.HistoryPage\x12V\n" +
+	"\rRecallMessage\x12!.roomcast.v1.RecallMessageRequest\x1a\".roomcast.v1.RecallMessageResponse\x12J\n" +
 	"\vGetCounters\x12\x1f.roomcast.v1.GetCountersRequest\x1a\x1a.roomcast.v1.CounterTotals\x12L\n" +
 	"\fResetCounter\x12 .roomcast.v1.ResetCounterRequest\x1a\x1a.roomcast.v1.CounterTotals\x12W\n" +
 	"\x11GetRoomAttributes\x12%.roomcast.v1.GetRoomAttributesRequest\x1a\x1b.roomcast.v1.RoomAttributes\x12U\n" +
@@ -3762,7 +3900,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_api_proto_goTypes = []any{
 	(RoomStatus)(0),                  // 0: roomcast.v1.RoomStatus
 	(*Room)(nil),                     // 1: roomcast.v1.Room
@@ -3811,49 +3949,51 @@ var file_api_proto_goTypes = []any{
 	(*GetCdnPolicyRequest)(nil),      // 44: roomcast.v1.GetCdnPolicyRequest
 	(*GetHistoryRequest)(nil),        // 45: roomcast.v1.GetHistoryRequest
 	(*GetCountersRequest)(nil),       // 46: roomcast.v1.GetCountersRequest
-	(*GetRoomAttributesRequest)(nil), // 47: roomcast.v1.GetRoomAttributesRequest
-	(*SetRoomAttributeRequest)(nil),  // 48: roomcast.v1.SetRoomAttributeRequest
-	(*ResetCounterRequest)(nil),      // 49: roomcast.v1.ResetCounterRequest
-	nil,                              // 50: roomcast.v1.GetRoomResponse.NodesEntry
-	(*roompb.RoomSettings)(nil),      // 51: roomcast.v1.RoomSettings
-	(clientpb.ErrorCode)(0),          // 52: roomcast.v1.ErrorCode
-	(*roompb.MemberTags)(nil),        // 53: roomcast.v1.MemberTags
-	(clientpb.CdnMode)(0),            // 54: roomcast.v1.CdnMode
-	(*clientpb.CdnConfig)(nil),       // 55: roomcast.v1.CdnConfig
-	(*clientpb.CdnVendor)(nil),       // 56: roomcast.v1.CdnVendor
-	(*AppLimits)(nil),                // 57: roomcast.v1.AppLimits
-	(*GetAppLimitsRequest)(nil),      // 58: roomcast.v1.GetAppLimitsRequest
-	(*roompb.QueueRequest)(nil),      // 59: roomcast.v1.QueueRequest
-	(*clientpb.HistoryPage)(nil),     // 60: roomcast.v1.HistoryPage
-	(*clientpb.CounterTotals)(nil),   // 61: roomcast.v1.CounterTotals
-	(*clientpb.RoomAttributes)(nil),  // 62: roomcast.v1.RoomAttributes
-	(*roompb.QueueResponse)(nil),     // 63: roomcast.v1.QueueResponse
+	(*RecallMessageRequest)(nil),     // 47: roomcast.v1.RecallMessageRequest
+	(*RecallMessageResponse)(nil),    // 48: roomcast.v1.RecallMessageResponse
+	(*GetRoomAttributesRequest)(nil), // 49: roomcast.v1.GetRoomAttributesRequest
+	(*SetRoomAttributeRequest)(nil),  // 50: roomcast.v1.SetRoomAttributeRequest
+	(*ResetCounterRequest)(nil),      // 51: roomcast.v1.ResetCounterRequest
+	nil,                              // 52: roomcast.v1.GetRoomResponse.NodesEntry
+	(*roompb.RoomSettings)(nil),      // 53: roomcast.v1.RoomSettings
+	(clientpb.ErrorCode)(0),          // 54: roomcast.v1.ErrorCode
+	(*roompb.MemberTags)(nil),        // 55: roomcast.v1.MemberTags
+	(clientpb.CdnMode)(0),            // 56: roomcast.v1.CdnMode
+	(*clientpb.CdnConfig)(nil),       // 57: roomcast.v1.CdnConfig
+	(*clientpb.CdnVendor)(nil),       // 58: roomcast.v1.CdnVendor
+	(*AppLimits)(nil),                // 59: roomcast.v1.AppLimits
+	(*GetAppLimitsRequest)(nil),      // 60: roomcast.v1.GetAppLimitsRequest
+	(*roompb.QueueRequest)(nil),      // 61: roomcast.v1.QueueRequest
+	(*clientpb.HistoryPage)(nil),     // 62: roomcast.v1.HistoryPage
+	(*clientpb.CounterTotals)(nil),   // 63: roomcast.v1.CounterTotals
+	(*clientpb.RoomAttributes)(nil),  // 64: roomcast.v1.RoomAttributes
+	(*roompb.QueueResponse)(nil),     // 65: roomcast.v1.QueueResponse
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: roomcast.v1.Room.status:type_name -> roomcast.v1.RoomStatus
-	51, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
+	53, // 1: roomcast.v1.Room.settings:type_name -> roomcast.v1.RoomSettings
 	2,  // 2: roomcast.v1.Room.tag_mutes:type_name -> roomcast.v1.TagMute
-	51, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	53, // 3: roomcast.v1.CreateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 4: roomcast.v1.CreateRoomResponse.room:type_name -> roomcast.v1.Room
-	51, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
+	53, // 5: roomcast.v1.UpdateRoomRequest.settings:type_name -> roomcast.v1.RoomSettings
 	1,  // 6: roomcast.v1.CloseRoomResponse.room:type_name -> roomcast.v1.Room
-	50, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
+	52, // 7: roomcast.v1.GetRoomResponse.nodes:type_name -> roomcast.v1.GetRoomResponse.NodesEntry
 	1,  // 8: roomcast.v1.GetRoomResponse.meta:type_name -> roomcast.v1.Room
 	12, // 9: roomcast.v1.ListMembersResponse.members:type_name -> roomcast.v1.RoomMember
 	13, // 10: roomcast.v1.StreamSendRequest.send:type_name -> roomcast.v1.SendToRoomRequest
-	52, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
+	54, // 11: roomcast.v1.StreamSendResponse.code:type_name -> roomcast.v1.ErrorCode
 	13, // 12: roomcast.v1.SendBatchToRoomRequest.messages:type_name -> roomcast.v1.SendToRoomRequest
 	29, // 13: roomcast.v1.BanMemberResponse.restriction:type_name -> roomcast.v1.MemberRestriction
 	32, // 14: roomcast.v1.GetUserSessionsResponse.sessions:type_name -> roomcast.v1.Session
 	36, // 15: roomcast.v1.CountOnlineResponse.expr_counts:type_name -> roomcast.v1.TagCount
 	36, // 16: roomcast.v1.CountOnlineResponse.tag_counts:type_name -> roomcast.v1.TagCount
-	53, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
-	54, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
-	54, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
-	54, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
-	55, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
-	56, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
-	54, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
+	55, // 17: roomcast.v1.SetMemberTagsResponse.tags:type_name -> roomcast.v1.MemberTags
+	56, // 18: roomcast.v1.SetRoomCdnRequest.mode:type_name -> roomcast.v1.CdnMode
+	56, // 19: roomcast.v1.RoomCdn.pinned_mode:type_name -> roomcast.v1.CdnMode
+	56, // 20: roomcast.v1.RoomCdn.mode:type_name -> roomcast.v1.CdnMode
+	57, // 21: roomcast.v1.RoomCdn.config:type_name -> roomcast.v1.CdnConfig
+	58, // 22: roomcast.v1.CdnPolicy.vendors:type_name -> roomcast.v1.CdnVendor
+	56, // 23: roomcast.v1.CdnPolicy.rule_mode:type_name -> roomcast.v1.CdnMode
 	3,  // 24: roomcast.v1.RoomcastAPI.CreateRoom:input_type -> roomcast.v1.CreateRoomRequest
 	5,  // 25: roomcast.v1.RoomcastAPI.UpdateRoom:input_type -> roomcast.v1.UpdateRoomRequest
 	6,  // 26: roomcast.v1.RoomcastAPI.CloseRoom:input_type -> roomcast.v1.CloseRoomRequest
@@ -3877,57 +4017,59 @@ var file_api_proto_depIdxs = []int32{
 	41, // 44: roomcast.v1.RoomcastAPI.GetRoomCdn:input_type -> roomcast.v1.GetRoomCdnRequest
 	43, // 45: roomcast.v1.RoomcastAPI.SetCdnPolicy:input_type -> roomcast.v1.CdnPolicy
 	44, // 46: roomcast.v1.RoomcastAPI.GetCdnPolicy:input_type -> roomcast.v1.GetCdnPolicyRequest
-	57, // 47: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
-	58, // 48: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
+	59, // 47: roomcast.v1.RoomcastAPI.SetAppLimits:input_type -> roomcast.v1.AppLimits
+	60, // 48: roomcast.v1.RoomcastAPI.GetAppLimits:input_type -> roomcast.v1.GetAppLimitsRequest
 	45, // 49: roomcast.v1.RoomcastAPI.GetHistory:input_type -> roomcast.v1.GetHistoryRequest
-	46, // 50: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
-	49, // 51: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
-	47, // 52: roomcast.v1.RoomcastAPI.GetRoomAttributes:input_type -> roomcast.v1.GetRoomAttributesRequest
-	48, // 53: roomcast.v1.RoomcastAPI.SetRoomAttribute:input_type -> roomcast.v1.SetRoomAttributeRequest
-	59, // 54: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
-	59, // 55: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
-	59, // 56: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
-	59, // 57: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
-	59, // 58: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
-	59, // 59: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
-	4,  // 60: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
-	1,  // 61: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
-	7,  // 62: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
-	9,  // 63: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
-	11, // 64: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
-	14, // 65: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
-	18, // 66: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
-	16, // 67: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
-	20, // 68: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
-	14, // 69: roomcast.v1.RoomcastAPI.SendToSession:output_type -> roomcast.v1.SendResponse
-	23, // 70: roomcast.v1.RoomcastAPI.SendToAllRooms:output_type -> roomcast.v1.SendToAllRoomsResponse
-	25, // 71: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
-	1,  // 72: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
-	29, // 73: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
-	30, // 74: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
-	33, // 75: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
-	35, // 76: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
-	38, // 77: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
-	53, // 78: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
-	42, // 79: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	42, // 80: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
-	43, // 81: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	43, // 82: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
-	57, // 83: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
-	57, // 84: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
-	60, // 85: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
-	61, // 86: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
-	61, // 87: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
-	62, // 88: roomcast.v1.RoomcastAPI.GetRoomAttributes:output_type -> roomcast.v1.RoomAttributes
-	62, // 89: roomcast.v1.RoomcastAPI.SetRoomAttribute:output_type -> roomcast.v1.RoomAttributes
-	63, // 90: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
-	63, // 91: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
-	63, // 92: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
-	63, // 93: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
-	63, // 94: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
-	63, // 95: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
-	60, // [60:96] is the sub-list for method output_type
-	24, // [24:60] is the sub-list for method input_type
+	47, // 50: roomcast.v1.RoomcastAPI.RecallMessage:input_type -> roomcast.v1.RecallMessageRequest
+	46, // 51: roomcast.v1.RoomcastAPI.GetCounters:input_type -> roomcast.v1.GetCountersRequest
+	51, // 52: roomcast.v1.RoomcastAPI.ResetCounter:input_type -> roomcast.v1.ResetCounterRequest
+	49, // 53: roomcast.v1.RoomcastAPI.GetRoomAttributes:input_type -> roomcast.v1.GetRoomAttributesRequest
+	50, // 54: roomcast.v1.RoomcastAPI.SetRoomAttribute:input_type -> roomcast.v1.SetRoomAttributeRequest
+	61, // 55: roomcast.v1.RoomcastAPI.OfferQueue:input_type -> roomcast.v1.QueueRequest
+	61, // 56: roomcast.v1.RoomcastAPI.PollQueue:input_type -> roomcast.v1.QueueRequest
+	61, // 57: roomcast.v1.RoomcastAPI.PeekQueue:input_type -> roomcast.v1.QueueRequest
+	61, // 58: roomcast.v1.RoomcastAPI.ListQueue:input_type -> roomcast.v1.QueueRequest
+	61, // 59: roomcast.v1.RoomcastAPI.RemoveQueueEntry:input_type -> roomcast.v1.QueueRequest
+	61, // 60: roomcast.v1.RoomcastAPI.ClearQueue:input_type -> roomcast.v1.QueueRequest
+	4,  // 61: roomcast.v1.RoomcastAPI.CreateRoom:output_type -> roomcast.v1.CreateRoomResponse
+	1,  // 62: roomcast.v1.RoomcastAPI.UpdateRoom:output_type -> roomcast.v1.Room
+	7,  // 63: roomcast.v1.RoomcastAPI.CloseRoom:output_type -> roomcast.v1.CloseRoomResponse
+	9,  // 64: roomcast.v1.RoomcastAPI.GetRoom:output_type -> roomcast.v1.GetRoomResponse
+	11, // 65: roomcast.v1.RoomcastAPI.ListMembers:output_type -> roomcast.v1.ListMembersResponse
+	14, // 66: roomcast.v1.RoomcastAPI.SendToRoom:output_type -> roomcast.v1.SendResponse
+	18, // 67: roomcast.v1.RoomcastAPI.SendBatchToRoom:output_type -> roomcast.v1.SendBatchResponse
+	16, // 68: roomcast.v1.RoomcastAPI.SendStream:output_type -> roomcast.v1.StreamSendResponse
+	20, // 69: roomcast.v1.RoomcastAPI.SendToUsers:output_type -> roomcast.v1.SendToUsersResponse
+	14, // 70: roomcast.v1.RoomcastAPI.SendToSession:output_type -> roomcast.v1.SendResponse
+	23, // 71: roomcast.v1.RoomcastAPI.SendToAllRooms:output_type -> roomcast.v1.SendToAllRoomsResponse
+	25, // 72: roomcast.v1.RoomcastAPI.Kick:output_type -> roomcast.v1.KickResponse
+	1,  // 73: roomcast.v1.RoomcastAPI.MuteRoom:output_type -> roomcast.v1.Room
+	29, // 74: roomcast.v1.RoomcastAPI.MuteMember:output_type -> roomcast.v1.MemberRestriction
+	30, // 75: roomcast.v1.RoomcastAPI.BanMember:output_type -> roomcast.v1.BanMemberResponse
+	33, // 76: roomcast.v1.RoomcastAPI.GetUserSessions:output_type -> roomcast.v1.GetUserSessionsResponse
+	35, // 77: roomcast.v1.RoomcastAPI.CountOnline:output_type -> roomcast.v1.CountOnlineResponse
+	38, // 78: roomcast.v1.RoomcastAPI.SetMemberTags:output_type -> roomcast.v1.SetMemberTagsResponse
+	55, // 79: roomcast.v1.RoomcastAPI.GetMemberTags:output_type -> roomcast.v1.MemberTags
+	42, // 80: roomcast.v1.RoomcastAPI.SetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	42, // 81: roomcast.v1.RoomcastAPI.GetRoomCdn:output_type -> roomcast.v1.RoomCdn
+	43, // 82: roomcast.v1.RoomcastAPI.SetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	43, // 83: roomcast.v1.RoomcastAPI.GetCdnPolicy:output_type -> roomcast.v1.CdnPolicy
+	59, // 84: roomcast.v1.RoomcastAPI.SetAppLimits:output_type -> roomcast.v1.AppLimits
+	59, // 85: roomcast.v1.RoomcastAPI.GetAppLimits:output_type -> roomcast.v1.AppLimits
+	62, // 86: roomcast.v1.RoomcastAPI.GetHistory:output_type -> roomcast.v1.HistoryPage
+	48, // 87: roomcast.v1.RoomcastAPI.RecallMessage:output_type -> roomcast.v1.RecallMessageResponse
+	63, // 88: roomcast.v1.RoomcastAPI.GetCounters:output_type -> roomcast.v1.CounterTotals
+	63, // 89: roomcast.v1.RoomcastAPI.ResetCounter:output_type -> roomcast.v1.CounterTotals
+	64, // 90: roomcast.v1.RoomcastAPI.GetRoomAttributes:output_type -> roomcast.v1.RoomAttributes
+	64, // 91: roomcast.v1.RoomcastAPI.SetRoomAttribute:output_type -> roomcast.v1.RoomAttributes
+	65, // 92: roomcast.v1.RoomcastAPI.OfferQueue:output_type -> roomcast.v1.QueueResponse
+	65, // 93: roomcast.v1.RoomcastAPI.PollQueue:output_type -> roomcast.v1.QueueResponse
+	65, // 94: roomcast.v1.RoomcastAPI.PeekQueue:output_type -> roomcast.v1.QueueResponse
+	65, // 95: roomcast.v1.RoomcastAPI.ListQueue:output_type -> roomcast.v1.QueueResponse
+	65, // 96: roomcast.v1.RoomcastAPI.RemoveQueueEntry:output_type -> roomcast.v1.QueueResponse
+	65, // 97: roomcast.v1.RoomcastAPI.ClearQueue:output_type -> roomcast.v1.QueueResponse
+	61, // [61:98] is the sub-list for method output_type
+	24, // [24:61] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3946,7 +4088,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

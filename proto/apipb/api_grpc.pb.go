@@ -51,6 +51,7 @@ const (
 	RoomcastAPI_SetAppLimits_FullMethodName      = "/roomcast.v1.RoomcastAPI/SetAppLimits"
 	RoomcastAPI_GetAppLimits_FullMethodName      = "/roomcast.v1.RoomcastAPI/GetAppLimits"
 	RoomcastAPI_GetHistory_FullMethodName        = "/roomcast.v1.RoomcastAPI/GetHistory"
+	RoomcastAPI_RecallMessage_FullMethodName     = "/roomcast.v1.RoomcastAPI/RecallMessage"
 	RoomcastAPI_GetCounters_FullMethodName       = "/roomcast.v1.RoomcastAPI/GetCounters"
 	RoomcastAPI_ResetCounter_FullMethodName      = "/roomcast.v1.RoomcastAPI/ResetCounter"
 	RoomcastAPI_GetRoomAttributes_FullMethodName = "/roomcast.v1.RoomcastAPI/GetRoomAttributes"
@@ -153,6 +154,11 @@ type RoomcastAPIClient interface {
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*clientpb.HistoryPage, error)
+	// RecallMessage recalls a message of a room by its id: it leaves the room's history (pages,
+	// login history, recovery) and every member is sent a Recall frame, on which the SDKs remove
+	// it. A second recall of the same message answers OK with already_recalled (the Recall frame
+	// goes to the members again; clients ignore one they had).
+	RecallMessage(ctx context.Context, in *RecallMessageRequest, opts ...grpc.CallOption) (*RecallMessageResponse, error)
 	// GetCounters returns a room's counters (likes, gifts: what members add with CounterAdd) and
 	// their running totals, as last written.
 	GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error)
@@ -452,6 +458,16 @@ func (c *roomcastAPIClient) GetHistory(ctx context.Context, in *GetHistoryReques
 	return out, nil
 }
 
+func (c *roomcastAPIClient) RecallMessage(ctx context.Context, in *RecallMessageRequest, opts ...grpc.CallOption) (*RecallMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecallMessageResponse)
+	err := c.cc.Invoke(ctx, RoomcastAPI_RecallMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *roomcastAPIClient) GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*clientpb.CounterTotals, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(clientpb.CounterTotals)
@@ -642,6 +658,11 @@ type RoomcastAPIServer interface {
 	// newest, those before or after a message id, or the next page of a previous answer;
 	// optionally only what one member may see.
 	GetHistory(context.Context, *GetHistoryRequest) (*clientpb.HistoryPage, error)
+	// RecallMessage recalls a message of a room by its id: it leaves the room's history (pages,
+	// login history, recovery) and every member is sent a Recall frame, on which the SDKs remove
+	// it. A second recall of the same message answers OK with already_recalled (the Recall frame
+	// goes to the members again; clients ignore one they had).
+	RecallMessage(context.Context, *RecallMessageRequest) (*RecallMessageResponse, error)
 	// GetCounters returns a room's counters (likes, gifts: what members add with CounterAdd) and
 	// their running totals, as last written.
 	GetCounters(context.Context, *GetCountersRequest) (*clientpb.CounterTotals, error)
@@ -755,6 +776,9 @@ func (UnimplementedRoomcastAPIServer) GetAppLimits(context.Context, *GetAppLimit
 }
 func (UnimplementedRoomcastAPIServer) GetHistory(context.Context, *GetHistoryRequest) (*clientpb.HistoryPage, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetHistory not implemented")
+}
+func (UnimplementedRoomcastAPIServer) RecallMessage(context.Context, *RecallMessageRequest) (*RecallMessageResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RecallMessage not implemented")
 }
 func (UnimplementedRoomcastAPIServer) GetCounters(context.Context, *GetCountersRequest) (*clientpb.CounterTotals, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCounters not implemented")
@@ -1264,6 +1288,24 @@ func _RoomcastAPI_GetHistory_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RoomcastAPI_RecallMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecallMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RoomcastAPIServer).RecallMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RoomcastAPI_RecallMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RoomcastAPIServer).RecallMessage(ctx, req.(*RecallMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RoomcastAPI_GetCounters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetCountersRequest)
 	if err := dec(in); err != nil {
@@ -1550,6 +1592,10 @@ var RoomcastAPI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHistory",
 			Handler:    _RoomcastAPI_GetHistory_Handler,
+		},
+		{
+			MethodName: "RecallMessage",
+			Handler:    _RoomcastAPI_RecallMessage_Handler,
 		},
 		{
 			MethodName: "GetCounters",

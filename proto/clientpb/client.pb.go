@@ -94,6 +94,15 @@ const (
 	// A room attribute change would take the room past its limits (16 attributes, a value of 4096
 	// bytes, 16384 bytes of values together): take one out, or shorten it.
 	ErrorCode_ERROR_CODE_ATTRIBUTES_FULL ErrorCode = 125
+	// A recall named a message the room's history does not hold: never sent to this room, or no
+	// longer kept (its count or age), or a bulk message (not kept; the server API recalls those
+	// with unkept set).
+	ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND ErrorCode = 130
+	// A member's recall that the room does not allow: the room's sender_recall_window_s is 0, or
+	// the message is not the member's.
+	ErrorCode_ERROR_CODE_RECALL_NOT_ALLOWED ErrorCode = 131
+	// A member's recall of a message older than the room's sender_recall_window_s.
+	ErrorCode_ERROR_CODE_RECALL_WINDOW_PASSED ErrorCode = 132
 	// A ModerateRequest from a member whose tags satisfy neither the room's moderator_expr nor
 	// its moderator_room_expr: the member is not a moderator of this room.
 	ErrorCode_ERROR_CODE_NOT_MODERATOR ErrorCode = 140
@@ -139,6 +148,9 @@ var (
 		123: "ERROR_CODE_LANE_NOT_ALLOWED",
 		124: "ERROR_CODE_TOO_MANY_COUNTERS",
 		125: "ERROR_CODE_ATTRIBUTES_FULL",
+		130: "ERROR_CODE_MESSAGE_NOT_FOUND",
+		131: "ERROR_CODE_RECALL_NOT_ALLOWED",
+		132: "ERROR_CODE_RECALL_WINDOW_PASSED",
 		140: "ERROR_CODE_NOT_MODERATOR",
 		141: "ERROR_CODE_OUTSIDE_SCOPE",
 		150: "ERROR_CODE_ATTRIBUTES_NOT_ALLOWED",
@@ -171,6 +183,9 @@ var (
 		"ERROR_CODE_LANE_NOT_ALLOWED":       123,
 		"ERROR_CODE_TOO_MANY_COUNTERS":      124,
 		"ERROR_CODE_ATTRIBUTES_FULL":        125,
+		"ERROR_CODE_MESSAGE_NOT_FOUND":      130,
+		"ERROR_CODE_RECALL_NOT_ALLOWED":     131,
+		"ERROR_CODE_RECALL_WINDOW_PASSED":   132,
 		"ERROR_CODE_NOT_MODERATOR":          140,
 		"ERROR_CODE_OUTSIDE_SCOPE":          141,
 		"ERROR_CODE_ATTRIBUTES_NOT_ALLOWED": 150,
@@ -425,6 +440,9 @@ type Frame struct {
 	//	*Frame_ModerateReply
 	//	*Frame_SetAttribute
 	//	*Frame_SetAttributeReply
+	//	*Frame_Recall
+	//	*Frame_RecallRequest
+	//	*Frame_RecallReply
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -692,6 +710,33 @@ func (x *Frame) GetSetAttributeReply() *SetAttributeReply {
 	return nil
 }
 
+func (x *Frame) GetRecall() *Recall {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_Recall); ok {
+			return x.Recall
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRecallRequest() *RecallRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_RecallRequest); ok {
+			return x.RecallRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRecallReply() *RecallReply {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_RecallReply); ok {
+			return x.RecallReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -797,6 +842,18 @@ type Frame_SetAttributeReply struct {
 	SetAttributeReply *SetAttributeReply `protobuf:"bytes,241,opt,name=set_attribute_reply,json=setAttributeReply,proto3,oneof"` // server -> client: answers a SetAttribute
 }
 
+type Frame_Recall struct {
+	Recall *Recall `protobuf:"bytes,200,opt,name=recall,proto3,oneof"` // server -> client: messages of the room were recalled
+}
+
+type Frame_RecallRequest struct {
+	RecallRequest *RecallRequest `protobuf:"bytes,201,opt,name=recall_request,json=recallRequest,proto3,oneof"` // client -> server: recall a message the member sent
+}
+
+type Frame_RecallReply struct {
+	RecallReply *RecallReply `protobuf:"bytes,202,opt,name=recall_reply,json=recallReply,proto3,oneof"` // server -> client: answers a RecallRequest
+}
+
 func (*Frame_Login) isFrame_Kind() {}
 
 func (*Frame_LoginAck) isFrame_Kind() {}
@@ -846,6 +903,12 @@ func (*Frame_ModerateReply) isFrame_Kind() {}
 func (*Frame_SetAttribute) isFrame_Kind() {}
 
 func (*Frame_SetAttributeReply) isFrame_Kind() {}
+
+func (*Frame_Recall) isFrame_Kind() {}
+
+func (*Frame_RecallRequest) isFrame_Kind() {}
+
+func (*Frame_RecallReply) isFrame_Kind() {}
 
 // Login must be the first frame a client sends. The token names the app, the user and the room.
 type Login struct {
@@ -1975,6 +2038,258 @@ func (x *MemberChange) GetLeft() bool {
 	return false
 }
 
+// Recall tells the members of a room that messages were recalled (docs/protocol.md, "Recall"):
+// each has left the room's history, and a client removes it from what it shows and drops it
+// if it arrives later (in a Push, a recovery, a history page or a CDN segment). Recalls are
+// not repeated: a client remembers the ids it was told of for as long as it drops duplicates.
+type Recall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*RecalledMessage     `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recall) Reset() {
+	*x = Recall{}
+	mi := &file_client_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recall) ProtoMessage() {}
+
+func (x *Recall) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recall.ProtoReflect.Descriptor instead.
+func (*Recall) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Recall) GetMessages() []*RecalledMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// RecalledMessage is one recalled message.
+type RecalledMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recalled message's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When it was recalled, server time, unix milliseconds.
+	RecalledMs int64 `protobuf:"varint,2,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	// The member who recalled it (the message's sender, with RecallRequest); empty when the app
+	// server recalled it.
+	ByUid         string `protobuf:"bytes,3,opt,name=by_uid,json=byUid,proto3" json:"by_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecalledMessage) Reset() {
+	*x = RecalledMessage{}
+	mi := &file_client_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecalledMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecalledMessage) ProtoMessage() {}
+
+func (x *RecalledMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecalledMessage.ProtoReflect.Descriptor instead.
+func (*RecalledMessage) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RecalledMessage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecalledMessage) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecalledMessage) GetByUid() string {
+	if x != nil {
+		return x.ByUid
+	}
+	return ""
+}
+
+// RecallRequest recalls a message the member sent, if the room's settings allow it
+// (sender_recall_window_s) and the message is young enough. Only messages the room's history
+// keeps (critical and normal lanes) can be recalled this way. A RecallReply answers.
+type RecallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the RecallReply.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The message's id (SendAck.message_id).
+	MessageId     string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallRequest) Reset() {
+	*x = RecallRequest{}
+	mi := &file_client_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRequest) ProtoMessage() {}
+
+func (x *RecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
+func (*RecallRequest) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RecallRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecallRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// RecallReply answers a RecallRequest.
+type RecallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// 0 on success, else an ErrorCode: 100 (not a message id), 130 (MESSAGE_NOT_FOUND), 131
+	// (RECALL_NOT_ALLOWED), 132 (RECALL_WINDOW_PASSED), 503 (the room service did not answer).
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// On success: when the message was recalled (server time, unix milliseconds).
+	RecalledMs int64 `protobuf:"varint,4,opt,name=recalled_ms,json=recalledMs,proto3" json:"recalled_ms,omitempty"`
+	// On success: the message had been recalled before (by anyone); the room's members were sent
+	// the Recall again.
+	AlreadyRecalled bool `protobuf:"varint,5,opt,name=already_recalled,json=alreadyRecalled,proto3" json:"already_recalled,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RecallReply) Reset() {
+	*x = RecallReply{}
+	mi := &file_client_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallReply) ProtoMessage() {}
+
+func (x *RecallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_client_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallReply.ProtoReflect.Descriptor instead.
+func (*RecallReply) Descriptor() ([]byte, []int) {
+	return file_client_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RecallReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecallReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RecallReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RecallReply) GetRecalledMs() int64 {
+	if x != nil {
+		return x.RecalledMs
+	}
+	return 0
+}
+
+func (x *RecallReply) GetAlreadyRecalled() bool {
+	if x != nil {
+		return x.AlreadyRecalled
+	}
+	return false
+}
+
 // Recovery ends the history a login asked for.
 type Recovery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1992,7 +2307,7 @@ type Recovery struct {
 
 func (x *Recovery) Reset() {
 	*x = Recovery{}
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2319,7 @@ func (x *Recovery) String() string {
 func (*Recovery) ProtoMessage() {}
 
 func (x *Recovery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[17]
+	mi := &file_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2332,7 @@ func (x *Recovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recovery.ProtoReflect.Descriptor instead.
 func (*Recovery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{17}
+	return file_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Recovery) GetRecovered() bool {
@@ -2046,7 +2361,7 @@ type Thinned struct {
 
 func (x *Thinned) Reset() {
 	*x = Thinned{}
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2373,7 @@ func (x *Thinned) String() string {
 func (*Thinned) ProtoMessage() {}
 
 func (x *Thinned) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[18]
+	mi := &file_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2386,7 @@ func (x *Thinned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinned.ProtoReflect.Descriptor instead.
 func (*Thinned) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{18}
+	return file_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Thinned) GetNormal() uint32 {
@@ -2097,7 +2412,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2424,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[19]
+	mi := &file_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2437,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{19}
+	return file_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Heartbeat) GetClientTimeMs() int64 {
@@ -2144,7 +2459,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2471,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[20]
+	mi := &file_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2484,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{20}
+	return file_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatAck) GetClientTimeMs() int64 {
@@ -2211,7 +2526,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2538,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[21]
+	mi := &file_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2551,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{21}
+	return file_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -2282,7 +2597,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2609,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[22]
+	mi := &file_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2622,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{22}
+	return file_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Ack) GetIds() []string {
@@ -2333,7 +2648,7 @@ type Kick struct {
 
 func (x *Kick) Reset() {
 	*x = Kick{}
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2660,7 @@ func (x *Kick) String() string {
 func (*Kick) ProtoMessage() {}
 
 func (x *Kick) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[23]
+	mi := &file_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2673,7 @@ func (x *Kick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kick.ProtoReflect.Descriptor instead.
 func (*Kick) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{23}
+	return file_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Kick) GetCode() uint32 {
@@ -2406,7 +2721,7 @@ type HistoryQuery struct {
 
 func (x *HistoryQuery) Reset() {
 	*x = HistoryQuery{}
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2733,7 @@ func (x *HistoryQuery) String() string {
 func (*HistoryQuery) ProtoMessage() {}
 
 func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[24]
+	mi := &file_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2746,7 @@ func (x *HistoryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryQuery.ProtoReflect.Descriptor instead.
 func (*HistoryQuery) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{24}
+	return file_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HistoryQuery) GetSeq() uint64 {
@@ -2493,7 +2808,7 @@ type HistoryPage struct {
 
 func (x *HistoryPage) Reset() {
 	*x = HistoryPage{}
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2820,7 @@ func (x *HistoryPage) String() string {
 func (*HistoryPage) ProtoMessage() {}
 
 func (x *HistoryPage) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[25]
+	mi := &file_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2833,7 @@ func (x *HistoryPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPage.ProtoReflect.Descriptor instead.
 func (*HistoryPage) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{25}
+	return file_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HistoryPage) GetSeq() uint64 {
@@ -2553,7 +2868,7 @@ type Reconnect struct {
 
 func (x *Reconnect) Reset() {
 	*x = Reconnect{}
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2880,7 @@ func (x *Reconnect) String() string {
 func (*Reconnect) ProtoMessage() {}
 
 func (x *Reconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[26]
+	mi := &file_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2893,7 @@ func (x *Reconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
 func (*Reconnect) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{26}
+	return file_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Reconnect) GetDelayMs() uint32 {
@@ -2617,7 +2932,7 @@ type RoomQueueRequest struct {
 
 func (x *RoomQueueRequest) Reset() {
 	*x = RoomQueueRequest{}
-	mi := &file_client_proto_msgTypes[27]
+	mi := &file_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2944,7 @@ func (x *RoomQueueRequest) String() string {
 func (*RoomQueueRequest) ProtoMessage() {}
 
 func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[27]
+	mi := &file_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2957,7 @@ func (x *RoomQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueRequest.ProtoReflect.Descriptor instead.
 func (*RoomQueueRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{27}
+	return file_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RoomQueueRequest) GetSeq() uint64 {
@@ -2706,7 +3021,7 @@ type RoomQueueReply struct {
 
 func (x *RoomQueueReply) Reset() {
 	*x = RoomQueueReply{}
-	mi := &file_client_proto_msgTypes[28]
+	mi := &file_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3033,7 @@ func (x *RoomQueueReply) String() string {
 func (*RoomQueueReply) ProtoMessage() {}
 
 func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[28]
+	mi := &file_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3046,7 @@ func (x *RoomQueueReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomQueueReply.ProtoReflect.Descriptor instead.
 func (*RoomQueueReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{28}
+	return file_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RoomQueueReply) GetSeq() uint64 {
@@ -2790,7 +3105,7 @@ type ModerateRequest struct {
 
 func (x *ModerateRequest) Reset() {
 	*x = ModerateRequest{}
-	mi := &file_client_proto_msgTypes[29]
+	mi := &file_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3117,7 @@ func (x *ModerateRequest) String() string {
 func (*ModerateRequest) ProtoMessage() {}
 
 func (x *ModerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[29]
+	mi := &file_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3130,7 @@ func (x *ModerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModerateRequest.ProtoReflect.Descriptor instead.
 func (*ModerateRequest) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{29}
+	return file_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ModerateRequest) GetSeq() uint64 {
@@ -2872,7 +3187,7 @@ type ModerateReply struct {
 
 func (x *ModerateReply) Reset() {
 	*x = ModerateReply{}
-	mi := &file_client_proto_msgTypes[30]
+	mi := &file_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3199,7 @@ func (x *ModerateReply) String() string {
 func (*ModerateReply) ProtoMessage() {}
 
 func (x *ModerateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_client_proto_msgTypes[30]
+	mi := &file_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3212,7 @@ func (x *ModerateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModerateReply.ProtoReflect.Descriptor instead.
 func (*ModerateReply) Descriptor() ([]byte, []int) {
-	return file_client_proto_rawDescGZIP(), []int{30}
+	return file_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ModerateReply) GetSeq() uint64 {
@@ -2932,7 +3247,7 @@ var File_client_proto protoreflect.FileDescriptor
 
 const file_client_proto_rawDesc = "" +
 	"\n" +
-	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\xd5\v\n" +
+	"\fclient.proto\x12\vroomcast.v1\x1a\tcdn.proto\x1a\rmessage.proto\"\x8b\r\n" +
 	"\x05Frame\x12*\n" +
 	"\x05login\x18\x01 \x01(\v2\x12.roomcast.v1.LoginH\x00R\x05login\x124\n" +
 	"\tlogin_ack\x18\x02 \x01(\v2\x15.roomcast.v1.LoginAckH\x00R\bloginAck\x12'\n" +
@@ -2962,7 +3277,10 @@ const file_client_proto_rawDesc = "" +
 	"\x10moderate_request\x18\xdc\x01 \x01(\v2\x1c.roomcast.v1.ModerateRequestH\x00R\x0fmoderateRequest\x12D\n" +
 	"\x0emoderate_reply\x18\xdd\x01 \x01(\v2\x1a.roomcast.v1.ModerateReplyH\x00R\rmoderateReply\x12A\n" +
 	"\rset_attribute\x18\xf0\x01 \x01(\v2\x19.roomcast.v1.SetAttributeH\x00R\fsetAttribute\x12Q\n" +
-	"\x13set_attribute_reply\x18\xf1\x01 \x01(\v2\x1e.roomcast.v1.SetAttributeReplyH\x00R\x11setAttributeReplyB\x06\n" +
+	"\x13set_attribute_reply\x18\xf1\x01 \x01(\v2\x1e.roomcast.v1.SetAttributeReplyH\x00R\x11setAttributeReply\x12.\n" +
+	"\x06recall\x18\xc8\x01 \x01(\v2\x13.roomcast.v1.RecallH\x00R\x06recall\x12D\n" +
+	"\x0erecall_request\x18\xc9\x01 \x01(\v2\x1a.roomcast.v1.RecallRequestH\x00R\rrecallRequest\x12>\n" +
+	"\frecall_reply\x18\xca\x01 \x01(\v2\x18.roomcast.v1.RecallReplyH\x00R\vrecallReplyB\x06\n" +
 	"\x04kind\"\xa1\x02\n" +
 	"\x05Login\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -3045,6 +3363,24 @@ const file_client_proto_rawDesc = "" +
 	"\fMemberChange\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04left\x18\x02 \x01(\bR\x04left\"B\n" +
+	"\x06Recall\x128\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1c.roomcast.v1.RecalledMessageR\bmessages\"Y\n" +
+	"\x0fRecalledMessage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vrecalled_ms\x18\x02 \x01(\x03R\n" +
+	"recalledMs\x12\x15\n" +
+	"\x06by_uid\x18\x03 \x01(\tR\x05byUid\"@\n" +
+	"\rRecallRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\"\x99\x01\n" +
+	"\vRecallReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1f\n" +
+	"\vrecalled_ms\x18\x04 \x01(\x03R\n" +
+	"recalledMs\x12)\n" +
+	"\x10already_recalled\x18\x05 \x01(\bR\x0falreadyRecalled\"B\n" +
 	"\bRecovery\x12\x1c\n" +
 	"\trecovered\x18\x01 \x01(\bR\trecovered\x12\x18\n" +
 	"\amissing\x18\x02 \x01(\x04R\amissing\"5\n" +
@@ -3107,7 +3443,7 @@ const file_client_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\baffected\x18\x04 \x01(\x03R\baffected*\x9b\a\n" +
+	"\baffected\x18\x04 \x01(\x03R\baffected*\x88\b\n" +
 	"\tErrorCode\x12\x11\n" +
 	"\rERROR_CODE_OK\x10\x00\x12\x1a\n" +
 	"\x16ERROR_CODE_BAD_REQUEST\x10d\x12 \n" +
@@ -3133,7 +3469,10 @@ const file_client_proto_rawDesc = "" +
 	"\x1bERROR_CODE_API_RATE_LIMITED\x10z\x12\x1f\n" +
 	"\x1bERROR_CODE_LANE_NOT_ALLOWED\x10{\x12 \n" +
 	"\x1cERROR_CODE_TOO_MANY_COUNTERS\x10|\x12\x1e\n" +
-	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12\x1d\n" +
+	"\x1aERROR_CODE_ATTRIBUTES_FULL\x10}\x12!\n" +
+	"\x1cERROR_CODE_MESSAGE_NOT_FOUND\x10\x82\x01\x12\"\n" +
+	"\x1dERROR_CODE_RECALL_NOT_ALLOWED\x10\x83\x01\x12$\n" +
+	"\x1fERROR_CODE_RECALL_WINDOW_PASSED\x10\x84\x01\x12\x1d\n" +
 	"\x18ERROR_CODE_NOT_MODERATOR\x10\x8c\x01\x12\x1d\n" +
 	"\x18ERROR_CODE_OUTSIDE_SCOPE\x10\x8d\x01\x12&\n" +
 	"!ERROR_CODE_ATTRIBUTES_NOT_ALLOWED\x10\x96\x01\x12\x18\n" +
@@ -3180,7 +3519,7 @@ func file_client_proto_rawDescGZIP() []byte {
 }
 
 var file_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_client_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_client_proto_goTypes = []any{
 	(ErrorCode)(0),            // 0: roomcast.v1.ErrorCode
 	(CloseCode)(0),            // 1: roomcast.v1.CloseCode
@@ -3202,25 +3541,29 @@ var file_client_proto_goTypes = []any{
 	(*ViewerTagCount)(nil),    // 17: roomcast.v1.ViewerTagCount
 	(*MemberNotice)(nil),      // 18: roomcast.v1.MemberNotice
 	(*MemberChange)(nil),      // 19: roomcast.v1.MemberChange
-	(*Recovery)(nil),          // 20: roomcast.v1.Recovery
-	(*Thinned)(nil),           // 21: roomcast.v1.Thinned
-	(*Heartbeat)(nil),         // 22: roomcast.v1.Heartbeat
-	(*HeartbeatAck)(nil),      // 23: roomcast.v1.HeartbeatAck
-	(*Error)(nil),             // 24: roomcast.v1.Error
-	(*Ack)(nil),               // 25: roomcast.v1.Ack
-	(*Kick)(nil),              // 26: roomcast.v1.Kick
-	(*HistoryQuery)(nil),      // 27: roomcast.v1.HistoryQuery
-	(*HistoryPage)(nil),       // 28: roomcast.v1.HistoryPage
-	(*Reconnect)(nil),         // 29: roomcast.v1.Reconnect
-	(*RoomQueueRequest)(nil),  // 30: roomcast.v1.RoomQueueRequest
-	(*RoomQueueReply)(nil),    // 31: roomcast.v1.RoomQueueReply
-	(*ModerateRequest)(nil),   // 32: roomcast.v1.ModerateRequest
-	(*ModerateReply)(nil),     // 33: roomcast.v1.ModerateReply
-	(*CdnConfig)(nil),         // 34: roomcast.v1.CdnConfig
-	(Lane)(0),                 // 35: roomcast.v1.Lane
-	(*Message)(nil),           // 36: roomcast.v1.Message
-	(QueueOp)(0),              // 37: roomcast.v1.QueueOp
-	(*QueueEntry)(nil),        // 38: roomcast.v1.QueueEntry
+	(*Recall)(nil),            // 20: roomcast.v1.Recall
+	(*RecalledMessage)(nil),   // 21: roomcast.v1.RecalledMessage
+	(*RecallRequest)(nil),     // 22: roomcast.v1.RecallRequest
+	(*RecallReply)(nil),       // 23: roomcast.v1.RecallReply
+	(*Recovery)(nil),          // 24: roomcast.v1.Recovery
+	(*Thinned)(nil),           // 25: roomcast.v1.Thinned
+	(*Heartbeat)(nil),         // 26: roomcast.v1.Heartbeat
+	(*HeartbeatAck)(nil),      // 27: roomcast.v1.HeartbeatAck
+	(*Error)(nil),             // 28: roomcast.v1.Error
+	(*Ack)(nil),               // 29: roomcast.v1.Ack
+	(*Kick)(nil),              // 30: roomcast.v1.Kick
+	(*HistoryQuery)(nil),      // 31: roomcast.v1.HistoryQuery
+	(*HistoryPage)(nil),       // 32: roomcast.v1.HistoryPage
+	(*Reconnect)(nil),         // 33: roomcast.v1.Reconnect
+	(*RoomQueueRequest)(nil),  // 34: roomcast.v1.RoomQueueRequest
+	(*RoomQueueReply)(nil),    // 35: roomcast.v1.RoomQueueReply
+	(*ModerateRequest)(nil),   // 36: roomcast.v1.ModerateRequest
+	(*ModerateReply)(nil),     // 37: roomcast.v1.ModerateReply
+	(*CdnConfig)(nil),         // 38: roomcast.v1.CdnConfig
+	(Lane)(0),                 // 39: roomcast.v1.Lane
+	(*Message)(nil),           // 40: roomcast.v1.Message
+	(QueueOp)(0),              // 41: roomcast.v1.QueueOp
+	(*QueueEntry)(nil),        // 42: roomcast.v1.QueueEntry
 }
 var file_client_proto_depIdxs = []int32{
 	4,  // 0: roomcast.v1.Frame.login:type_name -> roomcast.v1.Login
@@ -3228,45 +3571,49 @@ var file_client_proto_depIdxs = []int32{
 	6,  // 2: roomcast.v1.Frame.send:type_name -> roomcast.v1.Send
 	7,  // 3: roomcast.v1.Frame.send_ack:type_name -> roomcast.v1.SendAck
 	8,  // 4: roomcast.v1.Frame.push:type_name -> roomcast.v1.Push
-	22, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
-	23, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
-	24, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
-	26, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
-	29, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
-	34, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
-	27, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
-	28, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
-	25, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
-	30, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
-	31, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
+	26, // 5: roomcast.v1.Frame.heartbeat:type_name -> roomcast.v1.Heartbeat
+	27, // 6: roomcast.v1.Frame.heartbeat_ack:type_name -> roomcast.v1.HeartbeatAck
+	28, // 7: roomcast.v1.Frame.error:type_name -> roomcast.v1.Error
+	30, // 8: roomcast.v1.Frame.kick:type_name -> roomcast.v1.Kick
+	33, // 9: roomcast.v1.Frame.reconnect:type_name -> roomcast.v1.Reconnect
+	38, // 10: roomcast.v1.Frame.cdn_config:type_name -> roomcast.v1.CdnConfig
+	31, // 11: roomcast.v1.Frame.history_query:type_name -> roomcast.v1.HistoryQuery
+	32, // 12: roomcast.v1.Frame.history_page:type_name -> roomcast.v1.HistoryPage
+	29, // 13: roomcast.v1.Frame.ack:type_name -> roomcast.v1.Ack
+	34, // 14: roomcast.v1.Frame.queue_request:type_name -> roomcast.v1.RoomQueueRequest
+	35, // 15: roomcast.v1.Frame.queue_reply:type_name -> roomcast.v1.RoomQueueReply
 	9,  // 16: roomcast.v1.Frame.counter_add:type_name -> roomcast.v1.CounterAdd
 	11, // 17: roomcast.v1.Frame.counter_totals:type_name -> roomcast.v1.CounterTotals
 	16, // 18: roomcast.v1.Frame.viewer_count:type_name -> roomcast.v1.ViewerCount
 	18, // 19: roomcast.v1.Frame.member_notice:type_name -> roomcast.v1.MemberNotice
 	12, // 20: roomcast.v1.Frame.room_attributes:type_name -> roomcast.v1.RoomAttributes
-	32, // 21: roomcast.v1.Frame.moderate_request:type_name -> roomcast.v1.ModerateRequest
-	33, // 22: roomcast.v1.Frame.moderate_reply:type_name -> roomcast.v1.ModerateReply
+	36, // 21: roomcast.v1.Frame.moderate_request:type_name -> roomcast.v1.ModerateRequest
+	37, // 22: roomcast.v1.Frame.moderate_reply:type_name -> roomcast.v1.ModerateReply
 	14, // 23: roomcast.v1.Frame.set_attribute:type_name -> roomcast.v1.SetAttribute
 	15, // 24: roomcast.v1.Frame.set_attribute_reply:type_name -> roomcast.v1.SetAttributeReply
-	34, // 25: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
-	35, // 26: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
-	36, // 27: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
-	20, // 28: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
-	21, // 29: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
-	10, // 30: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
-	13, // 31: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
-	17, // 32: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
-	19, // 33: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
-	35, // 34: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
-	36, // 35: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
-	37, // 36: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
-	38, // 37: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
-	2,  // 38: roomcast.v1.ModerateRequest.op:type_name -> roomcast.v1.ModerateOp
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	20, // 25: roomcast.v1.Frame.recall:type_name -> roomcast.v1.Recall
+	22, // 26: roomcast.v1.Frame.recall_request:type_name -> roomcast.v1.RecallRequest
+	23, // 27: roomcast.v1.Frame.recall_reply:type_name -> roomcast.v1.RecallReply
+	38, // 28: roomcast.v1.LoginAck.cdn:type_name -> roomcast.v1.CdnConfig
+	39, // 29: roomcast.v1.Send.lane:type_name -> roomcast.v1.Lane
+	40, // 30: roomcast.v1.Push.messages:type_name -> roomcast.v1.Message
+	24, // 31: roomcast.v1.Push.recovery:type_name -> roomcast.v1.Recovery
+	25, // 32: roomcast.v1.Push.thinned:type_name -> roomcast.v1.Thinned
+	10, // 33: roomcast.v1.CounterTotals.counters:type_name -> roomcast.v1.Counter
+	13, // 34: roomcast.v1.RoomAttributes.attributes:type_name -> roomcast.v1.RoomAttribute
+	17, // 35: roomcast.v1.ViewerCount.tags:type_name -> roomcast.v1.ViewerTagCount
+	19, // 36: roomcast.v1.MemberNotice.changes:type_name -> roomcast.v1.MemberChange
+	21, // 37: roomcast.v1.Recall.messages:type_name -> roomcast.v1.RecalledMessage
+	39, // 38: roomcast.v1.HistoryQuery.lane:type_name -> roomcast.v1.Lane
+	40, // 39: roomcast.v1.HistoryPage.messages:type_name -> roomcast.v1.Message
+	41, // 40: roomcast.v1.RoomQueueRequest.op:type_name -> roomcast.v1.QueueOp
+	42, // 41: roomcast.v1.RoomQueueReply.entries:type_name -> roomcast.v1.QueueEntry
+	2,  // 42: roomcast.v1.ModerateRequest.op:type_name -> roomcast.v1.ModerateOp
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_client_proto_init() }
@@ -3302,6 +3649,9 @@ func file_client_proto_init() {
 		(*Frame_ModerateReply)(nil),
 		(*Frame_SetAttribute)(nil),
 		(*Frame_SetAttributeReply)(nil),
+		(*Frame_Recall)(nil),
+		(*Frame_RecallRequest)(nil),
+		(*Frame_RecallReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3309,7 +3659,7 @@ func file_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_client_proto_rawDesc), len(file_client_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -182,8 +182,11 @@ type RoomSettings struct {
 	AttributesExpr string `protobuf:"bytes,240,opt,name=attributes_expr,json=attributesExpr,proto3" json:"attributes_expr,omitempty"`
 	// The keys those members may set or remove. Empty: every key. At most 16, each a valid key.
 	AttributeKeys []string `protobuf:"bytes,241,rep,name=attribute_keys,json=attributeKeys,proto3" json:"attribute_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How long, in seconds, a member may recall a message they sent (critical and normal lanes;
+	// RecallRequest frames). 0: members may not recall (the default). At most 3600.
+	SenderRecallWindowS uint32 `protobuf:"varint,200,opt,name=sender_recall_window_s,json=senderRecallWindowS,proto3" json:"sender_recall_window_s,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RoomSettings) Reset() {
@@ -403,6 +406,13 @@ func (x *RoomSettings) GetAttributeKeys() []string {
 		return x.AttributeKeys
 	}
 	return nil
+}
+
+func (x *RoomSettings) GetSenderRecallWindowS() uint32 {
+	if x != nil {
+		return x.SenderRecallWindowS
+	}
+	return 0
 }
 
 // MemberTags are a user's tags as the app server set them (they override the login token's).
@@ -738,7 +748,7 @@ var File_room_proto protoreflect.FileDescriptor
 const file_room_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xf2\b\n" +
+	"room.proto\x12\vroomcast.v1\x1a\rmessage.proto\"\xa8\t\n" +
 	"\fRoomSettings\x12\"\n" +
 	"\rflush_tick_ms\x18\x01 \x01(\rR\vflushTickMs\x12#\n" +
 	"\rnormal_budget\x18\x02 \x01(\x05R\fnormalBudget\x12'\n" +
@@ -771,7 +781,8 @@ const file_room_proto_rawDesc = "" +
 	"\x16moderator_scope_prefix\x18\xdd\x01 \x01(\tR\x14moderatorScopePrefix\x12/\n" +
 	"\x13moderator_room_expr\x18\xde\x01 \x01(\tR\x11moderatorRoomExpr\x12(\n" +
 	"\x0fattributes_expr\x18\xf0\x01 \x01(\tR\x0eattributesExpr\x12&\n" +
-	"\x0eattribute_keys\x18\xf1\x01 \x03(\tR\rattributeKeysJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
+	"\x0eattribute_keys\x18\xf1\x01 \x03(\tR\rattributeKeys\x124\n" +
+	"\x16sender_recall_window_s\x18\xc8\x01 \x01(\rR\x13senderRecallWindowSJ\x04\b\x04\x10\x05R\bcdn_mode\"Q\n" +
 	"\n" +
 	"MemberTags\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +

@@ -78,6 +78,16 @@ const (
 	// (16 attributes, a value of 4096 bytes, 16384 bytes of values together): take one out, or
 	// shorten it.
 	ErrorAttributesFull = 125
+	// ErrorMessageNotFound (130): A recall named a message the room's history does not hold:
+	// never sent to this room, or no longer kept (its count or age), or a bulk message (not kept;
+	// the server API recalls those with unkept set).
+	ErrorMessageNotFound = 130
+	// ErrorRecallNotAllowed (131): A member's recall that the room does not allow: the room's
+	// sender_recall_window_s is 0, or the message is not the member's.
+	ErrorRecallNotAllowed = 131
+	// ErrorRecallWindowPassed (132): A member's recall of a message older than the room's
+	// sender_recall_window_s.
+	ErrorRecallWindowPassed = 132
 	// ErrorNotModerator (140): A moderate request (Mute, Unmute, Remove) from a member whose tags
 	// satisfy neither the room's moderator_expr nor its moderator_room_expr: the member is not a
 	// moderator of this room.

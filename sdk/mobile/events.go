@@ -52,6 +52,9 @@ const (
 	// CounterName, Code (120 over the rate: RetryAfterMs; 124 too many counters; 100 an amount
 	// over the limit), Error.
 	EventCounterRefused = "counter_refused"
+	// EventRecalled: a message of the room was recalled (MessageID, RecalledMs, ByUID): remove
+	// it from what the app shows. The Client does not pass it to OnMessage from then on.
+	EventRecalled = "recalled"
 )
 
 // Listener is what the app implements to receive a Client's messages and events. Both methods
@@ -129,6 +132,13 @@ type Event struct {
 	// CounterName names the counter of an EventCounterRefused.
 	CounterName string
 
+	// MessageID is the recalled message of an EventRecalled; RecalledMs is when it was
+	// recalled (server time, Unix milliseconds); ByUID the member who recalled it (its sender),
+	// empty when the app server did.
+	MessageID  string
+	RecalledMs int64
+	ByUID      string
+
 	// Error says what went wrong, or why the Client stopped; empty if nothing did.
 	Error string
 }
@@ -167,6 +177,8 @@ func newEvent(ev sdk.Event) *Event {
 	case *sdk.CounterRefusedEvent:
 		return &Event{Kind: EventCounterRefused, CounterName: e.Name, Code: int32(e.Err.Code),
 			RetryAfterMs: e.Err.RetryAfter.Milliseconds(), Error: e.Err.Message}
+	case *sdk.RecalledEvent:
+		return &Event{Kind: EventRecalled, MessageID: e.ID, RecalledMs: e.At.UnixMilli(), ByUID: e.ByUID}
 	case *sdk.ClosedEvent:
 		out := &Event{Kind: EventClosed, Error: errorText(e.Err)}
 		if ce := (*sdk.CloseError)(nil); errors.As(e.Err, &ce) {

@@ -31,6 +31,8 @@ func TestNewEvent(t *testing.T) {
 		{&sdk.LimitedEvent{Code: 4013, RetryAfter: 250 * time.Millisecond, Delay: 600 * time.Millisecond},
 			Event{Kind: EventLimited, Code: 4013, RetryAfterMs: 250, DelayMs: 600}},
 		{&sdk.ErrorEvent{Err: boom}, Event{Kind: EventError, Error: "boom"}},
+		{&sdk.RecalledEvent{ID: "01KB", At: time.UnixMilli(1764451200123), ByUID: "alice"},
+			Event{Kind: EventRecalled, MessageID: "01KB", RecalledMs: 1764451200123, ByUID: "alice"}},
 		{&sdk.ClosedEvent{Err: sdk.ErrClosed}, Event{Kind: EventClosed, Error: sdk.ErrClosed.Error()}},
 		{&sdk.ClosedEvent{Err: &sdk.CloseError{Code: 4001}},
 			Event{Kind: EventClosed, Code: 4001, Error: (&sdk.CloseError{Code: 4001}).Error()}},

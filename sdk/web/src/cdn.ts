@@ -153,6 +153,11 @@ export class CdnPoller {
     return true;
   }
 
+  /** drop takes recalled messages out of what waits to be released. */
+  drop(ids: readonly string[]): void {
+    this.pacer.drop(ids);
+  }
+
   /** stop ends polling and drops what waits to be released. */
   stop(): void {
     this.stopPolling();
@@ -413,6 +418,11 @@ export class Pacer {
   stop(): void {
     clearTimeout(this.timer);
     this.queue = [];
+  }
+
+  /** drop takes the messages with ids out of what waits (recalled). */
+  drop(ids: readonly string[]): void {
+    this.queue = this.queue.filter((q) => !ids.includes(q.m.id));
   }
 
   private pump(): void {

@@ -17,7 +17,7 @@ import {
   NotConnectedError,
   ProtocolError,
   RoomcastError,
-  type SendError,
+  SendError,
 } from "./errors.js";
 import type { CdnConfig } from "./gen/cdn_pb.js";
 import { ErrorCode, type HistoryPage, type LoginAck, ModerateOp, type ModerateReply, type Push, type Reconnect, type RoomQueueReply, type SendAck } from "./gen/client_pb.js";
@@ -59,6 +59,20 @@ export interface HistoryQuery {
   cursor?: string;
   /** Only this lane: Lane.CRITICAL or Lane.NORMAL. Default both. */
   lane?: Lane;
+}
+
+/**
+ * recalled: a message of the room was recalled (by the app server, or by its sender). Remove it
+ * from what is shown; the client does not emit it as a "message" from now on, whichever way a
+ * copy comes (a recovery, a CDN segment). Once per message.
+ */
+export interface RecalledEvent {
+  /** The recalled message's id. */
+  id: string;
+  /** When it was recalled, server time, Unix milliseconds. */
+  recalledMs: number;
+  /** The member who recalled it (its sender); "" when the app server did. */
+  byUid: string;
 }
 
 /** The client's state; `state` changes are reported by the events below. */
@@ -177,6 +191,8 @@ export interface ClientEvents {
   attributes: AttributesEvent;
   /** Every message of the room, once, in (server time, id) order. */
   message: Message;
+  /** A message was recalled: remove it from what is shown. */
+  recalled: RecalledEvent;
   reconnecting: ReconnectingEvent;
   recovered: RecoveredEvent;
   thinned: ThinnedEvent;
@@ -256,6 +272,15 @@ export class Client {
       attributes: (s, a) => {
         const ev = this.attrState.take(a);
         if (ev && s === this.session) this.emit("attributes", ev);
+      },
+      // From any session, a move's old one included: a recall is never wrong to apply.
+      recall: (_s, r) => {
+        const told = this.delivery.recall(r.messages.map((m) => m.id));
+        if (!told.length) return;
+        this.poller.drop(told);
+        for (const m of r.messages) {
+          if (told.includes(m.id)) this.emit("recalled", { id: m.id, recalledMs: Number(m.recalledMs), byUid: m.byUid });
+        }
       },
     };
   }
@@ -431,6 +456,22 @@ export class Client {
   /** queueClear empties the queue (the room's queue_admin_expr must allow it) and resolves with the entries taken out. */
   async queueClear(): Promise<QueueEntry[]> {
     return (await this.queue({ op: QueueOp.CLEAR })).entries;
+  }
+
+  /**
+   * recall recalls a message this member sent (its SendAck's messageId), if the room lets
+   * members recall theirs (its sender_recall_window_s) and the message is young enough. It
+   * resolves with alreadyRecalled true when it had been recalled before; a refusal rejects with
+   * a SendError: 130 MESSAGE_NOT_FOUND, 131 RECALL_NOT_ALLOWED, 132 RECALL_WINDOW_PASSED.
+   * Every member, this one included, gets a "recalled" event.
+   */
+  async recall(messageId: string): Promise<{ alreadyRecalled: boolean }> {
+    const s = this.session;
+    if (this.closed) throw new ClosedError();
+    if (!s || this._state !== "connected") throw new NotConnectedError();
+    const r = await s.recall(++this.seq, messageId);
+    if (r.code !== 0) throw new SendError(r.code, r.message);
+    return { alreadyRecalled: r.alreadyRecalled };
   }
 
   /** queue sends a queue request on the current connection; a refusal rejects with a QueueError. */

@@ -25,6 +25,8 @@ export function idFloor(ms: number): string {
   return head + "0".repeat(16);
 }
 
+const recallMark = "recall:";
+
 /**
  * Delivery hands messages to the app at most once each and in order. Live messages of one
  * connection arrive in order; what can arrive out of order is history (recovery after a
@@ -96,6 +98,23 @@ export class Delivery {
     const held = this.held;
     this.held = undefined;
     if (held) this.emit(held);
+  }
+
+  /**
+   * recall takes the ids of a Recall frame and returns those it had not been told of: each is
+   * marked seen (a copy that comes later, live, in a recovery or a segment, is a duplicate) and
+   * dropped from what is held for history. A recall is remembered among the ids seen, as
+   * "recall:" and the id, so that one sent again is not told twice.
+   */
+  recall(ids: readonly string[]): string[] {
+    const told: string[] = [];
+    for (const id of ids) {
+      if (!id || !this.mark(recallMark + id)) continue;
+      this.mark(id);
+      told.push(id);
+    }
+    if (told.length && this.held) this.held = this.held.filter((m) => !told.includes(m.id));
+    return told;
   }
 
   /** mark adds id to the ids seen and reports whether it is new; without an id every message is new. */

@@ -18,6 +18,7 @@ export type {
   LimitedEvent,
   Outgoing,
   ReconnectingEvent,
+  RecalledEvent,
   RecoveredEvent,
   State,
   ThinnedEvent,

@@ -27,6 +27,8 @@ import {
   type LoginAck,
   type Push,
   type Reconnect,
+  type Recall,
+  type RecallReply,
   type RoomQueueReply,
   type ModerateReply,
   type ModerateRequestSchema,
@@ -57,6 +59,8 @@ export interface SessionSink {
   memberNotice(s: Session, n: MemberNotice): void;
   /** The room's attributes (a RoomAttributes frame). */
   attributes(s: Session, a: RoomAttributes): void;
+  /** Messages of the room were recalled (a Recall frame). */
+  recall(s: Session, r: Recall): void;
   /** The server refused a CounterAdd; the amount was not counted. */
   counterRefused(s: Session, add: SentAdd, err: SendError): void;
   /** A logged-in session ended; not called for one that failed before its LoginAck. */
@@ -73,7 +77,7 @@ export interface LoginOptions {
 
 /** A Send, HistoryQuery, queue request, moderate request or SetAttribute waiting for its answer. */
 interface Waiting {
-  resolve(a: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply): void;
+  resolve(a: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply | RecallReply): void;
   reject(e: Error): void;
   /** A HistoryQuery: a refusal is a HistoryError, not a SendError. */
   history?: boolean;
@@ -221,6 +225,15 @@ export class Session {
     });
   }
 
+  /** recall writes a RecallRequest and resolves with its RecallReply (whatever its code), or rejects with the connection's end. */
+  recall(seq: bigint, messageId: string): Promise<RecallReply> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<RecallReply>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: (a) => resolve(a as RecallReply), reject });
+      this.write({ case: "recallRequest", value: { seq, messageId } });
+    });
+  }
+
   /** close ends the session without telling the sink; pending sends and queue requests fail with err. */
   close(err: RoomcastError): void {
     this.end(err, true);
@@ -294,6 +307,7 @@ export class Session {
       case "queueReply":
       case "moderateReply":
       case "setAttributeReply":
+      case "recallReply":
         this.answer(k.value.seq, k.value);
         return;
       case "error": {
@@ -334,6 +348,9 @@ export class Session {
       case "roomAttributes":
         this.tell(() => this.sink.attributes(this, k.value));
         return;
+      case "recall":
+        this.tell(() => this.sink.recall(this, k.value));
+        return;
       case undefined:
         return; // a frame kind newer than this SDK
       default:
@@ -341,7 +358,7 @@ export class Session {
     }
   }
 
-  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply, err?: Error): void {
+  private answer(seq: bigint, ack?: SendAck | HistoryPage | RoomQueueReply | ModerateReply | SetAttributeReply | RecallReply, err?: Error): void {
     const w = this.waiting.get(seq);
     if (!w) return;
     this.waiting.delete(seq);

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file client.proto.
  */
 export const file_client: GenFile = /*@__PURE__*/
-  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIrIJCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAEjkKEG1vZGVyYXRlX3JlcXVlc3QY3AEgASgLMhwucm9vbWNhc3QudjEuTW9kZXJhdGVSZXF1ZXN0SAASNQoObW9kZXJhdGVfcmVwbHkY3QEgASgLMhoucm9vbWNhc3QudjEuTW9kZXJhdGVSZXBseUgAEjMKDXNldF9hdHRyaWJ1dGUY8AEgASgLMhkucm9vbWNhc3QudjEuU2V0QXR0cmlidXRlSAASPgoTc2V0X2F0dHJpYnV0ZV9yZXBseRjxASABKAsyHi5yb29tY2FzdC52MS5TZXRBdHRyaWJ1dGVSZXBseUgAQgYKBGtpbmQiuwEKBUxvZ2luEg0KBXRva2VuGAEgASgJEg4KBmRldmljZRgCIAEoCRIOCgZjbGllbnQYAyABKAkSFQoNcmVjb3Zlcl9zaW5jZRgEIAEoCRIPCgdoaXN0b3J5GAUgASgNEh4KFnJlY292ZXJfc2luY2Vfcm9vbV9zZXEYBiABKAQSGAoQcHJvdG9jb2xfdmVyc2lvbhgHIAEoDRINCgVpbmJveBgIIAEoCBISCgpsaXZlX3N0YXRlGAkgASgIIsoBCghMb2dpbkFjaxISCgpzZXNzaW9uX2lkGAEgASgJEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRILCgNhcHAYBCABKAkSDAoEcm9vbRgFIAEoCRILCgN1aWQYBiABKAkSDAoEbm9kZRgHIAEoCRIjCgNjZG4YCCABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWcSGAoQcHJvdG9jb2xfdmVyc2lvbhgJIAEoDSJiCgRTZW5kEgsKA3NlcRgBIAEoBBIMCgR0eXBlGAIgASgJEh8KBGxhbmUYAyABKA4yES5yb29tY2FzdC52MS5MYW5lEgwKBGJvZHkYBCABKAwSEAoIdGFnX2V4cHIYBSABKAkiQgoHU2VuZEFjaxILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCRIWCg5zZXJ2ZXJfdGltZV9tcxgDIAEoAyKPAQoEUHVzaBImCghtZXNzYWdlcxgBIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USDwoHaGlzdG9yeRgCIAEoCBInCghyZWNvdmVyeRgDIAEoCzIVLnJvb21jYXN0LnYxLlJlY292ZXJ5EiUKB3RoaW5uZWQYBCABKAsyFC5yb29tY2FzdC52MS5UaGlubmVkIjcKCkNvdW50ZXJBZGQSCwoDc2VxGAEgASgEEgwKBG5hbWUYAiABKAkSDgoGYW1vdW50GAMgASgNIiYKB0NvdW50ZXISDAoEbmFtZRgBIAEoCRINCgV0b3RhbBgCIAEoAyJICg1Db3VudGVyVG90YWxzEiYKCGNvdW50ZXJzGAEgAygLMhQucm9vbWNhc3QudjEuQ291bnRlchIPCgd2ZXJzaW9uGAIgASgEIlEKDlJvb21BdHRyaWJ1dGVzEi4KCmF0dHJpYnV0ZXMYASADKAsyGi5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlEg8KB3ZlcnNpb24YAiABKAQiPwoNUm9vbUF0dHJpYnV0ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSEgoKdXBkYXRlZF9tcxgDIAEoAyJHCgxTZXRBdHRyaWJ1dGUSCwoDc2VxGAEgASgEEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoCRIOCgZyZW1vdmUYBCABKAgiaAoRU2V0QXR0cmlidXRlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIPCgd2ZXJzaW9uGAQgASgEEhYKDnJldHJ5X2FmdGVyX21zGAUgASgNIkgKC1ZpZXdlckNvdW50Eg4KBm9ubGluZRgBIAEoAxIpCgR0YWdzGAIgAygLMhsucm9vbWNhc3QudjEuVmlld2VyVGFnQ291bnQiLgoOVmlld2VyVGFnQ291bnQSCwoDdGFnGAEgASgJEg8KB21lbWJlcnMYAiABKAMiOgoMTWVtYmVyTm90aWNlEioKB2NoYW5nZXMYASADKAsyGS5yb29tY2FzdC52MS5NZW1iZXJDaGFuZ2UiKQoMTWVtYmVyQ2hhbmdlEgsKA3VpZBgBIAEoCRIMCgRsZWZ0GAIgASgIIi4KCFJlY292ZXJ5EhEKCXJlY292ZXJlZBgBIAEoCBIPCgdtaXNzaW5nGAIgASgEIicKB1RoaW5uZWQSDgoGbm9ybWFsGAEgASgNEgwKBGJ1bGsYAiABKA0iIwoJSGVhcnRiZWF0EhYKDmNsaWVudF90aW1lX21zGAEgASgDIl0KDEhlYXJ0YmVhdEFjaxIWCg5jbGllbnRfdGltZV9tcxgBIAEoAxIWCg5zZXJ2ZXJfdGltZV9tcxgCIAEoAxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iSwoFRXJyb3ISDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEgsKA3NlcRgDIAEoBBIWCg5yZXRyeV9hZnRlcl9tcxgEIAEoDSISCgNBY2sSCwoDaWRzGAEgAygJIjwKBEtpY2sSDAoEY29kZRgBIAEoDRIOCgZyZWFzb24YAiABKAkSFgoOcmV0cnlfYWZ0ZXJfbXMYAyABKA0igAEKDEhpc3RvcnlRdWVyeRILCgNzZXEYASABKAQSDQoFbGltaXQYAiABKA0SEQoJYmVmb3JlX2lkGAMgASgJEhAKCGFmdGVyX2lkGAQgASgJEg4KBmN1cnNvchgFIAEoCRIfCgRsYW5lGAYgASgOMhEucm9vbWNhc3QudjEuTGFuZSJXCgtIaXN0b3J5UGFnZRILCgNzZXEYASABKAQSJgoIbWVzc2FnZXMYAiADKAsyFC5yb29tY2FzdC52MS5NZXNzYWdlEhMKC25leHRfY3Vyc29yGAMgASgJIi0KCVJlY29ubmVjdBIQCghkZWxheV9tcxgBIAEoDRIOCgZyZWFzb24YAiABKAkihwEKEFJvb21RdWV1ZVJlcXVlc3QSCwoDc2VxGAEgASgEEiAKAm9wGAIgASgOMhQucm9vbWNhc3QudjEuUXVldWVPcBILCgNrZXkYAyABKAkSDQoFdmFsdWUYBCABKAwSEQoJaWZfYWJzZW50GAUgASgIEhUKDWRyb3Bfb25fbGVhdmUYBiABKAgidwoOUm9vbVF1ZXVlUmVwbHkSCwoDc2VxGAEgASgEEgwKBGNvZGUYAiABKA0SDwoHbWVzc2FnZRgDIAEoCRIoCgdlbnRyaWVzGAQgAygLMhcucm9vbWNhc3QudjEuUXVldWVFbnRyeRIPCgd2ZXJzaW9uGAUgASgEInUKD01vZGVyYXRlUmVxdWVzdBILCgNzZXEYASABKAQSIwoCb3AYAiABKA4yFy5yb29tY2FzdC52MS5Nb2RlcmF0ZU9wEgsKA3VpZBgDIAEoCRITCgtkdXJhdGlvbl9tcxgEIAEoAxIOCgZyZWFzb24YBSABKAkiTQoNTW9kZXJhdGVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEhAKCGFmZmVjdGVkGAQgASgDKpsHCglFcnJvckNvZGUSEQoNRVJST1JfQ09ERV9PSxAAEhoKFkVSUk9SX0NPREVfQkFEX1JFUVVFU1QQZBIgChxFUlJPUl9DT0RFX01FU1NBR0VfVE9PX0xBUkdFEGUSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQZhIYChRFUlJPUl9DT0RFX0ZPUkJJRERFThBnEhsKF0VSUk9SX0NPREVfQkFEX1RBR19FWFBSEGgSHQoZRVJST1JfQ09ERV9ST09NX05PVF9GT1VORBBpEhsKF0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEGoSHQoZRVJST1JfQ09ERV9VU0VSX05PVF9GT1VORBBrEhcKE0VSUk9SX0NPREVfQ09ORkxJQ1QQbBIgChxFUlJPUl9DT0RFX0JBRF9SRUNPVkVSX1NJTkNFEG0SIAocRVJST1JfQ09ERV9CQURfSElTVE9SWV9RVUVSWRBuEhsKF0VSUk9SX0NPREVfSElTVE9SWV9CVVNZEG8SGQoVRVJST1JfQ09ERV9JTkJPWF9GVUxMEHASGQoVRVJST1JfQ09ERV9BQ0tfRkFJTEVEEHESHwobRVJST1JfQ09ERV9RVUVVRV9LRVlfRVhJU1RTEHISHgoaRVJST1JfQ09ERV9RVUVVRV9OT1RfRk9VTkQQcxIZChVFUlJPUl9DT0RFX1FVRVVFX0ZVTEwQdBIcChhFUlJPUl9DT0RFX0RFTklFRF9CWV9BUFAQdhIgChxFUlJPUl9DT0RFX1NFTkRfUkFURV9MSU1JVEVEEHgSIQodRVJST1JfQ09ERV9MT0dJTl9SQVRFX0xJTUlURUQQeRIfChtFUlJPUl9DT0RFX0FQSV9SQVRFX0xJTUlURUQQehIfChtFUlJPUl9DT0RFX0xBTkVfTk9UX0FMTE9XRUQQexIgChxFUlJPUl9DT0RFX1RPT19NQU5ZX0NPVU5URVJTEHwSHgoaRVJST1JfQ09ERV9BVFRSSUJVVEVTX0ZVTEwQfRIdChhFUlJPUl9DT0RFX05PVF9NT0RFUkFUT1IQjAESHQoYRVJST1JfQ09ERV9PVVRTSURFX1NDT1BFEI0BEiYKIUVSUk9SX0NPREVfQVRUUklCVVRFU19OT1RfQUxMT1dFRBCWARIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZIypvCgpNb2RlcmF0ZU9wEhsKF01PREVSQVRFX09QX1VOU1BFQ0lGSUVEEAASFAoQTU9ERVJBVEVfT1BfTVVURRABEhYKEk1PREVSQVRFX09QX1VOTVVURRACEhYKEk1PREVSQVRFX09QX1JFTU9WRRADQhlaF3Jvb21jYXN0L3Byb3RvL2NsaWVudHBiYgZwcm90bzM", [file_cdn, file_message]);
+  fileDesc("CgxjbGllbnQucHJvdG8SC3Jvb21jYXN0LnYxIsQKCgVGcmFtZRIjCgVsb2dpbhgBIAEoCzISLnJvb21jYXN0LnYxLkxvZ2luSAASKgoJbG9naW5fYWNrGAIgASgLMhUucm9vbWNhc3QudjEuTG9naW5BY2tIABIhCgRzZW5kGAMgASgLMhEucm9vbWNhc3QudjEuU2VuZEgAEigKCHNlbmRfYWNrGAQgASgLMhQucm9vbWNhc3QudjEuU2VuZEFja0gAEiEKBHB1c2gYBSABKAsyES5yb29tY2FzdC52MS5QdXNoSAASKwoJaGVhcnRiZWF0GAYgASgLMhYucm9vbWNhc3QudjEuSGVhcnRiZWF0SAASMgoNaGVhcnRiZWF0X2FjaxgHIAEoCzIZLnJvb21jYXN0LnYxLkhlYXJ0YmVhdEFja0gAEiMKBWVycm9yGAggASgLMhIucm9vbWNhc3QudjEuRXJyb3JIABIhCgRraWNrGAkgASgLMhEucm9vbWNhc3QudjEuS2lja0gAEisKCXJlY29ubmVjdBgKIAEoCzIWLnJvb21jYXN0LnYxLlJlY29ubmVjdEgAEiwKCmNkbl9jb25maWcYCyABKAsyFi5yb29tY2FzdC52MS5DZG5Db25maWdIABIyCg1oaXN0b3J5X3F1ZXJ5GAwgASgLMhkucm9vbWNhc3QudjEuSGlzdG9yeVF1ZXJ5SAASMAoMaGlzdG9yeV9wYWdlGA0gASgLMhgucm9vbWNhc3QudjEuSGlzdG9yeVBhZ2VIABIfCgNhY2sYDiABKAsyEC5yb29tY2FzdC52MS5BY2tIABI2Cg1xdWV1ZV9yZXF1ZXN0GA8gASgLMh0ucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVxdWVzdEgAEjIKC3F1ZXVlX3JlcGx5GBAgASgLMhsucm9vbWNhc3QudjEuUm9vbVF1ZXVlUmVwbHlIABIuCgtjb3VudGVyX2FkZBgRIAEoCzIXLnJvb21jYXN0LnYxLkNvdW50ZXJBZGRIABI0Cg5jb3VudGVyX3RvdGFscxgSIAEoCzIaLnJvb21jYXN0LnYxLkNvdW50ZXJUb3RhbHNIABIwCgx2aWV3ZXJfY291bnQYEyABKAsyGC5yb29tY2FzdC52MS5WaWV3ZXJDb3VudEgAEjIKDW1lbWJlcl9ub3RpY2UYFCABKAsyGS5yb29tY2FzdC52MS5NZW1iZXJOb3RpY2VIABI2Cg9yb29tX2F0dHJpYnV0ZXMYFSABKAsyGy5yb29tY2FzdC52MS5Sb29tQXR0cmlidXRlc0gAEjkKEG1vZGVyYXRlX3JlcXVlc3QY3AEgASgLMhwucm9vbWNhc3QudjEuTW9kZXJhdGVSZXF1ZXN0SAASNQoObW9kZXJhdGVfcmVwbHkY3QEgASgLMhoucm9vbWNhc3QudjEuTW9kZXJhdGVSZXBseUgAEjMKDXNldF9hdHRyaWJ1dGUY8AEgASgLMhkucm9vbWNhc3QudjEuU2V0QXR0cmlidXRlSAASPgoTc2V0X2F0dHJpYnV0ZV9yZXBseRjxASABKAsyHi5yb29tY2FzdC52MS5TZXRBdHRyaWJ1dGVSZXBseUgAEiYKBnJlY2FsbBjIASABKAsyEy5yb29tY2FzdC52MS5SZWNhbGxIABI1Cg5yZWNhbGxfcmVxdWVzdBjJASABKAsyGi5yb29tY2FzdC52MS5SZWNhbGxSZXF1ZXN0SAASMQoMcmVjYWxsX3JlcGx5GMoBIAEoCzIYLnJvb21jYXN0LnYxLlJlY2FsbFJlcGx5SABCBgoEa2luZCK7AQoFTG9naW4SDQoFdG9rZW4YASABKAkSDgoGZGV2aWNlGAIgASgJEg4KBmNsaWVudBgDIAEoCRIVCg1yZWNvdmVyX3NpbmNlGAQgASgJEg8KB2hpc3RvcnkYBSABKA0SHgoWcmVjb3Zlcl9zaW5jZV9yb29tX3NlcRgGIAEoBBIYChBwcm90b2NvbF92ZXJzaW9uGAcgASgNEg0KBWluYm94GAggASgIEhIKCmxpdmVfc3RhdGUYCSABKAgiygEKCExvZ2luQWNrEhIKCnNlc3Npb25faWQYASABKAkSFgoOc2VydmVyX3RpbWVfbXMYAiABKAMSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEgsKA2FwcBgEIAEoCRIMCgRyb29tGAUgASgJEgsKA3VpZBgGIAEoCRIMCgRub2RlGAcgASgJEiMKA2NkbhgIIAEoCzIWLnJvb21jYXN0LnYxLkNkbkNvbmZpZxIYChBwcm90b2NvbF92ZXJzaW9uGAkgASgNImIKBFNlbmQSCwoDc2VxGAEgASgEEgwKBHR5cGUYAiABKAkSHwoEbGFuZRgDIAEoDjIRLnJvb21jYXN0LnYxLkxhbmUSDAoEYm9keRgEIAEoDBIQCgh0YWdfZXhwchgFIAEoCSJCCgdTZW5kQWNrEgsKA3NlcRgBIAEoBBISCgptZXNzYWdlX2lkGAIgASgJEhYKDnNlcnZlcl90aW1lX21zGAMgASgDIo8BCgRQdXNoEiYKCG1lc3NhZ2VzGAEgAygLMhQucm9vbWNhc3QudjEuTWVzc2FnZRIPCgdoaXN0b3J5GAIgASgIEicKCHJlY292ZXJ5GAMgASgLMhUucm9vbWNhc3QudjEuUmVjb3ZlcnkSJQoHdGhpbm5lZBgEIAEoCzIULnJvb21jYXN0LnYxLlRoaW5uZWQiNwoKQ291bnRlckFkZBILCgNzZXEYASABKAQSDAoEbmFtZRgCIAEoCRIOCgZhbW91bnQYAyABKA0iJgoHQ291bnRlchIMCgRuYW1lGAEgASgJEg0KBXRvdGFsGAIgASgDIkgKDUNvdW50ZXJUb3RhbHMSJgoIY291bnRlcnMYASADKAsyFC5yb29tY2FzdC52MS5Db3VudGVyEg8KB3ZlcnNpb24YAiABKAQiUQoOUm9vbUF0dHJpYnV0ZXMSLgoKYXR0cmlidXRlcxgBIAMoCzIaLnJvb21jYXN0LnYxLlJvb21BdHRyaWJ1dGUSDwoHdmVyc2lvbhgCIAEoBCI/Cg1Sb29tQXR0cmlidXRlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRISCgp1cGRhdGVkX21zGAMgASgDIkcKDFNldEF0dHJpYnV0ZRILCgNzZXEYASABKAQSCwoDa2V5GAIgASgJEg0KBXZhbHVlGAMgASgJEg4KBnJlbW92ZRgEIAEoCCJoChFTZXRBdHRyaWJ1dGVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEg8KB3ZlcnNpb24YBCABKAQSFgoOcmV0cnlfYWZ0ZXJfbXMYBSABKA0iSAoLVmlld2VyQ291bnQSDgoGb25saW5lGAEgASgDEikKBHRhZ3MYAiADKAsyGy5yb29tY2FzdC52MS5WaWV3ZXJUYWdDb3VudCIuCg5WaWV3ZXJUYWdDb3VudBILCgN0YWcYASABKAkSDwoHbWVtYmVycxgCIAEoAyI6CgxNZW1iZXJOb3RpY2USKgoHY2hhbmdlcxgBIAMoCzIZLnJvb21jYXN0LnYxLk1lbWJlckNoYW5nZSIpCgxNZW1iZXJDaGFuZ2USCwoDdWlkGAEgASgJEgwKBGxlZnQYAiABKAgiOAoGUmVjYWxsEi4KCG1lc3NhZ2VzGAEgAygLMhwucm9vbWNhc3QudjEuUmVjYWxsZWRNZXNzYWdlIkIKD1JlY2FsbGVkTWVzc2FnZRIKCgJpZBgBIAEoCRITCgtyZWNhbGxlZF9tcxgCIAEoAxIOCgZieV91aWQYAyABKAkiMAoNUmVjYWxsUmVxdWVzdBILCgNzZXEYASABKAQSEgoKbWVzc2FnZV9pZBgCIAEoCSJoCgtSZWNhbGxSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEhMKC3JlY2FsbGVkX21zGAQgASgDEhgKEGFscmVhZHlfcmVjYWxsZWQYBSABKAgiLgoIUmVjb3ZlcnkSEQoJcmVjb3ZlcmVkGAEgASgIEg8KB21pc3NpbmcYAiABKAQiJwoHVGhpbm5lZBIOCgZub3JtYWwYASABKA0SDAoEYnVsaxgCIAEoDSIjCglIZWFydGJlYXQSFgoOY2xpZW50X3RpbWVfbXMYASABKAMiXQoMSGVhcnRiZWF0QWNrEhYKDmNsaWVudF90aW1lX21zGAEgASgDEhYKDnNlcnZlcl90aW1lX21zGAIgASgDEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSJLCgVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSCwoDc2VxGAMgASgEEhYKDnJldHJ5X2FmdGVyX21zGAQgASgNIhIKA0FjaxILCgNpZHMYASADKAkiPAoES2ljaxIMCgRjb2RlGAEgASgNEg4KBnJlYXNvbhgCIAEoCRIWCg5yZXRyeV9hZnRlcl9tcxgDIAEoDSKAAQoMSGlzdG9yeVF1ZXJ5EgsKA3NlcRgBIAEoBBINCgVsaW1pdBgCIAEoDRIRCgliZWZvcmVfaWQYAyABKAkSEAoIYWZ0ZXJfaWQYBCABKAkSDgoGY3Vyc29yGAUgASgJEh8KBGxhbmUYBiABKA4yES5yb29tY2FzdC52MS5MYW5lIlcKC0hpc3RvcnlQYWdlEgsKA3NlcRgBIAEoBBImCghtZXNzYWdlcxgCIAMoCzIULnJvb21jYXN0LnYxLk1lc3NhZ2USEwoLbmV4dF9jdXJzb3IYAyABKAkiLQoJUmVjb25uZWN0EhAKCGRlbGF5X21zGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKHAQoQUm9vbVF1ZXVlUmVxdWVzdBILCgNzZXEYASABKAQSIAoCb3AYAiABKA4yFC5yb29tY2FzdC52MS5RdWV1ZU9wEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIRCglpZl9hYnNlbnQYBSABKAgSFQoNZHJvcF9vbl9sZWF2ZRgGIAEoCCJ3Cg5Sb29tUXVldWVSZXBseRILCgNzZXEYASABKAQSDAoEY29kZRgCIAEoDRIPCgdtZXNzYWdlGAMgASgJEigKB2VudHJpZXMYBCADKAsyFy5yb29tY2FzdC52MS5RdWV1ZUVudHJ5Eg8KB3ZlcnNpb24YBSABKAQidQoPTW9kZXJhdGVSZXF1ZXN0EgsKA3NlcRgBIAEoBBIjCgJvcBgCIAEoDjIXLnJvb21jYXN0LnYxLk1vZGVyYXRlT3ASCwoDdWlkGAMgASgJEhMKC2R1cmF0aW9uX21zGAQgASgDEg4KBnJlYXNvbhgFIAEoCSJNCg1Nb2RlcmF0ZVJlcGx5EgsKA3NlcRgBIAEoBBIMCgRjb2RlGAIgASgNEg8KB21lc3NhZ2UYAyABKAkSEAoIYWZmZWN0ZWQYBCABKAMqiAgKCUVycm9yQ29kZRIRCg1FUlJPUl9DT0RFX09LEAASGgoWRVJST1JfQ09ERV9CQURfUkVRVUVTVBBkEiAKHEVSUk9SX0NPREVfTUVTU0FHRV9UT09fTEFSR0UQZRIbChdFUlJPUl9DT0RFX1JBVEVfTElNSVRFRBBmEhgKFEVSUk9SX0NPREVfRk9SQklEREVOEGcSGwoXRVJST1JfQ09ERV9CQURfVEFHX0VYUFIQaBIdChlFUlJPUl9DT0RFX1JPT01fTk9UX0ZPVU5EEGkSGwoXRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQahIdChlFUlJPUl9DT0RFX1VTRVJfTk9UX0ZPVU5EEGsSFwoTRVJST1JfQ09ERV9DT05GTElDVBBsEiAKHEVSUk9SX0NPREVfQkFEX1JFQ09WRVJfU0lOQ0UQbRIgChxFUlJPUl9DT0RFX0JBRF9ISVNUT1JZX1FVRVJZEG4SGwoXRVJST1JfQ09ERV9ISVNUT1JZX0JVU1kQbxIZChVFUlJPUl9DT0RFX0lOQk9YX0ZVTEwQcBIZChVFUlJPUl9DT0RFX0FDS19GQUlMRUQQcRIfChtFUlJPUl9DT0RFX1FVRVVFX0tFWV9FWElTVFMQchIeChpFUlJPUl9DT0RFX1FVRVVFX05PVF9GT1VORBBzEhkKFUVSUk9SX0NPREVfUVVFVUVfRlVMTBB0EhwKGEVSUk9SX0NPREVfREVOSUVEX0JZX0FQUBB2EiAKHEVSUk9SX0NPREVfU0VORF9SQVRFX0xJTUlURUQQeBIhCh1FUlJPUl9DT0RFX0xPR0lOX1JBVEVfTElNSVRFRBB5Eh8KG0VSUk9SX0NPREVfQVBJX1JBVEVfTElNSVRFRBB6Eh8KG0VSUk9SX0NPREVfTEFORV9OT1RfQUxMT1dFRBB7EiAKHEVSUk9SX0NPREVfVE9PX01BTllfQ09VTlRFUlMQfBIeChpFUlJPUl9DT0RFX0FUVFJJQlVURVNfRlVMTBB9EiEKHEVSUk9SX0NPREVfTUVTU0FHRV9OT1RfRk9VTkQQggESIgodRVJST1JfQ09ERV9SRUNBTExfTk9UX0FMTE9XRUQQgwESJAofRVJST1JfQ09ERV9SRUNBTExfV0lORE9XX1BBU1NFRBCEARIdChhFUlJPUl9DT0RFX05PVF9NT0RFUkFUT1IQjAESHQoYRVJST1JfQ09ERV9PVVRTSURFX1NDT1BFEI0BEiYKIUVSUk9SX0NPREVfQVRUUklCVVRFU19OT1RfQUxMT1dFRBCWARIYChNFUlJPUl9DT0RFX0lOVEVSTkFMEPQDEhsKFkVSUk9SX0NPREVfVU5BVkFJTEFCTEUQ9wMq3QQKCUNsb3NlQ29kZRIaChZDTE9TRV9DT0RFX1VOU1BFQ0lGSUVEEAASGQoUQ0xPU0VfQ09ERV9CQURfVE9LRU4QoR8SHQoYQ0xPU0VfQ09ERV9UT0tFTl9FWFBJUkVEEKIfEhkKFENMT1NFX0NPREVfQkFEX0ZSQU1FEKMfEh8KGkNMT1NFX0NPREVfRlJBTUVfVE9PX0xBUkdFEKQfEh0KGENMT1NFX0NPREVfTk9UX0xPR0dFRF9JThClHxIWChFDTE9TRV9DT0RFX0tJQ0tFRBCnHxIWChFDTE9TRV9DT0RFX0JBTk5FRBCoHxIbChZDTE9TRV9DT0RFX1JPT01fQ0xPU0VEEKkfEhgKE0NMT1NFX0NPREVfUkVQTEFDRUQQqh8SHQoYQ0xPU0VfQ09ERV9ERU5JRURfQllfQVBQEKsfEiIKHUNMT1NFX0NPREVfTE9HSU5fUkFURV9MSU1JVEVEEK0fEh4KGUNMT1NFX0NPREVfQUREUkVTU19ERU5JRUQQrh8SJAofQ0xPU0VfQ09ERV9UT09fTUFOWV9DT05ORUNUSU9OUxCvHxIYChNDTE9TRV9DT0RFX1NIVVRET1dOEJQjEh0KGENMT1NFX0NPREVfTE9HSU5fVElNRU9VVBCVIxIhChxDTE9TRV9DT0RFX0hFQVJUQkVBVF9USU1FT1VUEJYjEhsKFkNMT1NFX0NPREVfU0xPV19SRUFERVIQlyMSGwoWQ0xPU0VfQ09ERV9VTkFWQUlMQUJMRRCYIxIZChRDTE9TRV9DT0RFX1JPT01fRlVMTBCZIypvCgpNb2RlcmF0ZU9wEhsKF01PREVSQVRFX09QX1VOU1BFQ0lGSUVEEAASFAoQTU9ERVJBVEVfT1BfTVVURRABEhYKEk1PREVSQVRFX09QX1VOTVVURRACEhYKEk1PREVSQVRFX09QX1JFTU9WRRADQhlaF3Jvb21jYXN0L3Byb3RvL2NsaWVudHBiYgZwcm90bzM", [file_cdn, file_message]);
 
 /**
  * Frame is the one envelope for every client frame, in either direction.
@@ -233,6 +233,30 @@ export type Frame = Message<"roomcast.v1.Frame"> & {
      */
     value: SetAttributeReply;
     case: "setAttributeReply";
+  } | {
+    /**
+     * server -> client: messages of the room were recalled
+     *
+     * @generated from field: roomcast.v1.Recall recall = 200;
+     */
+    value: Recall;
+    case: "recall";
+  } | {
+    /**
+     * client -> server: recall a message the member sent
+     *
+     * @generated from field: roomcast.v1.RecallRequest recall_request = 201;
+     */
+    value: RecallRequest;
+    case: "recallRequest";
+  } | {
+    /**
+     * server -> client: answers a RecallRequest
+     *
+     * @generated from field: roomcast.v1.RecallReply recall_reply = 202;
+     */
+    value: RecallReply;
+    case: "recallReply";
   } | { case: undefined; value?: undefined };
 };
 
@@ -858,6 +882,141 @@ export const MemberChangeSchema: GenMessage<MemberChange> = /*@__PURE__*/
   messageDesc(file_client, 16);
 
 /**
+ * Recall tells the members of a room that messages were recalled (docs/protocol.md, "Recall"):
+ * each has left the room's history, and a client removes it from what it shows and drops it
+ * if it arrives later (in a Push, a recovery, a history page or a CDN segment). Recalls are
+ * not repeated: a client remembers the ids it was told of for as long as it drops duplicates.
+ *
+ * @generated from message roomcast.v1.Recall
+ */
+export type Recall = Message<"roomcast.v1.Recall"> & {
+  /**
+   * @generated from field: repeated roomcast.v1.RecalledMessage messages = 1;
+   */
+  messages: RecalledMessage[];
+};
+
+/**
+ * Describes the message roomcast.v1.Recall.
+ * Use `create(RecallSchema)` to create a new message.
+ */
+export const RecallSchema: GenMessage<Recall> = /*@__PURE__*/
+  messageDesc(file_client, 17);
+
+/**
+ * RecalledMessage is one recalled message.
+ *
+ * @generated from message roomcast.v1.RecalledMessage
+ */
+export type RecalledMessage = Message<"roomcast.v1.RecalledMessage"> & {
+  /**
+   * The recalled message's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * When it was recalled, server time, unix milliseconds.
+   *
+   * @generated from field: int64 recalled_ms = 2;
+   */
+  recalledMs: bigint;
+
+  /**
+   * The member who recalled it (the message's sender, with RecallRequest); empty when the app
+   * server recalled it.
+   *
+   * @generated from field: string by_uid = 3;
+   */
+  byUid: string;
+};
+
+/**
+ * Describes the message roomcast.v1.RecalledMessage.
+ * Use `create(RecalledMessageSchema)` to create a new message.
+ */
+export const RecalledMessageSchema: GenMessage<RecalledMessage> = /*@__PURE__*/
+  messageDesc(file_client, 18);
+
+/**
+ * RecallRequest recalls a message the member sent, if the room's settings allow it
+ * (sender_recall_window_s) and the message is young enough. Only messages the room's history
+ * keeps (critical and normal lanes) can be recalled this way. A RecallReply answers.
+ *
+ * @generated from message roomcast.v1.RecallRequest
+ */
+export type RecallRequest = Message<"roomcast.v1.RecallRequest"> & {
+  /**
+   * Chosen by the client, echoed in the RecallReply.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * The message's id (SendAck.message_id).
+   *
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+};
+
+/**
+ * Describes the message roomcast.v1.RecallRequest.
+ * Use `create(RecallRequestSchema)` to create a new message.
+ */
+export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
+  messageDesc(file_client, 19);
+
+/**
+ * RecallReply answers a RecallRequest.
+ *
+ * @generated from message roomcast.v1.RecallReply
+ */
+export type RecallReply = Message<"roomcast.v1.RecallReply"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * 0 on success, else an ErrorCode: 100 (not a message id), 130 (MESSAGE_NOT_FOUND), 131
+   * (RECALL_NOT_ALLOWED), 132 (RECALL_WINDOW_PASSED), 503 (the room service did not answer).
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * On success: when the message was recalled (server time, unix milliseconds).
+   *
+   * @generated from field: int64 recalled_ms = 4;
+   */
+  recalledMs: bigint;
+
+  /**
+   * On success: the message had been recalled before (by anyone); the room's members were sent
+   * the Recall again.
+   *
+   * @generated from field: bool already_recalled = 5;
+   */
+  alreadyRecalled: boolean;
+};
+
+/**
+ * Describes the message roomcast.v1.RecallReply.
+ * Use `create(RecallReplySchema)` to create a new message.
+ */
+export const RecallReplySchema: GenMessage<RecallReply> = /*@__PURE__*/
+  messageDesc(file_client, 20);
+
+/**
  * Recovery ends the history a login asked for.
  *
  * @generated from message roomcast.v1.Recovery
@@ -887,7 +1046,7 @@ export type Recovery = Message<"roomcast.v1.Recovery"> & {
  * Use `create(RecoverySchema)` to create a new message.
  */
 export const RecoverySchema: GenMessage<Recovery> = /*@__PURE__*/
-  messageDesc(file_client, 17);
+  messageDesc(file_client, 21);
 
 /**
  * Thinned counts the messages left out of a member's stream, per lane. Critical messages are
@@ -912,7 +1071,7 @@ export type Thinned = Message<"roomcast.v1.Thinned"> & {
  * Use `create(ThinnedSchema)` to create a new message.
  */
 export const ThinnedSchema: GenMessage<Thinned> = /*@__PURE__*/
-  messageDesc(file_client, 18);
+  messageDesc(file_client, 22);
 
 /**
  * @generated from message roomcast.v1.Heartbeat
@@ -929,7 +1088,7 @@ export type Heartbeat = Message<"roomcast.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_client, 19);
+  messageDesc(file_client, 23);
 
 /**
  * @generated from message roomcast.v1.HeartbeatAck
@@ -958,7 +1117,7 @@ export type HeartbeatAck = Message<"roomcast.v1.HeartbeatAck"> & {
  * Use `create(HeartbeatAckSchema)` to create a new message.
  */
 export const HeartbeatAckSchema: GenMessage<HeartbeatAck> = /*@__PURE__*/
-  messageDesc(file_client, 20);
+  messageDesc(file_client, 24);
 
 /**
  * Error answers a request that failed; the connection stays open.
@@ -999,7 +1158,7 @@ export type Error = Message<"roomcast.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_client, 21);
+  messageDesc(file_client, 25);
 
 /**
  * Ack tells the server that the app has the at-least-once messages (Message.at_least_once)
@@ -1023,7 +1182,7 @@ export type Ack = Message<"roomcast.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_client, 22);
+  messageDesc(file_client, 26);
 
 /**
  * Kick is the last frame before the server closes the connection. Over WebSocket the close
@@ -1057,7 +1216,7 @@ export type Kick = Message<"roomcast.v1.Kick"> & {
  * Use `create(KickSchema)` to create a new message.
  */
 export const KickSchema: GenMessage<Kick> = /*@__PURE__*/
-  messageDesc(file_client, 23);
+  messageDesc(file_client, 27);
 
 /**
  * HistoryQuery asks for a page of the room's kept history (its critical and normal messages,
@@ -1116,7 +1275,7 @@ export type HistoryQuery = Message<"roomcast.v1.HistoryQuery"> & {
  * Use `create(HistoryQuerySchema)` to create a new message.
  */
 export const HistoryQuerySchema: GenMessage<HistoryQuery> = /*@__PURE__*/
-  messageDesc(file_client, 24);
+  messageDesc(file_client, 28);
 
 /**
  * HistoryPage answers a HistoryQuery (and GetHistory of the server API).
@@ -1153,7 +1312,7 @@ export type HistoryPage = Message<"roomcast.v1.HistoryPage"> & {
  * Use `create(HistoryPageSchema)` to create a new message.
  */
 export const HistoryPageSchema: GenMessage<HistoryPage> = /*@__PURE__*/
-  messageDesc(file_client, 25);
+  messageDesc(file_client, 29);
 
 /**
  * Reconnect asks the client to dispatch again and move to another ChatLink after delay_ms.
@@ -1177,7 +1336,7 @@ export type Reconnect = Message<"roomcast.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_client, 26);
+  messageDesc(file_client, 30);
 
 /**
  * RoomQueueRequest reads or changes the room queue of the client's room (docs/protocol.md, "Room
@@ -1233,7 +1392,7 @@ export type RoomQueueRequest = Message<"roomcast.v1.RoomQueueRequest"> & {
  * Use `create(RoomQueueRequestSchema)` to create a new message.
  */
 export const RoomQueueRequestSchema: GenMessage<RoomQueueRequest> = /*@__PURE__*/
-  messageDesc(file_client, 27);
+  messageDesc(file_client, 31);
 
 /**
  * RoomQueueReply answers a RoomQueueRequest.
@@ -1280,7 +1439,7 @@ export type RoomQueueReply = Message<"roomcast.v1.RoomQueueReply"> & {
  * Use `create(RoomQueueReplySchema)` to create a new message.
  */
 export const RoomQueueReplySchema: GenMessage<RoomQueueReply> = /*@__PURE__*/
-  messageDesc(file_client, 28);
+  messageDesc(file_client, 32);
 
 /**
  * ModerateRequest: a moderator of the room (a member whose tags satisfy the room's
@@ -1330,7 +1489,7 @@ export type ModerateRequest = Message<"roomcast.v1.ModerateRequest"> & {
  * Use `create(ModerateRequestSchema)` to create a new message.
  */
 export const ModerateRequestSchema: GenMessage<ModerateRequest> = /*@__PURE__*/
-  messageDesc(file_client, 29);
+  messageDesc(file_client, 33);
 
 /**
  * ModerateReply answers a ModerateRequest.
@@ -1372,7 +1531,7 @@ export type ModerateReply = Message<"roomcast.v1.ModerateReply"> & {
  * Use `create(ModerateReplySchema)` to create a new message.
  */
 export const ModerateReplySchema: GenMessage<ModerateReply> = /*@__PURE__*/
-  messageDesc(file_client, 30);
+  messageDesc(file_client, 34);
 
 /**
  * ErrorCode is the code of an Error frame (and of the server API's errors). The connection stays
@@ -1566,6 +1725,30 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_ATTRIBUTES_FULL = 125;
    */
   ATTRIBUTES_FULL = 125,
+
+  /**
+   * A recall named a message the room's history does not hold: never sent to this room, or no
+   * longer kept (its count or age), or a bulk message (not kept; the server API recalls those
+   * with unkept set).
+   *
+   * @generated from enum value: ERROR_CODE_MESSAGE_NOT_FOUND = 130;
+   */
+  MESSAGE_NOT_FOUND = 130,
+
+  /**
+   * A member's recall that the room does not allow: the room's sender_recall_window_s is 0, or
+   * the message is not the member's.
+   *
+   * @generated from enum value: ERROR_CODE_RECALL_NOT_ALLOWED = 131;
+   */
+  RECALL_NOT_ALLOWED = 131,
+
+  /**
+   * A member's recall of a message older than the room's sender_recall_window_s.
+   *
+   * @generated from enum value: ERROR_CODE_RECALL_WINDOW_PASSED = 132;
+   */
+  RECALL_WINDOW_PASSED = 132,
 
   /**
    * A ModerateRequest from a member whose tags satisfy neither the room's moderator_expr nor
