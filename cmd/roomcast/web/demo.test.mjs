@@ -163,6 +163,35 @@ test("the stage shows how many watch and the pinned message, live", async () => 
   await anchor.close();
 });
 
+test("a recalled danmaku leaves the stage and the log", async () => {
+  const page = await open("watcher", "recall");
+  const onStage = (id) => page.$$eval(".danmaku", (els, id) => els.some((el) => el.dataset.id === id), id);
+  const logBody = (id) => page.$$eval("#log li.msg", (lis, id) => lis.find((li) => li.dataset.id === id)?.querySelector(".body")?.textContent, id);
+
+  // A danmaku from the app server flies for seven seconds: recalled while it flies.
+  const sent = await sendAsApp(dev.url, "recall", "spoiler: the butler did it");
+  const id = sent.id;
+  assert.ok(id, `no message id in ${JSON.stringify(sent)}`);
+  const kept = await sendAsApp(dev.url, "recall", "this one stays");
+  await waitFor("the danmaku on the stage", () => onStage(id), 5000);
+  await waitFor("the second message in the log", async () => (await logBody(kept.id)) === "this one stays", 5000);
+
+  const answer = await api(dev.url, "DELETE", `/v1/rooms/recall/messages/${id}`);
+  assert.equal(answer.already_recalled, false);
+  await waitFor("the recalled danmaku off the stage", async () => !(await onStage(id)), 3000);
+  assert.equal(await logBody(id), "(recalled)");
+  assert.equal(await logBody(kept.id), "this one stays");
+  assert.match(await page.textContent("#log"), /A message was recalled by the app/);
+
+  // A page that joins after the recall never shows it: history leaves it out.
+  const later = await open("latecomer", "recall");
+  await waitFor("the later page's history", async () => (await bodies(later)).includes("this one stays"), 5000);
+  assert.ok(!(await bodies(later)).includes("spoiler: the butler did it"), "the recalled message came back in history");
+  assert.deepEqual([...page.problems, ...later.problems], []);
+  await page.close();
+  await later.close();
+});
+
 test("a page without WebSocket chats through the HTTP fallback", async () => {
   const blocked = await browser.context.newPage();
   await blocked.addInitScript(() => {

@@ -6,7 +6,8 @@
 // join at once.
 //
 // The stage shows the room's live state: how many members watch (the viewer count) and its
-// pinned message (the room attribute "pinned"), both as the server sends them.
+// pinned message (the room attribute "pinned"), both as the server sends them. A recalled message
+// (docs/protocol.md, "Recall") is taken off the stage and marked "(recalled)" in the log.
 
 import {
   type CdnConfig,
@@ -64,9 +65,18 @@ const densities = [
  * another), and pins critical ones at the top centre, styled apart. What finds no free row within
  * the density's wait is skipped, and the skips are counted on the stage.
  */
+/** A danmaku for the stage: its message id ("" until an own message's ack names it) and, once drawn, its element. */
+interface Item {
+  text: string;
+  cls: string;
+  at: number;
+  id: string;
+  el?: HTMLElement;
+}
+
 class Stage {
   private rows: number[] = []; // when each row takes its next item, ms
-  private queue: { text: string; cls: string; at: number }[] = [];
+  private queue: Item[] = [];
   private pinned: (HTMLElement | undefined)[] = [undefined, undefined, undefined]; // the top slots
   private skipped = 0;
   private timer = 0;
@@ -81,13 +91,35 @@ class Stage {
     return Math.max(24, this.el.clientHeight / 14);
   }
 
-  add(text: string, lane: Lane, own: boolean) {
-    const cls = `danmaku ${laneName(lane)}${own ? " own" : ""}`;
-    if (lane === Lane.CRITICAL) this.pin(text, cls);
+  /** add shows a message; id is its message id, or "" for an own message not yet acknowledged (see named). */
+  add(text: string, lane: Lane, own: boolean, id = ""): Item {
+    const item: Item = { text, cls: `danmaku ${laneName(lane)}${own ? " own" : ""}`, at: performance.now(), id };
+    if (lane === Lane.CRITICAL) this.pin(item);
     else {
-      this.queue.push({ text, cls, at: performance.now() });
+      this.queue.push(item);
       this.pump();
     }
+    return item;
+  }
+
+  /** named gives an own message its id once the server acknowledged it. */
+  named(item: Item, id: string) {
+    item.id = id;
+    if (item.el) item.el.dataset.id = id;
+  }
+
+  /** recall takes a recalled message off the stage, drawn or waiting for a row; it reports whether it was there. */
+  recall(id: string): boolean {
+    const waiting = this.queue.length;
+    this.queue = this.queue.filter((item) => item.id !== id);
+    let found = this.queue.length < waiting;
+    for (const el of Array.from(this.el.querySelectorAll<HTMLElement>(".danmaku"))) {
+      if (el.dataset.id !== id) continue;
+      el.getAnimations().forEach((a) => a.cancel());
+      this.remove(el);
+      found = true;
+    }
+    return found;
   }
 
   /** pump starts queued items in free rows. */
@@ -110,13 +142,13 @@ class Stage {
       if (row < 0 && d.waitMs === Infinity) row = Math.floor(Math.random() * rowCount); // "all": overlap
       if (row < 0) break;
       this.queue.shift();
-      this.fly(item.text, item.cls, row, now);
+      this.fly(item, row, now);
     }
     if (this.queue.length) this.timer = window.setTimeout(() => this.pump(), 100);
   }
 
-  private fly(text: string, cls: string, row: number, now: number) {
-    const el = this.make(text, cls);
+  private fly(item: Item, row: number, now: number) {
+    const el = this.make(item);
     el.style.top = `${(row + 1) * this.rowHeight - this.rowHeight * 0.9 + 6}px`;
     const stageWidth = this.el.clientWidth, width = el.offsetWidth;
     const speed = stageWidth / 7000; // px per ms: seven seconds across
@@ -126,13 +158,13 @@ class Stage {
   }
 
   /** pin shows a critical message in a free top slot for five seconds; with none free, the oldest gives way. */
-  private pin(text: string, cls: string) {
+  private pin(item: Item) {
     let slot = this.pinned.indexOf(undefined);
     if (slot < 0) {
       slot = this.pinned.reduce((oldest, el, i) => (Number(el!.dataset.at) < Number(this.pinned[oldest]!.dataset.at) ? i : oldest), 0);
       this.remove(this.pinned[slot]!);
     }
-    const el = this.make(text, cls);
+    const el = this.make(item);
     el.dataset.at = String(performance.now());
     this.pinned[slot] = el;
     el.style.top = `${8 + slot * this.rowHeight * 1.2}px`;
@@ -140,10 +172,12 @@ class Stage {
       { transform: "translateX(-50%)", opacity: 0 }], { duration: 5000 }).onfinish = () => this.remove(el);
   }
 
-  private make(text: string, cls: string) {
+  private make(item: Item) {
     const el = document.createElement("span");
-    el.className = cls;
-    el.textContent = text.length > 80 ? text.slice(0, 79) + "…" : text;
+    el.className = item.cls;
+    el.textContent = item.text.length > 80 ? item.text.slice(0, 79) + "…" : item.text;
+    if (item.id) el.dataset.id = item.id;
+    item.el = el;
     this.el.append(el);
     ui.drawn.textContent = String(this.el.querySelectorAll(".danmaku").length);
     return el;
@@ -210,8 +244,21 @@ function onMessage(m: Message) {
   const li = messageItem(m.sender, m.lane, m.type, text, Number(m.serverTimeMs), false);
   li.dataset.id = m.id;
   append(li);
-  stage.add(text, m.lane, false);
+  stage.add(text, m.lane, false, m.id);
   ui.received.textContent = String(++received);
+}
+
+/** onRecalled takes a recalled message off the stage and strikes it out in the log. */
+function onRecalled(id: string, byUid: string) {
+  const onStage = stage.recall(id);
+  let inLog = false;
+  for (const li of Array.from(ui.log.querySelectorAll<HTMLElement>("li.msg[data-id]"))) {
+    if (li.dataset.id !== id) continue;
+    li.classList.add("recalled");
+    li.querySelector(".body")!.textContent = "(recalled)";
+    inLog = true;
+  }
+  if (onStage || inLog) note(`A message was recalled${byUid ? ` by ${byUid}` : " by the app"}${onStage ? ": taken off the stage" : ""}`);
 }
 
 // Every close and error code with its name, from the generated enums.
@@ -334,6 +381,7 @@ async function join() {
   // The room's live state: its viewer count (every few seconds, when it changed) and attributes.
   c.on("viewers", (ev) => showWatching(ev.online));
   c.on("attributes", (ev) => showPinned(ev.attrs));
+  c.on("recalled", (ev) => onRecalled(ev.id, ev.byUid));
   c.on("kicked", (ev) => note(`Kicked: ${ev.code} ${ev.name}${ev.reason ? ` — ${ev.reason}` : ""}`, "error"));
   c.on("error", (err) => note(`Error: ${errorText(err)}`, "error"));
   c.on("closed", (err) => {
@@ -378,9 +426,12 @@ ui.sendForm.addEventListener("submit", (ev) => {
   const lane = Number(ui.lane.value) as Lane;
   const li = messageItem(ui.uid.value.trim(), lane, "chat", text, 0, true);
   append(li);
-  stage.add(text, lane, true);
+  const item = stage.add(text, lane, true);
   client.send({ body: text, lane }).then(
-    (ack) => (li.dataset.id = ack.messageId),
+    (ack) => {
+      li.dataset.id = ack.messageId;
+      stage.named(item, ack.messageId);
+    },
     (e: Error) => {
       li.classList.add("failed");
       li.append(span("tag", `not sent — ${errorText(e)}`));
