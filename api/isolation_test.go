@@ -482,6 +482,14 @@ func TestIsolationFrames(t *testing.T) {
 		// The victim's message, recalled from the attacker's room of the same name.
 		"recall_request": {{Kind: &clientpb.Frame_RecallRequest{RecallRequest: &clientpb.RecallRequest{Seq: 8, MessageId: v.msgID}}}},
 		"queue_request":  queueOps,
+		// A moderator's acts on the victim's member (the attacker's room names no moderators:
+		// refused, and the victim's bob stays unmuted and logged in, checkBob).
+		"moderate_request": {
+			{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 9, Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "carol"}}},
+			{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{Seq: 10, Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: "bob"}}},
+		},
+		// An attribute of the room of the same name: refused, the victim's attributes unchanged.
+		"set_attribute": {{Kind: &clientpb.Frame_SetAttribute{SetAttribute: &clientpb.SetAttribute{Seq: 11, Key: "pinned", Value: "mallory-body"}}}},
 		// A counted add gets no answer (its room's totals may come); a refused one an Error.
 		"counter_add": {
 			{Kind: &clientpb.Frame_CounterAdd{CounterAdd: &clientpb.CounterAdd{Name: "like", Amount: 3}}},
