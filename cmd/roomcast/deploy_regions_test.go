@@ -213,55 +213,32 @@ func probePaths(t *testing.T, region string) []string {
 // creates a KV bucket of 3 replicas, as the roles do with kv-replicas 3.
 func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 	t.Helper()
-	const perRegion = 3
-	type addrs struct{ client, route, gateway []string }
-	at := map[string]*addrs{}
-	for _, r := range deployRegions {
-		a := &addrs{}
-		for range perRegion {
-			a.client = append(a.client, testkit.FreeAddr(t))
-			a.route = append(a.route, testkit.FreeAddr(t))
-			a.gateway = append(a.gateway, testkit.FreeAddr(t))
+	// The routes' and gateways' ports are picked before the servers bind them, and a test of
+	// another package may take one in between (CI: "bind: address already in use"): then every
+	// server is stopped and the supercluster started again on other ports.
+	var (
+		servers []*server.Server
+		monitor map[*server.Server]string
+		region  map[*server.Server]string
+		clients map[string][]string
+		err     error
+	)
+	for attempt := 1; ; attempt++ {
+		servers, monitor, region, clients, err = runDeployRegions(t, parsed)
+		if err == nil {
+			break
 		}
-		at[r.name] = a
-	}
-	hostPort := func(addr string) (string, int) {
-		host, port, _ := net.SplitHostPort(addr)
-		return host, mustAtoi(t, port)
-	}
-	var servers []*server.Server
-	monitor := map[*server.Server]string{} // the monitoring port's address
-	region := map[*server.Server]string{}
-	for _, r := range deployRegions {
-		a := at[r.name]
-		for i := range perRegion {
-			o := parsed[r.name].Clone()
-			o.ServerName = fmt.Sprintf("nats-%s-%d", r.name, i)
-			o.Host, o.Port = hostPort(a.client[i])
-			o.Cluster.Host, o.Cluster.Port = hostPort(a.route[i])
-			o.Routes = nil
-			for _, route := range a.route {
-				o.Routes = append(o.Routes, &url.URL{Scheme: "nats-route", Host: route})
-			}
-			o.Gateway.Host, o.Gateway.Port = hostPort(a.gateway[i])
-			o.Gateway.Advertise = a.gateway[0]
-			for _, g := range o.Gateway.Gateways {
-				g.URLs = []*url.URL{{Scheme: "nats", Host: at[g.Name].gateway[0]}}
-			}
-			mon := testkit.FreeAddr(t)
-			o.HTTPHost, o.HTTPPort = hostPort(mon)
-			o.PidFile = ""
-			o.StoreDir = t.TempDir()
-			o.NoLog, o.NoSigs = true, true
-			s, err := server.NewServer(o)
-			if err != nil {
-				t.Fatalf("%s: %v", o.ServerName, err)
-			}
-			go s.Start()
-			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-			servers = append(servers, s)
-			monitor[s], region[s] = mon, r.name
+		for _, s := range servers {
+			s.Shutdown()
+			s.WaitForShutdown()
 		}
+		if !strings.Contains(err.Error(), "address already in use") || attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; again on other ports", attempt, err)
+	}
+	for _, s := range servers {
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	}
 	testkit.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		for _, s := range servers {
@@ -301,7 +278,7 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 		}
 		return nil
 	})
-	far := "nats://" + strings.Join(at[deployRegions[1].name].client, ",nats://")
+	far := "nats://" + strings.Join(clients[deployRegions[1].name], ",nats://")
 	procs.WaitJetStream(t, []string{far})
 	nc, err := nats.Connect(far)
 	if err != nil {
@@ -323,6 +300,70 @@ func startDeployRegions(t *testing.T, parsed map[string]*server.Options) {
 	if got := info.Cluster.Name; got != deployRegions[0].name {
 		t.Errorf("the bucket is in %q, want the home region %q", got, deployRegions[0].name)
 	}
+}
+
+// runDeployRegions starts the servers of startDeployRegions and waits until each accepts
+// connections: it returns them with their monitoring addresses, their regions and each
+// region's client addresses, or the first server's failure (with the servers it started).
+func runDeployRegions(t *testing.T, parsed map[string]*server.Options) ([]*server.Server, map[*server.Server]string, map[*server.Server]string, map[string][]string, error) {
+	t.Helper()
+	const perRegion = 3
+	type addrs struct{ route, gateway []string }
+	at := map[string]*addrs{}
+	for _, r := range deployRegions {
+		a := &addrs{}
+		for range perRegion {
+			a.route = append(a.route, testkit.FreeAddr(t))
+			a.gateway = append(a.gateway, testkit.FreeAddr(t))
+		}
+		at[r.name] = a
+	}
+	hostPort := func(addr string) (string, int) {
+		host, port, _ := net.SplitHostPort(addr)
+		return host, mustAtoi(t, port)
+	}
+	var servers []*server.Server
+	monitor := map[*server.Server]string{} // the monitoring port's address
+	region := map[*server.Server]string{}
+	clients := map[string][]string{}
+	for _, r := range deployRegions {
+		a := at[r.name]
+		for i := range perRegion {
+			o := parsed[r.name].Clone()
+			o.ServerName = fmt.Sprintf("nats-%s-%d", r.name, i)
+			o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
+			o.Cluster.Host, o.Cluster.Port = hostPort(a.route[i])
+			o.Routes = nil
+			for _, route := range a.route {
+				o.Routes = append(o.Routes, &url.URL{Scheme: "nats-route", Host: route})
+			}
+			o.Gateway.Host, o.Gateway.Port = hostPort(a.gateway[i])
+			o.Gateway.Advertise = a.gateway[0]
+			for _, g := range o.Gateway.Gateways {
+				g.URLs = []*url.URL{{Scheme: "nats", Host: at[g.Name].gateway[0]}}
+			}
+			o.HTTPHost, o.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+			o.PidFile = ""
+			o.StoreDir = t.TempDir()
+			o.NoLog, o.NoSigs = true, true
+			s, err := server.NewServer(o)
+			if err != nil {
+				return servers, nil, nil, nil, fmt.Errorf("%s: %w", o.ServerName, err)
+			}
+			go s.Start()
+			servers = append(servers, s)
+			region[s] = r.name
+		}
+	}
+	for _, s := range servers {
+		if !s.ReadyForConnections(20 * time.Second) {
+			// Healthz names why: a port it could not bind, say.
+			return servers, nil, nil, nil, fmt.Errorf("%s not ready: %s", s.Name(), s.Healthz(nil).Error)
+		}
+		monitor[s] = s.MonitorAddr().String()
+		clients[region[s]] = append(clients[region[s]], s.Addr().String())
+	}
+	return servers, monitor, region, clients, nil
 }
 
 // TestDeployRegionsRoomcast checks the roles of deploy/regions/kubernetes/: the home region runs
