@@ -108,7 +108,8 @@ const (
 	ErrorCode_ERROR_CODE_NOT_MODERATOR ErrorCode = 140
 	// A ModerateRequest named a member outside the moderator's scope: one sharing none of the
 	// moderator's tags that start with the room's moderator_scope_prefix, or a room-wide
-	// moderator (moderator_room_expr), whom only room-wide moderators may act on.
+	// moderator (moderator_room_expr), whom only room-wide moderators may act on. For a recall,
+	// the member is the message's sender; a scoped moderator may not recall the app server's.
 	ErrorCode_ERROR_CODE_OUTSIDE_SCOPE ErrorCode = 141
 	// A member's SetAttribute that the room does not permit: the room's attributes_expr does
 	// not match the member (or the room names none: only the app server sets attributes), or the

@@ -1771,7 +1771,8 @@ export enum ErrorCode {
   /**
    * A ModerateRequest named a member outside the moderator's scope: one sharing none of the
    * moderator's tags that start with the room's moderator_scope_prefix, or a room-wide
-   * moderator (moderator_room_expr), whom only room-wide moderators may act on.
+   * moderator (moderator_room_expr), whom only room-wide moderators may act on. For a recall,
+   * the member is the message's sender; a scoped moderator may not recall the app server's.
    *
    * @generated from enum value: ERROR_CODE_OUTSIDE_SCOPE = 141;
    */
