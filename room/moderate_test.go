@@ -18,8 +18,9 @@ import (
 
 // TestModerateRefusals: the room service refuses a moderate request that is malformed (a recall's
 // too), a recall of a message the room's history does not hold, one that comes from a member
-// who moderates nothing, from a scoped moderator without a tag of the scope, or about a member with no session in the room, or in a closed room, each with its
-// code and a message saying why, and changes nothing.
+// who moderates nothing, from a scoped moderator without a tag of the scope, or about a member
+// with no session in the room, or in a closed room, each with its code and a message saying
+// why, and changes nothing.
 func TestModerateRefusals(t *testing.T) {
 	t.Parallel()
 	s, _, nc := startService(t, Config{})
