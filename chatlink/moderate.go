@@ -72,7 +72,7 @@ func (c *conn) moderate(r *clientpb.ModerateRequest) {
 
 // auditModerate writes the audit record of a moderator's request: like the server API's records
 // of its calls ("api call"), at info level when it was applied and warn when it was refused, with
-// the moderator (uid, session) where the API names its key.
+// the moderator (uid, session) where the API names its key, and the message a recall names.
 func (n *Node) auditModerate(ctx context.Context, c *conn, r *clientpb.ModerateRequest, answer *clientpb.ModerateReply) {
 	level := slog.LevelInfo
 	result := "OK"
@@ -88,6 +88,9 @@ func (n *Node) auditModerate(ctx context.Context, c *conn, r *clientpb.ModerateR
 		slog.String("app", c.app), slog.String("room", c.room), slog.String("uid", r.Uid),
 		slog.String("moderator", c.uid), slog.String("moderator_session", c.session),
 		slog.String("result", result), slog.Int64("affected", answer.Affected), slog.String("trace_id", traceID),
+	}
+	if r.MessageId != "" {
+		attrs = append(attrs, slog.String("message_id", r.MessageId))
 	}
 	if r.DurationMs != 0 {
 		attrs = append(attrs, slog.Duration("duration", time.Duration(r.DurationMs)*time.Millisecond))

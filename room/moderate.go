@@ -12,6 +12,7 @@ import (
 	"roomcast/internal/auth"
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
+	"roomcast/internal/ids"
 	"roomcast/proto/apipb"
 	"roomcast/proto/clientpb"
 	"roomcast/proto/roompb"
@@ -19,15 +20,16 @@ import (
 )
 
 // Moderators in the room: a member whose tags satisfy the room's moderator_expr mutes, unmutes
-// and removes the members of its scope from its client (a ModerateRequest, passed on by its
-// ChatLink with the member's uid and tags); one whose tags satisfy moderator_room_expr does so
-// for every member. The scope is the members sharing one of the moderator's tags that start
-// with moderator_scope_prefix ("class:": an assistant tagged class:3 acts on class:3), or every
-// member when the prefix is empty; a scoped moderator never acts on a room-wide one. The effect
-// is the server API's: a mute is the same restriction record (roomstore.Mute), which every
-// instance's cache then applies to the member's sends; a removal is the same kick of the
-// member's sessions in the room by their nodes. The moderator's ChatLink writes the audit
-// record of each request with its answer.
+// and removes the members of its scope, and recalls their messages, from its client (a
+// ModerateRequest, passed on by its ChatLink with the member's uid and tags); one whose tags
+// satisfy moderator_room_expr does so for every member. The scope is the members sharing one of
+// the moderator's tags that start with moderator_scope_prefix ("class:": an assistant tagged
+// class:3 acts on class:3), or every member when the prefix is empty; a scoped moderator never
+// acts on a room-wide one. The effect is the server API's: a mute is the same restriction record
+// (roomstore.Mute), which every instance's cache then applies to the member's sends; a removal
+// is the same kick of the member's sessions in the room by their nodes; a recall is Recall's,
+// naming the moderator. The moderator's ChatLink writes the audit record of each request with
+// its answer.
 
 // moderateTimeout bounds the lookups and writes of one moderate request: under the ChatLinks'
 // request timeout (3 s by default), so the member hears this service's answer, not a timeout.
@@ -82,12 +84,15 @@ func (s *Service) moderate(ctx context.Context, req *buspb.ModerateBusRequest) *
 			return refuse(clientpb.ErrorCode_ERROR_CODE_OUTSIDE_SCOPE, 0, fmt.Sprintf("you have no %s tag, so no member is in your scope", prefix))
 		}
 	}
+	if r.Op == clientpb.ModerateOp_MODERATE_OP_RECALL {
+		return s.moderateRecall(ctx, req, st, roomWide, scope)
+	}
 	sessions, rep := s.sessionsIn(ctx, req.App, req.Room, r.Uid)
 	if rep != nil {
 		return rep
 	}
 	if !roomWide {
-		if rep := s.inScope(ctx, req, st, scope, sessions); rep != nil {
+		if rep := s.inScope(ctx, req, st, r.Uid, scope, sessions); rep != nil {
 			return rep
 		}
 	}
@@ -131,8 +136,14 @@ func checkModerate(req *buspb.ModerateBusRequest) *buspb.Reply {
 	case r == nil:
 		return bad("a moderate request without its request")
 	case clientpb.ModerateOp_name[int32(r.Op)] == "" || r.Op == clientpb.ModerateOp_MODERATE_OP_UNSPECIFIED:
-		return bad("unknown op %d (mute 1, unmute 2, remove 3)", r.Op)
-	case !auth.ValidName(r.Uid):
+		return bad("unknown op %d (mute 1, unmute 2, remove 3, recall 4)", r.Op)
+	case r.Op == clientpb.ModerateOp_MODERATE_OP_RECALL && r.Uid != "":
+		return bad("recall names the message, not the member: uid must be empty")
+	case r.Op == clientpb.ModerateOp_MODERATE_OP_RECALL && !isMessageID(r.MessageId):
+		return bad("message_id %q is not a message id (26 characters of Crockford base32)", r.MessageId)
+	case r.Op != clientpb.ModerateOp_MODERATE_OP_RECALL && r.MessageId != "":
+		return bad("message_id is for recall")
+	case r.Op != clientpb.ModerateOp_MODERATE_OP_RECALL && !auth.ValidName(r.Uid):
 		return bad("uid %q is not 1-128 characters of A-Z a-z 0-9 _ -", r.Uid)
 	case r.Uid == req.Uid:
 		return bad("a moderator does not act on themselves")
@@ -148,6 +159,50 @@ func checkModerate(req *buspb.ModerateBusRequest) *buspb.Reply {
 		return bad("reason must be at most %d bytes", maxModerateReason)
 	}
 	return nil
+}
+
+// moderateRecall recalls a message of the room for a moderator. The member acted on is the
+// message's sender as history keeps it, judged as a mute judges its target: by the tags of its
+// sessions in the room now. A scoped moderator may not recall the app server's messages (they
+// have no sender), nor a message whose sender has left the room (USER_NOT_FOUND: its scope
+// cannot be judged); a room-wide moderator recalls any message. A message recalled before is
+// answered as recalled, its Recall broadcast again (Recall).
+func (s *Service) moderateRecall(ctx context.Context, req *buspb.ModerateBusRequest, st *roompb.RoomSettings, roomWide bool, scope []string) *buspb.Reply {
+	r := req.Request
+	if !roomWide {
+		at, _ := ids.MessageTime(r.MessageId) // checkModerate checked it
+		kept, recalled, err := s.find(ctx, req.App, req.Room, r.MessageId, at, true)
+		switch {
+		case err != nil:
+			s.log.Warn("history not read for a moderator's recall", "app", req.App, "room", req.Room, "err", err)
+			return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
+		case recalled:
+		case kept == nil:
+			return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, "the room's history holds no such message (never sent here, no longer kept, or a bulk message)")
+		case kept.Msg.GetSender() == "":
+			return refuse(clientpb.ErrorCode_ERROR_CODE_OUTSIDE_SCOPE, 0, "the message is the app server's: only room-wide moderators recall it")
+		default:
+			sender := kept.Msg.GetSender()
+			sessions, rep := s.sessionsIn(ctx, req.App, req.Room, sender)
+			if rep != nil {
+				return rep
+			}
+			if rep := s.inScope(ctx, req, st, sender, scope, sessions); rep != nil {
+				return rep
+			}
+		}
+	}
+	rep := s.Recall(ctx, &buspb.RoomRecallRequest{App: req.App, Room: req.Room, MessageId: r.MessageId, ByUid: req.Uid})
+	if rep.Code != 0 {
+		return rep
+	}
+	return &buspb.Reply{Affected: 1}
+}
+
+// isMessageID reports whether id is a message id (26 characters of Crockford base32).
+func isMessageID(id string) bool {
+	_, ok := ids.MessageTime(id)
+	return ok
 }
 
 // holds reports whether the tag expression src (a room setting, checked when it was set) holds
@@ -181,8 +236,7 @@ func (s *Service) sessionsIn(ctx context.Context, app, room, uid string) ([]*bus
 // scope, by the tags its node holds for it now (the app server may have changed them since the
 // login): it holds one of scope, the moderator's tags that start with the room's
 // moderator_scope_prefix (any member, with no prefix), and it is not a room-wide moderator.
-func (s *Service) inScope(ctx context.Context, req *buspb.ModerateBusRequest, st *roompb.RoomSettings, scope []string, sessions []*buspb.SessionEvent) *buspb.Reply {
-	target := req.Request.Uid
+func (s *Service) inScope(ctx context.Context, req *buspb.ModerateBusRequest, st *roompb.RoomSettings, target string, scope []string, sessions []*buspb.SessionEvent) *buspb.Reply {
 	prefix := st.GetModeratorScopePrefix()
 	found := 0
 	for node := range byNode(sessions) {

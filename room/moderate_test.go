@@ -16,10 +16,11 @@ import (
 	"roomcast/proto/roompb"
 )
 
-// TestModerateRefusals: the room service refuses a moderate request that is malformed, that
-// comes from a member who moderates nothing, from a scoped moderator without a tag of the
-// scope, or about a member with no session in the room, or in a closed room, each with its
-// code and a message saying why, and changes nothing.
+// TestModerateRefusals: the room service refuses a moderate request that is malformed (a recall's
+// too), a recall of a message the room's history does not hold, one that comes from a member
+// who moderates nothing, from a scoped moderator without a tag of the scope, or about a member
+// with no session in the room, or in a closed room, each with its code and a message saying
+// why, and changes nothing.
 func TestModerateRefusals(t *testing.T) {
 	t.Parallel()
 	s, _, nc := startService(t, Config{})
@@ -51,6 +52,7 @@ func TestModerateRefusals(t *testing.T) {
 	mute := func(uid string) *clientpb.ModerateRequest {
 		return &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: uid}
 	}
+	const msgID = "01ARZ3NDEKTSV4RRFFQ69G5FAV" // a message id of 2016
 	for _, tc := range []struct {
 		name string
 		req  *buspb.ModerateBusRequest
@@ -68,6 +70,11 @@ func TestModerateRefusals(t *testing.T) {
 		{"duration with remove", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: "x", DurationMs: 5}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "duration_ms is for mute"},
 		{"reason with mute", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "x", Reason: "r"}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "reason is for remove"},
 		{"long reason", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: "x", Reason: strings.Repeat("r", 257)}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "256 bytes"},
+		{"recall with a uid", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_RECALL, Uid: "x", MessageId: msgID}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "uid must be empty"},
+		{"recall without a message id", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_RECALL}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "not a message id"},
+		{"recall of a malformed id", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_RECALL, MessageId: "01ARZ3NDEKTSV4RRFFQ69G5FA"}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "not a message id"},
+		{"message id with mute", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_MUTE, Uid: "x", MessageId: msgID}), clientpb.ErrorCode_ERROR_CODE_BAD_REQUEST, "message_id is for recall"},
+		{"recall of a message the room never had", req("open", assistant, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_RECALL, MessageId: msgID}), clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, "holds no such message"},
 		{"closed room", req("shut", assistant, mute("x")), clientpb.ErrorCode_ERROR_CODE_ROOM_NOT_FOUND, "closed"},
 		{"a member who moderates nothing", req("open", []string{"class:1"}, mute("x")), clientpb.ErrorCode_ERROR_CODE_NOT_MODERATOR, "not a moderator"},
 		{"a room without moderators", req("nowhere", assistant, mute("x")), clientpb.ErrorCode_ERROR_CODE_NOT_MODERATOR, "not a moderator"},

@@ -23,8 +23,8 @@ import (
 // does not rewrite the record that holds the message: it appends a RecallRecord after it
 // (historystore.RecallHeader), which every reader of the history applies, then broadcasts a
 // Recall on the room's subject. The server API asks on bus.SubjectRoomRecall, and so does a
-// ChatLink for a member's recall of its own message; any caller that can name the room and the
-// message (a moderator's request, later) goes through Recall.
+// ChatLink for a member's recall of its own message; a moderator's recall (room/moderate.go)
+// checks the sender's scope, then goes through Recall with by_uid.
 
 // MaxSenderRecallWindow is the longest RoomSettings.sender_recall_window_s may say.
 const MaxSenderRecallWindow = time.Hour
@@ -88,17 +88,7 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 		}
 		window = min(window, MaxSenderRecallWindow)
 	}
-	kept, recalled, err := historystore.Find(ctx, s.hist.js, req.App, req.Room, req.MessageId, at)
-	// A message is kept when its batch window leaves, a little after its send was answered
-	// (at once for the normal and bulk lanes): a recall right after the send waits for it.
-	for err == nil && kept == nil && !recalled && !req.Unkept && s.cfg.Now().Sub(at) < keepWait {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(keepPoll):
-			kept, recalled, err = historystore.Find(ctx, s.hist.js, req.App, req.Room, req.MessageId, at)
-		}
-	}
+	kept, recalled, err := s.find(ctx, req.App, req.Room, req.MessageId, at, !req.Unkept)
 	if err != nil {
 		s.log.Warn("history not read for a recall", "app", req.App, "room", req.Room, "err", err)
 		return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
@@ -133,6 +123,23 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 		return rep
 	}
 	return &buspb.Reply{Recalled: done}
+}
+
+// find looks for a message in the room's history (historystore.Find). A message is kept when
+// its batch window leaves, a little after its send was answered (at once for the normal and
+// bulk lanes): with wait, a message young enough that history may not hold it yet is looked for
+// again until it is keepWait old.
+func (s *Service) find(ctx context.Context, app, room, id string, at time.Time, wait bool) (kept *historystore.KeptMessage, recalled bool, err error) {
+	kept, recalled, err = historystore.Find(ctx, s.hist.js, app, room, id, at)
+	for err == nil && kept == nil && !recalled && wait && s.cfg.Now().Sub(at) < keepWait {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(keepPoll):
+			kept, recalled, err = historystore.Find(ctx, s.hist.js, app, room, id, at)
+		}
+	}
+	return kept, recalled, err
 }
 
 // broadcastRecall tells the room's ChatLinks of a stored recall; it returns the refusal if the

@@ -9,7 +9,8 @@
 // reconnecting, recovered, thinned, kicked, limited, counters, error, closed) to Config.OnEvent,
 // on one goroutine. AddCounter taps the room's counters (likes, gifts), whose running totals come
 // as CounterEvents, never a message per tap. A member the room names a moderator mutes, unmutes
-// and removes the members of its scope with Mute, Unmute and Remove.
+// and removes the members of its scope with Mute, Unmute and Remove, and recalls their messages
+// with RecallAsModerator.
 // A recalled message comes as a RecalledEvent, and from then on the Client never hands it over,
 // whichever way a copy comes; Recall recalls one of this member's own where the room allows it.
 //

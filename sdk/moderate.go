@@ -10,15 +10,15 @@ import (
 
 // Moderators in the room (docs/protocol.md, "Moderators"): a member whose tags satisfy the
 // room's moderator_expr mutes, unmutes and removes the members of its scope (those sharing one
-// of its tags that start with the room's moderator_scope_prefix); one whose tags satisfy
-// moderator_room_expr, every member. The server refuses anyone else, and any member outside the
-// scope, with a ModerateError; it writes an audit record of every request.
+// of its tags that start with the room's moderator_scope_prefix), and recalls their messages;
+// one whose tags satisfy moderator_room_expr, every member. The server refuses anyone else, and
+// any member outside the scope, with a ModerateError; it writes an audit record of every request.
 
 // ModerateError is the server's refusal of a moderate request: the connection stays up.
 type ModerateError struct {
 	// Code is a clientpb.ErrorCode: 140 NOT_MODERATOR, 141 OUTSIDE_SCOPE, 107 USER_NOT_FOUND,
 	// 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 120 SEND_RATE_LIMITED (over the connection's
-	// moderate rate), 503 UNAVAILABLE.
+	// moderate rate), 503 UNAVAILABLE; for RecallAsModerator also 130 MESSAGE_NOT_FOUND.
 	Code uint32
 	// Message is the server's explanation.
 	Message string
@@ -87,4 +87,15 @@ func (c *Client) Unmute(ctx context.Context, uid string) (int64, error) {
 // It returns how many sessions were closed.
 func (c *Client) Remove(ctx context.Context, uid, reason string) (int64, error) {
 	return c.moderate(ctx, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_REMOVE, Uid: uid, Reason: reason})
+}
+
+// RecallAsModerator recalls the message messageID of the room (critical or normal lane: what
+// history keeps), as the server API's Recall does: every member gets a RecalledEvent naming
+// this member as ByUID. A scoped moderator recalls only the messages of members in its scope
+// who are in the room now (ErrOutsideScope, ErrMemberNotFound), not the app server's
+// (ErrOutsideScope); a room-wide moderator recalls any. A message history does not hold is a
+// ModerateError with code 130 (MESSAGE_NOT_FOUND). A message recalled before is no error.
+func (c *Client) RecallAsModerator(ctx context.Context, messageID string) error {
+	_, err := c.moderate(ctx, &clientpb.ModerateRequest{Op: clientpb.ModerateOp_MODERATE_OP_RECALL, MessageId: messageID})
+	return err
 }

@@ -9,8 +9,8 @@ import (
 	"roomcast/proto/clientpb"
 )
 
-// Recall (docs/protocol.md, "Recall"): the app server, or a member within the room's window,
-// recalls a message. Every member gets a Recall frame; the Client drops the message from what
+// Recall (docs/protocol.md, "Recall"): the app server, a member within the room's window, or a
+// moderator of the room (RecallAsModerator) recalls a message. Every member gets a Recall frame; the Client drops the message from what
 // it has not handed over yet (its queue, a held recovery, the CDN play-out heap), remembers its
 // id among the ids seen so that a later copy (a recovery, a CDN segment) is dropped as a
 // duplicate, and hands the app a RecalledEvent to remove it from what it shows.
@@ -23,7 +23,8 @@ type RecalledEvent struct {
 	ID string
 	// At is when it was recalled (server time).
 	At time.Time
-	// ByUID is the member who recalled it (its sender); empty when the app server did.
+	// ByUID is the member who recalled it (its sender, or a moderator of the room); empty when
+	// the app server did.
 	ByUID string
 }
 

@@ -25,6 +25,7 @@ type recaller struct {
 	got      []string // message ids, in the order handed over
 	recalled map[string]int
 	heardAt  map[string]time.Time // when each recall was first heard
+	by       map[string]string    // who recalled each message, as the first recall heard says
 }
 
 func (r *recaller) has(id string) bool {
@@ -39,11 +40,17 @@ func (r *recaller) recalls(id string) int {
 	return r.recalled[id]
 }
 
-// dialRecaller logs uid in to room on node with cfg's history choices.
-func dialRecaller(t *testing.T, node *chatlink.Node, uid, room string, cfg sdk.Config) *recaller {
+func (r *recaller) recalledBy(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.by[id]
+}
+
+// dialRecaller logs uid in to room on node with cfg's history choices and the tags given.
+func dialRecaller(t *testing.T, node *chatlink.Node, uid, room string, cfg sdk.Config, tags ...string) *recaller {
 	t.Helper()
-	r := &recaller{recalled: map[string]int{}, heardAt: map[string]time.Time{}}
-	cfg.Token = testcluster.Token(t, uid, room)
+	r := &recaller{recalled: map[string]int{}, heardAt: map[string]time.Time{}, by: map[string]string{}}
+	cfg.Token = testcluster.Token(t, uid, room, tags...)
 	cfg.Endpoints = []sdk.Endpoint{{Node: node.Name(), WSURL: node.WSURL(), TCPAddr: node.TCPAddr()}}
 	cfg.Transport = sdk.TransportTCP
 	cfg.OnMessage = func(m *clientpb.Message) {
@@ -57,6 +64,7 @@ func dialRecaller(t *testing.T, node *chatlink.Node, uid, room string, cfg sdk.C
 			r.recalled[ev.ID]++
 			if _, ok := r.heardAt[ev.ID]; !ok {
 				r.heardAt[ev.ID] = time.Now()
+				r.by[ev.ID] = ev.ByUID
 			}
 			r.mu.Unlock()
 		}

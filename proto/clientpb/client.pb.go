@@ -108,7 +108,8 @@ const (
 	ErrorCode_ERROR_CODE_NOT_MODERATOR ErrorCode = 140
 	// A ModerateRequest named a member outside the moderator's scope: one sharing none of the
 	// moderator's tags that start with the room's moderator_scope_prefix, or a room-wide
-	// moderator (moderator_room_expr), whom only room-wide moderators may act on.
+	// moderator (moderator_room_expr), whom only room-wide moderators may act on. For a recall,
+	// the member is the message's sender; a scoped moderator may not recall the app server's.
 	ErrorCode_ERROR_CODE_OUTSIDE_SCOPE ErrorCode = 141
 	// A member's SetAttribute that the room does not permit: the room's attributes_expr does
 	// not match the member (or the room names none: only the app server sets attributes), or the
@@ -365,6 +366,10 @@ const (
 	// Close the member's sessions in the room with Kick 4007 (KICKED): the server API's Kick with
 	// uid and room. The member may log in again.
 	ModerateOp_MODERATE_OP_REMOVE ModerateOp = 3
+	// Recall the message message_id of the room (critical and normal lanes: what history keeps),
+	// as the server API's Recall does, naming the moderator as the Recall's by_uid. Its sender
+	// must be in the moderator's scope (a room-wide moderator recalls any message).
+	ModerateOp_MODERATE_OP_RECALL ModerateOp = 4
 )
 
 // Enum value maps for ModerateOp.
@@ -374,12 +379,14 @@ var (
 		1: "MODERATE_OP_MUTE",
 		2: "MODERATE_OP_UNMUTE",
 		3: "MODERATE_OP_REMOVE",
+		4: "MODERATE_OP_RECALL",
 	}
 	ModerateOp_value = map[string]int32{
 		"MODERATE_OP_UNSPECIFIED": 0,
 		"MODERATE_OP_MUTE":        1,
 		"MODERATE_OP_UNMUTE":      2,
 		"MODERATE_OP_REMOVE":      3,
+		"MODERATE_OP_RECALL":      4,
 	}
 )
 
@@ -826,7 +833,7 @@ type Frame_RoomAttributes struct {
 }
 
 type Frame_ModerateRequest struct {
-	ModerateRequest *ModerateRequest `protobuf:"bytes,220,opt,name=moderate_request,json=moderateRequest,proto3,oneof"` // client -> server: a moderator mutes, unmutes or removes a member
+	ModerateRequest *ModerateRequest `protobuf:"bytes,220,opt,name=moderate_request,json=moderateRequest,proto3,oneof"` // client -> server: a moderator mutes, unmutes or removes a member, or recalls a message
 }
 
 type Frame_ModerateReply struct {
@@ -3098,7 +3105,10 @@ type ModerateRequest struct {
 	// MUTE: how long, in milliseconds. 0: until unmuted. At most a year (31536000000).
 	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	// REMOVE: told to the member in its Kick frame. At most 256 bytes of UTF-8.
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// RECALL: the id of the message recalled (26 characters of Crockford base32); uid is then
+	// empty: the member acted on is the message's sender.
+	MessageId     string `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3168,18 +3178,27 @@ func (x *ModerateRequest) GetReason() string {
 	return ""
 }
 
+func (x *ModerateRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
 // ModerateReply answers a ModerateRequest.
 type ModerateReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// 0 on success, else an ErrorCode: 140 (NOT_MODERATOR), 141 (OUTSIDE_SCOPE), 107
-	// (USER_NOT_FOUND: the member has no session in the room), 100 (BAD_REQUEST), 105
+	// (USER_NOT_FOUND: the member has no session in the room), 100 (BAD_REQUEST), 130
+	// (MESSAGE_NOT_FOUND: RECALL of a message the room's history does not hold), 105
 	// (ROOM_NOT_FOUND), 120 (SEND_RATE_LIMITED: over the connection's moderate rate, 5 a second,
 	// bursts of 10), 503 (UNAVAILABLE: a service did not answer; the action may or may not have
 	// been applied, and repeating it is safe).
 	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	// REMOVE: the sessions closed. MUTE, UNMUTE: the member's sessions in the room.
+	// REMOVE: the sessions closed. MUTE, UNMUTE: the member's sessions in the room. RECALL: 1,
+	// the message recalled (also when it had been recalled before).
 	Affected      int64 `protobuf:"varint,4,opt,name=affected,proto3" json:"affected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3431,14 +3450,16 @@ const file_client_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x121\n" +
 	"\aentries\x18\x04 \x03(\v2\x17.roomcast.v1.QueueEntryR\aentries\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\x97\x01\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xb6\x01\n" +
 	"\x0fModerateRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12'\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x17.roomcast.v1.ModerateOpR\x02op\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x03R\n" +
 	"durationMs\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"k\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x06 \x01(\tR\tmessageId\"k\n" +
 	"\rModerateReply\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
@@ -3498,13 +3519,14 @@ const file_client_proto_rawDesc = "" +
 	"\x1cCLOSE_CODE_HEARTBEAT_TIMEOUT\x10\x96#\x12\x1b\n" +
 	"\x16CLOSE_CODE_SLOW_READER\x10\x97#\x12\x1b\n" +
 	"\x16CLOSE_CODE_UNAVAILABLE\x10\x98#\x12\x19\n" +
-	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#*o\n" +
+	"\x14CLOSE_CODE_ROOM_FULL\x10\x99#*\x87\x01\n" +
 	"\n" +
 	"ModerateOp\x12\x1b\n" +
 	"\x17MODERATE_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MODERATE_OP_MUTE\x10\x01\x12\x16\n" +
 	"\x12MODERATE_OP_UNMUTE\x10\x02\x12\x16\n" +
-	"\x12MODERATE_OP_REMOVE\x10\x03B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
+	"\x12MODERATE_OP_REMOVE\x10\x03\x12\x16\n" +
+	"\x12MODERATE_OP_RECALL\x10\x04B\x19Z\x17roomcast/proto/clientpbb\x06proto3"
 
 var (
 	file_client_proto_rawDescOnce sync.Once

@@ -94,7 +94,8 @@ const (
 	ErrorNotModerator = 140
 	// ErrorOutsideScope (141): A moderate request named a member outside the moderator's scope:
 	// one sharing none of the moderator's tags that start with the room's moderator_scope_prefix,
-	// or a room-wide moderator, whom only room-wide moderators may act on.
+	// or a room-wide moderator, whom only room-wide moderators may act on. For a recall, the member
+	// is the message's sender; a scoped moderator may not recall the app server's.
 	ErrorOutsideScope = 141
 	// ErrorAttributesNotAllowed (150): A member's SetAttribute that the room does not permit: the
 	// room's attributes_expr does not match the member (or the room names none: only the app

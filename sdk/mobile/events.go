@@ -133,8 +133,8 @@ type Event struct {
 	CounterName string
 
 	// MessageID is the recalled message of an EventRecalled; RecalledMs is when it was
-	// recalled (server time, Unix milliseconds); ByUID the member who recalled it (its sender),
-	// empty when the app server did.
+	// recalled (server time, Unix milliseconds); ByUID the member who recalled it (its sender or
+	// a moderator of the room), empty when the app server did.
 	MessageID  string
 	RecalledMs int64
 	ByUID      string

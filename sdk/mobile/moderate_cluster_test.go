@@ -1,6 +1,7 @@
 package mobile_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -11,8 +12,9 @@ import (
 	"roomcast/sdk/mobile"
 )
 
-// TestModerate: through the mobile facade an assistant mutes and unmutes a member of their class
-// and removes them (the member's client hears the kick); a member of another class is a refusal
+// TestModerate: through the mobile facade an assistant mutes and unmutes a member of their class,
+// recalls their message (the member hears of it) and removes them (the member's client hears
+// the kick); a member of another class (or its message) is a refusal
 // with ErrorOutsideScope, and a member who moderates nothing gets ErrorNotModerator: results,
 // not errors.
 func TestModerate(t *testing.T) {
@@ -39,7 +41,7 @@ func TestModerate(t *testing.T) {
 		return cl, &r
 	}
 	asst, _ := login("asst", "role:assistant", "class:1")
-	_, r1 := login("s1", "class:1")
+	s1, r1 := login("s1", "class:1")
 	s2, _ := login("s2", "class:2")
 
 	// The room service knows the room's settings a moment after their write: until then the
@@ -71,6 +73,35 @@ func TestModerate(t *testing.T) {
 	}
 	if _, err := asst.Mute("s1", -1); err == nil {
 		t.Error("a negative duration: no error")
+	}
+	// The assistant recalls s1's message (s1 hears of it, naming the assistant), not s2's.
+	sent := func(cl *mobile.Client) string {
+		t.Helper()
+		var id string
+		// s1's unmute applies to its sends a moment after its answer.
+		testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			res, err := cl.Send(&mobile.Outgoing{Type: "chat", Body: []byte("hello")})
+			if err != nil {
+				return err
+			}
+			if res.ErrorCode != 0 {
+				return fmt.Errorf("send refused: %d %s", res.ErrorCode, res.ErrorMessage)
+			}
+			id = res.MessageID
+			return nil
+		})
+		return id
+	}
+	of1, of2 := sent(s1), sent(s2)
+	if res, err := asst.RecallAsModerator(of1); err != nil || res.ErrorCode != 0 || res.Sessions != 1 {
+		t.Fatalf("recall s1's message: %+v, %v", res, err)
+	}
+	recalled, _ := waitEvent(t, r1, 0, "recalled", kind(mobile.EventRecalled))
+	if recalled.MessageID != of1 || recalled.ByUID != "asst" {
+		t.Errorf("s1's recalled event: %+v, want %s by asst", recalled, of1)
+	}
+	if res, err := asst.RecallAsModerator(of2); err != nil || res.ErrorCode != mobile.ErrorOutsideScope {
+		t.Errorf("recall s2's message: %+v, %v; want code %d", res, err, mobile.ErrorOutsideScope)
 	}
 	if res, err := asst.Remove("s1", "see you tomorrow"); err != nil || res.ErrorCode != 0 || res.Sessions != 1 {
 		t.Fatalf("remove s1: %+v, %v", res, err)

@@ -62,7 +62,8 @@ export interface HistoryQuery {
 }
 
 /**
- * recalled: a message of the room was recalled (by the app server, or by its sender). Remove it
+ * recalled: a message of the room was recalled (by the app server, its sender or a moderator).
+ * Remove it
  * from what is shown; the client does not emit it as a "message" from now on, whichever way a
  * copy comes (a recovery, a CDN segment). Once per message.
  */
@@ -71,7 +72,7 @@ export interface RecalledEvent {
   id: string;
   /** When it was recalled, server time, Unix milliseconds. */
   recalledMs: number;
-  /** The member who recalled it (its sender); "" when the app server did. */
+  /** The member who recalled it (its sender, or a moderator of the room); "" when the app server did. */
   byUid: string;
 }
 
@@ -509,8 +510,20 @@ export class Client {
     return this.moderate({ op: ModerateOp.REMOVE, uid, reason });
   }
 
+  /**
+   * recallAsModerator recalls the message messageId of the room (critical or normal lane: what
+   * history keeps), as mute does; every member, this one included, gets a "recalled" event
+   * naming this member. A scoped moderator recalls only the messages of members in its scope who
+   * are in the room now (ModerateError 141 OUTSIDE_SCOPE, 107 USER_NOT_FOUND), not the app
+   * server's (141); a room-wide moderator recalls any. A message the room's history does not hold
+   * rejects with a ModerateError 130 MESSAGE_NOT_FOUND; one recalled before resolves.
+   */
+  async recallAsModerator(messageId: string): Promise<void> {
+    await this.moderate({ op: ModerateOp.RECALL, uid: "", messageId });
+  }
+
   /** moderate sends a moderate request on the current connection; a refusal rejects with a ModerateError. */
-  private async moderate(req: { op: ModerateOp; uid: string; durationMs?: bigint; reason?: string }): Promise<number> {
+  private async moderate(req: { op: ModerateOp; uid: string; durationMs?: bigint; reason?: string; messageId?: string }): Promise<number> {
     const s = this.session;
     if (this.closed) throw new ClosedError();
     if (!s || this._state !== "connected") throw new NotConnectedError();

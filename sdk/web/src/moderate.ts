@@ -1,5 +1,5 @@
 // Moderators in the room (docs/protocol.md, "Moderators"): the error of a refused moderate
-// request (Client.mute, unmute, remove).
+// request (Client.mute, unmute, remove, recallAsModerator).
 
 import { errorCodeName, RoomcastError } from "./errors.js";
 import { ErrorCode } from "./gen/client_pb.js";
@@ -9,7 +9,7 @@ import { ErrorCode } from "./gen/client_pb.js";
  * ErrorCode: 140 NOT_MODERATOR (this member is not a moderator of the room), 141 OUTSIDE_SCOPE
  * (the member named is outside this moderator's scope), 107 USER_NOT_FOUND (no session in the
  * room), 100 BAD_REQUEST, 105 ROOM_NOT_FOUND, 120 SEND_RATE_LIMITED (over the connection's
- * moderate rate), 503 UNAVAILABLE.
+ * moderate rate), 503 UNAVAILABLE; for recallAsModerator also 130 MESSAGE_NOT_FOUND.
  */
 export class ModerateError extends RoomcastError {
   override name = "ModerateError";

@@ -1,7 +1,7 @@
 // The SDK against a real `roomcast dev` with two ChatLinks: in a room whose assistants moderate
 // their class, an assistant mutes a member of their class (whose sends are then refused),
-// unmutes and removes them; a member of another class is a ModerateError 141, and a member
-// who moderates nothing gets 140.
+// unmutes them, recalls their message (not another class's) and removes them; a member of
+// another class is a ModerateError 141, and a member who moderates nothing gets 140.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -18,7 +18,7 @@ after(async () => {
   await dev?.stop();
 });
 
-test("an assistant mutes, unmutes and removes a member of their class, and no one else", async () => {
+test("an assistant mutes, unmutes, recalls the message of and removes a member of their class, and no one else", async () => {
   const room = "class";
   await api(dev.url, "POST", "/v1/rooms", {
     room,
@@ -61,6 +61,13 @@ test("an assistant mutes, unmutes and removes a member of their class, and no on
         return false;
       }
     });
+    // A recall of s1's message (s1 hears of it, naming the assistant), not of s2's.
+    const heard = new Promise<string>((resolve) => s1.on("recalled", (e) => resolve(`${e.id} by ${e.byUid}`)));
+    const of1 = (await s1.send({ body: "to recall" })).messageId;
+    await asst.recallAsModerator(of1);
+    assert.equal(await heard, `${of1} by asst`);
+    const of2 = (await s2.send({ body: "not yours" })).messageId;
+    await assert.rejects(asst.recallAsModerator(of2), (e) => e instanceof ModerateError && e.outsideScope);
     const kicked = new Promise<number>((resolve) => s1.on("kicked", (e) => resolve(e.code)));
     assert.equal(await asst.remove("s1", "see you tomorrow"), 1);
     assert.equal(await kicked, CloseCode.KICKED);

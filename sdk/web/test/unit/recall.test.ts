@@ -1,12 +1,13 @@
 // Recall in the web SDK: a Recall frame takes the message out of what the client has not
 // emitted (held for a recovery, waiting in the CDN pacer) and out of what comes later; each
-// recall is told once as a "recalled" event; a member's own recall is answered by seq.
+// recall is told once as a "recalled" event; a member's own recall is answered by seq; a
+// moderator's recall is a ModerateRequest naming the message.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Pacer } from "../../src/cdn.js";
 import type { Message, RecalledEvent } from "../../src/index.js";
-import { SendError } from "../../src/index.js";
+import { ModerateError, ModerateOp, SendError } from "../../src/index.js";
 import { harness, message, until } from "./fakeserver.js";
 
 const { server, client } = harness();
@@ -69,4 +70,21 @@ test("the CDN pacer drops a recalled message that waits for its play time", asyn
   await new Promise((r) => setTimeout(r, 50));
   p.stop();
   assert.deepEqual(released.map((m) => m.id), ["01H"]);
+});
+
+test("a moderator's recall is a ModerateRequest RECALL naming the message; a refusal is a ModerateError", async () => {
+  const s = await server(async (conn) => {
+    await conn.acceptLogin();
+    const req = await conn.next("moderateRequest");
+    assert.equal(req.op, ModerateOp.RECALL);
+    assert.equal(req.messageId, "01M90NFA041RFEB0GAVC6FRPV7");
+    assert.equal(req.uid, "");
+    conn.send("moderateReply", { seq: req.seq, affected: 1n });
+    const other = await conn.next("moderateRequest");
+    conn.send("moderateReply", { seq: other.seq, code: 141, message: "s2 shares none of your class: tags (class:1)" });
+  });
+  const { c } = client({ endpoints: [s.endpoint] });
+  await c.connect();
+  await c.recallAsModerator("01M90NFA041RFEB0GAVC6FRPV7");
+  await assert.rejects(c.recallAsModerator("01M90NFA0XDACW97HMB0CZJJ2S"), (e) => e instanceof ModerateError && e.outsideScope && /OUTSIDE_SCOPE/.test(e.message));
 });
