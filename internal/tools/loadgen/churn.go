@@ -3,12 +3,9 @@ package loadgen
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"time"
-
-	"roomcast/internal/auth"
 )
 
 // churnLife is how long a churning member (fanout --churn) stays in the room.
@@ -65,15 +62,9 @@ func churn(ctx context.Context, cfg Config, hc *http.Client, room string, run ru
 // churnOne logs member uid in, keeps it churnLife and closes it. Its login is not cut short
 // when the run stops: every churning member that started stays its whole life.
 func churnOne(cfg Config, hc *http.Client, room, uid string) error {
-	tok, err := auth.Mint(cfg.Secret, cfg.App, uid, room, nil, time.Hour)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), rawLoginWait)
 	defer cancel()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	c, err := dialRaw(ctx, hc, cfg.Dispatcher, cfg.Transport, tok, d.DialContext, spec{CAPEM: cfg.caPEM}.tlsConfig(), nil,
-		func(int32, []byte) {}, rawHooks{liveState: cfg.LiveState})
+	c, err := dialExtra(ctx, cfg, hc, room, uid, func(int32, []byte) {}, rawHooks{liveState: cfg.LiveState})
 	if err != nil {
 		return err
 	}
