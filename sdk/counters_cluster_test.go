@@ -224,6 +224,9 @@ func TestCounterLimits(t *testing.T) {
 		want[fmt.Sprintf("c%d", i)] = 2
 		adders = append(adders, a)
 	}
+	// The 32 are counted before the 33rd is added: adds from different connections have no
+	// order between them, and an adder's frame still on its way would make it the 33rd.
+	waitTotals(t, []*counterMember{m}, want)
 	last := dialCounterMember(t, c, c.Nodes[0], "last", "limits")
 	if err := last.cl.AddCounter(ctx, "one-too-many", 1); err != nil {
 		t.Fatal(err)

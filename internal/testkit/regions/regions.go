@@ -83,18 +83,41 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 	if cfg.Delay == nil {
 		cfg.Delay = func(string, string) time.Duration { return 40 * time.Millisecond }
 	}
-	s := &Supercluster{
-		cfg:     cfg,
-		servers: make(map[string][]*server.Server),
-		api:     toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
-		links:   make(map[link]*toxiproxy.Proxy),
-		cut:     make(map[string]bool),
+	// The routes' and gateways' ports are picked before the servers bind them, and a test of
+	// another package may take one in between (CI: a server "not ready"): then everything
+	// stops and the supercluster starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		s := &Supercluster{
+			cfg:     cfg,
+			servers: make(map[string][]*server.Server),
+			api:     toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
+			links:   make(map[link]*toxiproxy.Proxy),
+			cut:     make(map[string]bool),
+		}
+		// Before the cleanup that stops the servers: cleanups run last first, and the
+		// servers must stop before their store goes.
+		storeDir := t.TempDir()
+		err := s.start(t, storeDir)
+		if err == nil {
+			t.Cleanup(s.close)
+			started := time.Now()
+			testkit.CheckFor(t, 30*time.Second, 20*time.Millisecond, s.ready)
+			t.Logf("ready after %v", time.Since(started))
+			return s
+		}
+		s.close()
+		if !strings.Contains(err.Error(), "address already in use") || attempt == 3 {
+			t.Fatalf("regions: %v", err)
+		}
+		t.Logf("regions: attempt %d: %v; again on other ports", attempt, err)
 	}
-	// Before the cleanup that stops the servers: cleanups run last first, and the servers must
-	// stop before their store goes.
-	storeDir := t.TempDir()
-	t.Cleanup(s.close)
+}
 
+// start starts the proxies and the servers, and returns once every server listens; an error
+// names a server that does not, and why.
+func (s *Supercluster) start(t testing.TB, storeDir string) error {
+	t.Helper()
+	cfg := s.cfg
 	// Every address first: a server's options name its peers' and the proxies'.
 	gatewayAddr := make(map[string][]string)
 	var routes []*url.URL // the home region's cluster ports
@@ -118,12 +141,12 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 			for i, upstream := range gatewayAddr[to] {
 				p := toxiproxy.NewProxy(s.api, fmt.Sprintf("%s-%s%d", from, to, i), "127.0.0.1:0", upstream)
 				if err := p.Start(); err != nil {
-					t.Fatalf("regions: proxy %s->%s: %v", from, to, err)
+					return fmt.Errorf("proxy %s->%s: %v", from, to, err)
 				}
 				// Only from's servers may dial it (gatewayFromToxic), first in the upstream chain.
 				check := fmt.Sprintf(`{"type":"gateway_from","stream":"upstream","attributes":{"gateway":%q}}`, from)
 				if _, err := p.Toxics.AddToxicJson(strings.NewReader(check)); err != nil {
-					t.Fatalf("regions: gateway check on %s->%s: %v", from, to, err)
+					return fmt.Errorf("gateway check on %s->%s: %v", from, to, err)
 				}
 				// Upstream is what from sends to, downstream what comes back on the connection.
 				for _, d := range []struct {
@@ -132,7 +155,7 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 				}{{"upstream", cfg.Delay(from, to)}, {"downstream", cfg.Delay(to, from)}} {
 					toxic := fmt.Sprintf(`{"type":"latency","stream":%q,"attributes":{"latency":%d}}`, d.stream, d.delay.Milliseconds())
 					if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-						t.Fatalf("regions: latency on %s->%s: %v", from, to, err)
+						return fmt.Errorf("latency on %s->%s: %v", from, to, err)
 					}
 				}
 				s.links[link{from, to, i}] = p
@@ -169,7 +192,7 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 			}
 			ns, err := server.NewServer(opts)
 			if err != nil {
-				t.Fatalf("regions: server of %s: %v", r, err)
+				return fmt.Errorf("server of %s: %v", r, err)
 			}
 			if cfg.Log != nil {
 				ns.SetLoggerV2(&natsLogger{cfg.Log.With("server", opts.ServerName)}, false, false, false)
@@ -181,14 +204,12 @@ func Start(t testing.TB, cfg Config) *Supercluster {
 	for _, r := range cfg.Regions {
 		for _, ns := range s.servers[r] {
 			if !ns.ReadyForConnections(20 * time.Second) {
-				t.Fatalf("regions: server %s not ready in 20s", ns.Name())
+				// Healthz names why: a port it could not bind, say.
+				return fmt.Errorf("server %s not ready in 20s: %s", ns.Name(), ns.Healthz(nil).Error)
 			}
 		}
 	}
-	started := time.Now()
-	testkit.CheckFor(t, 30*time.Second, 20*time.Millisecond, s.ready)
-	t.Logf("ready after %v", time.Since(started))
-	return s
+	return nil
 }
 
 // ready returns nil when every server has an outbound gateway connection to every other
