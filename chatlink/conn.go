@@ -75,6 +75,9 @@ type conn struct {
 	// liveState: the client asked for the room's live state frames (Login.live_state:
 	// viewers.go). Set once by login before the conn joins its room, read-only afterwards.
 	liveState bool
+	// streamed: the session's login is on the session stream and its logout is not
+	// (eventbatcher.go). Guarded by the node's eventBatcher.mu.
+	streamed bool
 
 	// Set once by login before the conn joins its room, read-only afterwards.
 	session, app, room, uid, device string
@@ -403,7 +406,7 @@ func (c *conn) login(l *clientpb.Login) {
 	if l.Inbox {
 		n.deliverInbox(c) // queues the read: inboxLoop makes it
 	}
-	n.presence.add(c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
+	n.presence.add(c, c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS), span.SpanContext())
 }
 
 // heartbeat answers a Heartbeat with the interval the client should use from now: it grows
@@ -595,7 +598,7 @@ func (c *conn) leave() {
 	if set := c.tags.Swap(nil); set != nil {
 		n.tags.Release(set)
 	}
-	n.presence.add(c.sessionEvent(buspb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
+	n.presence.add(c, c.sessionEvent(buspb.SessionEvent_KIND_LOGOUT, n.now().UnixMilli()), trace.SpanContext{})
 }
 
 // setTags gives a live member new tags; its next tick's messages are chosen by them. It

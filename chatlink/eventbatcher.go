@@ -21,9 +21,15 @@ import (
 type eventBatcher struct {
 	n *Node
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex // guards the fields below and conn.streamed
 	pending []*buspb.SessionEvent
 	traced  []trace.SpanContext // the sampled spans that made pending's events, at most maxEventLinks
+	// The node's sessions as the stream tells them: published is how many sessions have their
+	// login published and not their logout, delta what pending changes it by. The report
+	// carries published, which a reader of the stream counts alike at the report's sequence:
+	// a count taken from the connections' states instead differs while logins are between
+	// their state change and their event, and presence would take that for drift.
+	published, delta int64
 }
 
 const presenceFlushEvery = 100 * time.Millisecond
@@ -32,10 +38,18 @@ const presenceFlushEvery = 100 * time.Millisecond
 // links per span): a burst of logins with tracing on keeps a bounded list.
 const maxEventLinks = 128
 
-// add queues ev for the next batch; from is the span of the login that made it (a zero
-// SpanContext when there is none, or tracing is off).
-func (b *eventBatcher) add(ev *buspb.SessionEvent, from trace.SpanContext) {
+// add queues c's login or logout event ev for the next batch; from is the span of the login
+// that made it (a zero SpanContext when there is none, or tracing is off).
+func (b *eventBatcher) add(c *conn, ev *buspb.SessionEvent, from trace.SpanContext) {
 	b.mu.Lock()
+	switch {
+	case ev.Kind == buspb.SessionEvent_KIND_LOGIN && !c.streamed:
+		c.streamed = true
+		b.delta++
+	case ev.Kind == buspb.SessionEvent_KIND_LOGOUT && c.streamed:
+		c.streamed = false
+		b.delta--
+	}
 	b.pending = append(b.pending, ev)
 	if from.IsSampled() && len(b.traced) < maxEventLinks {
 		b.traced = append(b.traced, from)
@@ -66,9 +80,46 @@ func (b *eventBatcher) flush() {
 // flushLocked publishes the pending events. Caller holds b.n.stream.mu.
 func (b *eventBatcher) flushLocked() {
 	b.mu.Lock()
+	evs, traced := b.takeLocked()
+	b.mu.Unlock()
+	b.publishLocked(evs, traced)
+}
+
+// takeLocked takes the pending events out, counted as published. Caller holds b.mu.
+func (b *eventBatcher) takeLocked() ([]*buspb.SessionEvent, []trace.SpanContext) {
 	evs, traced := b.pending, b.traced
 	b.pending, b.traced = nil, nil
-	b.mu.Unlock()
+	b.published += b.delta
+	b.delta = 0
+	return evs, traced
+}
+
+// sessions returns how many sessions the stream has told so far. Caller holds b.n.stream.mu.
+func (b *eventBatcher) sessions() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.published
+}
+
+// flushStreamed publishes the pending events and returns the connections whose sessions the
+// stream has told with them (no event can be queued in between), for a snapshot. A connection
+// that closed and whose logout is not queued yet is left out: its logout follows, and takes
+// nothing from a reader that does not have it. Caller holds b.n.stream.mu.
+func (b *eventBatcher) flushStreamed() []*conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.publishLocked(b.takeLocked())
+	var out []*conn
+	b.n.conns.each(func(c *conn) {
+		if c.streamed {
+			out = append(out, c)
+		}
+	})
+	return out
+}
+
+// publishLocked publishes evs. Caller holds b.n.stream.mu.
+func (b *eventBatcher) publishLocked(evs []*buspb.SessionEvent, traced []trace.SpanContext) {
 	if len(evs) == 0 {
 		return
 	}

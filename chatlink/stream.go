@@ -55,18 +55,6 @@ func (n *Node) publishEventsLocked(ctx context.Context, evs []*buspb.SessionEven
 	})
 }
 
-// liveSessions returns a login event for every live session of the node.
-func (n *Node) liveSessions() []*buspb.SessionEvent {
-	var out []*buspb.SessionEvent
-	n.conns.each(func(c *conn) {
-		if c.getState() != stateLive {
-			return
-		}
-		out = append(out, c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS))
-	})
-	return out
-}
-
 // publishSnapshot publishes every live session of the node, unless it did so a moment ago.
 func (n *Node) publishSnapshot() {
 	n.stream.mu.Lock()
@@ -75,8 +63,13 @@ func (n *Node) publishSnapshot() {
 		return
 	}
 	n.stream.lastSnap = time.Now()
-	n.presence.flushLocked()
-	sessions := n.liveSessions()
+	// The sessions the stream has told, not the live connections: a login whose state changed
+	// and whose event is not queued yet is in neither, and its event comes after.
+	streamed := n.presence.flushStreamed()
+	sessions := make([]*buspb.SessionEvent, len(streamed))
+	for i, c := range streamed {
+		sessions[i] = c.sessionEvent(buspb.SessionEvent_KIND_LOGIN, c.loginMS)
+	}
 	n.stream.seq++
 	for i := 0; ; i += snapshotChunk {
 		end := min(i+snapshotChunk, len(sessions))
@@ -96,12 +89,7 @@ func (n *Node) publishSessionReport() {
 	n.stream.mu.Lock()
 	defer n.stream.mu.Unlock()
 	n.presence.flushLocked()
-	var live int64
-	n.conns.each(func(c *conn) {
-		if c.getState() == stateLive {
-			live++
-		}
-	})
+	live := n.presence.sessions() // as the stream told them: a reader counts the same
 	rooms := n.rooms.counts()
 	n.stream.seq++
 	now := n.now().UnixMilli()

@@ -349,8 +349,9 @@ func (s *Service) onStream(msg *nats.Msg) {
 		v.seen = time.Now()
 		resync := false
 		if rep.Seq > v.seq {
-			// A count that differs twice running is drift (a lost message, a partition), not
-			// a login caught between its state change and its event: ask for a snapshot.
+			// The node counts the sessions its stream told, as this view does, so a count
+			// that differs is drift (a lost message, a partition). Twice running: once may
+			// be a connection that closed just before a snapshot, its logout still to come.
 			if v.count != rep.Sessions {
 				v.mismatches++
 			} else {

@@ -1598,7 +1598,8 @@ type NodeReport struct {
 	Boot   string                 `protobuf:"bytes,2,opt,name=boot,proto3" json:"boot,omitempty"`
 	Seq    uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	TimeMs int64                  `protobuf:"varint,4,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
-	// Live sessions on the node when the report was made.
+	// The sessions the node's stream has told when the report was made: logins published, their
+	// logouts not (a reader of the stream counts the same at this seq).
 	Sessions      int64        `protobuf:"varint,5,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	Rooms         []*RoomCount `protobuf:"bytes,6,rep,name=rooms,proto3" json:"rooms,omitempty"`
 	Last          bool         `protobuf:"varint,7,opt,name=last,proto3" json:"last,omitempty"`

@@ -118,10 +118,10 @@ type Config struct {
 	// PerNode, when set, adjusts each ChatLink's configuration, its Node set, before it
 	// starts: what differs between the nodes (`roomcast dev --node-label`).
 	PerNode func(*chatlink.Config)
-	// Room configures the room service's instances; the cluster sets LeaseTTL. Its zero
+	// Room configures the room service's instances; the cluster sets a zero LeaseTTL. Its zero
 	// RequireCreated opens rooms implicitly, as the demo page needs.
 	Room room.Config
-	// Presence configures the presence instances; the cluster sets LeaseTTL.
+	// Presence configures the presence instances; the cluster sets a zero LeaseTTL.
 	Presence presence.Config
 	// Queue configures the room queue instances.
 	Queue roomqueue.Config
@@ -224,7 +224,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		pusher.Pusher.Window = cfg.CDN.Window
 	}
 	leaseTTL := 3 * cfg.LeaseInterval
-	cfg.Room.LeaseTTL, cfg.Presence.LeaseTTL = leaseTTL, leaseTTL
+	if cfg.Room.LeaseTTL <= 0 {
+		cfg.Room.LeaseTTL = leaseTTL
+	}
+	if cfg.Presence.LeaseTTL <= 0 {
+		cfg.Presence.LeaseTTL = leaseTTL
+	}
 	c.servicesCfg = roles.ServicesConfig{
 		NATSURL: c.natsURL, NATSOptions: inProcess,
 		Listen: cfg.Listen, GRPCListen: cfg.GRPCListen,
