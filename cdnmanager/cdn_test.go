@@ -26,7 +26,9 @@ func TestCdnModeSplitsLanes(t *testing.T) {
 	got := map[string]*clientpb.Message{}
 
 	api(t, c, "PUT", "/v1/rooms/"+room+"/cdn", map[string]any{"mode": "CDN_MODE_BULK"}, nil)
-	cfg := a.cdnConfig(5*time.Second, got)
+	// The manager announces the mode once it has heard from a pusher: on a loaded machine a
+	// freshly started cluster's pusher may take a few seconds to report.
+	cfg := a.cdnConfig(15*time.Second, got)
 	if cfg.Mode != clientpb.CdnMode_CDN_MODE_BULK || cfg.WindowMs != 1000 || len(cfg.Vendors) != 1 ||
 		cfg.Vendors[0].UrlTemplate != c.CDNOrigin()+"/{app}/{room}/{window_ms}/{index}" {
 		t.Fatalf("update frame: %v", cfg)
@@ -136,7 +138,9 @@ func TestCdnModeByRuleAndVendors(t *testing.T) {
 		{"url_template": "https://edge-a.example/{app}/{room}/{window_ms}/{index}", "weight": 3},
 		{"url_template": "https://edge-b.example/{app}/{room}/{window_ms}/{index}", "weight": 1, "regions": []string{"AS/CN"}},
 	}}, nil)
-	cfg := a.cdnConfig(5*time.Second, got)
+	// The manager announces the mode once it has heard from a pusher: on a loaded machine a
+	// freshly started cluster's pusher may take a few seconds to report.
+	cfg := a.cdnConfig(15*time.Second, got)
 	if len(cfg.Vendors) != 2 || cfg.Vendors[0].Weight != 3 || cfg.Vendors[1].Regions[0] != "AS/CN" {
 		t.Fatalf("vendors update: %v", cfg)
 	}

@@ -26,8 +26,16 @@ func TestCDN(t *testing.T) {
 	if res.OriginRequests < int64(res.Windows) || res.OriginMaxPerSegment > 2 {
 		t.Errorf("%d origin requests for %d windows, at most %d a segment", res.OriginRequests, res.Windows, res.OriginMaxPerSegment)
 	}
-	if res.PollsPerViewerPerWindow < 1 || res.PollsPerViewerPerWindow > 1.2 {
-		t.Errorf("%.3f polls per viewer per window", res.PollsPerViewerPerWindow)
+	// About once a window while the pusher is on time. A segment the pusher writes late (a
+	// loaded machine) is polled again every fifth of a window until it is there: those polls
+	// are the lateness's, at most one per retry period of it.
+	retry := float64(res.WindowMS) / 5
+	allowed := 1.2
+	if res.PollLateP99MS > retry {
+		allowed += res.PollLateP99MS / retry
+	}
+	if res.PollsPerViewerPerWindow < 1 || res.PollsPerViewerPerWindow > allowed {
+		t.Errorf("%.3f polls per viewer per window, over %.2f (segments in viewers' hands %.0f ms late at p99)", res.PollsPerViewerPerWindow, allowed, res.PollLateP99MS)
 	}
 	if res.PusherMessagesPerSec < 400 || res.SegmentsWritten < float64(res.Windows) {
 		t.Errorf("pusher: %.0f messages/s, %.0f segments", res.PusherMessagesPerSec, res.SegmentsWritten)
