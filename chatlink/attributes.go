@@ -2,6 +2,7 @@ package chatlink
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
+	"roomcast/internal/ratelimit"
 	"roomcast/proto/clientpb"
 )
 
@@ -44,6 +46,15 @@ func (r *localRoom) setAttributes(a *clientpb.RoomAttributes) {
 	})
 }
 
+// attributesPerConn bounds a connection's SetAttributes: a person's edits, not a script's. The
+// room's own rate of members' changes (5 a second, room/attributes.go) is applied after the
+// bus; this one keeps a looping client from loading the bus and the audit trail at its pace.
+var attributesPerConn = ratelimit.Limit{Rate: 5, Burst: 10}
+
+// limitAttributeConn names attributesPerConn in roomcast_chatlink_limited_total and in
+// refusals.
+const limitAttributeConn = "attribute_conn"
+
 // setAttribute forwards a member's change of the room's attributes to the room service, which
 // decides by the room's attributes_expr and attribute_keys (room/attributes.go), writes it and
 // broadcasts the room's new set, and answers the client. Each change, taken or refused, gets an
@@ -51,6 +62,23 @@ func (r *localRoom) setAttributes(a *clientpb.RoomAttributes) {
 // (conn.handle), so a connection's changes are answered one at a time, in order.
 func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 	n := c.node
+	now := n.now()
+	c.mu.Lock()
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	ok, retry := c.sends.attributeRate.Take(attributesPerConn, now)
+	c.mu.Unlock()
+	if !ok {
+		// Counted and logged sampled, not audited one by one, as moderate requests over
+		// their rate.
+		n.limitHit(limitAttributeConn, c, now)
+		c.writeFrame(&clientpb.Frame{Kind: &clientpb.Frame_SetAttributeReply{SetAttributeReply: &clientpb.SetAttributeReply{
+			Seq: r.Seq, Code: uint32(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED), RetryAfterMs: ratelimit.Millis(retry),
+			Message: fmt.Sprintf("over the %s rate: retry in %d ms", limitAttributeConn, ratelimit.Millis(retry)),
+		}}})
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	var rep buspb.Reply

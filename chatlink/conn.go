@@ -119,6 +119,8 @@ type connSends struct {
 	counterRate ratelimit.Bucket
 	// moderateRate holds the member's ModerateRequests to moderatePerConn (moderate.go).
 	moderateRate ratelimit.Bucket
+	// attributeRate holds the member's SetAttributes to attributesPerConn (attributes.go).
+	attributeRate ratelimit.Bucket
 }
 
 // addr returns the client's address; invalid when unknown.
