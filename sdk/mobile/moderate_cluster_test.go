@@ -118,3 +118,70 @@ type refusal struct{ res *mobile.ModerateResult }
 func (r *refusal) Error() string {
 	return "moderate result " + r.res.ErrorMessage
 }
+
+// TestSenderRecall: through the mobile facade a member recalls its own message in a room whose
+// settings allow it (every member, the sender included, gets EventRecalled), a second recall is
+// AlreadyRecalled, another member's recall of it and any recall in a room without the window
+// are results with their codes, not errors.
+func TestSenderRecall(t *testing.T) {
+	c := testcluster.Start(t, testcluster.ChatLinks(2))
+	for room, settings := range map[string]string{"open": `{"sender_recall_window_s":60}`, "strict": `{}`} {
+		if code := testcluster.Call(t, c, http.MethodPost, "/v1/rooms", devcluster.APIKey,
+			`{"room":"`+room+`","settings":`+settings+`}`, nil); code != http.StatusCreated {
+			t.Fatalf("create room %s: HTTP %d", room, code)
+		}
+	}
+	login := func(uid, room string) (*mobile.Client, *recorder) {
+		t.Helper()
+		tok, err := c.Mint(uid, room, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r recorder
+		cl, err := mobile.NewClient(&mobile.Config{Token: tok, Dispatcher: c.URL()}, &r)
+		if err != nil {
+			t.Fatalf("NewClient %s: %v", uid, err)
+		}
+		t.Cleanup(cl.Close)
+		waitEvent(t, &r, 0, "connected", kind(mobile.EventConnected))
+		return cl, &r
+	}
+	send := func(cl *mobile.Client) string {
+		t.Helper()
+		res, err := cl.Send(&mobile.Outgoing{Type: "chat", Body: []byte("oops")})
+		if err != nil || res.ErrorCode != 0 {
+			t.Fatalf("send: %+v, %v", res, err)
+		}
+		return res.MessageID
+	}
+	sender, rs := login("sender", "open")
+	other, ro := login("other", "open")
+	id := send(sender)
+	if res, err := other.Recall(id); err != nil || res.ErrorCode != mobile.ErrorRecallNotAllowed {
+		t.Errorf("another member's recall: %+v, %v; want code %d", res, err, mobile.ErrorRecallNotAllowed)
+	}
+	// The room service knows the room's settings a moment after their write.
+	testkit.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		res, err := sender.Recall(id)
+		if err != nil {
+			return err
+		}
+		if res.ErrorCode != 0 || res.AlreadyRecalled {
+			return fmt.Errorf("recall: %+v", res)
+		}
+		return nil
+	})
+	for name, r := range map[string]*recorder{"sender": rs, "other": ro} {
+		if e, _ := waitEvent(t, r, 0, "recalled", kind(mobile.EventRecalled)); e.MessageID != id || e.ByUID != "sender" {
+			t.Errorf("%s's recalled event: %+v, want %s by sender", name, e, id)
+		}
+	}
+	if res, err := sender.Recall(id); err != nil || res.ErrorCode != 0 || !res.AlreadyRecalled {
+		t.Errorf("a second recall: %+v, %v; want AlreadyRecalled", res, err)
+	}
+
+	strict, _ := login("strict", "strict")
+	if res, err := strict.Recall(send(strict)); err != nil || res.ErrorCode != mobile.ErrorRecallNotAllowed {
+		t.Errorf("a recall in a room without the window: %+v, %v; want code %d", res, err, mobile.ErrorRecallNotAllowed)
+	}
+}
