@@ -150,13 +150,15 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 	cl := testkit.DialWS(t, c.Nodes[0].WSURL())
 	cl.Login(testcluster.Token(t, "viewer", "busy"))
 	p := newPublisher(t, c)
+	start := time.Now()
 	for i := 0; i < 50; i++ {
 		p.publish("busy", clientpb.Lane_LANE_NORMAL, []byte("chat"))
 		p.publish("busy", clientpb.Lane_LANE_CRITICAL, []byte("gift"))
 	}
-	// Every normal message is delivered or counted as thinned, in the Push that follows.
+	// Every normal message is delivered or counted as thinned, in the Push that follows. The
+	// deadline is a bound for a loaded machine, not a figure.
 	var critical, normal, thinned int
-	deadline := time.After(1500 * time.Millisecond)
+	deadline := time.After(10 * time.Second)
 	for critical < 50 || normal+thinned < 50 {
 		select {
 		case f := <-cl.Frames():
@@ -175,8 +177,11 @@ func TestBudgetThinsOnlyNormalAndBulk(t *testing.T) {
 			t.Fatalf("got %d of 50 critical messages; normal: %d delivered, %d counted as thinned", critical, normal, thinned)
 		}
 	}
-	if normal == 0 || normal > 5 || normal+thinned != 50 {
-		t.Fatalf("a budget of 10/s: %d of 50 normal messages delivered in one burst, %d counted as thinned", normal, thinned)
+	// At most half a second's budget in one burst, and the budget's refill over however long
+	// the publishing and the delivery took (a loaded machine stretches them).
+	allowed := 5 + int(10*time.Since(start).Seconds())
+	if normal == 0 || normal > allowed || normal+thinned != 50 {
+		t.Fatalf("a budget of 10/s: %d of 50 normal messages delivered (at most %d), %d counted as thinned", normal, allowed, thinned)
 	}
 }
 
