@@ -39,10 +39,15 @@ const presenceFlushEvery = 100 * time.Millisecond
 const maxEventLinks = 128
 
 // add queues c's login or logout event ev for the next batch; from is the span of the login
-// that made it (a zero SpanContext when there is none, or tracing is off).
+// that made it (a zero SpanContext when there is none, or tracing is off). The login of a
+// connection that closed meanwhile is dropped: its close already queued its logout (or will
+// not, having found no login), and a login after it would leave the session in the stream.
 func (b *eventBatcher) add(c *conn, ev *buspb.SessionEvent, from trace.SpanContext) {
 	b.mu.Lock()
 	switch {
+	case ev.Kind == buspb.SessionEvent_KIND_LOGIN && c.getState() == stateClosed:
+		b.mu.Unlock()
+		return
 	case ev.Kind == buspb.SessionEvent_KIND_LOGIN && !c.streamed:
 		c.streamed = true
 		b.delta++

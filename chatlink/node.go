@@ -42,7 +42,7 @@ const wsReadBuffer = 256
 // Lock order, where locks nest (one on the left may be held while taking one on its right,
 // never the other way round):
 //
-//	sessionStream.mu -> eventBatcher.mu -> connTable's shard locks (a snapshot)
+//	sessionStream.mu -> eventBatcher.mu -> connTable's shard locks (a snapshot), conn.mu
 //	sessionStream.mu -> roomShard.mu -> roomFanout.mu -> localRoom.mu -> a member's writer
 //	sessionStream.mu -> conn.mu -> the tag interner's lock
 //	roomShard.mu -> roomCounters.mu
