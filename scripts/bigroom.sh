@@ -16,6 +16,8 @@
 #   ROOMCAST=<binary> NATS_SERVER=<binary> (both built from this checkout when unset)
 #   BASE_PORT=21000 (uses BASE_PORT..BASE_PORT+400) BENCH_ARGS="" (more `bench fanout` flags)
 #   CHATLINK_ARGS="" SERVICES_ARGS="" (more flags of each ChatLink, of the services)
+#   BENCH_NICE=10 (the load generator's niceness: on one machine the tiers under test keep
+#   the CPU they need, and a bench that falls behind shows in its own figures)
 #
 # The open-file limit bounds a process's sockets (20,000 on the machine measured): keep
 # PER_CHATLINK and PER_PROCESS under it. Output: the bench's summary, its JSON on the line
@@ -35,6 +37,7 @@ BASE_PORT=${BASE_PORT:-21000}
 BENCH_ARGS=${BENCH_ARGS:-}
 CHATLINK_ARGS=${CHATLINK_ARGS:-}
 SERVICES_ARGS=${SERVICES_ARGS:-}
+BENCH_NICE=${BENCH_NICE:-10}
 CHATLINKS=$(((N + PER_CHATLINK_PLAN - 1) / PER_CHATLINK_PLAN))
 WORK=${WORK:-$(mktemp -d -t roomcast-bigroom.XXXXXX)}
 mkdir -p "$WORK"
@@ -116,9 +119,9 @@ before_chatlinks=0
 for pid in "${chatlink_pids[@]}"; do before_chatlinks=$((before_chatlinks + $(rss "$pid"))); done
 
 pid_list=$nats_pid,$services_pid$(printf ',%s' "${chatlink_pids[@]}")
-echo "bigroom: N=$N over $CHATLINKS ChatLinks (at most $PER_CHATLINK each), logins $LOGIN_RATE/s, $RATE msg/s for $DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg); work dir $WORK" >&2
+echo "bigroom: N=$N over $CHATLINKS ChatLinks (at most $PER_CHATLINK each), logins $LOGIN_RATE/s, $RATE msg/s for $DURATION, bench at nice $BENCH_NICE; load: $(cut -d' ' -f1-3 /proc/loadavg); work dir $WORK" >&2
 status=0
-"$ROOMCAST" bench fanout --dispatcher "http://$api" --api-key "$key" --secret "$secret" \
+nice -n "$BENCH_NICE" "$ROOMCAST" bench fanout --dispatcher "http://$api" --api-key "$key" --secret "$secret" \
 	--n "$N" --rate "$RATE" --duration "$DURATION" --tick "${TICK}" --client raw \
 	--per-process "$PER_PROCESS" --login-rate "$LOGIN_RATE" --pid "$pid_list" --json $BENCH_ARGS \
 	>"$WORK/bench.out" || status=$?
