@@ -63,12 +63,7 @@ const limitAttributeConn = "attribute_conn"
 func (c *conn) setAttribute(r *clientpb.SetAttribute) {
 	n := c.node
 	now := n.now()
-	c.mu.Lock()
-	if c.sends == nil {
-		c.sends = new(connSends)
-	}
-	ok, retry := c.sends.attributeRate.Take(attributesPerConn, now)
-	c.mu.Unlock()
+	ok, retry := c.takeRate(func(s *connSends) *ratelimit.Bucket { return &s.attributeRate }, attributesPerConn, now)
 	if !ok {
 		// Counted and logged sampled, not audited one by one, as moderate requests over
 		// their rate.

@@ -123,6 +123,16 @@ type connSends struct {
 	attributeRate ratelimit.Bucket
 }
 
+// takeRate takes a token at now from the connection's bucket that pick names, held to lim.
+func (c *conn) takeRate(pick func(*connSends) *ratelimit.Bucket, lim ratelimit.Limit, now time.Time) (ok bool, retryAfter time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sends == nil {
+		c.sends = new(connSends)
+	}
+	return pick(c.sends).Take(lim, now)
+}
+
 // addr returns the client's address; invalid when unknown.
 func (c *conn) addr() netip.Addr {
 	if c.addr16 == ([16]byte{}) {

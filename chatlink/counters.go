@@ -97,12 +97,7 @@ func (c *conn) counterAdd(a *clientpb.CounterAdd) {
 		return
 	}
 	now := n.now()
-	c.mu.Lock()
-	if c.sends == nil {
-		c.sends = new(connSends)
-	}
-	ok, retry := c.sends.counterRate.Take(n.cfg.Limits.CounterAddsPerConn, now)
-	c.mu.Unlock()
+	ok, retry := c.takeRate(func(s *connSends) *ratelimit.Bucket { return &s.counterRate }, n.cfg.Limits.CounterAddsPerConn, now)
 	if !ok {
 		n.limitHit(limitCounterConn, c, now)
 		refuse(clientpb.ErrorCode_ERROR_CODE_SEND_RATE_LIMITED, "over the "+limitCounterConn+" rate", retry)

@@ -31,12 +31,7 @@ const limitModerateConn = "moderate_conn"
 func (c *conn) moderate(r *clientpb.ModerateRequest) {
 	n := c.node
 	now := n.now()
-	c.mu.Lock()
-	if c.sends == nil {
-		c.sends = new(connSends)
-	}
-	ok, retry := c.sends.moderateRate.Take(moderatePerConn, now)
-	c.mu.Unlock()
+	ok, retry := c.takeRate(func(s *connSends) *ratelimit.Bucket { return &s.moderateRate }, moderatePerConn, now)
 	if !ok {
 		// Counted and logged sampled, not audited one by one: a client looping on the frame
 		// would otherwise write the audit trail at its own pace.

@@ -13,12 +13,9 @@ import (
 	"roomcast/proto/clientpb"
 )
 
-// TestModerateRate: a connection's moderate requests are answered in order, each with its seq;
-// past the connection's rate (bursts of 10) they are refused at the edge with 120 and the
-// limit's name, without reaching the room service and without an audit record each, while the
-// ones under it are judged (here: no moderator, 140) and audited.
-func TestModerateRate(t *testing.T) {
-	t.Parallel()
+// pestWithTrail starts a cluster whose audit trail it returns, and logs a member in.
+func pestWithTrail(t *testing.T) (*testkit.Buffer, *testkit.Client) {
+	t.Helper()
 	var trail testkit.Buffer
 	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
 		cfg.Audit = slog.New(slog.NewJSONHandler(&trail, nil))
@@ -27,6 +24,16 @@ func TestModerateRate(t *testing.T) {
 	if ack := cl.Login(testcluster.Token(t, "pest", "quiet")); ack == nil {
 		t.Fatal("no login ack")
 	}
+	return &trail, cl
+}
+
+// TestModerateRate: a connection's moderate requests are answered in order, each with its seq;
+// past the connection's rate (bursts of 10) they are refused at the edge with 120 and the
+// limit's name, without reaching the room service and without an audit record each, while the
+// ones under it are judged (here: no moderator, 140) and audited.
+func TestModerateRate(t *testing.T) {
+	t.Parallel()
+	trail, cl := pestWithTrail(t)
 	const n = 20
 	for i := range n {
 		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_ModerateRequest{ModerateRequest: &clientpb.ModerateRequest{
@@ -67,14 +74,7 @@ func TestModerateRate(t *testing.T) {
 // while the ones under it are judged (here: the room permits no member, 150) and audited.
 func TestSetAttributeRate(t *testing.T) {
 	t.Parallel()
-	var trail testkit.Buffer
-	c := testcluster.Start(t, testcluster.ChatLinks(1), func(cfg *devcluster.Config) {
-		cfg.Audit = slog.New(slog.NewJSONHandler(&trail, nil))
-	})
-	cl := testkit.DialTCP(t, c.Nodes[0].TCPAddr())
-	if ack := cl.Login(testcluster.Token(t, "pest", "quiet")); ack == nil {
-		t.Fatal("no login ack")
-	}
+	trail, cl := pestWithTrail(t)
 	const n = 20
 	for i := range n {
 		cl.Send(&clientpb.Frame{Kind: &clientpb.Frame_SetAttribute{SetAttribute: &clientpb.SetAttribute{

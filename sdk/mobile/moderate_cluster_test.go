@@ -26,19 +26,9 @@ func TestModerate(t *testing.T) {
 	}
 	login := func(uid string, tags ...string) (*mobile.Client, *recorder) {
 		t.Helper()
-		tok, err := c.Mint(uid, room, tags, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r recorder
-		cl, err := mobile.NewClient(&mobile.Config{Token: tok, Dispatcher: c.URL()}, &r)
-		if err != nil {
-			t.Fatalf("NewClient %s: %v", uid, err)
-		}
-		t.Cleanup(cl.Close)
-		waitEvent(t, &r, 0, "connected", kind(mobile.EventConnected))
+		cl, r := connectMember(t, c, uid, room, tags...)
 		testcluster.WaitOnline(t, c, uid) // moderators act on members presence knows
-		return cl, &r
+		return cl, r
 	}
 	asst, _ := login("asst", "role:assistant", "class:1")
 	s1, r1 := login("s1", "class:1")
@@ -112,6 +102,24 @@ func TestModerate(t *testing.T) {
 	}
 }
 
+// connectMember logs uid in to room with tags through the mobile facade and waits for it to be
+// connected.
+func connectMember(t *testing.T, c *devcluster.Cluster, uid, room string, tags ...string) (*mobile.Client, *recorder) {
+	t.Helper()
+	tok, err := c.Mint(uid, room, tags, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recorder
+	cl, err := mobile.NewClient(&mobile.Config{Token: tok, Dispatcher: c.URL()}, &r)
+	if err != nil {
+		t.Fatalf("NewClient %s: %v", uid, err)
+	}
+	t.Cleanup(cl.Close)
+	waitEvent(t, &r, 0, "connected", kind(mobile.EventConnected))
+	return cl, &r
+}
+
 // refusal is a moderate result that was not the one awaited, as an error for CheckFor.
 type refusal struct{ res *mobile.ModerateResult }
 
@@ -131,21 +139,6 @@ func TestSenderRecall(t *testing.T) {
 			t.Fatalf("create room %s: HTTP %d", room, code)
 		}
 	}
-	login := func(uid, room string) (*mobile.Client, *recorder) {
-		t.Helper()
-		tok, err := c.Mint(uid, room, nil, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r recorder
-		cl, err := mobile.NewClient(&mobile.Config{Token: tok, Dispatcher: c.URL()}, &r)
-		if err != nil {
-			t.Fatalf("NewClient %s: %v", uid, err)
-		}
-		t.Cleanup(cl.Close)
-		waitEvent(t, &r, 0, "connected", kind(mobile.EventConnected))
-		return cl, &r
-	}
 	send := func(cl *mobile.Client) string {
 		t.Helper()
 		res, err := cl.Send(&mobile.Outgoing{Type: "chat", Body: []byte("oops")})
@@ -154,8 +147,8 @@ func TestSenderRecall(t *testing.T) {
 		}
 		return res.MessageID
 	}
-	sender, rs := login("sender", "open")
-	other, ro := login("other", "open")
+	sender, rs := connectMember(t, c, "sender", "open")
+	other, ro := connectMember(t, c, "other", "open")
 	id := send(sender)
 	if res, err := other.Recall(id); err != nil || res.ErrorCode != mobile.ErrorRecallNotAllowed {
 		t.Errorf("another member's recall: %+v, %v; want code %d", res, err, mobile.ErrorRecallNotAllowed)
@@ -180,7 +173,7 @@ func TestSenderRecall(t *testing.T) {
 		t.Errorf("a second recall: %+v, %v; want AlreadyRecalled", res, err)
 	}
 
-	strict, _ := login("strict", "strict")
+	strict, _ := connectMember(t, c, "strict", "strict")
 	if res, err := strict.Recall(send(strict)); err != nil || res.ErrorCode != mobile.ErrorRecallNotAllowed {
 		t.Errorf("a recall in a room without the window: %+v, %v; want code %d", res, err, mobile.ErrorRecallNotAllowed)
 	}
