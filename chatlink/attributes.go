@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
 	"roomcast/internal/ratelimit"
@@ -32,18 +30,7 @@ func (r *localRoom) setAttributes(a *clientpb.RoomAttributes) {
 			break
 		}
 	}
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_RoomAttributes{RoomAttributes: a}})
-	if err != nil {
-		r.t.n.log.Error("encode room attributes", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked && c.liveState {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_RoomAttributes{RoomAttributes: a}}, true, "room attributes")
 }
 
 // attributesPerConn bounds a connection's SetAttributes: a person's edits, not a script's. The

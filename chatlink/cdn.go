@@ -34,18 +34,7 @@ func (r *localRoom) cdnConfig() *clientpb.CdnConfig {
 // LoginAck (the others get it in theirs, or from afterLoginAck).
 func (r *localRoom) setCdn(cfg *clientpb.CdnConfig) {
 	r.cdn.Store(cfg)
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: cfg}})
-	if err != nil {
-		r.t.n.log.Error("encode CDN config", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_CdnConfig{CdnConfig: cfg}}, false, "CDN config")
 }
 
 // afterLoginAck is called once c's LoginAck, carrying sent, is written: from now on setCdn

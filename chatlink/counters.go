@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
@@ -306,16 +305,5 @@ func (r *localRoom) writeCounters() {
 	}
 	rc.scheduled, rc.lastWrite = false, time.Now()
 	rc.mu.Unlock()
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_CounterTotals{CounterTotals: r.counters.Load()}})
-	if err != nil {
-		r.t.n.log.Error("encode counter totals", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_CounterTotals{CounterTotals: r.counters.Load()}}, false, "counter totals")
 }

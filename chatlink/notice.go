@@ -147,20 +147,7 @@ func (n *Node) writeNotice(app, room string, m *clientpb.Message) {
 	}
 	m = proto.CloneOf(m)
 	m.Room = room
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: []*clientpb.Message{m}}}})
-	if err != nil {
-		n.log.Error("encode notice", "err", err)
-		return
-	}
-	var written int
-	r.mu.RLock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked {
-			c.write(b)
-			written++
-		}
-	})
-	r.mu.RUnlock()
+	written := r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_Push{Push: &clientpb.Push{Messages: []*clientpb.Message{m}}}}, false, "notice")
 	n.m.deliveries[lane(m)].Add(float64(written))
 }
 

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
 	"roomcast/proto/clientpb"
@@ -88,18 +86,7 @@ func (r *localRoom) recall(rc *clientpb.Recall) {
 		f.pending = slices.DeleteFunc(f.pending, func(q queued) bool { return gone[q.m.GetId()] })
 	}
 	f.mu.Unlock()
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_Recall{Recall: rc}})
-	if err != nil {
-		r.t.n.log.Error("encode recall", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_Recall{Recall: rc}}, false, "recall")
 }
 
 // recallRequest forwards a member's recall of a message it sent to the room service, naming

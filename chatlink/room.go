@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"roomcast/internal/bus"
 	"roomcast/internal/buspb"
@@ -252,6 +253,27 @@ func (r *localRoom) each(g, p int, fn func(c *conn)) {
 			fn(c)
 		}
 	}
+}
+
+// writeAcked encodes f once and writes it to every member whose LoginAck is written (cdnAcked),
+// only to those that asked for the live state when liveOnly, and returns how many it wrote to;
+// what names the frame in the log when it does not encode.
+func (r *localRoom) writeAcked(f *clientpb.Frame, liveOnly bool, what string) int {
+	b, err := proto.Marshal(f)
+	if err != nil {
+		r.t.n.log.Error("encode "+what, "err", err)
+		return 0
+	}
+	written := 0
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.each(0, 1, func(c *conn) {
+		if c.cdnAcked && (c.liveState || !liveOnly) {
+			c.write(b)
+			written++
+		}
+	})
+	return written
 }
 
 // count returns the number of rooms with local members.

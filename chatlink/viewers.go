@@ -107,18 +107,7 @@ func (r *localRoom) setViewers(v *clientpb.ViewerCount) {
 	if old := r.viewers.Swap(v); proto.Equal(old, v) {
 		return
 	}
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_ViewerCount{ViewerCount: v}})
-	if err != nil {
-		r.t.n.log.Error("encode viewer count", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked && c.liveState {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_ViewerCount{ViewerCount: v}}, true, "viewer count")
 }
 
 // memberNotice publishes c's join (or leave) on its room's subject when the room asks for
@@ -145,16 +134,5 @@ func (n *Node) memberNotice(c *conn, r *localRoom, left bool) {
 
 // writeMemberNotice writes members' joins and leaves to the room's members.
 func (r *localRoom) writeMemberNotice(changes []*clientpb.MemberChange) {
-	b, err := proto.Marshal(&clientpb.Frame{Kind: &clientpb.Frame_MemberNotice{MemberNotice: &clientpb.MemberNotice{Changes: changes}}})
-	if err != nil {
-		r.t.n.log.Error("encode member notice", "err", err)
-		return
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.each(0, 1, func(c *conn) {
-		if c.cdnAcked && c.liveState {
-			c.write(b)
-		}
-	})
+	r.writeAcked(&clientpb.Frame{Kind: &clientpb.Frame_MemberNotice{MemberNotice: &clientpb.MemberNotice{Changes: changes}}}, true, "member notice")
 }

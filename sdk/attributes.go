@@ -52,7 +52,8 @@ func (d *delivery) attributes(a *clientpb.RoomAttributes) {
 type AttributeError struct {
 	// Code is a clientpb.ErrorCode: 150 ATTRIBUTES_NOT_ALLOWED, 125 ATTRIBUTES_FULL, 100
 	// BAD_REQUEST (a bad key), 103 FORBIDDEN (muted or banned), 105 ROOM_NOT_FOUND (closed),
-	// 120 SEND_RATE_LIMITED (the room's members changed its attributes too often: RetryAfter),
+	// 120 SEND_RATE_LIMITED (this connection, or the room's members together, changed its
+	// attributes too often: RetryAfter),
 	// 503 UNAVAILABLE.
 	Code uint32
 	// Message is the server's explanation.

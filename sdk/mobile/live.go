@@ -79,8 +79,8 @@ type AttributeResult struct {
 	ErrorCode int32
 	// ErrorMessage is the server's explanation of a refusal.
 	ErrorMessage string
-	// RetryAfterMs is the server's hint with 120 (the room's members changed its attributes too
-	// often): the change may be taken after this long.
+	// RetryAfterMs is the server's hint with 120 (this connection, or the room's members
+	// together, changed its attributes too often): the change may be taken after this long.
 	RetryAfterMs int64
 }
 

@@ -11,7 +11,8 @@ import { ErrorCode, type RoomAttributes, type ViewerCount } from "./gen/client_p
  * stays. code is an ErrorCode: 150 ATTRIBUTES_NOT_ALLOWED (the room's attributes_expr or
  * attribute_keys do not permit this member this key), 125 ATTRIBUTES_FULL, 100 BAD_REQUEST (a
  * bad key), 103 FORBIDDEN (muted or banned), 105 ROOM_NOT_FOUND (closed), 120
- * SEND_RATE_LIMITED (the room's members changed its attributes too often: retryAfterMs), 503
+ * SEND_RATE_LIMITED (this connection, or the room's members together, changed its attributes
+ * too often: retryAfterMs), 503
  * UNAVAILABLE.
  */
 export class AttributeError extends RoomcastError {
