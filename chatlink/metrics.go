@@ -64,6 +64,7 @@ type metrics struct {
 	recoveryAskers     prometheus.Counter             // recoveries those reads served
 	busSeconds         [numBusOps]prometheus.Observer // by op
 	closes             *prometheus.CounterVec         // by close code name
+	tlsSessions        *prometheus.CounterVec         // TLS connections served, by record layer
 	sendErrors         *prometheus.CounterVec         // by error code name
 	flowStrength       prometheus.Gauge
 	egressUsage        prometheus.Gauge
@@ -124,6 +125,9 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_closes_total", Help: "Connections closed by the server, by close code.",
 		}, []string{"code"}),
+		tlsSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "roomcast_chatlink_tls_connections_total", Help: "TLS connections past their handshake, by the record layer that serves them: roomcast (TLS 1.3 with AES-GCM, keys kept small) or crypto_tls (TLS 1.2, ChaCha20, a connection read by a goroutine).",
+		}, []string{"record_layer"}),
 		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "roomcast_chatlink_send_errors_total", Help: "Sends refused, by error code.",
 		}, []string{"code"}),
@@ -166,7 +170,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.Node}, reg)
 		reg.MustRegister(m.connections, m.rooms, m.framesIn, m.pushFrames, m.ringSends, deliveries, drops, m.criticalOverBudget,
-			m.logins, m.loginSeconds, m.recoveryReads, m.recoveryAskers, busLatency, m.closes, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order,
+			m.logins, m.loginSeconds, m.recoveryReads, m.recoveryAskers, busLatency, m.closes, m.tlsSessions, n.limits.limited, n.limits.handshakes, n.limits.reloads, m.sendErrors, m.flowStrength, m.egressUsage, m.egressBytes, m.backlogBytes, order,
 			n.counters.windows, n.counters.adds)
 		reg.MustRegister(n.pace.collectors()...)
 	}

@@ -361,6 +361,9 @@ func (n *Node) sweep() {
 	nowNS := n.now().UnixNano()
 	loginBy := nowNS - n.cfg.LoginTimeout.Nanoseconds()
 	n.conns.each(func(c *conn) {
+		if w, ok := c.t.(*sockWriter); ok {
+			w.dropIdleCipher()
+		}
 		switch st := c.getState(); {
 		// The login deadline counts from the connect, not from the last frame: a client
 		// that pings (or sends anything but a Login) must not stay forever.

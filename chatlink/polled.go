@@ -46,8 +46,10 @@ type polled struct {
 	pending    []byte // an incomplete frame
 
 	// Set for a TLS connection (overTLS, transport_tls.go): the socket's bytes go to wire, and
-	// the frames are read from tls; tlsW writes.
+	// the frames are read from rec, the record layer taken over from crypto/tls, or from tls
+	// where it could not be; tlsW writes.
 	tls  *tls.Conn
+	rec  *tlswire.Session
 	wire *tlswire.Wire
 	tlsW *sockWriter
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"roomcast/chatlink/internal/tlswire"
 	"roomcast/chatlink/internal/wsproto"
 	"roomcast/internal/netpoll"
 	"roomcast/proto/clientpb"
@@ -24,9 +25,11 @@ import (
 type sockWriter struct {
 	p  *polled
 	ws bool // WebSocket framing, else length-prefixed TCP
-	// tls seals the frames of a TLS connection into records (transport_tls.go); nil for a
-	// plain one. Set before the connection is shared.
+	// rec, or tls where crypto/tls kept the connection, seals the frames of a TLS connection
+	// into records (transport_tls.go); both nil for a plain one. Set before the connection is
+	// shared; rec is used under mu.
 	tls *tls.Conn
+	rec *tlswire.Session
 
 	mu         sync.Mutex // guards the fields below
 	queue      net.Buffers
@@ -94,7 +97,7 @@ func (w *sockWriter) forceClose() {
 // send writes one frame of payload b; last closes the connection after it. b is not changed
 // and may be shared with other connections.
 func (w *sockWriter) send(op byte, b []byte, last bool) {
-	if w.tls != nil {
+	if w.overTLS() {
 		w.sendTLS(op, b, last)
 		return
 	}

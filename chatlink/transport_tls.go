@@ -66,16 +66,53 @@ func (n *Node) startTLSTCP(nc net.Conn) {
 		p.start(nil)
 		return
 	}
+	n.m.tlsSessions.WithLabelValues("crypto_tls").Inc()
 	n.wg.Add(1) // serveTCP tells n.wg when done
 	go n.serveTCP(tc)
 }
 
-// overTLS makes p a TLS connection, written by w: from now on the Wire gives crypto/tls only
-// what the poller's reads bring, and every record crypto/tls seals goes to w.
+// overTLS makes p a TLS connection, written by w: from now on the Wire holds only what the
+// poller's reads bring. Its records are opened and sealed by the record layer taken over from
+// crypto/tls (tlswire.Detach), which keeps a TLS 1.3 connection's keys in a few hundred bytes
+// and builds its ciphers only while it is used; where the tls.Conn cannot be taken over (TLS
+// 1.2, ChaCha20), crypto/tls opens and seals them, and every record it seals goes to w.
 func (p *polled) overTLS(tc *tls.Conn, wire *tlswire.Wire, w *sockWriter) {
-	p.tls, p.wire, p.tlsW = tc, wire, w
-	w.tls = tc
+	p.wire, p.tlsW = wire, w
+	if rec, ok := tlswire.Detach(tc); ok {
+		p.rec, w.rec = rec, rec
+		wire.Poll(nil)
+		p.n.m.tlsSessions.WithLabelValues("roomcast").Inc()
+		return
+	}
+	p.n.m.tlsSessions.WithLabelValues("crypto_tls").Inc()
+	p.tls, w.tls = tc, tc
 	wire.Poll(w.appendSealed)
+}
+
+// overTLS reports whether w seals what it writes.
+func (w *sockWriter) overTLS() bool { return w.rec != nil || w.tls != nil }
+
+// seal seals plain into records, after the records sealed before, and reports whether it could.
+func (w *sockWriter) seal(plain []byte) bool {
+	if w.rec == nil {
+		_, err := w.tls.Write(plain) // the Wire hands the records to appendSealed
+		return err == nil
+	}
+	w.mu.Lock()
+	w.sealed = w.rec.Seal(w.sealed, plain)
+	w.mu.Unlock()
+	return true
+}
+
+// dropIdleCipher lets the sending cipher of a connection that sealed nothing since the last
+// call go (the node's sweep calls it every second or so).
+func (w *sockWriter) dropIdleCipher() {
+	if w.rec == nil {
+		return
+	}
+	w.mu.Lock()
+	w.rec.DropIdleOut()
+	w.mu.Unlock()
 }
 
 // plainBufs hold a record's plaintext, at most 16 KiB, while its frames are handled.
@@ -96,9 +133,14 @@ func (p *polled) readTLS() readNext {
 }
 
 // settleTLS ends a read of a TLS connection: the Wire keeps only part of a record, if any, and
-// the tls.Conn gives back its read buffers (tlswire.Release), as the connection goes idle.
+// the record layer lets its reading cipher go, or the tls.Conn gives back its read buffers
+// (tlswire.Release), as the connection goes idle.
 func (p *polled) settleTLS() {
 	p.wire.Settle()
+	if p.rec != nil {
+		p.rec.DropIn()
+		return
+	}
 	tlswire.Release(p.tls)
 }
 
@@ -107,6 +149,9 @@ func (p *polled) settleTLS() {
 func (p *polled) openRecords() readNext {
 	if !p.wire.HasRecord() {
 		return readOn
+	}
+	if p.rec != nil {
+		return p.openDetached()
 	}
 	bp := plainBufs.Get().(*[]byte)
 	defer plainBufs.Put(bp)
@@ -124,6 +169,43 @@ func (p *polled) openRecords() readNext {
 		}
 	}
 	p.tlsW.dispatchSealed(false) // what crypto/tls wrote while reading (a key update's answer)
+	return next
+}
+
+// openDetached opens the whole records the Wire holds with the record layer, answering a key
+// update the client asks for, and sending the alert of a record it refuses before the
+// connection closes.
+func (p *polled) openDetached() readNext {
+	w := p.tlsW
+	next := readOn
+	for next == readOn {
+		rec, ok := p.wire.Next()
+		if !ok {
+			break
+		}
+		data, answer, err := p.rec.Open(rec)
+		if answer {
+			w.mu.Lock()
+			w.sealed = w.rec.SealKeyUpdate(w.sealed)
+			w.mu.Unlock()
+		}
+		if len(data) > 0 {
+			next = p.consumePlain(data)
+		}
+		var alert tlswire.Alert
+		switch {
+		case err == nil:
+		case errors.As(err, &alert):
+			p.n.log.Debug("tls record refused", "remote", p.RemoteAddr().String(), "alert", uint8(alert))
+			w.mu.Lock()
+			w.sealed = w.rec.SealAlert(w.sealed, alert)
+			w.mu.Unlock()
+			next = readClose
+		default:
+			next = readClose // the client's close_notify or alert
+		}
+	}
+	w.dispatchSealed(false)
 	return next
 }
 
@@ -154,10 +236,10 @@ func (w *sockWriter) sendTLS(op byte, b []byte, last bool) {
 	}
 	bp := sealBufs.Get().(*[]byte)
 	plain := append(w.header((*bp)[:0], op, len(b)), b...)
-	_, err := w.tls.Write(plain)
+	ok := w.seal(plain)
 	*bp = plain[:0]
 	sealBufs.Put(bp)
-	if err != nil {
+	if !ok {
 		w.forceClose()
 		return
 	}
@@ -214,7 +296,7 @@ func (w *sockWriter) claimSealed(wire []byte) ([]byte, bool) {
 	if stop {
 		return nil, false
 	}
-	if _, err := w.tls.Write(wire); err != nil {
+	if !w.seal(wire) {
 		w.forceClose()
 		return nil, false
 	}

@@ -149,6 +149,9 @@ func (n *Node) upgradeWS(nc net.Conn) {
 		return
 	}
 	if n.poll == nil || sock == nil {
+		if overTLS != nil {
+			n.m.tlsSessions.WithLabelValues("crypto_tls").Inc()
+		}
 		n.serveWSReader(nc, br, req, addr) // gws keeps br
 		return
 	}

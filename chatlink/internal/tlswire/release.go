@@ -35,14 +35,26 @@ func Release(c *tls.Conn) bool {
 	if !connFields.ok {
 		return false
 	}
-	base := unsafe.Pointer(c)
-	raw := (*bytes.Buffer)(unsafe.Add(base, connFields.rawInput))
-	in := (*bytes.Reader)(unsafe.Add(base, connFields.input))
-	hand := (*bytes.Buffer)(unsafe.Add(base, connFields.hand))
-	if raw.Len() != 0 || in.Len() != 0 || hand.Len() != 0 {
+	if holding(c) {
 		return false
 	}
+	raw, in, hand := readBuffers(c)
 	*raw, *hand = bytes.Buffer{}, bytes.Buffer{}
 	in.Reset(nil)
 	return true
+}
+
+// readBuffers returns c's read buffers; connFields.ok must be true.
+func readBuffers(c *tls.Conn) (raw *bytes.Buffer, in *bytes.Reader, hand *bytes.Buffer) {
+	base := unsafe.Pointer(c)
+	return (*bytes.Buffer)(unsafe.Add(base, connFields.rawInput)),
+		(*bytes.Reader)(unsafe.Add(base, connFields.input)),
+		(*bytes.Buffer)(unsafe.Add(base, connFields.hand))
+}
+
+// holding reports whether c holds bytes it read and has not handed out; connFields.ok must be
+// true.
+func holding(c *tls.Conn) bool {
+	raw, in, hand := readBuffers(c)
+	return raw.Len() != 0 || in.Len() != 0 || hand.Len() != 0
 }

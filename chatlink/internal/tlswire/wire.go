@@ -108,6 +108,26 @@ func (w *Wire) Append(buf []byte) {
 // whether a tls.Conn's Read will find one.
 func (w *Wire) HasRecord() bool { return w.left > 0 || Whole(w.in) }
 
+// Next takes the next whole record buffered, header included, for a Session to open (of a
+// header announcing more than MaxRecord, the header alone, for Open to refuse), and returns
+// false when none is whole. The record may lie in the buffer last given to Append: it is to
+// be used before that buffer is.
+func (w *Wire) Next() ([]byte, bool) {
+	if w.left != 0 || !Whole(w.in) {
+		return nil, false
+	}
+	n, _ := RecordLen(w.in)
+	if n > len(w.in) {
+		n = HeaderLen
+	}
+	rec := w.in[:n:n]
+	w.in = w.in[n:]
+	if len(w.in) == 0 {
+		w.in, w.borrowed = nil, false
+	}
+	return rec, true
+}
+
 // Buffered returns how many received bytes crypto/tls has not been handed yet.
 func (w *Wire) Buffered() int { return len(w.in) }
 
