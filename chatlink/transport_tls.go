@@ -61,8 +61,8 @@ func (n *Node) startTLSTCP(nc net.Conn) {
 		}
 		p.feed = p.tcpFeed
 		w := newSockWriter(p, false)
+		p.overTLS(tc, wire, w) // before the conn is in the node's table, for the sweep
 		p.c = n.newConn(w, peerAddr(nc))
-		p.overTLS(tc, wire, w)
 		p.start(nil)
 		return
 	}

@@ -198,6 +198,16 @@ func TestIdleTLSHoldsNoGoroutine(t *testing.T) {
 	}
 	// A goroutine per connection would be 60 more; some slack for the node's own timers.
 	settledGoroutines(t, base+10, fmt.Sprintf("%d idle TLS members", len(members)))
+	// Every one is served by the node's own record layer (TLS 1.3, AES-GCM), none by crypto/tls.
+	if got := tlsConnections(t, c, "roomcast"); got != len(members)+2 {
+		t.Errorf("%d connections on the node's record layer, want %d", got, len(members)+2)
+	}
+	if got := tlsConnections(t, c, "crypto_tls"); got != 0 {
+		t.Errorf("%d connections left to crypto/tls", got)
+	}
+	// Idle for more than two of the node's sweeps: their sending ciphers are let go, and built
+	// again for what follows.
+	time.Sleep(2500 * time.Millisecond)
 
 	// They are alive: one sends and has it acknowledged, the others get it.
 	members[0].send(t, sendFrame(1, "over tls"))
@@ -215,6 +225,56 @@ func TestIdleTLSHoldsNoGoroutine(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTLS12StaysWithCryptoTLS: a client that speaks only TLS 1.2 is served by crypto/tls, over
+// the same poller and writer, and counted so.
+func TestTLS12StaysWithCryptoTLS(t *testing.T) {
+	c, cfg := startTLSCluster(t)
+	cfg.MaxVersion = tls.VersionTLS12
+	a := dialTLSMember(t, c, cfg, true, "old-ws", plainDial)
+	b := dialTLSMember(t, c, cfg, false, "old-tcp", plainDial)
+	if v := a.tls.ConnectionState().Version; v != tls.VersionTLS12 {
+		t.Fatalf("negotiated version %x", v)
+	}
+	a.send(t, sendFrame(1, "over tls 1.2"))
+	if f := a.next(t); f.GetSendAck().GetSeq() != 1 {
+		t.Fatalf("the sender got %v, want its SendAck", f)
+	}
+	for {
+		if ms := b.next(t).GetPush().GetMessages(); len(ms) > 0 {
+			if string(ms[0].Body) != "over tls 1.2" {
+				t.Fatalf("got %q", ms[0].Body)
+			}
+			break
+		}
+	}
+	if got := tlsConnections(t, c, "crypto_tls"); got != 2 {
+		t.Errorf("%d connections left to crypto/tls, want 2", got)
+	}
+}
+
+// tlsConnections reads roomcast_chatlink_tls_connections_total{record_layer=layer} from the
+// cluster's registry (its /metrics is served over TLS).
+func tlsConnections(t *testing.T, c *devcluster.Cluster, layer string) int {
+	t.Helper()
+	mfs, err := c.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "roomcast_chatlink_tls_connections_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "record_layer" && l.GetValue() == layer {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // trickle is a connection whose writes go out a byte at a time when slow, each its own

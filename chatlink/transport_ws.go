@@ -185,8 +185,8 @@ func (n *Node) upgradeWS(nc net.Conn) {
 	switch {
 	case overTLS != nil:
 		f.w = newSockWriter(p, true)
+		p.overTLS(overTLS, wire, f.w) // before the conn is in the node's table, for the sweep
 		p.c = n.newConn(f.w, addr)
-		p.overTLS(overTLS, wire, f.w)
 	case n.rings != nil:
 		// The node writes the frames itself (sockWriter, batch.go): gws's connection, which
 		// only answered the upgrade, is not kept.
