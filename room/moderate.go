@@ -176,7 +176,7 @@ func (s *Service) moderateRecall(ctx context.Context, req *buspb.ModerateBusRequ
 		case err != nil:
 			s.log.Warn("history not read for a moderator's recall", "app", req.App, "room", req.Room, "err", err)
 			return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
-		case recalled:
+		case recalled != nil: // answered as recalled before (Recall)
 		case kept == nil:
 			return refuse(clientpb.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, 0, "the room's history holds no such message (never sent here, no longer kept, or a bulk message)")
 		case kept.Msg.GetSender() == "":

@@ -58,8 +58,9 @@ func (s *Service) onRecall(msg *nats.Msg) {
 }
 
 // Recall recalls a message of a room: it answers the refusal, or the message recalled (with
-// already_recalled when a recall took it out before: the Recall is broadcast again, which
-// clients that had it ignore, so that a retry after a failed broadcast reaches them). A request
+// already_recalled when a recall took it out before: that recall, as stored, is broadcast
+// again, which clients that had it ignore, so that a retry after a failed broadcast reaches
+// them). A request
 // with a uid is the member's recall of a message it sent: the room's sender_recall_window_s must
 // allow it, and the history must name the member as the message's sender.
 func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *buspb.Reply {
@@ -88,18 +89,22 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 		}
 		window = min(window, MaxSenderRecallWindow)
 	}
-	kept, recalled, err := s.find(ctx, req.App, req.Room, req.MessageId, at, !req.Unkept)
+	kept, stored, err := s.find(ctx, req.App, req.Room, req.MessageId, at, !req.Unkept)
 	if err != nil {
 		s.log.Warn("history not read for a recall", "app", req.App, "room", req.Room, "err", err)
 		return refuse(clientpb.ErrorCode_ERROR_CODE_UNAVAILABLE, 0, "the room's history could not be read")
 	}
 	by := cmp.Or(req.Uid, req.ByUid)
-	if recalled {
-		done := &clientpb.RecalledMessage{Id: req.MessageId, RecalledMs: now.UnixMilli(), ByUid: by}
-		if rep := s.broadcastRecall(req, done); rep != nil {
+	if stored != nil {
+		// Recalled before: the stored recall is broadcast again as it was (its time, whoever
+		// made it), never as this request's. A member may ask only of its own message.
+		if req.Uid != "" && kept != nil && kept.Msg.GetSender() != req.Uid {
+			return refuse(clientpb.ErrorCode_ERROR_CODE_RECALL_NOT_ALLOWED, 0, "a member may recall only its own messages")
+		}
+		if rep := s.broadcastRecall(req, stored); rep != nil {
 			return rep
 		}
-		return &buspb.Reply{Recalled: done, AlreadyRecalled: true}
+		return &buspb.Reply{Recalled: stored, AlreadyRecalled: true}
 	}
 	switch {
 	case kept == nil && !req.Unkept:
@@ -129,9 +134,9 @@ func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *bus
 // its batch window leaves, a little after its send was answered (at once for the normal and
 // bulk lanes): with wait, a message young enough that history may not hold it yet is looked for
 // again until it is keepWait old.
-func (s *Service) find(ctx context.Context, app, room, id string, at time.Time, wait bool) (kept *historystore.KeptMessage, recalled bool, err error) {
+func (s *Service) find(ctx context.Context, app, room, id string, at time.Time, wait bool) (kept *historystore.KeptMessage, recalled *clientpb.RecalledMessage, err error) {
 	kept, recalled, err = historystore.Find(ctx, s.hist.js, app, room, id, at)
-	for err == nil && kept == nil && !recalled && wait && s.cfg.Now().Sub(at) < keepWait {
+	for err == nil && kept == nil && recalled == nil && wait && s.cfg.Now().Sub(at) < keepWait {
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()

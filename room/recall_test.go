@@ -15,7 +15,7 @@ import (
 // TestRecallCore: the room service's Recall, as a moderator's request path would call it
 // (by_uid, no sender checks): the message leaves the history pages, the room's subject carries
 // the Recall naming the moderator, the recall takes one history entry; a second recall is
-// already_recalled; an unkept id is recalled without being found, but not once it is over an
+// already_recalled, answered and broadcast again as the first was; an unkept id is recalled without being found, but not once it is over an
 // hour old by the service's clock.
 func TestRecallCore(t *testing.T) {
 	t.Parallel()
@@ -54,8 +54,20 @@ func TestRecallCore(t *testing.T) {
 	if n := historyEntries(t, s); n != entries+1 {
 		t.Errorf("the recall took %d history entries, want 1", n-entries)
 	}
-	if rep := s.Recall(ctx, &buspb.RoomRecallRequest{App: "a", Room: "r", MessageId: gone}); rep.Code != 0 || !rep.AlreadyRecalled {
-		t.Errorf("second recall: %v, want already_recalled", rep)
+	// A second recall, by someone else, is answered with the first, which is broadcast again as
+	// it was.
+	first := rep.Recalled
+	rep = s.Recall(ctx, &buspb.RoomRecallRequest{App: "a", Room: "r", MessageId: gone, ByUid: "assistant-2"})
+	if rep.Code != 0 || !rep.AlreadyRecalled || rep.Recalled.GetByUid() != "assistant-1" || rep.Recalled.GetRecalledMs() != first.RecalledMs {
+		t.Errorf("second recall: %v, want already_recalled with the first (%v)", rep, first)
+	}
+	select {
+	case b := <-batches:
+		if got := b.GetRecall().GetMessages(); len(got) != 1 || got[0].ByUid != "assistant-1" || got[0].RecalledMs != first.RecalledMs {
+			t.Errorf("the second recall broadcast %v, want the first again", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the second recall broadcast nothing")
 	}
 
 	var gen ids.Generator

@@ -244,6 +244,14 @@ func TestRecall(t *testing.T) {
 		}
 		return nil
 	})
+	// Recalled, it is still not bob's to recall (the stored recall is not sent again in his
+	// name); alice's second recall is answered as already made.
+	if _, err := members[1].cl.Recall(ctx, ack.GetMessageId()); !errors.Is(err, sdk.ErrRecallNotAllowed) {
+		t.Errorf("bob recalls alice's recalled message: %v, want ErrRecallNotAllowed", err)
+	}
+	if already, err := members[0].cl.Recall(ctx, ack.GetMessageId()); err != nil || !already {
+		t.Errorf("alice recalls her message again: already %v, %v; want already", already, err)
+	}
 	if _, err := members[0].cl.Recall(ctx, unknown); !errors.Is(err, sdk.ErrMessageNotFound) {
 		t.Errorf("alice recalls an unknown id: %v, want ErrMessageNotFound", err)
 	}

@@ -109,32 +109,32 @@ func Read(ctx context.Context, js jetstream.JetStream, app, room string, r Range
 	if len(recalled) > 0 {
 		if r.Recalled {
 			for i := range kept {
-				kept[i].Recalled = recalled[kept[i].Msg.GetId()]
+				kept[i].Recalled = recalled[kept[i].Msg.GetId()] != nil
 			}
 		} else {
-			kept = slices.DeleteFunc(kept, func(k KeptMessage) bool { return recalled[k.Msg.GetId()] })
+			kept = slices.DeleteFunc(kept, func(k KeptMessage) bool { return recalled[k.Msg.GetId()] != nil })
 		}
 	}
 	return kept, skipped, nil
 }
 
 // Find looks for the message id among the messages Stream keeps for a room, reading from a
-// minute before the time its id carries: the message as kept, or recalled true when a recall
-// took it out (then kept is nil). Neither: the room's history does not hold it.
-func Find(ctx context.Context, js jetstream.JetStream, app, room, id string, at time.Time) (kept *KeptMessage, recalled bool, err error) {
+// minute before the time its id carries: the message as kept (recalled or not, while the
+// stream holds it), and the first recall stored for it, if any. Neither: the room's history
+// does not hold it.
+func Find(ctx context.Context, js jetstream.JetStream, app, room, id string, at time.Time) (kept *KeptMessage, recall *clientpb.RecalledMessage, err error) {
 	all, gone, _, _, err := read(ctx, js, app, room, Range{Since: at.Add(-time.Minute)})
 	if err != nil {
-		return nil, false, err
-	}
-	if gone[id] {
-		return nil, true, nil
+		return nil, nil, err
 	}
 	for i := range all {
 		if all[i].Msg.GetId() == id {
-			return &all[i], false, nil
+			kept = &all[i]
+			kept.Recalled = gone[id] != nil
+			break
 		}
 	}
-	return nil, false, nil
+	return kept, gone[id], nil
 }
 
 // Recalls returns the recalls stored for a room since a time, oldest first, as the members are
@@ -166,9 +166,9 @@ func Recalls(ctx context.Context, js jetstream.JetStream, app, room string, sinc
 }
 
 // read reads the entries of a room that lie in r: their messages, not trimmed to a retention,
-// the ids the recalls among them name, the room's count retention (the newest record's
+// the recalls among them by the ids they name, the room's count retention (the newest record's
 // RecordHeader, 0 if none said) and the count of entries that did not decode.
-func read(ctx context.Context, js jetstream.JetStream, app, room string, r Range) (kept []KeptMessage, recalled map[string]bool, retention, skipped int, err error) {
+func read(ctx context.Context, js jetstream.JetStream, app, room string, r Range) (kept []KeptMessage, recalled map[string]*clientpb.RecalledMessage, retention, skipped int, err error) {
 	req := bus.DirectGetRequest{Seq: r.FromSeq, NextFor: Subject(app, room), Batch: historyBatch}
 	if req.Seq == 0 {
 		if r.Since.IsZero() {
@@ -194,10 +194,12 @@ func read(ctx context.Context, js jetstream.JetStream, app, room string, r Range
 					return
 				}
 				if recalled == nil {
-					recalled = make(map[string]bool, len(rec.MessageIds))
+					recalled = make(map[string]*clientpb.RecalledMessage, len(rec.MessageIds))
 				}
 				for _, id := range rec.MessageIds {
-					recalled[id] = true
+					if recalled[id] == nil { // the first recall stands
+						recalled[id] = &clientpb.RecalledMessage{Id: id, RecalledMs: rec.RecalledMs, ByUid: rec.ByUid}
+					}
 				}
 				return
 			}
