@@ -226,7 +226,9 @@ func (w *sockWriter) appendSealed(b []byte) {
 	w.mu.Unlock()
 }
 
-// sendTLS seals one frame into a record and sends or queues it, as send does plain frames.
+// sendTLS seals one frame into a record and sends or queues it, as send does plain frames;
+// after the last, the record layer seals a close_notify (crypto/tls, which cannot be asked for
+// one without blocking on the socket, lets the close speak for itself).
 func (w *sockWriter) sendTLS(op byte, b []byte, last bool) {
 	w.mu.Lock()
 	stop := w.closed || w.closeAfter
@@ -242,6 +244,11 @@ func (w *sockWriter) sendTLS(op byte, b []byte, last bool) {
 	if !ok {
 		w.forceClose()
 		return
+	}
+	if last && w.rec != nil { // the node closes: say so, as RFC 8446 section 6.1 asks
+		w.mu.Lock()
+		w.sealed = w.rec.SealAlert(w.sealed, tlswire.AlertCloseNotify)
+		w.mu.Unlock()
 	}
 	w.dispatchSealed(last)
 }

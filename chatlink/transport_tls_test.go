@@ -2,6 +2,7 @@ package chatlink_test
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -251,6 +253,68 @@ func TestTLS12StaysWithCryptoTLS(t *testing.T) {
 	}
 	if got := tlsConnections(t, c, "crypto_tls"); got != 2 {
 		t.Errorf("%d connections left to crypto/tls, want 2", got)
+	}
+}
+
+// rawTail is a connection that keeps what it read, for a test to look at the records.
+type rawTail struct {
+	net.Conn
+	mu  sync.Mutex
+	got []byte
+}
+
+func (r *rawTail) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	r.mu.Lock()
+	r.got = append(r.got, b[:n]...)
+	r.mu.Unlock()
+	return n, err
+}
+
+// lastRecord returns the header of the last whole record read.
+func (r *rawTail) lastRecord() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last []byte
+	for b := r.got; len(b) >= 5; {
+		n := 5 + int(binary.BigEndian.Uint16(b[3:5]))
+		if n > len(b) {
+			break
+		}
+		last, b = b[:5], b[n:]
+	}
+	return last
+}
+
+// TestTLSCloseNotify: a member the node closes (here for a frame it cannot read) gets its last
+// frame, then a close_notify before the end of the stream, over WebSocket and TCP.
+func TestTLSCloseNotify(t *testing.T) {
+	c, cfg := startTLSCluster(t)
+	for _, ws := range []bool{true, false} {
+		var raw *rawTail
+		m := dialTLSMember(t, c, cfg, ws, fmt.Sprintf("closed-%v", ws), func(addr string) (net.Conn, error) {
+			nc, err := plainDial(addr)
+			raw = &rawTail{Conn: nc}
+			return raw, err
+		})
+		var bad []byte
+		if ws {
+			bad = []byte{0x82, 0x80 | 3, 0, 0, 0, 0, 0xff, 0xff, 0xff} // a masked binary frame, not a Frame
+		} else {
+			bad = []byte{0, 0, 0, 3, 0xff, 0xff, 0xff}
+		}
+		if _, err := m.conn.Write(bad); err != nil {
+			t.Fatal(err)
+		}
+		_ = m.conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, err := io.Copy(io.Discard, m.br)
+		if err != nil {
+			t.Fatalf("ws %v: the stream ended with %v, want a clean end", ws, err)
+		}
+		// A close_notify: 2 bytes of alert, its type, a 16-byte tag.
+		if h := raw.lastRecord(); !bytes.Equal(h, []byte{23, 3, 3, 0, 19}) {
+			t.Errorf("ws %v: the last record's header is % x, want a close_notify's 17 03 03 00 13", ws, h)
+		}
 	}
 }
 
