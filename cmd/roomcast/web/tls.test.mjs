@@ -56,4 +56,11 @@ test("pages served over https chat over wss", async () => {
   await pages[0].press("#text", "Enter");
   await waitFor("the other page hears it", async () =>
     (await pages[1].$$eval("#log li.msg .body", (els) => els.map((e) => e.textContent))).includes("over tls"));
+  // chromium's TLS (BoringSSL) against the ChatLink's own record layer: the pages' sockets are
+  // served by it, none left to crypto/tls (docs/edge.md).
+  const metrics = await browser.context.newPage();
+  await metrics.goto(`${dev.url}/metrics`);
+  const text = await metrics.textContent("body");
+  assert.match(text, /roomcast_chatlink_tls_connections_total\{node="[^"]+",record_layer="roomcast"\} [1-9]/);
+  assert.doesNotMatch(text, /record_layer="crypto_tls"\} [1-9]/);
 });
