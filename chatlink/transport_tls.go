@@ -98,10 +98,18 @@ func (w *sockWriter) seal(plain []byte) bool {
 		_, err := w.tls.Write(plain) // the Wire hands the records to appendSealed
 		return err == nil
 	}
-	w.mu.Lock()
-	w.sealed = w.rec.Seal(w.sealed, plain)
-	w.mu.Unlock()
+	w.sealWith(func(dst []byte) []byte { return w.rec.Seal(dst, plain) })
 	return true
+}
+
+// sealWith appends what f seals with the record layer to the records sealed before, unless
+// the writer is closing: nothing is sealed after the close_notify (sendTLS), nor after a close.
+func (w *sockWriter) sealWith(f func(dst []byte) []byte) {
+	w.mu.Lock()
+	if !w.closed && !w.closeAfter {
+		w.sealed = f(w.sealed)
+	}
+	w.mu.Unlock()
 }
 
 // dropIdleCipher lets the sending cipher of a connection that sealed nothing since the last
@@ -185,9 +193,7 @@ func (p *polled) openDetached() readNext {
 		}
 		data, answer, err := p.rec.Open(rec)
 		if answer {
-			w.mu.Lock()
-			w.sealed = w.rec.SealKeyUpdate(w.sealed)
-			w.mu.Unlock()
+			w.sealWith(w.rec.SealKeyUpdate)
 		}
 		if len(data) > 0 {
 			next = p.consumePlain(data)
@@ -197,9 +203,7 @@ func (p *polled) openDetached() readNext {
 		case err == nil:
 		case errors.As(err, &alert):
 			p.n.log.Debug("tls record refused", "remote", p.RemoteAddr().String(), "alert", uint8(alert))
-			w.mu.Lock()
-			w.sealed = w.rec.SealAlert(w.sealed, alert)
-			w.mu.Unlock()
+			w.sealWith(func(dst []byte) []byte { return w.rec.SealAlert(dst, alert) })
 			next = readClose
 		default:
 			next = readClose // the client's close_notify or alert
@@ -247,7 +251,10 @@ func (w *sockWriter) sendTLS(op byte, b []byte, last bool) {
 	}
 	if last && w.rec != nil { // the node closes: say so, as RFC 8446 section 6.1 asks
 		w.mu.Lock()
-		w.sealed = w.rec.SealAlert(w.sealed, tlswire.AlertCloseNotify)
+		if !w.closed && !w.closeAfter {
+			w.sealed = w.rec.SealAlert(w.sealed, tlswire.AlertCloseNotify)
+			w.closeAfter = true // the last record: dispatchSealed sends it and closes
+		}
 		w.mu.Unlock()
 	}
 	w.dispatchSealed(last)
