@@ -78,7 +78,7 @@ func (n *Node) startTLSTCP(nc net.Conn) {
 // 1.2, ChaCha20), crypto/tls opens and seals them, and every record it seals goes to w.
 func (p *polled) overTLS(tc *tls.Conn, wire *tlswire.Wire, w *sockWriter) {
 	p.wire, p.tlsW = wire, w
-	if rec, ok := tlswire.Detach(tc); ok {
+	if rec, ok := detach(tc, wire); ok {
 		p.rec, w.rec = rec, rec
 		wire.Poll(nil)
 		p.n.m.tlsSessions.WithLabelValues("roomcast").Inc()
@@ -87,6 +87,15 @@ func (p *polled) overTLS(tc *tls.Conn, wire *tlswire.Wire, w *sockWriter) {
 	p.n.m.tlsSessions.WithLabelValues("crypto_tls").Inc()
 	p.tls, w.tls = tc, tc
 	wire.Poll(w.appendSealed)
+}
+
+// detach takes tc's record layer over (tlswire.Detach) when crypto/tls is between two records
+// of the Wire's, as it is after a handshake and an upgrade.
+func detach(tc *tls.Conn, wire *tlswire.Wire) (*tlswire.Session, bool) {
+	if !wire.AtBoundary() {
+		return nil, false
+	}
+	return tlswire.Detach(tc)
 }
 
 // overTLS reports whether w seals what it writes.

@@ -108,6 +108,10 @@ func (w *Wire) Append(buf []byte) {
 // whether a tls.Conn's Read will find one.
 func (w *Wire) HasRecord() bool { return w.left > 0 || Whole(w.in) }
 
+// AtBoundary reports whether nothing of a record has been handed on without the rest: where
+// the reading of c's records may pass from crypto/tls to a Session (Detach).
+func (w *Wire) AtBoundary() bool { return w.left == 0 }
+
 // Next takes the next whole record buffered, header included, for a Session to open (of a
 // header announcing more than MaxRecord, the header alone, for Open to refuse), and returns
 // false when none is whole. The record may lie in the buffer last given to Append: it is to
