@@ -40,6 +40,7 @@ FUZZ_TARGETS := \
 	./chatlink/internal/wsproto:FuzzWSReader \
 	./chatlink/internal/wsproto:FuzzReadUpgrade \
 	./chatlink/internal/tlswire:FuzzWire \
+	./chatlink/internal/tlswire:FuzzOpen \
 	./chatlink:FuzzTCPFrames \
 	./chatlink:FuzzClientFrame \
 	./chatlink:FuzzDecodeSendFrame \
