@@ -82,7 +82,8 @@ installed = go version -m $(GOBIN)/$(1) 2>/dev/null | awk -v mod=$(2) -v ver=$(3
 go_install = $(call installed,$(1),$(2),$(3)) || { echo "go install $(4)@$(3)"; go install $(4)@$(3); }
 
 # debs installs the Debian packages the tests use, in one apt-get: protoc (protobuf-compiler),
-# nginx (the CDN edge of the CDN tests), chromium (the browser tests), promtool (prometheus:
+# nginx (the CDN edge of the CDN tests), chromium (the browser tests), openssl (the demo's TLS
+# test makes its CA with it; tlswire's tests run its client), promtool (prometheus:
 # rules-check), a JDK (javac, java and jni.h: sdk/mobile's TestJava runs the Java bindings) and
 # kotlinc (TestJava compiles the Kotlin sample). Each is looked for by what the tests run, so a
 # machine that has them another way installs nothing.
@@ -91,6 +92,7 @@ debs:
 	protoc --version 2>/dev/null | grep -q "libprotoc $(PROTOC_VERSION)" || missing="$$missing protobuf-compiler"; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	{ command -v javac && command -v java; } >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v kotlinc >/dev/null || missing="$$missing kotlin"; \

@@ -2,10 +2,13 @@ package tlswire
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +279,78 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("Open: %v", err)
 		}
 	})
+}
+
+// TestOpenSSLClient: OpenSSL's client, made to choose each AES-GCM suite (Go clients and browsers
+// choose AES-128 where they offer it), sends a line to a Session taken over after the handshake
+// and reads its answer and close_notify.
+func TestOpenSSLClient(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Fatal("openssl not found (make tools installs Debian's openssl)")
+	}
+	server, _ := configs(t)
+	for _, suite := range []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384} {
+		t.Run(tls.CipherSuiteName(suite), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, openssl, "s_client", "-connect", ln.Addr().String(), "-tls1_3",
+				"-ciphersuites", tls.CipherSuiteName(suite), "-quiet")
+			cmd.Stdin = strings.NewReader("hello from openssl\n")
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sock, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sock.Close()
+			_ = sock.SetDeadline(time.Now().Add(15 * time.Second))
+			w := New(sock)
+			sc := tls.Server(w, server)
+			if err := sc.Handshake(); err != nil {
+				t.Fatalf("handshake: %v (%s)", err, errOut.String())
+			}
+			if got := sc.ConnectionState().CipherSuite; got != suite {
+				t.Fatalf("negotiated %s", tls.CipherSuiteName(got))
+			}
+			w.Poll(nil)
+			s, ok := Detach(sc)
+			if !ok {
+				t.Fatal("Detach declined")
+			}
+			var got []byte
+			buf := make([]byte, 4096)
+			var answers []byte
+			for !bytes.Contains(got, []byte("\n")) {
+				n, err := sock.Read(buf)
+				if err != nil {
+					t.Fatalf("read: %v after %q", err, got)
+				}
+				data, err := openAll(s, w, buf[:n], &answers)
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				got = append(got, data...)
+			}
+			if string(got) != "hello from openssl\n" {
+				t.Fatalf("read %q", got)
+			}
+			reply := s.SealAlert(s.Seal(nil, []byte("hello from go\n")), AlertCloseNotify)
+			if _, err := sock.Write(reply); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait() // s_client ends at the close_notify
+			if !strings.Contains(out.String(), "hello from go") {
+				t.Fatalf("openssl printed %q (stderr %q)", out.String(), errOut.String())
+			}
+		})
+	}
 }
