@@ -60,9 +60,9 @@ func (s *Service) onRecall(msg *nats.Msg) {
 // Recall recalls a message of a room: it answers the refusal, or the message recalled (with
 // already_recalled when a recall took it out before: that recall, as stored, is broadcast
 // again, which clients that had it ignore, so that a retry after a failed broadcast reaches
-// them). A request
-// with a uid is the member's recall of a message it sent: the room's sender_recall_window_s must
-// allow it, and the history must name the member as the message's sender.
+// them). A request with a uid is the member's recall of a message it sent: the room's
+// sender_recall_window_s must allow it, and the history must name the member as the
+// message's sender.
 func (s *Service) Recall(ctx context.Context, req *buspb.RoomRecallRequest) *buspb.Reply {
 	at, ok := ids.MessageTime(req.MessageId)
 	switch {
