@@ -39,7 +39,7 @@ func openAll(s *Session, w *Wire, raw []byte, answers *[]byte) ([]byte, error) {
 	return got, nil
 }
 
-// readFull reads the client's records from the server's socket until n bytes of them came.
+// readN reads n bytes of records from sock (the peer's, as the other side's socket reads them).
 func readN(t *testing.T, sock net.Conn, n int) []byte {
 	t.Helper()
 	buf := make([]byte, n)
