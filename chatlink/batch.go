@@ -30,7 +30,7 @@ func (n *Node) writeOuts(outs []out) {
 	for _, o := range outs {
 		w, ok := o.c.t.(*sockWriter)
 		switch {
-		case ok && w.overTLS(): // sealed for this member alone; queued if not claimed
+		case ok && w.sealing(): // sealed for this member alone; queued if not claimed
 			sealed, claimed := w.claimSealed(wires.of(w.ws, o.fs))
 			if !claimed {
 				continue

@@ -97,7 +97,7 @@ func (w *sockWriter) forceClose() {
 // send writes one frame of payload b; last closes the connection after it. b is not changed
 // and may be shared with other connections.
 func (w *sockWriter) send(op byte, b []byte, last bool) {
-	if w.overTLS() {
+	if w.sealing() {
 		w.sendTLS(op, b, last)
 		return
 	}

@@ -98,8 +98,8 @@ func detach(tc *tls.Conn, wire *tlswire.Wire) (*tlswire.Session, bool) {
 	return tlswire.Detach(tc)
 }
 
-// overTLS reports whether w seals what it writes.
-func (w *sockWriter) overTLS() bool { return w.rec != nil || w.tls != nil }
+// sealing reports whether w seals what it writes (a TLS connection).
+func (w *sockWriter) sealing() bool { return w.rec != nil || w.tls != nil }
 
 // seal seals plain into records, after the records sealed before, and reports whether it could.
 func (w *sockWriter) seal(plain []byte) bool {
@@ -113,6 +113,7 @@ func (w *sockWriter) seal(plain []byte) bool {
 
 // sealWith appends what f seals with the record layer to the records sealed before, unless
 // the writer is closing: nothing is sealed after the close_notify (sendTLS), nor after a close.
+// f runs under mu.
 func (w *sockWriter) sealWith(f func(dst []byte) []byte) {
 	w.mu.Lock()
 	if !w.closed && !w.closeAfter {
@@ -259,12 +260,10 @@ func (w *sockWriter) sendTLS(op byte, b []byte, last bool) {
 		return
 	}
 	if last && w.rec != nil { // the node closes: say so, as RFC 8446 section 6.1 asks
-		w.mu.Lock()
-		if !w.closed && !w.closeAfter {
-			w.sealed = w.rec.SealAlert(w.sealed, tlswire.AlertCloseNotify)
+		w.sealWith(func(dst []byte) []byte {
 			w.closeAfter = true // the last record: dispatchSealed sends it and closes
-		}
-		w.mu.Unlock()
+			return w.rec.SealAlert(dst, tlswire.AlertCloseNotify)
+		})
 	}
 	w.dispatchSealed(last)
 }

@@ -167,6 +167,12 @@ func TestDetachedKeyUpdate(t *testing.T) {
 	}
 }
 
+// peerOf returns the other side of s, as far as sealing goes: a Session that seals records
+// under the keys s opens with.
+func peerOf(s *Session) *Session {
+	return &Session{hash: s.hash, hashLen: s.hashLen, keyLen: s.keyLen, out: s.in}
+}
+
 // TestOpenRefuses: what Open refuses, and the alert it names.
 func TestOpenRefuses(t *testing.T) {
 	server, client := configs(t)
@@ -198,8 +204,7 @@ func TestOpenRefuses(t *testing.T) {
 			if !ok {
 				t.Fatal("Detach declined")
 			}
-			// The client's side, to seal records under the keys the server opens with.
-			peer := &Session{hash: s.hash, hashLen: s.hashLen, keyLen: s.keyLen, out: s.in}
+			peer := peerOf(s)
 			_, _, err := s.Open(c.rec(peer))
 			if !errors.Is(err, c.want) {
 				t.Fatalf("Open: %v, want %v", err, c.want)
@@ -213,7 +218,7 @@ func TestOpenUseless(t *testing.T) {
 	server, client := configs(t)
 	sc, _, _, _ := session(t, server, client)
 	s, _ := Detach(sc)
-	peer := &Session{hash: s.hash, hashLen: s.hashLen, keyLen: s.keyLen, out: s.in}
+	peer := peerOf(s)
 	var err error
 	for i := 0; i <= maxUseless && err == nil; i++ {
 		_, _, err = s.Open(peer.seal(nil, typeData, nil))
@@ -262,7 +267,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add([]byte{0, 0, 0})
 	f.Fuzz(func(t *testing.T, inner []byte) {
 		s := *base
-		peer := &Session{hash: s.hash, hashLen: s.hashLen, keyLen: s.keyLen, out: s.in}
+		peer := peerOf(&s)
 		s.in.aead, peer.out.aead = nil, nil
 		// Seal inner as it is: seal appends a type byte, which is the last byte of inner here.
 		if len(inner) == 0 {
